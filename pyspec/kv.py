@@ -1,0 +1,73 @@
+"""KV cache transactions (DESIGN §5): append, commit, rollback, and byte accounting.
+
+A cache holds, per layer, K and V rows indexed by absolute position. Rows below `committed` belong
+to accepted tokens. A forward pass `append`s rows right after the committed ones (draft steps may
+append several times in a row); `commit(n)` keeps the first n appended rows and `rollback()` drops
+them all. Dropping is O(1): only the pointer moves and the stale rows are overwritten by the next
+append, never read, because attention only reads positions <= the row being computed.
+
+This module knows nothing about models; `model.py` writes and reads the arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ContextOverflowError(ValueError):
+    """The sequence would grow past the cache's context length."""
+
+
+class KVCache:
+    def __init__(self, n_layers: int, max_ctx: int, n_kv_heads: int, head_dim: int,
+                 dtype=np.float32):
+        shape = (n_layers, max_ctx, n_kv_heads, head_dim)
+        self.k = np.zeros(shape, dtype)   # (n_layers, max_ctx, n_kv_heads, head_dim)
+        self.v = np.zeros(shape, dtype)   # (n_layers, max_ctx, n_kv_heads, head_dim)
+        self.max_ctx = max_ctx
+        self.committed = 0                # rows of accepted tokens
+        self.pending = 0                  # rows appended since the last commit / rollback
+        self.peak = 0                     # most rows ever in use (committed + pending)
+
+    @property
+    def length(self) -> int:
+        """Rows visible to the next append (committed + pending)."""
+        return self.committed + self.pending
+
+    def append(self, n: int) -> int:
+        """Reserve n rows after the current ones; returns the first position to write."""
+        start = self.length
+        if start + n > self.max_ctx:
+            raise ContextOverflowError(
+                f"the sequence needs {start + n} positions but the context holds {self.max_ctx}; "
+                f"shorten the prompt or lower --max-tokens")
+        self.pending += n
+        self.peak = max(self.peak, self.length)
+        return start
+
+    def commit(self, n: int) -> None:
+        """Keep the first n pending rows, drop the rest."""
+        if not 0 <= n <= self.pending:
+            raise ValueError(f"cannot commit {n} rows: {self.pending} pending")
+        self.committed += n
+        self.pending = 0
+
+    def rollback(self) -> None:
+        """Drop every pending row."""
+        self.pending = 0
+
+    def truncate(self, n: int) -> None:
+        """Forget committed rows from position n on (used when a shared cache is re-synced)."""
+        if not 0 <= n <= self.committed:
+            raise ValueError(f"cannot truncate to {n}: {self.committed} committed")
+        self.committed, self.pending = n, 0
+
+    @property
+    def nbytes(self) -> int:
+        """Physical bytes allocated."""
+        return self.k.nbytes + self.v.nbytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """Logical bytes of the rows ever in use."""
+        return self.nbytes * self.peak // self.max_ctx

@@ -1,0 +1,223 @@
+"""Model config from GGUF metadata and the reference Llama forward on the CPU (numpy).
+
+The forward is *batch-invariant*: the logits of row i of a forward over positions [n, n+m) are
+bit-identical to a one-token forward at position n+i. This is what makes greedy speculative output
+byte-identical to champion-only output. It holds because
+  - every matrix product runs on tiles of exactly TILE rows (zero-padded), so the BLAS kernel, its
+    blocking and its reduction order never depend on how many rows a pass carries, and a row's
+    result never depends on the other rows (tests/test_model.py checks this on the real champion);
+  - attention, norms and softmax are computed row by row with the same calls a one-token pass makes.
+
+`dtype=np.float64` gives the exact-math path used by tests to judge the float32 path. Weights are
+dequantized once at load (quant.py); the GPU path (later) keeps them quantized.
+Not here: sampling (verify.py), the generation loop (engine.py), caches (kv.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .gguf import GGUFError, GGUFFile
+from .kv import KVCache
+
+TILE = 8  # rows per matrix-product tile; every product sees exactly this many rows
+
+
+class ModelError(ValueError):
+    """The GGUF holds a model pyspec cannot run."""
+
+
+@dataclass(frozen=True)
+class Config:
+    n_layers: int
+    d_model: int
+    d_ff: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    context_length: int
+    rope_base: float
+    rms_eps: float
+
+    @classmethod
+    def from_metadata(cls, md: dict) -> "Config":
+        arch = md.get("general.architecture")
+        if arch != "llama":
+            raise ModelError(f"architecture {arch!r} is not supported; pyspec runs 'llama' models")
+
+        def get(key, default=None):
+            v = md.get(f"llama.{key}", default)
+            if v is None:
+                raise ModelError(f"metadata key 'llama.{key}' is missing; the GGUF is incomplete")
+            return v
+
+        d_model, n_heads = get("embedding_length"), get("attention.head_count")
+        n_kv = get("attention.head_count_kv", n_heads)
+        if d_model % n_heads or n_heads % n_kv:
+            raise ModelError(f"head counts {n_heads}/{n_kv} do not divide width {d_model}")
+        head_dim = d_model // n_heads
+        if get("rope.dimension_count", head_dim) != head_dim:
+            raise ModelError("partial RoPE is not supported")
+        vocab = md.get("llama.vocab_size") or len(md.get("tokenizer.ggml.tokens", ()))
+        return cls(n_layers=get("block_count"), d_model=d_model, d_ff=get("feed_forward_length"),
+                   n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, vocab_size=vocab,
+                   context_length=get("context_length"),
+                   rope_base=float(get("rope.freq_base", 10000.0)),
+                   rms_eps=float(get("attention.layer_norm_rms_epsilon")))
+
+
+LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x (m, n_in) @ w.T for w (n_out, n_in), on zero-padded tiles of TILE rows -> (m, n_out)."""
+    m = x.shape[0]
+    out = np.empty((m, w.shape[0]), x.dtype)
+    tile = np.zeros((TILE, x.shape[1]), x.dtype)
+    for i in range(0, m, TILE):
+        rows = min(TILE, m - i)
+        tile[:rows] = x[i:i + rows]
+        tile[rows:] = 0
+        out[i:i + rows] = (tile @ w.T)[:rows]
+    return out
+
+
+def _plain_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x (m, n_in) @ w.T; one row becomes a matrix-vector product. Not batch-invariant."""
+    return (w @ x[0])[None] if x.shape[0] == 1 else x @ w.T
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x (m, d) -> (m, d); each row reduced on its own."""
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        row = x[i]
+        out[i] = row / np.sqrt(np.mean(row * row) + x.dtype.type(eps)) * weight
+    return out
+
+
+class Model:
+    """Weights + config. `forward` runs any prefix of the layers (the self:L draft uses the first L)."""
+
+    def __init__(self, f: GGUFFile, dtype=np.float32):
+        self.config = cfg = Config.from_metadata(f.metadata)
+        self.dtype = np.dtype(dtype)
+        self.metadata = f.metadata
+        self.source = f.source
+        self.file = f
+        self._sha256: str | None = None
+
+        def load(name, shape):
+            w = f.dequantize(name)
+            if w.shape != shape:
+                raise ModelError(f"tensor {name!r} has shape {w.shape}, expected {shape}")
+            return w.astype(self.dtype, copy=False)
+
+        d, hd = cfg.d_model, cfg.head_dim
+        shapes = {"attn_norm": (d,), "attn_q": (cfg.n_heads * hd, d),
+                  "attn_k": (cfg.n_kv_heads * hd, d), "attn_v": (cfg.n_kv_heads * hd, d),
+                  "attn_output": (d, cfg.n_heads * hd), "ffn_norm": (d,),
+                  "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
+        try:
+            self.tok_embd = load("token_embd.weight", (cfg.vocab_size, d))  # (vocab, d)
+            self.out_norm = load("output_norm.weight", (d,))
+            # A missing output.weight means the head is tied to the embedding.
+            self.head = (load("output.weight", (cfg.vocab_size, d))
+                         if "output.weight" in f.tensors else self.tok_embd)  # (vocab, d)
+            self.layers = [{n: load(f"blk.{i}.{n}.weight", shapes[n]) for n in LAYER_TENSORS}
+                           for i in range(cfg.n_layers)]
+        except GGUFError as e:
+            raise ModelError(f"{f.source} is not a complete Llama model: {e.reason}") from e
+        half = hd // 2
+        self.inv_freq = (cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2 / hd))  # (hd/2,)
+
+    @classmethod
+    def load(cls, path, dtype=np.float32) -> "Model":
+        return cls(GGUFFile.open(path), dtype)
+
+    def new_cache(self, max_ctx: int | None = None, n_layers: int | None = None) -> KVCache:
+        cfg = self.config
+        ctx = min(max_ctx or cfg.context_length, cfg.context_length)
+        return KVCache(n_layers or cfg.n_layers, ctx, cfg.n_kv_heads, cfg.head_dim, self.dtype)
+
+    def sha256(self) -> str:
+        """sha256 of the GGUF file's bytes (computed once)."""
+        if self._sha256 is None:
+            self._sha256 = self.file.sha256()
+        return self._sha256
+
+    @property
+    def weight_bytes(self) -> int:
+        n = self.tok_embd.nbytes + self.out_norm.nbytes
+        n += sum(w.nbytes for layer in self.layers for w in layer.values())
+        return n + (0 if self.head is self.tok_embd else self.head.nbytes)
+
+    def rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Rotate adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/hd) (llama.cpp NORM mode;
+        the GGUF converter permutes Q/K rows for it). x (m, heads, hd) -> same."""
+        ang = positions[:, None].astype(np.float64) * self.inv_freq[None, :]   # (m, hd/2)
+        cos = np.cos(ang).astype(self.dtype)[:, None, :]
+        sin = np.sin(ang).astype(self.dtype)[:, None, :]
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = x0 * cos - x1 * sin
+        out[..., 1::2] = x0 * sin + x1 * cos
+        return out
+
+    def attention(self, q: np.ndarray, kc: np.ndarray, vc: np.ndarray,
+                  positions: np.ndarray) -> np.ndarray:
+        """q (m, n_heads, hd); kc, vc (max_ctx, n_kv, hd) -> (m, n_heads*hd), one row at a time:
+        row i attends to positions [0, positions[i]] exactly as a one-token pass would."""
+        cfg = self.config
+        group = cfg.n_heads // cfg.n_kv_heads  # query head h reads kv head h // group
+        scale = self.dtype.type(1.0 / np.sqrt(cfg.head_dim))
+        out = np.empty((q.shape[0], cfg.n_heads * cfg.head_dim), self.dtype)
+        for i, pos in enumerate(positions):
+            qi = q[i].reshape(cfg.n_kv_heads, group, cfg.head_dim)        # (kv, group, hd)
+            k = kc[:pos + 1].transpose(1, 2, 0)                            # (kv, hd, t)
+            v = vc[:pos + 1].transpose(1, 0, 2)                            # (kv, t, hd)
+            s = np.matmul(qi, k) * scale                                   # (kv, group, t)
+            s = np.exp(s - s.max(axis=-1, keepdims=True))
+            s /= s.sum(axis=-1, keepdims=True)
+            out[i] = np.matmul(s, v).reshape(-1)                           # (kv, group, hd)
+        return out
+
+    def forward(self, tokens, kv: KVCache, n_layers: int | None = None,
+                last_only: bool = False, exact: bool = True) -> np.ndarray:
+        """Feed tokens at the next positions of `kv` (appending their rows) -> logits (m, vocab),
+        or (1, vocab) for the last row when last_only. `n_layers` runs only the first layers.
+
+        exact=False uses plain BLAS products (a one-token pass becomes a matrix-vector product,
+        several times faster) and gives up batch invariance: for drafts, whose numbers only ever
+        affect speed, never for the champion."""
+        cfg = self.config
+        mm = matmul if exact else _plain_matmul
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if tokens.size == 0:
+            raise ValueError("forward needs at least one token")
+        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+            raise ValueError(f"token id out of range [0, {cfg.vocab_size})")
+        m = tokens.size
+        start = kv.append(m)
+        positions = np.arange(start, start + m)
+        x = self.tok_embd[tokens]                                          # (m, d)
+        eps = cfg.rms_eps
+        for li, w in enumerate(self.layers[:n_layers or cfg.n_layers]):
+            h = rms_norm(x, w["attn_norm"], eps)
+            q = self.rope(mm(h, w["attn_q"]).reshape(m, cfg.n_heads, cfg.head_dim), positions)
+            k = self.rope(mm(h, w["attn_k"]).reshape(m, cfg.n_kv_heads, cfg.head_dim),
+                          positions)
+            kv.k[li, start:start + m] = k
+            kv.v[li, start:start + m] = mm(h, w["attn_v"]).reshape(m, cfg.n_kv_heads,
+                                                                        cfg.head_dim)
+            x = x + mm(self.attention(q, kv.k[li], kv.v[li], positions), w["attn_output"])
+            h = rms_norm(x, w["ffn_norm"], eps)
+            g = mm(h, w["ffn_gate"])
+            x = x + mm(g / (1 + np.exp(-g)) * mm(h, w["ffn_up"]), w["ffn_down"])
+        if last_only:
+            x = x[-1:]
+        return mm(rms_norm(x, self.out_norm, eps), self.head)

@@ -1,0 +1,68 @@
+"""Privacy-safe run receipts (DESIGN §9).
+
+A receipt says what ran and how it went: artifact, tokenizer and template hashes, the policy and
+its version, the seed, the k schedule, acceptance by position, call counts, timings, peak bytes,
+faults and fallbacks. It never holds prompt or output text, their token ids, file paths or
+anything else about the user; `check` enforces the shape and tests/test_receipts.py checks the
+public workload against it.
+"""
+
+from __future__ import annotations
+
+from . import __version__
+
+SCHEMA = "pyspec.receipt/1"
+POLICY_VERSION = 1
+
+# Exactly the stats keys a receipt may copy (no text, no ids, no paths).
+_STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes", "draft_calls",
+               "drafted", "accepted", "acceptance_rate", "tokens_per_pass",
+               "drafted_by_position", "accepted_by_position", "schedule", "tokens_per_s",
+               "ttft_s", "prefill_s", "draft_s", "verify_s", "wall_s", "peak_bytes")
+
+
+def build(engine, opts, mode: str, stats: dict, faults: list | None = None,
+          fallbacks: list | None = None) -> dict:
+    drafter = engine.drafter
+    draft_model = getattr(drafter, "model", None)
+    draft_kind = engine.draft_spec if engine.draft_spec in ("ngram", "none") else (
+        "self" if engine.draft_spec.startswith("self:") else "model")
+    receipt = {
+        "schema": SCHEMA,
+        "pyspec_version": __version__,
+        "champion_sha256": engine.champion.sha256(),
+        "draft": {"kind": draft_kind,
+                  "layers": getattr(drafter, "layers", None),
+                  "sha256": draft_model.sha256() if draft_kind == "model" else None},
+        "tokenizer_hash": engine.tokenizer.fingerprint(),
+        "template_hash": engine.tokenizer.template_hash(),
+        "policy": {"name": stats["schedule"]["policy"], "version": POLICY_VERSION},
+        "verify": mode,
+        "temperature": opts.temperature,
+        "seed": opts.seed,
+        "max_tokens": opts.max_tokens,
+        "stats": {k: stats[k] for k in _STATS_KEYS},
+        "faults": list(faults or []),
+        "fallbacks": list(fallbacks or []),
+    }
+    check(receipt)
+    return receipt
+
+
+def check(receipt: dict) -> None:
+    """Refuse a receipt that has grown a string field that could carry user text."""
+    allowed_strings = {"schema", "pyspec_version", "champion_sha256", "sha256", "kind",
+                       "tokenizer_hash", "template_hash", "name", "verify", "adapter",
+                       "finish_reason", "policy"}
+
+    def walk(node, key=None):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, key)
+        elif isinstance(node, str) and key not in allowed_strings:
+            raise ValueError(f"receipt field {key!r} holds a string; receipts carry no text")
+
+    walk(receipt)

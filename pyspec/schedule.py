@@ -1,0 +1,201 @@
+"""Speculation length policies and the break-even cost model (DESIGN §6).
+
+A policy answers two questions each cycle: how many tokens may the draft propose (`next_k`), and,
+while drafting, should it stop early (`stop`). After verification it is told what happened
+(`observe`). K = 0 means plain champion decoding.
+
+  fixed:K        always K (no guard: what you ask for is what runs; tests rely on it)
+  heuristic      start at 4; +1 after a fully accepted block, -1 after a rejection (1..K_MAX)
+  confidence:P   up to K_MAX drafts, stopping once the draft's own probability of its token < P
+
+`heuristic` and `confidence` sit behind the break-even guard: from measured times it predicts
+tokens per second for every k, E(k) / (k t_draft + t_verify(k)), with E(k) from the measured
+acceptance by position, and compares it with champion-only 1 / t_verify(0). When no k pays it
+drafts nothing, and probes the policy's k again every PROBE_EVERY cycles to refresh the estimates.
+Every decision is counted in `stats()`.
+"""
+
+from __future__ import annotations
+
+K_MAX = 8
+PROBE_EVERY = 16
+EMA = 0.3           # weight of a new timing sample
+MARGIN = 1.02       # speculation must beat champion-only by 2% to be chosen
+
+
+class ScheduleError(ValueError):
+    """An unknown or malformed --k policy."""
+
+
+class CostModel:
+    """Running estimates: verify time by rows, draft time per token, acceptance by position."""
+
+    def __init__(self, k_max: int = K_MAX):
+        self.t_verify: dict[int, float] = {}    # k -> EMA seconds of a k-draft verify pass
+        self.t_draft: float | None = None       # EMA seconds per drafted token
+        self.reached = [0] * k_max               # how often draft position i was verified
+        self.accepted = [0] * k_max              # ... and accepted
+
+    def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
+        old = self.t_verify.get(k)
+        self.t_verify[k] = t_verify if old is None else (1 - EMA) * old + EMA * t_verify
+        if k:
+            per = t_draft / k
+            self.t_draft = per if self.t_draft is None else (1 - EMA) * self.t_draft + EMA * per
+        for i in range(min(k, len(self.reached))):
+            self.reached[i] += 1
+            self.accepted[i] += i < n_accepted
+            if i >= n_accepted:
+                break
+
+    def acceptance(self, i: int) -> float:
+        """P(draft i accepted | drafts < i accepted), with a weak prior of 1/2."""
+        return (self.accepted[i] + 1) / (self.reached[i] + 2)
+
+    def expected_tokens(self, k: int) -> float:
+        """E(k) = 1 + sum_j prod_{i<=j} a_i: tokens per cycle (the +1 is the bonus/correction)."""
+        e, run = 1.0, 1.0
+        for i in range(k):
+            run *= self.acceptance(i)
+            e += run
+        return e
+
+    def verify_time(self, k: int) -> float | None:
+        """Measured t_verify(k), else the nearest measured smaller k (costs only grow with k)."""
+        known = [j for j in self.t_verify if j <= k]
+        return self.t_verify[max(known)] if known else None
+
+    def rate(self, k: int) -> float | None:
+        """Predicted tokens per second at length k, or None while unmeasured."""
+        t_v = self.verify_time(k)
+        if t_v is None or (k and self.t_draft is None):
+            return None
+        return self.expected_tokens(k) / (k * (self.t_draft or 0.0) + t_v)
+
+
+class Policy:
+    """Base policy: fixed length, never stops early."""
+
+    guarded = False
+
+    def __init__(self, k: int, k_max: int = K_MAX):
+        self.k = k
+        self.k_max = k_max
+
+    def next_k(self) -> int:
+        return self.k
+
+    def stop(self, i: int, confidence: float) -> bool:
+        """Stop drafting before draft position i, whose token the draft gives `confidence`?"""
+        return False
+
+    def observe(self, k: int, n_accepted: int) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"fixed:{self.k}"
+
+
+class Heuristic(Policy):
+    guarded = True
+
+    def __init__(self, k_max: int = K_MAX):
+        super().__init__(4, k_max)
+
+    def observe(self, k: int, n_accepted: int) -> None:
+        if k == 0:
+            return
+        self.k = min(self.k + 1, self.k_max) if n_accepted == k else max(self.k - 1, 1)
+
+    def describe(self) -> str:
+        return "heuristic"
+
+
+class Confidence(Policy):
+    guarded = True
+
+    def __init__(self, threshold: float, k_max: int = K_MAX):
+        super().__init__(k_max, k_max)
+        self.threshold = threshold
+
+    def stop(self, i: int, confidence: float) -> bool:
+        return confidence < self.threshold
+
+    def describe(self) -> str:
+        return f"confidence:{self.threshold:g}"
+
+
+def parse(spec: str) -> Policy:
+    """'fixed:K' | 'heuristic' | 'confidence:P' -> Policy."""
+    name, _, arg = spec.partition(":")
+    try:
+        if name == "fixed" and arg:
+            k = int(arg)
+            if not 0 <= k <= 64:
+                raise ValueError
+            return Policy(k, max(k, K_MAX))
+        if name == "heuristic" and not arg:
+            return Heuristic()
+        if name == "confidence" and arg:
+            p = float(arg)
+            if not 0 <= p <= 1:
+                raise ValueError
+            return Confidence(p)
+    except ValueError:
+        pass
+    raise ScheduleError(f"unknown speculation policy {spec!r}: use fixed:K (0 <= K <= 64), "
+                        f"heuristic, or confidence:P (0 <= P <= 1)")
+
+
+class Schedule:
+    """A policy plus, when the policy is guarded, the break-even guard. One per request."""
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self.cost = CostModel(max(policy.k_max, K_MAX))
+        self.cycle = 0
+        self.since_probe = 0
+        self.counts = {"guard_off": 0, "probes": 0, "baseline": 0}
+        self.k_history: dict[int, int] = {}
+
+    def next_k(self) -> int:
+        """The k for this cycle."""
+        self.cycle += 1
+        k = self.policy.next_k()
+        if self.policy.guarded and k > 0:
+            k = self._guard(k)
+        self.k_history[k] = self.k_history.get(k, 0) + 1
+        return k
+
+    def _guard(self, k: int) -> int:
+        cost = self.cost
+        if 0 not in cost.t_verify:
+            # Measure champion-only first: one plain step, which also emits a token.
+            self.counts["baseline"] += 1
+            return 0
+        self.since_probe += 1
+        if self.since_probe >= PROBE_EVERY:
+            self.since_probe = 0
+            self.counts["probes"] += 1
+            # Re-measure champion-only too, so a drifting machine does not fool the guard.
+            return 0 if self.counts["probes"] % 2 == 0 else k
+        base, spec = cost.rate(0), cost.rate(k)
+        if spec is None or spec > MARGIN * base:
+            return k
+        # Is any shorter k worth it? E(k)/cost(k) is not monotone, so try them all.
+        better = [j for j in range(1, k) if (cost.rate(j) or 0) > MARGIN * base]
+        if better:
+            return max(better, key=lambda j: cost.rate(j))
+        self.counts["guard_off"] += 1
+        return 0
+
+    def stop(self, i: int, confidence: float) -> bool:
+        return self.policy.stop(i, confidence)
+
+    def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
+        self.cost.observe(k, n_accepted, t_draft, t_verify)
+        self.policy.observe(k, n_accepted)
+
+    def stats(self) -> dict:
+        return {"policy": self.policy.describe(), "k_histogram": dict(sorted(self.k_history.items())),
+                **self.counts}

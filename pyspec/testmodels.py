@@ -1,0 +1,113 @@
+"""Tiny random Llama GGUFs for fast exact tests (DESIGN §3): written with gguf.write.
+
+A test model has the champion's shape of metadata and tensors (same names, Q4_1 matrices and a
+Q8_0 tied embedding by default) at a few kilobytes: a byte-level BPE vocabulary of 256 byte tokens,
+3 ChatML specials and `n_merges` merges learnt from a fixed corpus, and random weights scaled so
+the next-token distribution is peaked enough to make greedy text and drafts interesting.
+`perturb` makes a related draft: the same tokenizer and weights plus noise, so its proposals are
+often, but not always, accepted.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import numpy as np
+
+from . import gguf, quant
+from .tokenizer import _bytes_to_unicode
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+          "{{ '<|im_start|>system\nYou are a tiny test model<|im_end|>\n' }}{% endif %}"
+          "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CORPUS = ("the cat sat on the mat. the dog ate the bone. def f(x): return x + 1\n"
+          "speculative decoding is exact. the champion checks every draft token. ") * 4
+
+
+def tokenizer_metadata(n_merges: int = 64, corpus: str = CORPUS) -> dict:
+    """GGUF tokenizer metadata: specials, 256 byte tokens, then merges learnt greedily on corpus."""
+    byte_char = _bytes_to_unicode()
+    tokens = SPECIALS + byte_char
+    words = [[byte_char[b] for b in w.encode()] for w in re.findall(r" ?\S+", corpus)]
+    merges = []
+    for _ in range(n_merges):
+        pairs = collections.Counter((a, b) for w in words for a, b in zip(w, w[1:]))
+        if not pairs:
+            break
+        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        merges.append(f"{a} {b}")
+        tokens.append(a + b)
+        for w in words:
+            i = 0
+            while i < len(w) - 1:
+                if w[i] == a and w[i + 1] == b:
+                    w[i:i + 2] = [a + b]
+                i += 1
+    return {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "smollm",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)),
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.add_bos_token": False,
+        "tokenizer.chat_template": CHATML,
+    }
+
+
+def random_weights(vocab: int, n_layers: int, d: int, n_heads: int, n_kv: int, d_ff: int,
+                   seed: int, head_gain: float = 4.0, layer_gain: float = 2.0
+                   ) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    hd = d // n_heads
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
+
+    w = {"token_embd.weight": mat(vocab, d, np.sqrt(d)),
+         "output.weight": mat(vocab, d, head_gain),
+         "output_norm.weight": (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)}
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        w.update({p + "attn_norm.weight": (1 + 0.1 * rng.standard_normal(d)).astype(np.float32),
+                  p + "ffn_norm.weight": (1 + 0.1 * rng.standard_normal(d)).astype(np.float32),
+                  p + "attn_q.weight": mat(n_heads * hd, d), p + "attn_k.weight": mat(n_kv * hd, d),
+                  p + "attn_v.weight": mat(n_kv * hd, d), p + "attn_output.weight": mat(d, d, layer_gain),
+                  p + "ffn_gate.weight": mat(d_ff, d), p + "ffn_up.weight": mat(d_ff, d),
+                  p + "ffn_down.weight": mat(d, d_ff, layer_gain)})
+    return w
+
+
+def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv: int = 2,
+                d_ff: int = 128, n_merges: int = 64, seed: int = 0, ctx: int = 256,
+                weights: dict[str, np.ndarray] | None = None, tokenizer: dict | None = None,
+                matrix_type: int = quant.Q4_1.type_id) -> dict[str, np.ndarray]:
+    """Write a tiny Llama GGUF; returns its float weights (before quantization)."""
+    md_tok = tokenizer or tokenizer_metadata(n_merges)
+    vocab = len(md_tok["tokenizer.ggml.tokens"])
+    w = weights or random_weights(vocab, n_layers, d, n_heads, n_kv, d_ff, seed)
+    md = {"general.architecture": "llama", "general.name": f"pyspec-tiny-{seed}",
+          "llama.block_count": n_layers, "llama.context_length": ctx,
+          "llama.embedding_length": d, "llama.feed_forward_length": d_ff,
+          "llama.attention.head_count": n_heads, "llama.attention.head_count_kv": n_kv,
+          "llama.rope.freq_base": 10000.0, "llama.attention.layer_norm_rms_epsilon": 1e-5,
+          "llama.vocab_size": vocab, **md_tok}
+
+    def kind(name):
+        if name.endswith("norm.weight"):
+            return quant.F32.type_id
+        return quant.Q8_0.type_id if name == "token_embd.weight" else matrix_type
+
+    gguf.write(path, md, {n: (v, kind(n)) for n, v in w.items()})
+    return w
+
+
+def perturb(weights: dict[str, np.ndarray], scale: float, seed: int) -> dict[str, np.ndarray]:
+    """The same weights plus Gaussian noise of `scale` times each tensor's std."""
+    rng = np.random.default_rng(seed)
+    return {n: (v + scale * v.std() * rng.standard_normal(v.shape)).astype(np.float32)
+            for n, v in weights.items()}

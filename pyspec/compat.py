@@ -45,7 +45,7 @@ def check_pair(champion_md: dict, draft_md: dict) -> PairReport:
         return PairReport(False, [str(e)])
 
     if champ_tok.vocab_size != draft_tok.vocab_size:
-        report.reasons.append(f"vocabulary sizes differ ({champ_tok.vocab_size} vs "
+        report.reasons.append(f"tokenizer vocabularies differ in size ({champ_tok.vocab_size} vs "
                               f"{draft_tok.vocab_size})")
     elif champ_tok.fingerprint() != draft_tok.fingerprint():
         report.reasons.append("tokenizers differ (tokens, merges, token types or special ids)")

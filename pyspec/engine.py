@@ -51,6 +51,7 @@ class Options:
     verify: str | None = None     # None: greedy at T = 0, replay above
     k: str = "heuristic"
     stop_at_eos: bool = True
+    stop_ids: tuple = ()          # more token ids that end generation, besides the model's EOG
 
     def resolved_verify(self) -> str:
         """T = 0 is always greedy: every rule reduces to argmax there."""
@@ -114,13 +115,14 @@ class _Stats:
 class Engine:
     """A champion, its tokenizer and one drafter; serves one request at a time."""
 
-    def __init__(self, champion: Model, tokenizer, draft: str = "ngram",
-                 max_ctx: int | None = None, load_draft=None, adapter: str = "cpu-numpy"):
+    def __init__(self, champion: Model, tokenizer, draft="ngram", max_ctx: int | None = None,
+                 load_draft=None, adapter: str = "cpu-numpy"):
+        """`draft` is a --draft spec (ngram | none | self:L | GGUF path) or a drafter object."""
         self.champion = champion
         self.tokenizer = tokenizer
         self.kv = champion.new_cache(max_ctx)
-        self.draft_spec = draft
-        self.drafter = make_drafter(draft, champion, self.kv, load_draft)
+        self.drafter = (make_drafter(draft, champion, self.kv, load_draft)
+                        if isinstance(draft, str) else draft)
         self.adapter = adapter
 
     # --- choosing tokens --------------------------------------------------------------------
@@ -178,7 +180,7 @@ class Engine:
                 f"(or raise the context length) so that at least one token can be generated")
         sched = schedule.Schedule(schedule.parse(opts.k))
         choose = self._chooser(mode, opts)
-        eog = self.tokenizer.eog_ids if opts.stop_at_eos else set()
+        eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
         st = _Stats()
         t_start = time.perf_counter()

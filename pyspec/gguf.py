@@ -258,17 +258,37 @@ def _pack_value(v) -> tuple[int, bytes]:
 
 
 def write(path: str | os.PathLike, metadata: dict[str, Any],
-          tensors: dict[str, tuple[np.ndarray, int]], alignment: int = DEFAULT_ALIGNMENT) -> None:
+          tensors: dict[str, tuple[np.ndarray, int]], alignment: int | None = None) -> None:
     """Write a GGUF v3 file. `tensors` maps name -> (float values in numpy order, ggml type id);
-    values are quantized with quant.quantize."""
+    values are quantized with quant.quantize. `alignment` defaults to metadata's
+    general.alignment, else 32; any other value is stored as general.alignment so that readers
+    find the data (as UINT32: the spec's type, which the gguf package insists on)."""
+    md_alignment = metadata.get("general.alignment")
+    if alignment is None:
+        alignment = DEFAULT_ALIGNMENT if md_alignment is None else md_alignment
+    elif md_alignment is not None and md_alignment != alignment:
+        raise ValueError(f"alignment={alignment} disagrees with general.alignment={md_alignment}")
+    if type(alignment) is not int or alignment <= 0 or alignment % 8:
+        raise ValueError(f"alignment must be a positive multiple of 8, got {alignment!r}")
+    if alignment != DEFAULT_ALIGNMENT:
+        metadata = {**metadata, "general.alignment": alignment}
     head = [MAGIC, struct.pack("<IQQ", VERSION, len(tensors), len(metadata))]
     for key, v in metadata.items():
-        vtype, blob = _pack_value(v)
+        vtype, blob = ((UINT32, struct.pack("<I", v)) if key == "general.alignment"
+                       else _pack_value(v))
         head += [_pack_string(key), struct.pack("<I", vtype), blob]
     blobs, rel = [], 0
     for name, (values, type_id) in tensors.items():
         values = np.asarray(values)
         dims = tuple(reversed(values.shape))
+        # Why: refuse here what the reader would refuse, rather than write an unreadable file.
+        if type_id not in quant.FORMATS:
+            raise ValueError(f"tensor {name!r}: unsupported ggml type {type_id}")
+        fmt = quant.FORMATS[type_id]
+        if not 1 <= len(dims) <= MAX_DIMS or 0 in dims or dims[0] % fmt.block_elems:
+            raise ValueError(f"tensor {name!r}: shape {values.shape} cannot be stored as "
+                             f"{fmt.name} (1..{MAX_DIMS} non-empty dims, the last a multiple "
+                             f"of {fmt.block_elems})")
         head += [_pack_string(name), struct.pack("<I", len(dims)),
                  struct.pack(f"<{len(dims)}Q", *dims), struct.pack("<IQ", type_id, rel)]
         blob = quant.quantize(values, type_id).tobytes()

@@ -92,12 +92,10 @@ def _plain_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """x (m, d) -> (m, d); each row reduced on its own."""
-    out = np.empty_like(x)
-    for i in range(x.shape[0]):
-        row = x[i]
-        out[i] = row / np.sqrt(np.mean(row * row) + x.dtype.type(eps)) * weight
-    return out
+    """x (m, d) -> (m, d). numpy reduces each row of a C-contiguous array along its last axis with
+    the same pairwise summation whatever m is, so rows stay independent (tested)."""
+    ms = np.mean(x * x, axis=-1, keepdims=True)                         # (m, 1)
+    return x / np.sqrt(ms + x.dtype.type(eps)) * weight
 
 
 class Model:

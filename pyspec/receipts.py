@@ -24,16 +24,14 @@ _STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes"
 def build(engine, opts, mode: str, stats: dict, faults: list | None = None,
           fallbacks: list | None = None) -> dict:
     drafter = engine.drafter
-    draft_model = getattr(drafter, "model", None)
-    draft_kind = engine.draft_spec if engine.draft_spec in ("ngram", "none") else (
-        "self" if engine.draft_spec.startswith("self:") else "model")
+    draft_kind = getattr(drafter, "kind", "custom") if drafter else "none"
     receipt = {
         "schema": SCHEMA,
         "pyspec_version": __version__,
         "champion_sha256": engine.champion.sha256(),
         "draft": {"kind": draft_kind,
                   "layers": getattr(drafter, "layers", None),
-                  "sha256": draft_model.sha256() if draft_kind == "model" else None},
+                  "sha256": drafter.model.sha256() if draft_kind == "model" else None},
         "tokenizer_hash": engine.tokenizer.fingerprint(),
         "template_hash": engine.tokenizer.template_hash(),
         "policy": {"name": stats["schedule"]["policy"], "version": POLICY_VERSION},

@@ -18,6 +18,9 @@ import importlib.util
 import itertools
 import json
 import pathlib
+import random
+import re
+import unicodedata
 
 CHAMPION_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "golden" / "tokenizer_ids.json"
@@ -175,6 +178,19 @@ def combinations() -> list[str]:
     return out
 
 
+# Pieces for seeded random strings: the characters where the split rules change their minds.
+FUZZ_POOL = [*"aAzsStTmdlrve'' \t\n\r\x0b\x0c\x85\xa0\u3000\u2028\u200b0123456789²½٣Ⅻ!?.,;:-_()[]{}<>|\\/\"`~@#$%^&*+=",
+             *"éßøñŁ\u0301ΑβЖшعربهि中日本ひカ한😀👍🏽\u200d❤\ufe0f🇫\U00031350\ue000\x00\x1c\x7f",
+             "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<file_sep>", "<|im_", "|>"]
+
+
+def fuzz(count: int = 120, seed: int = 2024) -> list[tuple[str, bool]]:
+    """Seeded random strings of FUZZ_POOL pieces, half of them tokenized with special=True."""
+    rng = random.Random(seed)
+    return [("".join(rng.choice(FUZZ_POOL) for _ in range(rng.randint(1, 24))), k % 2 == 1)
+            for k in range(count)]
+
+
 def build_corpus(template: str) -> list[tuple[str, bool]]:
     """(text, special) pairs, in a fixed order, without duplicates."""
     plain = ENGLISH + CONTRACTIONS + PUNCTUATION + NUMBERS + WHITESPACE + CODE + EMOJI + SCRIPTS
@@ -183,6 +199,7 @@ def build_corpus(template: str) -> list[tuple[str, bool]]:
     cases += [(text, True) for text in SPECIAL_STRINGS]
     cases += [(text, False) for text in SPECIAL_STRINGS]  # the same strings as plain text
     cases += [(text, True) for text in chat_renders(template)]
+    cases += fuzz()
     seen: set[tuple[str, bool]] = set()
     return [c for c in cases if not (c in seen or seen.add(c))]
 
@@ -190,6 +207,17 @@ def build_corpus(template: str) -> list[tuple[str, bool]]:
 # ---------------------------------------------------------------------------------------------
 # Recording
 # ---------------------------------------------------------------------------------------------
+
+def json_line(case: dict) -> str:
+    """One case as JSON, readable (UTF-8) but with invisible and line-breaking characters escaped."""
+    def escape(match: re.Match) -> str:
+        data = match.group().encode("utf-16-be")  # JSON spells astral characters as surrogate pairs
+        return "".join(f"\\u{data[k]:02x}{data[k + 1]:02x}" for k in range(0, len(data), 2))
+
+    text = json.dumps(case, ensure_ascii=False)
+    invisible = "".join(sorted({ch for ch in text if unicodedata.category(ch)[0] in "CZ" and ch != " "}))
+    return re.sub(f"[{re.escape(invisible)}]", escape, text) if invisible else text
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -203,9 +231,8 @@ def main() -> None:
     llm = llama_cpp.Llama(model_path=str(model), vocab_only=True, verbose=False)
     template = llm.metadata["tokenizer.chat_template"]
     corpus = build_corpus(template)
-    lines = [json.dumps({"text": text, "special": special,
-                         "ids": llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)},
-                        ensure_ascii=False)
+    lines = [json_line({"text": text, "special": special,
+                        "ids": llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)})
              for text, special in corpus]
     header = {"source": f"llama-cpp-python {llama_cpp.__version__}: Llama(model_path, vocab_only=True)"
                         ".tokenize(text.encode(), add_bos=False, special=special)",

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from pyspec.gguf import GGUFFile
 from pyspec.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError
 
 CHAMPION_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -35,10 +36,8 @@ def champion_path() -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def metadata() -> dict:
-    import gguf
-
-    reader = gguf.GGUFReader(str(champion_path()))
-    return {key: field.contents() for key, field in reader.fields.items() if key.startswith("tokenizer.")}
+    md = GGUFFile.open(champion_path()).metadata  # the same dict as the `gguf` package's contents()
+    return {key: value for key, value in md.items() if key.startswith("tokenizer.")}
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,8 @@ class ModelDrafter:
     cycle feeds the tokens it has not seen yet (the last committed one, and after a full
     acceptance also the last draft and the bonus)."""
 
+    kind = "model"
+
     def __init__(self, model: Model, max_ctx: int | None = None):
         self.model = model
         self.name = f"model:{model.source}"
@@ -76,6 +78,8 @@ class ModelDrafter:
 
 class SelfDrafter:
     """The champion's first L layers + final norm + head, sharing the champion's cache."""
+
+    kind = "self"
 
     def __init__(self, champion: Model, champion_kv: KVCache, layers: int):
         self.model = champion

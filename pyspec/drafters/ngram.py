@@ -16,7 +16,7 @@ MIN_N = 1   # shortest suffix tried
 
 
 class NgramDrafter:
-    name = "ngram"
+    name = kind = "ngram"
     weight_bytes = 0
     kv_bytes = 0
 

@@ -1,0 +1,169 @@
+"""`python -m pyspec bench`: speculative vs champion-only, side by side in one run, per stratum.
+
+For every prompt of the workload the champion-only baseline and each drafter run back to back on
+the same engine, so machine drift hits both sides alike. Per stratum (and overall) it reports the
+median and range of: accepted tokens per champion pass, acceptance by position, time to first
+token, champion and draft calls, peak bytes (weights, KV, scratch) and the wall-clock speedup
+(tokens/s speculative over tokens/s champion-only, prompt by prompt). It also records whether each
+greedy output was identical to the baseline. Writes `<out>/bench-<backend>.json` and a PNG plot.
+Timing targets belong here, never in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+from .cli import load_champion, load_draft_checked
+from .engine import Engine, Options
+
+
+def read_workload(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        items = [json.loads(line) for line in f if line.strip()]
+    for it in items:
+        if not {"id", "stratum", "messages"} <= it.keys():
+            raise ValueError(f"{path}: each line needs id, stratum and messages")
+    return items
+
+
+def spread(values: list[float]) -> dict:
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Rows of one drafter in one stratum -> medians and ranges."""
+    by_pos_drafted = [sum(r["stats"]["drafted_by_position"][i] for r in rows
+                          if i < len(r["stats"]["drafted_by_position"])) for i in range(8)]
+    by_pos_accepted = [sum(r["stats"]["accepted_by_position"][i] for r in rows
+                           if i < len(r["stats"]["accepted_by_position"])) for i in range(8)]
+    drafted = sum(r["stats"]["drafted"] for r in rows)
+    return {
+        "prompts": len(rows),
+        "identical_to_baseline": sum(r["identical"] for r in rows),
+        "speedup": spread([r["speedup"] for r in rows]),
+        "tokens_per_pass": spread([r["stats"]["tokens_per_pass"] for r in rows]),
+        "acceptance": (sum(r["stats"]["accepted"] for r in rows) / drafted) if drafted else 0.0,
+        "acceptance_by_position": [a / d if d else None
+                                   for a, d in zip(by_pos_accepted, by_pos_drafted)],
+        "ttft_s": spread([r["stats"]["ttft_s"] for r in rows]),
+        "baseline_ttft_s": spread([r["baseline_ttft_s"] for r in rows]),
+        "champion_passes": sum(r["stats"]["champion_passes"] for r in rows),
+        "baseline_champion_passes": sum(r["baseline_passes"] for r in rows),
+        "draft_calls": sum(r["stats"]["draft_calls"] for r in rows),
+        "tokens_per_s": spread([r["stats"]["tokens_per_s"] for r in rows]),
+        "baseline_tokens_per_s": spread([r["baseline_tokens_per_s"] for r in rows]),
+        "peak_bytes": {k: max(r["stats"]["peak_bytes"][k] for r in rows)
+                       for k in rows[0]["stats"]["peak_bytes"]},
+    }
+
+
+def run_bench(args) -> int:
+    items = read_workload(args.workload)
+    if args.per_stratum:
+        kept, seen = [], {}
+        for it in items:
+            seen[it["stratum"]] = seen.get(it["stratum"], 0) + 1
+            if seen[it["stratum"]] <= args.per_stratum:
+                kept.append(it)
+        items = kept
+    drafts = [d for d in args.drafts.split(",") if d]
+    champion, tok = load_champion(args.champion)
+    engines = {d: Engine(champion, tok, d, load_draft=load_draft_checked(champion))
+               for d in ["none", *drafts]}
+    rows: dict[str, list[dict]] = {d: [] for d in drafts}
+    t0 = time.time()
+    for n, it in enumerate(items, 1):
+        ids = tok.encode(tok.render_chat(it["messages"]), special=True)
+        max_tokens = it.get("max_tokens", 128)
+        if args.max_tokens:
+            max_tokens = min(max_tokens, args.max_tokens)
+        base = engines["none"].generate(ids, Options(max_tokens=max_tokens, k="fixed:0"))
+        line = [f"[{n}/{len(items)}] {it['id']:<16} base {base.stats['tokens_per_s']:.2f} tok/s"]
+        for d in drafts:
+            r = engines[d].generate(ids, Options(max_tokens=max_tokens, k=args.k))
+            speedup = r.stats["tokens_per_s"] / base.stats["tokens_per_s"]
+            rows[d].append({"id": it["id"], "stratum": it["stratum"], "stats": r.stats,
+                            "identical": r.tokens == base.tokens, "speedup": speedup,
+                            "baseline_tokens_per_s": base.stats["tokens_per_s"],
+                            "baseline_ttft_s": base.stats["ttft_s"],
+                            "baseline_passes": base.stats["champion_passes"]})
+            line.append(f"{d} x{speedup:.2f} ({r.stats['tokens_per_pass']:.2f} tok/pass)")
+        print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
+
+    strata = sorted({it["stratum"] for it in items})
+    result = {
+        "backend": args.backend,
+        "adapter": engines["none"].adapter,
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpus": os.cpu_count()},
+        "workload": os.path.basename(args.workload),
+        "k_policy": args.k,
+        "max_tokens_cap": args.max_tokens,
+        "drafters": {d: {"overall": summarize(rows[d]),
+                         "strata": {s: summarize([r for r in rows[d] if r["stratum"] == s])
+                                    for s in strata}}
+                     for d in drafts},
+        "prompts": {d: [{k: r[k] for k in ("id", "stratum", "identical", "speedup")} |
+                        {"tokens_per_pass": r["stats"]["tokens_per_pass"]} for r in rows[d]]
+                    for d in drafts},
+        "wall_s": time.time() - t0,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"bench-{args.backend}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    plot(result, strata, os.path.join(args.out, f"bench-{args.backend}.png"))
+    print_table(result, strata)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def print_table(result: dict, strata: list[str]) -> None:
+    for d, res in result["drafters"].items():
+        print(f"\n{d}: stratum  speedup median [min, max]  tokens/pass  acceptance  identical")
+        for s in [*strata, "overall"]:
+            r = res["overall"] if s == "overall" else res["strata"][s]
+            sp = r["speedup"]
+            print(f"  {s:<13} {sp['median']:.2f} [{sp['min']:.2f}, {sp['max']:.2f}]   "
+                  f"{r['tokens_per_pass']['median']:.2f}        {r['acceptance']:.2f}      "
+                  f"{r['identical_to_baseline']}/{r['prompts']}")
+
+
+def plot(result: dict, strata: list[str], path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed; skipping the plot", file=sys.stderr)
+        return
+    drafts = list(result["drafters"])
+    labels = [*strata, "overall"]
+    fig, axes = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
+    width = 0.8 / max(len(drafts), 1)
+    for j, d in enumerate(drafts):
+        res = result["drafters"][d]
+        rows = [res["overall"] if s == "overall" else res["strata"][s] for s in labels]
+        xs = [i + j * width for i in range(len(labels))]
+        for ax, key in zip(axes, ("speedup", "tokens_per_pass")):
+            med = [r[key]["median"] for r in rows]
+            err = [[m - r[key]["min"] for m, r in zip(med, rows)],
+                   [r[key]["max"] - m for m, r in zip(med, rows)]]
+            ax.bar(xs, med, width, yerr=err, capsize=2, label=d)
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set_ylabel("speedup vs champion-only\n(median, range)")
+    axes[1].set_ylabel("tokens per champion pass\n(median, range)")
+    axes[1].set_xticks([i + width * (len(drafts) - 1) / 2 for i in range(len(labels))])
+    axes[1].set_xticklabels(labels, rotation=30)
+    axes[0].legend()
+    axes[0].set_title(f"pyspec bench, backend {result['backend']} ({result['adapter']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

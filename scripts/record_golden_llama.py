@@ -7,14 +7,18 @@ decodes N_STEPS tokens greedily, one `eval` per token. Greedy is our own argmax 
 logits, ties to the lowest id. Decoding does *not* stop at <|im_end|>: every prompt gets exactly
 N_STEPS tokens, so the later steps may run past the end of the answer. At every step the script also
 keeps the top-2 ids and logits, so a test can tell a real mismatch (large margin) from a near-tie
-that any change in float rounding may flip.
+that any change in float rounding may flip. Finally it feeds prompt + continuation again in one
+batch (teacher forcing, as the test does) and keeps llama.cpp's own argmax at every step: how often
+llama.cpp disagrees with itself measures the rounding noise floor of the comparison.
 
 llama.cpp runs with llama-cpp-python's defaults (CPU, flash attention off, f16 KV cache, n_batch 512)
 plus n_ctx=2048, seed=0 and logits_all=True (so `scores` holds every row's logits).
 
 Writes tests/golden/llama_greedy.json: a header, then one prompt per line:
-  {"messages", "prompt_ids", "continuation_ids", "llama_top2": [[id1, logit1, id2, logit2], ...]}
-where llama_top2[j] describes the logits that chose continuation_ids[j] (so id1 == it).
+  {"messages", "prompt_ids", "continuation_ids", "llama_top2": [[id1, logit1, id2, logit2], ...],
+   "llama_batched_argmax": [...]}
+where llama_top2[j] describes the logits that chose continuation_ids[j] (so id1 == it) and
+llama_batched_argmax[j] is llama.cpp's argmax for the same step in the one-batch teacher-forced pass.
 
 Usage: python scripts/record_golden_llama.py [--model PATH.gguf] [--out PATH.json]
 Needs llama-cpp-python (0.3.36 for the committed file), numpy and jinja2; the model defaults to the
@@ -38,7 +42,8 @@ SETTINGS = (f"Llama(model_path, n_ctx={N_CTX}, logits_all=True, seed=0, verbose=
             "arguments default (CPU, flash_attn=False, f16 KV cache, n_batch=512: the whole prompt "
             f"in one batch); prompt ids from llm.tokenize(prompt.encode(), add_bos=False, "
             f"special=True); llm.eval(prompt_ids), then {N_STEPS} greedy steps of llm.eval([token]); "
-            "greedy = argmax of llm.scores (float32), ties to the lowest id; no stop at <|im_end|>")
+            "greedy = argmax of llm.scores (float32), ties to the lowest id; no stop at <|im_end|>; "
+            "llama_batched_argmax: argmax of llm.eval(prompt_ids + continuation_ids[:-1]) in one batch")
 
 
 def champion_path() -> pathlib.Path:
@@ -115,8 +120,15 @@ def record(llm, messages: list[dict], template: str) -> dict:
         continuation.append(t[0])
         tops.append(t)
         llm.eval([t[0]])
+    # Teacher-forced: the same tokens in one batch; row P-1+j predicts continuation[j].
+    forced = prompt_ids + continuation[:-1]
+    if len(forced) > llm.n_batch:
+        raise SystemExit(f"{len(forced)} tokens would not fit one batch of {llm.n_batch}")
+    llm.reset()
+    llm.eval(forced)
+    batched = [top2(llm.scores[i])[0] for i in range(len(prompt_ids) - 1, len(forced))]
     return {"messages": messages, "prompt_ids": prompt_ids, "continuation_ids": continuation,
-            "llama_top2": tops}
+            "llama_top2": tops, "llama_batched_argmax": batched}
 
 
 def main() -> None:
@@ -140,8 +152,10 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(body + ', "prompts": [\n' + ",\n".join(lines) + "\n]}\n", encoding="utf-8")
     margins = [t[1] - t[3] for c in cases for t in c["llama_top2"]]
+    same = sum(a == b for c in cases for a, b in zip(c["continuation_ids"], c["llama_batched_argmax"]))
     print(f"wrote {len(cases)} prompts x {N_STEPS} steps to {args.out}; "
-          f"smallest top-2 margin {min(margins):.4f}")
+          f"smallest top-2 margin {min(margins):.4f}; llama.cpp batched vs incremental argmax "
+          f"agree at {same}/{len(margins)} steps")
 
 
 if __name__ == "__main__":

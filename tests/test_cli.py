@@ -303,7 +303,7 @@ def test_check_pair_compatible(capsys, models):
 
 
 @pytest.mark.parametrize("draft, words", [
-    ("merges40", ["vocabulary sizes differ (323 vs 299)"]),
+    ("merges40", ["tokenizer vocabularies differ in size (323 vs 299)"]),
     ("other_merges", ["tokenizers differ"]),
     ("other_template", ["chat templates differ"]),
 ])
@@ -322,7 +322,7 @@ def test_check_pair_incompatible(capsys, models, draft, words):
 
 def test_generate_with_mismatched_draft_is_refused(models):
     """The real entry point: exit 2, one error line that says why, no traceback."""
-    for draft, word in (("merges40", "vocabulary sizes differ"),
+    for draft, word in (("merges40", "tokenizer vocabularies differ"),
                         ("other_merges", "tokenizers differ")):
         p = run_module("generate", "--champion", models["champion"], "--prompt", PROMPT,
                        "--draft", models[draft], "--max-tokens", 4)

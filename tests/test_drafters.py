@@ -1,0 +1,71 @@
+"""Drafters in isolation (pyspec/drafters): proposals, and a cache that stays in sync."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspec.drafters import DraftSpecError, Proposal, make_drafter
+from pyspec.drafters.model_draft import ModelDrafter
+from pyspec.drafters.ngram import NgramDrafter
+from pyspec.model import Model
+
+
+def never_stop(i, confidence):
+    return False
+
+
+def greedy_choose(logits, position):
+    return int(np.argmax(logits)), None, 1.0
+
+
+def test_ngram_proposes_what_followed_the_latest_match():
+    d = NgramDrafter()
+    seq = [5, 6, 7, 8, 9, 1, 2, 6, 7, 3, 4, 6, 7]
+    # suffix [6, 7] last occurred followed by 3, 4, 6
+    assert d.propose(seq, 3, greedy_choose, never_stop).tokens == [3, 4, 6]
+    assert d.propose([1, 2, 3], 4, greedy_choose, never_stop).tokens == []
+    assert d.propose([9, 1, 9], 5, greedy_choose, never_stop).tokens == [1, 9]
+    p = d.propose(seq, 2, greedy_choose, never_stop)
+    assert np.array_equal(p.q_matrix(10)[0], np.eye(10)[3]), "n-gram drafts are one-hot"
+
+
+def test_ngram_prefers_longer_suffixes():
+    d = NgramDrafter()
+    seq = [1, 2, 3, 9, 8, 2, 3, 7, 1, 2, 3]
+    # [1, 2, 3] matched at 0 (followed by 9); the shorter [2, 3] would propose 7
+    assert d.propose(seq, 1, greedy_choose, never_stop).tokens == [9]
+
+
+def test_draft_specs(tiny):
+    assert make_drafter("none", tiny.champion) is None
+    for bad in ("self:0", "self:2", "self:x", "bogus"):
+        with pytest.raises(DraftSpecError):
+            make_drafter(bad, tiny.champion, tiny.champion.new_cache())
+
+
+def test_model_drafter_cache_follows_the_sequence(tiny):
+    """After proposals, partial acceptance and catch-up, the draft's committed rows equal a
+    fresh prefill of the committed sequence (its own rows, its own arithmetic)."""
+    model = Model.load(tiny.close_path)
+    d = ModelDrafter(model)
+    seq = list(tiny.prompt)
+    d.reset(seq)
+    gen = np.random.default_rng(0)
+    for _ in range(12):
+        p = d.propose(seq, int(gen.integers(1, 6)), greedy_choose, never_stop)
+        keep = int(gen.integers(0, len(p.tokens) + 1))
+        seq = seq + p.tokens[:keep] + [int(gen.integers(3, 300))]
+        d.accept(seq)
+        assert d.kv.committed <= len(seq) - 1
+    fresh = model.new_cache()
+    model.forward(seq[:d.kv.committed], fresh, exact=False)
+    n = d.kv.committed
+    # The fast path is not batch-invariant, so compare with a tolerance.
+    np.testing.assert_allclose(d.kv.k[:, :n], fresh.k[:, :n], rtol=1e-4, atol=1e-4)
+    assert n > len(tiny.prompt)
+
+
+def test_proposal_q_matrix_mixes_rows():
+    p = Proposal([2, 0], [None, np.array([0.5, 0.25, 0.25])])
+    assert np.array_equal(p.q_matrix(3), [[0, 0, 1], [0.5, 0.25, 0.25]])

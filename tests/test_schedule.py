@@ -1,0 +1,86 @@
+"""Speculation-length policies and the break-even guard (pyspec/schedule.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyspec import schedule
+
+
+def test_parse_policies():
+    assert schedule.parse("fixed:0").next_k() == 0
+    assert schedule.parse("fixed:8").next_k() == 8
+    assert isinstance(schedule.parse("heuristic"), schedule.Heuristic)
+    assert schedule.parse("confidence:0.4").threshold == 0.4
+    for bad in ("fixed", "fixed:-1", "fixed:x", "heuristic:3", "confidence:2", "often", ""):
+        with pytest.raises(schedule.ScheduleError, match="fixed:K"):
+            schedule.parse(bad)
+
+
+def test_heuristic_moves_by_one_within_bounds():
+    h = schedule.Heuristic()
+    assert h.next_k() == 4
+    h.observe(4, 4)
+    assert h.next_k() == 5
+    h.observe(5, 2)
+    assert h.next_k() == 4
+    for _ in range(20):
+        h.observe(h.next_k(), 0)
+    assert h.next_k() == 1
+    for _ in range(20):
+        k = h.next_k()
+        h.observe(k, k)
+    assert h.next_k() == schedule.K_MAX
+
+
+def test_confidence_stops_below_threshold():
+    c = schedule.Confidence(0.5)
+    assert not c.stop(0, 0.9) and c.stop(3, 0.49)
+
+
+def test_expected_tokens_formula():
+    cost = schedule.CostModel()
+    # With no data every position has the prior acceptance 1/2: E(k) = (1 - a^(k+1)) / (1 - a).
+    for k in range(6):
+        assert cost.expected_tokens(k) == pytest.approx((1 - 0.5 ** (k + 1)) / 0.5)
+
+
+def run_guard(t_target, t_verify_per_row, t_draft, accept_prob, cycles=200):
+    """Drive a guarded schedule with a synthetic machine; returns the k histogram."""
+    sched = schedule.Schedule(schedule.Heuristic())
+    for c in range(cycles):
+        k = sched.next_k()
+        # deterministic acceptance pattern with rate accept_prob per position
+        n_acc = 0
+        for i in range(k):
+            if ((c * 7 + i * 3) % 100) < accept_prob * 100:
+                n_acc += 1
+            else:
+                break
+        sched.observe(k, n_acc, k * t_draft, t_target + k * t_verify_per_row)
+    return sched
+
+
+def test_guard_turns_speculation_off_when_it_cannot_pay():
+    # Verify cost grows with every row as fast as a full pass (a compute-bound adapter) and
+    # drafts are rarely accepted: speculation loses, so the guard must switch it off.
+    sched = run_guard(t_target=1.0, t_verify_per_row=1.0, t_draft=0.1, accept_prob=0.1)
+    hist = sched.stats()["k_histogram"]
+    assert hist.get(0, 0) > 150, hist
+    assert sched.stats()["guard_off"] > 100
+    assert sched.stats()["probes"] > 0, "it must probe again later"
+
+
+def test_guard_keeps_speculation_when_it_pays():
+    # Verify costs nearly the same for any k (memory-bound) and drafts are usually accepted.
+    sched = run_guard(t_target=1.0, t_verify_per_row=0.01, t_draft=0.01, accept_prob=0.9)
+    hist = sched.stats()["k_histogram"]
+    assert sum(v for k, v in hist.items() if k > 0) > 150, hist
+
+
+def test_fixed_is_never_overridden():
+    sched = schedule.Schedule(schedule.parse("fixed:3"))
+    for _ in range(50):
+        k = sched.next_k()
+        assert k == 3
+        sched.observe(k, 0, 10.0, 100.0)

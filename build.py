@@ -78,15 +78,14 @@ def setup() -> None:
     pip = [venv_python(), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     run(pip + PINS)
     run(pip + ["--no-deps", CHAMPION])
-    run(pip + ["--no-deps", "--no-build-isolation", "-e", ROOT]
-        if _has_setuptools() else pip + ["--no-deps", "-e", ROOT])
+    # Put the checkout itself on the venv's path (what an editable install does, without needing
+    # a build backend offline).
+    purelib = subprocess.run([venv_python(), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], check=True, capture_output=True, text=True)
+    with open(os.path.join(purelib.stdout.strip(), "pyspec-checkout.pth"), "w") as f:
+        f.write(ROOT + "\n")
     with open(STAMP, "w") as f:
         f.write(want)
-
-
-def _has_setuptools() -> bool:
-    return subprocess.run([venv_python(), "-c", "import setuptools"],
-                          capture_output=True).returncode == 0
 
 
 def main(argv: list[str]) -> int:

@@ -282,7 +282,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="speculative vs champion-only on a workload, per stratum")
     p.add_argument("--workload", required=True, help="a JSONL workload (shared/workloads format)")
     p.add_argument("--champion")
-    p.add_argument("--drafts", default="ngram,self:8", help="comma-separated drafters to compare")
+    p.add_argument("--drafts", default="ngram,self:20", help="comma-separated drafters to compare")
     p.add_argument("--k", default="heuristic")
     p.add_argument("--max-tokens", type=int, default=None, help="cap each prompt's max_tokens")
     p.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default all)")

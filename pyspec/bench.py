@@ -19,7 +19,7 @@ import sys
 import time
 
 from .cli import load_champion, load_draft_checked
-from .engine import Engine, Options
+from .engine import Engine, Options, PromptTooLongError
 
 
 def read_workload(path: str) -> list[dict]:
@@ -57,6 +57,9 @@ def summarize(rows: list[dict]) -> dict:
         "baseline_ttft_s": spread([r["baseline_ttft_s"] for r in rows]),
         "champion_passes": sum(r["stats"]["champion_passes"] for r in rows),
         "baseline_champion_passes": sum(r["baseline_passes"] for r in rows),
+        # seconds per champion pass on each side: the same kernel, so a gap here is machine noise
+        "pass_s": spread([r["pass_s"] for r in rows]),
+        "baseline_pass_s": spread([r["baseline_pass_s"] for r in rows]),
         "draft_calls": sum(r["stats"]["draft_calls"] for r in rows),
         "tokens_per_s": spread([r["stats"]["tokens_per_s"] for r in rows]),
         "baseline_tokens_per_s": spread([r["baseline_tokens_per_s"] for r in rows]),
@@ -79,26 +82,40 @@ def run_bench(args) -> int:
     engines = {d: Engine(champion, tok, d, load_draft=load_draft_checked(champion))
                for d in ["none", *drafts]}
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
+    skipped: list[dict] = []
     t0 = time.time()
     for n, it in enumerate(items, 1):
         ids = tok.encode(tok.render_chat(it["messages"]), special=True)
         max_tokens = it.get("max_tokens", 128)
         if args.max_tokens:
             max_tokens = min(max_tokens, args.max_tokens)
-        base = engines["none"].generate(ids, Options(max_tokens=max_tokens, k="fixed:0"))
+        # Alternate who runs first, so that drift or a warm cache favours neither side.
+        order = ["none", *drafts] if n % 2 else [*drafts, "none"]
+        runs = {}
+        try:
+            for d in order:
+                runs[d] = engines[d].generate(ids, Options(max_tokens=max_tokens,
+                                                           k="fixed:0" if d == "none" else args.k))
+        except PromptTooLongError as e:
+            skipped.append({"id": it["id"], "reason": str(e)})
+            print(f"[{n}/{len(items)}] {it['id']}: skipped ({e})", file=sys.stderr)
+            continue
+        base = runs["none"]
         line = [f"[{n}/{len(items)}] {it['id']:<16} base {base.stats['tokens_per_s']:.2f} tok/s"]
         for d in drafts:
-            r = engines[d].generate(ids, Options(max_tokens=max_tokens, k=args.k))
+            r = runs[d]
             speedup = r.stats["tokens_per_s"] / base.stats["tokens_per_s"]
             rows[d].append({"id": it["id"], "stratum": it["stratum"], "stats": r.stats,
                             "identical": r.tokens == base.tokens, "speedup": speedup,
                             "baseline_tokens_per_s": base.stats["tokens_per_s"],
                             "baseline_ttft_s": base.stats["ttft_s"],
-                            "baseline_passes": base.stats["champion_passes"]})
+                            "baseline_passes": base.stats["champion_passes"],
+                            "baseline_pass_s": base.stats["verify_s"] / base.stats["champion_passes"],
+                            "pass_s": r.stats["verify_s"] / r.stats["champion_passes"]})
             line.append(f"{d} x{speedup:.2f} ({r.stats['tokens_per_pass']:.2f} tok/pass)")
         print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
 
-    strata = sorted({it["stratum"] for it in items})
+    strata = sorted({r["stratum"] for rs in rows.values() for r in rs})
     result = {
         "backend": args.backend,
         "adapter": engines["none"].adapter,
@@ -114,6 +131,7 @@ def run_bench(args) -> int:
         "prompts": {d: [{k: r[k] for k in ("id", "stratum", "identical", "speedup")} |
                         {"tokens_per_pass": r["stats"]["tokens_per_pass"]} for r in rows[d]]
                     for d in drafts},
+        "skipped": skipped,
         "wall_s": time.time() - t0,
     }
     os.makedirs(args.out, exist_ok=True)

@@ -28,6 +28,18 @@ class Tiny:
 
 
 @pytest.fixture(scope="session")
+def champion_gguf_pair():
+    """The champion GGUF read by pyspec and by the reference `gguf` package."""
+    import gguf as gguf_ref
+
+    from pyspec import champion_path
+    from pyspec.gguf import GGUFFile
+
+    path = champion_path()
+    return GGUFFile.open(path), gguf_ref.GGUFReader(path)
+
+
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> Tiny:
     return Tiny(tmp_path_factory.mktemp("tiny"))
 

@@ -45,14 +45,8 @@ def _ref_metadata(reader: gguf_ref.GGUFReader) -> dict:
 # ---------------------------------------------------------------------------------------------
 # The champion, against the gguf package
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def champion():
-    path = champion_path()
-    return GGUFFile.open(path), gguf_ref.GGUFReader(path)
-
-
-def test_champion_metadata_equals_reference(champion):
-    ours, ref = champion
+def test_champion_metadata_equals_reference(champion_gguf_pair):
+    ours, ref = champion_gguf_pair
     expected = _ref_metadata(ref)
     assert list(ours.metadata) == list(expected)
     for key, value in expected.items():
@@ -62,8 +56,8 @@ def test_champion_metadata_equals_reference(champion):
     assert len(ours.metadata["tokenizer.ggml.tokens"]) == 49152
 
 
-def test_champion_tensors_equal_reference(champion):
-    ours, ref = champion
+def test_champion_tensors_equal_reference(champion_gguf_pair):
+    ours, ref = champion_gguf_pair
     assert list(ours.tensors) == [t.name for t in ref.tensors]
     assert ours.alignment == ref.alignment
     assert ours.data_offset == ref.data_offset

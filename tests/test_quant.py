@@ -49,14 +49,8 @@ def _ref_quantize(x: np.ndarray, fmt: quant.BlockFormat) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # The champion: every tensor, bit for bit (required)
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def champion():
-    path = champion_path()
-    return GGUFFile.open(path), gguf_ref.GGUFReader(path)
-
-
-def test_champion_dequantize_bitwise_equal_to_gguf_package(champion):
-    ours, ref = champion
+def test_champion_dequantize_bitwise_equal_to_gguf_package(champion_gguf_pair):
+    ours, ref = champion_gguf_pair
     assert len(ref.tensors) == len(ours.tensors) == 272
     seen = {}
     for t in ref.tensors:

@@ -85,7 +85,7 @@ def run_bench(args) -> int:
     skipped: list[dict] = []
     t0 = time.time()
     for n, it in enumerate(items, 1):
-        ids = tok.encode(tok.render_chat(it["messages"]), special=True)
+        ids = tok.encode_chat(it["messages"])
         max_tokens = it.get("max_tokens", 128)
         if args.max_tokens:
             max_tokens = min(max_tokens, args.max_tokens)

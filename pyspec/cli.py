@@ -68,10 +68,10 @@ def read_messages(path: str) -> list[dict]:
 def prompt_ids(tok: Tokenizer, args) -> list[int]:
     """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat."""
     if args.messages_json:
-        return tok.encode(tok.render_chat(read_messages(args.messages_json)), special=True)
+        return tok.encode_chat(read_messages(args.messages_json))
     if getattr(args, "raw", False):
         return tok.encode(args.prompt)
-    return tok.encode(tok.render_chat([{"role": "user", "content": args.prompt}]), special=True)
+    return tok.encode_chat([{"role": "user", "content": args.prompt}])
 
 
 def options(args) -> Options:
@@ -124,7 +124,7 @@ def print_stats(stats: dict) -> None:
 
 def cmd_demo(args) -> int:
     champion, tok = load_champion(args.champion)
-    ids = tok.encode(tok.render_chat(DEMO_MESSAGES), special=True)
+    ids = tok.encode_chat(DEMO_MESSAGES)
     opts = Options(max_tokens=args.max_tokens)
     print(f"prompt: {DEMO_MESSAGES[0]['content']}\n", file=sys.stderr)
     for draft in ("none", args.draft):

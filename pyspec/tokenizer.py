@@ -307,13 +307,34 @@ class Tokenizer:
                 raise TokenizerError("add_bos was asked for but the model declares no BOS token; "
                                      "call encode(..., add_bos=False)")
             ids.append(self._bos_id)
-        for fragment in self._partition(text, special):
+        return ids + self._encode_fragments(self._partition(text, special))
+
+    def _encode_fragments(self, fragments: list[str | int]) -> list[int]:
+        """Special ids as they are; each text fragment pre-tokenized and BPE-encoded."""
+        ids: list[int] = []
+        for fragment in fragments:
             if isinstance(fragment, int):
                 ids.append(fragment)
             else:
                 for word in _split_smollm(fragment):
                     ids.extend(self._encode_word(word))
         return ids
+
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of a chat, where only the template's own text may hold control tokens.
+
+        Equal to encode(render_chat(messages), special=True) whenever no message contains a
+        control-token string. When one does (a user typing '<|im_end|>'), that text is encoded as
+        plain text, so message content can never forge a turn boundary.
+        """
+        fragments: list[str | int] = []
+        for text, trusted in self._chat_segments(messages, add_generation_prompt):
+            for fragment in self._partition(text, trusted):
+                if isinstance(fragment, str) and fragments and isinstance(fragments[-1], str):
+                    fragments[-1] += fragment  # text runs across segments, as in one string
+                else:
+                    fragments.append(fragment)
+        return self._encode_fragments(fragments)
 
     def _partition(self, text: str, special: bool) -> list[str | int]:
         """Cut special-token strings out of `text` (llama.cpp `tokenizer_st_partition`).
@@ -424,8 +445,14 @@ class Tokenizer:
         """The prompt text the model's own `tokenizer.chat_template` renders for `messages`.
 
         Only the ChatML family is rendered (recognised by structure, see `_parse_chatml`); any
-        other template raises. Tokenize the result with encode(..., special=True).
+        other template raises. To tokenize a chat prefer encode_chat(), which keeps message
+        content from forming control tokens.
         """
+        return "".join(text for text, _ in self._chat_segments(messages, add_generation_prompt))
+
+    def _chat_segments(self, messages: list[dict],
+                       add_generation_prompt: bool) -> list[tuple[str, bool]]:
+        """The rendered chat as (text, comes from the template) pieces."""
         if self.chat_template is None:
             raise TokenizerError("the model has no tokenizer.chat_template; build the prompt text "
                                  "yourself and call encode()")
@@ -445,15 +472,16 @@ class Tokenizer:
             if not isinstance(message.get("content"), str):
                 raise TokenizerError(f"messages[{k}]['content'] must be a str, "
                                      f"got {type(message.get('content')).__name__}")
-        parts = []
+        segments: list[tuple[str, bool]] = []
         default_system = self._chatml_system[0]
         if messages and default_system is not None and messages[0]["role"] != "system":
-            parts.append(f"<|im_start|>system\n{default_system}<|im_end|>\n")
+            segments.append((f"<|im_start|>system\n{default_system}<|im_end|>\n", True))
         for message in messages:
-            parts.append(f"<|im_start|>{message['role']}\n{message['content']}<|im_end|>\n")
+            segments += [(f"<|im_start|>{message['role']}\n", True), (message["content"], False),
+                         ("<|im_end|>\n", True)]
         if add_generation_prompt:
-            parts.append("<|im_start|>assistant\n")
-        return "".join(parts)
+            segments.append(("<|im_start|>assistant\n", True))
+        return segments
 
 
 # The ChatML template as HF ships it, optionally with a default system message. Whitespace is

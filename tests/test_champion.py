@@ -26,7 +26,7 @@ def champion():
 def prompts(champion):
     _, tok = champion
     items = {it["id"]: it for it in workload()}
-    return [(pid, tok.encode(tok.render_chat(items[pid]["messages"]), special=True))
+    return [(pid, tok.encode_chat(items[pid]["messages"]))
             for pid in PROMPT_IDS]
 
 

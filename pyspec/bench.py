@@ -4,7 +4,8 @@ For every prompt of the workload the champion-only baseline and each drafter run
 the same engine, so machine drift hits both sides alike. Per stratum (and overall) it reports the
 median and range of: accepted tokens per champion pass, acceptance by position, time to first
 token, champion and draft calls, peak bytes (weights, KV, scratch) and the wall-clock speedup
-(tokens/s speculative over tokens/s champion-only, prompt by prompt). It also records whether each
+of decoding (tokens/s after prefill, speculative over champion-only, prompt by prompt; the
+prefill is the same pass on both sides and shows in time to first token). It also records whether each
 greedy output was identical to the baseline. Writes `<out>/bench-<backend>.json` and a PNG plot.
 Timing targets belong here, never in tests.
 """
@@ -23,11 +24,26 @@ from .engine import Engine, Options, PromptTooLongError
 
 
 def read_workload(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        items = [json.loads(line) for line in f if line.strip()]
-    for it in items:
-        if not {"id", "stratum", "messages"} <= it.keys():
-            raise ValueError(f"{path}: each line needs id, stratum and messages")
+    """JSONL lines of {id, stratum, messages[, max_tokens]} (the shared/workloads format)."""
+    from .cli import CliError
+
+    items = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    it = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise CliError(f"{path} line {n} is not JSON ({e.msg})") from e
+                if not isinstance(it, dict) or not {"id", "stratum", "messages"} <= it.keys():
+                    raise CliError(f"{path} line {n}: each line needs id, stratum and messages")
+                items.append(it)
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"cannot read the workload {path}: {e}") from e
+    if not items:
+        raise CliError(f"{path} holds no prompts")
     return items
 
 
@@ -40,10 +56,11 @@ def spread(values: list[float]) -> dict:
 
 def summarize(rows: list[dict]) -> dict:
     """Rows of one drafter in one stratum -> medians and ranges."""
+    longest = max(len(r["stats"]["drafted_by_position"]) for r in rows)
     by_pos_drafted = [sum(r["stats"]["drafted_by_position"][i] for r in rows
-                          if i < len(r["stats"]["drafted_by_position"])) for i in range(8)]
+                          if i < len(r["stats"]["drafted_by_position"])) for i in range(longest)]
     by_pos_accepted = [sum(r["stats"]["accepted_by_position"][i] for r in rows
-                           if i < len(r["stats"]["accepted_by_position"])) for i in range(8)]
+                           if i < len(r["stats"]["accepted_by_position"])) for i in range(longest)]
     drafted = sum(r["stats"]["drafted"] for r in rows)
     return {
         "prompts": len(rows),
@@ -177,7 +194,7 @@ def plot(result: dict, strata: list[str], path: str) -> None:
                    [r[key]["max"] - m for m, r in zip(med, rows)]]
             ax.bar(xs, med, width, yerr=err, capsize=2, label=d)
     axes[0].axhline(1.0, color="k", lw=0.8)
-    axes[0].set_ylabel("speedup vs champion-only\n(median, range)")
+    axes[0].set_ylabel("decode speedup vs champion-only\n(median, range)")
     axes[1].set_ylabel("tokens per champion pass\n(median, range)")
     axes[1].set_xticks([i + width * (len(drafts) - 1) / 2 for i in range(len(labels))])
     axes[1].set_xticklabels(labels, rotation=30)

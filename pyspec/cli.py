@@ -23,9 +23,11 @@ from .kv import ContextOverflowError
 from .model import Model, ModelError
 from .schedule import ScheduleError
 from .tokenizer import Tokenizer, TokenizerError
+from .verify import VerifyInputError, log_softmax
 
 USER_ERRORS = (GGUFError, ModelError, TokenizerError, IncompatiblePairError, DraftSpecError,
-               OptionsError, ScheduleError, ContextOverflowError, FileNotFoundError)
+               OptionsError, ScheduleError, ContextOverflowError, FileNotFoundError,
+               VerifyInputError)
 
 DEMO_MESSAGES = [{"role": "user", "content":
                   "Write a short Python function that checks whether a string is a palindrome, "
@@ -128,7 +130,7 @@ def cmd_demo(args) -> int:
     opts = Options(max_tokens=args.max_tokens)
     print(f"prompt: {DEMO_MESSAGES[0]['content']}\n", file=sys.stderr)
     for draft in ("none", args.draft):
-        engine = Engine(champion, tok, draft)
+        engine = Engine(champion, tok, draft, load_draft=load_draft_checked(champion))
         print(f"=== {'champion only' if draft == 'none' else 'speculative, draft ' + draft} ===",
               file=sys.stderr)
         report = stream_to_stdout(engine, ids, opts)
@@ -191,21 +193,25 @@ def cmd_score(args) -> int:
 def score(model: Model, prompt: list[int], continuation: list[int], top: int) -> list[dict]:
     """Teacher-forced: the logits predicting each continuation token, from one batched pass."""
     seq = prompt + continuation
+    if len(seq) - 1 > model.config.context_length:
+        raise CliError(f"prompt + continuation are {len(seq)} tokens; the model's context holds "
+                       f"{model.config.context_length}")
     kv = model.new_cache(len(seq))
-    logits = model.forward(seq[:-1], kv)[len(prompt) - 1:]   # (len(continuation), vocab)
+    # Only the rows that predict continuation tokens go through the head.
+    logits = model.forward(seq[:-1], kv, logits_from=len(prompt) - 1)   # (len(continuation), vocab)
+    logprobs = log_softmax(logits)                                        # (len(continuation), vocab)
     out = []
-    for row, token in zip(logits, continuation):
-        row64 = row.astype(np.float64)
-        logz = row64.max() + np.log(np.exp(row64 - row64.max()).sum())
-        best = np.argsort(-row64, kind="stable")[:top]
+    for row, lp, token in zip(logits, logprobs, continuation):
+        best = np.argsort(-row, kind="stable")[:top]
         out.append({"argmax": int(np.argmax(row)),
                     "top": [[int(i), float(row[i])] for i in best],
-                    "logprob": float(row64[token] - logz)})
+                    "logprob": float(lp[token])})
     return out
 
 
 def cmd_check_pair(args) -> int:
-    report = check_pair(GGUFFile.open(args.champion).metadata, GGUFFile.open(args.draft).metadata)
+    report = check_pair(GGUFFile.open(args.champion or champion_path()).metadata,
+                        GGUFFile.open(args.draft).metadata)
     if args.json:
         print(json.dumps({"ok": report.ok, "reasons": report.reasons, "notes": report.notes}))
     else:
@@ -274,7 +280,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("check-pair", help="may this draft serve this champion?")
-    p.add_argument("--champion", required=True)
+    p.add_argument("--champion", help="default: the installed champion")
     p.add_argument("--draft", required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check_pair)

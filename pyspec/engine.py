@@ -30,7 +30,7 @@ import numpy as np
 from . import receipts, rng, schedule, verify
 from .drafters import Proposal, make_drafter
 from .kv import ContextOverflowError
-from .model import Model
+from .model import Model, ModelError, prefill
 
 VERIFY_MODES = ("greedy", "replay", "rejection")
 
@@ -98,9 +98,12 @@ class _Stats:
     accepted_by_position: list = field(default_factory=lambda: [0] * schedule.K_MAX)
     t_draft: float = 0.0
     t_verify: float = 0.0
+    scratch: int = 0      # peak activation bytes of a pass
 
-    def record(self, k: int, n_accepted: int) -> None:
+    def record(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
         self.champion_passes += 1
+        self.t_draft += t_draft
+        self.t_verify += t_verify
         self.drafted += k
         self.accepted += n_accepted
         grow = k - len(self.drafted_by_position)
@@ -118,6 +121,9 @@ class Engine:
     def __init__(self, champion: Model, tokenizer, draft="ngram", max_ctx: int | None = None,
                  load_draft=None, adapter: str = "cpu-numpy"):
         """`draft` is a --draft spec (ngram | none | self:L | GGUF path) or a drafter object."""
+        if champion.config.vocab_size != tokenizer.vocab_size:
+            raise ModelError(f"the model's head has {champion.config.vocab_size} rows but its "
+                             f"tokenizer {tokenizer.vocab_size} tokens; pyspec needs them equal")
         self.champion = champion
         self.tokenizer = tokenizer
         self.kv = champion.new_cache(max_ctx)
@@ -127,22 +133,27 @@ class Engine:
 
     # --- choosing tokens --------------------------------------------------------------------
     def _chooser(self, mode: str, opts: Options):
-        """The drafter's rule for turning its logits (vocab,) at a position into a token."""
+        """The drafter's rule for turning its logits (vocab,) at a position into a token.
+
+        Returns (token, q_draft row or None, confidence). The confidence is the draft's top
+        probability, a function of its distribution only, never of the sampled token: if the
+        decision to stop drafting looked at the sampled token, rejection sampling would no longer
+        be exact (a position would be drafted more often for some tokens than for others)."""
         temperature, seed = opts.temperature, opts.seed
 
         def choose(logits: np.ndarray, position: int):
             if mode == "greedy":
-                probs = verify.softmax(logits, 1.0)
                 token = int(np.argmax(logits))
-                return token, None, float(probs[token])
-            probs = verify.softmax(logits, temperature)
+                return token, None, float(verify.softmax(logits, 1.0)[token])
+            probs = verify.softmax(logits, temperature)                       # (vocab,)
+            confidence = float(probs.max())
             if mode == "replay":
                 # Coupled with the champion: the same Gumbel noise it will use at this position.
                 token = verify.sample_replay(logits, temperature,
                                              rng.gumbel(seed, position, logits.shape[0]))
-                return token, None, float(probs[token])
+                return token, None, confidence
             token = verify.sample_categorical(probs, rng.uniform(seed, position, rng.STREAM_DRAFT))
-            return token, probs, float(probs[token])
+            return token, probs, confidence
 
         return choose
 
@@ -185,12 +196,10 @@ class Engine:
         st = _Stats()
         t_start = time.perf_counter()
 
-        self.kv.truncate(0)
-        if len(prompt) > 1:  # every prompt token but the last; the first cycle feeds that one
-            self.champion.forward(prompt[:-1], self.kv, last_only=True)
-            self.kv.commit(len(prompt) - 1)
+        prefill(self.champion, self.kv, prompt)
         if self.drafter:
             self.drafter.reset(prompt)
+        st.scratch = self.champion.scratch_bytes(len(prompt) - 1, 1)
         t_prefill = time.perf_counter() - t_start
         tokens, out_text, ttft, finish = list(prompt), "", None, "length"
 
@@ -200,24 +209,15 @@ class Engine:
                 finish = "context"
                 break
             remaining = opts.max_tokens - (n - len(prompt))
+            # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
+            # block never needs cutting at max_tokens; and never past the context.
             k = min(sched.next_k() if self.drafter else 0, remaining - 1, ctx - n)
-            t0 = time.perf_counter()
-            proposal = (self.drafter.propose(tokens, k, choose, sched.stop) if k > 0
-                        else Proposal())
-            del proposal.tokens[k:]  # a drafter may return fewer, never more
-            t1 = time.perf_counter()
-            self.kv.rollback()  # a self:L draft leaves rows here; the verify pass rewrites them
-            logits = self.champion.forward([tokens[-1]] + proposal.tokens, self.kv)
-            verdict = self._verify(mode, opts, logits, proposal, n)
-            self.kv.commit(verdict.n_accepted + 1)
-            t2 = time.perf_counter()
-            k_real = len(proposal.tokens)
-            sched.observe(k_real, verdict.n_accepted, t1 - t0, t2 - t1)
-            st.record(k_real, verdict.n_accepted)
-            st.t_draft += t1 - t0
-            st.t_verify += t2 - t1
+            verdict, k_real, t_draft, t_verify = self._cycle(tokens, k, mode, opts, choose, sched)
+            sched.observe(k_real, verdict.n_accepted, t_draft, t_verify)
+            st.record(k_real, verdict.n_accepted, t_draft, t_verify)
+            st.scratch = max(st.scratch, self.champion.scratch_bytes(k_real + 1, k_real + 1))
 
-            new = list(verdict.tokens[:remaining])
+            new = list(verdict.tokens)
             stop = next((i for i, t in enumerate(new) if t in eog), None)
             if stop is not None:
                 new, finish = new[:stop], "stop"
@@ -247,6 +247,20 @@ class Engine:
             report.update(text=out_text, tokens=generated, finish_reason=finish, stats=stats,
                           receipt=receipts.build(self, opts, mode, stats))
 
+    def _cycle(self, tokens: list[int], k: int, mode: str, opts: Options, choose, sched):
+        """Draft up to k tokens, verify them in one champion pass, commit the kept rows.
+        Returns (verdict, drafts actually proposed, draft seconds, verify seconds)."""
+        n = len(tokens)
+        t0 = time.perf_counter()
+        proposal = (self.drafter.propose(tokens, k, choose, sched.stop) if k > 0 else Proposal())
+        del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
+        t1 = time.perf_counter()
+        self.kv.rollback()  # a self:L draft leaves rows here; the verify pass rewrites them
+        logits = self.champion.forward([tokens[-1]] + proposal.tokens, self.kv)  # (k+1, vocab)
+        verdict = self._verify(mode, opts, logits, proposal, n)
+        self.kv.commit(verdict.n_accepted + 1)  # t_{n-1} and the accepted drafts
+        return verdict, len(proposal.tokens), t1 - t0, time.perf_counter() - t1
+
     def generate(self, prompt: list[int], opts: Options | None = None) -> Result:
         """Run a request to completion (synchronous wrapper over `stream`)."""
         report: dict = {}
@@ -261,8 +275,6 @@ class Engine:
     def _stats(self, st: _Stats, sched, n_generated, wall, t_prefill, ttft, finish) -> dict:
         decode = max(wall - t_prefill, 1e-9)
         drafter = self.drafter
-        cfg = self.champion.config
-        rows = schedule.K_MAX + 1
         return {
             "adapter": self.adapter,
             "drafter": drafter.name if drafter else "none",
@@ -287,7 +299,6 @@ class Engine:
                 "weights": self.champion.weight_bytes + (drafter.weight_bytes if drafter else 0),
                 "kv": self.kv.nbytes + (drafter.kv_bytes if drafter else 0),
                 "kv_used": self.kv.peak_bytes,
-                # logits of the widest verify pass plus the widest activations (d_ff), float32
-                "scratch": rows * (cfg.vocab_size + 4 * cfg.d_ff) * self.champion.dtype.itemsize,
+                "scratch": st.scratch,
             },
         }

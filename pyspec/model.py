@@ -48,10 +48,15 @@ class Config:
         if arch != "llama":
             raise ModelError(f"architecture {arch!r} is not supported; pyspec runs 'llama' models")
 
-        def get(key, default=None):
+        def get(key, default=None, kind=int):
             v = md.get(f"llama.{key}", default)
             if v is None:
                 raise ModelError(f"metadata key 'llama.{key}' is missing; the GGUF is incomplete")
+            if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise ModelError(f"metadata 'llama.{key}' = {v!r} must be a positive integer; "
+                                 "the GGUF is corrupt")
+            if kind is float and (not isinstance(v, (int, float)) or not v > 0):
+                raise ModelError(f"metadata 'llama.{key}' = {v!r} must be a positive number")
             return v
 
         d_model, n_heads = get("embedding_length"), get("attention.head_count")
@@ -59,14 +64,18 @@ class Config:
         if d_model % n_heads or n_heads % n_kv:
             raise ModelError(f"head counts {n_heads}/{n_kv} do not divide width {d_model}")
         head_dim = d_model // n_heads
+        if head_dim % 2:
+            raise ModelError(f"head size {head_dim} is odd; RoPE needs pairs")
         if get("rope.dimension_count", head_dim) != head_dim:
             raise ModelError("partial RoPE is not supported")
         vocab = md.get("llama.vocab_size") or len(md.get("tokenizer.ggml.tokens", ()))
+        if not isinstance(vocab, int) or vocab <= 0:
+            raise ModelError("the vocabulary size is unknown (no llama.vocab_size and no tokens)")
         return cls(n_layers=get("block_count"), d_model=d_model, d_ff=get("feed_forward_length"),
                    n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, vocab_size=vocab,
                    context_length=get("context_length"),
-                   rope_base=float(get("rope.freq_base", 10000.0)),
-                   rms_eps=float(get("attention.layer_norm_rms_epsilon")))
+                   rope_base=float(get("rope.freq_base", 10000.0, float)),
+                   rms_eps=float(get("attention.layer_norm_rms_epsilon", None, float)))
 
 
 LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
@@ -96,6 +105,15 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     the same pairwise summation whatever m is, so rows stay independent (tested)."""
     ms = np.mean(x * x, axis=-1, keepdims=True)                         # (m, 1)
     return x / np.sqrt(ms + x.dtype.type(eps)) * weight
+
+
+def prefill(model: "Model", kv: KVCache, prompt: list[int], exact: bool = True) -> None:
+    """Fill a fresh cache with every prompt token but the last: the first decoding step feeds
+    that one, so a cache always lags the token sequence by one row."""
+    kv.truncate(0)
+    if len(prompt) > 1:
+        model.forward(prompt[:-1], kv, last_only=True, exact=exact)
+        kv.commit(len(prompt) - 1)
 
 
 class Model:
@@ -184,10 +202,18 @@ class Model:
             out[i] = np.matmul(s, v).reshape(-1)                           # (kv, group, hd)
         return out
 
+    def scratch_bytes(self, rows: int, logit_rows: int) -> int:
+        """Activation bytes of a pass over `rows` tokens producing `logit_rows` logits rows."""
+        cfg = self.config
+        per_row = 4 * cfg.d_model + 2 * cfg.n_kv_heads * cfg.head_dim + 3 * cfg.d_ff
+        return (rows * per_row + logit_rows * cfg.vocab_size) * self.dtype.itemsize
+
     def forward(self, tokens, kv: KVCache, n_layers: int | None = None,
-                last_only: bool = False, exact: bool = True) -> np.ndarray:
-        """Feed tokens at the next positions of `kv` (appending their rows) -> logits (m, vocab),
-        or (1, vocab) for the last row when last_only. `n_layers` runs only the first layers.
+                last_only: bool = False, exact: bool = True,
+                logits_from: int = 0) -> np.ndarray:
+        """Feed tokens at the next positions of `kv` (appending their rows) -> logits of rows
+        [logits_from, m) (m - logits_from, vocab); last_only is logits_from = m - 1.
+        `n_layers` runs only the first layers.
 
         exact=False uses plain BLAS products (a one-token pass becomes a matrix-vector product,
         several times faster) and gives up batch invariance: for drafts, whose numbers only ever
@@ -205,7 +231,7 @@ class Model:
         x = self.tok_embd[tokens]                                          # (m, d)
         eps = cfg.rms_eps
         for li, w in enumerate(self.layers[:n_layers or cfg.n_layers]):
-            h = rms_norm(x, w["attn_norm"], eps)
+            h = rms_norm(x, w["attn_norm"], eps)                            # (m, d)
             q = self.rope(mm(h, w["attn_q"]).reshape(m, cfg.n_heads, cfg.head_dim), positions)
             k = self.rope(mm(h, w["attn_k"]).reshape(m, cfg.n_kv_heads, cfg.head_dim),
                           positions)
@@ -214,8 +240,7 @@ class Model:
                                                                         cfg.head_dim)
             x = x + mm(self.attention(q, kv.k[li], kv.v[li], positions), w["attn_output"])
             h = rms_norm(x, w["ffn_norm"], eps)
-            g = mm(h, w["ffn_gate"])
+            g = mm(h, w["ffn_gate"])                                        # (m, d_ff)
             x = x + mm(g / (1 + np.exp(-g)) * mm(h, w["ffn_up"]), w["ffn_down"])
-        if last_only:
-            x = x[-1:]
-        return mm(rms_norm(x, self.out_norm, eps), self.head)
+        x = x[m - 1:] if last_only else x[logits_from:]
+        return mm(rms_norm(x, self.out_norm, eps), self.head)                # (rows, vocab)

@@ -164,7 +164,6 @@ class Schedule:
         k = self.policy.next_k()
         if self.policy.guarded and k > 0:
             k = self._guard(k)
-        self.k_history[k] = self.k_history.get(k, 0) + 1
         return k
 
     def _guard(self, k: int) -> int:
@@ -193,6 +192,8 @@ class Schedule:
         return self.policy.stop(i, confidence)
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
+        """k is what ran: after the engine's caps and any drafter shortfall."""
+        self.k_history[k] = self.k_history.get(k, 0) + 1
         self.cost.observe(k, n_accepted, t_draft, t_verify)
         self.policy.observe(k, n_accepted)
 

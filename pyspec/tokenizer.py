@@ -228,7 +228,13 @@ class Tokenizer:
         if not tokens or merges is None:
             raise TokenizerError("GGUF metadata lacks tokenizer.ggml.tokens or tokenizer.ggml.merges; "
                                  "the file has no BPE vocabulary, re-export it with its tokenizer")
-        token_types = [int(t) for t in get("token_type", [TOKEN_NORMAL] * len(tokens))]
+        token_types = get("token_type", [TOKEN_NORMAL] * len(tokens))
+        for name, values, kind in (("tokens", tokens, str), ("merges", merges, str),
+                                   ("token_type", token_types, int)):
+            if not isinstance(values, list) or not all(
+                    isinstance(v, kind) and not isinstance(v, bool) for v in values):
+                raise TokenizerError(f"tokenizer.ggml.{name} must be a list of {kind.__name__}; "
+                                     "the GGUF metadata is corrupt, re-export the model")
         if len(token_types) != len(tokens):
             raise TokenizerError(f"tokenizer.ggml.token_type has {len(token_types)} entries for "
                                  f"{len(tokens)} tokens; the GGUF metadata is inconsistent")
@@ -237,7 +243,7 @@ class Tokenizer:
             value = get(key + "_token_id")
             if value is None:
                 return None
-            if not 0 <= int(value) < len(tokens):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(tokens):
                 raise TokenizerError(f"tokenizer.ggml.{key}_token_id = {value} is outside the "
                                      f"vocabulary of {len(tokens)} tokens; the GGUF metadata is corrupt")
             return int(value)

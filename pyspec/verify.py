@@ -68,6 +68,14 @@ def softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log softmax(logits) at T = 1 over the last axis, float64: logits (..., vocab) -> same."""
+    logits = np.asarray(logits, dtype=np.float64)
+    _check_logits(logits)
+    z = logits - logits.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
 def sample_categorical_rows(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF sampling per row: the first index whose cumulative sum exceeds u * total.
 

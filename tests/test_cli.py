@@ -388,3 +388,14 @@ def test_corrupt_or_missing_gguf(capsys, models):
     missing = str(Path(models["d"]) / "missing.gguf")
     code, _, err = run(capsys, "generate", "--champion", missing, "--prompt", "hi")
     assert_one_error_line(code, err, "missing.gguf", "cannot read the file")
+
+
+def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):
+    code = cli.main(["generate", "--champion", tiny.champion_path, "--prompt", "hi",
+                     "--draft", "ngrams", "--max-tokens", "2"])
+    assert code == 2 and "unknown --draft 'ngrams'" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "stratum": "s", "messages": []}\nnot json\n')
+    code = cli.main(["bench", "--workload", str(bad), "--champion", tiny.champion_path,
+                     "--out", str(tmp_path / "o")])
+    assert code == 2 and "line 2 is not JSON" in capsys.readouterr().err

@@ -23,9 +23,8 @@ import gguf as gguf_ref
 import numpy as np
 import pytest
 
-from pyspec import champion_path, gguf, quant
-from pyspec.gguf import (ARRAY, BOOL, FLOAT32, FLOAT64, INT8, INT16, INT32, INT64, STRING, UINT8,
-                         UINT16, UINT32, UINT64, GGUFError, GGUFFile)
+from pyspec import gguf, quant
+from pyspec.gguf import ARRAY, BOOL, STRING, UINT8, UINT32, GGUFError, GGUFFile
 
 FUZZ_SEED = 20241129
 FUZZ_MUTATIONS = 3000
@@ -282,7 +281,7 @@ def _parse_quickly(blob) -> GGUFFile:
     try:
         return GGUFFile(blob)
     finally:
-        assert time.perf_counter() - t0 < 1.0, "parsing a tiny buffer took over a second"
+        assert time.perf_counter() - t0 < 5.0, "parsing a tiny buffer took seconds: a loop on a bad count?"
 
 
 @pytest.fixture(scope="module")

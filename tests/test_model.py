@@ -233,3 +233,18 @@ def test_kv_transactions_champion(champion):
     kv, committed, logits = random_transactions(champion, rng, n_cycles=5, max_ctx=64)
     assert committed
     check_against_fresh_run(champion, kv, committed, logits)
+
+
+def test_bad_metadata_raises_model_error():
+    from pyspec.model import Config, ModelError
+    good = {"general.architecture": "llama", "llama.block_count": 2, "llama.context_length": 64,
+            "llama.embedding_length": 64, "llama.feed_forward_length": 128,
+            "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
+            "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.vocab_size": 300}
+    assert Config.from_metadata(good).head_dim == 16
+    for key, bad in (("llama.attention.head_count", 0), ("llama.block_count", "2"),
+                     ("llama.block_count", 2.0), ("llama.attention.head_count_kv", 3),
+                     ("llama.attention.layer_norm_rms_epsilon", "x"),
+                     ("general.architecture", "gpt2"), ("llama.vocab_size", -1)):
+        with pytest.raises(ModelError):
+            Config.from_metadata({**good, key: bad})

@@ -19,8 +19,7 @@ import gguf as gguf_ref
 import numpy as np
 import pytest
 
-from pyspec import champion_path, quant
-from pyspec.gguf import GGUFFile
+from pyspec import quant
 
 SEED = 1129
 Q_FORMATS = (quant.Q8_0, quant.Q4_0, quant.Q4_1)

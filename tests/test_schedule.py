@@ -84,3 +84,4 @@ def test_fixed_is_never_overridden():
         k = sched.next_k()
         assert k == 3
         sched.observe(k, 0, 10.0, 100.0)
+    assert sched.stats()["k_histogram"] == {3: 50}

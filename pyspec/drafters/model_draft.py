@@ -10,7 +10,7 @@ them before attention reads them, so the champion's committed rows never see dra
 from __future__ import annotations
 
 from ..kv import KVCache
-from ..model import Model
+from ..model import Model, prefill
 from . import Choose, Proposal, Stop
 
 
@@ -19,7 +19,7 @@ def _draft_steps(model: Model, kv: KVCache, feed: list[int], position: int, k: i
     """Feed `feed` (the tokens the draft has not seen), then propose up to k tokens, the first at
     `position`. Leaves its rows pending in kv."""
     out = Proposal()
-    logits = model.forward(feed, kv, n_layers=n_layers, last_only=True, exact=False)[0]
+    logits = model.forward(feed, kv, n_layers=n_layers, last_only=True, exact=False)[0]  # (vocab,)
     for i in range(k):
         token, q_row, confidence = choose(logits, position + i)
         if stop(i, confidence):
@@ -55,13 +55,14 @@ class ModelDrafter:
 
     def reset(self, tokens: list[int]) -> None:
         self.kv.truncate(0)
-        if len(tokens) > 1:  # prefill all but the last token, as the champion does
-            self.model.forward(tokens[:-1], self.kv, last_only=True, exact=False)
-            self.kv.commit(len(tokens) - 1)
+        if len(tokens) <= self.kv.max_ctx:  # else this prompt is too long for the draft
+            prefill(self.model, self.kv, tokens, exact=False)
 
     def propose(self, tokens: list[int], k: int, choose: Choose, stop: Stop) -> Proposal:
         self.kv.rollback()
         feed = tokens[self.kv.committed:]
+        if self.kv.committed + len(feed) + k - 1 > self.kv.max_ctx:
+            return Proposal()  # the draft's context is full: the champion goes on alone
         out = _draft_steps(self.model, self.kv, feed, len(tokens), k, choose, stop)
         self.calls += 1 + min(len(out.tokens), k - 1)
         self.fed = feed + out.tokens[:max(k - 1, 0)]

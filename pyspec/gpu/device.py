@@ -1,0 +1,181 @@
+"""The device interface every GPU adapter implements, and the logic both adapters share.
+
+An adapter (native.py over wgpu-py, browser.py over navigator.gpu) provides only the primitives
+that differ between the two worlds, the methods marked "adapter" below: making buffers, pipelines
+and bind groups, writing a buffer, encoding + submitting a list of dispatches, and one awaitable
+readback. Everything else lives here, once: shader loading (with `//!include`), pipeline and
+uniform caching, byte accounting, and the validation-error scope around object creation.
+
+Calls are synchronous up to `submit`; only `read` is awaited (STYLE: one path, two devices).
+Not here: what a kernel computes (kernels.py), the forward (forward.py), the cycle (cycle.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROWS_MAX = 16  # the most rows one pass carries: K + 1 <= 16 (thin matrix products, M = 1..16)
+
+
+class GPUError(RuntimeError):
+    """The GPU rejected something (a shader, a buffer, a dispatch) or was lost."""
+
+
+class NoAdapterError(GPUError):
+    """No WebGPU adapter is available here."""
+
+
+class DeviceLostError(GPUError):
+    """The device was lost mid-run; committed tokens are safe, the cycle in flight is dropped."""
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One compute dispatch: a pipeline, its bind group (group 0) and a workgroup count."""
+    kernel: str                  # pipeline key: "<shader file stem>.<entry point>"
+    pipeline: object             # adapter handle
+    bind_group: object           # adapter handle
+    workgroups: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A buffer-to-buffer copy encoded in the same submission (e.g. a token into the next step)."""
+    src: object
+    src_offset: int
+    dst: object
+    dst_offset: int
+    nbytes: int
+
+
+def shader_dir() -> Path:
+    """shaders/ beside the package in a checkout; pyspec/_shaders inside a built wheel."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here.parent / "shaders", here / "_shaders"):
+        if candidate.is_dir():
+            return candidate
+    raise GPUError("the WGSL shaders are missing: expected shaders/ beside pyspec/ (checkout) or "
+                   "pyspec/_shaders (wheel); reinstall pyspec")
+
+
+_INCLUDE = re.compile(r"^//!include\s+(\S+)\s*$", re.MULTILINE)
+
+
+def load_shader(name: str, directory: Path | None = None) -> str:
+    """The WGSL text of shaders/<name>.wgsl with `//!include other.wgsl` lines expanded (once)."""
+    directory = directory or shader_dir()
+    seen: set[str] = set()
+
+    def expand(file: str) -> str:
+        if file in seen:
+            return ""
+        seen.add(file)
+        path = directory / file
+        if not path.is_file():
+            raise GPUError(f"shader {file} not found in {directory}")
+        return _INCLUDE.sub(lambda m: expand(m.group(1)), path.read_text())
+
+    return expand(f"{name}.wgsl")
+
+
+class Device:
+    """Shared device logic. Subclasses implement the adapter primitives."""
+
+    name = "unknown"          # adapter description, e.g. "llvmpipe (LLVM 15)" or "NVIDIA H200"
+    features: frozenset = frozenset()
+
+    def __init__(self):
+        self._pipelines: dict[str, object] = {}
+        self.allocated = 0    # bytes of every buffer made through `buffer`
+        self.submissions = 0
+        self.readbacks = 0
+
+    # --- adapter primitives -------------------------------------------------------------------
+    def _create_buffer(self, nbytes: int, usage: str, label: str):
+        """usage: 'storage' (read/write in shaders, copy src/dst), 'uniform', or 'readback'."""
+        raise NotImplementedError
+
+    def _create_pipeline(self, wgsl: str, entry: str, label: str):
+        raise NotImplementedError
+
+    def _create_bind_group(self, pipeline, entries: list[tuple[object, int, int]], label: str):
+        """entries[i] = (buffer, offset, size) bound at binding i of group 0."""
+        raise NotImplementedError
+
+    def write(self, buffer, data, offset: int = 0) -> None:
+        """Queue a write of `data` (bytes-like or ndarray) at `offset`; ordered before the next
+        submit."""
+        raise NotImplementedError
+
+    def submit(self, commands: list) -> None:
+        """Encode Dispatch/Copy commands into one compute pass sequence and submit them."""
+        raise NotImplementedError
+
+    async def read(self, buffer, nbytes: int, offset: int = 0) -> bytes:
+        """Copy nbytes of `buffer` to a readback buffer, wait, and return them (the one await)."""
+        raise NotImplementedError
+
+    def destroy(self) -> None:
+        pass
+
+    # --- shared ---------------------------------------------------------------------------------
+    def buffer(self, nbytes: int, usage: str = "storage", label: str = "", data=None):
+        """A buffer of at least nbytes (rounded up to 16), optionally filled with `data`."""
+        size = max(16, -(-int(nbytes) // 16) * 16)
+        buf = self._create_buffer(size, usage, label)
+        self.allocated += size
+        if data is not None:
+            self.write(buf, data)
+        return buf
+
+    def upload(self, array: np.ndarray, label: str = ""):
+        """A storage buffer holding `array`'s bytes (padded to a multiple of 16)."""
+        raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        buf = self.buffer(raw.size, "storage", label)
+        pad = (-raw.size) % 4
+        self.write(buf, raw if not pad else np.concatenate([raw, np.zeros(pad, np.uint8)]))
+        return buf
+
+    def uniform(self, fields: np.ndarray, label: str = ""):
+        """A uniform buffer holding `fields` (a little-endian u32/i32/f32 array, 16-byte padded)."""
+        raw = np.ascontiguousarray(fields).view(np.uint8).reshape(-1)
+        raw = np.concatenate([raw, np.zeros((-raw.size) % 16, np.uint8)])
+        return self.buffer(raw.size, "uniform", label, data=raw)
+
+    def pipeline(self, shader: str, entry: str):
+        """The compute pipeline for `entry` in shaders/<shader>.wgsl (cached by "shader.entry")."""
+        key = f"{shader}.{entry}"
+        if key not in self._pipelines:
+            self._pipelines[key] = self._create_pipeline(load_shader(shader), entry, key)
+        return self._pipelines[key]
+
+    def dispatch(self, shader: str, entry: str, bindings: list, workgroups) -> Dispatch:
+        """A Dispatch of `entry` with `bindings` (buffers, or (buffer, offset, size) tuples)
+        at bindings 0, 1, ... and `workgroups` (an int or a 1-3 tuple)."""
+        pipeline = self.pipeline(shader, entry)
+        entries = [b if isinstance(b, tuple) else (b, 0, self.size_of(b)) for b in bindings]
+        bind_group = self._create_bind_group(pipeline, entries, f"{shader}.{entry}")
+        wg = (workgroups, 1, 1) if isinstance(workgroups, int) else tuple(workgroups)
+        wg = wg + (1,) * (3 - len(wg))
+        if min(wg) < 1:
+            raise GPUError(f"{shader}.{entry}: empty dispatch {wg}")
+        return Dispatch(f"{shader}.{entry}", pipeline, bind_group, wg)
+
+    def size_of(self, buffer) -> int:
+        raise NotImplementedError
+
+    async def read_array(self, buffer, dtype, shape, offset: int = 0) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape)) * dtype.itemsize
+        return np.frombuffer(await self.read(buffer, n, offset), dtype).reshape(shape).copy()
+
+
+def split_workgroups(n: int, limit: int = 65535) -> tuple[int, int, int]:
+    """n workgroups as (x, y, 1) within the per-dimension limit; kernels flatten x + y * X."""
+    if n <= limit:
+        return (max(n, 1), 1, 1)
+    return (limit, -(-n // limit), 1)

@@ -1,0 +1,151 @@
+"""The native adapter: WebGPU through wgpu-py (Vulkan: lavapipe on CI, NVIDIA on the GPU box).
+
+Only where the device, buffers and readback come from lives here; device.py holds the rest.
+wgpu-py raises WebGPU validation errors as Python exceptions at the call that caused them; every
+object creation turns those into a GPUError that names the object, so a shader or binding bug
+raises where it happens, not as a lost device three submissions later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .device import Copy, Device, Dispatch, GPUError, NoAdapterError
+
+try:  # wgpu-py is optional: the CPU engine and the browser build do not need it
+    import wgpu
+except ImportError:  # pragma: no cover - exercised where wgpu is not installed
+    wgpu = None
+
+
+def available() -> bool:
+    """True when wgpu-py is importable and finds an adapter."""
+    try:
+        return _adapter() is not None
+    except NoAdapterError:
+        return False
+
+
+_ADAPTER = None
+
+
+def _adapter():
+    global _ADAPTER
+    if wgpu is None:
+        raise NoAdapterError("wgpu-py is not installed: pip install wgpu==0.32.0 (and Debian's "
+                             "mesa-vulkan-drivers for a CPU adapter)")
+    if _ADAPTER is None:
+        try:
+            _ADAPTER = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        except Exception as e:  # wgpu raises a bare RuntimeError when there is no Vulkan ICD
+            raise NoAdapterError(f"no WebGPU adapter: {e}; install mesa-vulkan-drivers") from e
+        if _ADAPTER is None:
+            raise NoAdapterError("no WebGPU adapter; install mesa-vulkan-drivers")
+    return _ADAPTER
+
+
+class NativeDevice(Device):
+    def __init__(self, timestamps: bool = False):
+        super().__init__()
+        adapter = _adapter()
+        info = adapter.info
+        self.name = f"{info.get('device', '?')} ({info.get('backend_type', '?')}, wgpu-py)"
+        self.features = frozenset(adapter.features)
+        limits = adapter.limits
+        wanted = {}
+        for key in ("max-storage-buffer-binding-size", "max-buffer-size",
+                    "max-compute-workgroup-storage-size", "max-storage-buffers-per-shader-stage"):
+            wanted[key] = limits[key]
+        features = ["timestamp-query"] if timestamps and "timestamp-query" in self.features else []
+        self.timestamps = bool(features)
+        self.device = adapter.request_device_sync(required_features=features,
+                                                  required_limits=wanted)
+        self.limits = dict(self.device.limits)
+        self._sizes: dict[int, int] = {}
+        self._staging = None
+
+    # --- adapter primitives -------------------------------------------------------------------
+    def _checked(self, what: str, make):
+        try:
+            return make()
+        except GPUError:
+            raise
+        except Exception as e:  # wgpu.GPUValidationError and friends
+            raise GPUError(f"{what}: {e}") from e
+
+    def _create_buffer(self, nbytes, usage, label):
+        U = wgpu.BufferUsage
+        flags = {"storage": U.STORAGE | U.COPY_SRC | U.COPY_DST,
+                 "uniform": U.UNIFORM | U.COPY_DST,
+                 "readback": U.MAP_READ | U.COPY_DST}[usage]
+        buf = self._checked(f"buffer {label} ({nbytes} bytes)",
+                            lambda: self.device.create_buffer(size=nbytes, usage=flags,
+                                                              label=label))
+        self._sizes[id(buf)] = nbytes
+        return buf
+
+    def size_of(self, buffer) -> int:
+        return buffer.size
+
+    def _create_pipeline(self, wgsl, entry, label):
+        def make():
+            module = self.device.create_shader_module(code=wgsl, label=label)
+            return self.device.create_compute_pipeline(
+                layout="auto", compute={"module": module, "entry_point": entry}, label=label)
+        return self._checked(f"pipeline {label}", make)
+
+    def _create_bind_group(self, pipeline, entries, label):
+        layout = pipeline.get_bind_group_layout(0)
+        desc = [{"binding": i, "resource": {"buffer": b, "offset": o, "size": s}}
+                for i, (b, o, s) in enumerate(entries)]
+        return self._checked(f"bind group {label}",
+                             lambda: self.device.create_bind_group(layout=layout, entries=desc,
+                                                                   label=label))
+
+    def write(self, buffer, data, offset=0):
+        self.device.queue.write_buffer(buffer, offset, memoryview(data).cast("B")
+                                       if not hasattr(data, "view") else data)
+
+    def submit(self, commands):
+        encoder = self.device.create_command_encoder()
+        compute = None
+        last_pipeline = None
+        for c in commands:
+            if isinstance(c, Dispatch):
+                if compute is None:
+                    compute, last_pipeline = encoder.begin_compute_pass(), None
+                if c.pipeline is not last_pipeline:
+                    compute.set_pipeline(c.pipeline)
+                    last_pipeline = c.pipeline
+                compute.set_bind_group(0, c.bind_group)
+                compute.dispatch_workgroups(*c.workgroups)
+            elif isinstance(c, Copy):
+                if compute is not None:
+                    compute.end()
+                    compute = None
+                encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.nbytes)
+            else:
+                raise TypeError(f"cannot encode {c!r}")
+        if compute is not None:
+            compute.end()
+        self.device.queue.submit([encoder.finish()])
+        self.submissions += 1
+
+    async def read(self, buffer, nbytes, offset=0):
+        size = max(16, -(-nbytes // 16) * 16)
+        if self._staging is None or self._staging.size < size:
+            self._staging = self._create_buffer(max(size, 4096), "readback", "readback")
+        encoder = self.device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(buffer, offset, self._staging, 0, size)
+        self.device.queue.submit([encoder.finish()])
+        await asyncio.sleep(0)
+        self._staging.map_sync(wgpu.MapMode.READ, 0, size)
+        try:
+            data = bytes(self._staging.read_mapped(0, nbytes))
+        finally:
+            self._staging.unmap()
+        self.readbacks += 1
+        return data
+
+    def destroy(self):
+        self.device.destroy()

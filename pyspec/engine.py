@@ -116,63 +116,126 @@ class _Stats:
             self.accepted_by_position[i] += i < n_accepted
 
 
-class Engine:
-    """A champion, its tokenizer and one drafter; serves one request at a time."""
+def chooser(mode: str, opts: Options):
+    """The drafter's rule for turning its logits (vocab,) at a position into a token.
 
-    def __init__(self, champion: Model, tokenizer, draft="ngram", max_ctx: int | None = None,
-                 load_draft=None, adapter: str = "cpu-numpy"):
-        """`draft` is a --draft spec (ngram | none | self:L | GGUF path) or a drafter object."""
+    Returns (token, q_draft row or None, confidence). The confidence is the draft's top
+    probability, a function of its distribution only, never of the sampled token: if the
+    decision to stop drafting looked at the sampled token, rejection sampling would no longer
+    be exact (a position would be drafted more often for some tokens than for others)."""
+    temperature, seed = opts.temperature, opts.seed
+
+    def choose(logits: np.ndarray, position: int):
+        if mode == "greedy":
+            token = int(np.argmax(logits))
+            return token, None, float(verify.softmax(logits, 1.0)[token])
+        probs = verify.softmax(logits, temperature)                       # (vocab,)
+        confidence = float(probs.max())
+        if mode == "replay":
+            # Coupled with the champion: the same Gumbel noise it will use at this position.
+            token = verify.sample_replay(logits, temperature,
+                                         rng.gumbel(seed, position, logits.shape[0]))
+            return token, None, confidence
+        token = verify.sample_categorical(probs, rng.uniform(seed, position, rng.STREAM_DRAFT))
+        return token, probs, confidence
+
+    return choose
+
+
+def verify_block(mode: str, opts: Options, logits: np.ndarray, proposal: Proposal,
+                 n: int) -> verify.Verdict:
+    """Apply the rule to logits (k+1, vocab) for positions n..n+k; proposal holds k drafts."""
+    drafts = np.asarray(proposal.tokens, dtype=np.int64)
+    k, vocab = len(drafts), logits.shape[1]
+    if mode == "greedy":
+        return verify.verify_greedy(logits, drafts)
+    if mode == "replay":
+        gumbel = np.stack([rng.gumbel(opts.seed, n + i, vocab) for i in range(k + 1)])
+        return verify.verify_replay(logits, drafts, opts.temperature, gumbel)
+    uniform = [[rng.uniform(opts.seed, n + i, s) for i in range(k)]
+               for s in (rng.STREAM_ACCEPT, rng.STREAM_RESIDUAL)]
+    return verify.verify_rejection(verify.softmax(logits, opts.temperature),
+                                   proposal.q_matrix(vocab), drafts, uniform[0], uniform[1],
+                                   rng.uniform(opts.seed, n + k, rng.STREAM_BONUS))
+
+
+class CPUBackend:
+    """The champion and its drafter on the CPU (numpy): the reference every GPU path is judged by.
+
+    A backend owns the champion's cache and the drafter and runs one cycle at a time; the engine
+    owns the loop, the schedule, the stop rules and the text. The GPU backend (gpu/backend.py)
+    has the same four calls: prefill, cycle, scratch_bytes and the byte counts."""
+
+    adapter = "cpu-numpy"
+
+    def __init__(self, champion: Model, draft="ngram", max_ctx: int | None = None,
+                 load_draft=None):
+        self.champion = champion
+        self.kv = champion.new_cache(max_ctx)
+        self.drafter = (make_drafter(draft, champion, self.kv, load_draft)
+                        if isinstance(draft, str) else draft)
+
+    def prefill(self, prompt: list[int]) -> None:
+        prefill(self.champion, self.kv, prompt)
+        if self.drafter:
+            self.drafter.reset(prompt)
+
+    async def cycle(self, tokens: list[int], k: int, mode: str, opts: Options, sched):
+        """Draft up to k tokens, verify them in one champion pass, commit the kept rows.
+        Returns (verdict, drafts actually proposed, draft seconds, verify seconds)."""
+        n = len(tokens)
+        t0 = time.perf_counter()
+        proposal = (self.drafter.propose(tokens, k, chooser(mode, opts), sched.stop) if k > 0
+                    else Proposal())
+        del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
+        t1 = time.perf_counter()
+        self.kv.rollback()  # a self:L draft leaves rows here; the verify pass rewrites them
+        logits = self.champion.forward([tokens[-1]] + proposal.tokens, self.kv)  # (k+1, vocab)
+        verdict = verify_block(mode, opts, logits, proposal, n)
+        self.kv.commit(verdict.n_accepted + 1)  # t_{n-1} and the accepted drafts
+        return verdict, len(proposal.tokens), t1 - t0, time.perf_counter() - t1
+
+    def scratch_bytes(self, rows: int, logit_rows: int) -> int:
+        return self.champion.scratch_bytes(rows, logit_rows)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.champion.weight_bytes + (self.drafter.weight_bytes if self.drafter else 0)
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes + (self.drafter.kv_bytes if self.drafter else 0)
+
+
+def make_backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None):
+    """A CPU backend for a model.Model; a GPU model (pyspec.gpu) brings its own backend."""
+    if isinstance(champion, Model):
+        return CPUBackend(champion, draft, max_ctx, load_draft)
+    return champion.backend(draft, max_ctx, load_draft)
+
+
+class Engine:
+    """A champion, its tokenizer and one drafter on one backend; serves one request at a time."""
+
+    def __init__(self, champion, tokenizer, draft="ngram", max_ctx: int | None = None,
+                 load_draft=None, adapter: str | None = None):
+        """`champion` is a model.Model (CPU) or a gpu.GPUModel; `draft` is a --draft spec
+        (ngram | none | self:L | GGUF path) or a drafter object."""
         if champion.config.vocab_size != tokenizer.vocab_size:
             raise ModelError(f"the model's head has {champion.config.vocab_size} rows but its "
                              f"tokenizer {tokenizer.vocab_size} tokens; pyspec needs them equal")
         self.champion = champion
         self.tokenizer = tokenizer
-        self.kv = champion.new_cache(max_ctx)
-        self.drafter = (make_drafter(draft, champion, self.kv, load_draft)
-                        if isinstance(draft, str) else draft)
-        self.adapter = adapter
+        self.backend = make_backend(champion, draft, max_ctx, load_draft)
+        self.adapter = adapter or self.backend.adapter
 
-    # --- choosing tokens --------------------------------------------------------------------
-    def _chooser(self, mode: str, opts: Options):
-        """The drafter's rule for turning its logits (vocab,) at a position into a token.
+    @property
+    def kv(self):
+        return self.backend.kv
 
-        Returns (token, q_draft row or None, confidence). The confidence is the draft's top
-        probability, a function of its distribution only, never of the sampled token: if the
-        decision to stop drafting looked at the sampled token, rejection sampling would no longer
-        be exact (a position would be drafted more often for some tokens than for others)."""
-        temperature, seed = opts.temperature, opts.seed
-
-        def choose(logits: np.ndarray, position: int):
-            if mode == "greedy":
-                token = int(np.argmax(logits))
-                return token, None, float(verify.softmax(logits, 1.0)[token])
-            probs = verify.softmax(logits, temperature)                       # (vocab,)
-            confidence = float(probs.max())
-            if mode == "replay":
-                # Coupled with the champion: the same Gumbel noise it will use at this position.
-                token = verify.sample_replay(logits, temperature,
-                                             rng.gumbel(seed, position, logits.shape[0]))
-                return token, None, confidence
-            token = verify.sample_categorical(probs, rng.uniform(seed, position, rng.STREAM_DRAFT))
-            return token, probs, confidence
-
-        return choose
-
-    def _verify(self, mode: str, opts: Options, logits: np.ndarray, proposal: Proposal,
-                n: int) -> verify.Verdict:
-        """logits (k+1, vocab) for positions n..n+k; proposal holds k drafts."""
-        drafts = np.asarray(proposal.tokens, dtype=np.int64)
-        k, vocab = len(drafts), logits.shape[1]
-        if mode == "greedy":
-            return verify.verify_greedy(logits, drafts)
-        if mode == "replay":
-            gumbel = np.stack([rng.gumbel(opts.seed, n + i, vocab) for i in range(k + 1)])
-            return verify.verify_replay(logits, drafts, opts.temperature, gumbel)
-        uniform = [[rng.uniform(opts.seed, n + i, s) for i in range(k)]
-                   for s in (rng.STREAM_ACCEPT, rng.STREAM_RESIDUAL)]
-        return verify.verify_rejection(verify.softmax(logits, opts.temperature),
-                                       proposal.q_matrix(vocab), drafts, uniform[0], uniform[1],
-                                       rng.uniform(opts.seed, n + k, rng.STREAM_BONUS))
+    @property
+    def drafter(self):
+        return self.backend.drafter
 
     # --- the loop ---------------------------------------------------------------------------
     async def stream(self, prompt: list[int], opts: Options | None = None,
@@ -191,16 +254,13 @@ class Engine:
                 f"the prompt has {len(prompt)} tokens but the context holds {ctx}; shorten it "
                 f"(or raise the context length) so that at least one token can be generated")
         sched = schedule.Schedule(schedule.parse(opts.k))
-        choose = self._chooser(mode, opts)
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
         st = _Stats(draft_calls_before=self.drafter.calls if self.drafter else 0)
         t_start = time.perf_counter()
 
-        prefill(self.champion, self.kv, prompt)
-        if self.drafter:
-            self.drafter.reset(prompt)
-        st.scratch = self.champion.scratch_bytes(len(prompt) - 1, 1)
+        self.backend.prefill(prompt)
+        st.scratch = self.backend.scratch_bytes(len(prompt) - 1, 1)
         t_prefill = time.perf_counter() - t_start
         tokens, out_text, ttft, finish = list(prompt), "", None, "length"
 
@@ -213,10 +273,11 @@ class Engine:
             # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
             # block never needs cutting at max_tokens; and never past the context.
             k = min(sched.next_k() if self.drafter else 0, remaining - 1, ctx - n)
-            verdict, k_real, t_draft, t_verify = self._cycle(tokens, k, mode, opts, choose, sched)
+            verdict, k_real, t_draft, t_verify = await self.backend.cycle(tokens, k, mode, opts,
+                                                                          sched)
             sched.observe(k_real, verdict.n_accepted, t_draft, t_verify)
             st.record(k_real, verdict.n_accepted, t_draft, t_verify)
-            st.scratch = max(st.scratch, self.champion.scratch_bytes(k_real + 1, k_real + 1))
+            st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
 
             new = list(verdict.tokens)
             stop = next((i for i, t in enumerate(new) if t in eog), None)
@@ -247,20 +308,6 @@ class Engine:
             stats = self._stats(st, sched, len(generated), wall, t_prefill, ttft, finish)
             report.update(text=out_text, tokens=generated, finish_reason=finish, stats=stats,
                           receipt=receipts.build(self, opts, mode, stats))
-
-    def _cycle(self, tokens: list[int], k: int, mode: str, opts: Options, choose, sched):
-        """Draft up to k tokens, verify them in one champion pass, commit the kept rows.
-        Returns (verdict, drafts actually proposed, draft seconds, verify seconds)."""
-        n = len(tokens)
-        t0 = time.perf_counter()
-        proposal = (self.drafter.propose(tokens, k, choose, sched.stop) if k > 0 else Proposal())
-        del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
-        t1 = time.perf_counter()
-        self.kv.rollback()  # a self:L draft leaves rows here; the verify pass rewrites them
-        logits = self.champion.forward([tokens[-1]] + proposal.tokens, self.kv)  # (k+1, vocab)
-        verdict = self._verify(mode, opts, logits, proposal, n)
-        self.kv.commit(verdict.n_accepted + 1)  # t_{n-1} and the accepted drafts
-        return verdict, len(proposal.tokens), t1 - t0, time.perf_counter() - t1
 
     def generate(self, prompt: list[int], opts: Options | None = None) -> Result:
         """Run a request to completion (synchronous wrapper over `stream`)."""
@@ -297,8 +344,8 @@ class Engine:
             "verify_s": st.t_verify,
             "wall_s": wall,
             "peak_bytes": {
-                "weights": self.champion.weight_bytes + (drafter.weight_bytes if drafter else 0),
-                "kv": self.kv.nbytes + (drafter.kv_bytes if drafter else 0),
+                "weights": self.backend.weight_bytes,
+                "kv": self.backend.kv_bytes,
                 "kv_used": self.kv.peak_bytes,
                 "scratch": st.scratch,
             },

@@ -20,10 +20,13 @@ class ContextOverflowError(ValueError):
 
 class KVCache:
     def __init__(self, n_layers: int, max_ctx: int, n_kv_heads: int, head_dim: int,
-                 dtype=np.float32):
+                 dtype=np.float32, store: bool = True):
+        """store=False keeps only the bookkeeping: the rows live elsewhere (GPU buffers)."""
         shape = (n_layers, max_ctx, n_kv_heads, head_dim)
-        self.k = np.zeros(shape, dtype)   # (n_layers, max_ctx, n_kv_heads, head_dim)
-        self.v = np.zeros(shape, dtype)   # (n_layers, max_ctx, n_kv_heads, head_dim)
+        self._nbytes = 2 * int(np.prod(shape)) * np.dtype(dtype).itemsize
+        # (n_layers, max_ctx, n_kv_heads, head_dim) each, or None when stored elsewhere
+        self.k = np.zeros(shape, dtype) if store else None
+        self.v = np.zeros(shape, dtype) if store else None
         self.max_ctx = max_ctx
         self.committed = 0                # rows of accepted tokens
         self.pending = 0                  # rows appended since the last commit / rollback
@@ -64,8 +67,8 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Physical bytes allocated."""
-        return self.k.nbytes + self.v.nbytes
+        """Physical bytes allocated (here, or on the device that holds the rows)."""
+        return self._nbytes
 
     @property
     def peak_bytes(self) -> int:

@@ -1,0 +1,168 @@
+"""A Llama model on a GPU device: quantized weights in buffers, a KV cache per layer, and the
+forward pass as a list of dispatches (DESIGN §7).
+
+`GPUModel.forward_dispatches(slot, n_layers)` returns the dispatches of one pass: embedding,
+then per layer RMSNorm -> Q/K/V products (K and V written straight into the cache rows at the
+pass's positions) -> RoPE -> attention -> output product (+ residual) -> RMSNorm -> gate/up ->
+SiLU-gate -> down product (+ residual), then the final norm and the head. The pass's rows and
+positions come from its Step slot, so each slot's list is built once and re-encoded every cycle.
+Every kernel computes row i the same way whatever the number of rows (batch invariance), which
+is what makes greedy speculative output byte-identical to champion-only output on the GPU.
+
+The weights are uploaded one tensor at a time from the GGUF bytes; nothing is dequantized on the
+CPU, so the host holds no second copy of the model.
+Not here: sampling and acceptance (sampling.py), the speculative cycle (backend.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..gguf import GGUFError, GGUFFile
+from ..kv import KVCache
+from ..model import LAYER_TENSORS, Config, ModelError
+from . import ops
+from .device import ROWS_MAX, Device
+from .step import Steps
+
+
+class GPUModel:
+    """Weights + config + per-layer KV buffers on `dev`. The cache bookkeeping (committed and
+    pending rows) is a kv.KVCache without arrays, so the CPU and GPU paths share one rule."""
+
+    def __init__(self, dev: Device, f: GGUFFile, steps: Steps, max_ctx: int | None = None,
+                 label: str = "model"):
+        self.dev = dev
+        self.file = f
+        self.source = f.source
+        self.metadata = f.metadata
+        self.config = cfg = Config.from_metadata(f.metadata)
+        self.steps = steps
+        self.label = label
+        self._sha256: str | None = None
+        d, hd = cfg.d_model, cfg.head_dim
+        shapes = {"attn_norm": (d,), "attn_q": (cfg.n_heads * hd, d),
+                  "attn_k": (cfg.n_kv_heads * hd, d), "attn_v": (cfg.n_kv_heads * hd, d),
+                  "attn_output": (d, cfg.n_heads * hd), "ffn_norm": (d,),
+                  "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
+        try:
+            self.tok_embd = self._load("token_embd.weight", (cfg.vocab_size, d))
+            self.out_norm = self._load("output_norm.weight", (d,))
+            self.head = (self._load("output.weight", (cfg.vocab_size, d))
+                         if "output.weight" in f.tensors else self.tok_embd)
+            self.layers = [{n: self._load(f"blk.{i}.{n}.weight", shapes[n]) for n in LAYER_TENSORS}
+                           for i in range(cfg.n_layers)]
+        except GGUFError as e:
+            raise ModelError(f"{f.source} is not a complete Llama model: {e.reason}") from e
+
+        self.kv = KVCache(cfg.n_layers, min(max_ctx or cfg.context_length, cfg.context_length),
+                          cfg.n_kv_heads, hd, store=False)
+        ctx, kv_row = self.kv.max_ctx, cfg.n_kv_heads * hd
+        # One buffer per layer keeps every binding under the 128 MiB storage-binding limit.
+        self.k_cache = [dev.buffer(ctx * kv_row * 4, label=f"{label}.k{i}")   # (max_ctx, n_kv*hd)
+                        for i in range(cfg.n_layers)]
+        self.v_cache = [dev.buffer(ctx * kv_row * 4, label=f"{label}.v{i}")   # (max_ctx, n_kv*hd)
+                        for i in range(cfg.n_layers)]
+        self.rope = ops.rope_table(dev, cfg, ctx)                              # (max_ctx, hd/2) x2
+        R = ROWS_MAX
+        self.tokens = dev.buffer(R * 4, label=f"{label}.tokens")               # (R,) u32
+        self.x = dev.buffer(R * d * 4, label=f"{label}.x")                     # (R, d) residual
+        self.h = dev.buffer(R * d * 4, label=f"{label}.h")                     # (R, d) normed
+        self.q = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.q")      # (R, heads*hd)
+        self.att = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.att")  # (R, heads*hd)
+        self.g = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.g")              # (R, d_ff)
+        self.u = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.u")              # (R, d_ff)
+        self.logits = dev.buffer(R * cfg.vocab_size * 4, label=f"{label}.logits")  # (R, vocab)
+        self._plans: dict[tuple[int, int], list] = {}
+
+    def _load(self, name: str, shape: tuple) -> "ops.Weight":
+        w = ops.Weight.upload(self.dev, self.file, name)
+        if tuple(w.shape) != shape:
+            raise ModelError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {shape}")
+        return w
+
+    # --- bookkeeping ----------------------------------------------------------------------------
+    def sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = self.file.sha256()
+        return self._sha256
+
+    @property
+    def weight_bytes(self) -> int:
+        ws = [self.tok_embd, self.out_norm] + [w for layer in self.layers for w in layer.values()]
+        return sum(w.nbytes for w in ws) + (0 if self.head is self.tok_embd else self.head.nbytes)
+
+    def scratch_bytes(self, rows: int, logit_rows: int) -> int:
+        cfg = self.config
+        per_row = 4 * cfg.d_model + 2 * cfg.n_heads * cfg.head_dim + 2 * cfg.d_ff
+        return 4 * (rows * per_row + logit_rows * cfg.vocab_size)
+
+    # --- the forward, as dispatches -----------------------------------------------------------
+    def forward_dispatches(self, slot: int, n_layers: int | None = None) -> list:
+        """The dispatches of one pass whose rows/positions are Step slot `slot`: feeds
+        self.tokens[:rows] at positions pos.., writes K/V rows there, logits (rows, vocab) into
+        self.logits. `n_layers` runs only the first layers (the self:L draft)."""
+        cfg = self.config
+        n_layers = n_layers or cfg.n_layers
+        key = (slot, n_layers)
+        if key in self._plans:
+            return self._plans[key]
+        dev, step = self.dev, self.steps.binding(slot)
+        d, hd, eps = cfg.d_model, cfg.head_dim, cfg.rms_eps
+        out = [ops.embed(dev, self.tok_embd, self.tokens, self.x, step)]
+        for i, w in enumerate(self.layers[:n_layers]):
+            kc, vc = self.k_cache[i], self.v_cache[i]
+            out += [
+                ops.rmsnorm(dev, self.x, w["attn_norm"], self.h, step, eps),
+                ops.matmul(dev, w["attn_q"], self.h, self.q, step),
+                ops.rope(dev, self.q, self.rope, step, cfg.n_heads, hd, at_pos=False),
+                ops.matmul(dev, w["attn_k"], self.h, kc, step, out_at_pos=True),
+                ops.rope(dev, kc, self.rope, step, cfg.n_kv_heads, hd, at_pos=True),
+                ops.matmul(dev, w["attn_v"], self.h, vc, step, out_at_pos=True),
+                ops.attention(dev, self.q, kc, vc, self.att, step, cfg.n_heads, cfg.n_kv_heads,
+                              hd, self.kv.max_ctx),
+                ops.matmul(dev, w["attn_output"], self.att, self.x, step, accumulate=True),
+                ops.rmsnorm(dev, self.x, w["ffn_norm"], self.h, step, eps),
+                ops.matmul(dev, w["ffn_gate"], self.h, self.g, step),
+                ops.matmul(dev, w["ffn_up"], self.h, self.u, step),
+                ops.silu_gate(dev, self.g, self.u, step, cfg.d_ff),
+                ops.matmul(dev, w["ffn_down"], self.g, self.x, step, accumulate=True),
+            ]
+        out += [ops.rmsnorm(dev, self.x, self.out_norm, self.h, step, eps),
+                ops.matmul(dev, self.head, self.h, self.logits, step)]
+        assert d == self.out_norm.shape[0]
+        self._plans[key] = out
+        return out
+
+    def feed(self, tokens, slot: int) -> int:
+        """Reserve KV rows for `tokens` (<= ROWS_MAX), write them and the Step slot; returns the
+        first position. The caller submits forward_dispatches(slot) afterwards."""
+        tokens = np.asarray(tokens, dtype=np.uint32).reshape(-1)
+        if not 1 <= tokens.size <= ROWS_MAX:
+            raise ValueError(f"a pass carries 1..{ROWS_MAX} tokens, got {tokens.size}")
+        if int(tokens.max()) >= self.config.vocab_size:
+            raise ValueError(f"token id out of range [0, {self.config.vocab_size})")
+        pos = self.kv.append(tokens.size)
+        self.dev.write(self.tokens, tokens)
+        self.steps.set(slot, rows=tokens.size, pos=pos)
+        return pos
+
+    def prefill(self, prompt: list[int], slot: int) -> None:
+        """Fill a fresh cache with every prompt token but the last (the cache lags the sequence
+        by one row, as on the CPU), ROWS_MAX rows per submission."""
+        self.kv.truncate(0)
+        body = prompt[:-1]
+        for i in range(0, len(body), ROWS_MAX):
+            self.feed(body[i:i + ROWS_MAX], slot)
+            self.steps.upload(slot + 1)
+            self.dev.submit(self.forward_dispatches(slot))
+        self.kv.commit(len(body))
+
+    async def logits(self, tokens: list[int], slot: int) -> np.ndarray:
+        """Feed tokens at the next positions (appending pending rows) and read back their logits
+        (rows, vocab). For tests and scoring; generation never reads logits back."""
+        rows = len(tokens)
+        self.feed(tokens, slot)
+        self.steps.upload(slot + 1)
+        self.dev.submit(self.forward_dispatches(slot))
+        return await self.dev.read_array(self.logits, np.float32, (rows, self.config.vocab_size))

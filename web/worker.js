@@ -1,0 +1,283 @@
+// pyspec worker (DESIGN §8): Pyodide + the pyspec wheel, weights in OPFS, a typed message protocol.
+//
+// Everything comes from this worker's own origin: Pyodide's core and its numpy / micropip /
+// packaging wheels from ./pyodide/ (checked by Pyodide against pyodide-lock.json's sha256), the
+// pyspec wheel and the models as listed in ./manifest.json (sha256 checked here).
+//
+// Requests (each carries an `id`; every reply carries the same id):
+//   {type:'init', id, champion, draft, maxCtx}   -> {type:'progress', id, phase, loaded, total}*
+//                                                   then {type:'ready', id, adapter, webgpu, ...}
+//       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?}
+//       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?} (a draft model)
+//   {type:'generate', id, messages, config}      -> {type:'chunk', id, offset, text, tokens}*
+//                                                   then {type:'done', id, text, tokens, stats, receipt,
+//                                                   finish_reason}   (finish_reason 'cancelled' after
+//                                                   a cancel, with stats and receipt null)
+//       config: {draft, k, verify, temperature, seed, max_tokens}; chunk.tokens = tokens committed
+//       by that cycle; text offsets are in UTF-16 code units of the whole output.
+//   {type:'cancel', id, target}  (target: the id of a generate)  -> {type:'cancel_ack', id, cancelled}
+//   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats} / {type:'receipt', ...}
+// Any failure replies {type:'error', id, code, message, fatal}; fatal means this worker is unusable
+// (Pyodide crashed) and the client should start a new one.
+//
+// Not here: decoding (pyspec/web.py and the engine), retries across workers (client.js).
+
+import { loadPyodide } from "./pyodide/pyodide.mjs";
+
+const SITE = new URL("./", import.meta.url);
+const OPFS_DIR = "pyspec-weights";
+const READ_BLOCK = 8 << 20;   // bytes per OPFS read, one progress report each
+
+class WorkerError extends Error {
+  constructor(code, message) { super(message); this.code = code; }
+}
+
+let manifestPromise = null;
+let runtimePromise = null;     // {pyodide, session}
+let queue = Promise.resolve(); // init and generate requests run one after another
+
+const post = (msg) => self.postMessage(msg);
+
+// --- manifest and runtime ---------------------------------------------------------------------
+function manifest() {
+  manifestPromise ??= fetch(new URL("manifest.json", SITE)).then((r) => {
+    if (!r.ok) throw new WorkerError("download_failed", `manifest.json: HTTP ${r.status}`);
+    return r.json();
+  });
+  return manifestPromise;
+}
+
+async function sha256Hex(bytes) {
+  const digest = await crypto.subtle.digest("SHA-256", bytes);   // copies `bytes` synchronously
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function runtime(progress) {
+  runtimePromise ??= (async () => {
+    const m = await manifest();
+    progress("runtime", 0, 3);
+    const pyodide = await loadPyodide({ indexURL: new URL("pyodide/", SITE).href });
+    progress("runtime", 1, 3);
+    // Resolved from indexURL + the lock file's file_name, with its sha256 as SRI; no CDN.
+    await pyodide.loadPackage(m.pyodide_packages, { messageCallback: () => {} });
+    progress("runtime", 2, 3);
+    const wheel = m.artifacts.find((a) => a.kind === "pyspec-wheel");
+    const resp = await fetch(new URL(wheel.url, SITE));
+    if (!resp.ok) throw new WorkerError("download_failed", `${wheel.url}: HTTP ${resp.status}`);
+    const data = new Uint8Array(await resp.arrayBuffer());
+    if ((await sha256Hex(data)) !== wheel.sha256) {
+      throw new WorkerError("corrupt_download", `${wheel.url} does not match its sha256`);
+    }
+    const path = "/tmp/" + wheel.url.split("/").pop();
+    pyodide.FS.writeFile(path, data);
+    const micropip = pyodide.pyimport("micropip");
+    await micropip.install.callKwargs("emfs:" + path, { deps: false });
+    micropip.destroy();
+    const session = pyodide.runPython("from pyspec.web import Session\nSession()");
+    progress("runtime", 3, 3);
+    return { pyodide, session };
+  })();
+  runtimePromise.catch(() => { runtimePromise = null; });
+  return runtimePromise;
+}
+
+async function webgpuInfo() {
+  try {
+    const adapter = await navigator.gpu?.requestAdapter();
+    if (!adapter) return { available: false };
+    const info = adapter.info ?? {};
+    return { available: true, vendor: info.vendor, architecture: info.architecture,
+             description: info.description, fallback: adapter.isFallbackAdapter ?? null };
+  } catch (e) {
+    return { available: false, error: String(e) };
+  }
+}
+
+// --- weights: OPFS keyed by sha256 --------------------------------------------------------------
+async function resolveModel(spec) {
+  const m = await manifest();
+  if (typeof spec === "string") {
+    const a = m.artifacts.find((x) => x.kind === "model" && x.model === spec);
+    if (a) return { name: spec, url: new URL(a.url, SITE).href, sha256: a.sha256, size: a.size };
+    if (!spec.includes("/") && !spec.endsWith(".gguf")) {
+      const names = m.artifacts.filter((x) => x.kind === "model").map((x) => x.model);
+      throw new WorkerError("unknown_model", `no model named '${spec}' in manifest.json; ` +
+                            `use one of ${names.join(", ")} or a URL`);
+    }
+    spec = { url: spec };
+  }
+  const url = new URL(spec.url, SITE);
+  return { name: url.pathname.split("/").pop(), url: url.href, sha256: spec.sha256 ?? null,
+           size: spec.size ?? null };
+}
+
+async function opfsDir() {
+  try {
+    const root = await navigator.storage.getDirectory();
+    return await root.getDirectoryHandle(OPFS_DIR, { create: true });
+  } catch {
+    return null;   // no OPFS here (e.g. a private window): download every time
+  }
+}
+
+// Stream the response body into `sink(chunk)`, reporting progress.
+async function download(model, progress, sink) {
+  let resp;
+  try {
+    resp = await fetch(model.url);
+  } catch (e) {
+    throw new WorkerError("download_failed", `cannot fetch ${model.url}: ${e.message}`);
+  }
+  if (!resp.ok) throw new WorkerError("download_failed", `${model.url}: HTTP ${resp.status}`);
+  const total = Number(resp.headers.get("content-length")) || model.size || 0;
+  const reader = resp.body.getReader();
+  let loaded = 0, last = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    sink(value, loaded);
+    loaded += value.length;
+    if (loaded - last > (1 << 20) || loaded === total) {
+      progress("download", loaded, total, model.name);
+      last = loaded;
+    }
+  }
+  return loaded;
+}
+
+// A Python bytearray of `size` bytes and a Uint8Array view of it in wasm memory. The view is
+// valid only until Python next allocates (wasm memory may grow), so use it at once.
+function pyBuffer(pyodide, size) {
+  const builtins = pyodide.pyimport("builtins");
+  const buf = builtins.bytearray(size);
+  builtins.destroy();
+  const view = buf.getBuffer("u8");
+  return { buf, view };
+}
+
+// Bring a model's bytes into a Python bytearray: from OPFS when cached and intact, else download
+// (into OPFS). The bytes land directly in wasm memory: no second full copy stays in JavaScript.
+async function loadWeights(pyodide, model, progress, stats) {
+  const dir = model.sha256 ? await opfsDir() : null;
+  if (!dir) {
+    const chunks = [];
+    const size = await download(model, progress, (c) => chunks.push(c));
+    stats.downloaded += size;
+    const { buf, view } = pyBuffer(pyodide, size);
+    let at = 0;
+    for (const c of chunks.splice(0)) { view.data.set(c, at); at += c.length; }
+    const ok = !model.sha256 || (await sha256Hex(view.data)) === model.sha256;
+    view.release();
+    if (!ok) { buf.destroy(); throw new WorkerError("corrupt_download", `${model.url} does not match its sha256`); }
+    return buf;
+  }
+  const name = `${model.sha256}.gguf`;
+  for (let attempt = 0; attempt < 2; attempt++) {
+    let handle = await dir.getFileHandle(name, { create: true });
+    let access = await handle.createSyncAccessHandle();
+    try {
+      if (access.getSize() !== model.size || attempt > 0) {
+        access.truncate(0);
+        stats.downloaded += await download(model, progress, (c, at) => access.write(c, { at }));
+        access.flush();
+      } else {
+        stats.cached = true;
+      }
+      const size = access.getSize();
+      const { buf, view } = pyBuffer(pyodide, size);
+      for (let at = 0; at < size; at += READ_BLOCK) {
+        access.read(view.data.subarray(at, Math.min(at + READ_BLOCK, size)), { at });
+        progress("cache", Math.min(at + READ_BLOCK, size), size, model.name);
+      }
+      progress("verify", 0, 1, model.name);
+      const ok = (await sha256Hex(view.data)) === model.sha256;
+      view.release();
+      if (ok) return buf;
+      buf.destroy();
+      stats.corrupt += 1;   // a damaged or stale file: fetch it again, once
+    } finally {
+      access.close();
+    }
+  }
+  await dir.removeEntry(name).catch(() => {});
+  throw new WorkerError("corrupt_download", `${model.url} does not match its sha256 after a fresh download`);
+}
+
+// --- handlers -------------------------------------------------------------------------------
+const NON_MODEL_DRAFTS = /^(ngram|none|self:\d+)$/;
+
+async function init(msg) {
+  const progress = (phase, loaded, total, label) =>
+    post({ type: "progress", id: msg.id, phase, loaded, total, label });
+  const t0 = performance.now();
+  const { pyodide, session } = await runtime(progress);
+  const tRuntime = performance.now() - t0;
+  const draftIsModel = msg.draft && !(typeof msg.draft === "string" && NON_MODEL_DRAFTS.test(msg.draft));
+  const champion = await resolveModel(msg.champion ?? "smollm2");
+  const draft = draftIsModel ? await resolveModel(msg.draft) : null;
+  const weights = { downloaded: 0, cached: false, corrupt: 0 };
+  const champBuf = await loadWeights(pyodide, champion, progress, weights);
+  let draftBuf = null;
+  try {
+    if (draft) draftBuf = await loadWeights(pyodide, draft, progress, weights);
+    progress("load", 0, 1, champion.name);
+    const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
+                      champion_name: champion.name, draft_name: draft?.name };
+    const info = JSON.parse(session.load(JSON.stringify(options), champBuf, draftBuf));
+    if (info.error) throw new WorkerError(info.error.code, info.error.message);
+    progress("load", 1, 1, champion.name);
+    return { type: "ready", id: msg.id, ...info, webgpu: await webgpuInfo(),
+             champion: champion.name, draft_model: draft?.name ?? null, weights,
+             runtime_ms: tRuntime, init_ms: performance.now() - t0 };
+  } finally {
+    champBuf.destroy();           // Python keeps its own reference; drop the JS handle
+    draftBuf?.destroy();
+  }
+}
+
+async function generate(msg) {
+  const { session } = await requireRuntime();
+  const onChunk = (offset, text, tokens) => post({ type: "chunk", id: msg.id, offset, text, tokens });
+  const out = JSON.parse(await session.generate(msg.id, JSON.stringify(msg.messages ?? []),
+                                                JSON.stringify(msg.config ?? {}), onChunk));
+  if (out.error) throw new WorkerError(out.error.code, out.error.message);
+  return { type: "done", id: msg.id, ...out };
+}
+
+async function requireRuntime() {
+  if (!runtimePromise) throw new WorkerError("not_ready", "send init first");
+  return runtimePromise;
+}
+
+async function handle(msg) {
+  switch (msg?.type) {
+    case "init":
+    case "generate": {
+      // One at a time, in arrival order: a request waits for the one before it to finish.
+      const run = queue.then(() => (msg.type === "init" ? init(msg) : generate(msg)));
+      queue = run.catch(() => {});
+      return run;
+    }
+    case "cancel": {
+      const { session } = await requireRuntime();
+      return { type: "cancel_ack", id: msg.id, ...JSON.parse(session.cancel(msg.target ?? msg.id)) };
+    }
+    case "stats":
+    case "receipt": {
+      const { session } = await requireRuntime();
+      return { type: msg.type, id: msg.id, ...JSON.parse(session[msg.type]()) };
+    }
+    default:
+      throw new WorkerError("bad_request", `unknown message type ${JSON.stringify(msg?.type)}`);
+  }
+}
+
+self.onmessage = (event) => {
+  const msg = event.data;
+  handle(msg).then(post, (e) => {
+    // A PythonError after a fatal error, or a wasm abort, leaves Pyodide unusable.
+    const fatal = /fatal error|RuntimeError: (memory access|unreachable)|Aborted/.test(String(e?.message));
+    post({ type: "error", id: msg?.id ?? null, code: e?.code ?? (fatal ? "fatal" : "internal"),
+           message: String(e?.message ?? e), fatal });
+  });
+};

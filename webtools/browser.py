@@ -1,0 +1,155 @@
+"""Headless Chromium with WebGPU, and the demo page run from the terminal.
+
+    python -m webtools.browser demo [--serve-only] [--headless --prompt TEXT ...]
+
+Chromium is Debian's (/usr/bin/chromium), driven by Playwright for Python: Playwright's own
+browser download is not used. WebGPU runs on SwiftShader (Vulkan on the CPU): correct, and slow.
+`--headless` opens the page, waits until the worker is ready, runs one request through the page's
+own `pyspecApp.run`, streams the text to stdout and prints the stats, or with `--json` the same
+object as `python -m pyspec generate --json` (text, tokens, finish_reason, stats, receipt).
+
+Not here: the page (web/), building (site.py), serving (serve.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from . import serve, site
+
+CHROMIUM = os.environ.get("PYSPEC_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-vulkan=swiftshader",
+         "--use-webgpu-adapter=swiftshader", "--disable-vulkan-surface", "--no-sandbox",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run"]
+
+
+class BrowserMissing(RuntimeError):
+    """No Chromium to run."""
+
+
+def chromium_path() -> str:
+    path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if not path:
+        raise BrowserMissing(f"Chromium is not installed ({CHROMIUM}): run `python3 build.py "
+                             "setup` as root (it apt-installs chromium), or set PYSPEC_CHROMIUM")
+    return path
+
+
+def launch(playwright):
+    """Debian's Chromium, headless, with WebGPU on SwiftShader."""
+    return playwright.chromium.launch(executable_path=chromium_path(), args=FLAGS, headless=True)
+
+
+def page_url(base: str, args) -> str:
+    from urllib.parse import urlencode
+    query = {"model": args.model, "draft": args.draft}
+    if args.max_ctx:
+        query["max_ctx"] = args.max_ctx
+    return f"{base}index.html?{urlencode(query)}"
+
+
+def run_headless(base: str, args) -> int:
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    config = {"draft": args.draft if args.draft in ("ngram", "none") or args.draft.startswith("self:")
+              else "model", "k": args.k, "verify": args.verify,
+              "temperature": args.temperature, "seed": args.seed, "max_tokens": args.max_tokens}
+    t0 = time.perf_counter()
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.on("console", lambda m: m.type == "error" and print(f"[page] {m.text}", file=sys.stderr))
+        streamed = []
+
+        def on_text(text: str) -> None:
+            streamed.append(text)
+            if not args.json:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+
+        page.expose_function("pyspecOnText", on_text)
+        page.goto(page_url(base, args))
+        try:
+            info = page.evaluate("() => pyspecApp.ready")
+            t_ready = time.perf_counter() - t0
+            if not args.json:
+                print(f"[ready in {t_ready:.1f} s: adapter {info['adapter']}, WebGPU "
+                      f"{info['webgpu']}]", file=sys.stderr)
+            result = page.evaluate("([prompt, config]) => pyspecApp.run(prompt, config, "
+                                   "window.pyspecOnText)", [args.prompt, config])
+        except PlaywrightError as e:
+            shown = page.locator("#error").text_content() if page.locator("#error").is_visible() else ""
+            print(f"error: {shown or e.message.splitlines()[0]}", file=sys.stderr)
+            browser.close()
+            return 2
+        browser.close()
+    if args.json:
+        print(json.dumps({k: result[k] for k in ("text", "tokens", "finish_reason", "stats",
+                                                 "receipt")}))
+        return 0
+    sys.stdout.write("\n")
+    from pyspec.cli import print_stats
+    if result["stats"]:
+        print_stats(result["stats"])
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python3 build.py demo",
+                                 description="serve the demo page, or run it headless")
+    ap.add_argument("--headless", action="store_true", help="run one request in headless Chromium")
+    ap.add_argument("--prompt", default="Tell me about octopuses.")
+    ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
+    ap.add_argument("--draft", default="ngram", help="ngram | none | self:L | a manifest model")
+    ap.add_argument("--k", default="heuristic")
+    ap.add_argument("--verify", choices=["greedy", "replay", "rejection"], default=None)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-ctx", type=int, default=None)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--port", type=int, default=8000, help="port to serve on (not headless)")
+    ap.add_argument("--no-champion", action="store_true", help="build the site with tiny models only")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        manifest = site.build(champion=not args.no_champion)
+    except site.SiteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    root = Path(manifest).parent
+    if args.headless:
+        try:
+            chromium_path()
+        except BrowserMissing as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        server, base = serve.start(root)
+        try:
+            return run_headless(base, args)
+        finally:
+            server.shutdown()
+    server, base = serve.start(root, port=args.port, host="127.0.0.1")
+    print(f"serving {root} at {base}  (Ctrl-C to stop)", flush=True)
+    print(f"open {page_url(base, args)}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

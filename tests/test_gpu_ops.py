@@ -1,0 +1,364 @@
+"""The forward's GPU kernels (pyspec/gpu/ops.py, shaders/*.wgsl) against the numpy reference
+(pyspec/model.py), and their batch invariance, bit for bit.
+
+References: model.matmul, model.rms_norm, Model.rope, Model.attention and the forward's SiLU gate
+expression; embeddings against quant.dequantize (exact). Weights come from real GGUF files written
+by pyspec.gguf / testmodels, so Weight.upload and its Q8_0 repacking are exercised.
+Float tolerances are atol + rtol * |ref|, stated at each check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from pyspec import gguf, quant, testmodels
+from pyspec.gguf import GGUFFile
+from pyspec.gpu import native, ops
+from pyspec.gpu.device import ROWS_MAX
+from pyspec.gpu.step import Steps
+from pyspec.model import Model, matmul, rms_norm
+
+if not native.available():
+    pytest.skip("no WebGPU adapter: install wgpu==0.32.0 and a Vulkan driver "
+                "(Debian: mesa-vulkan-drivers for lavapipe)", allow_module_level=True)
+
+F32 = np.float32
+POS = 5  # a nonzero start position for the invariance passes
+
+# Awkward shapes: 33 and 32001 outputs, n_in a multiple of the block size (of 4 for F16 / F32).
+MATRICES = {"q4_1.33x64": ((33, 64), quant.Q4_1), "q4_1.257x512": ((257, 512), quant.Q4_1),
+            "q8_0.33x96": ((33, 96), quant.Q8_0), "q8_0.32001x64": ((32001, 64), quant.Q8_0),
+            "f32.33x36": ((33, 36), quant.F32), "f16.40x100": ((40, 100), quant.F16),
+            "norm.576": ((576,), quant.F32), "norm.100": ((100,), quant.F32)}
+
+
+@pytest.fixture(scope="module")
+def dev():
+    d = native.NativeDevice()
+    yield d
+    d.destroy()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """(a GGUF of awkward matrices, a tiny Llama model: hd 64, 3 query heads on 1 KV head)."""
+    root = tmp_path_factory.mktemp("gpu_ops")
+    rng = np.random.default_rng(0)
+    gguf.write(root / "ops.gguf", {"general.architecture": "test"},
+               {name: (rng.standard_normal(shape).astype(F32), fmt.type_id)
+                for name, (shape, fmt) in MATRICES.items()})
+    testmodels.write_model(root / "tiny.gguf", n_layers=1, d=192, n_heads=3, n_kv=1, d_ff=64)
+    return GGUFFile.open(root / "ops.gguf"), Model.load(root / "tiny.gguf")
+
+
+def read(dev, buffer, shape):
+    return asyncio.run(dev.read_array(buffer, F32, shape))
+
+
+def garbage(rng, shape):
+    """Stand-in for whatever unused rows hold: large values and NaNs."""
+    g = (rng.standard_normal(shape) * 1e3).astype(F32)
+    g.reshape(-1)[::7] = np.nan
+    return g
+
+
+class Pass:
+    """One kernel dispatch with its own Step slot: `run(rows, pos)` sets the step and submits."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        self.steps = Steps(dev, 1)
+        self.dispatches = []
+
+    @property
+    def step(self):
+        return self.steps.binding(0)
+
+    def run(self, rows, pos):
+        self.steps.set(0, rows=rows, pos=pos)
+        self.steps.upload(1)
+        self.dev.submit(self.dispatches)
+
+
+def assert_batch_invariant(run, pos=POS, ms=range(1, ROWS_MAX + 1)):
+    """run(rows, pos, src) fills pass rows r < rows from source rows src[r] (garbage elsewhere),
+    runs one pass and returns its output rows. Row i of every m-row pass must equal, byte for
+    byte, the one-row pass at position pos + i."""
+    single = [run(1, pos + i, [i])[0] for i in range(ROWS_MAX)]
+    for m in ms:
+        out = run(m, pos, list(range(m)))
+        for i in range(m):
+            assert out[i].tobytes() == single[i].tobytes(), f"row {i} of a {m}-row pass differs"
+
+
+# --- matmul -----------------------------------------------------------------------------------
+
+def matmul_runner(dev, w, rng, accumulate, ctx=POS + 2 * ROWS_MAX):
+    """A pass of y[pos + r] (+)= W x[r] into a (ctx, n_out) cache (out_at_pos)."""
+    n_out, n_in = w.shape
+    xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
+    y0 = rng.standard_normal((ROWS_MAX, n_out)).astype(F32)
+    x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ctx * n_out * 4)
+    p = Pass(dev)
+    p.dispatches = [ops.matmul(dev, w, x, y, p.step, out_at_pos=True, accumulate=accumulate)]
+
+    def run(rows, pos, src):
+        x_in = garbage(rng, (ROWS_MAX, n_in))
+        x_in[:rows] = xs[src]
+        y_in = garbage(rng, (ctx, n_out))
+        y_in[pos:pos + rows] = y0[src]
+        dev.write(x, x_in)
+        dev.write(y, y_in)
+        p.run(rows, pos)
+        return read(dev, y, (ctx, n_out))[pos:pos + rows]
+    return run
+
+
+@pytest.mark.parametrize("name", ["q4_1.33x64", "q4_1.257x512", "q8_0.33x96", "q8_0.32001x64",
+                                  "f32.33x36", "f16.40x100"])
+def test_matmul_matches_reference(dev, files, name):
+    f, _ = files
+    w = ops.Weight.upload(dev, f, name)
+    assert w.kind == name.split(".")[0].replace("f16", "f32")
+    n_out, n_in = w.shape
+    ref_w = f.dequantize(name)                                            # (n_out, n_in)
+    rng = np.random.default_rng(1)
+    x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * n_out * 4)
+    p = Pass(dev)
+    plain = ops.matmul(dev, w, x, y, p.step)
+    residual = ops.matmul(dev, w, x, y, p.step, accumulate=True)
+    for rows in (1, 7, ROWS_MAX):
+        xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
+        y0 = rng.standard_normal((ROWS_MAX, n_out)).astype(F32)
+        ref = matmul(xs[:rows], ref_w)                                    # (rows, n_out)
+        # f32 dot products in another order: atol 1e-6 * sum_k |w_k x_k| (the scale of the
+        # rounding error of a dot product), rtol 1e-5.
+        atol = 1e-6 * (np.abs(xs[:rows]) @ np.abs(ref_w).T)
+        dev.write(x, xs)
+        for dispatch, expect in ((plain, ref), (residual, y0[:rows] + ref)):
+            dev.write(y, y0)
+            p.dispatches = [dispatch]
+            p.run(rows, 3)
+            got = read(dev, y, (ROWS_MAX, n_out))
+            np.testing.assert_array_less(np.abs(got[:rows] - expect), atol + 1e-5 * np.abs(expect))
+            assert np.array_equal(got[rows:], y0[rows:]), "rows past step.rows were written"
+
+
+@pytest.mark.parametrize("name,accumulate", [("q4_1.33x64", False), ("q4_1.257x512", True),
+                                             ("q8_0.33x96", True), ("f16.40x100", False)])
+def test_matmul_batch_invariant(dev, files, name, accumulate):
+    w = ops.Weight.upload(dev, files[0], name)
+    assert_batch_invariant(matmul_runner(dev, w, np.random.default_rng(2), accumulate))
+
+
+def test_matmul_kv_rows_past_the_cache_are_skipped(dev, files):
+    w = ops.Weight.upload(dev, files[0], "q4_1.33x64")
+    y = dev.buffer(10 * 33 * 4)                                           # a 10-row cache
+    x = dev.upload(np.ones((ROWS_MAX, 64), F32))
+    p = Pass(dev)
+    p.dispatches = [ops.matmul(dev, w, x, y, p.step, out_at_pos=True)]
+    dev.write(y, np.zeros((10, 33), F32))
+    p.run(4, 8)                                              # rows 8, 9 fit; 10, 11 do not
+    got = read(dev, y, (10, 33))
+    assert np.all(got[8:] != 0) and np.all(got[:8] == 0)
+
+
+# --- embed ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source,name", [("model", "token_embd.weight"), ("ops", "q8_0.32001x64"),
+                                         ("ops", "q4_1.257x512"), ("ops", "f32.33x36")])
+def test_embed_exact_and_batch_invariant(dev, files, source, name):
+    f = files[0] if source == "ops" else files[1].file
+    w = ops.Weight.upload(dev, f, name)
+    vocab, d = w.shape
+    table = files[1].tok_embd if source == "model" else f.dequantize(name)  # (vocab, d)
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, vocab, ROWS_MAX).astype(np.uint32)
+    ids[:2] = [0, vocab - 1]
+    tokens, x = dev.buffer(ROWS_MAX * 4), dev.buffer(ROWS_MAX * d * 4)
+    p = Pass(dev)
+    p.dispatches = [ops.embed(dev, w, tokens, x, p.step)]
+
+    def run(rows, pos, src):
+        t = rng.integers(0, 2**32, ROWS_MAX, dtype=np.uint32)             # garbage ids, clamped
+        t[:rows] = ids[src]
+        dev.write(tokens, t)
+        dev.write(x, garbage(rng, (ROWS_MAX, d)))
+        p.run(rows, pos)
+        return read(dev, x, (ROWS_MAX, d))[:rows]
+
+    got = run(ROWS_MAX, 0, list(range(ROWS_MAX)))
+    assert got.tobytes() == table[ids].astype(F32).tobytes()             # exact: same roundings
+    assert_batch_invariant(run)
+
+
+# --- rmsnorm ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["norm.576", "norm.100"])
+def test_rmsnorm(dev, files, name):
+    f = files[0]
+    w = ops.Weight.upload(dev, f, name)
+    (d,) = w.shape
+    eps = 1e-5
+    rng = np.random.default_rng(4)
+    xs = (rng.standard_normal((ROWS_MAX, d)) * 3).astype(F32)
+    x, y = dev.buffer(ROWS_MAX * d * 4), dev.buffer(ROWS_MAX * d * 4)
+    p = Pass(dev)
+    p.dispatches = [ops.rmsnorm(dev, x, w, y, p.step, eps=eps)]
+
+    def run(rows, pos, src):
+        x_in = garbage(rng, (ROWS_MAX, d))
+        x_in[:rows] = xs[src]
+        dev.write(x, x_in)
+        p.run(rows, pos)
+        return read(dev, y, (ROWS_MAX, d))[:rows]
+
+    ref = rms_norm(xs, f.dequantize(name), eps)
+    np.testing.assert_allclose(run(ROWS_MAX, 0, list(range(ROWS_MAX))), ref,
+                               rtol=1e-5, atol=1e-6)                      # atol 1e-6 + rtol 1e-5
+    assert_batch_invariant(run)
+
+
+# --- rope -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("at_pos", [False, True])
+def test_rope(dev, files, at_pos):
+    model = files[1]
+    cfg = model.config
+    hd, heads, ctx = cfg.head_dim, (cfg.n_kv_heads if at_pos else cfg.n_heads), 8192
+    width = heads * hd
+    x_rows = ctx if at_pos else ROWS_MAX
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((ROWS_MAX, width)).astype(F32)
+    table = ops.rope_table(dev, cfg, ctx)
+    x = dev.buffer(x_rows * width * 4)
+    p = Pass(dev)
+    p.dispatches = [ops.rope(dev, x, table, p.step, n_heads=heads, head_dim=hd, max_ctx=ctx,
+                             at_pos=at_pos)]
+    host = np.zeros((x_rows, width), F32)
+
+    def run(rows, pos, src):
+        base = pos if at_pos else 0
+        host[:] = garbage(rng, host.shape) if not at_pos else 0
+        host[base:base + rows] = xs[src]
+        dev.write(x, host)
+        p.run(rows, pos)
+        return read(dev, x, host.shape)[base:base + rows]
+
+    for pos in (0, 3, ctx - ROWS_MAX):
+        ref = model.rope(xs.reshape(ROWS_MAX, heads, hd), np.arange(pos, pos + ROWS_MAX))
+        np.testing.assert_allclose(run(ROWS_MAX, pos, list(range(ROWS_MAX))),
+                                   ref.reshape(ROWS_MAX, width), rtol=1e-5, atol=1e-6)
+    assert_batch_invariant(run, pos=1000)
+
+
+# --- attention --------------------------------------------------------------------------------
+
+def test_attention(dev, files):
+    """Short and 8192-long contexts vs Model.attention; cache rows past the last position hold
+    NaN, so reading the future would show."""
+    model = files[1]
+    cfg = model.config
+    hd, nh, nkv, ctx = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, 8192
+    rng = np.random.default_rng(6)
+    kc = rng.standard_normal((ctx, nkv, hd)).astype(F32)                  # (ctx, n_kv, hd)
+    vc = rng.standard_normal((ctx, nkv, hd)).astype(F32)
+    qs = (rng.standard_normal((ROWS_MAX, nh, hd)) * 2).astype(F32)        # peaked softmaxes
+    q, out = dev.buffer(ROWS_MAX * nh * hd * 4), dev.buffer(ROWS_MAX * nh * hd * 4)
+    kbuf, vbuf = dev.buffer(kc.nbytes), dev.buffer(vc.nbytes)
+    scores = dev.buffer(ops.attention_scratch_bytes(nh, ctx))
+    p = Pass(dev)
+    p.dispatches = [ops.attention(dev, q, kbuf, vbuf, scores, out, p.step, n_heads=nh,
+                                  n_kv_heads=nkv, head_dim=hd, max_ctx=ctx)]
+
+    def fill_cache(last):
+        """Cache rows 0..last valid, NaN after."""
+        k, v = kc.copy(), vc.copy()
+        k[last + 1:], v[last + 1:] = np.nan, np.nan
+        dev.write(kbuf, k)
+        dev.write(vbuf, v)
+
+    def run(rows, pos, src):
+        q_in = garbage(rng, (ROWS_MAX, nh * hd))
+        q_in[:rows] = qs[src].reshape(rows, -1)
+        dev.write(q, q_in)
+        dev.write(out, garbage(rng, (ROWS_MAX, nh * hd)))
+        p.run(rows, pos)
+        return read(dev, out, (ROWS_MAX, nh * hd))[:rows]
+
+    for pos, rows in ((0, ROWS_MAX), (37, 5), (ctx - ROWS_MAX, ROWS_MAX)):
+        fill_cache(pos + rows - 1)
+        ref = model.attention(qs[:rows], kc, vc, np.arange(pos, pos + rows))
+        # exp and a different summation order: atol 1e-5 + rtol 1e-4 (outputs are O(1)).
+        np.testing.assert_allclose(run(rows, pos, list(range(rows))), ref, rtol=1e-4, atol=1e-5)
+    fill_cache(300 + ROWS_MAX - 1)
+    assert_batch_invariant(run, pos=300)
+
+
+# --- silu_gate, add ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d_ff", [1536, 270_001])  # 270001: > 65535 workgroups, flattened
+def test_silu_gate(dev, d_ff):
+    rng = np.random.default_rng(7)
+    gs = (rng.standard_normal((ROWS_MAX, d_ff)) * 4).astype(F32)
+    us = rng.standard_normal((ROWS_MAX, d_ff)).astype(F32)
+    g, u = dev.buffer(gs.nbytes), dev.upload(us)
+    p = Pass(dev)
+    p.dispatches = [ops.silu_gate(dev, g, u, p.step, d_ff=d_ff)]
+    assert p.dispatches[0].workgroups[1] == (1 if d_ff < 65536 * 4 else 2)
+
+    def run(rows, pos, src):
+        g_in = garbage(rng, (ROWS_MAX, d_ff))
+        g_in[:rows] = gs[src]
+        u_in = garbage(rng, (ROWS_MAX, d_ff))
+        u_in[:rows] = us[src]
+        dev.write(g, g_in)
+        dev.write(u, u_in)
+        p.run(rows, pos)
+        return read(dev, g, (ROWS_MAX, d_ff))[:rows]
+
+    ref = gs / (1 + np.exp(-gs)) * us
+    np.testing.assert_allclose(run(ROWS_MAX, 0, list(range(ROWS_MAX))), ref,
+                               rtol=1e-5, atol=1e-6)                      # atol 1e-6 + rtol 1e-5
+    if d_ff < 10_000:
+        assert_batch_invariant(run)
+
+
+def test_add(dev):
+    n = 333
+    rng = np.random.default_rng(8)
+    xs, ys = (rng.standard_normal((2, ROWS_MAX, n)) * 10).astype(F32)
+    x, y = dev.buffer(xs.nbytes), dev.buffer(ys.nbytes)
+    p = Pass(dev)
+    p.dispatches = [ops.add(dev, y, x, p.step, n=n)]
+
+    def run(rows, pos, src):
+        x_in, y_in = garbage(rng, (ROWS_MAX, n)), garbage(rng, (ROWS_MAX, n))
+        x_in[:rows], y_in[:rows] = xs[src], ys[src]
+        dev.write(x, x_in)
+        dev.write(y, y_in)
+        p.run(rows, pos)
+        got = read(dev, y, (ROWS_MAX, n))
+        assert got[rows:].tobytes() == y_in[rows:].tobytes(), "rows past step.rows were written"
+        return got[:rows]
+
+    assert run(ROWS_MAX, 0, list(range(ROWS_MAX))).tobytes() == (ys + xs).tobytes()  # exact
+    assert_batch_invariant(run)
+
+
+# --- shape checks -----------------------------------------------------------------------------
+
+def test_shape_errors(dev, files):
+    w = ops.Weight.upload(dev, files[0], "q4_1.33x64")
+    p = Pass(dev)
+    small = dev.buffer(64)
+    with pytest.raises(ops.ShapeError, match="matmul x"):
+        ops.matmul(dev, w, small, dev.buffer(ROWS_MAX * 33 * 4), p.step)
+    with pytest.raises(ops.ShapeError, match="f32 vector"):
+        ops.rmsnorm(dev, small, w, small, p.step, eps=1e-5)
+    with pytest.raises(ops.ShapeError, match="divide"):
+        ops.attention(dev, small, small, small, small, small, p.step, n_heads=3, n_kv_heads=2,
+                      head_dim=64, max_ctx=16)

@@ -44,7 +44,8 @@ class RngKeyError(ValueError):
     """A key component is outside its range; the message says which and what the range is."""
 
 
-# The WGSL copy (shaders/rng.wgsl) must stay exactly this:
+# The WGSL copy (shaders/rng.wgsl) must stay exactly this (WGSL names the uniform rng_uniform,
+# since `uniform` is reserved there):
 #
 #   fn mix32(x_in: u32) -> u32 {                 // "lowbias32", C. Wellons, hash-prospector
 #       var x = x_in;
@@ -62,7 +63,7 @@ class RngKeyError(ValueError):
 #       h = mix32(h ^ index);
 #       return h;
 #   }
-#   fn uniform(...) -> f32 { return f32(hash_u32(...) >> 8u) * 5.9604644775390625e-8; }  // 2^-24
+#   fn rng_uniform(...) -> f32 { return f32(hash_u32(...) >> 8u) * 5.9604644775390625e-8; }  // 2^-24
 #
 # WGSL u32 multiplication wraps mod 2^32, as `& _U32` does here. mix32 is a bijection, so for a
 # fixed prefix (seed, position, stream) distinct indices never collide.

@@ -25,6 +25,47 @@ class Tiny:
         self.tokenizer = Tokenizer.from_metadata(self.champion.metadata)
         self.prompt = self.tokenizer.encode(self.tokenizer.render_chat(
             [{"role": "user", "content": "the cat sat on the mat. the cat"}]), special=True)
+        self._gpu = None
+
+    def on(self, backend: str):
+        """The champion for a backend: the numpy Model ("cpu") or a GPUModel ("gpu")."""
+        if backend == "cpu":
+            return self.champion
+        if self._gpu is None:
+            from pyspec.gguf import GGUFFile
+            from pyspec.gpu import load_model
+            self._gpu = load_model(gpu_device(), GGUFFile.open(self.champion_path))
+        return self._gpu
+
+
+_DEVICE = []
+
+
+def gpu_device():
+    """One native WebGPU device for the whole session."""
+    if not _DEVICE:
+        from pyspec.gpu import open_device
+        _DEVICE.append(open_device())
+    return _DEVICE[0]
+
+
+def gpu_available() -> bool:
+    try:
+        from pyspec.gpu import native
+    except ImportError:
+        return False
+    return native.available()
+
+
+requires_gpu = pytest.mark.skipif(not gpu_available(),
+                                  reason="no WebGPU adapter: install wgpu and mesa-vulkan-drivers")
+# Backends for tests parametrised over both: the GPU case skips only where no adapter exists.
+BACKENDS = ["cpu", pytest.param("gpu", marks=requires_gpu)]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="session")

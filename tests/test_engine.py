@@ -1,4 +1,5 @@
-"""End to end on tiny random GGUF models: the speculative loop is exact for every drafter.
+"""End to end on tiny random GGUF models: the speculative loop is exact for every drafter, on
+the CPU backend and on the GPU backend (native WebGPU; lavapipe on CI).
 
 Oracles: `reference_decode` in conftest.py (a plain champion-only loop that shares no code with
 engine.py beyond the model forward), and, for rejection sampling, the champion's exact two-token
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import greedy_pick, reference_decode
+from conftest import greedy_pick, reference_decode, requires_gpu
 from pyspec import rng, verify
 from pyspec.drafters import Proposal
 from pyspec.engine import Engine, Options, OptionsError, PromptTooLongError
@@ -19,9 +20,9 @@ from pyspec.model import Model
 DRAFTS = ["none", "ngram", "self:1", "close", "far"]
 
 
-def engine_for(tiny, draft: str, **kw) -> Engine:
+def engine_for(tiny, draft, backend: str = "cpu", **kw) -> Engine:
     spec = {"close": tiny.close_path, "far": tiny.far_path}.get(draft, draft)
-    return Engine(tiny.champion, tiny.tokenizer, spec, load_draft=Model.load, **kw)
+    return Engine(tiny.on(backend), tiny.tokenizer, spec, load_draft=Model.load, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +30,19 @@ def greedy_reference(tiny):
     return reference_decode(tiny.champion, tiny.prompt, 40, greedy_pick)
 
 
+@requires_gpu
+def test_gpu_champion_only_equals_the_cpu_reference(tiny, greedy_reference):
+    """On the tiny model the GPU's champion-only greedy output is the CPU reference's (its top-2
+    margins are far above float32 noise), so every GPU test below is also judged against it."""
+    r = engine_for(tiny, "none", "gpu").generate(tiny.prompt, Options(max_tokens=40,
+                                                                      stop_at_eos=False))
+    assert r.tokens == greedy_reference
+    assert r.stats["adapter"] != "cpu-numpy"
+
+
 @pytest.mark.parametrize("draft", DRAFTS)
-def test_greedy_equals_champion_only_for_every_k(tiny, greedy_reference, draft):
-    engine = engine_for(tiny, draft)
+def test_greedy_equals_champion_only_for_every_k(tiny, greedy_reference, draft, backend):
+    engine = engine_for(tiny, draft, backend)
     for k in range(0, 9):
         r = engine.generate(tiny.prompt, Options(max_tokens=40, k=f"fixed:{k}",
                                                  stop_at_eos=False))
@@ -46,9 +57,9 @@ def test_greedy_equals_champion_only_for_every_k(tiny, greedy_reference, draft):
         assert r.tokens == greedy_reference, f"draft {draft}, {policy}"
 
 
-def test_drafts_are_actually_accepted(tiny):
+def test_drafts_are_actually_accepted(tiny, backend):
     """The exactness tests above mean something only if drafts get accepted and rejected."""
-    engine = engine_for(tiny, "close")
+    engine = engine_for(tiny, "close", backend)
     engine.generate(tiny.prompt, Options(max_tokens=10, k="fixed:4", stop_at_eos=False))
     r = engine.generate(tiny.prompt, Options(max_tokens=40, k="fixed:4", stop_at_eos=False))
     # draft calls are counted per request: a cycle makes at most k = 4 draft forwards
@@ -58,21 +69,25 @@ def test_drafts_are_actually_accepted(tiny):
 
 
 @pytest.mark.parametrize("temperature", [0.6, 1.0])
-def test_replay_equals_champion_only_sampling(tiny, temperature):
+def test_replay_equals_champion_only_sampling(tiny, temperature, backend):
     seed = 1234
 
     def pick(logits, position):
         return verify.sample_replay(logits, temperature, rng.gumbel(seed, position, len(logits)))
 
     expected = reference_decode(tiny.champion, tiny.prompt, 30, pick)
+    if backend == "gpu":  # champion-only replay on the GPU is the reference there
+        expected = engine_for(tiny, "none", "gpu").generate(
+            tiny.prompt, Options(max_tokens=30, temperature=temperature, seed=seed,
+                                 stop_at_eos=False)).tokens
     for draft in DRAFTS:
-        engine = engine_for(tiny, draft)
+        engine = engine_for(tiny, draft, backend)
         for k in range(1, 7):
             r = engine.generate(tiny.prompt, Options(max_tokens=30, temperature=temperature,
                                                      seed=seed, k=f"fixed:{k}",
                                                      stop_at_eos=False))
             assert r.tokens == expected, f"draft {draft}, K={k}, T={temperature}"
-    other = engine_for(tiny, "none").generate(
+    other = engine_for(tiny, "none", backend).generate(
         tiny.prompt, Options(max_tokens=30, temperature=temperature, seed=seed + 1,
                              stop_at_eos=False))
     assert other.tokens != expected, "a different seed must give a different sample"
@@ -122,9 +137,11 @@ def ngram_friendly_prefix(model: Model, tokenizer) -> list[int]:
     raise AssertionError("no n-gram friendly prefix found")
 
 
-@pytest.mark.parametrize("draft,k", [("close", "fixed:2"), ("ngram", "fixed:2"),
-                                     ("self:1", "confidence:0.5")])
-def test_rejection_matches_champion_distribution(tiny, draft, k):
+@pytest.mark.parametrize("backend,draft,k", [
+    ("cpu", "close", "fixed:2"), ("cpu", "ngram", "fixed:2"), ("cpu", "self:1", "confidence:0.5"),
+    # On the GPU the draft samples, the q_draft rows, the residual and the bonus are all kernels.
+    pytest.param("gpu", "close", "fixed:2", marks=requires_gpu)])
+def test_rejection_matches_champion_distribution(tiny, backend, draft, k):
     """The first two emitted tokens over 10,000 seeded runs (max_tokens=3, so a cycle may draft
     2 tokens and reach the residual after an accepted draft, or the bonus after two).
 
@@ -137,7 +154,7 @@ def test_rejection_matches_champion_distribution(tiny, draft, k):
     exact = exact_two_token_distribution(tiny.champion, prefix, PREFIX_TEMPERATURE)
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
     bound_first = null_tv_quantile(exact.sum(axis=1), N_RUNS, 0.999)
-    engine = engine_for(tiny, draft)
+    engine = engine_for(tiny, draft, backend)
     counts = np.zeros_like(exact)
     accepted = drafted = two_drafts = 0
     for seed in range(N_RUNS):
@@ -193,13 +210,13 @@ class ScriptedDrafter:
         return Proposal(out, rows)
 
 
-def scripted(tiny, truth, **kw):
-    return Engine(tiny.champion, tiny.tokenizer,
+def scripted(tiny, truth, backend="cpu", **kw):
+    return Engine(tiny.on(backend), tiny.tokenizer,
                   ScriptedDrafter(truth, len(tiny.prompt), vocab=tiny.tokenizer.vocab_size, **kw))
 
 
-def test_full_acceptance_gives_bonus_token(tiny, greedy_reference):
-    r = scripted(tiny, greedy_reference).generate(
+def test_full_acceptance_gives_bonus_token(tiny, greedy_reference, backend):
+    r = scripted(tiny, greedy_reference, backend).generate(
         tiny.prompt, Options(max_tokens=25, k="fixed:4", stop_at_eos=False))
     assert r.tokens == greedy_reference[:25]
     assert r.stats["champion_passes"] == 5            # 5 tokens per pass: 4 drafts + bonus
@@ -209,54 +226,55 @@ def test_full_acceptance_gives_bonus_token(tiny, greedy_reference):
 
 @pytest.mark.parametrize("wrong_at,passes,accepted", [(0, 20, 0), (3, 5, 15)])
 def test_rejection_at_first_and_last_position(tiny, greedy_reference, wrong_at, passes,
-                                              accepted):
+                                              accepted, backend):
     """K=4 with the draft wrong at position 0 (nothing accepted, one token per pass) or at
     position 3, the last (three accepted plus the correction: four tokens per pass)."""
-    r = scripted(tiny, greedy_reference, wrong_at=[wrong_at]).generate(
+    r = scripted(tiny, greedy_reference, backend, wrong_at=[wrong_at]).generate(
         tiny.prompt, Options(max_tokens=20, k="fixed:4", stop_at_eos=False))
     assert r.tokens == greedy_reference[:20]
     assert (r.stats["champion_passes"], r.stats["accepted"]) == (passes, accepted)
     assert r.stats["accepted_by_position"][wrong_at] == 0
 
 
-def test_draft_token_with_q_zero_is_rejected(tiny, greedy_reference):
-    r = scripted(tiny, greedy_reference, q_zero=True).generate(
+def test_draft_token_with_q_zero_is_rejected(tiny, greedy_reference, backend):
+    r = scripted(tiny, greedy_reference, backend, q_zero=True).generate(
         tiny.prompt, Options(max_tokens=10, temperature=1.0, verify="rejection", k="fixed:3",
                              stop_at_eos=False))
     assert r.stats["accepted"] == 0 and r.stats["drafted"] > 0
     assert len(r.tokens) == 10
 
 
-def test_max_tokens_in_the_middle_of_a_block(tiny, greedy_reference):
+def test_max_tokens_in_the_middle_of_a_block(tiny, greedy_reference, backend):
     """A fully accepting draft with K=4 and budgets that end inside a block: the engine drafts
     at most budget - 1 tokens, so the last block is shortened rather than cut."""
     for n in (1, 2, 3, 6, 7):
-        r = scripted(tiny, greedy_reference).generate(
+        r = scripted(tiny, greedy_reference, backend).generate(
             tiny.prompt, Options(max_tokens=n, k="fixed:4", stop_at_eos=False))
         assert r.tokens == greedy_reference[:n] and r.finish_reason == "length"
 
 
-def test_eos_inside_the_proposals(tiny, greedy_reference):
+def test_eos_inside_the_proposals(tiny, greedy_reference, backend):
     """Make the greedy continuation's 6th token an end-of-generation token: the speculative run
     stops exactly where champion-only stops, even when the drafts run past it."""
     eos_at = next(i for i in range(5, 40) if greedy_reference[i] not in greedy_reference[:i])
     stop = (greedy_reference[eos_at],)
-    base = engine_for(tiny, "none").generate(tiny.prompt, Options(max_tokens=40, stop_ids=stop))
-    spec = scripted(tiny, greedy_reference).generate(
+    base = engine_for(tiny, "none", backend).generate(tiny.prompt,
+                                                      Options(max_tokens=40, stop_ids=stop))
+    spec = scripted(tiny, greedy_reference, backend).generate(
         tiny.prompt, Options(max_tokens=40, k="fixed:8", stop_ids=stop))
     assert base.tokens == greedy_reference[:eos_at] and base.finish_reason == "stop"
     assert spec.tokens == base.tokens and spec.finish_reason == "stop"
     assert spec.text == base.text
 
 
-def test_prompt_longer_than_context(tiny):
-    engine = engine_for(tiny, "ngram", max_ctx=64)
+def test_prompt_longer_than_context(tiny, backend):
+    engine = engine_for(tiny, "ngram", backend, max_ctx=64)
     with pytest.raises(PromptTooLongError, match="context"):
         engine.generate(list(range(10, 80)), Options(max_tokens=4))
 
 
-def test_generation_stops_at_the_context_end(tiny):
-    engine = engine_for(tiny, "ngram", max_ctx=64)
+def test_generation_stops_at_the_context_end(tiny, backend):
+    engine = engine_for(tiny, "ngram", backend, max_ctx=64)
     prompt = tiny.prompt[:60]
     r = engine.generate(prompt, Options(max_tokens=50, k="fixed:4", stop_at_eos=False))
     assert len(prompt) + len(r.tokens) <= 65 and r.finish_reason == "context"
@@ -274,24 +292,40 @@ def test_bad_options_raise_clear_errors(tiny):
         engine.generate(tiny.prompt, Options(k="sometimes"))
 
 
-def test_kv_rows_match_a_fresh_champion_only_run(tiny, greedy_reference):
-    """After a run full of commits and rollbacks, the committed cache rows equal a fresh run's."""
+def committed_rows(engine, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first n K and V rows of the champion's cache, from the host or the GPU."""
+    import asyncio
+    if engine.kv.k is not None:
+        return engine.kv.k[:, :n], engine.kv.v[:, :n]
+    return asyncio.run(engine.champion.read_kv(n))
+
+
+def test_kv_rows_match_a_fresh_champion_only_run(tiny, greedy_reference, backend):
+    """After a run full of commits and rollbacks, the committed cache rows equal a fresh run's
+    (on the GPU: a fresh prefill of the same tokens, in 16-row passes)."""
     for draft in ("close", "self:1", "ngram"):
-        engine = engine_for(tiny, draft)
+        engine = engine_for(tiny, draft, backend)
         r = engine.generate(tiny.prompt, Options(max_tokens=30, k="heuristic",
                                                  stop_at_eos=False))
         seq = tiny.prompt + r.tokens
         n = engine.kv.committed
         assert n == len(seq) - 1
-        fresh = tiny.champion.new_cache()
-        tiny.champion.forward(seq[:n], fresh)
-        assert np.array_equal(engine.kv.k[:, :n], fresh.k[:, :n]), draft
-        assert np.array_equal(engine.kv.v[:, :n], fresh.v[:, :n]), draft
+        k_rows, v_rows = (np.copy(a) for a in committed_rows(engine, n))
+        if backend == "cpu":
+            fresh = tiny.champion.new_cache()
+            tiny.champion.forward(seq[:n], fresh)
+            k_ref, v_ref = fresh.k[:, :n], fresh.v[:, :n]
+        else:
+            fresh = engine_for(tiny, "none", backend)
+            fresh.backend.prefill(seq[:n + 1])
+            k_ref, v_ref = committed_rows(fresh, n)
+        assert np.array_equal(k_rows, k_ref), draft
+        assert np.array_equal(v_rows, v_ref), draft
 
 
-def test_streamed_text_is_the_decoded_output(tiny):
+def test_streamed_text_is_the_decoded_output(tiny, backend):
     import asyncio
-    engine = engine_for(tiny, "ngram")
+    engine = engine_for(tiny, "ngram", backend)
     report, chunks = {}, []
 
     async def run():
@@ -306,12 +340,13 @@ def test_streamed_text_is_the_decoded_output(tiny):
     assert offsets == sorted(offsets) and offsets[0] == 0
 
 
-def test_draft_with_a_shorter_context_only_stops_drafting(tiny, greedy_reference, tmp_path):
+def test_draft_with_a_shorter_context_only_stops_drafting(tiny, greedy_reference, tmp_path,
+                                                          backend):
     """A draft whose context is shorter than the sequence stops proposing; the champion goes on."""
     from pyspec import testmodels
     path = str(tmp_path / "short.gguf")
     testmodels.write_model(path, seed=1, ctx=80)   # same weights as the champion, 80 positions
-    engine = Engine(tiny.champion, tiny.tokenizer, path, load_draft=Model.load)
+    engine = Engine(tiny.on(backend), tiny.tokenizer, path, load_draft=Model.load)
     r = engine.generate(tiny.prompt, Options(max_tokens=40, k="fixed:3", stop_at_eos=False))
     assert r.tokens == greedy_reference
     assert 0 < r.stats["drafted"] < 30  # drafts until position 80, then none

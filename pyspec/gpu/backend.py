@@ -69,9 +69,7 @@ class GPUBackend:
 
     def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None,
                  load_draft=None):
-        if max_ctx and max_ctx > champion.kv.max_ctx:
-            raise ValueError(f"the GPU cache was sized for {champion.kv.max_ctx} positions; load "
-                             f"the model with max_ctx >= {max_ctx}")
+        champion.limit_context(max_ctx)
         self.champion = champion
         self.dev = dev = champion.dev
         self.adapter = dev.name
@@ -142,11 +140,16 @@ class GPUBackend:
             # low-confidence one count as never proposed), keeping the cycle on the GPU.
             threshold = getattr(sched.policy, "threshold", 0.0)
             drafts = None
-        else:
-            proposal = (self.drafter.propose(tokens, k, None, sched.stop)
+        else:  # a CPU drafter (n-gram, or any drafter object a caller brings)
+            from ..engine import chooser
+
+            proposal = (self.drafter.propose(tokens, k, chooser(mode, opts), sched.stop)
                         if k > 0 and self.drafter else Proposal())
-            drafts = proposal.tokens[:k]
-            k = len(drafts)
+            del proposal.tokens[k:], proposal.q_draft[k:]
+            drafts, k = proposal.tokens, len(proposal.tokens)
+            if mode == "rejection" and any(q is not None for q in proposal.q_draft):
+                one_hot = False  # a sampling CPU drafter: its q_draft rows go up with the step
+                dev.write(self.q_draft, proposal.q_matrix(self.vocab).astype(np.float32))
             t_draft = time.perf_counter() - t0
         self.kv.rollback()  # a self:L draft left rows here; the champion pass rewrites them
         if drafts is None:  # draft tokens arrive by copy; only row 0 comes from the CPU

@@ -55,9 +55,9 @@ class GPUModel:
         except GGUFError as e:
             raise ModelError(f"{f.source} is not a complete Llama model: {e.reason}") from e
 
-        self.kv = KVCache(cfg.n_layers, min(max_ctx or cfg.context_length, cfg.context_length),
-                          cfg.n_kv_heads, hd, store=False)
-        ctx, kv_row = self.kv.max_ctx, cfg.n_kv_heads * hd
+        self.capacity = min(max_ctx or cfg.context_length, cfg.context_length)
+        self.kv = KVCache(cfg.n_layers, self.capacity, cfg.n_kv_heads, hd, store=False)
+        ctx, kv_row = self.capacity, cfg.n_kv_heads * hd
         # One buffer per layer keeps every binding under the 128 MiB storage-binding limit.
         self.k_cache = [dev.buffer(ctx * kv_row * 4, label=f"{label}.k{i}")   # (max_ctx, n_kv*hd)
                         for i in range(cfg.n_layers)]
@@ -89,6 +89,23 @@ class GPUModel:
 
         return GPUBackend(self, draft, max_ctx, load_draft)
 
+    def limit_context(self, max_ctx: int | None) -> None:
+        """Start a fresh cache of max_ctx positions (default: all the buffers hold)."""
+        if max_ctx and max_ctx > self.capacity:
+            raise ValueError(f"the GPU cache was sized for {self.capacity} positions; load the "
+                             f"model with max_ctx >= {max_ctx}")
+        cfg = self.config
+        self.kv = KVCache(cfg.n_layers, max_ctx or self.capacity, cfg.n_kv_heads, cfg.head_dim,
+                          store=False)
+
+    async def read_kv(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first n K and V rows of every layer, (n_layers, n, n_kv, hd) each (tests)."""
+        cfg = self.config
+        shape = (n, cfg.n_kv_heads, cfg.head_dim)
+        k = [await self.dev.read_array(b, np.float32, shape) for b in self.k_cache]
+        v = [await self.dev.read_array(b, np.float32, shape) for b in self.v_cache]
+        return np.stack(k), np.stack(v)
+
     # --- bookkeeping ----------------------------------------------------------------------------
     def sha256(self) -> str:
         if self._sha256 is None:
@@ -117,7 +134,7 @@ class GPUModel:
         key = (slot, n_layers, id(tokens))
         if key in self._plans:
             return self._plans[key]
-        dev, step, ctx = self.dev, self.steps.binding(slot), self.kv.max_ctx
+        dev, step, ctx = self.dev, self.steps.binding(slot), self.capacity
         hd, eps = cfg.head_dim, cfg.rms_eps
         out = [ops.embed(dev, self.tok_embd, tokens, self.x, step)]
         for i, w in enumerate(self.layers[:n_layers]):

@@ -6,15 +6,18 @@ step's values, so a cycle's dispatch list is built once and re-encoded every cyc
 that changes per pass comes from the Step slot bound at binding 1 (step.py).
 
 Buffers are given as a buffer (element offset 0) or a (buffer, element_offset) pair; offsets are in
-elements (u32 / f32), so a draft step i can write its token straight into slot i of the token list
-that the next draft step embeds from and the champion pass reads. A buffer that a kernel writes
-must not also be bound to another of its bindings (WebGPU forbids writable aliasing).
+elements (u32 / f32), so a draft step i writes its token straight into slot 1 + i of the
+champion pass's token list and, through the optional `tokens2`, into the next draft step's embed
+input: no copy, no CPU round trip. A buffer that a kernel writes must not also be bound to another
+of its bindings (WebGPU forbids writable aliasing).
 
 Random keys: the per-row kernels draw for row r at position step.pos + pos_shift + r. pos_shift
 defaults to 1 because they share the forward pass's step, whose row r is the KV row pos + r and
 predicts the token at pos + r + 1 (the champion pass starts at KV row c - 1, the last committed
 token, and predicts positions c .. c + K). accept keys draft i at step.pos + pos_shift + i; its
 pos_shift defaults to 0 (a slot with pos = c); pass 1 to share the champion pass's slot.
+A pass whose logits hold only some of its rows (a draft step that feeds two tokens but samples
+after the last) gives its sampling dispatch a step slot of its own with the rows and pos it has.
 
 Not here: what is drafted or when (the cycle), choosing K (schedule.py), reading the result back.
 """
@@ -62,11 +65,20 @@ def _check_rows(vocab: int, rows_cap: int) -> None:
 
 
 def _sample_params(dev, vocab, rows_cap, in_offset=0, in_stride=0, out_offset=0, out_stride=0,
-                   conf_offset=0, pos_shift=1, stream=0, n=0):
+                   conf_offset=0, pos_shift=1, stream=0, n=0, out2=None):
     """sample.wgsl's Params, in its field order."""
     fields = [vocab, rows_cap, in_offset, in_stride or vocab, out_offset, out_stride or vocab,
-              conf_offset, pos_shift, stream, n]
+              conf_offset, pos_shift, stream, n, _split(out2)[1] if out2 else 0, int(bool(out2))]
     return dev.uniform(np.array(fields, np.uint32), "sample.params")
+
+
+def _second(dev, tokens2, rows_cap: int):
+    """The second token output, or a scratch buffer when there is none: a binding must be
+    bound, and binding the first output twice would alias a writable buffer."""
+    if tokens2 is None:
+        return dev.buffer(4 * rows_cap, label="sample.tokens2 (unused)")
+    _need(dev, "tokens2", tokens2, rows_cap)
+    return _whole(tokens2)
 
 
 def _whole(binding):
@@ -75,12 +87,14 @@ def _whole(binding):
 
 
 def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = ROWS_MAX,
-                in_stride: int | None = None, pos_shift: int = 1) -> Dispatch:
+                in_stride: int | None = None, pos_shift: int = 1, tokens2=None) -> Dispatch:
     """tokens[r] = argmax of row r (greedy, T = 0) or its Gumbel replay sample; conf[r] = the top
     probability of softmax(logits / T) (T = 1 when greedy), for rows r < step.rows.
 
     logits (rows_cap, in_stride) f32 from its element offset; tokens (rows_cap,) u32 and
-    conf (rows_cap,) f32 from theirs. One workgroup per row.
+    conf (rows_cap,) f32 from theirs; tokens2, if given, (rows_cap,) u32 gets the tokens too
+    (e.g. the next draft step's embed input while `tokens` is the champion's token list).
+    One workgroup per row.
     """
     _check_rows(vocab, rows_cap)
     stride = in_stride or vocab
@@ -89,9 +103,10 @@ def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = 
     _need(dev, "conf", conf, rows_cap)
     params = _sample_params(dev, vocab, rows_cap, in_offset=_split(logits)[1], in_stride=stride,
                             out_offset=_split(tokens)[1], conf_offset=_split(conf)[1],
-                            pos_shift=pos_shift)
+                            pos_shift=pos_shift, out2=tokens2)
     return dev.dispatch("sample", "argmax_rows",
-                        [params, step, _whole(logits), _whole(tokens), _whole(conf)], rows_cap)
+                        [params, step, _whole(logits), _whole(tokens), _whole(conf),
+                         _second(dev, tokens2, rows_cap)], rows_cap)
 
 
 def softmax_rows(dev, logits, probs, conf, step, *, vocab: int, rows_cap: int = ROWS_MAX,
@@ -115,20 +130,23 @@ def softmax_rows(dev, logits, probs, conf, step, *, vocab: int, rows_cap: int = 
 
 def sample_rows(dev, probs, tokens, step, *, vocab: int, stream: int = rng.STREAM_DRAFT,
                 rows_cap: int = ROWS_MAX, in_stride: int | None = None,
-                pos_shift: int = 1) -> Dispatch:
+                pos_shift: int = 1, tokens2=None) -> Dispatch:
     """tokens[r] = an exact inverse-CDF sample of probs row r with
     u = uniform(seed, step.pos + pos_shift + r, stream, 0) (verify.sample_categorical_rows).
 
-    probs (rows_cap, in_stride) f32 with entries in [0, 1]; tokens (rows_cap,) u32.
+    probs (rows_cap, in_stride) f32 with entries in [0, 1]; tokens (rows_cap,) u32; tokens2 as
+    in argmax_rows.
     """
     _check_rows(vocab, rows_cap)
     stride = in_stride or vocab
     _need(dev, "probs", probs, (rows_cap - 1) * stride + vocab)
     _need(dev, "tokens", tokens, rows_cap)
     params = _sample_params(dev, vocab, rows_cap, in_offset=_split(probs)[1], in_stride=stride,
-                            out_offset=_split(tokens)[1], pos_shift=pos_shift, stream=stream)
+                            out_offset=_split(tokens)[1], pos_shift=pos_shift, stream=stream,
+                            out2=tokens2)
     return dev.dispatch("sample", "sample_rows",
-                        [params, step, _whole(probs), _whole(tokens)], rows_cap)
+                        [params, step, _whole(probs), _whole(tokens),
+                         _second(dev, tokens2, rows_cap)], rows_cap)
 
 
 def rng_fill(dev, keys, out, step, *, n: int) -> Dispatch:
@@ -144,21 +162,25 @@ def rng_fill(dev, keys, out, step, *, n: int) -> Dispatch:
 
 
 def accept(dev, champion, p_target, q_draft, drafts, conf, out, step, *, vocab: int,
-           conf_threshold: float = 0.0, pos_shift: int = 0) -> Dispatch:
+           conf_threshold: float = 0.0, pos_shift: int = 0, rejection: bool = True) -> Dispatch:
     """The accept kernel (one workgroup): verify.py's rule for step.mode, writing ACCEPT_WORDS u32
     to `out` (n_accepted, K_eff, n_emitted, how, tokens[16], tests[16], p[16], q[16]).
 
     champion (K+1,) u32 (argmax_rows, greedy / replay); p_target (K+1, vocab) f32 and
     q_draft (K, vocab) f32 (softmax_rows; rejection; q is not read with FLAG_ONE_HOT, bind any
     buffer); drafts (K,) u32; conf (K,) f32 (read only when conf_threshold > 0). Shapes are
-    checked for capacity, K + 1 = ROWS_MAX rows.
+    checked for capacity, K + 1 = ROWS_MAX rows. rejection=False declares a plan that never runs
+    in rejection mode, so p_target and q_draft may be any small buffer (they are bound, not read).
     """
     if not 0 < vocab < 2**24:
         raise SamplingShapeError(f"vocab must be in [1, 2^24), got {vocab}")
     if not 0.0 <= conf_threshold <= 1.0:
         raise SamplingShapeError(f"conf_threshold must be in [0, 1], got {conf_threshold}")
     _need(dev, "champion", champion, ROWS_MAX)
-    _need(dev, "p_target", p_target, ROWS_MAX * vocab)
+    if rejection:
+        _need(dev, "p_target", p_target, ROWS_MAX * vocab)
+    if conf_threshold > 0:
+        _need(dev, "conf", conf, ROWS_MAX - 1)
     _need(dev, "drafts", drafts, ROWS_MAX - 1)
     _need(dev, "out", out, ACCEPT_WORDS)
     fields = np.array([vocab, _split(p_target)[1], vocab, _split(q_draft)[1], vocab,

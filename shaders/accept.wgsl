@@ -1,0 +1,220 @@
+// The accept kernel: the rules of pyspec/verify.py applied on the GPU at the end of a cycle, so a
+// cycle reads back only `out` (ACCEPT_WORDS u32). One workgroup of WG threads; host wrapper
+// pyspec/gpu/sampling.py:accept.
+//
+// Step: n_draft = K (clamped to ROWS_MAX - 1 = 15), mode, seed, and pos with
+// params.pos_shift: draft i is the token at position c + i, c = step.pos + pos_shift (the
+// committed length; pos_shift = 0 for a slot with pos = c, 1 when sharing the champion pass's
+// slot, whose pos is the KV row c - 1 of its first input token).
+// Confidence stop: drafts from the first i with conf[i] < params.conf_threshold on were never
+// proposed, so the cycle is verified as one with K_eff = that i drafts (bonus row K_eff, keys at
+// c + K_eff). conf is what argmax_rows / softmax_rows wrote for the draft steps; threshold 0
+// never stops (conf is then not read).
+//
+// Rules (verify.py), for i < K_eff:
+//   greedy / replay: test_i = draft_i == champion_i; emit champion[0 .. n_accepted] (the
+//       champion's tokens from argmax_rows: its argmax, or its Gumbel replay sample).
+//   rejection: test_i = q_i > 0 && u_accept_i q_i < p_i, exactly (no rounding), where
+//       p_i = p_target[i, d_i], q_i = q_draft[i, d_i] (1 with FLAG_ONE_HOT, q not read) and
+//       u_accept_i = uniform(seed, c + i, STREAM_ACCEPT, 0); a draft id >= vocab fails.
+//       At the first failure n: sample max(p_target[n] - q_draft[n], 0) with
+//       uniform(seed, c + n, STREAM_RESIDUAL, 0), or p_target[n] itself if that residual is all
+//       zero; if all K_eff pass: sample p_target[K_eff] with uniform(seed, c + K_eff,
+//       STREAM_BONUS, 0). Sampling is exact (categorical.wgsl).
+// n_accepted = the number of leading passed tests.
+//
+// out (u32 words, from params.out_offset):
+//   [0] n_accepted   [1] K_eff   [2] n_emitted = n_accepted + 1
+//   [3] how the last token was chosen: 0 champion token (greedy / replay), 1 residual sample,
+//       2 p_target sample because the residual was empty, 3 bonus sample (rejection)
+//   [4 + j]  j < 16: emitted tokens (drafts[0 .. n_accepted), then the last), NONE after
+//   [20 + i] i < 16: test_i for i < K_eff (1 pass / 0 fail, evaluated also after the first
+//            failure, for statistics), NONE for i >= K_eff
+//   [36 + i] i < 16: f32 bits of p_target[i, d_i] (rejection, i < K_eff; else 0)
+//   [52 + i] i < 16: f32 bits of q_draft[i, d_i] (likewise; 1.0 with FLAG_ONE_HOT)
+
+//!include step.wgsl
+//!include rng.wgsl
+//!include categorical.wgsl
+
+const ROWS_MAX: u32 = 16u;
+const MODE_REJECTION: u32 = 2u;
+const FLAG_ONE_HOT: u32 = 1u;
+const NONE: u32 = 0xffffffffu;
+
+struct Params {
+    vocab: u32,
+    p_offset: u32,         // element index of p_target row 0
+    p_stride: u32,         // elements between p_target rows
+    q_offset: u32,         // element index of q_draft row 0
+    q_stride: u32,         // elements between q_draft rows
+    champion_offset: u32,  // index of the champion's row-0 token in `champion`
+    draft_offset: u32,     // index of draft 0 in `drafts`
+    conf_offset: u32,      // index of draft 0's confidence in `conf`
+    conf_threshold: f32,
+    pos_shift: u32,
+    out_offset: u32,       // index of word 0 of the result in `out`
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> champion: array<u32>;  // (K+1,) argmax_rows tokens
+@group(0) @binding(3) var<storage, read> p_target: array<f32>;  // (K+1, p_stride) softmax_rows
+@group(0) @binding(4) var<storage, read> q_draft: array<f32>;   // (K, q_stride) softmax_rows
+@group(0) @binding(5) var<storage, read> drafts: array<u32>;    // (K,) the drafted tokens
+@group(0) @binding(6) var<storage, read> conf: array<f32>;      // (K,) the drafts' confidences
+@group(0) @binding(7) var<storage, read_write> out: array<u32>; // (ACCEPT_WORDS,) see above
+
+var<workgroup> tests: array<u32, ROWS_MAX>;  // (16,) test_i, 1 pass / 0 fail
+var<workgroup> residual_nonempty: atomic<u32>;
+
+// The row sampled at the end, read by cat_weight: p_target row `row`, minus q_draft row `row`
+// (or the one-hot row at `one_hot_token`) when `residual` is set.
+var<private> row: u32;
+var<private> residual: bool;
+var<private> one_hot: bool;
+var<private> one_hot_token: u32;
+
+fn q_fixed(j: u32) -> vec4<u32> {
+    if (one_hot) {
+        return select(vec4<u32>(0u), fixed_from_f32(1.0), j == one_hot_token);
+    }
+    return fixed_from_f32(q_draft[params.q_offset + row * params.q_stride + j]);
+}
+
+fn cat_weight(j: u32) -> vec4<u32> {
+    let p = fixed_from_f32(p_target[params.p_offset + row * params.p_stride + j]);
+    if (!residual) { return p; }
+    let q = q_fixed(j);
+    return select(vec4<u32>(0u), u128_sub(p, q), u128_less(q, p));  // max(p - q, 0)
+}
+
+// f32 v >= 0 as (mantissa, exponent): v = m 2^e exactly; m = 0 for 0 (and for inf / NaN).
+fn split_f32(v: f32) -> vec2<i32> {
+    let bits = bitcast<u32>(v) & 0x7fffffffu;
+    let e_bits = bits >> 23u;
+    if (e_bits == 0xffu) { return vec2<i32>(0, 0); }
+    if (e_bits == 0u) { return vec2<i32>(i32(bits), -149); }
+    return vec2<i32>(i32((bits & 0x7fffffu) | 0x800000u), i32(e_bits) - 150);
+}
+
+fn bit_length(x: u32) -> i32 {
+    return 32 - i32(countLeadingZeros(x));
+}
+
+// (lo, hi) << s, for a result below 2^64.
+fn shl64(v: vec2<u32>, s: u32) -> vec2<u32> {
+    if (s == 0u) { return v; }
+    if (s >= 32u) { return vec2<u32>(0u, v.x << (s - 32u)); }
+    return vec2<u32>(v.x << s, (v.y << s) | (v.x >> (32u - s)));
+}
+
+fn less64(a: vec2<u32>, b: vec2<u32>) -> bool {
+    return a.y < b.y || (a.y == b.y && a.x < b.x);
+}
+
+// Is (k 2^-24) q < p, exactly as in float64 (where the product of two 24-bit values is exact)?
+// k < 2^24; p, q >= 0. Compares k m_q 2^(e_q - 24) with m_p 2^e_p as integers.
+fn u_times_q_less_p(k: u32, q: f32, p: f32) -> bool {
+    let sq = split_f32(q);
+    let sp = split_f32(p);
+    if (sp.x == 0) { return false; }
+    if (k == 0u || sq.x == 0) { return true; }
+    let a = mul_wide(k, u32(sq.x));  // < 2^48
+    let na = select(bit_length(a.x), 32 + bit_length(a.y), a.y != 0u);
+    let nb = bit_length(u32(sp.x));
+    let top_a = na + sq.y - 24;  // bit length of the value, in units of 2^0
+    let top_b = nb + sp.y;
+    if (top_a != top_b) { return top_a < top_b; }
+    let b = vec2<u32>(u32(sp.x), 0u);
+    if (na >= nb) { return less64(a, shl64(b, u32(na - nb))); }
+    return less64(shl64(a, u32(nb - na)), b);
+}
+
+@compute @workgroup_size(WG)
+fn accept(@builtin(local_invocation_index) tid: u32) {
+    let k = min(step.n_draft, ROWS_MAX - 1u);
+    let c = step.pos + params.pos_shift;
+    let rejection = step.mode == MODE_REJECTION;
+    one_hot = (step.flags & FLAG_ONE_HOT) != 0u;
+    var k_eff = k;
+    if (params.conf_threshold > 0.0) {
+        for (var i = 0u; i < k; i++) {
+            if (conf[params.conf_offset + i] < params.conf_threshold) {
+                k_eff = i;
+                break;
+            }
+        }
+    }
+
+    // One thread per draft position: the tests, and the diagnostics that come with them.
+    if (tid == 0u) { atomicStore(&residual_nonempty, 0u); }
+    if (tid < ROWS_MAX) {
+        var test = 0u;
+        var p = 0.0;
+        var q = 0.0;
+        if (tid < k_eff) {
+            let d = drafts[params.draft_offset + tid];
+            if (!rejection) {
+                test = u32(d == champion[params.champion_offset + tid]);
+            } else if (d < params.vocab) {
+                p = p_target[params.p_offset + tid * params.p_stride + d];
+                q = 1.0;
+                if (!one_hot) { q = q_draft[params.q_offset + tid * params.q_stride + d]; }
+                let u = hash_u32(step.seed_lo, step.seed_hi, c + tid, STREAM_ACCEPT, 0u) >> 8u;
+                test = u32(q > 0.0 && u_times_q_less_p(u, q, p));
+            }
+        }
+        tests[tid] = test;
+        out[params.out_offset + 20u + tid] = select(NONE, test, tid < k_eff);
+        out[params.out_offset + 36u + tid] = bitcast<u32>(p);
+        out[params.out_offset + 52u + tid] = bitcast<u32>(q);
+    }
+    workgroupBarrier();
+    var n = 0u;
+    while (n < k_eff && tests[n] == 1u) { n++; }
+
+    var last: u32;
+    var how = 0u;
+    if (!rejection) {
+        last = champion[params.champion_offset + n];
+    } else {  // uniform: step is a uniform buffer; every thread reaches both barriers below
+        row = n;
+        residual = n < k_eff;
+        one_hot_token = drafts[params.draft_offset + min(n, ROWS_MAX - 2u)];
+        // verify.py: the residual is all zero only when p_target[n] == q_draft[n]; sample p then.
+        if (residual) {
+            var found = false;
+            for (var j = tid; j < params.vocab && !found; j += WG) {
+                found = !u128_is_zero(cat_weight(j));
+            }
+            if (found) { atomicOr(&residual_nonempty, 1u); }
+        }
+        workgroupBarrier();
+        var stream = STREAM_BONUS;
+        how = 3u;
+        if (residual) {
+            stream = STREAM_RESIDUAL;
+            how = 1u;
+            if (atomicLoad(&residual_nonempty) == 0u) {
+                residual = false;
+                how = 2u;
+            }
+        }
+        let u = hash_u32(step.seed_lo, step.seed_hi, c + n, stream, 0u) >> 8u;
+        last = cat_sample(tid, params.vocab, u);
+    }
+
+    if (tid < ROWS_MAX) {
+        var token = NONE;
+        if (tid < n) { token = drafts[params.draft_offset + tid]; }
+        if (tid == n) { token = last; }
+        out[params.out_offset + 4u + tid] = token;
+    }
+    if (tid == 0u) {
+        out[params.out_offset] = n;
+        out[params.out_offset + 1u] = k_eff;
+        out[params.out_offset + 2u] = n + 1u;
+        out[params.out_offset + 3u] = how;
+    }
+}

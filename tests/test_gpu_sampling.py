@@ -1,0 +1,405 @@
+"""Tests for the sampling and accept kernels (shaders/sample.wgsl, shaders/accept.wgsl,
+pyspec/gpu/sampling.py) against the references they must equal: pyspec/rng.py for the random
+numbers and pyspec/verify.py for every token choice and accept decision.
+
+Tokens, ids and accept decisions must match exactly. Floats use atol + rtol * |ref|:
+Gumbel noise 1e-6 + 1e-6 |g| (f32 logs), probabilities and confidences 1e-9 + 2e-5 |p| (f32 exp
+and sums over up to 49152 entries). The one allowed token difference is a replay argmax whose two
+best float64 scores lie within 1e-5 (the GPU scores in float32); the seeds here hit none.
+Skipped where no WebGPU adapter exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from pyspec import rng, verify
+from pyspec.gpu import native, sampling
+from pyspec.gpu.device import ROWS_MAX
+from pyspec.gpu.step import Steps
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="no WebGPU adapter")
+
+SEED = 0x1234_5678_9ABC_DEF0  # >= 2^32: both seed words matter
+POS = 4_000_000_000 - 40       # near the top of the u32 range: positions up to POS + 16 still fit
+
+
+@pytest.fixture(scope="module")
+def dev():
+    device = native.NativeDevice()
+    yield device
+    device.destroy()
+
+
+def run(dev, commands, buffer, dtype, shape, offset: int = 0) -> np.ndarray:
+    dev.submit(commands)
+    return asyncio.run(dev.read_array(buffer, dtype, shape, offset))
+
+
+def one_step(dev, **fields):
+    steps = Steps(dev, 1)
+    steps.set(0, **fields)
+    steps.upload()
+    return steps.binding(0)
+
+
+def random_logits(gen, rows: int, vocab: int, scale: float = 3.0) -> np.ndarray:
+    return (gen.standard_normal((rows, vocab)) * scale).astype(np.float32)  # (rows, vocab)
+
+
+# ---------------------------------------------------------------------------------------------
+# rng.wgsl
+# ---------------------------------------------------------------------------------------------
+def test_rng_bits_equal_rng_py(dev):
+    gen = np.random.default_rng(1)
+    n = 4096
+    seeds = [int(s) for s in gen.integers(0, 2**63, n)]
+    seeds[:4] = [0, 2**64 - 1, 2**32, SEED]
+    keys = np.zeros((n, 2, 4), np.uint32)  # ((seed_lo, seed_hi, position, stream), (index, ...))
+    keys[:, 0, 0] = [s & 0xFFFFFFFF for s in seeds]
+    keys[:, 0, 1] = [s >> 32 for s in seeds]
+    keys[:, 0, 2] = gen.integers(0, 2**32, n)
+    keys[:, 0, 3] = gen.integers(0, 8, n)
+    keys[:, 1, 0] = gen.integers(0, 2**32, n)
+    keys[1, 0, 2:] = keys[1, 1, 0] = 2**32 - 1
+    out = dev.buffer(16 * n)
+    got = run(dev, [sampling.rng_fill(dev, dev.upload(keys), out, one_step(dev, rows=1, pos=0),
+                                      n=n)], out, np.uint32, (n, 4))
+    key = [(seeds[i], int(keys[i, 0, 2]), int(keys[i, 0, 3]), int(keys[i, 1, 0])) for i in range(n)]
+    np.testing.assert_array_equal(got[:, 0], [rng.hash_u32(*k) for k in key])
+    np.testing.assert_array_equal(got[:, 1].view(np.float32), [rng.uniform(*k) for k in key])
+    u = np.array([rng.uniform(s, p, rng.STREAM_GUMBEL, i) for s, p, _, i in key])
+    g_ref = -np.log(-np.log(u + 2.0**-25))
+    g = got[:, 2].view(np.float32).astype(np.float64)
+    assert np.isfinite(g).all()
+    assert (np.abs(g - g_ref) <= 1e-6 + 1e-6 * np.abs(g_ref)).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# argmax_rows, softmax_rows, sample_rows
+# ---------------------------------------------------------------------------------------------
+def argmax_pass(dev, logits, rows, mode, temperature, pos=POS):
+    """argmax_rows over the first `rows` rows of logits (rows_cap, vocab); returns tokens, conf."""
+    rows_cap, vocab = logits.shape
+    tokens = dev.upload(np.full(rows_cap, 7777, np.uint32))
+    conf = dev.upload(np.full(rows_cap, -1.0, np.float32))
+    step = one_step(dev, rows=rows, pos=pos, seed=SEED, temperature=temperature, mode=mode)
+    d = sampling.argmax_rows(dev, dev.upload(logits), tokens, conf, step, vocab=vocab,
+                             rows_cap=rows_cap)
+    return (run(dev, [d], tokens, np.uint32, (rows_cap,)),
+            asyncio.run(dev.read_array(conf, np.float32, (rows_cap,))))
+
+
+@pytest.mark.parametrize("vocab", [33, 32001, 49152])
+@pytest.mark.parametrize("mode, temperature", [("greedy", 0.0), ("replay", 0.8)])
+def test_argmax_rows(dev, vocab, mode, temperature):
+    gen = np.random.default_rng(vocab)
+    logits = random_logits(gen, ROWS_MAX, vocab)
+    logits[1, [5, 17, vocab - 1]] = logits[1].max() + 1.0  # planted tie: the lowest id wins
+    logits[2, :] = 0.5                                       # all tied
+    logits[3, vocab - 1] = 100.0                             # the last id
+    tokens, conf = argmax_pass(dev, logits, ROWS_MAX, mode, temperature)
+    x = logits.astype(np.float64)
+    if mode == "greedy":
+        expected = np.argmax(x, axis=-1)
+        probs = verify.softmax(x, 1.0)
+        assert tokens[1] == 5 and tokens[2] == 0 and tokens[3] == vocab - 1
+    else:
+        positions = POS + 1 + np.arange(ROWS_MAX)  # pos_shift = 1: row r predicts pos + r + 1
+        noise = rng.gumbel(SEED, positions, vocab)  # (rows, vocab)
+        expected = verify.sample_replay_rows(x, temperature, noise)
+        scores = np.sort(x / temperature + noise, axis=-1)
+        assert (scores[:, -1] - scores[:, -2] > 1e-5).all(), "near tie: pick another seed"
+        probs = verify.softmax(x, temperature)
+    np.testing.assert_array_equal(tokens, expected)
+    ref = probs.max(axis=-1)
+    assert (np.abs(conf - ref) <= 1e-9 + 2e-5 * ref).all()
+
+    # Batch invariance and early exit: rows r < m of an m-row pass equal a 1-row pass at r.
+    m = 5
+    tokens_m, conf_m = argmax_pass(dev, logits, m, mode, temperature)
+    assert (tokens_m[m:] == 7777).all() and (conf_m[m:] == -1.0).all()
+    for r in (0, 3):
+        tokens_1, conf_1 = argmax_pass(dev, logits[r:r + 1], 1, mode, temperature, pos=POS + r)
+        assert tokens_1[0] == tokens_m[r] == tokens[r]
+        assert conf_1[0].tobytes() == conf_m[r].tobytes() == conf[r].tobytes()
+
+
+def softmax_pass(dev, logits, rows, temperature, pos=POS):
+    rows_cap, vocab = logits.shape
+    probs = dev.upload(np.full((rows_cap, vocab), -1.0, np.float32))
+    conf = dev.buffer(4 * rows_cap)
+    step = one_step(dev, rows=rows, pos=pos, temperature=temperature, mode="rejection")
+    d = sampling.softmax_rows(dev, dev.upload(logits), probs, conf, step, vocab=vocab,
+                              rows_cap=rows_cap)
+    return (run(dev, [d], probs, np.float32, (rows_cap, vocab)),
+            asyncio.run(dev.read_array(conf, np.float32, (rows_cap,))))
+
+
+@pytest.mark.parametrize("vocab", [33, 32001])
+def test_softmax_rows(dev, vocab):
+    gen = np.random.default_rng(vocab + 1)
+    logits = random_logits(gen, ROWS_MAX, vocab, scale=4.0)
+    logits[0, :3] = -np.inf  # masked entries give exactly 0
+    for temperature in (1.0, 0.6):
+        probs, conf = softmax_pass(dev, logits, ROWS_MAX, temperature)
+        ref = verify.softmax(logits, temperature)
+        assert (np.abs(probs - ref) <= 1e-9 + 2e-5 * ref).all()
+        assert (probs[0, :3] == 0).all()
+        np.testing.assert_array_equal(conf, probs.max(axis=-1))
+    # Batch invariance: row r of a 16-row pass equals the 1-row pass, bit for bit.
+    for r in (0, 9):
+        one, _ = softmax_pass(dev, logits[r:r + 1], 1, 0.6)
+        assert one.tobytes() == probs[r].tobytes()
+
+
+def test_softmax_rows_output_row_offset(dev):
+    """A draft step i writes its q_draft row at row i of a (K, vocab) buffer."""
+    vocab, i = 33, 3
+    logits = random_logits(np.random.default_rng(5), 1, vocab)
+    q = dev.upload(np.full((ROWS_MAX, vocab), -1.0, np.float32))
+    conf = dev.upload(np.full(ROWS_MAX, -1.0, np.float32))
+    step = one_step(dev, rows=1, pos=POS, temperature=0.9, mode="rejection")
+    d = sampling.softmax_rows(dev, dev.upload(logits), (q, i * vocab), (conf, i), step,
+                              vocab=vocab, rows_cap=1)
+    got = run(dev, [d], q, np.float32, (ROWS_MAX, vocab))
+    conf_got = asyncio.run(dev.read_array(conf, np.float32, (ROWS_MAX,)))
+    assert (np.delete(got, i, axis=0) == -1.0).all() and (np.delete(conf_got, i) == -1.0).all()
+    assert np.allclose(got[i], verify.softmax(logits[0], 0.9), rtol=2e-5, atol=1e-9)
+    assert conf_got[i] == got[i].max()
+
+
+def sample_pass(dev, probs, rows, pos=POS, stream=rng.STREAM_DRAFT):
+    rows_cap, vocab = probs.shape
+    tokens = dev.upload(np.full(rows_cap, 7777, np.uint32))
+    step = one_step(dev, rows=rows, pos=pos, seed=SEED, mode="rejection")
+    d = sampling.sample_rows(dev, dev.upload(probs), tokens, step, vocab=vocab, stream=stream,
+                             rows_cap=rows_cap)
+    return run(dev, [d], tokens, np.uint32, (rows_cap,))
+
+
+@pytest.mark.parametrize("vocab", [33, 32001, 49152])
+def test_sample_rows(dev, vocab):
+    gen = np.random.default_rng(vocab + 2)
+    u = rng.uniforms(SEED, POS + 1 + np.arange(ROWS_MAX), rng.STREAM_DRAFT, 0)  # (rows,)
+    probs = verify.softmax(random_logits(gen, ROWS_MAX, vocab, scale=2.0), 1.0)
+    probs[gen.random(probs.shape) < 0.3] = 0.0  # zero-probability entries everywhere
+    probs[1, -vocab // 2:] = 0.0                # a zero tail: the last positive may be taken
+    probs[2, :] = 0.0
+    probs[2, vocab // 3] = 0.25                 # one token only, not normalised
+    probs[3, :] = 0.0                           # an exact boundary: cum[0] == u * total, so
+    probs[3, 0], probs[3, 2] = u[3], 1.0 - u[3]  # the first index *exceeding* it is 2
+    probs = probs.astype(np.float32)
+    tokens = sample_pass(dev, probs, ROWS_MAX)
+    expected = verify.sample_categorical_rows(probs.astype(np.float64), u)
+    np.testing.assert_array_equal(tokens, expected)
+    assert tokens[2] == vocab // 3 and tokens[3] == 2
+    assert (probs[np.arange(ROWS_MAX), tokens] > 0).all()
+    # Batch invariance: a 1-row pass at row r's position draws the same token.
+    for r in (0, 7):
+        assert sample_pass(dev, probs[r:r + 1], 1, pos=POS + r)[0] == tokens[r]
+
+
+def test_sample_rows_exact_where_float32_is_not(dev):
+    """Flat rows (vocab 49152, all equal or nearly): a float32 cumulative sum lands on the
+    neighbouring token in most of these draws; the exact sampler must equal float64 in all."""
+    gen = np.random.default_rng(11)
+    vocab, flips = 49152, 0
+    for trial in range(3):
+        logits = random_logits(gen, ROWS_MAX, vocab, scale=0.01)
+        logits[::2] = 0.0  # exactly uniform rows: the answer is floor(u * vocab)
+        probs = verify.softmax(logits, 1.0).astype(np.float32)
+        pos = 1000 + 16 * trial
+        u = rng.uniforms(SEED, pos + 1 + np.arange(ROWS_MAX), rng.STREAM_DRAFT, 0)
+        expected = verify.sample_categorical_rows(probs.astype(np.float64), u)
+        np.testing.assert_array_equal(sample_pass(dev, probs, ROWS_MAX, pos=pos), expected)
+        np.testing.assert_array_equal(expected[::2], np.floor(u[::2] * vocab))
+        cumulative = np.cumsum(probs, axis=-1, dtype=np.float32)  # what float32 would do
+        naive = (cumulative <= (u[:, None] * cumulative[:, -1:]).astype(np.float32)).sum(-1)
+        flips += int((naive != expected).sum())
+    assert flips > 0  # the data can tell an inexact sampler from an exact one
+
+
+def test_draft_step_outputs(dev):
+    """Draft step i: its token goes to slot 1 + i of the champion's token list (which starts
+    with the last committed token) and to slot 0 of the next draft step's embed input."""
+    vocab, i, pos = 33, 2, POS + 2
+    gen = np.random.default_rng(9)
+    logits = random_logits(gen, 1, vocab)
+    probs = verify.softmax(logits, 0.9).astype(np.float32)
+    for kind in ("argmax", "sample"):
+        token_list = dev.upload(np.full(ROWS_MAX, 7777, np.uint32))
+        embed_in = dev.upload(np.full(ROWS_MAX, 7777, np.uint32))
+        step = one_step(dev, rows=1, pos=pos, seed=SEED, temperature=0.9, mode="rejection")
+        if kind == "argmax":
+            d = sampling.argmax_rows(dev, dev.upload(logits), (token_list, 1 + i),
+                                     dev.buffer(64), step, vocab=vocab, rows_cap=1,
+                                     tokens2=(embed_in, 0))
+            expected = int(np.argmax(logits[0]))  # rejection mode: argmax_rows is plain argmax
+        else:
+            d = sampling.sample_rows(dev, dev.upload(probs), (token_list, 1 + i), step,
+                                     vocab=vocab, rows_cap=1, tokens2=(embed_in, 0))
+            expected = verify.sample_categorical(
+                probs[0].astype(np.float64), rng.uniform(SEED, pos + 1, rng.STREAM_DRAFT))
+        got = run(dev, [d], token_list, np.uint32, (ROWS_MAX,))
+        embed = asyncio.run(dev.read_array(embed_in, np.uint32, (ROWS_MAX,)))
+        assert got[1 + i] == expected and embed[0] == expected, kind
+        assert (np.delete(got, 1 + i) == 7777).all() and (embed[1:] == 7777).all(), kind
+
+
+# ---------------------------------------------------------------------------------------------
+# accept
+# ---------------------------------------------------------------------------------------------
+class AcceptCase:
+    """One cycle's inputs on the host, the reference verdict, and the K_eff it implies."""
+
+    def __init__(self, gen, mode: str, k: int, vocab: int, kind: str = "random",
+                 one_hot: bool = False, conf_threshold: float = 0.0):
+        self.mode, self.k, self.vocab, self.one_hot = mode, k, vocab, one_hot
+        self.conf_threshold, self.pos = conf_threshold, int(gen.integers(0, 2**31))
+        self.temperature = 0.0 if mode == "greedy" else 0.9
+        logits = random_logits(gen, k + 1, vocab, scale=float(gen.choice([0.5, 2.0, 6.0])))
+        self.conf = gen.random(k).astype(np.float32)  # (K,) draft confidences
+        self.k_eff = next((i for i in range(k) if self.conf[i] < conf_threshold), k)
+        ke = self.k_eff
+        if mode == "rejection":
+            self._rejection(gen, logits, kind)
+        else:
+            gumbel = (np.stack([rng.gumbel(SEED, self.pos + i, vocab) for i in range(k + 1)])
+                      if mode == "replay" else np.zeros((k + 1, vocab)))
+            self.champion = verify.sample_replay_rows(logits, self.temperature, gumbel)
+            match = gen.random(k) < {"random": 0.7, "all": 1.0, "first": 0.0}[kind]
+            other = (self.champion[:k] + 1 + gen.integers(0, vocab - 1, k)) % vocab
+            self.drafts = np.where(match, self.champion[:k], other)
+            ref = (verify.verify_greedy(logits[:ke + 1], self.drafts[:ke]) if mode == "greedy"
+                   else verify.verify_replay(logits[:ke + 1], self.drafts[:ke], self.temperature,
+                                             gumbel[:ke + 1]))
+            self.p = np.zeros((k + 1, vocab), np.float32)
+            self.q = np.zeros((k, vocab), np.float32)
+            self.expected = (ref.n_accepted, ref.tokens)
+            self.tests = tuple(int(t) for t in self.drafts[:ke] == self.champion[:ke])
+
+    def _rejection(self, gen, logits, kind):
+        k, vocab, ke = self.k, self.vocab, self.k_eff
+        p = verify.softmax(logits, self.temperature).astype(np.float32)  # (K+1, vocab)
+        noise = random_logits(gen, k, vocab, scale=float(gen.choice([0.1, 1.0])))
+        q = verify.softmax(logits[:k] + noise, self.temperature).astype(np.float32)  # (K, vocab)
+        drafts = np.array([verify.sample_categorical(q[i], gen.random()) for i in range(k)],
+                          dtype=np.int64)
+        if k and kind in ("q_zero", "p_eq_q"):  # the draft claims its token impossible: rejected
+            q[0, drafts[0]] = 0.0
+            q[0] /= q[0].sum(dtype=np.float32)
+        if k and kind == "p_zero":    # the champion cannot produce the draft: rejected
+            p[0, drafts[0]] = 0.0
+            p[0] /= p[0].sum(dtype=np.float32)
+        if k and kind == "p_eq_q":  # rejected at 0 with p == q: the residual is all zero, so
+            p[:k] = q               # p_target itself is sampled
+        if k and kind == "all":       # one-hot q, p == q: every test passes (u < 1)
+            q[:, :] = 0.0
+            q[np.arange(k), drafts] = 1.0
+            p[:k] = q
+        if self.one_hot:
+            q = np.zeros((k, vocab), np.float32)
+            q[np.arange(k), drafts] = 1.0
+        c = self.pos
+        u_accept = rng.uniforms(SEED, c + np.arange(ke), rng.STREAM_ACCEPT, 0)
+        if kind == "boundary":  # p(d) = u q(d) rounded to f32: above, equal or below the exact
+            for i in range(k):  # product, which an f32 product u * q could not tell apart
+                u = rng.uniform(SEED, c + i, rng.STREAM_ACCEPT)
+                at = np.float32(u * np.float64(q[i, drafts[i]]))
+                p[i] *= (1 - at) / (1 - p[i, drafts[i]])  # the others take the rest
+                p[i, drafts[i]] = at
+        self.p, self.q, self.drafts = p, q, drafts
+        self.champion = np.zeros(k + 1, np.int64)
+        u_residual = rng.uniforms(SEED, c + np.arange(ke), rng.STREAM_RESIDUAL, 0)
+        ref = verify.verify_rejection(p[:ke + 1], q[:ke], drafts[:ke], u_accept, u_residual,
+                                      rng.uniform(SEED, c + ke, rng.STREAM_BONUS))
+        self.expected = (ref.n_accepted, ref.tokens)
+        p_d = p[np.arange(ke), drafts[:ke]].astype(np.float64)  # every test, also after the
+        q_d = q[np.arange(ke), drafts[:ke]].astype(np.float64)  # first failure (diagnostics)
+        self.tests = tuple(int(t) for t in (q_d > 0) & (u_accept * q_d < p_d))
+
+
+def run_accept(dev, cases: list[AcceptCase]) -> list[dict]:
+    """All cases in one submission, each with its own step slot and output words."""
+    steps = Steps(dev, len(cases))
+    out = dev.buffer(4 * sampling.ACCEPT_WORDS * len(cases))
+    commands = []
+    for j, case in enumerate(cases):
+        vocab, k = case.vocab, case.k
+        pad = np.zeros((ROWS_MAX, vocab), np.float32)
+        p, q = pad.copy(), pad.copy()
+        p[:k + 1], q[:k] = case.p, case.q
+        if case.one_hot:
+            q[:] = np.nan  # FLAG_ONE_HOT: q_draft must not be read
+        champion, drafts, conf = (np.zeros(ROWS_MAX, np.uint32) for _ in range(3))
+        champion[:k + 1], drafts[:k] = case.champion, case.drafts
+        conf = np.ones(ROWS_MAX, np.float32)
+        conf[:k] = case.conf
+        steps.set(j, rows=k + 1, pos=case.pos, seed=SEED, temperature=case.temperature,
+                  n_draft=k, mode=case.mode, one_hot=case.one_hot)
+        commands.append(sampling.accept(
+            dev, dev.upload(champion), dev.upload(p), dev.upload(q), dev.upload(drafts),
+            dev.upload(conf), (out, j * sampling.ACCEPT_WORDS), steps.binding(j), vocab=vocab,
+            conf_threshold=case.conf_threshold))
+    steps.upload()
+    words = run(dev, commands, out, np.uint32, (len(cases), sampling.ACCEPT_WORDS))
+    return [sampling.decode_accept(w) for w in words]
+
+
+def check_accept(dev, cases):
+    for case, got in zip(cases, run_accept(dev, cases)):
+        what = f"{case.mode} K={case.k} K_eff={case.k_eff} vocab={case.vocab}"
+        assert got["k_eff"] == case.k_eff, what
+        assert (got["n_accepted"], got["tokens"]) == case.expected, what
+        assert got["tests"] == case.tests, what
+        if case.mode == "rejection":  # diagnostics: the exact f32 inputs of each test
+            at = (np.arange(case.k_eff), case.drafts[:case.k_eff])
+            np.testing.assert_array_equal(got["p_of_draft"], case.p[at], err_msg=what)
+            np.testing.assert_array_equal(got["q_of_draft"], case.q[at], err_msg=what)
+
+
+@pytest.mark.parametrize("mode", ["greedy", "replay", "rejection"])
+def test_accept_random(dev, mode):
+    gen = np.random.default_rng({"greedy": 1, "replay": 2, "rejection": 3}[mode])
+    cases = []
+    for j in range(96):
+        k = j % ROWS_MAX
+        kind = ["random", "random", "all", "first"][j % 4] if mode != "rejection" else "random"
+        vocab = 33 if j % 8 else (1000 if j % 16 else 32001)
+        cases.append(AcceptCase(gen, mode, k, vocab, kind,
+                                one_hot=mode == "rejection" and j % 3 == 0,
+                                conf_threshold=0.2 if j % 5 == 0 else 0.0))
+    check_accept(dev, cases)
+
+
+def test_accept_rejection_edge_cases(dev):
+    gen = np.random.default_rng(7)
+    cases = []
+    for kind in ("q_zero", "p_zero", "p_eq_q", "all", "boundary"):
+        for k in (0, 1, 4, 15):
+            for one_hot in (False, True):
+                cases.append(AcceptCase(gen, "rejection", k, 33, kind, one_hot=one_hot))
+    check_accept(dev, cases)
+    results = run_accept(dev, cases)
+    for case, got in zip(cases, results):
+        if case.k == 0:
+            assert got["how"] == "bonus" and got["n_accepted"] == 0
+    # p_eq_q without one-hot: an empty residual at the first rejection, so p_target is sampled.
+    assert any(got["how"] == "p_target (empty residual)" for got in results)
+    assert any(got["n_accepted"] == 15 for got in results)  # "all" at K = 15
+
+
+def test_wrappers_check_shapes(dev):
+    step = one_step(dev, rows=1, pos=0)
+    small = dev.buffer(64)
+    with pytest.raises(sampling.SamplingShapeError, match="logits holds 64 bytes"):
+        sampling.argmax_rows(dev, small, dev.buffer(64), dev.buffer(64), step, vocab=33)
+    with pytest.raises(sampling.SamplingShapeError, match="rows_cap"):
+        sampling.sample_rows(dev, small, small, step, vocab=4, rows_cap=ROWS_MAX + 1)
+    with pytest.raises(sampling.SamplingShapeError, match="out holds"):
+        big = dev.buffer(4 * ROWS_MAX * 33)
+        sampling.accept(dev, big, big, big, big, big, (small, 8), step, vocab=33)

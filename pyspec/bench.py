@@ -95,11 +95,17 @@ def run_bench(args) -> int:
                 kept.append(it)
         items = kept
     drafts = [d for d in args.drafts.split(",") if d]
-    champion, tok = load_champion(args.champion)
+    champion, tok = load_champion(args.champion, args.backend, args.ctx)
     engines = {d: Engine(champion, tok, d, load_draft=load_draft_checked(champion))
                for d in ["none", *drafts]}
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     skipped: list[dict] = []
+    gpu = None
+    if args.backend == "wgpu":
+        from .gpu.measure import measure
+        print("measuring pass costs by rows ...", file=sys.stderr, flush=True)
+        gpu = measure(champion)
+        readbacks_before = champion.dev.readbacks
     t0 = time.time()
     for n, it in enumerate(items, 1):
         ids = tok.encode_chat(it["messages"])
@@ -133,6 +139,10 @@ def run_bench(args) -> int:
         print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
 
     strata = sorted({r["stratum"] for rs in rows.values() for r in rs})
+    if gpu is not None:
+        cycles = sum(r["stats"]["champion_passes"] for rs in rows.values() for r in rs)
+        cycles += sum(r["baseline_passes"] for r in next(iter(rows.values()), []))
+        gpu["readbacks_per_cycle"] = (champion.dev.readbacks - readbacks_before) / max(cycles, 1)
     result = {
         "backend": args.backend,
         "adapter": engines["none"].adapter,
@@ -151,6 +161,18 @@ def run_bench(args) -> int:
         "skipped": skipped,
         "wall_s": time.time() - t0,
     }
+    if gpu is not None:
+        base = [r["baseline_tokens_per_s"] for r in next(iter(rows.values()), [])]
+        result |= {
+            "hardware": champion.dev.name,
+            "champion_tok_s": statistics.median(base) if base else None,
+            "verify_cost_ratio": gpu["verify_cost_ratio"],
+            "readbacks_per_cycle": gpu["readbacks_per_cycle"],
+            "speedup": {d: {s: result["drafters"][d]["strata"][s]["speedup"]["median"]
+                            for s in strata} | {"overall": result["drafters"][d]["overall"]
+                                                ["speedup"]["median"]} for d in drafts},
+            "gpu": gpu,
+        }
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"bench-{args.backend}.json")
     with open(path, "w") as f:

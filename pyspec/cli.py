@@ -19,6 +19,7 @@ from .compat import IncompatiblePairError, check_pair
 from .drafters import DraftSpecError
 from .engine import Engine, Options, OptionsError
 from .gguf import GGUFError, GGUFFile
+from .gpu.device import GPUError
 from .kv import ContextOverflowError
 from .model import Model, ModelError
 from .schedule import ScheduleError
@@ -27,7 +28,7 @@ from .verify import VerifyInputError, log_softmax
 
 USER_ERRORS = (GGUFError, ModelError, TokenizerError, IncompatiblePairError, DraftSpecError,
                OptionsError, ScheduleError, ContextOverflowError, FileNotFoundError,
-               VerifyInputError)
+               VerifyInputError, GPUError)
 
 DEMO_MESSAGES = [{"role": "user", "content":
                   "Correct the grammar of this text and return only the corrected text:\n"
@@ -40,8 +41,16 @@ class CliError(ValueError):
 
 
 # --- loading --------------------------------------------------------------------------------
-def load_champion(path: str | None) -> tuple[Model, Tokenizer]:
-    model = Model.load(path or champion_path())
+def load_champion(path: str | None, backend: str = "cpu",
+                  max_ctx: int | None = None) -> tuple[Model, Tokenizer]:
+    """The champion on a backend: "cpu" (numpy, weights dequantized) or "wgpu" (native WebGPU,
+    weights kept quantized on the device)."""
+    if backend == "wgpu":
+        from .gpu import load_model, open_device
+        model = load_model(open_device(timestamps=True), GGUFFile.open(path or champion_path()),
+                           max_ctx)
+    else:
+        model = Model.load(path or champion_path())
     return model, Tokenizer.from_metadata(model.metadata)
 
 
@@ -84,7 +93,7 @@ def options(args) -> Options:
 
 # --- commands -------------------------------------------------------------------------------
 def cmd_generate(args) -> int:
-    champion, tok = load_champion(args.champion)
+    champion, tok = load_champion(args.champion, args.backend, args.ctx)
     engine = Engine(champion, tok, args.draft, load_draft=load_draft_checked(champion))
     ids = prompt_ids(tok, args)
     opts = options(args)
@@ -235,7 +244,10 @@ def _common_generation(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", choices=["greedy", "replay", "rejection"], default=None,
                    help="default: greedy at temperature 0, replay above")
     p.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
-    p.add_argument("--backend", choices=["cpu"], default="cpu")
+    p.add_argument("--backend", choices=["cpu", "wgpu"], default="cpu",
+                   help="cpu: numpy reference; wgpu: the WGSL kernels on native WebGPU")
+    p.add_argument("--ctx", type=int, default=None,
+                   help="context positions to reserve (default: the model's own)")
 
 
 def _prompt_source(p: argparse.ArgumentParser) -> None:
@@ -293,7 +305,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--k", default="heuristic")
     p.add_argument("--max-tokens", type=int, default=None, help="cap each prompt's max_tokens")
     p.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default all)")
-    p.add_argument("--backend", choices=["cpu"], default="cpu")
+    p.add_argument("--backend", choices=["cpu", "wgpu"], default="cpu")
+    p.add_argument("--ctx", type=int, default=None, help="context positions to reserve")
     p.add_argument("--out", default="bench-out")
     p.set_defaults(func=cmd_bench)
     return ap

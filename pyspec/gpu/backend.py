@@ -73,7 +73,6 @@ class GPUBackend:
         self.champion = champion
         self.dev = dev = champion.dev
         self.adapter = dev.name
-        self.kv = champion.kv
         self.drafter = self._make_drafter(draft) if isinstance(draft, str) else draft
         vocab = champion.config.vocab_size
         self.vocab = vocab
@@ -106,6 +105,11 @@ class GPUBackend:
         compat.check_pair(champ.metadata, f.metadata).raise_if_bad()
         model = GPUModel(self.dev, f, champ.steps, champ.kv.max_ctx, label="draft")
         return GPUDraft(model, None, f"model:{spec}", shares_cache=False)
+
+    @property
+    def kv(self):
+        """The champion's cache bookkeeping (engines sharing one GPU model share it too)."""
+        return self.champion.kv
 
     # --- the engine's calls -------------------------------------------------------------------
     def prefill(self, prompt: list[int]) -> None:

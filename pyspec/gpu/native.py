@@ -147,5 +147,38 @@ class NativeDevice(Device):
         self.readbacks += 1
         return data
 
+    def profile(self, commands) -> list[tuple[str, float]]:
+        """Run `commands` with a timestamp query around each dispatch (one compute pass each) and
+        return [(kernel, seconds)] in order. Needs NativeDevice(timestamps=True) and an adapter
+        with 'timestamp-query'; copies are run but not timed."""
+        if not self.timestamps:
+            raise GPUError("this device was opened without timestamp queries (or the adapter "
+                           "has none); open it with timestamps=True")
+        dispatches = [c for c in commands if isinstance(c, Dispatch)]
+        chunk = 1024  # dispatches per query set (2 queries each)
+        out: list[tuple[str, float]] = []
+        for start in range(0, len(dispatches), chunk):
+            part = dispatches[start:start + chunk]
+            qs = self.device.create_query_set(type="timestamp", count=2 * len(part))
+            U = wgpu.BufferUsage
+            resolve = self.device.create_buffer(size=16 * len(part),
+                                                usage=U.QUERY_RESOLVE | U.COPY_SRC)
+            encoder = self.device.create_command_encoder()
+            for i, c in enumerate(part):
+                p = encoder.begin_compute_pass(timestamp_writes={
+                    "query_set": qs, "beginning_of_pass_write_index": 2 * i,
+                    "end_of_pass_write_index": 2 * i + 1})
+                p.set_pipeline(c.pipeline)
+                p.set_bind_group(0, c.bind_group)
+                p.dispatch_workgroups(*c.workgroups)
+                p.end()
+            encoder.resolve_query_set(qs, 0, 2 * len(part), resolve, 0)
+            self.device.queue.submit([encoder.finish()])
+            ticks = self.device.queue.read_buffer(resolve)
+            import numpy as np
+            t = np.frombuffer(ticks, np.uint64).reshape(-1, 2).astype(np.float64)
+            out += [(c.kernel, (b - a) * 1e-9) for c, (a, b) in zip(part, t)]
+        return out
+
     def destroy(self):
         self.device.destroy()

@@ -1,0 +1,241 @@
+"""The browser adapter: WebGPU through `navigator.gpu`, from Python in Pyodide (`pyodide.ffi`).
+
+Only where the device, buffers and readback come from lives here; device.py holds the rest, and
+the WGSL, the kernel wrappers and the cycle are the same files native.py runs.
+
+    dev = await BrowserDevice.create()        # requestAdapter + requestDevice (async in JS)
+    champion = load_model(dev, GGUFFile(buf), max_ctx=2048)
+
+Differences from wgpu-py that shape this file:
+  - JS WebGPU never throws on a validation error; it reports through error scopes, whose result
+    is a Promise. The primitives are synchronous (STYLE: calls stay synchronous up to `submit`),
+    so pipeline and bind-group creation push a 'validation' scope and keep the popped Promise;
+    the next `read` (or `check`) awaits them and raises GPUError naming the object. Errors outside
+    any scope (a bad submission) arrive as `uncapturederror` events and are raised the same way.
+  - `device.lost` is a Promise: its handler records the loss and every later call raises
+    DeviceLostError.
+  - Writes hand WebGPU a Uint8Array *view* of the Python buffer in wasm memory (no copy in
+    JavaScript; writeBuffer itself copies into the GPU process). Readback maps a staging buffer
+    and copies the mapped range once, into Python bytes.
+Not here: choosing this device over the CPU (web.py's make_engine), the kernels, the cycle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .device import Copy, Device, DeviceLostError, Dispatch, GPUError, NoAdapterError
+
+try:  # only Pyodide has these; natively this module imports but `create` refuses
+    import js
+    from pyodide.code import run_js
+    from pyodide.ffi import create_proxy, to_js
+except ImportError:  # pragma: no cover - exercised outside Pyodide
+    js = None
+
+# Why a JS helper: a Uint8Array view of wasm memory is invalidated if the memory grows, which
+# any Python allocation may cause. Taking the view and writing it in one JS function leaves no
+# Python step in between. `data` arrives as a PyProxy of a 1-D uint8 memoryview.
+_WRITE_JS = """(queue, buffer, offset, data) => {
+  const view = data.getBuffer("u8");
+  try { queue.writeBuffer(buffer, offset, view.data); } finally { view.release(); }
+}"""
+
+# adapter.limits names (JS) and the keys device.limits uses everywhere (native.py's spelling)
+_LIMITS = {"maxStorageBufferBindingSize": "max-storage-buffer-binding-size",
+           "maxBufferSize": "max-buffer-size",
+           "maxComputeWorkgroupStorageSize": "max-compute-workgroup-storage-size",
+           "maxStorageBuffersPerShaderStage": "max-storage-buffers-per-shader-stage"}
+
+
+def _desc(obj):
+    """A Python dict/list tree as a plain JS object tree (WebGPU descriptors)."""
+    return to_js(obj, dict_converter=js.Object.fromEntries)
+
+
+def _adapter_name(adapter) -> str:
+    """e.g. 'swiftshader (google, WebGPU)' or 'NVIDIA GeForce RTX 3060 (nvidia, WebGPU)'."""
+    info = getattr(adapter, "info", None)
+    get = (lambda key: str(getattr(info, key, "") or "")) if info is not None else (lambda k: "")
+    main = get("description") or get("device") or get("architecture") or "unknown adapter"
+    return f"{main} ({get('vendor') or '?'}, WebGPU)"
+
+
+class BrowserDevice(Device):
+    """A GPUDevice of the browser. Make one with `await BrowserDevice.create()`."""
+
+    def __init__(self, adapter, device):
+        super().__init__()
+        self.adapter = adapter
+        self.device = device
+        self.queue = device.queue
+        self.name = _adapter_name(adapter)
+        self.features = frozenset(str(f) for f in adapter.features)
+        self.limits = {key: int(getattr(device.limits, js_key)) for js_key, key in _LIMITS.items()}
+        self._staging = None
+        self._scopes: list = []          # (what, Promise of GPUError | null) not yet checked
+        # Event state lives in a plain dict the JS callbacks close over (not `self`), so a
+        # dropped device is not kept alive by its own handlers.
+        self._events = events = {"lost": None, "errors": []}
+
+        def on_lost(info):
+            events["lost"] = f"{info.reason}: {info.message}" if info.message else str(info.reason)
+
+        def on_error(event):
+            events["errors"].append(str(event.error.message))
+
+        self._on_lost = create_proxy(on_lost)
+        self._on_error = create_proxy(on_error)
+        device.lost.then(self._on_lost)
+        device.addEventListener("uncapturederror", self._on_error)
+        self._write_js = run_js(_WRITE_JS)
+
+    @classmethod
+    async def create(cls, power_preference: str = "high-performance") -> "BrowserDevice":
+        """requestAdapter + requestDevice with the adapter's own storage/buffer limits (the
+        defaults, 128 MiB bindings and 8 storage buffers, are lower than most adapters give)."""
+        if js is None:
+            raise NoAdapterError("BrowserDevice runs only in Pyodide; natively use "
+                                 "pyspec.gpu.open_device() (wgpu-py)")
+        gpu = getattr(js.navigator, "gpu", None)
+        if gpu is None:
+            raise NoAdapterError("this browser has no WebGPU (navigator.gpu is undefined); use "
+                                 "Chrome/Edge 113+ or enable WebGPU")
+        try:
+            adapter = await gpu.requestAdapter(_desc({"powerPreference": power_preference}))
+        except Exception as e:  # noqa: BLE001 - a JS error from the browser
+            raise NoAdapterError(f"navigator.gpu.requestAdapter failed: {e}") from e
+        if adapter is None:
+            raise NoAdapterError("navigator.gpu gave no adapter (WebGPU is blocked or there is "
+                                 "no usable GPU driver)")
+        limits = {js_key: getattr(adapter.limits, js_key) for js_key in _LIMITS}
+        try:
+            device = await adapter.requestDevice(_desc({"requiredLimits": limits,
+                                                        "label": "pyspec"}))
+        except Exception as e:  # noqa: BLE001
+            raise NoAdapterError(f"adapter.requestDevice failed: {e}") from e
+        return cls(adapter, device)
+
+    # --- errors -----------------------------------------------------------------------------
+    def _alive(self) -> None:
+        if self._events["lost"] is not None:
+            raise DeviceLostError(f"the WebGPU device was lost ({self._events['lost']}); "
+                                  "make a new device and reload the model")
+
+    def _scoped(self, what: str, make):
+        """make() inside a validation error scope, checked at the next `check`."""
+        self._alive()
+        self.device.pushErrorScope("validation")
+        try:
+            return make()
+        finally:
+            self._scopes.append((what, self.device.popErrorScope()))
+
+    async def check(self) -> None:
+        """Raise the first validation error of the objects made since the last check, or of a
+        submission (an uncaptured error); DeviceLostError if the device was lost."""
+        scopes, self._scopes = self._scopes, []
+        for what, promise in scopes:
+            error = await promise
+            if error is not None:
+                raise GPUError(f"{what}: {error.message}")
+        if self._events["errors"]:
+            message = self._events["errors"][0]
+            self._events["errors"].clear()
+            raise GPUError(f"WebGPU error: {message}")
+        self._alive()
+
+    # --- adapter primitives -------------------------------------------------------------------
+    def _create_buffer(self, nbytes, usage, label):
+        self._alive()
+        U = js.GPUBufferUsage
+        flags = {"storage": U.STORAGE | U.COPY_SRC | U.COPY_DST,
+                 "uniform": U.UNIFORM | U.COPY_DST,
+                 "readback": U.MAP_READ | U.COPY_DST}[usage]
+        limit = self.limits["max-buffer-size"]
+        if nbytes > limit:
+            raise GPUError(f"buffer {label} needs {nbytes} bytes; this adapter allows at most "
+                           f"{limit} per buffer (lower max_ctx)")
+        # No error scope here: an out-of-memory would be reported asynchronously anyway, and
+        # buffer descriptors are checked above.
+        return self.device.createBuffer(_desc({"size": nbytes, "usage": flags, "label": label}))
+
+    def size_of(self, buffer) -> int:
+        return int(buffer.size)
+
+    def _create_pipeline(self, wgsl, entry, label):
+        def make():
+            module = self.device.createShaderModule(_desc({"code": wgsl, "label": label}))
+            return self.device.createComputePipeline(_desc({
+                "layout": "auto", "compute": {"module": module, "entryPoint": entry},
+                "label": label}))
+        return self._scoped(f"pipeline {label}", make)
+
+    def _create_bind_group(self, pipeline, entries, label):
+        def make():
+            return self.device.createBindGroup(_desc({
+                "layout": pipeline.getBindGroupLayout(0), "label": label,
+                "entries": [{"binding": i, "resource": {"buffer": b, "offset": o, "size": s}}
+                            for i, (b, o, s) in enumerate(entries)]}))
+        return self._scoped(f"bind group {label}", make)
+
+    def write(self, buffer, data, offset=0):
+        self._alive()
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data)   # a view when it already is (weights are)
+        self._write_js(self.queue, buffer, offset, memoryview(data).cast("B"))
+
+    def submit(self, commands):
+        self._alive()
+        encoder = self.device.createCommandEncoder()
+        compute = None
+        last_pipeline = None
+        for c in commands:
+            if isinstance(c, Dispatch):
+                if compute is None:
+                    compute, last_pipeline = encoder.beginComputePass(), None
+                if c.pipeline is not last_pipeline:
+                    compute.setPipeline(c.pipeline)
+                    last_pipeline = c.pipeline
+                compute.setBindGroup(0, c.bind_group)
+                compute.dispatchWorkgroups(*c.workgroups)
+            elif isinstance(c, Copy):
+                if compute is not None:
+                    compute.end()
+                    compute = None
+                encoder.copyBufferToBuffer(c.src, c.src_offset, c.dst, c.dst_offset, c.nbytes)
+            else:
+                raise TypeError(f"cannot encode {c!r}")
+        if compute is not None:
+            compute.end()
+        self.queue.submit(to_js([encoder.finish()]))
+        self.submissions += 1
+
+    async def read(self, buffer, nbytes, offset=0):
+        self._alive()
+        size = max(16, -(-nbytes // 16) * 16)
+        if self._staging is None or self.size_of(self._staging) < size:
+            if self._staging is not None:
+                self._staging.destroy()
+            self._staging = self._create_buffer(max(size, 4096), "readback", "readback")
+        encoder = self.device.createCommandEncoder()
+        encoder.copyBufferToBuffer(buffer, offset, self._staging, 0, size)
+        self.queue.submit(to_js([encoder.finish()]))
+        try:
+            await self._staging.mapAsync(js.GPUMapMode.READ, 0, size)
+        except Exception as e:  # noqa: BLE001 - a rejected map: lost device or a bad copy
+            await self.check()
+            raise GPUError(f"reading back {nbytes} bytes failed: {e}") from e
+        try:
+            # One copy: the mapped range into Python bytes.
+            data = js.Uint8Array.new(self._staging.getMappedRange(0, size), 0, nbytes).to_bytes()
+        finally:
+            self._staging.unmap()
+        self.readbacks += 1
+        # The scopes of the objects made since the last read, and errors of the submissions
+        # this read waited for: data computed by an invalid pipeline is never returned.
+        await self.check()
+        return data
+
+    def destroy(self):
+        self.device.destroy()

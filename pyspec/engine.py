@@ -164,7 +164,7 @@ class CPUBackend:
 
     A backend owns the champion's cache and the drafter and runs one cycle at a time; the engine
     owns the loop, the schedule, the stop rules and the text. The GPU backend (gpu/backend.py)
-    has the same four calls: prefill, cycle, scratch_bytes and the byte counts."""
+    has the same calls: prefill and cycle (both awaited), scratch_bytes and the byte counts."""
 
     adapter = "cpu-numpy"
 
@@ -175,7 +175,7 @@ class CPUBackend:
         self.drafter = (make_drafter(draft, champion, self.kv, load_draft)
                         if isinstance(draft, str) else draft)
 
-    def prefill(self, prompt: list[int]) -> None:
+    async def prefill(self, prompt: list[int]) -> None:
         prefill(self.champion, self.kv, prompt)
         if self.drafter:
             self.drafter.reset(prompt)
@@ -259,7 +259,7 @@ class Engine:
         st = _Stats(draft_calls_before=self.drafter.calls if self.drafter else 0)
         t_start = time.perf_counter()
 
-        self.backend.prefill(prompt)
+        await self.backend.prefill(prompt)
         st.scratch = self.backend.scratch_bytes(len(prompt) - 1, 1)
         t_prefill = time.perf_counter() - t_start
         tokens, out_text, ttft, finish = list(prompt), "", None, "length"

@@ -41,7 +41,9 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
         "stats": {k: stats[k] for k in _STATS_KEYS},
         # The CPU engine has no faults to recover from; the GPU runtime fills these.
         "faults": [],
-        "fallbacks": [],
+        # e.g. [{"kind": "no_webgpu", "adapter": "cpu-numpy"}]: set by web.make_engine when the
+        # browser's WebGPU was not usable (codes only: a receipt carries no free text).
+        "fallbacks": list(getattr(engine, "fallbacks", ())),
     }
     check(receipt)
     return receipt

@@ -18,11 +18,13 @@ Every decision is counted in `stats()`.
 
 from __future__ import annotations
 
+import statistics
+
 K_MAX = 8
 PROBE_EVERY = 16    # cycles between champion-only re-measurements, and the first probe delay
 PROBE_MAX = 128     # longest wait between probes while speculation is off
 PROBE_K = 1         # drafts in a probe: enough to measure, cheap when it fails
-EMA = 0.3           # weight of a new timing sample
+WINDOW = 7          # timing samples kept per quantity; estimates are their median
 MARGIN = 1.02       # speculation must beat champion-only by 2% to be chosen
 
 
@@ -34,17 +36,19 @@ class CostModel:
     """Running estimates: verify time by rows, draft time per token, acceptance by position."""
 
     def __init__(self, k_max: int = K_MAX):
-        self.t_verify: dict[int, float] = {}    # k -> EMA seconds of a k-draft verify pass
-        self.t_draft: float | None = None       # EMA seconds per drafted token
+        # Medians of the last WINDOW samples, not running means: one slow cycle (a first-use
+        # shader compile, a GC pause, a busy neighbour) must not fool the guard for long.
+        self._verify_samples: dict[int, list[float]] = {}
+        self._draft_samples: list[float] = []
+        self.t_verify: dict[int, float] = {}    # k -> median seconds of a k-draft verify pass
+        self.t_draft: float | None = None       # median seconds per drafted token
         self.reached = [0] * k_max               # how often draft position i was verified
         self.accepted = [0] * k_max              # ... and accepted
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
-        old = self.t_verify.get(k)
-        self.t_verify[k] = t_verify if old is None else (1 - EMA) * old + EMA * t_verify
+        self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)
         if k:
-            per = t_draft / k
-            self.t_draft = per if self.t_draft is None else (1 - EMA) * self.t_draft + EMA * per
+            self.t_draft = _push_median(self._draft_samples, t_draft / k)
         for i in range(min(k, len(self.reached))):
             self.reached[i] += 1
             self.accepted[i] += i < n_accepted
@@ -74,6 +78,12 @@ class CostModel:
         if t_v is None or (k and self.t_draft is None):
             return None
         return self.expected_tokens(k) / (k * (self.t_draft or 0.0) + t_v)
+
+
+def _push_median(samples: list[float], x: float) -> float:
+    samples.append(x)
+    del samples[:-WINDOW]
+    return statistics.median(samples)
 
 
 class Policy:

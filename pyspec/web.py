@@ -9,8 +9,8 @@ The boundary with JavaScript is deliberately plain: every public method takes an
 strings (and numbers), never Python objects, so no proxy outlives a call and an error is a value,
 `{"error": {"code", "message"}}`, that the worker forwards as a typed message. Codes:
   bad_model (a corrupt or unsupported GGUF), incompatible_draft (compat.check_pair refused the
-  pair), prompt_too_long (engine.PromptTooLongError), bad_config (an option), not_ready (no model
-  loaded), internal (a bug: the message carries the traceback).
+  pair), prompt_too_long (engine.PromptTooLongError), bad_config (an option or malformed
+  messages), not_ready (no model loaded), internal (a bug: the message carries the traceback).
 
 `make_engine` is the one place that chooses the backend. Not here: downloads, OPFS, messages.
 """
@@ -40,7 +40,7 @@ _ERROR_CODES = (
     (PromptTooLongError, "prompt_too_long"),
     (ContextOverflowError, "prompt_too_long"),
     ((GGUFError, ModelError, TokenizerError), "bad_model"),
-    ((OptionsError, ScheduleError, DraftSpecError, KeyError, TypeError, ValueError), "bad_config"),
+    ((OptionsError, ScheduleError, DraftSpecError), "bad_config"),
 )
 
 
@@ -52,25 +52,54 @@ class SessionError(Exception):
         self.code = code
 
 
-def _error(e: BaseException) -> str:
+def _error(e: BaseException, other: str = "internal") -> str:
+    """The JSON error for an exception; `other` is the code for an exception of no named kind
+    (bad_config while reading a request, where a KeyError means a malformed message)."""
     if isinstance(e, SessionError):
         code = e.code
     else:
-        code = next((c for kinds, c in _ERROR_CODES if isinstance(e, kinds)), "internal")
+        code = next((c for kinds, c in _ERROR_CODES if isinstance(e, kinds)), other)
     message = str(e) if code != "internal" else "".join(traceback.format_exception(e))
     return json.dumps({"error": {"code": code, "message": message}})
 
 
 # --- the backend ------------------------------------------------------------------------------
-def make_engine(champion: Model, tokenizer: Tokenizer, draft, max_ctx: int) -> Engine:
-    """THE backend choice, in one place.
+async def make_engine(champion: Model, tokenizer: Tokenizer, draft, max_ctx: int,
+                      previous: Engine | None = None) -> Engine:
+    """THE backend choice, in one place: WebGPU when the browser gives an adapter (the champion
+    uploaded to a pyspec.gpu.browser device, the same GPU engine as natively), else the CPU numpy
+    engine (adapter "cpu-numpy") with the reason in `engine.fallback_reason` and a code in the
+    receipt's fallbacks. Async because requesting a WebGPU device is.
 
-    Today: the CPU numpy engine (adapter "cpu-numpy"), in Pyodide as natively. When the GPU
-    backend (pyspec/gpu/, same Engine API) and the browser device adapter land, this function
-    tries WebGPU first and falls back to the CPU, recording the fallback in the receipt.
-    Note: the CPU Model dequantizes every weight to float32 (about 540 MB for the champion), which
-    is heavy in wasm; the real champion in the browser wants the GPU backend."""
-    return Engine(champion, tokenizer, draft, max_ctx=max_ctx, adapter="cpu-numpy")
+    The champion goes to the GPU once per session: `previous` (the engine this one replaces, for
+    another drafter) lends its GPU model when it holds the same weights on a live device.
+    Note: `champion` is the CPU Model, which has already dequantized every weight (about 540 MB
+    for the real champion in wasm); only its GGUF file is used on the GPU path."""
+    from .gpu import GPUError, NoAdapterError
+
+    try:
+        gpu_model = getattr(previous, "champion", None)
+        if (getattr(gpu_model, "file", None) is not champion.file
+                or getattr(gpu_model.dev, "lost", None) is not None):
+            from .gpu import load_model
+            from .gpu.backend import SLOT_CHAMPION
+            from .gpu.browser import BrowserDevice
+
+            dev = await BrowserDevice.create()
+            gpu_model = load_model(dev, champion.file, max_ctx=max_ctx)
+            # Compile the forward's pipelines now: a shader this browser rejects falls back to
+            # the CPU here rather than failing the first request (and TTFT excludes compiling).
+            gpu_model.forward_dispatches(SLOT_CHAMPION)
+            await dev.check()
+        return Engine(gpu_model, tokenizer, draft, max_ctx=max_ctx)
+    except NoAdapterError as e:
+        kind, reason = "no_webgpu", str(e)
+    except GPUError as e:
+        kind, reason = "webgpu_error", str(e)
+    engine = Engine(champion, tokenizer, draft, max_ctx=max_ctx, adapter="cpu-numpy")
+    engine.fallback_reason = reason
+    engine.fallbacks = [{"kind": kind, "adapter": "cpu-numpy"}]
+    return engine
 
 
 # --- the session ------------------------------------------------------------------------------
@@ -90,12 +119,14 @@ class Session:
         self.running: int | None = None
 
     # --- loading --------------------------------------------------------------------------
-    def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
+    async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
         none | self:L | model, "max_ctx": int, "champion_name", "draft_name"}. Returns
         {"adapter", "vocab", "context", "n_layers", "draft"} or an error."""
         try:
             opts = json.loads(options_json)
+            if not isinstance(opts, dict):
+                raise SessionError("bad_config", "init options must be a JSON object")
             champion = Model(GGUFFile(champion_buf, opts.get("champion_name", "champion")))
             tokenizer = Tokenizer.from_metadata(champion.metadata)
             draft_model = None
@@ -108,8 +139,9 @@ class Session:
                                champion.config.context_length)
             self.default_draft = opts.get("draft") or ("model" if draft_model else "ngram")
             self.engine = None
-            engine = self._engine(self.default_draft)
+            engine = await self._engine(self.default_draft)
             return json.dumps({"adapter": engine.adapter, "pyspec_version": __version__,
+                               "fallback": getattr(engine, "fallback_reason", None),
                                "vocab": champion.config.vocab_size, "context": self.max_ctx,
                                "n_layers": champion.config.n_layers,
                                "draft": self.default_draft,
@@ -117,7 +149,7 @@ class Session:
         except Exception as e:  # noqa: BLE001 - every error becomes a typed message
             return _error(e)
 
-    def _engine(self, draft: str) -> Engine:
+    async def _engine(self, draft: str) -> Engine:
         """The engine for a drafter choice; rebuilt (with a fresh cache) when the choice changes."""
         if self.champion is None:
             raise SessionError("not_ready", "no model is loaded: send init first")
@@ -127,7 +159,8 @@ class Session:
                 if self.draft_model is None:
                     raise SessionError("bad_config", "draft 'model' needs a draft model at init")
                 spec = ModelDrafter(self.draft_model, self.max_ctx)
-            self.engine = make_engine(self.champion, self.tokenizer, spec, self.max_ctx)
+            self.engine = await make_engine(self.champion, self.tokenizer, spec, self.max_ctx,
+                                            self.engine)
             self.engine_draft = draft
         return self.engine
 
@@ -141,14 +174,17 @@ class Session:
         try:
             messages = json.loads(messages_json)
             config = json.loads(config_json)
-            engine = self._engine(config.get("draft") or self.default_draft)
+            engine = await self._engine(config.get("draft") or self.default_draft)
             opts = Options(max_tokens=int(config.get("max_tokens", 128)),
                            temperature=float(config.get("temperature", 0.0)),
                            seed=int(config.get("seed", 0)), verify=config.get("verify") or None,
                            k=config.get("k") or "heuristic")
-            prompt = self.tokenizer.encode_chat(messages)
+            try:
+                prompt = self.tokenizer.encode_chat(messages)
+            except TokenizerError as e:   # malformed messages: the request's fault, not the model's
+                raise SessionError("bad_config", str(e)) from e
         except Exception as e:  # noqa: BLE001
-            return _error(e)
+            return _error(e, "bad_config")
         self.running = request_id
         report: dict = {}
         text = ""

@@ -317,7 +317,7 @@ def test_kv_rows_match_a_fresh_champion_only_run(tiny, greedy_reference, backend
             k_ref, v_ref = fresh.k[:, :n], fresh.v[:, :n]
         else:
             fresh = engine_for(tiny, "none", backend)
-            fresh.backend.prefill(seq[:n + 1])
+            asyncio.run(fresh.backend.prefill(seq[:n + 1]))
             k_ref, v_ref = committed_rows(fresh, n)
         assert np.array_equal(k_rows, k_ref), draft
         assert np.array_equal(v_rows, v_ref), draft

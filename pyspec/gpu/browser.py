@@ -117,6 +117,11 @@ class BrowserDevice(Device):
         return cls(adapter, device)
 
     # --- errors -----------------------------------------------------------------------------
+    @property
+    def lost(self) -> str | None:
+        """Why the device was lost (GPUDeviceLostInfo reason: message), or None while alive."""
+        return self._events["lost"]
+
     def _alive(self) -> None:
         if self._events["lost"] is not None:
             raise DeviceLostError(f"the WebGPU device was lost ({self._events['lost']}); "

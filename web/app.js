@@ -4,6 +4,7 @@
 // self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
 // max_ctx. Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
+// (run starts a fresh conversation; the chat box keeps its history).
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
 
 import { SpecDecoder } from "./client.js";
@@ -202,7 +203,11 @@ function start() {
   ready.catch(showError);
   window.pyspecApp = {
     ready: ready.then(() => decoder.info),
-    run: (prompt, config = {}, onText = null) => run(prompt, config, onText),
+    // One request in a fresh conversation (what a headless driver wants).
+    run: (prompt, config = {}, onText = null) => {
+      history.length = 0;
+      return run(prompt, config, onText);
+    },
     decoder: () => decoder,
   };
 }

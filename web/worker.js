@@ -155,34 +155,62 @@ function pyBuffer(pyodide, size) {
   return { buf, view };
 }
 
-// Bring a model's bytes into a Python bytearray: from OPFS when cached and intact, else download
-// (into OPFS). The bytes land directly in wasm memory: no second full copy stays in JavaScript.
-async function loadWeights(pyodide, model, progress, stats) {
+// Stage 1, in parallel with loading Pyodide: make sure OPFS holds a file of the right size
+// (download it when missing or truncated). Without OPFS (or without a known sha256), keep the
+// downloaded chunks in memory instead.
+async function fetchWeights(model, progress, stats) {
   const dir = model.sha256 ? await opfsDir() : null;
   if (!dir) {
     const chunks = [];
-    const size = await download(model, progress, (c) => chunks.push(c));
-    stats.downloaded += size;
+    stats.downloaded += await download(model, progress, (c) => chunks.push(c));
+    return { model, dir: null, chunks };
+  }
+  const name = `${model.sha256}.gguf`;
+  let access;
+  try {
+    access = await (await dir.getFileHandle(name, { create: true })).createSyncAccessHandle();
+  } catch {
+    // Locked by another tab's worker, or the quota is gone: go on without the cache.
+    return fetchWeights({ ...model, sha256: null, expected: model.sha256 }, progress, stats);
+  }
+  try {
+    if (access.getSize() === model.size) {
+      stats.cached = true;
+    } else {
+      await toOpfs(access, model, progress, stats);
+    }
+  } finally {
+    access.close();
+  }
+  return { model, dir, name };
+}
+
+async function toOpfs(access, model, progress, stats) {
+  access.truncate(0);
+  stats.downloaded += await download(model, progress, (c, at) => access.write(c, { at }));
+  access.flush();
+}
+
+// Stage 2: copy the bytes straight into a Python bytearray (wasm memory) and check their sha256
+// there, so no second full copy stays in JavaScript. A mismatch (a corrupt or stale OPFS file)
+// downloads the file again, once.
+async function readWeights(pyodide, fetched, progress, stats) {
+  const { model, dir, name } = fetched;
+  if (!dir) {
+    const size = fetched.chunks.reduce((n, c) => n + c.length, 0);
     const { buf, view } = pyBuffer(pyodide, size);
     let at = 0;
-    for (const c of chunks.splice(0)) { view.data.set(c, at); at += c.length; }
-    const ok = !model.sha256 || (await sha256Hex(view.data)) === model.sha256;
+    for (const c of fetched.chunks.splice(0)) { view.data.set(c, at); at += c.length; }
+    const want = model.sha256 ?? model.expected;
+    const ok = !want || (await sha256Hex(view.data)) === want;
     view.release();
     if (!ok) { buf.destroy(); throw new WorkerError("corrupt_download", `${model.url} does not match its sha256`); }
     return buf;
   }
-  const name = `${model.sha256}.gguf`;
-  for (let attempt = 0; attempt < 2; attempt++) {
-    let handle = await dir.getFileHandle(name, { create: true });
-    let access = await handle.createSyncAccessHandle();
-    try {
-      if (access.getSize() !== model.size || attempt > 0) {
-        access.truncate(0);
-        stats.downloaded += await download(model, progress, (c, at) => access.write(c, { at }));
-        access.flush();
-      } else {
-        stats.cached = true;
-      }
+  const access = await (await dir.getFileHandle(name)).createSyncAccessHandle();
+  try {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      if (attempt > 0) await toOpfs(access, model, progress, stats);
       const size = access.getSize();
       const { buf, view } = pyBuffer(pyodide, size);
       for (let at = 0; at < size; at += READ_BLOCK) {
@@ -194,13 +222,14 @@ async function loadWeights(pyodide, model, progress, stats) {
       view.release();
       if (ok) return buf;
       buf.destroy();
-      stats.corrupt += 1;   // a damaged or stale file: fetch it again, once
-    } finally {
-      access.close();
+      stats.corrupt += 1;
     }
+  } finally {
+    access.close();
   }
   await dir.removeEntry(name).catch(() => {});
-  throw new WorkerError("corrupt_download", `${model.url} does not match its sha256 after a fresh download`);
+  throw new WorkerError("corrupt_download",
+                        `${model.url} does not match its sha256 after a fresh download`);
 }
 
 // --- handlers -------------------------------------------------------------------------------
@@ -210,25 +239,27 @@ async function init(msg) {
   const progress = (phase, loaded, total, label) =>
     post({ type: "progress", id: msg.id, phase, loaded, total, label });
   const t0 = performance.now();
-  const { pyodide, session } = await runtime(progress);
-  const tRuntime = performance.now() - t0;
   const draftIsModel = msg.draft && !(typeof msg.draft === "string" && NON_MODEL_DRAFTS.test(msg.draft));
   const champion = await resolveModel(msg.champion ?? "smollm2");
   const draft = draftIsModel ? await resolveModel(msg.draft) : null;
   const weights = { downloaded: 0, cached: false, corrupt: 0 };
-  const champBuf = await loadWeights(pyodide, champion, progress, weights);
+  // Downloads run while Pyodide loads; a bad URL fails here without waiting for the runtime.
+  const [{ pyodide, session }, champFetched, draftFetched] = await Promise.all([
+    runtime(progress), fetchWeights(champion, progress, weights),
+    draft && fetchWeights(draft, progress, weights)]);
+  const champBuf = await readWeights(pyodide, champFetched, progress, weights);
   let draftBuf = null;
   try {
-    if (draft) draftBuf = await loadWeights(pyodide, draft, progress, weights);
+    if (draft) draftBuf = await readWeights(pyodide, draftFetched, progress, weights);
     progress("load", 0, 1, champion.name);
     const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
                       champion_name: champion.name, draft_name: draft?.name };
-    const info = JSON.parse(session.load(JSON.stringify(options), champBuf, draftBuf));
+    const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
     if (info.error) throw new WorkerError(info.error.code, info.error.message);
     progress("load", 1, 1, champion.name);
     return { type: "ready", id: msg.id, ...info, webgpu: await webgpuInfo(),
              champion: champion.name, draft_model: draft?.name ?? null, weights,
-             runtime_ms: tRuntime, init_ms: performance.now() - t0 };
+             init_ms: performance.now() - t0 };
   } finally {
     champBuf.destroy();           // Python keeps its own reference; drop the JS handle
     draftBuf?.destroy();

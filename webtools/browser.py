@@ -140,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             return run_headless(base, args)
         finally:
             server.shutdown()
-    server, base = serve.start(root, port=args.port, host="127.0.0.1")
+    try:
+        server, base = serve.start(root, port=args.port)
+    except OSError as e:
+        print(f"note: port {args.port} is busy ({e.strerror}); serving on a free port instead",
+              file=sys.stderr)
+        server, base = serve.start(root)
     print(f"serving {root} at {base}  (Ctrl-C to stop)", flush=True)
     print(f"open {page_url(base, args)}", flush=True)
     try:

@@ -103,10 +103,14 @@ def wheel_carrier() -> Path:
 
 # --- the parts of the site --------------------------------------------------------------------
 def copy_if_changed(src: Path, dst: Path) -> None:
-    """Hard-link (else copy) src to dst unless dst already has the same size and mtime."""
+    """Hard-link (else copy) src to dst unless dst is already the same file or the same bytes
+    (compared in full below 4 MB, by size and mtime above: the champion)."""
     if dst.exists():
         s, d = src.stat(), dst.stat()
-        if s.st_size == d.st_size and int(s.st_mtime) == int(d.st_mtime):
+        if os.path.samefile(src, dst):
+            return
+        if s.st_size == d.st_size and (src.read_bytes() == dst.read_bytes() if s.st_size < 4 << 20
+                                       else int(s.st_mtime) == int(d.st_mtime)):
             return
         dst.unlink()
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -117,10 +121,13 @@ def copy_if_changed(src: Path, dst: Path) -> None:
 
 
 def write_if_changed(dst: Path, data: bytes) -> None:
+    """Replace dst atomically (a server may be reading it) unless it already holds `data`."""
     if dst.exists() and dst.read_bytes() == data:
         return
     dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.write_bytes(data)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, dst)
 
 
 def build_pyodide(out: Path) -> None:
@@ -184,7 +191,7 @@ def build_models(out: Path, champion: bool) -> dict[str, Path]:
         src = Path(champion_path())
         models["smollm2"] = out / src.name
         copy_if_changed(src, models["smollm2"])
-    tmp = out / ".tmp.gguf"
+    tmp = out / f".{os.getpid()}.tmp.gguf"
     out.mkdir(parents=True, exist_ok=True)
 
     def write(name, **kw):
@@ -205,7 +212,10 @@ class HashCache:
 
     def __init__(self, path: Path):
         self.path = path
-        self.data = json.loads(path.read_text()) if path.exists() else {}
+        try:
+            self.data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
 
     def __call__(self, file: Path) -> str:
         st = file.stat()
@@ -215,8 +225,11 @@ class HashCache:
         return self.data[key]
 
     def save(self) -> None:
+        # Atomically: builds may run side by side (two test sessions).
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(self.data))
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.path)
 
 
 def build(site: Path = SITE, champion: bool = True) -> Path:

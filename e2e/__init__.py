@@ -1,0 +1,1 @@
+"""Browser end-to-end tests (a package, so its conftest and modules never shadow tests/ ones)."""

@@ -1,0 +1,91 @@
+"""The demo page on a tiny random model (pyspec.testmodels): exact output against the native
+engine, offline loading and visible errors. One page load serves the module (Pyodide takes
+15-30 s to start on two cores); its context blocks every off-site request."""
+
+from __future__ import annotations
+
+import pytest
+
+from .pageutil import Context, native_generate, ready, run
+
+pytestmark = pytest.mark.browser
+
+MESSAGES = [{"role": "user", "content": "the cat sat on the mat. the cat"}]
+PROMPT = MESSAGES[0]["content"]
+
+
+@pytest.fixture(scope="module")
+def tiny_page(browser, site_url):
+    c = Context(browser, site_url)
+    page = c.page("index.html?model=tiny")
+    info = ready(page)
+    yield page, info, c
+    c.ctx.close()
+    assert not c.offsite, f"requests to other origins: {c.offsite}"
+
+
+@pytest.fixture(scope="module")
+def tiny_path(site_root):
+    return str(site_root / "models" / "tiny.gguf")
+
+
+def test_page_loads_and_generates_offline(tiny_page):
+    page, info, c = tiny_page
+    assert info["weights"]["downloaded"] > 0
+    assert info["webgpu"]["available"], "Chromium gave the page no WebGPU adapter"
+    result = run(page, PROMPT, {"max_tokens": 8})
+    assert result["stats"]["adapter"] == info["adapter"]   # whichever web.make_engine picked
+    assert result["stats"]["generated_tokens"] == len(result["tokens"]) > 0
+    assert page.locator(".msg.assistant").last.text_content() == result["text"]
+    # Pyodide's numpy came from this origin (its lock file points nowhere else).
+    assert any("/pyodide/numpy-2.0.2" in u for u in c.requests)
+    assert not c.offsite
+
+
+def test_the_offsite_guard_catches_requests(tiny_page):
+    """The check every test relies on: an off-site request is blocked and recorded."""
+    page, _, c = tiny_page
+    url = "https://cdn.jsdelivr.net/pyodide/v0.27.7/full/pyodide-lock.json"
+    assert page.evaluate("(u) => fetch(u).then(() => 'fetched', () => 'blocked')", url) == "blocked"
+    assert c.offsite == [url]
+    c.offsite.clear()
+
+
+def test_greedy_speculative_equals_champion_only_and_native(tiny_page, tiny_path):
+    page, _, _ = tiny_page
+    n = 40
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=n)
+    native_ngram = native_generate(tiny_path, MESSAGES, "ngram", max_tokens=n, k="fixed:3")
+    champion_only = run(page, PROMPT, {"draft": "none", "max_tokens": n})
+    ngram = run(page, PROMPT, {"draft": "ngram", "k": "fixed:3", "max_tokens": n})
+    self_draft = run(page, PROMPT, {"draft": "self:1", "k": "fixed:2", "max_tokens": n})
+    assert champion_only["tokens"] == native.tokens
+    assert ngram["tokens"] == native.tokens
+    assert self_draft["tokens"] == native.tokens
+    assert ngram["stats"]["drafted"] > 0 and self_draft["stats"]["drafted"] > 0
+    # The same accept decisions as the native engine, position by position.
+    for key in ("drafted_by_position", "accepted_by_position", "champion_passes"):
+        assert ngram["stats"][key] == native_ngram.stats[key], key
+
+
+def test_replay_equals_native_for_the_same_seed(tiny_page, tiny_path):
+    page, _, _ = tiny_page
+    opts = {"temperature": 0.8, "seed": 7, "max_tokens": 40}
+    native = native_generate(tiny_path, MESSAGES, "none", **opts)
+    browser_ngram = run(page, PROMPT, {"draft": "ngram", "k": "fixed:3", **opts})
+    browser_none = run(page, PROMPT, {"draft": "none", **opts})
+    assert browser_ngram["receipt"]["verify"] == "replay"
+    assert browser_ngram["tokens"] == native.tokens
+    assert browser_none["tokens"] == native.tokens
+
+
+def test_prompt_over_the_context_shows_an_error(tiny_page):
+    page, _, _ = tiny_page
+    page.fill("#prompt", "the cat sat on the mat. " * 80)   # the tiny model's context is 256
+    page.click("#send")
+    error = page.locator("#error")
+    error.wait_for(state="visible", timeout=60_000)
+    assert error.get_attribute("data-code") == "prompt_too_long"
+    assert "context" in error.text_content()
+    # The page recovers: the next request works.
+    assert run(page, PROMPT, {"max_tokens": 4})["tokens"]

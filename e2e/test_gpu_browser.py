@@ -1,0 +1,133 @@
+"""The GPU engine in the browser: pyspec.gpu.browser on Chromium's WebGPU (SwiftShader), on the
+tiny random model (pyspec.testmodels). The page must pick WebGPU, and its output and accept
+decisions must equal the native engines': the CPU reference (tokens) and the same GPU engine on
+wgpu-py (tokens and, where the drafts come from the GPU, the accept decisions too).
+
+One page load serves the module. Native references run in a worker thread (Playwright's sync API
+keeps an asyncio loop on the main one); the wgpu-py ones skip where there is no native adapter.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from .pageutil import Context, native_generate, ready, run
+
+pytestmark = pytest.mark.browser
+
+MESSAGES = [{"role": "user", "content": "the cat sat on the mat. the cat"}]
+PROMPT = MESSAGES[0]["content"]
+N = 32
+REPLAY = {"temperature": 0.8, "seed": 5}
+# The accept decisions a run logs (engine._stats), equal between two engines that agree.
+DECISIONS = ("drafted_by_position", "accepted_by_position", "champion_passes")
+
+
+@pytest.fixture(scope="module")
+def gpu_page(browser, site_url):
+    c = Context(browser, site_url)
+    page = c.page("index.html?model=tiny")
+    info = ready(page)
+    yield page, info
+    c.ctx.close()
+    assert not c.offsite, f"requests to other origins: {c.offsite}"
+
+
+@pytest.fixture(scope="module")
+def tiny_path(site_root):
+    return str(site_root / "models" / "tiny.gguf")
+
+
+@pytest.fixture(scope="module")
+def native_wgpu(tiny_path):
+    """run(draft, **options) -> Result of the GPU engine on wgpu-py (lavapipe on CI)."""
+    from pyspec.gpu import native
+    if not native.available():
+        pytest.skip("no native WebGPU adapter (install mesa-vulkan-drivers)")
+    from pyspec.engine import Engine, Options
+    from pyspec.gguf import GGUFFile
+    from pyspec.gpu import load_model, open_device
+    from pyspec.tokenizer import Tokenizer
+
+    pool = ThreadPoolExecutor(1)   # one thread owns the device
+    f = GGUFFile.open(tiny_path)
+    tokenizer = Tokenizer.from_metadata(f.metadata)
+    model = pool.submit(lambda: load_model(open_device(), f)).result()
+
+    def go(draft, **options):
+        engine = Engine(model, tokenizer, draft)
+        return engine.generate(tokenizer.encode_chat(MESSAGES), Options(**options))
+
+    yield lambda draft, **options: pool.submit(go, draft, **options).result()
+    pool.submit(model.dev.destroy).result()
+    pool.shutdown()
+
+
+def test_the_page_runs_on_webgpu(gpu_page):
+    page, info = gpu_page
+    assert info["adapter"] != "cpu-numpy", info.get("fallback")
+    assert "WebGPU" in info["adapter"] and info["fallback"] is None
+    assert info["webgpu"]["available"]
+    result = run(page, PROMPT, {"draft": "none", "max_tokens": 4})
+    assert result["stats"]["adapter"] == info["adapter"]
+    assert result["receipt"]["stats"]["adapter"] == info["adapter"]
+    assert result["receipt"]["fallbacks"] == []
+
+
+def test_greedy_speculative_equals_champion_only_and_native(gpu_page, tiny_path, native_wgpu):
+    page, _ = gpu_page
+    cpu = native_generate(tiny_path, MESSAGES, "none", max_tokens=N)
+    champion_only = run(page, PROMPT, {"draft": "none", "max_tokens": N})
+    assert champion_only["tokens"] == cpu.tokens
+    for draft in ("ngram", "self:1"):
+        spec = run(page, PROMPT, {"draft": draft, "k": "fixed:3", "max_tokens": N})
+        assert spec["stats"]["drafter"] == draft
+        assert spec["stats"]["drafted"] > 0, draft
+        assert spec["tokens"] == champion_only["tokens"], draft
+        wgpu = native_wgpu(draft, k="fixed:3", max_tokens=N)
+        assert wgpu.tokens == cpu.tokens, draft
+        for key in DECISIONS:
+            assert spec["stats"][key] == wgpu.stats[key], (draft, key)
+
+
+def test_replay_equals_native_for_the_same_seed(gpu_page, tiny_path, native_wgpu):
+    page, _ = gpu_page
+    cpu = native_generate(tiny_path, MESSAGES, "none", max_tokens=N, **REPLAY)
+    browser_none = run(page, PROMPT, {"draft": "none", "max_tokens": N, **REPLAY})
+    assert browser_none["receipt"]["verify"] == "replay"
+    assert browser_none["tokens"] == cpu.tokens
+    for draft in ("ngram", "self:1"):
+        spec = run(page, PROMPT, {"draft": draft, "k": "fixed:3", "max_tokens": N, **REPLAY})
+        assert spec["tokens"] == cpu.tokens, draft
+        wgpu = native_wgpu(draft, k="fixed:3", max_tokens=N, **REPLAY)
+        assert wgpu.tokens == cpu.tokens, draft
+        for key in DECISIONS:
+            assert spec["stats"][key] == wgpu.stats[key], (draft, key)
+
+
+# Prepended to worker.js: a browser whose WebGPU gives no adapter (as when the GPU is blocklisted).
+NO_ADAPTER = "GPU.prototype.requestAdapter = async () => null;\n"
+
+
+def test_no_adapter_falls_back_to_the_cpu_with_the_reason(browser, site_url, tiny_path):
+    c = Context(browser, site_url)
+
+    def worker_without_adapter(route):
+        response = route.fetch()   # keeps its headers: COEP must hold for the worker too
+        route.fulfill(response=response, body=NO_ADAPTER + response.text())
+
+    c.ctx.route("**/worker.js", worker_without_adapter)
+    try:
+        page = c.page("index.html?model=tiny")
+        info = ready(page)
+        assert info["adapter"] == "cpu-numpy"
+        assert "no adapter" in info["fallback"]
+        result = run(page, PROMPT, {"draft": "ngram", "k": "fixed:3", "max_tokens": 8})
+        assert result["stats"]["adapter"] == "cpu-numpy"
+        assert result["receipt"]["fallbacks"] == [{"kind": "no_webgpu", "adapter": "cpu-numpy"}]
+        assert result["tokens"] == native_generate(tiny_path, MESSAGES, "none", max_tokens=8).tokens
+    finally:
+        c.ctx.close()
+    assert not c.offsite, f"requests to other origins: {c.offsite}"

@@ -8,6 +8,8 @@ distribution computed by enumeration.
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -294,7 +296,6 @@ def test_bad_options_raise_clear_errors(tiny):
 
 def committed_rows(engine, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The first n K and V rows of the champion's cache, from the host or the GPU."""
-    import asyncio
     if engine.kv.k is not None:
         return engine.kv.k[:, :n], engine.kv.v[:, :n]
     return asyncio.run(engine.champion.read_kv(n))
@@ -324,7 +325,6 @@ def test_kv_rows_match_a_fresh_champion_only_run(tiny, greedy_reference, backend
 
 
 def test_streamed_text_is_the_decoded_output(tiny, backend):
-    import asyncio
     engine = engine_for(tiny, "ngram", backend)
     report, chunks = {}, []
 

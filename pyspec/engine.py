@@ -343,6 +343,8 @@ class Engine:
             "draft_s": st.t_draft,
             "verify_s": st.t_verify,
             "wall_s": wall,
+            # GPU backends: per-cycle host time (encode + submit) vs time awaiting the readback
+            "backend_timing": dict(getattr(self.backend, "timing", {})),
             "peak_bytes": {
                 "weights": self.backend.weight_bytes,
                 "kv": self.backend.kv_bytes,

@@ -6,19 +6,26 @@
 //   Q8_0: repacked at upload (ops.Weight) from 34 to 36 bytes so that it is u32-aligned:
 //         9 u32 per block: f16 d | 0, then 32 int8 (value i is byte i); w = d * q.
 //   f32:  one u32 (f32 bits) per element, read a vec4 at a time; n_in a multiple of 4.
-// Work split: a workgroup of 64 threads computes 64 / lanes outputs. The `lanes` threads of
-// output j take the blocks lane, lane + lanes, ... of row j, dequantize each block once and FMA it
-// into one accumulator per row (up to 16), so a pass reads the weights once for all of its rows.
-// Then one workgroup barrier, and lane l sums the lanes' partials of rows l, l + lanes, ... in lane
-// order. Batch invariance: `lanes` depends on n_in only; each row's accumulator sees the same
-// blocks in the same order through the same instructions whatever step.rows is; rows never mix.
+//
+// Work split: a thread owns OUTS = 4 consecutive outputs and one `lane` of them; the `lanes`
+// threads of an output group take the blocks lane, lane + lanes, ... Rows go in tiles of 4: a
+// tile's accumulator is a mat4x4 (column o = output j0 + o, component k = row r0 + k), named so
+// that it stays in registers (an indexed array becomes memory on CPU adapters). Each x value a
+// thread loads serves its 4 outputs, and each weight 4 rows: on CPU adapters (lavapipe,
+// SwiftShader) every non-uniform storage load is a per-invocation scalar loop, so loads are
+// the cost to cut. x rows past step.rows are not loaded (they read as 0 and are never stored).
+// lanes = 1 (CPU adapters): a thread stores its sums directly, no barrier. lanes > 1: one
+// workgroup barrier, then the lanes' partials of each (output, row) are summed in lane order.
+// Batch invariance: `lanes` depends on (n_in, device) only; each row's accumulator sees the same
+// blocks in the same order through the same instructions whatever step.rows is and whichever
+// tile slot it sits in; rows never mix.
 
 //!include step.wgsl
 
 struct Params {
     n_out: u32,       // outputs (rows of W)
     n_in: u32,        // inputs (columns of W): a multiple of 32 (Q4_1, Q8_0) or of 4 (f32)
-    lanes: u32,       // threads sharing one output's dot product: 1, 2, 4, 8 or 16
+    lanes: u32,       // threads sharing one output group's dot products: 1, 2, 4, 8 or 16
     out_at_pos: u32,  // 1: pass row r goes to row step.pos + r of y (a KV cache); 0: to row r
     accumulate: u32,  // 1: y += W x (the residual add); 0: y = W x
     y_rows: u32,      // rows y holds (ROWS_MAX, or max_ctx for a KV cache); later rows are skipped
@@ -26,6 +33,9 @@ struct Params {
 
 const WG: u32 = 64u;
 const ROWS_MAX: u32 = 16u;
+const OUTS: u32 = 4u;  // outputs per thread (ops.OUTS)
+const Q4_1: u32 = 0u;
+const Q8_0: u32 = 1u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
@@ -33,28 +43,54 @@ const ROWS_MAX: u32 = 16u;
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>; // (ROWS_MAX, n_in/4)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (y_rows, n_out)
 
-var<workgroup> part: array<f32, 1024>;  // (WG, ROWS_MAX) per-thread partial sums
-var<private> acc: array<f32, 16>;       // (ROWS_MAX,) this thread's partial sum of each row
+// (WG, OUTS, ROWS_MAX / 4): each thread's partial sums, a vec4 per (output, row tile); 16 KiB.
+var<workgroup> part: array<vec4<f32>, 1024>;
 
-// The output this thread works on (may be >= n_out in the last workgroup: it then only joins the
-// barrier). Workgroups are flattened over (x, y) because the head has more than 65535 of them.
-fn output_of(t: u32, wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return (wid.x + wid.y * nwg.x) * (WG / params.lanes) + t / params.lanes;
+// The first of this thread's outputs (may be >= n_out in the last workgroup). Workgroups are
+// flattened over (x, y) because the head has more than 65535 of them.
+fn first_output(t: u32, wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return ((wid.x + wid.y * nwg.x) * (WG / params.lanes) + t / params.lanes) * OUTS;
 }
 
-// One block of 32 weights (a0..a7, in k order) against row r's 32 inputs at vec4 index xb, summed
-// in a fixed order: the same expression for every row of every pass.
-fn block_dot(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, a4: vec4<f32>,
-             a5: vec4<f32>, a6: vec4<f32>, a7: vec4<f32>, xb: u32) -> f32 {
-    var s = dot(a0, x[xb]);
-    s += dot(a1, x[xb + 1u]);
-    s += dot(a2, x[xb + 2u]);
-    s += dot(a3, x[xb + 3u]);
-    s += dot(a4, x[xb + 4u]);
-    s += dot(a5, x[xb + 5u]);
-    s += dot(a6, x[xb + 6u]);
-    s += dot(a7, x[xb + 7u]);
-    return s;
+// Output j0 + o clamped into W: outputs past n_out compute on the last row and are not stored.
+fn clamped(j0: u32, o: u32) -> u32 {
+    return min(j0 + o, params.n_out - 1u);
+}
+
+// The tile's x at vec4 index c of rows r0..r0+3 (row stride rs), column k = row r0 + k; rows
+// >= step.rows are left 0 (not loaded). r0 + 3 < ROWS_MAX, so every index is inside x.
+fn x_tile(c: u32, r0: u32, rows: u32, rs: u32) -> mat4x4<f32> {
+    var t = mat4x4<f32>();
+    t[0] = x[c];
+    if (r0 + 1u < rows) {
+        t[1] = x[c + rs];
+    }
+    if (r0 + 2u < rows) {
+        t[2] = x[c + 2u * rs];
+    }
+    if (r0 + 3u < rows) {
+        t[3] = x[c + 3u * rs];
+    }
+    return t;
+}
+
+// One quantized block of 32 weights: Q4_1 s = (d, m), q0 = the 4 nibble words; Q8_0 s = (d, 0),
+// q0, q1 = the 8 int8 words.
+struct Block {
+    s: vec2<f32>,
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+}
+
+fn load_block(kind: u32, j: u32, b: u32, nb: u32) -> Block {
+    if (kind == Q4_1) {
+        let at = (j * nb + b) * 5u;
+        return Block(unpack2x16float(w[at]), vec4<u32>(w[at + 1u], w[at + 2u], w[at + 3u],
+                     w[at + 4u]), vec4<u32>());
+    }
+    let at = (j * nb + b) * 9u;
+    return Block(unpack2x16float(w[at]), vec4<u32>(w[at + 1u], w[at + 2u], w[at + 3u], w[at + 4u]),
+                 vec4<u32>(w[at + 5u], w[at + 6u], w[at + 7u], w[at + 8u]));
 }
 
 // Bytes 0..3 of q, low nibbles (shift 0) or high nibbles (shift 4), as f32.
@@ -68,31 +104,108 @@ fn int8s(q: u32) -> vec4<f32> {
     return vec4<f32>(s >> vec4<u32>(24u));
 }
 
-// Sum the lanes' partials in lane order and store row r of output j for r < rows.
-fn reduce_store(t: u32, j: u32, rows: u32) {
-    for (var r = 0u; r < rows; r++) {
-        part[t * ROWS_MAX + r] = acc[r];
+// Weights 4i..4i+3 of a block (i a constant 0..7 once inlined).
+fn chunk(kind: u32, blk: Block, i: u32) -> vec4<f32> {
+    if (kind == Q4_1) {
+        return blk.s.x * nibbles(blk.q0[i % 4u], i / 4u * 4u) + blk.s.y;
     }
-    workgroupBarrier();
-    if (j >= params.n_out) {
+    return blk.s.x * int8s(select(blk.q0[i % 4u], blk.q1[i % 4u], i >= 4u));
+}
+
+// acc[o] += chunk i of output o's block . the x tile (component k: row r0 + k).
+fn mac(kind: u32, acc: mat4x4<f32>, b0: Block, b1: Block, b2: Block, b3: Block, i: u32,
+       xt: mat4x4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(acc[0] + chunk(kind, b0, i) * xt, acc[1] + chunk(kind, b1, i) * xt,
+                       acc[2] + chunk(kind, b2, i) * xt, acc[3] + chunk(kind, b3, i) * xt);
+}
+
+// This thread's partial sums of outputs j0..j0+3 over rows r0..r0+3 (quantized weights).
+fn tile_quant(kind: u32, j0: u32, lane: u32, r0: u32, rows: u32) -> mat4x4<f32> {
+    let nb = params.n_in / 32u;
+    let rs = params.n_in / 4u;
+    let j = vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
+    var acc = mat4x4<f32>();
+    for (var b = lane; b < nb; b += params.lanes) {
+        let b0 = load_block(kind, j.x, b, nb);
+        let b1 = load_block(kind, j.y, b, nb);
+        let b2 = load_block(kind, j.z, b, nb);
+        let b3 = load_block(kind, j.w, b, nb);
+        let c = r0 * rs + b * 8u;
+        acc = mac(kind, acc, b0, b1, b2, b3, 0u, x_tile(c, r0, rows, rs));
+        acc = mac(kind, acc, b0, b1, b2, b3, 1u, x_tile(c + 1u, r0, rows, rs));
+        acc = mac(kind, acc, b0, b1, b2, b3, 2u, x_tile(c + 2u, r0, rows, rs));
+        acc = mac(kind, acc, b0, b1, b2, b3, 3u, x_tile(c + 3u, r0, rows, rs));
+        acc = mac(kind, acc, b0, b1, b2, b3, 4u, x_tile(c + 4u, r0, rows, rs));
+        acc = mac(kind, acc, b0, b1, b2, b3, 5u, x_tile(c + 5u, r0, rows, rs));
+        acc = mac(kind, acc, b0, b1, b2, b3, 6u, x_tile(c + 6u, r0, rows, rs));
+        acc = mac(kind, acc, b0, b1, b2, b3, 7u, x_tile(c + 7u, r0, rows, rs));
+    }
+    return acc;
+}
+
+// Row r of output j gets s (if j is an output and y holds that row).
+fn store(j: u32, r: u32, s: f32) {
+    let row = select(0u, step.pos, params.out_at_pos != 0u) + r;
+    if (j >= params.n_out || row >= params.y_rows) {
         return;
     }
+    let at = row * params.n_out + j;
+    if (params.accumulate != 0u) {
+        y[at] = y[at] + s;
+    } else {
+        y[at] = s;
+    }
+}
+
+// Rows r0..r0+3 (those < rows) of output j from column sums v.
+fn store_tile(j: u32, r0: u32, rows: u32, v: vec4<f32>) {
+    store(j, r0, v.x);
+    if (r0 + 1u < rows) {
+        store(j, r0 + 1u, v.y);
+    }
+    if (r0 + 2u < rows) {
+        store(j, r0 + 2u, v.z);
+    }
+    if (r0 + 3u < rows) {
+        store(j, r0 + 3u, v.w);
+    }
+}
+
+// A finished row tile: stored (lanes = 1) or parked in `part` for the lanes' reduction.
+fn keep(t: u32, j0: u32, r0: u32, rows: u32, acc: mat4x4<f32>) {
+    if (params.lanes == 1u) {
+        store_tile(j0, r0, rows, acc[0]);
+        store_tile(j0 + 1u, r0, rows, acc[1]);
+        store_tile(j0 + 2u, r0, rows, acc[2]);
+        store_tile(j0 + 3u, r0, rows, acc[3]);
+    } else {
+        let at = t * OUTS * 4u + r0 / 4u;
+        part[at] = acc[0];
+        part[at + 4u] = acc[1];
+        part[at + 8u] = acc[2];
+        part[at + 12u] = acc[3];
+    }
+}
+
+// With lanes > 1: lane l sums entries (o, r) = l, l + lanes, ... of its group over the lanes,
+// in lane order, and stores them.
+fn reduce_store(t: u32, j0: u32, rows: u32) {
     let lanes = params.lanes;
-    let first = t - t % lanes;  // lane 0 of output j
-    let base = select(0u, step.pos, params.out_at_pos != 0u);
-    for (var r = t % lanes; r < rows; r += lanes) {
-        if (base + r >= params.y_rows) {
-            break;
-        }
-        var s = part[first * ROWS_MAX + r];
-        for (var l = 1u; l < lanes; l++) {
-            s += part[(first + l) * ROWS_MAX + r];
-        }
-        let at = (base + r) * params.n_out + j;
-        if (params.accumulate != 0u) {
-            y[at] = y[at] + s;
-        } else {
-            y[at] = s;
+    if (lanes == 1u) {
+        return;
+    }
+    workgroupBarrier();
+    let first = t - t % lanes;  // lane 0 of this group
+    for (var e = t % lanes; e < OUTS * ROWS_MAX; e += lanes) {
+        let o = e / ROWS_MAX;
+        let r = e % ROWS_MAX;
+        if (r < rows) {
+            let at = o * 4u + r / 4u;
+            var s = part[first * OUTS * 4u + at][r % 4u];
+            for (var l = 1u; l < lanes; l++) {
+                s += part[(first + l) * OUTS * 4u + at][r % 4u];
+            }
+            store(j0 + o, r, s);
         }
     }
 }
@@ -101,74 +214,45 @@ fn reduce_store(t: u32, j: u32, rows: u32) {
 fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
-    let j = output_of(t, wid, nwg);
-    let nb = params.n_in / 32u;
-    let row_stride = params.n_in / 4u;
-    if (j < params.n_out) {
-        for (var b = t % params.lanes; b < nb; b += params.lanes) {
-            let at = (j * nb + b) * 5u;
-            let dm = unpack2x16float(w[at]);  // (d, m)
-            let q0 = w[at + 1u];
-            let q1 = w[at + 2u];
-            let q2 = w[at + 3u];
-            let q3 = w[at + 4u];
-            let a0 = dm.x * nibbles(q0, 0u) + dm.y;
-            let a1 = dm.x * nibbles(q1, 0u) + dm.y;
-            let a2 = dm.x * nibbles(q2, 0u) + dm.y;
-            let a3 = dm.x * nibbles(q3, 0u) + dm.y;
-            let a4 = dm.x * nibbles(q0, 4u) + dm.y;
-            let a5 = dm.x * nibbles(q1, 4u) + dm.y;
-            let a6 = dm.x * nibbles(q2, 4u) + dm.y;
-            let a7 = dm.x * nibbles(q3, 4u) + dm.y;
-            for (var r = 0u; r < rows; r++) {
-                acc[r] += block_dot(a0, a1, a2, a3, a4, a5, a6, a7, r * row_stride + b * 8u);
-            }
-        }
+    let j0 = first_output(t, wid, nwg);
+    for (var r0 = 0u; r0 < rows; r0 += 4u) {
+        keep(t, j0, r0, rows, tile_quant(Q4_1, j0, t % params.lanes, r0, rows));
     }
-    reduce_store(t, j, rows);
+    reduce_store(t, j0, rows);
 }
 
 @compute @workgroup_size(64)
 fn matmul_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
-    let j = output_of(t, wid, nwg);
-    let nb = params.n_in / 32u;
-    let row_stride = params.n_in / 4u;
-    if (j < params.n_out) {
-        for (var b = t % params.lanes; b < nb; b += params.lanes) {
-            let at = (j * nb + b) * 9u;
-            let d = unpack2x16float(w[at]).x;
-            let a0 = d * int8s(w[at + 1u]);
-            let a1 = d * int8s(w[at + 2u]);
-            let a2 = d * int8s(w[at + 3u]);
-            let a3 = d * int8s(w[at + 4u]);
-            let a4 = d * int8s(w[at + 5u]);
-            let a5 = d * int8s(w[at + 6u]);
-            let a6 = d * int8s(w[at + 7u]);
-            let a7 = d * int8s(w[at + 8u]);
-            for (var r = 0u; r < rows; r++) {
-                acc[r] += block_dot(a0, a1, a2, a3, a4, a5, a6, a7, r * row_stride + b * 8u);
-            }
-        }
+    let j0 = first_output(t, wid, nwg);
+    for (var r0 = 0u; r0 < rows; r0 += 4u) {
+        keep(t, j0, r0, rows, tile_quant(Q8_0, j0, t % params.lanes, r0, rows));
     }
-    reduce_store(t, j, rows);
+    reduce_store(t, j0, rows);
+}
+
+// f32 weights 4c..4c+3 of output j.
+fn f32s(j: u32, c: u32) -> vec4<f32> {
+    let at = j * params.n_in + c * 4u;
+    return bitcast<vec4<f32>>(vec4<u32>(w[at], w[at + 1u], w[at + 2u], w[at + 3u]));
 }
 
 @compute @workgroup_size(64)
 fn matmul_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
-    let j = output_of(t, wid, nwg);
-    let n4 = params.n_in / 4u;
-    if (j < params.n_out) {
-        for (var c = t % params.lanes; c < n4; c += params.lanes) {
-            let at = j * params.n_in + c * 4u;
-            let a = bitcast<vec4<f32>>(vec4<u32>(w[at], w[at + 1u], w[at + 2u], w[at + 3u]));
-            for (var r = 0u; r < rows; r++) {
-                acc[r] += dot(a, x[r * n4 + c]);
-            }
+    let j0 = first_output(t, wid, nwg);
+    let rs = params.n_in / 4u;
+    let j = vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
+    for (var r0 = 0u; r0 < rows; r0 += 4u) {
+        var acc = mat4x4<f32>();
+        for (var c = t % params.lanes; c < rs; c += params.lanes) {
+            let xt = x_tile(r0 * rs + c, r0, rows, rs);
+            acc = mat4x4<f32>(acc[0] + f32s(j.x, c) * xt, acc[1] + f32s(j.y, c) * xt,
+                              acc[2] + f32s(j.z, c) * xt, acc[3] + f32s(j.w, c) * xt);
         }
+        keep(t, j0, r0, rows, acc);
     }
-    reduce_store(t, j, rows);
+    reduce_store(t, j0, rows);
 }

@@ -88,6 +88,7 @@ class GPUBackend:
         self.out = dev.buffer(sampling.ACCEPT_WORDS * 4, label="accept.out")  # (68,) u32
         self._tail: dict[tuple, list] = {}
         self._draft_plans: dict[tuple, list] = {}
+        self.timing: dict = {}
         self._warm()
 
     def _warm(self) -> None:
@@ -123,6 +124,8 @@ class GPUBackend:
 
     # --- the engine's calls -------------------------------------------------------------------
     async def prefill(self, prompt: list[int]) -> None:
+        # Per request: host time encoding and submitting cycles vs time awaiting their readback.
+        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0}
         self.champion.prefill(prompt, SLOT_CHAMPION)
         if self.drafter:
             self.drafter.reset(prompt)
@@ -180,7 +183,12 @@ class GPUBackend:
         commands += self._verify_dispatches(mode, threshold)
         steps.upload()
         dev.submit(commands)
+        t_wait = time.perf_counter()
         words = await dev.read_array(self.out, np.uint32, (sampling.ACCEPT_WORDS,))
+        self.timing["cycles"] += 1
+        self.timing["readbacks"] += 1
+        self.timing["wait_s"] += time.perf_counter() - t_wait
+        self.timing["host_s"] += t_wait - t0
         if draft is not None:
             # One submission gives one time. Split it by command count (encoding and dispatch
             # overhead dominate a small model's pass): the guard needs the draft's cost per

@@ -87,6 +87,9 @@ class Device:
 
     name = "unknown"          # adapter description, e.g. "llvmpipe (LLVM 15)" or "NVIDIA H200"
     features: frozenset = frozenset()
+    # A software adapter running on the CPU (lavapipe, SwiftShader): kernels pick a work split
+    # without workgroup barriers there (ops.matmul). Set by each adapter from what it reports.
+    is_cpu = False
 
     def __init__(self):
         self._pipelines: dict[str, object] = {}

@@ -51,6 +51,7 @@ class NativeDevice(Device):
         info = adapter.info
         self.name = f"{info.get('device', '?')} ({info.get('backend_type', '?')}, wgpu-py)"
         self.features = frozenset(adapter.features)
+        self.is_cpu = info.get("adapter_type") == "CPU"
         limits = adapter.limits
         wanted = {}
         for key in ("max-storage-buffer-binding-size", "max-buffer-size",

@@ -23,6 +23,7 @@ from ..gguf import GGUFFile
 from .device import ROWS_MAX, Dispatch, split_workgroups
 
 WG = 64  # threads per workgroup in every kernel here
+MATMUL_OUTS = 4  # outputs per matmul thread (shaders/matmul.wgsl OUTS)
 
 
 class ShapeError(ValueError):
@@ -109,13 +110,24 @@ def _workgroups(threads: int) -> tuple[int, int, int]:
 
 
 def _lanes(units: int) -> int:
-    """Threads sharing one output's dot product: the largest power of two <= min(16, units),
-    where units are the blocks (vec4 chunks for f32) of a weight row. It depends on n_in only,
-    never on the rows of a pass (batch invariance)."""
+    """Threads sharing one output group's dot products on a GPU: the largest power of two
+    <= min(16, units), where units are the blocks (vec4 chunks for f32) of a weight row. It
+    depends on n_in only, never on the rows of a pass (batch invariance)."""
     lanes = 1
     while lanes * 2 <= min(16, units):
         lanes *= 2
     return lanes
+
+
+# Adapters that run shaders on the CPU (Mesa's lavapipe, Chromium's SwiftShader), by adapter name.
+# There a storage load that differs between invocations is a scalar loop over the SIMD lanes and
+# a workgroup barrier is a coroutine switch, so matmul runs one thread per output group (lanes 1,
+# no barrier). scripts/bench_matmul.py measures it.
+
+
+def _cpu_adapter(dev) -> bool:
+    """A software adapter (lavapipe, SwiftShader): each adapter says so (Device.is_cpu)."""
+    return bool(dev.is_cpu)
 
 
 # --- kernels ------------------------------------------------------------------------------------
@@ -140,10 +152,11 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     else:
         _need(dev, y, ROWS_MAX * n_out * 4, f"matmul y for {weight.name!r} (ROWS_MAX, {n_out})")
         y_rows = ROWS_MAX
-    lanes = _lanes(n_in // 4 if weight.kind == "f32" else n_in // 32)
+    # lanes depends on the device and n_in only, never on rows (batch invariance).
+    lanes = 1 if _cpu_adapter(dev) else _lanes(n_in // 4 if weight.kind == "f32" else n_in // 32)
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows),
                          f"matmul {weight.name}")
-    groups = split_workgroups(-(-n_out // (WG // lanes)))
+    groups = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
     return dev.dispatch("matmul", f"matmul_{weight.kind}",
                         [params, step, weight.buffer, x, y], groups)
 

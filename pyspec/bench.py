@@ -140,9 +140,13 @@ def run_bench(args) -> int:
 
     strata = sorted({r["stratum"] for rs in rows.values() for r in rs})
     if gpu is not None:
-        cycles = sum(r["stats"]["champion_passes"] for rs in rows.values() for r in rs)
-        cycles += sum(r["baseline_passes"] for r in next(iter(rows.values()), []))
-        gpu["readbacks_per_cycle"] = (champion.dev.readbacks - readbacks_before) / max(cycles, 1)
+        timings = [r["stats"]["backend_timing"] for rs in rows.values() for r in rs]
+        cycles = sum(t["cycles"] for t in timings)
+        gpu["readbacks_per_cycle"] = sum(t["readbacks"] for t in timings) / max(cycles, 1)
+        gpu["host_s_per_cycle"] = sum(t["host_s"] for t in timings) / max(cycles, 1)
+        gpu["wait_s_per_cycle"] = sum(t["wait_s"] for t in timings) / max(cycles, 1)
+        # every device readback in the run, prefill syncs and the measurements above included
+        gpu["device_readbacks_total"] = champion.dev.readbacks - readbacks_before
     result = {
         "backend": args.backend,
         "adapter": engines["none"].adapter,

@@ -84,7 +84,8 @@ class Chunk:
 class Result:
     text: str
     tokens: list[int]
-    finish_reason: str   # "stop" (end of generation token), "length" (max_tokens), "context"
+    finish_reason: str   # "stop" (end of generation token), "length" (max_tokens), "context",
+                         # "cancelled" (should_stop said so between cycles)
     stats: dict
     receipt: dict
 
@@ -239,9 +240,11 @@ class Engine:
 
     # --- the loop ---------------------------------------------------------------------------
     async def stream(self, prompt: list[int], opts: Options | None = None,
-                     report: dict | None = None) -> AsyncIterator[Chunk]:
+                     report: dict | None = None, should_stop=None) -> AsyncIterator[Chunk]:
         """Generate from prompt token ids, yielding a Chunk per cycle that commits text.
-        When `report` is given it is filled with the Result fields at the end."""
+        When `report` is given it is filled with the Result fields at the end. `should_stop()`
+        is asked before every cycle; when it says so the request ends as "cancelled", with its
+        committed text, stats and receipt (a cancel takes effect within one cycle)."""
         opts = opts or Options()
         opts.check()
         mode = opts.resolved_verify()
@@ -266,6 +269,9 @@ class Engine:
 
         while len(tokens) - len(prompt) < opts.max_tokens:
             n = len(tokens)
+            if should_stop is not None and should_stop():
+                finish = "cancelled"
+                break
             if n > ctx:
                 finish = "context"
                 break

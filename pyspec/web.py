@@ -169,8 +169,8 @@ class Session:
                        on_chunk) -> str:
         """Stream one request. `on_chunk(offset, text, n_tokens)` is called once per cycle that
         commits text. config: {max_tokens, temperature, seed, verify, k, draft}. Returns
-        {"text", "tokens", "finish_reason", "stats", "receipt"}, or the same with
-        finish_reason "cancelled" and no stats when cancel() stopped it, or an error."""
+        {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
+        when cancel() stopped it: the engine checks before every cycle), or an error."""
         try:
             messages = json.loads(messages_json)
             config = json.loads(config_json)
@@ -189,16 +189,12 @@ class Session:
         report: dict = {}
         text = ""
         try:
-            stream = engine.stream(prompt, opts, report)
+            stream = engine.stream(prompt, opts, report,
+                                   should_stop=lambda: request_id in self.cancelled)
             try:
                 async for chunk in stream:
                     on_chunk(chunk.offset, chunk.text, chunk.n_tokens)
                     text += chunk.text
-                    # Why here: the engine yields once per cycle that commits text, so a cancel
-                    # is seen within one cycle. (An engine-level stop hook would also catch
-                    # cycles that commit no text, and fill the stats of a cancelled request.)
-                    if request_id in self.cancelled:
-                        break
             finally:
                 await stream.aclose()
         except Exception as e:  # noqa: BLE001

@@ -82,6 +82,27 @@ LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                  "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 
 
+def load_tensors(f: GGUFFile, cfg: Config, load):
+    """(tok_embd, out_norm, head, layers) of a Llama GGUF, each made by `load(name, shape)`;
+    the CPU model dequantizes there, the GPU model uploads. A missing output.weight means the
+    head is tied to the embedding."""
+    d, hd = cfg.d_model, cfg.head_dim
+    shapes = {"attn_norm": (d,), "attn_q": (cfg.n_heads * hd, d),
+              "attn_k": (cfg.n_kv_heads * hd, d), "attn_v": (cfg.n_kv_heads * hd, d),
+              "attn_output": (d, cfg.n_heads * hd), "ffn_norm": (d,),
+              "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
+    try:
+        tok_embd = load("token_embd.weight", (cfg.vocab_size, d))                 # (vocab, d)
+        out_norm = load("output_norm.weight", (d,))
+        head = (load("output.weight", (cfg.vocab_size, d))
+                if "output.weight" in f.tensors else tok_embd)                      # (vocab, d)
+        layers = [{n: load(f"blk.{i}.{n}.weight", shapes[n]) for n in LAYER_TENSORS}
+                  for i in range(cfg.n_layers)]
+    except GGUFError as e:
+        raise ModelError(f"{f.source} is not a complete Llama model: {e.reason}") from e
+    return tok_embd, out_norm, head, layers
+
+
 def matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x (m, n_in) @ w.T for w (n_out, n_in), on zero-padded tiles of TILE rows -> (m, n_out)."""
     m = x.shape[0]
@@ -133,21 +154,8 @@ class Model:
                 raise ModelError(f"tensor {name!r} has shape {w.shape}, expected {shape}")
             return w.astype(self.dtype, copy=False)
 
-        d, hd = cfg.d_model, cfg.head_dim
-        shapes = {"attn_norm": (d,), "attn_q": (cfg.n_heads * hd, d),
-                  "attn_k": (cfg.n_kv_heads * hd, d), "attn_v": (cfg.n_kv_heads * hd, d),
-                  "attn_output": (d, cfg.n_heads * hd), "ffn_norm": (d,),
-                  "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
-        try:
-            self.tok_embd = load("token_embd.weight", (cfg.vocab_size, d))  # (vocab, d)
-            self.out_norm = load("output_norm.weight", (d,))
-            # A missing output.weight means the head is tied to the embedding.
-            self.head = (load("output.weight", (cfg.vocab_size, d))
-                         if "output.weight" in f.tensors else self.tok_embd)  # (vocab, d)
-            self.layers = [{n: load(f"blk.{i}.{n}.weight", shapes[n]) for n in LAYER_TENSORS}
-                           for i in range(cfg.n_layers)]
-        except GGUFError as e:
-            raise ModelError(f"{f.source} is not a complete Llama model: {e.reason}") from e
+        self.tok_embd, self.out_norm, self.head, self.layers = load_tensors(f, cfg, load)
+        hd = cfg.head_dim
         half = hd // 2
         self.inv_freq = (cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2 / hd))  # (hd/2,)
 

@@ -68,9 +68,21 @@ class CostModel:
         return e
 
     def verify_time(self, k: int) -> float | None:
-        """Measured t_verify(k), else the nearest measured smaller k (costs only grow with k)."""
-        known = [j for j in self.t_verify if j <= k]
-        return self.t_verify[max(known)] if known else None
+        """Measured t_verify(k); else linear between the measured k around it, or along the line
+        through the two largest measured k below it (a pass costs a fixed part plus a part per
+        row); else the nearest measured smaller k."""
+        if k in self.t_verify:
+            return self.t_verify[k]
+        below = sorted(j for j in self.t_verify if j < k)
+        above = sorted(j for j in self.t_verify if j > k)
+        if below and above:
+            a, b = below[-1], above[0]
+            ta, tb = self.t_verify[a], self.t_verify[b]
+            return ta + (tb - ta) * (k - a) / (b - a)
+        if len(below) >= 2:
+            (a, ta), (b, tb) = [(j, self.t_verify[j]) for j in below[-2:]]
+            return max(tb, tb + (tb - ta) * (k - b) / (b - a))
+        return self.t_verify[below[-1]] if below else None
 
     def rate(self, k: int) -> float | None:
         """Predicted tokens per second at length k, or None while unmeasured."""
@@ -210,10 +222,14 @@ class Schedule:
         if paying:
             self.probe_every = PROBE_EVERY
             return k if k in paying else max(paying, key=cost.rate)
-        # Nothing pays: off, and wait twice as long before the next probe (up to PROBE_MAX).
+        # Nothing pays: off, and wait twice as long before the next probe (up to PROBE_MAX);
+        # at once PROBE_MAX when even a draft that is always right would lose, as on a software
+        # GPU adapter, whose pass over k + 1 rows costs about k + 1 one-row passes.
         self.off = True
         self.since_probe = 0
-        self.probe_every = min(2 * self.probe_every, PROBE_MAX)
+        hopeless = all((j + 1) / (j * (cost.t_draft or 0.0) + cost.verify_time(j))
+                       <= MARGIN * base for j in range(1, k + 1))
+        self.probe_every = PROBE_MAX if hopeless else min(2 * self.probe_every, PROBE_MAX)
         self.counts["guard_off"] += 1
         return 0
 

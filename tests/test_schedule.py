@@ -85,3 +85,12 @@ def test_fixed_is_never_overridden():
         assert k == 3
         sched.observe(k, 0, 10.0, 100.0)
     assert sched.stats()["k_histogram"] == {3: 50}
+
+
+def test_guard_waits_longest_when_even_perfect_drafts_would_lose():
+    # A software adapter: k + 1 rows cost k + 1 passes. Even drafts that are always accepted
+    # cannot beat champion-only, so after its one probe the guard waits PROBE_MAX cycles.
+    sched = run_guard(t_target=1.0, t_verify_per_row=1.0, t_draft=0.0, accept_prob=1.0)
+    hist = sched.stats()["k_histogram"]
+    assert sched.probe_every == schedule.PROBE_MAX
+    assert sum(v for k, v in hist.items() if k > 0) <= 3, hist

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gguf import GGUFError, GGUFFile
+from ..gguf import GGUFFile
 from ..kv import KVCache
-from ..model import LAYER_TENSORS, Config, ModelError
+from ..model import Config, ModelError, load_tensors
 from . import ops
 from .device import ROWS_MAX, Device
 from .step import Steps
@@ -41,19 +41,7 @@ class GPUModel:
         self.label = label
         self._sha256: str | None = None
         d, hd = cfg.d_model, cfg.head_dim
-        shapes = {"attn_norm": (d,), "attn_q": (cfg.n_heads * hd, d),
-                  "attn_k": (cfg.n_kv_heads * hd, d), "attn_v": (cfg.n_kv_heads * hd, d),
-                  "attn_output": (d, cfg.n_heads * hd), "ffn_norm": (d,),
-                  "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
-        try:
-            self.tok_embd = self._load("token_embd.weight", (cfg.vocab_size, d))
-            self.out_norm = self._load("output_norm.weight", (d,))
-            self.head = (self._load("output.weight", (cfg.vocab_size, d))
-                         if "output.weight" in f.tensors else self.tok_embd)
-            self.layers = [{n: self._load(f"blk.{i}.{n}.weight", shapes[n]) for n in LAYER_TENSORS}
-                           for i in range(cfg.n_layers)]
-        except GGUFError as e:
-            raise ModelError(f"{f.source} is not a complete Llama model: {e.reason}") from e
+        self.tok_embd, self.out_norm, self.head, self.layers = load_tensors(f, cfg, self._load)
 
         self.capacity = min(max_ctx or cfg.context_length, cfg.context_length)
         self.kv = KVCache(cfg.n_layers, self.capacity, cfg.n_kv_heads, hd, store=False)

@@ -10,7 +10,10 @@
                                       --temperature T --seed S --max-tokens N --json]` runs it in
                                       headless Chromium (WebGPU) and prints the text and stats;
                                       `demo --cli [ARGS]` is the terminal demo (`pyspec demo`)
-    python3 build.py bench [ARGS]     setup, then `python -m pyspec bench` on the public workload
+    python3 build.py bench [ARGS]     setup + site, then the benchmark in headless Chromium (WebGPU):
+                                      champion-only vs each drafter per stratum of the public
+                                      workload (`python -m webtools.bench --help` for ARGS);
+                                      `bench --native [ARGS]` is `python -m pyspec bench`
 
 Only the standard library is used here, so it runs on a fresh machine with a bare python3.
 """
@@ -138,7 +141,10 @@ def main(argv: list[str]) -> int:
         return subprocess.call([venv_python(), "-m", "webtools.browser", *rest], cwd=ROOT)
     if cmd == "bench":
         setup()
-        return subprocess.call([venv_python(), "-m", "pyspec", "bench", *rest], cwd=ROOT)
+        if "--native" in rest:
+            rest.remove("--native")
+            return subprocess.call([venv_python(), "-m", "pyspec", "bench", *rest], cwd=ROOT)
+        return subprocess.call([venv_python(), "-m", "webtools.bench", *rest], cwd=ROOT)
     print(__doc__)
     return 0 if cmd in ("help", "-h", "--help") else 2
 

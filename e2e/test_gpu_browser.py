@@ -28,7 +28,8 @@ DECISIONS = ("drafted_by_position", "accepted_by_position", "champion_passes")
 @pytest.fixture(scope="module")
 def gpu_page(browser, site_url):
     c = Context(browser, site_url)
-    page = c.page("index.html?model=tiny")
+    # backend=webgpu: "auto" prefers the CPU engine on a software adapter such as SwiftShader
+    page = c.page("index.html?model=tiny&backend=webgpu")
     info = ready(page)
     yield page, info
     c.ctx.close()

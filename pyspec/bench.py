@@ -47,6 +47,56 @@ def read_workload(path: str) -> list[dict]:
     return items
 
 
+def first_per_stratum(items: list[dict], n: int | None) -> list[dict]:
+    """The first `n` prompts of each stratum, in workload order (all of them when n is None)."""
+    if not n:
+        return items
+    kept, seen = [], {}
+    for it in items:
+        seen[it["stratum"]] = seen.get(it["stratum"], 0) + 1
+        if seen[it["stratum"]] <= n:
+            kept.append(it)
+    return kept
+
+
+def compare(item: dict, stats: dict, tokens: list[int], base_stats: dict,
+            base_tokens: list[int]) -> dict:
+    """One prompt's row for `summarize`: a drafter's run against the champion-only run next to it.
+    `stats` are engine stats (Engine.generate, or the browser worker's `done` message)."""
+    return {"id": item["id"], "stratum": item["stratum"], "stats": stats,
+            "identical": tokens == base_tokens,
+            "speedup": stats["tokens_per_s"] / base_stats["tokens_per_s"],
+            "baseline_tokens_per_s": base_stats["tokens_per_s"],
+            "baseline_ttft_s": base_stats["ttft_s"],
+            "baseline_passes": base_stats["champion_passes"],
+            "baseline_pass_s": base_stats["verify_s"] / base_stats["champion_passes"],
+            "pass_s": stats["verify_s"] / stats["champion_passes"]}
+
+
+def drafter_tables(rows: dict[str, list[dict]], strata: list[str]) -> dict:
+    """drafter -> {"overall": summary, "strata": {stratum: summary}} (strata with no row skipped)."""
+    return {d: {"overall": summarize(rs),
+                "strata": {s: summarize([r for r in rs if r["stratum"] == s])
+                           for s in strata if any(r["stratum"] == s for r in rs)}}
+            for d, rs in rows.items() if rs}
+
+
+def prompt_lines(rows: dict[str, list[dict]]) -> dict:
+    return {d: [{k: r[k] for k in ("id", "stratum", "identical", "speedup")} |
+                {"tokens_per_pass": r["stats"]["tokens_per_pass"]} for r in rs]
+            for d, rs in rows.items()}
+
+
+def per_cycle(timings: list[dict]) -> dict:
+    """GPU backend_timing dicts ({cycles, host_s, wait_s, readbacks} per request) -> seconds of
+    host work (encode + submit) and of waiting for the readback per decode cycle."""
+    cycles = sum(t.get("cycles", 0) for t in timings)
+    return {"cycles": cycles,
+            "readbacks_per_cycle": sum(t.get("readbacks", 0) for t in timings) / max(cycles, 1),
+            "host_s_per_cycle": sum(t.get("host_s", 0.0) for t in timings) / max(cycles, 1),
+            "wait_s_per_cycle": sum(t.get("wait_s", 0.0) for t in timings) / max(cycles, 1)}
+
+
 def spread(values: list[float]) -> dict:
     if not values:
         return {"median": None, "min": None, "max": None, "n": 0}
@@ -86,14 +136,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def run_bench(args) -> int:
-    items = read_workload(args.workload)
-    if args.per_stratum:
-        kept, seen = [], {}
-        for it in items:
-            seen[it["stratum"]] = seen.get(it["stratum"], 0) + 1
-            if seen[it["stratum"]] <= args.per_stratum:
-                kept.append(it)
-        items = kept
+    items = first_per_stratum(read_workload(args.workload), args.per_stratum)
     drafts = [d for d in args.drafts.split(",") if d]
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     engines = {d: Engine(champion, tok, d, load_draft=load_draft_checked(champion))
@@ -126,25 +169,14 @@ def run_bench(args) -> int:
         base = runs["none"]
         line = [f"[{n}/{len(items)}] {it['id']:<16} base {base.stats['tokens_per_s']:.2f} tok/s"]
         for d in drafts:
-            r = runs[d]
-            speedup = r.stats["tokens_per_s"] / base.stats["tokens_per_s"]
-            rows[d].append({"id": it["id"], "stratum": it["stratum"], "stats": r.stats,
-                            "identical": r.tokens == base.tokens, "speedup": speedup,
-                            "baseline_tokens_per_s": base.stats["tokens_per_s"],
-                            "baseline_ttft_s": base.stats["ttft_s"],
-                            "baseline_passes": base.stats["champion_passes"],
-                            "baseline_pass_s": base.stats["verify_s"] / base.stats["champion_passes"],
-                            "pass_s": r.stats["verify_s"] / r.stats["champion_passes"]})
-            line.append(f"{d} x{speedup:.2f} ({r.stats['tokens_per_pass']:.2f} tok/pass)")
+            row = compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens)
+            rows[d].append(row)
+            line.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} tok/pass)")
         print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
 
     strata = sorted({r["stratum"] for rs in rows.values() for r in rs})
     if gpu is not None:
-        timings = [r["stats"]["backend_timing"] for rs in rows.values() for r in rs]
-        cycles = sum(t["cycles"] for t in timings)
-        gpu["readbacks_per_cycle"] = sum(t["readbacks"] for t in timings) / max(cycles, 1)
-        gpu["host_s_per_cycle"] = sum(t["host_s"] for t in timings) / max(cycles, 1)
-        gpu["wait_s_per_cycle"] = sum(t["wait_s"] for t in timings) / max(cycles, 1)
+        gpu |= per_cycle([r["stats"]["backend_timing"] for rs in rows.values() for r in rs])
         # every device readback in the run, prefill syncs and the measurements above included
         gpu["device_readbacks_total"] = champion.dev.readbacks - readbacks_before
     result = {
@@ -155,13 +187,8 @@ def run_bench(args) -> int:
         "workload": os.path.basename(args.workload),
         "k_policy": args.k,
         "max_tokens_cap": args.max_tokens,
-        "drafters": {d: {"overall": summarize(rows[d]),
-                         "strata": {s: summarize([r for r in rows[d] if r["stratum"] == s])
-                                    for s in strata}}
-                     for d in drafts},
-        "prompts": {d: [{k: r[k] for k in ("id", "stratum", "identical", "speedup")} |
-                        {"tokens_per_pass": r["stats"]["tokens_per_pass"]} for r in rows[d]]
-                    for d in drafts},
+        "drafters": drafter_tables(rows, strata),
+        "prompts": prompt_lines(rows),
         "skipped": skipped,
         "wall_s": time.time() - t0,
     }
@@ -198,7 +225,7 @@ def print_table(result: dict, strata: list[str]) -> None:
                   f"{r['identical_to_baseline']}/{r['prompts']}")
 
 
-def plot(result: dict, strata: list[str], path: str) -> None:
+def plot(result: dict, strata: list[str], path: str, title: str | None = None) -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -225,6 +252,6 @@ def plot(result: dict, strata: list[str], path: str) -> None:
     axes[1].set_xticks([i + width * (len(drafts) - 1) / 2 for i in range(len(labels))])
     axes[1].set_xticklabels(labels, rotation=30)
     axes[0].legend()
-    axes[0].set_title(f"pyspec bench, backend {result['backend']} ({result['adapter']})")
+    axes[0].set_title(title or f"pyspec bench, backend {result['backend']} ({result['adapter']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -27,7 +27,7 @@ from .drafters.model_draft import ModelDrafter
 from .engine import Engine, Options, OptionsError, PromptTooLongError
 from .gguf import GGUFError, GGUFFile
 from .kv import ContextOverflowError
-from .model import Model, ModelError
+from .model import Config, Model, ModelError
 from .schedule import ScheduleError
 from .tokenizer import Tokenizer, TokenizerError
 
@@ -64,42 +64,72 @@ def _error(e: BaseException, other: str = "internal") -> str:
 
 
 # --- the backend ------------------------------------------------------------------------------
-async def make_engine(champion: Model, tokenizer: Tokenizer, draft, max_ctx: int,
-                      previous: Engine | None = None) -> Engine:
-    """THE backend choice, in one place: WebGPU when the browser gives an adapter (the champion
-    uploaded to a pyspec.gpu.browser device, the same GPU engine as natively), else the CPU numpy
-    engine (adapter "cpu-numpy") with the reason in `engine.fallback_reason` and a code in the
-    receipt's fallbacks. Async because requesting a WebGPU device is.
+BACKENDS = ("auto", "webgpu", "cpu")
 
-    The champion goes to the GPU once per session: `previous` (the engine this one replaces, for
-    another drafter) lends its GPU model when it holds the same weights on a live device.
-    Note: `champion` is the CPU Model, which has already dequantized every weight (about 540 MB
-    for the real champion in wasm); only its GGUF file is used on the GPU path."""
+
+async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
+                      previous: Engine | None = None, backend: str = "auto") -> Engine:
+    """THE backend choice, in one place.
+
+    "webgpu": the champion uploaded to a pyspec.gpu.browser device, the same GPU engine as
+    natively. "cpu": the numpy engine (adapter "cpu-numpy"). "auto" (the default): WebGPU on a
+    hardware adapter; on a software adapter (SwiftShader: `is_cpu`, the adapter's
+    isFallbackAdapter) the numpy engine, which runs the 135M champion about 50x faster in wasm
+    than SwiftShader runs its kernels (0.8 vs 0.013 tokens/s measured on 2 cores, see
+    bench/results/README.md). Whenever the GPU is not used the reason is in
+    `engine.fallback_reason` and a code in the receipt's fallbacks.
+
+    The CPU Model (which dequantizes every weight: about 540 MB for the champion in wasm) is made
+    only when the CPU engine is chosen. The champion goes to the GPU once per session:
+    `previous` (the engine this one replaces, for another drafter) lends its GPU model."""
     from .gpu import GPUError, NoAdapterError
+    from .gpu.model import GPUModel
+    from .gpu.ops import ShapeError
 
-    try:
-        gpu_model = getattr(previous, "champion", None)
-        if (getattr(gpu_model, "file", None) is not champion.file
-                or getattr(gpu_model.dev, "lost", None) is not None):
-            from .gpu import load_model
-            from .gpu.backend import SLOT_CHAMPION
-            from .gpu.browser import BrowserDevice
+    if backend not in BACKENDS:
+        raise SessionError("bad_config", f"unknown backend {backend!r}: use one of {BACKENDS}")
+    fallbacks = getattr(previous, "fallbacks", None)
+    if fallbacks:
+        # This session already chose the CPU: keep that choice and its reason.
+        kind, reason = fallbacks[0]["kind"], previous.fallback_reason
+    elif backend == "cpu":
+        kind, reason = "cpu_requested", "the CPU engine was requested (backend=cpu)"
+    else:
+        try:
+            gpu_model = getattr(previous, "champion", None)
+            if (not isinstance(gpu_model, GPUModel) or gpu_model.file is not file
+                    or getattr(gpu_model.dev, "lost", None) is not None):
+                from .gpu import load_model
+                from .gpu.backend import SLOT_CHAMPION
+                from .gpu.browser import BrowserDevice
 
-            dev = await BrowserDevice.create()
-            gpu_model = load_model(dev, champion.file, max_ctx=max_ctx)
-            # Compile the forward's pipelines now: a shader this browser rejects falls back to
-            # the CPU here rather than failing the first request (and TTFT excludes compiling).
-            gpu_model.forward_dispatches(SLOT_CHAMPION)
-            await dev.check()
-        return Engine(gpu_model, tokenizer, draft, max_ctx=max_ctx)
-    except NoAdapterError as e:
-        kind, reason = "no_webgpu", str(e)
-    except GPUError as e:
-        kind, reason = "webgpu_error", str(e)
+                dev = await BrowserDevice.create()
+                if backend == "auto" and dev.is_cpu:
+                    dev.destroy()
+                    raise _SoftwareAdapter(f"the WebGPU adapter ({dev.name}) is a software "
+                                           "renderer, slower than the CPU engine; "
+                                           "pass backend=webgpu to use it anyway")
+                gpu_model = load_model(dev, file, max_ctx=max_ctx)
+                # Compile the forward's pipelines now: a shader this browser rejects falls back
+                # to the CPU here rather than failing the first request (and TTFT excludes it).
+                gpu_model.forward_dispatches(SLOT_CHAMPION)
+                await dev.check()
+            return Engine(gpu_model, tokenizer, draft, max_ctx=max_ctx)
+        except _SoftwareAdapter as e:
+            kind, reason = "software_adapter", str(e)
+        except NoAdapterError as e:
+            kind, reason = "no_webgpu", str(e)
+        except (GPUError, ShapeError) as e:   # ShapeError: a tensor the GPU kernels do not take
+            kind, reason = "webgpu_error", str(e)
+    champion = previous.champion if fallbacks else Model(file)
     engine = Engine(champion, tokenizer, draft, max_ctx=max_ctx, adapter="cpu-numpy")
     engine.fallback_reason = reason
     engine.fallbacks = [{"kind": kind, "adapter": "cpu-numpy"}]
     return engine
+
+
+class _SoftwareAdapter(Exception):
+    """auto chose the CPU over a software WebGPU adapter."""
 
 
 # --- the session ------------------------------------------------------------------------------
@@ -107,7 +137,9 @@ class Session:
     """Models loaded from buffers, an engine per drafter choice, the last request's result."""
 
     def __init__(self):
-        self.champion: Model | None = None
+        self.file: GGUFFile | None = None     # the champion's GGUF (its buffer stays in wasm)
+        self.config = None
+        self.backend = "auto"
         self.tokenizer: Tokenizer | None = None
         self.draft_model: Model | None = None
         self.max_ctx = DEFAULT_MAX_CTX
@@ -121,29 +153,33 @@ class Session:
     # --- loading --------------------------------------------------------------------------
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
-        none | self:L | model, "max_ctx": int, "champion_name", "draft_name"}. Returns
+        none | self:L | model, "max_ctx": int, "backend": auto | webgpu | cpu (make_engine),
+        "champion_name", "draft_name"}. Returns
         {"adapter", "vocab", "context", "n_layers", "draft"} or an error."""
         try:
             opts = json.loads(options_json)
             if not isinstance(opts, dict):
                 raise SessionError("bad_config", "init options must be a JSON object")
-            champion = Model(GGUFFile(champion_buf, opts.get("champion_name", "champion")))
-            tokenizer = Tokenizer.from_metadata(champion.metadata)
+            file = GGUFFile(champion_buf, opts.get("champion_name", "champion"))
+            config = Config.from_metadata(file.metadata)
+            tokenizer = Tokenizer.from_metadata(file.metadata)
             draft_model = None
             if draft_buf is not None:
                 draft_file = GGUFFile(draft_buf, opts.get("draft_name", "draft"))
-                check_pair(champion.metadata, draft_file.metadata).raise_if_bad()
+                check_pair(file.metadata, draft_file.metadata).raise_if_bad()
                 draft_model = Model(draft_file)
-            self.champion, self.tokenizer, self.draft_model = champion, tokenizer, draft_model
+            self.file, self.config, self.tokenizer = file, config, tokenizer
+            self.draft_model = draft_model
+            self.backend = opts.get("backend") or "auto"
             self.max_ctx = min(int(opts.get("max_ctx") or DEFAULT_MAX_CTX),
-                               champion.config.context_length)
+                               config.context_length)
             self.default_draft = opts.get("draft") or ("model" if draft_model else "ngram")
             self.engine = None
             engine = await self._engine(self.default_draft)
             return json.dumps({"adapter": engine.adapter, "pyspec_version": __version__,
                                "fallback": getattr(engine, "fallback_reason", None),
-                               "vocab": champion.config.vocab_size, "context": self.max_ctx,
-                               "n_layers": champion.config.n_layers,
+                               "vocab": config.vocab_size, "context": self.max_ctx,
+                               "n_layers": config.n_layers,
                                "draft": self.default_draft,
                                "weight_bytes": engine.champion.weight_bytes})
         except Exception as e:  # noqa: BLE001 - every error becomes a typed message
@@ -151,7 +187,7 @@ class Session:
 
     async def _engine(self, draft: str) -> Engine:
         """The engine for a drafter choice; rebuilt (with a fresh cache) when the choice changes."""
-        if self.champion is None:
+        if self.file is None:
             raise SessionError("not_ready", "no model is loaded: send init first")
         if self.engine is None or self.engine_draft != draft:
             spec = draft
@@ -159,8 +195,8 @@ class Session:
                 if self.draft_model is None:
                     raise SessionError("bad_config", "draft 'model' needs a draft model at init")
                 spec = ModelDrafter(self.draft_model, self.max_ctx)
-            self.engine = await make_engine(self.champion, self.tokenizer, spec, self.max_ctx,
-                                            self.engine)
+            self.engine = await make_engine(self.file, self.tokenizer, spec, self.max_ctx,
+                                            self.engine, self.backend)
             self.engine_draft = draft
         return self.engine
 

@@ -24,7 +24,7 @@ struct Params {
 
 const WG: u32 = 64u;
 const ROWS_MAX: u32 = 16u;
-const LOWEST: f32 = -3.4028235e38;
+const LOWEST: f32 = -3.4028234663852886e38;  // -FLT_MAX exactly: Tint rejects -3.4028235e38 (it rounds past f32)
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;

@@ -2,7 +2,7 @@
 //
 // URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (ngram | none |
 // self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
-// max_ctx. Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
+// max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine). Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
 // (run starts a fresh conversation; the chat box keeps its history).
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
@@ -57,6 +57,7 @@ async function ensureDecoder() {
   const d = await SpecDecoder.create({
     workerUrl: new URL("./worker.js", import.meta.url), champion: model,
     draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
+    backend: params.get("backend") ?? "auto",
     onProgress: showProgress,
   });
   decoder = d;

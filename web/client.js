@@ -37,8 +37,9 @@ export class SpecDecoder {
   restarts = 0;
 
   constructor({ workerUrl = new URL("./worker.js", import.meta.url), champion = "smollm2",
-                draft = "ngram", maxCtx = null, onProgress = null, maxRestarts = 1 } = {}) {
-    this.#opts = { workerUrl, champion, draft, maxCtx, onProgress, maxRestarts };
+                draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
+                maxRestarts = 1 } = {}) {
+    this.#opts = { workerUrl, champion, draft, maxCtx, backend, onProgress, maxRestarts };
   }
 
   // --- plumbing -----------------------------------------------------------------------------
@@ -94,8 +95,9 @@ export class SpecDecoder {
 
   async #start() {
     this.#spawn();
-    const { champion, draft, maxCtx, onProgress } = this.#opts;
-    this.info = await this.#request("init", { champion, draft, maxCtx }, { onEvent: onProgress });
+    const { champion, draft, maxCtx, backend, onProgress } = this.#opts;
+    this.info = await this.#request("init", { champion, draft, maxCtx, backend },
+                                    { onEvent: onProgress });
   }
 
   // --- the API ------------------------------------------------------------------------------

@@ -5,7 +5,8 @@
 // pyspec wheel and the models as listed in ./manifest.json (sha256 checked here).
 //
 // Requests (each carries an `id`; every reply carries the same id):
-//   {type:'init', id, champion, draft, maxCtx}   -> {type:'progress', id, phase, loaded, total}*
+//   {type:'init', id, champion, draft, maxCtx, backend}
+//                                                -> {type:'progress', id, phase, loaded, total}*
 //                                                   then {type:'ready', id, adapter, webgpu, ...}
 //       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?}
 //       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?} (a draft model)
@@ -252,8 +253,10 @@ async function init(msg) {
   try {
     if (draft) draftBuf = await readWeights(pyodide, draftFetched, progress, weights);
     progress("load", 0, 1, champion.name);
+    // backend: "auto" (web.make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
     const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
-                      champion_name: champion.name, draft_name: draft?.name };
+                      backend: msg.backend ?? "auto", champion_name: champion.name,
+                      draft_name: draft?.name };
     const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
     if (info.error) throw new WorkerError(info.error.code, info.error.message);
     progress("load", 1, 1, champion.name);

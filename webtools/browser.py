@@ -49,7 +49,7 @@ def launch(playwright):
 
 def page_url(base: str, args) -> str:
     from urllib.parse import urlencode
-    query = {"model": args.model, "draft": args.draft}
+    query = {"model": args.model, "draft": args.draft, "backend": args.backend}
     if args.max_ctx:
         query["max_ctx"] = args.max_ctx
     return f"{base}index.html?{urlencode(query)}"
@@ -115,6 +115,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--max-ctx", type=int, default=None)
+    ap.add_argument("--backend", choices=["auto", "webgpu", "cpu"], default="auto",
+                    help="a hint to pyspec.web.make_engine (auto: WebGPU when there is an adapter)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--port", type=int, default=8000, help="port to serve on (not headless)")
     ap.add_argument("--no-champion", action="store_true", help="build the site with tiny models only")

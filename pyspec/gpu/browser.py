@@ -71,6 +71,13 @@ class BrowserDevice(Device):
         self.queue = device.queue
         self.name = _adapter_name(adapter)
         self.features = frozenset(str(f) for f in adapter.features)
+        # What the browser reports, not a guess from the name: a software adapter is a
+        # "fallback adapter" (GPUAdapterInfo.isFallbackAdapter; GPUAdapter.isFallbackAdapter in
+        # older browsers). Chromium's SwiftShader says true.
+        info = getattr(adapter, "info", None)
+        fallback = getattr(info, "isFallbackAdapter", None) if info is not None else None
+        self.is_cpu = bool(getattr(adapter, "isFallbackAdapter", False)
+                           if fallback is None else fallback)
         self.limits = {key: int(getattr(device.limits, js_key)) for js_key, key in _LIMITS.items()}
         self._staging = None
         self._scopes: list = []          # (what, Promise of GPUError | null) not yet checked

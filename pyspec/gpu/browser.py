@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device import Copy, Device, DeviceLostError, Dispatch, GPUError, NoAdapterError
+from .device import Device, DeviceLostError, GPUError, NoAdapterError
 
 try:  # only Pyodide has these; natively this module imports but `create` refuses
     import js
@@ -197,31 +197,28 @@ class BrowserDevice(Device):
             data = np.ascontiguousarray(data)   # a view when it already is (weights are)
         self._write_js(self.queue, buffer, offset, memoryview(data).cast("B"))
 
-    def submit(self, commands):
+    def _begin_encoder(self):
         self._alive()
-        encoder = self.device.createCommandEncoder()
-        compute = None
-        last_pipeline = None
-        for c in commands:
-            if isinstance(c, Dispatch):
-                if compute is None:
-                    compute, last_pipeline = encoder.beginComputePass(), None
-                if c.pipeline is not last_pipeline:
-                    compute.setPipeline(c.pipeline)
-                    last_pipeline = c.pipeline
-                compute.setBindGroup(0, c.bind_group)
-                compute.dispatchWorkgroups(*c.workgroups)
-            elif isinstance(c, Copy):
-                if compute is not None:
-                    compute.end()
-                    compute = None
-                encoder.copyBufferToBuffer(c.src, c.src_offset, c.dst, c.dst_offset, c.nbytes)
-            else:
-                raise TypeError(f"cannot encode {c!r}")
-        if compute is not None:
-            compute.end()
+        return self.device.createCommandEncoder()
+
+    def _begin_pass(self, encoder):
+        return encoder.beginComputePass()
+
+    def _set_pipeline(self, compute_pass, pipeline):
+        compute_pass.setPipeline(pipeline)
+
+    def _dispatch(self, compute_pass, bind_group, workgroups):
+        compute_pass.setBindGroup(0, bind_group)
+        compute_pass.dispatchWorkgroups(*workgroups)
+
+    def _end_pass(self, compute_pass):
+        compute_pass.end()
+
+    def _copy(self, encoder, c):
+        encoder.copyBufferToBuffer(c.src, c.src_offset, c.dst, c.dst_offset, c.nbytes)
+
+    def _finish_and_submit(self, encoder):
         self.queue.submit(to_js([encoder.finish()]))
-        self.submissions += 1
 
     async def read(self, buffer, nbytes, offset=0):
         self._alive()

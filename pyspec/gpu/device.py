@@ -114,8 +114,26 @@ class Device:
         submit."""
         raise NotImplementedError
 
-    def submit(self, commands: list) -> None:
-        """Encode Dispatch/Copy commands into one compute pass sequence and submit them."""
+    def _begin_encoder(self):
+        raise NotImplementedError
+
+    def _begin_pass(self, encoder):
+        raise NotImplementedError
+
+    def _set_pipeline(self, compute_pass, pipeline) -> None:
+        raise NotImplementedError
+
+    def _dispatch(self, compute_pass, bind_group, workgroups) -> None:
+        """Bind group 0 and dispatch."""
+        raise NotImplementedError
+
+    def _end_pass(self, compute_pass) -> None:
+        raise NotImplementedError
+
+    def _copy(self, encoder, c: "Copy") -> None:
+        raise NotImplementedError
+
+    def _finish_and_submit(self, encoder) -> None:
         raise NotImplementedError
 
     async def read(self, buffer, nbytes: int, offset: int = 0) -> bytes:
@@ -126,6 +144,32 @@ class Device:
         pass
 
     # --- shared ---------------------------------------------------------------------------------
+    def submit(self, commands: list) -> None:
+        """Encode Dispatch and Copy commands, in order, into one command buffer and submit it:
+        consecutive dispatches share a compute pass (a copy ends it) and a pipeline is set only
+        when it changes."""
+        encoder = self._begin_encoder()
+        compute = last_pipeline = None
+        for c in commands:
+            if isinstance(c, Dispatch):
+                if compute is None:
+                    compute, last_pipeline = self._begin_pass(encoder), None
+                if c.pipeline is not last_pipeline:
+                    self._set_pipeline(compute, c.pipeline)
+                    last_pipeline = c.pipeline
+                self._dispatch(compute, c.bind_group, c.workgroups)
+            elif isinstance(c, Copy):
+                if compute is not None:
+                    self._end_pass(compute)
+                    compute = None
+                self._copy(encoder, c)
+            else:
+                raise TypeError(f"cannot encode {c!r}")
+        if compute is not None:
+            self._end_pass(compute)
+        self._finish_and_submit(encoder)
+        self.submissions += 1
+
     def buffer(self, nbytes: int, usage: str = "storage", label: str = "", data=None):
         """A buffer of at least nbytes (rounded up to 16), optionally filled with `data`."""
         size = max(16, -(-int(nbytes) // 16) * 16)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .device import Copy, Device, Dispatch, GPUError, NoAdapterError
+from .device import Device, Dispatch, GPUError, NoAdapterError
 
 try:  # wgpu-py is optional: the CPU engine and the browser build do not need it
     import wgpu
@@ -107,30 +107,27 @@ class NativeDevice(Device):
         self.device.queue.write_buffer(buffer, offset, memoryview(data).cast("B")
                                        if not hasattr(data, "view") else data)
 
-    def submit(self, commands):
-        encoder = self.device.create_command_encoder()
-        compute = None
-        last_pipeline = None
-        for c in commands:
-            if isinstance(c, Dispatch):
-                if compute is None:
-                    compute, last_pipeline = encoder.begin_compute_pass(), None
-                if c.pipeline is not last_pipeline:
-                    compute.set_pipeline(c.pipeline)
-                    last_pipeline = c.pipeline
-                compute.set_bind_group(0, c.bind_group)
-                compute.dispatch_workgroups(*c.workgroups)
-            elif isinstance(c, Copy):
-                if compute is not None:
-                    compute.end()
-                    compute = None
-                encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.nbytes)
-            else:
-                raise TypeError(f"cannot encode {c!r}")
-        if compute is not None:
-            compute.end()
+    def _begin_encoder(self):
+        return self.device.create_command_encoder()
+
+    def _begin_pass(self, encoder):
+        return encoder.begin_compute_pass()
+
+    def _set_pipeline(self, compute_pass, pipeline):
+        compute_pass.set_pipeline(pipeline)
+
+    def _dispatch(self, compute_pass, bind_group, workgroups):
+        compute_pass.set_bind_group(0, bind_group)
+        compute_pass.dispatch_workgroups(*workgroups)
+
+    def _end_pass(self, compute_pass):
+        compute_pass.end()
+
+    def _copy(self, encoder, c):
+        encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.nbytes)
+
+    def _finish_and_submit(self, encoder):
         self.device.queue.submit([encoder.finish()])
-        self.submissions += 1
 
     async def read(self, buffer, nbytes, offset=0):
         size = max(16, -(-nbytes // 16) * 16)

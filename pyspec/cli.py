@@ -17,7 +17,7 @@ import numpy as np
 from . import champion_path
 from .compat import IncompatiblePairError, check_pair
 from .drafters import DraftSpecError
-from .engine import Engine, Options, OptionsError
+from .engine import CPUBackend, Engine, Options, OptionsError
 from .gguf import GGUFError, GGUFFile
 from .gpu.device import GPUError
 from .kv import ContextOverflowError
@@ -95,6 +95,9 @@ def options(args) -> Options:
 def cmd_generate(args) -> int:
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     engine = Engine(champion, tok, args.draft, load_draft=load_draft_checked(champion))
+    if args.backend == "wgpu":  # a lost device finishes the request on the CPU, champion-only
+        engine.recover = lambda: CPUBackend(Model.load(args.champion or champion_path()),
+                                            "none", args.ctx)
     ids = prompt_ids(tok, args)
     opts = options(args)
     if args.json:

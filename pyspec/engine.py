@@ -29,6 +29,7 @@ import numpy as np
 
 from . import receipts, rng, schedule, verify
 from .drafters import Proposal, make_drafter
+from .gpu.device import DeviceLostError, GPUError
 from .kv import ContextOverflowError
 from .model import Model, ModelError, prefill
 
@@ -115,6 +116,10 @@ class _Stats:
         for i in range(k):
             self.drafted_by_position[i] += 1
             self.accepted_by_position[i] += i < n_accepted
+
+
+def _fault_kind(e: Exception) -> str:
+    return "device_lost" if isinstance(e, DeviceLostError) else "gpu_error"
 
 
 def chooser(mode: str, opts: Options):
@@ -229,6 +234,10 @@ class Engine:
         self.tokenizer = tokenizer
         self.backend = make_backend(champion, draft, max_ctx, load_draft)
         self.adapter = adapter or self.backend.adapter
+        # `recover()` -> a backend to finish a request on after a GPU fault (e.g. the numpy
+        # champion, champion-only); None lets the fault propagate. Faults land in the receipt.
+        self.recover = None
+        self.faults: list[dict] = []
 
     @property
     def kv(self):
@@ -257,6 +266,7 @@ class Engine:
                 f"the prompt has {len(prompt)} tokens but the context holds {ctx}; shorten it "
                 f"(or raise the context length) so that at least one token can be generated")
         sched = schedule.Schedule(schedule.parse(opts.k))
+        self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
         st = _Stats(draft_calls_before=self.drafter.calls if self.drafter else 0)
@@ -279,8 +289,22 @@ class Engine:
             # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
             # block never needs cutting at max_tokens; and never past the context.
             k = min(sched.next_k() if self.drafter else 0, remaining - 1, ctx - n)
-            verdict, k_real, t_draft, t_verify = await self.backend.cycle(tokens, k, mode, opts,
-                                                                          sched)
+            try:
+                verdict, k_real, t_draft, t_verify = await self.backend.cycle(tokens, k, mode,
+                                                                              opts, sched)
+            except GPUError as e:
+                if self.recover is None:
+                    raise
+                # The cycle in flight is dropped (nothing of it was emitted); the committed
+                # tokens are re-prefilled on the recovery backend and the request goes on from
+                # there, so no text is ever shown twice.
+                self.faults.append({"kind": _fault_kind(e), "at_token": n - len(prompt),
+                                    "adapter": self.adapter})
+                self.backend = self.recover()
+                self.adapter = self.backend.adapter
+                self.recover = None
+                await self.backend.prefill(tokens)
+                continue
             sched.observe(k_real, verdict.n_accepted, t_draft, t_verify)
             st.record(k_real, verdict.n_accepted, t_draft, t_verify)
             st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))

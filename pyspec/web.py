@@ -24,7 +24,7 @@ from . import __version__
 from .compat import IncompatiblePairError, check_pair
 from .drafters import DraftSpecError
 from .drafters.model_draft import ModelDrafter
-from .engine import Engine, Options, OptionsError, PromptTooLongError
+from .engine import CPUBackend, Engine, Options, OptionsError, PromptTooLongError
 from .gguf import GGUFError, GGUFFile
 from .kv import ContextOverflowError
 from .model import Config, Model, ModelError
@@ -114,7 +114,11 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                 # to the CPU here rather than failing the first request (and TTFT excludes it).
                 gpu_model.forward_dispatches(SLOT_CHAMPION)
                 await dev.check()
-            return Engine(gpu_model, tokenizer, draft, max_ctx=max_ctx)
+            engine = Engine(gpu_model, tokenizer, draft, max_ctx=max_ctx)
+            # A GPU fault mid-request (device lost, a failed readback) finishes the request on
+            # the numpy champion, champion-only, from the committed tokens (DESIGN §8).
+            engine.recover = lambda: CPUBackend(Model(file), "none", max_ctx)
+            return engine
         except _SoftwareAdapter as e:
             kind, reason = "software_adapter", str(e)
         except NoAdapterError as e:
@@ -242,6 +246,9 @@ class Session:
             return json.dumps({"text": text, "tokens": None, "finish_reason": "cancelled",
                                "stats": None, "receipt": None})
         self.last = report
+        if engine.faults:
+            # The request finished on the CPU; the next one seeks a GPU device again.
+            self.engine = None
         return json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
                                                   "receipt")})
 

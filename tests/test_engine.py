@@ -360,3 +360,52 @@ def test_head_and_tokenizer_must_agree(tiny, tmp_path):
     testmodels.write_model(path, tokenizer=testmodels.tokenizer_metadata(n_merges=40))
     with pytest.raises(ModelError, match="tokenizer"):
         Engine(tiny.champion, Tokenizer.from_metadata(Model.load(path).metadata), "none")
+
+
+class FailingBackend:
+    """Wraps a backend and raises a GPU fault at one cycle, as a lost device would."""
+
+    def __init__(self, inner, fail_at: int, error):
+        self.inner, self.fail_at, self.error, self.cycles = inner, fail_at, error, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def cycle(self, *args):
+        self.cycles += 1
+        if self.cycles == self.fail_at:
+            raise self.error
+        return await self.inner.cycle(*args)
+
+
+@pytest.mark.parametrize("fail_at", [1, 4])
+def test_a_gpu_fault_finishes_the_request_on_the_recovery_backend(tiny, greedy_reference,
+                                                                     backend, fail_at):
+    """A fault mid-request: the cycle in flight is dropped, the committed tokens are re-prefilled
+    on the recovery backend (champion-only), and the text goes on without a repeat or a gap."""
+    from pyspec.engine import CPUBackend
+    from pyspec.gpu.device import DeviceLostError
+
+    engine = engine_for(tiny, "ngram", backend)
+    engine.backend = FailingBackend(engine.backend, fail_at, DeviceLostError("device lost"))
+    engine.recover = lambda: CPUBackend(tiny.champion, "none")
+    report, chunks = {}, []
+
+    async def run():
+        async for c in engine.stream(tiny.prompt, Options(max_tokens=30, k="fixed:3",
+                                                          stop_at_eos=False), report):
+            chunks.append(c)
+
+    asyncio.run(run())
+    assert report["tokens"] == greedy_reference[:30]
+    text = "".join(c.text for c in chunks)
+    assert text == report["text"] == tiny.tokenizer.decode(report["tokens"])
+    assert [c.offset for c in chunks] == [sum(len(c.text) for c in chunks[:i])
+                                          for i in range(len(chunks))]
+    assert report["receipt"]["faults"][0]["kind"] == "device_lost"
+    assert report["stats"]["adapter"] == "cpu-numpy"
+    # Without a recovery backend the fault reaches the caller.
+    engine = engine_for(tiny, "ngram", backend)
+    engine.backend = FailingBackend(engine.backend, 2, DeviceLostError("device lost"))
+    with pytest.raises(DeviceLostError):
+        engine.generate(tiny.prompt, Options(max_tokens=10))

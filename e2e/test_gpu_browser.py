@@ -108,6 +108,39 @@ def test_replay_equals_native_for_the_same_seed(gpu_page, tiny_path, native_wgpu
             assert spec["stats"][key] == wgpu.stats[key], (draft, key)
 
 
+_LOSE_DEVICE_MID_REQUEST = """async ([prompt, n]) => {
+  const d = window.pyspecApp.decoder();
+  const chunks = [];
+  for await (const chunk of d.generate([{role: "user", content: prompt}],
+                                       {draft: "ngram", k: "fixed:3", max_tokens: n})) {
+    chunks.push({offset: chunk.offset, text: chunk.text});
+    if (chunks.length === 1) await d.loseDevice();
+  }
+  return {chunks, result: d.lastResult};
+}"""
+
+
+def test_a_lost_device_finishes_on_the_cpu_without_repeating_text(gpu_page, tiny_path):
+    """DESIGN §8: the device is destroyed after the first chunk; the request goes on from its
+    committed tokens on the numpy engine, the text is never shown twice, the receipt says what
+    happened, and the next request seeks (and gets) a new WebGPU device."""
+    page, info = gpu_page
+    cpu = native_generate(tiny_path, MESSAGES, "none", max_tokens=N)
+    out = page.evaluate(_LOSE_DEVICE_MID_REQUEST, [PROMPT, N])
+    result, chunks = out["result"], out["chunks"]
+    assert result["tokens"] == cpu.tokens
+    text = "".join(c["text"] for c in chunks)
+    assert text == result["text"] == cpu.text
+    assert [c["offset"] for c in chunks] == [sum(len(c["text"]) for c in chunks[:i])
+                                              for i in range(len(chunks))]
+    faults = result["receipt"]["faults"]
+    assert len(faults) == 1 and faults[0]["kind"] in ("device_lost", "gpu_error"), faults
+    assert 0 < faults[0]["at_token"] < N
+    assert result["stats"]["adapter"] == "cpu-numpy"
+    again = run(page, PROMPT, {"draft": "none", "max_tokens": 4})
+    assert again["stats"]["adapter"] == info["adapter"] and again["receipt"]["faults"] == []
+
+
 # Prepended to worker.js: a browser whose WebGPU gives no adapter (as when the GPU is blocklisted).
 NO_ADAPTER = "GPU.prototype.requestAdapter = async () => null;\n"
 

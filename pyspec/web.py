@@ -259,6 +259,15 @@ class Session:
             return json.dumps({"cancelled": True})
         return json.dumps({"cancelled": False})
 
+    def lose_device(self) -> str:
+        """A fault drill: destroy the engine's WebGPU device, as a GPU reset would. The request
+        in flight finishes on the CPU from its committed tokens; the next one seeks a device."""
+        dev = getattr(getattr(self.engine, "champion", None), "dev", None)
+        if dev is None:
+            return json.dumps({"lost": False})
+        dev.destroy()
+        return json.dumps({"lost": True})
+
     def stats(self) -> str:
         return json.dumps({"stats": self.last["stats"] if self.last else None})
 

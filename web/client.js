@@ -21,7 +21,8 @@ export class SpecError extends Error {
   }
 }
 
-const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "error"]);
+const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
+                          "error"]);
 
 export class SpecDecoder {
   /** Start a worker, load Pyodide, pyspec and the weights; resolves when ready to generate. */
@@ -159,6 +160,9 @@ export class SpecDecoder {
 
   async stats() { return (await this.#request("stats")).stats; }
   async receipt() { return (await this.#request("receipt")).receipt; }
+  // A fault drill: destroy the worker's WebGPU device, as a GPU reset would. A running request
+  // finishes on the CPU from its committed tokens (the receipt records the fault).
+  async loseDevice() { return (await this.#request("lose_device")).lost; }
 
   terminate() {
     this.#died(new SpecError("terminated", "the decoder was terminated"));

@@ -18,6 +18,8 @@
 //       by that cycle; text offsets are in UTF-16 code units of the whole output.
 //   {type:'cancel', id, target}  (target: the id of a generate)  -> {type:'cancel_ack', id, cancelled}
 //   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats} / {type:'receipt', ...}
+//   {type:'lose_device', id}  (a fault drill: destroys the WebGPU device mid-request)
+//                                                -> {type:'lose_device_ack', id, lost}
 // Any failure replies {type:'error', id, code, message, fatal}; fatal means this worker is unusable
 // (Pyodide crashed) and the client should start a new one.
 //
@@ -300,6 +302,10 @@ async function handle(msg) {
     case "receipt": {
       const { session } = await requireRuntime();
       return { type: msg.type, id: msg.id, ...JSON.parse(session[msg.type]()) };
+    }
+    case "lose_device": {
+      const { session } = await requireRuntime();
+      return { type: "lose_device_ack", id: msg.id, ...JSON.parse(session.lose_device()) };
     }
     default:
       throw new WorkerError("bad_request", `unknown message type ${JSON.stringify(msg?.type)}`);

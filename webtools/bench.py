@@ -211,6 +211,7 @@ def run(args, base_url: str) -> int:
     url = f"{base_url}index.html?model={args.model}&draft=ngram"
     if args.max_ctx:
         url += f"&max_ctx={args.max_ctx}"
+    url += f"&backend={args.backend}"
     with sync_playwright() as p:
         b = browser.launch(p)
         chromium = f"Chromium {b.version}"
@@ -354,6 +355,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
     ap.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
     ap.add_argument("--max-ctx", type=int, default=None)
+    ap.add_argument("--backend", default="auto", choices=["auto", "webgpu", "cpu"],
+                    help="the page's engine: auto picks the numpy engine on a software WebGPU "
+                         "adapter such as SwiftShader; webgpu forces the GPU kernels there")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="start no new prompt after this many seconds (page load included)")
     ap.add_argument("--verbose", action="store_true", help="print every streamed chunk's time")

@@ -165,7 +165,22 @@ def verify_block(mode: str, opts: Options, logits: np.ndarray, proposal: Proposa
                                    rng.uniform(opts.seed, n + k, rng.STREAM_BONUS))
 
 
-class CPUBackend:
+class BackendBytes:
+    """Byte accounting of a backend with a champion, its cache and a drafter (both backends)."""
+
+    def scratch_bytes(self, rows: int, logit_rows: int) -> int:
+        return self.champion.scratch_bytes(rows, logit_rows)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.champion.weight_bytes + (self.drafter.weight_bytes if self.drafter else 0)
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes + (self.drafter.kv_bytes if self.drafter else 0)
+
+
+class CPUBackend(BackendBytes):
     """The champion and its drafter on the CPU (numpy): the reference every GPU path is judged by.
 
     A backend owns the champion's cache and the drafter and runs one cycle at a time; the engine
@@ -200,17 +215,6 @@ class CPUBackend:
         verdict = verify_block(mode, opts, logits, proposal, n)
         self.kv.commit(verdict.n_accepted + 1)  # t_{n-1} and the accepted drafts
         return verdict, len(proposal.tokens), t1 - t0, time.perf_counter() - t1
-
-    def scratch_bytes(self, rows: int, logit_rows: int) -> int:
-        return self.champion.scratch_bytes(rows, logit_rows)
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.champion.weight_bytes + (self.drafter.weight_bytes if self.drafter else 0)
-
-    @property
-    def kv_bytes(self) -> int:
-        return self.kv.nbytes + (self.drafter.kv_bytes if self.drafter else 0)
 
 
 def make_backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None):

@@ -137,7 +137,24 @@ def prefill(model: "Model", kv: KVCache, prompt: list[int], exact: bool = True) 
         kv.commit(len(prompt) - 1)
 
 
-class Model:
+class LoadedWeights:
+    """What every loaded model (this numpy one, gpu.GPUModel) says about its weights: the sha256
+    of its GGUF file and the bytes its tensors take where they live."""
+
+    def sha256(self) -> str:
+        """sha256 of the GGUF file's bytes (computed once)."""
+        if self._sha256 is None:  # set to None by each model's __init__
+            self._sha256 = self.file.sha256()
+        return self._sha256
+
+    @property
+    def weight_bytes(self) -> int:
+        n = self.tok_embd.nbytes + self.out_norm.nbytes
+        n += sum(w.nbytes for layer in self.layers for w in layer.values())
+        return n + (0 if self.head is self.tok_embd else self.head.nbytes)
+
+
+class Model(LoadedWeights):
     """Weights + config. `forward` runs any prefix of the layers (the self:L draft uses the first L)."""
 
     def __init__(self, f: GGUFFile, dtype=np.float32):
@@ -167,18 +184,6 @@ class Model:
         cfg = self.config
         ctx = min(max_ctx or cfg.context_length, cfg.context_length)
         return KVCache(n_layers or cfg.n_layers, ctx, cfg.n_kv_heads, cfg.head_dim, self.dtype)
-
-    def sha256(self) -> str:
-        """sha256 of the GGUF file's bytes (computed once)."""
-        if self._sha256 is None:
-            self._sha256 = self.file.sha256()
-        return self._sha256
-
-    @property
-    def weight_bytes(self) -> int:
-        n = self.tok_embd.nbytes + self.out_norm.nbytes
-        n += sum(w.nbytes for layer in self.layers for w in layer.values())
-        return n + (0 if self.head is self.tok_embd else self.head.nbytes)
 
     def rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Rotate adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/hd) (llama.cpp NORM mode;

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import compat, rng, schedule, verify
 from ..drafters import DraftSpecError, Proposal, make_drafter
+from ..engine import BackendBytes, chooser
 from ..gguf import GGUFFile
 from . import sampling
 from .device import ROWS_MAX, Copy
@@ -64,7 +65,7 @@ class GPUDraft:
         pass  # the backend commits the draft's rows right after the readback
 
 
-class GPUBackend:
+class GPUBackend(BackendBytes):
     """The champion on a GPU device and its drafter; see the module docstring."""
 
     def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None,
@@ -132,17 +133,6 @@ class GPUBackend:
         # Wait for the prefill here, so that it is timed as prefill and not as the first cycle.
         await self.dev.read(self.out, 16)
 
-    def scratch_bytes(self, rows: int, logit_rows: int) -> int:
-        return self.champion.scratch_bytes(rows, logit_rows)
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.champion.weight_bytes + (self.drafter.weight_bytes if self.drafter else 0)
-
-    @property
-    def kv_bytes(self) -> int:
-        return self.kv.nbytes + (self.drafter.kv_bytes if self.drafter else 0)
-
     async def cycle(self, tokens: list[int], k: int, mode: str, opts, sched):
         """One cycle: returns (verdict, drafts verified, draft seconds, cycle seconds)."""
         champ, dev, steps = self.champion, self.dev, self.champion.steps
@@ -160,8 +150,6 @@ class GPUBackend:
             threshold = getattr(sched.policy, "threshold", 0.0)
             drafts = None
         else:  # a CPU drafter (n-gram, or any drafter object a caller brings)
-            from ..engine import chooser
-
             proposal = (self.drafter.propose(tokens, k, chooser(mode, opts), sched.stop)
                         if k > 0 and self.drafter else Proposal())
             del proposal.tokens[k:], proposal.q_draft[k:]

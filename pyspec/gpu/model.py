@@ -20,13 +20,13 @@ import numpy as np
 
 from ..gguf import GGUFFile
 from ..kv import KVCache
-from ..model import Config, ModelError, load_tensors
+from ..model import Config, LoadedWeights, ModelError, load_tensors
 from . import ops
 from .device import ROWS_MAX, Device
 from .step import Steps
 
 
-class GPUModel:
+class GPUModel(LoadedWeights):
     """Weights + config + per-layer KV buffers on `dev`. The cache bookkeeping (committed and
     pending rows) is a kv.KVCache without arrays, so the CPU and GPU paths share one rule."""
 
@@ -95,16 +95,6 @@ class GPUModel:
         return np.stack(k), np.stack(v)
 
     # --- bookkeeping ----------------------------------------------------------------------------
-    def sha256(self) -> str:
-        if self._sha256 is None:
-            self._sha256 = self.file.sha256()
-        return self._sha256
-
-    @property
-    def weight_bytes(self) -> int:
-        ws = [self.tok_embd, self.out_norm] + [w for layer in self.layers for w in layer.values()]
-        return sum(w.nbytes for w in ws) + (0 if self.head is self.tok_embd else self.head.nbytes)
-
     def scratch_bytes(self, rows: int, logit_rows: int) -> int:
         cfg = self.config
         per_row = 4 * cfg.d_model + 2 * cfg.n_heads * cfg.head_dim + 2 * cfg.d_ff

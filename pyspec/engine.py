@@ -331,7 +331,10 @@ class Engine:
             if stop is not None:
                 break
             await asyncio.sleep(0)  # let a cancel or another task in between cycles
-        tail = detok.flush()
+        # A cancelled request shows only whole characters: bytes of a character that the next
+        # cycle would have completed are not flushed as U+FFFD, so its text is always a prefix
+        # of what the uncancelled request would have shown.
+        tail = detok.flush() if finish != "cancelled" else ""
         if tail:
             yield Chunk(len(out_text), tail, 0)
             out_text += tail

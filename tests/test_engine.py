@@ -409,3 +409,24 @@ def test_a_gpu_fault_finishes_the_request_on_the_recovery_backend(tiny, greedy_r
     engine.backend = FailingBackend(engine.backend, 2, DeviceLostError("device lost"))
     with pytest.raises(DeviceLostError):
         engine.generate(tiny.prompt, Options(max_tokens=10))
+
+
+def test_a_cancelled_request_shows_a_prefix_of_the_full_text(tiny, backend):
+    """should_stop ends a request between cycles with its stats; its text is a prefix of the
+    full request's text even when the cut falls inside a multi-byte character."""
+    engine = engine_for(tiny, "ngram", backend)
+    full = engine.generate(tiny.prompt, Options(max_tokens=40, k="fixed:3", stop_at_eos=False))
+    for cycles in range(1, 8):
+        report, seen = {}, []
+
+        async def run():
+            async for _ in engine.stream(tiny.prompt, Options(max_tokens=40, k="fixed:3",
+                                                              stop_at_eos=False), report,
+                                         should_stop=lambda: len(seen) >= cycles):
+                seen.append(1)
+
+        asyncio.run(run())
+        assert report["finish_reason"] == "cancelled"
+        assert full.text.startswith(report["text"]), cycles
+        assert full.tokens[:len(report["tokens"])] == report["tokens"]
+        assert report["stats"]["generated_tokens"] == len(report["tokens"]) < 40

@@ -71,9 +71,9 @@ function runtime(progress) {
     if ((await sha256Hex(data)) !== wheel.sha256) {
       throw new WorkerError("corrupt_download", `${wheel.url} does not match its sha256`);
     }
-    // A file in Pyodide's in-memory file system (MEMFS, inside this worker), where micropip
-    // installs it from; not a path on any machine.
-    const path = "/tmp/" + wheel.url.split("/").pop();
+    // A file in Pyodide's in-memory file system (inside this worker; /home/pyodide is its
+    // default home), where micropip installs it from.
+    const path = "/home/pyodide/" + wheel.url.split("/").pop();
     pyodide.FS.writeFile(path, data);
     const micropip = pyodide.pyimport("micropip");
     await micropip.install.callKwargs("emfs:" + path, { deps: false });

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
 from pyspec.engine import Engine, Options
+from pyspec.load import backend
 from pyspec.model import Model
 from pyspec.tokenizer import Tokenizer
 
@@ -65,7 +66,7 @@ def native_generate(model_path: str, messages: list[dict], draft: str = "none", 
     def go():
         model = Model.load(model_path)
         tokenizer = Tokenizer.from_metadata(model.metadata)
-        engine = Engine(model, tokenizer, draft)
+        engine = Engine(backend(model, draft), tokenizer)
         return engine.generate(tokenizer.encode_chat(messages), Options(**options))
 
     with ThreadPoolExecutor(1) as pool:

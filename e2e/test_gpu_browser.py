@@ -48,6 +48,7 @@ def native_wgpu(tiny_path):
     if not native.available():
         pytest.skip("no native WebGPU adapter (install mesa-vulkan-drivers)")
     from pyspec.engine import Engine, Options
+    from pyspec.load import backend
     from pyspec.gguf import GGUFFile
     from pyspec.gpu import load_model, open_device
     from pyspec.tokenizer import Tokenizer
@@ -58,7 +59,7 @@ def native_wgpu(tiny_path):
     model = pool.submit(lambda: load_model(open_device(), f)).result()
 
     def go(draft, **options):
-        engine = Engine(model, tokenizer, draft)
+        engine = Engine(backend(model, draft), tokenizer)
         return engine.generate(tokenizer.encode_chat(MESSAGES), Options(**options))
 
     yield lambda draft, **options: pool.submit(go, draft, **options).result()

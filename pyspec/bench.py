@@ -19,14 +19,13 @@ import statistics
 import sys
 import time
 
-from .cli import load_champion, load_draft_checked
 from .engine import Engine, Options, PromptTooLongError
+from .errors import UsageError
+from .load import backend, load_champion
 
 
 def read_workload(path: str) -> list[dict]:
     """JSONL lines of {id, stratum, messages[, max_tokens]} (the shared/workloads format)."""
-    from .cli import CliError
-
     items = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -36,14 +35,14 @@ def read_workload(path: str) -> list[dict]:
                 try:
                     it = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise CliError(f"{path} line {n} is not JSON ({e.msg})") from e
+                    raise UsageError(f"{path} line {n} is not JSON ({e.msg})") from e
                 if not isinstance(it, dict) or not {"id", "stratum", "messages"} <= it.keys():
-                    raise CliError(f"{path} line {n}: each line needs id, stratum and messages")
+                    raise UsageError(f"{path} line {n}: each line needs id, stratum and messages")
                 items.append(it)
     except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"cannot read the workload {path}: {e}") from e
+        raise UsageError(f"cannot read the workload {path}: {e}") from e
     if not items:
-        raise CliError(f"{path} holds no prompts")
+        raise UsageError(f"{path} holds no prompts")
     return items
 
 
@@ -139,7 +138,7 @@ def run_bench(args) -> int:
     items = first_per_stratum(read_workload(args.workload), args.per_stratum)
     drafts = [d for d in args.drafts.split(",") if d]
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
-    engines = {d: Engine(champion, tok, d, load_draft=load_draft_checked(champion))
+    engines = {d: Engine(backend(champion, d), tok)
                for d in ["none", *drafts]}
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     skipped: list[dict] = []

@@ -15,20 +15,15 @@ import sys
 import numpy as np
 
 from . import champion_path
-from .compat import IncompatiblePairError, check_pair
-from .drafters import DraftSpecError
-from .engine import CPUBackend, Engine, Options, OptionsError
-from .gguf import GGUFError, GGUFFile
-from .gpu.device import GPUError
-from .kv import ContextOverflowError
-from .model import Model, ModelError
-from .schedule import ScheduleError
-from .tokenizer import Tokenizer, TokenizerError
-from .verify import VerifyInputError, log_softmax
-
-USER_ERRORS = (GGUFError, ModelError, TokenizerError, IncompatiblePairError, DraftSpecError,
-               OptionsError, ScheduleError, ContextOverflowError, FileNotFoundError,
-               VerifyInputError, GPUError)
+from .compat import check_pair
+from .cpu import CPUBackend
+from .engine import Engine, Options
+from .errors import PyspecError, UsageError
+from .gguf import GGUFFile
+from .load import backend, load_champion
+from .model import Model
+from .tokenizer import Tokenizer
+from .verify import log_softmax
 
 DEMO_MESSAGES = [{"role": "user", "content":
                   "Correct the grammar of this text and return only the corrected text:\n"
@@ -36,43 +31,16 @@ DEMO_MESSAGES = [{"role": "user", "content":
                   "sees many dog playing near the lake and a old man feeding the ducks."}]
 
 
-class CliError(ValueError):
-    """A bad command-line input."""
-
-
-# --- loading --------------------------------------------------------------------------------
-def load_champion(path: str | None, backend: str = "cpu",
-                  max_ctx: int | None = None) -> tuple[Model, Tokenizer]:
-    """The champion on a backend: "cpu" (numpy, weights dequantized) or "wgpu" (native WebGPU,
-    weights kept quantized on the device)."""
-    if backend == "wgpu":
-        from .gpu import load_model, open_device
-        model = load_model(open_device(timestamps=True), GGUFFile.open(path or champion_path()),
-                           max_ctx)
-    else:
-        model = Model.load(path or champion_path())
-    return model, Tokenizer.from_metadata(model.metadata)
-
-
-def load_draft_checked(champion: Model):
-    """A loader for --draft PATH that refuses pairs with a different tokenizer or template."""
-    def load(path: str) -> Model:
-        draft_file = GGUFFile.open(path)
-        check_pair(champion.metadata, draft_file.metadata).raise_if_bad()
-        return Model(draft_file)
-    return load
-
-
 def read_messages(path: str) -> list[dict]:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CliError(f"cannot read messages from {path}: {e}") from e
+        raise UsageError(f"cannot read messages from {path}: {e}") from e
     if isinstance(data, dict):
         data = data.get("messages")
     if not isinstance(data, list):
-        raise CliError(f"{path} must hold a list of {{role, content}} messages "
+        raise UsageError(f"{path} must hold a list of {{role, content}} messages "
                        "(or an object with a 'messages' list)")
     return data
 
@@ -94,10 +62,11 @@ def options(args) -> Options:
 # --- commands -------------------------------------------------------------------------------
 def cmd_generate(args) -> int:
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
-    engine = Engine(champion, tok, args.draft, load_draft=load_draft_checked(champion))
+    recover = None
     if args.backend == "wgpu":  # a lost device finishes the request on the CPU, champion-only
-        engine.recover = lambda: CPUBackend(Model.load(args.champion or champion_path()),
-                                            "none", args.ctx)
+        def recover():
+            return CPUBackend(Model.load(args.champion or champion_path()), "none", args.ctx)
+    engine = Engine(backend(champion, args.draft), tok, recover=recover)
     ids = prompt_ids(tok, args)
     opts = options(args)
     if args.json:
@@ -143,7 +112,7 @@ def cmd_demo(args) -> int:
     opts = Options(max_tokens=args.max_tokens)
     print(f"prompt: {DEMO_MESSAGES[0]['content']}\n", file=sys.stderr)
     for draft in ("none", args.draft):
-        engine = Engine(champion, tok, draft, load_draft=load_draft_checked(champion))
+        engine = Engine(backend(champion, draft), tok)
         print(f"=== {'champion only' if draft == 'none' else 'speculative, draft ' + draft} ===",
               file=sys.stderr)
         report = stream_to_stdout(engine, ids, opts)
@@ -166,16 +135,16 @@ def cmd_tokenize(args) -> int:
         with open(args.jsonl, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"cannot read {args.jsonl}: {e}") from e
+        raise UsageError(f"cannot read {args.jsonl}: {e}") from e
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             text = json.loads(line)["text"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CliError(f"{args.jsonl} line {n}: expected {{\"text\": ...}}") from e
+            raise UsageError(f"{args.jsonl} line {n}: expected {{\"text\": ...}}") from e
         if not isinstance(text, str):
-            raise CliError(f"{args.jsonl} line {n}: \"text\" must be a string")
+            raise UsageError(f"{args.jsonl} line {n}: \"text\" must be a string")
         print(json.dumps(tok.encode(text, special=args.special)))
     return 0
 
@@ -186,19 +155,19 @@ def cmd_score(args) -> int:
     try:
         continuation = [int(t) for t in json.loads(args.continuation_ids)]
     except (json.JSONDecodeError, TypeError, ValueError) as e:
-        raise CliError("--continuation-ids must be a JSON list of token ids") from e
+        raise UsageError("--continuation-ids must be a JSON list of token ids") from e
     if not continuation:
-        raise CliError("--continuation-ids is empty")
+        raise UsageError("--continuation-ids is empty")
     if not ids:
         # Why: the logits predicting continuation[0] come from the last prompt row; with no
         # prompt there is none, and the slice below would silently misalign every position.
-        raise CliError("the prompt is empty; scoring needs at least one prompt token")
+        raise UsageError("the prompt is empty; scoring needs at least one prompt token")
     vocab = champion.config.vocab_size
     bad = [t for t in continuation if not 0 <= t < vocab]
     if bad:
-        raise CliError(f"--continuation-ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        raise UsageError(f"--continuation-ids {bad[:5]} are outside the vocabulary [0, {vocab})")
     if args.top < 0:
-        raise CliError(f"--top must be >= 0, got {args.top}")
+        raise UsageError(f"--top must be >= 0, got {args.top}")
     print(json.dumps({"positions": score(champion, ids, continuation, args.top)}))
     return 0
 
@@ -207,7 +176,7 @@ def score(model: Model, prompt: list[int], continuation: list[int], top: int) ->
     """Teacher-forced: the logits predicting each continuation token, from one batched pass."""
     seq = prompt + continuation
     if len(seq) - 1 > model.config.context_length:
-        raise CliError(f"prompt + continuation are {len(seq)} tokens; the model's context holds "
+        raise UsageError(f"prompt + continuation are {len(seq)} tokens; the model's context holds "
                        f"{model.config.context_length}")
     kv = model.new_cache(len(seq))
     # Only the rows that predict continuation tokens go through the head.
@@ -319,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CliError, *USER_ERRORS) as e:
+    except (PyspecError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

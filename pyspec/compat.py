@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .errors import PyspecError
 from .model import Config, ModelError
 from .tokenizer import Tokenizer, TokenizerError
 
 
-class IncompatiblePairError(ValueError):
+class IncompatiblePairError(PyspecError, ValueError):
     """The draft cannot serve this champion."""
+
+    code = "incompatible_draft"
 
 
 @dataclass

@@ -1,21 +1,15 @@
-"""The generation loop: prefill, then cycles of draft -> verify -> commit -> stream.
+"""The generation loop: prefill, then cycles (cycle.py) until a stop rule says so; stream the text.
 
-One cycle (n committed tokens; the champion's cache holds rows for the first n - 1):
-  1. the schedule picks k (0 = plain champion decoding);
-  2. the drafter proposes up to k tokens d_1..d_k for positions n..n+k-1;
-  3. the champion runs ONE pass over [t_{n-1}, d_1..d_k] at positions n-1..n+k-1, giving the
-     logits for positions n..n+k (row i predicts position n + i);
-  4. verify.py's rule accepts a prefix of the drafts and adds one champion token (the correction
-     at the first rejection, or the bonus from row k when all were accepted);
-  5. the champion cache commits the rows of the fed tokens that were kept: t_{n-1} and the
-     accepted drafts. The emitted last token is fed at the start of the next cycle, which is why
-     the cache always lags the sequence by one row.
-Text is emitted only for committed tokens, through an incremental detokenizer, so a stream can
-never show a token twice or a broken UTF-8 character.
+Each cycle the schedule picks k (0 = plain champion decoding), the backend runs the speculative
+cycle written once in cycle.py (draft, one champion pass over k + 1 rows, accept, commit), and
+the engine appends the emitted tokens, applies the stop rules (end of generation, max_tokens,
+context, cancel) and streams text. Text is emitted only for committed tokens, through an
+incremental detokenizer, so a stream can never show a token twice or a broken UTF-8 character.
 
 Randomness is keyed by the absolute position of the token being chosen (rng.py), so replay mode is
 byte-identical to champion-only sampling for the same seed whatever the drafter and k.
-Not here: the rules (verify.py), k policies (schedule.py), the drafters, GPU code.
+Not here: the cycle (cycle.py), the backends that run it (cpu.py, gpu/backend.py) and building
+them (load.py), the rules (verify.py), k policies (schedule.py), the drafters.
 """
 
 from __future__ import annotations
@@ -27,17 +21,17 @@ from typing import AsyncIterator
 
 import numpy as np
 
-from . import receipts, rng, schedule, verify
-from .drafters import Proposal, make_drafter
-from .gpu.device import DeviceLostError, GPUError
+from . import cycle, receipts, schedule
+from .cycle import VERIFY_MODES, Executor, Rule
+from .errors import PyspecError
 from .kv import ContextOverflowError
-from .model import Model, ModelError, prefill
-
-VERIFY_MODES = ("greedy", "replay", "rejection")
+from .model import ModelError
 
 
-class OptionsError(ValueError):
+class OptionsError(PyspecError, ValueError):
     """An invalid generation option."""
+
+    code = "bad_config"
 
 
 class PromptTooLongError(ContextOverflowError):
@@ -118,130 +112,34 @@ class _Stats:
             self.accepted_by_position[i] += i < n_accepted
 
 
-def _fault_kind(e: Exception) -> str:
-    return "device_lost" if isinstance(e, DeviceLostError) else "gpu_error"
-
-
-def chooser(mode: str, opts: Options):
-    """The drafter's rule for turning its logits (vocab,) at a position into a token.
-
-    Returns (token, q_draft row or None, confidence). The confidence is the draft's top
-    probability, a function of its distribution only, never of the sampled token: if the
-    decision to stop drafting looked at the sampled token, rejection sampling would no longer
-    be exact (a position would be drafted more often for some tokens than for others)."""
-    temperature, seed = opts.temperature, opts.seed
-
-    def choose(logits: np.ndarray, position: int):
-        if mode == "greedy":
-            token = int(np.argmax(logits))
-            return token, None, float(verify.softmax(logits, 1.0)[token])
-        probs = verify.softmax(logits, temperature)                       # (vocab,)
-        confidence = float(probs.max())
-        if mode == "replay":
-            # Coupled with the champion: the same Gumbel noise it will use at this position.
-            token = verify.sample_replay(logits, temperature,
-                                         rng.gumbel(seed, position, logits.shape[0]))
-            return token, None, confidence
-        token = verify.sample_categorical(probs, rng.uniform(seed, position, rng.STREAM_DRAFT))
-        return token, probs, confidence
-
-    return choose
-
-
-def verify_block(mode: str, opts: Options, logits: np.ndarray, proposal: Proposal,
-                 n: int) -> verify.Verdict:
-    """Apply the rule to logits (k+1, vocab) for positions n..n+k; proposal holds k drafts."""
-    drafts = np.asarray(proposal.tokens, dtype=np.int64)
-    k, vocab = len(drafts), logits.shape[1]
-    if mode == "greedy":
-        return verify.verify_greedy(logits, drafts)
-    if mode == "replay":
-        gumbel = np.stack([rng.gumbel(opts.seed, n + i, vocab) for i in range(k + 1)])
-        return verify.verify_replay(logits, drafts, opts.temperature, gumbel)
-    uniform = [[rng.uniform(opts.seed, n + i, s) for i in range(k)]
-               for s in (rng.STREAM_ACCEPT, rng.STREAM_RESIDUAL)]
-    return verify.verify_rejection(verify.softmax(logits, opts.temperature),
-                                   proposal.q_matrix(vocab), drafts, uniform[0], uniform[1],
-                                   rng.uniform(opts.seed, n + k, rng.STREAM_BONUS))
-
-
-class BackendBytes:
-    """Byte accounting of a backend with a champion, its cache and a drafter (both backends)."""
-
-    def scratch_bytes(self, rows: int, logit_rows: int) -> int:
-        return self.champion.scratch_bytes(rows, logit_rows)
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.champion.weight_bytes + (self.drafter.weight_bytes if self.drafter else 0)
-
-    @property
-    def kv_bytes(self) -> int:
-        return self.kv.nbytes + (self.drafter.kv_bytes if self.drafter else 0)
-
-
-class CPUBackend(BackendBytes):
-    """The champion and its drafter on the CPU (numpy): the reference every GPU path is judged by.
-
-    A backend owns the champion's cache and the drafter and runs one cycle at a time; the engine
-    owns the loop, the schedule, the stop rules and the text. The GPU backend (gpu/backend.py)
-    has the same calls: prefill and cycle (both awaited), scratch_bytes and the byte counts."""
-
-    adapter = "cpu-numpy"
-
-    def __init__(self, champion: Model, draft="ngram", max_ctx: int | None = None,
-                 load_draft=None):
-        self.champion = champion
-        self.kv = champion.new_cache(max_ctx)
-        self.drafter = (make_drafter(draft, champion, self.kv, load_draft)
-                        if isinstance(draft, str) else draft)
-
-    async def prefill(self, prompt: list[int]) -> None:
-        prefill(self.champion, self.kv, prompt)
-        if self.drafter:
-            self.drafter.reset(prompt)
-
-    async def cycle(self, tokens: list[int], k: int, mode: str, opts: Options, sched):
-        """Draft up to k tokens, verify them in one champion pass, commit the kept rows.
-        Returns (verdict, drafts actually proposed, draft seconds, verify seconds)."""
-        n = len(tokens)
-        t0 = time.perf_counter()
-        proposal = (self.drafter.propose(tokens, k, chooser(mode, opts), sched.stop) if k > 0
-                    else Proposal())
-        del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
-        t1 = time.perf_counter()
-        self.kv.rollback()  # a self:L draft leaves rows here; the verify pass rewrites them
-        logits = self.champion.forward([tokens[-1]] + proposal.tokens, self.kv)  # (k+1, vocab)
-        verdict = verify_block(mode, opts, logits, proposal, n)
-        self.kv.commit(verdict.n_accepted + 1)  # t_{n-1} and the accepted drafts
-        return verdict, len(proposal.tokens), t1 - t0, time.perf_counter() - t1
-
-
-def make_backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None):
-    """A CPU backend for a model.Model; a GPU model (pyspec.gpu) brings its own backend."""
-    if isinstance(champion, Model):
-        return CPUBackend(champion, draft, max_ctx, load_draft)
-    return champion.backend(draft, max_ctx, load_draft)
-
-
 class Engine:
-    """A champion, its tokenizer and one drafter on one backend; serves one request at a time."""
+    """A backend (its champion and drafter) and the tokenizer; serves one request at a time."""
 
-    def __init__(self, champion, tokenizer, draft="ngram", max_ctx: int | None = None,
-                 load_draft=None, adapter: str | None = None):
-        """`champion` is a model.Model (CPU) or a gpu.GPUModel; `draft` is a --draft spec
-        (ngram | none | self:L | GGUF path) or a drafter object."""
+    def __init__(self, backend: Executor, tokenizer, *, recover=None,
+                 fallbacks: list[dict] | None = None, fallback_reason: str | None = None):
+        """`backend` is a cpu.CPUBackend or gpu.backend.GPUBackend (load.backend builds one).
+        `recover()` returns a backend to finish a request on after a GPU fault (the numpy
+        champion, champion-only); without it the fault propagates. `fallbacks` are codes of why
+        a GPU was not used ([{"kind", "adapter"}], for the receipt) and `fallback_reason` says
+        it in words (web.make_engine)."""
+        champion = backend.champion
         if champion.config.vocab_size != tokenizer.vocab_size:
             raise ModelError(f"the model's head has {champion.config.vocab_size} rows but its "
                              f"tokenizer {tokenizer.vocab_size} tokens; pyspec needs them equal")
-        self.champion = champion
+        self.backend = backend
         self.tokenizer = tokenizer
-        self.backend = make_backend(champion, draft, max_ctx, load_draft)
-        self.adapter = adapter or self.backend.adapter
-        # `recover()` -> a backend to finish a request on after a GPU fault (e.g. the numpy
-        # champion, champion-only); None lets the fault propagate. Faults land in the receipt.
-        self.recover = None
-        self.faults: list[dict] = []
+        self.recover = recover
+        self.fallbacks = list(fallbacks or [])
+        self.fallback_reason = fallback_reason
+        self.faults: list[dict] = []   # GPU faults of the last request (the receipt's faults)
+
+    @property
+    def champion(self):
+        return self.backend.champion
+
+    @property
+    def adapter(self) -> str:
+        return self.backend.adapter
 
     @property
     def kv(self):
@@ -270,6 +168,7 @@ class Engine:
                 f"the prompt has {len(prompt)} tokens but the context holds {ctx}; shorten it "
                 f"(or raise the context length) so that at least one token can be generated")
         sched = schedule.Schedule(schedule.parse(opts.k))
+        rule = Rule(mode, opts.temperature, opts.seed, sched.policy.conf_threshold)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
@@ -294,23 +193,21 @@ class Engine:
             # block never needs cutting at max_tokens; and never past the context.
             k = min(sched.next_k() if self.drafter else 0, remaining - 1, ctx - n)
             try:
-                verdict, k_real, t_draft, t_verify = await self.backend.cycle(tokens, k, mode,
-                                                                              opts, sched)
-            except GPUError as e:
-                if self.recover is None:
+                out = await cycle.collect(self.backend, cycle.submit(self.backend, tokens, k, rule))
+            except PyspecError as e:
+                if self.recover is None or e.code not in ("gpu_error", "device_lost"):
                     raise
                 # The cycle in flight is dropped (nothing of it was emitted); the committed
                 # tokens are re-prefilled on the recovery backend and the request goes on from
                 # there, so no text is ever shown twice.
-                self.faults.append({"kind": _fault_kind(e), "at_token": n - len(prompt),
+                self.faults.append({"kind": e.code, "at_token": n - len(prompt),
                                     "adapter": self.adapter})
-                self.backend = self.recover()
-                self.adapter = self.backend.adapter
-                self.recover = None
+                self.backend, self.recover = self.recover(), None
                 await self.backend.prefill(tokens)
                 continue
-            sched.observe(k_real, verdict.n_accepted, t_draft, t_verify)
-            st.record(k_real, verdict.n_accepted, t_draft, t_verify)
+            verdict, k_real = out.verdict, out.k
+            sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
+            st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
             st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
 
             new = list(verdict.tokens)
@@ -318,8 +215,6 @@ class Engine:
             if stop is not None:
                 new, finish = new[:stop], "stop"
             tokens += new
-            if self.drafter:
-                self.drafter.accept(tokens)
             text = "".join(detok.feed(t) for t in new)
             if stop is not None:
                 text += detok.flush()
@@ -381,7 +276,7 @@ class Engine:
             "verify_s": st.t_verify,
             "wall_s": wall,
             # GPU backends: per-cycle host time (encode + submit) vs time awaiting the readback
-            "backend_timing": dict(getattr(self.backend, "timing", {})),
+            "backend_timing": dict(self.backend.timing),
             "peak_bytes": {
                 "weights": self.backend.weight_bytes,
                 "kv": self.backend.kv_bytes,

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import quant
+from .errors import PyspecError
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -40,8 +41,10 @@ _NUMPY = {
 }
 
 
-class GGUFError(ValueError):
+class GGUFError(PyspecError, ValueError):
     """A GGUF file is malformed, truncated or uses something pyspec does not support."""
+
+    code = "bad_model"
 
     def __init__(self, reason: str, offset: int | None = None, source: str = "GGUF file"):
         where = f" at byte {offset}" if offset is not None else ""

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import PyspecError
 
-class ContextOverflowError(ValueError):
+
+class ContextOverflowError(PyspecError, ValueError):
     """The sequence would grow past the cache's context length."""
+
+    code = "prompt_too_long"
 
 
 class KVCache:

@@ -19,14 +19,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import PyspecError
 from .gguf import GGUFError, GGUFFile
 from .kv import KVCache
 
 TILE = 8  # rows per matrix-product tile; every product sees exactly this many rows
 
 
-class ModelError(ValueError):
+class ModelError(PyspecError, ValueError):
     """The GGUF holds a model pyspec cannot run."""
+
+    code = "bad_model"
 
 
 @dataclass(frozen=True)

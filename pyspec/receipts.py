@@ -40,11 +40,11 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
         "max_tokens": opts.max_tokens,
         "stats": {k: stats[k] for k in _STATS_KEYS},
         # e.g. [{"kind": "device_lost", "at_token": 17, "adapter": ...}]: GPU faults this request
-        # recovered from (engine.recover), with the count of tokens committed before it.
-        "faults": list(getattr(engine, "faults", ())),
+        # recovered from (Engine's recover), with the count of tokens committed before it.
+        "faults": list(engine.faults),
         # e.g. [{"kind": "no_webgpu", "adapter": "cpu-numpy"}]: set by web.make_engine when the
         # browser's WebGPU was not usable (codes only: a receipt carries no free text).
-        "fallbacks": list(getattr(engine, "fallbacks", ())),
+        "fallbacks": list(engine.fallbacks),
     }
     check(receipt)
     return receipt

@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from .errors import PyspecError
+
 # ---------------------------------------------------------------------------------------------
 # Streams: one per use, so no two decisions ever share a number.
 # A cycle that starts at committed position c and drafts K tokens uses
@@ -40,8 +42,10 @@ _TWO_POW_M24 = 2.0**-24
 _TWO_POW_M25 = 2.0**-25
 
 
-class RngKeyError(ValueError):
+class RngKeyError(PyspecError, ValueError):
     """A key component is outside its range; the message says which and what the range is."""
+
+    code = "bad_config"
 
 
 # The WGSL copy (shaders/rng.wgsl) must stay exactly this (WGSL names the uniform rng_uniform,

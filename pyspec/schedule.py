@@ -1,8 +1,9 @@
 """Speculation length policies and the break-even cost model (DESIGN §6).
 
-A policy answers two questions each cycle: how many tokens may the draft propose (`next_k`), and,
-while drafting, should it stop early (`stop`). After verification it is told what happened
-(`observe`). K = 0 means plain champion decoding.
+A policy answers two questions: how many tokens may the draft propose this cycle (`next_k`), and
+below which draft confidence should drafting stop (`conf_threshold`, applied by cycle.Rule.stops;
+0 never stops). After verification it is told what happened (`observe`). K = 0 means plain
+champion decoding.
 
   fixed:K        always K (no guard: what you ask for is what runs; tests rely on it)
   heuristic      start at 4; +1 after a fully accepted block, -1 after a rejection (1..K_MAX)
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import statistics
 
+from .errors import PyspecError
+
 K_MAX = 8
 PROBE_EVERY = 16    # cycles between champion-only re-measurements, and the first probe delay
 PROBE_MAX = 128     # longest wait between probes while speculation is off
@@ -28,8 +31,10 @@ WINDOW = 7          # timing samples kept per quantity; estimates are their medi
 MARGIN = 1.02       # speculation must beat champion-only by 2% to be chosen
 
 
-class ScheduleError(ValueError):
+class ScheduleError(PyspecError, ValueError):
     """An unknown or malformed --k policy."""
+
+    code = "bad_config"
 
 
 class CostModel:
@@ -102,6 +107,7 @@ class Policy:
     """Base policy: fixed length, never stops early."""
 
     guarded = False
+    conf_threshold = 0.0   # drafting stops before a draft whose confidence is below this
 
     def __init__(self, k: int, k_max: int = K_MAX):
         self.k = k
@@ -109,10 +115,6 @@ class Policy:
 
     def next_k(self) -> int:
         return self.k
-
-    def stop(self, i: int, confidence: float) -> bool:
-        """Stop drafting before draft position i, whose token the draft gives `confidence`?"""
-        return False
 
     def observe(self, k: int, n_accepted: int) -> None:
         pass
@@ -141,13 +143,10 @@ class Confidence(Policy):
 
     def __init__(self, threshold: float, k_max: int = K_MAX):
         super().__init__(k_max, k_max)
-        self.threshold = threshold
-
-    def stop(self, i: int, confidence: float) -> bool:
-        return confidence < self.threshold
+        self.conf_threshold = threshold
 
     def describe(self) -> str:
-        return f"confidence:{self.threshold:g}"
+        return f"confidence:{self.conf_threshold:g}"
 
 
 def parse(spec: str) -> Policy:
@@ -232,9 +231,6 @@ class Schedule:
         self.probe_every = PROBE_MAX if hopeless else min(2 * self.probe_every, PROBE_MAX)
         self.counts["guard_off"] += 1
         return 0
-
-    def stop(self, i: int, confidence: float) -> bool:
-        return self.policy.stop(i, confidence)
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
         """k is what ran: after the engine's caps and any drafter shortfall."""

@@ -23,9 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import PyspecError
 
-class VerifyInputError(ValueError):
+
+class VerifyInputError(PyspecError, ValueError):
     """Inputs that no rule can use (wrong shapes, non-distributions, uniforms outside [0, 1))."""
+
+    code = "bad_input"
 
 
 @dataclass(frozen=True)

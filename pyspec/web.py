@@ -7,10 +7,9 @@ here decodes, drafts or verifies on its own.
 
 The boundary with JavaScript is deliberately plain: every public method takes and returns JSON
 strings (and numbers), never Python objects, so no proxy outlives a call and an error is a value,
-`{"error": {"code", "message"}}`, that the worker forwards as a typed message. Codes:
-  bad_model (a corrupt or unsupported GGUF), incompatible_draft (compat.check_pair refused the
-  pair), prompt_too_long (engine.PromptTooLongError), bad_config (an option or malformed
-  messages), not_ready (no model loaded), internal (a bug: the message carries the traceback).
+`{"error": {"code", "message"}}`, that the worker forwards as a typed message. The code is the
+exception's own (errors.py); anything else is `internal` (a bug: the message carries the
+traceback), except while reading a request, where it means a malformed message (`bad_config`).
 
 `make_engine` is the one place that chooses the backend. Not here: downloads, OPFS, messages.
 """
@@ -21,31 +20,23 @@ import json
 import traceback
 
 from . import __version__
-from .compat import IncompatiblePairError, check_pair
-from .drafters import DraftSpecError
+from .compat import check_pair
+from .cpu import CPUBackend
+from .drafters import parse_draft
 from .drafters.model_draft import ModelDrafter
-from .engine import CPUBackend, Engine, Options, OptionsError, PromptTooLongError
-from .gguf import GGUFError, GGUFFile
-from .kv import ContextOverflowError
-from .model import Config, Model, ModelError
-from .schedule import ScheduleError
+from .engine import Engine, Options
+from .errors import PyspecError, error_code
+from .gguf import GGUFFile
+from .load import backend as backend_for
+from .model import Config, Model
 from .tokenizer import Tokenizer, TokenizerError
 
 # Most context a browser session allocates by default: the champion's full 8192 positions would
 # cost 30 * 8192 * 3 * 64 * 4 B * 2 = 377 MB of KV cache in wasm memory.
 DEFAULT_MAX_CTX = 2048
 
-_ERROR_CODES = (
-    (IncompatiblePairError, "incompatible_draft"),
-    (PromptTooLongError, "prompt_too_long"),
-    (ContextOverflowError, "prompt_too_long"),
-    ((GGUFError, ModelError, TokenizerError), "bad_model"),
-    ((OptionsError, ScheduleError, DraftSpecError), "bad_config"),
-)
-
-
-class SessionError(Exception):
-    """An error with a code for the worker protocol."""
+class SessionError(PyspecError):
+    """An error of the session itself (not_ready, a draft choice it cannot serve)."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
@@ -55,10 +46,7 @@ class SessionError(Exception):
 def _error(e: BaseException, other: str = "internal") -> str:
     """The JSON error for an exception; `other` is the code for an exception of no named kind
     (bad_config while reading a request, where a KeyError means a malformed message)."""
-    if isinstance(e, SessionError):
-        code = e.code
-    else:
-        code = next((c for kinds, c in _ERROR_CODES if isinstance(e, kinds)), other)
+    code = error_code(e) if isinstance(e, PyspecError) else other
     message = str(e) if code != "internal" else "".join(traceback.format_exception(e))
     return json.dumps({"error": {"code": code, "message": message}})
 
@@ -67,8 +55,15 @@ def _error(e: BaseException, other: str = "internal") -> str:
 BACKENDS = ("auto", "webgpu", "cpu")
 
 
+async def _browser_device():
+    from .gpu.browser import BrowserDevice
+
+    return await BrowserDevice.create()
+
+
 async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
-                      previous: Engine | None = None, backend: str = "auto") -> Engine:
+                      previous: Engine | None = None, backend: str = "auto",
+                      open_device=_browser_device) -> Engine:
     """THE backend choice, in one place.
 
     "webgpu": the champion uploaded to a pyspec.gpu.browser device, the same GPU engine as
@@ -77,18 +72,20 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
     isFallbackAdapter) the numpy engine, which runs the 135M champion about 50x faster in wasm
     than SwiftShader runs its kernels (0.8 vs 0.013 tokens/s measured on 2 cores, see
     bench/results/README.md). Whenever the GPU is not used the reason is in
-    `engine.fallback_reason` and a code in the receipt's fallbacks.
+    `engine.fallback_reason` and a code in the receipt's fallbacks (Engine fields).
 
     The CPU Model (which dequantizes every weight: about 540 MB for the champion in wasm) is made
     only when the CPU engine is chosen. The champion goes to the GPU once per session:
-    `previous` (the engine this one replaces, for another drafter) lends its GPU model."""
+    `previous` (the engine this one replaces, for another drafter) lends its GPU model.
+    `open_device()` (awaited) gives the WebGPU device: navigator.gpu's in the page; tests pass
+    another."""
     from .gpu import GPUError, NoAdapterError
     from .gpu.model import GPUModel
     from .gpu.ops import ShapeError
 
     if backend not in BACKENDS:
         raise SessionError("bad_config", f"unknown backend {backend!r}: use one of {BACKENDS}")
-    fallbacks = getattr(previous, "fallbacks", None)
+    fallbacks = previous.fallbacks if previous is not None else []
     if fallbacks:
         # This session already chose the CPU: keep that choice and its reason.
         kind, reason = fallbacks[0]["kind"], previous.fallback_reason
@@ -101,9 +98,8 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                     or getattr(gpu_model.dev, "lost", None) is not None):
                 from .gpu import load_model
                 from .gpu.backend import SLOT_CHAMPION
-                from .gpu.browser import BrowserDevice
 
-                dev = await BrowserDevice.create()
+                dev = await open_device()
                 if backend == "auto" and dev.is_cpu:
                     dev.destroy()
                     raise _SoftwareAdapter(f"the WebGPU adapter ({dev.name}) is a software "
@@ -114,11 +110,10 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                 # to the CPU here rather than failing the first request (and TTFT excludes it).
                 gpu_model.forward_dispatches(SLOT_CHAMPION)
                 await dev.check()
-            engine = Engine(gpu_model, tokenizer, draft, max_ctx=max_ctx)
             # A GPU fault mid-request (device lost, a failed readback) finishes the request on
             # the numpy champion, champion-only, from the committed tokens (DESIGN §8).
-            engine.recover = lambda: CPUBackend(Model(file), "none", max_ctx)
-            return engine
+            return Engine(backend_for(gpu_model, draft, max_ctx), tokenizer,
+                          recover=lambda: CPUBackend(Model(file), "none", max_ctx))
         except _SoftwareAdapter as e:
             kind, reason = "software_adapter", str(e)
         except NoAdapterError as e:
@@ -126,10 +121,8 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
         except (GPUError, ShapeError) as e:   # ShapeError: a tensor the GPU kernels do not take
             kind, reason = "webgpu_error", str(e)
     champion = previous.champion if fallbacks else Model(file)
-    engine = Engine(champion, tokenizer, draft, max_ctx=max_ctx, adapter="cpu-numpy")
-    engine.fallback_reason = reason
-    engine.fallbacks = [{"kind": kind, "adapter": "cpu-numpy"}]
-    return engine
+    return Engine(backend_for(champion, draft, max_ctx), tokenizer, fallback_reason=reason,
+                  fallbacks=[{"kind": kind, "adapter": "cpu-numpy"}])
 
 
 class _SoftwareAdapter(Exception):
@@ -140,7 +133,8 @@ class _SoftwareAdapter(Exception):
 class Session:
     """Models loaded from buffers, an engine per drafter choice, the last request's result."""
 
-    def __init__(self):
+    def __init__(self, open_device=_browser_device):
+        self.open_device = open_device        # make_engine's WebGPU device (navigator.gpu's)
         self.file: GGUFFile | None = None     # the champion's GGUF (its buffer stays in wasm)
         self.config = None
         self.backend = "auto"
@@ -181,7 +175,7 @@ class Session:
             self.engine = None
             engine = await self._engine(self.default_draft)
             return json.dumps({"adapter": engine.adapter, "pyspec_version": __version__,
-                               "fallback": getattr(engine, "fallback_reason", None),
+                               "fallback": engine.fallback_reason,
                                "vocab": config.vocab_size, "context": self.max_ctx,
                                "n_layers": config.n_layers,
                                "draft": self.default_draft,
@@ -195,12 +189,14 @@ class Session:
             raise SessionError("not_ready", "no model is loaded: send init first")
         if self.engine is None or self.engine_draft != draft:
             spec = draft
-            if draft == "model":
-                if self.draft_model is None:
-                    raise SessionError("bad_config", "draft 'model' needs a draft model at init")
+            if parse_draft(draft, self.config.n_layers).needs_weights:
+                # The page's draft model arrives as a buffer at init; no paths in the browser.
+                if draft != "model" or self.draft_model is None:
+                    raise SessionError("bad_config", f"draft {draft!r} needs a draft model: "
+                                       "give it at init and choose draft 'model'")
                 spec = ModelDrafter(self.draft_model, self.max_ctx)
             self.engine = await make_engine(self.file, self.tokenizer, spec, self.max_ctx,
-                                            self.engine, self.backend)
+                                            self.engine, self.backend, self.open_device)
             self.engine_draft = draft
         return self.engine
 

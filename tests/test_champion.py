@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspec.cli import load_champion
+from pyspec.load import backend, load_champion
 from pyspec.engine import Engine, Options
 from test_receipts import workload
 
@@ -33,14 +33,14 @@ def prompts(champion):
 @pytest.fixture(scope="module")
 def baseline(champion, prompts):
     model, tok = champion
-    engine = Engine(model, tok, "none")
+    engine = Engine(backend(model, "none"), tok)
     return {pid: engine.generate(ids, Options(max_tokens=MAX_TOKENS)) for pid, ids in prompts}
 
 
 @pytest.mark.parametrize("draft,k", [("ngram", "heuristic"), ("self:20", "fixed:3")])
 def test_greedy_speculative_equals_champion_only(champion, prompts, baseline, draft, k):
     model, tok = champion
-    engine = Engine(model, tok, draft)
+    engine = Engine(backend(model, draft), tok)
     drafted = 0
     for pid, ids in prompts:
         r = engine.generate(ids, Options(max_tokens=MAX_TOKENS, k=k))

@@ -5,28 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyspec.drafters import DraftSpecError, Proposal, make_drafter
+from pyspec.cycle import Rule
+from pyspec.drafters import DraftSpec, DraftSpecError, Proposal, make_drafter, parse_draft
 from pyspec.drafters.model_draft import ModelDrafter
 from pyspec.drafters.ngram import NgramDrafter
 from pyspec.model import Model
 
-
-def never_stop(i, confidence):
-    return False
-
-
-def greedy_choose(logits, position):
-    return int(np.argmax(logits)), None, 1.0
+GREEDY = Rule("greedy")   # argmax drafts; threshold 0 never stops
 
 
 def test_ngram_proposes_what_followed_the_latest_match():
     d = NgramDrafter()
     seq = [5, 6, 7, 8, 9, 1, 2, 6, 7, 3, 4, 6, 7]
     # suffix [6, 7] last occurred followed by 3, 4, 6
-    assert d.propose(seq, 3, greedy_choose, never_stop).tokens == [3, 4, 6]
-    assert d.propose([1, 2, 3], 4, greedy_choose, never_stop).tokens == []
-    assert d.propose([9, 1, 9], 5, greedy_choose, never_stop).tokens == [1, 9]
-    p = d.propose(seq, 2, greedy_choose, never_stop)
+    assert d.propose(seq, 3, GREEDY).tokens == [3, 4, 6]
+    assert d.propose([1, 2, 3], 4, GREEDY).tokens == []
+    assert d.propose([9, 1, 9], 5, GREEDY).tokens == [1, 9]
+    p = d.propose(seq, 2, GREEDY)
     assert np.array_equal(p.q_matrix(10)[0], np.eye(10)[3]), "n-gram drafts are one-hot"
 
 
@@ -34,7 +29,7 @@ def test_ngram_prefers_longer_suffixes():
     d = NgramDrafter()
     seq = [1, 2, 3, 9, 8, 2, 3, 7, 1, 2, 3]
     # [1, 2, 3] matched at 0 (followed by 9); the shorter [2, 3] would propose 7
-    assert d.propose(seq, 1, greedy_choose, never_stop).tokens == [9]
+    assert d.propose(seq, 1, GREEDY).tokens == [9]
 
 
 def test_draft_specs(tiny):
@@ -53,10 +48,10 @@ def test_model_drafter_cache_follows_the_sequence(tiny):
     d.reset(seq)
     gen = np.random.default_rng(0)
     for _ in range(12):
-        p = d.propose(seq, int(gen.integers(1, 6)), greedy_choose, never_stop)
+        p = d.propose(seq, int(gen.integers(1, 6)), GREEDY)
         keep = int(gen.integers(0, len(p.tokens) + 1))
         seq = seq + p.tokens[:keep] + [int(gen.integers(3, 300))]
-        d.accept(seq)
+        d.confirm(keep)
         assert d.kv.committed <= len(seq) - 1
     fresh = model.new_cache()
     model.forward(seq[:d.kv.committed], fresh, exact=False)
@@ -69,3 +64,29 @@ def test_model_drafter_cache_follows_the_sequence(tiny):
 def test_proposal_q_matrix_mixes_rows():
     p = Proposal([2, 0], [None, np.array([0.5, 0.25, 0.25])])
     assert np.array_equal(p.q_matrix(3), [[0, 0, 1], [0.5, 0.25, 0.25]])
+
+
+def test_parse_draft_reads_every_kind():
+    assert parse_draft("none") == DraftSpec("none")
+    assert parse_draft("ngram") == DraftSpec("ngram")
+    assert parse_draft("self:3", n_layers=4) == DraftSpec("self", layers=3)
+    assert parse_draft("model") == DraftSpec("model")
+    assert parse_draft("model:d.gguf") == DraftSpec("model", path="d.gguf")
+    assert parse_draft("drafts/d.gguf") == DraftSpec("model", path="drafts/d.gguf")
+    for spec in ("none", "ngram", "self:3", "model", "model:d.gguf"):
+        assert str(parse_draft(spec)) == spec
+    assert [parse_draft(s).needs_weights for s in ("none", "ngram", "self:2", "model")] == [
+        False, False, False, True]
+    for bad in ("self:0", "self:4", "self:x", "self:", "bogus", "", "model:"):
+        with pytest.raises(DraftSpecError):
+            parse_draft(bad, n_layers=4)
+
+
+def test_confidence_stop_ends_drafting_at_the_first_low_confidence(tiny):
+    """The one confidence stop (cycle.Rule.stops) ends a model draft's block early."""
+    d = ModelDrafter(Model.load(tiny.close_path))
+    d.reset(list(tiny.prompt))
+    full = d.propose(list(tiny.prompt), 6, GREEDY)
+    assert len(full.tokens) == 6
+    d.reset(list(tiny.prompt))
+    assert d.propose(list(tiny.prompt), 6, Rule("greedy", conf_threshold=1.01)).tokens == []

@@ -17,6 +17,7 @@ from conftest import greedy_pick, reference_decode, requires_gpu
 from pyspec import rng, verify
 from pyspec.drafters import Proposal
 from pyspec.engine import Engine, Options, OptionsError, PromptTooLongError
+from pyspec.load import backend as backend_for
 from pyspec.model import Model
 
 DRAFTS = ["none", "ngram", "self:1", "close", "far"]
@@ -24,7 +25,8 @@ DRAFTS = ["none", "ngram", "self:1", "close", "far"]
 
 def engine_for(tiny, draft, backend: str = "cpu", **kw) -> Engine:
     spec = {"close": tiny.close_path, "far": tiny.far_path}.get(draft, draft)
-    return Engine(tiny.on(backend), tiny.tokenizer, spec, load_draft=Model.load, **kw)
+    return Engine(backend_for(tiny.on(backend), spec, load_draft=Model.load, **kw),
+                  tiny.tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -194,10 +196,10 @@ class ScriptedDrafter:
     def reset(self, tokens):
         pass
 
-    def accept(self, tokens):
+    def confirm(self, n_accepted):
         pass
 
-    def propose(self, tokens, k, choose, stop):
+    def propose(self, tokens, k, rule):
         self.calls += 1
         start = len(tokens) - self.prompt_len
         out = list(self.truth[start:start + k])
@@ -213,8 +215,8 @@ class ScriptedDrafter:
 
 
 def scripted(tiny, truth, backend="cpu", **kw):
-    return Engine(tiny.on(backend), tiny.tokenizer,
-                  ScriptedDrafter(truth, len(tiny.prompt), vocab=tiny.tokenizer.vocab_size, **kw))
+    drafter = ScriptedDrafter(truth, len(tiny.prompt), vocab=tiny.tokenizer.vocab_size, **kw)
+    return Engine(backend_for(tiny.on(backend), drafter), tiny.tokenizer)
 
 
 def test_full_acceptance_gives_bonus_token(tiny, greedy_reference, backend):
@@ -346,7 +348,7 @@ def test_draft_with_a_shorter_context_only_stops_drafting(tiny, greedy_reference
     from pyspec import testmodels
     path = str(tmp_path / "short.gguf")
     testmodels.write_model(path, seed=1, ctx=80)   # same weights as the champion, 80 positions
-    engine = Engine(tiny.on(backend), tiny.tokenizer, path, load_draft=Model.load)
+    engine = Engine(backend_for(tiny.on(backend), path, load_draft=Model.load), tiny.tokenizer)
     r = engine.generate(tiny.prompt, Options(max_tokens=40, k="fixed:3", stop_at_eos=False))
     assert r.tokens == greedy_reference
     assert 0 < r.stats["drafted"] < 30  # drafts until position 80, then none
@@ -359,7 +361,7 @@ def test_head_and_tokenizer_must_agree(tiny, tmp_path):
     path = str(tmp_path / "other.gguf")
     testmodels.write_model(path, tokenizer=testmodels.tokenizer_metadata(n_merges=40))
     with pytest.raises(ModelError, match="tokenizer"):
-        Engine(tiny.champion, Tokenizer.from_metadata(Model.load(path).metadata), "none")
+        Engine(backend_for(tiny.champion, "none"), Tokenizer.from_metadata(Model.load(path).metadata))
 
 
 class FailingBackend:
@@ -371,11 +373,11 @@ class FailingBackend:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    async def cycle(self, *args):
+    async def read(self, handle):
         self.cycles += 1
         if self.cycles == self.fail_at:
             raise self.error
-        return await self.inner.cycle(*args)
+        return await self.inner.read(handle)
 
 
 @pytest.mark.parametrize("fail_at", [1, 4])
@@ -383,7 +385,7 @@ def test_a_gpu_fault_finishes_the_request_on_the_recovery_backend(tiny, greedy_r
                                                                      backend, fail_at):
     """A fault mid-request: the cycle in flight is dropped, the committed tokens are re-prefilled
     on the recovery backend (champion-only), and the text goes on without a repeat or a gap."""
-    from pyspec.engine import CPUBackend
+    from pyspec.cpu import CPUBackend
     from pyspec.gpu.device import DeviceLostError
 
     engine = engine_for(tiny, "ngram", backend)

@@ -17,6 +17,7 @@ import pytest
 from conftest import gpu_device, requires_gpu
 from pyspec import champion_path
 from pyspec.engine import Engine, Options
+from pyspec.load import backend
 from pyspec.gguf import GGUFFile
 from pyspec.model import Model
 from pyspec.tokenizer import Tokenizer
@@ -51,14 +52,14 @@ def cpu_model():
 @pytest.fixture(scope="module")
 def gpu_baseline(setup):
     gpu, tok, prompts = setup
-    engine = Engine(gpu, tok, "none")
+    engine = Engine(backend(gpu, "none"), tok)
     return {pid: engine.generate(ids, Options(max_tokens=MAX_TOKENS, stop_at_eos=False))
             for pid, ids in prompts.items()}
 
 
 def test_gpu_greedy_speculative_equals_gpu_champion_only(setup, gpu_baseline):
     gpu, tok, prompts = setup
-    engine = Engine(gpu, tok, "ngram")
+    engine = Engine(backend(gpu, "ngram"), tok)
     drafted = 0
     for pid, ids in prompts.items():
         # fixed:2, unguarded: every cycle verifies drafts (a software adapter's pass costs grow

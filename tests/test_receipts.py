@@ -16,6 +16,7 @@ import pyspec
 
 from pyspec import champion_path, receipts, testmodels
 from pyspec.engine import Engine, Options
+from pyspec.load import backend
 from pyspec.gguf import GGUFFile
 from pyspec.model import Model
 from pyspec.tokenizer import Tokenizer
@@ -46,7 +47,7 @@ def engine_factory(tmp_path_factory):
     testmodels.write_model(path, tokenizer=tok_md, d=32, n_heads=2, n_kv=1, d_ff=64, ctx=4096)
     model = Model.load(path)
     tok = Tokenizer.from_metadata(model.metadata)
-    return lambda draft: Engine(model, tok, draft)
+    return lambda draft: Engine(backend(model, draft), tok)
 
 
 def int_lists(node, out):

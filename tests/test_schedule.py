@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from pyspec import schedule
+from pyspec.cycle import Rule
 
 
 def test_parse_policies():
     assert schedule.parse("fixed:0").next_k() == 0
     assert schedule.parse("fixed:8").next_k() == 8
     assert isinstance(schedule.parse("heuristic"), schedule.Heuristic)
-    assert schedule.parse("confidence:0.4").threshold == 0.4
+    assert schedule.parse("confidence:0.4").conf_threshold == 0.4
     for bad in ("fixed", "fixed:-1", "fixed:x", "heuristic:3", "confidence:2", "often", ""):
         with pytest.raises(schedule.ScheduleError, match="fixed:K"):
             schedule.parse(bad)
@@ -34,8 +35,9 @@ def test_heuristic_moves_by_one_within_bounds():
 
 
 def test_confidence_stops_below_threshold():
-    c = schedule.Confidence(0.5)
-    assert not c.stop(0, 0.9) and c.stop(3, 0.49)
+    rule = Rule("greedy", conf_threshold=schedule.Confidence(0.5).conf_threshold)
+    assert not rule.stops(0.9) and not rule.stops(0.5) and rule.stops(0.49)
+    assert not Rule("greedy", conf_threshold=schedule.Heuristic().conf_threshold).stops(0.0)
 
 
 def test_expected_tokens_formula():

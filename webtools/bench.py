@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from pyspec import bench as native
-from pyspec.cli import CliError
+from pyspec.errors import UsageError
 
 from . import browser, serve, site
 
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     server, base = serve.start(Path(manifest).parent)
     try:
         return run(args, base)
-    except CliError as e:
+    except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:

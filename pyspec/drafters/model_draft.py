@@ -9,20 +9,22 @@ them before attention reads them, so the champion's committed rows never see dra
 
 from __future__ import annotations
 
+from ..cycle import Rule, draft_rows_kept
 from ..kv import KVCache
 from ..model import Model, prefill
-from . import Choose, Proposal, Stop
+from .proposal import Proposal
 
 
 def _draft_steps(model: Model, kv: KVCache, feed: list[int], position: int, k: int,
-                 choose: Choose, stop: Stop, n_layers: int | None = None) -> Proposal:
+                 rule: Rule, n_layers: int | None = None) -> Proposal:
     """Feed `feed` (the tokens the draft has not seen), then propose up to k tokens, the first at
-    `position`. Leaves its rows pending in kv."""
+    `position`. Leaves its rows pending in kv: those of `feed` and of every proposed token but the
+    k-th (min(len(tokens), k - 1) drafts fed)."""
     out = Proposal()
     logits = model.forward(feed, kv, n_layers=n_layers, last_only=True, exact=False)[0]  # (vocab,)
     for i in range(k):
-        token, q_row, confidence = choose(logits, position + i)
-        if stop(i, confidence):
+        token, q_row, confidence = rule.choose(logits, position + i)
+        if rule.stops(confidence):
             break
         out.tokens.append(token)
         out.q_draft.append(q_row)
@@ -42,7 +44,8 @@ class ModelDrafter:
         self.model = model
         self.name = f"model:{model.source}"
         self.kv = model.new_cache(max_ctx)
-        self.fed: list[int] = []   # tokens behind the pending rows
+        self.fed_before = 0        # pending rows of committed tokens fed by the last proposal
+        self.drafts_fed = 0        # ... and of its drafts
         self.calls = 0
 
     @property
@@ -58,23 +61,20 @@ class ModelDrafter:
         if len(tokens) <= self.kv.max_ctx:  # else this prompt is too long for the draft
             prefill(self.model, self.kv, tokens, exact=False)
 
-    def propose(self, tokens: list[int], k: int, choose: Choose, stop: Stop) -> Proposal:
+    def propose(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
         self.kv.rollback()
+        self.fed_before = self.drafts_fed = 0
         feed = tokens[self.kv.committed:]
         if self.kv.committed + len(feed) + k - 1 > self.kv.max_ctx:
             return Proposal()  # the draft's context is full: the champion goes on alone
-        out = _draft_steps(self.model, self.kv, feed, len(tokens), k, choose, stop)
-        self.calls += 1 + min(len(out.tokens), k - 1)
-        self.fed = feed + out.tokens[:max(k - 1, 0)]
+        out = _draft_steps(self.model, self.kv, feed, len(tokens), k, rule)
+        self.fed_before, self.drafts_fed = len(feed), min(len(out.tokens), k - 1)
+        self.calls += 1 + self.drafts_fed
         return out
 
-    def accept(self, tokens: list[int]) -> None:
-        # Keep the pending rows whose tokens the committed sequence confirms.
-        base, n = self.kv.committed, 0
-        while n < len(self.fed) and base + n < len(tokens) and self.fed[n] == tokens[base + n]:
-            n += 1
-        self.kv.commit(min(n, self.kv.pending))
-        self.fed = []
+    def confirm(self, n_accepted: int) -> None:
+        self.kv.commit(draft_rows_kept(self.fed_before, self.drafts_fed, n_accepted))
+        self.fed_before = self.drafts_fed = 0
 
 
 class SelfDrafter:
@@ -94,12 +94,12 @@ class SelfDrafter:
     def reset(self, tokens: list[int]) -> None:
         pass
 
-    def propose(self, tokens: list[int], k: int, choose: Choose, stop: Stop) -> Proposal:
+    def propose(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
         # The champion's cache holds every committed token but the last one.
-        out = _draft_steps(self.model, self.kv, tokens[-1:], len(tokens), k, choose, stop,
+        out = _draft_steps(self.model, self.kv, tokens[-1:], len(tokens), k, rule,
                            n_layers=self.layers)
         self.calls += 1 + min(len(out.tokens), k - 1)
         return out
 
-    def accept(self, tokens: list[int]) -> None:
-        pass  # the champion's verify pass rewrote and committed the shared rows
+    def confirm(self, n_accepted: int) -> None:
+        pass  # no cache of its own: the champion's verify pass rewrote and committed the rows

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Choose, Proposal, Stop
+from ..cycle import Rule
+from .proposal import Proposal
 
 MAX_N = 4   # longest suffix tried
 MIN_N = 1   # shortest suffix tried
@@ -26,7 +27,7 @@ class NgramDrafter:
     def reset(self, tokens: list[int]) -> None:
         pass
 
-    def propose(self, tokens: list[int], k: int, choose: Choose, stop: Stop) -> Proposal:
+    def propose(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
         self.calls += 1
         seq = np.asarray(tokens, dtype=np.int64)
         for n in range(min(MAX_N, len(seq) - 1), MIN_N - 1, -1):
@@ -36,7 +37,7 @@ class NgramDrafter:
                 return Proposal(follow, [None] * len(follow))
         return Proposal()
 
-    def accept(self, tokens: list[int]) -> None:
+    def confirm(self, n_accepted: int) -> None:
         pass
 
 

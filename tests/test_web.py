@@ -1,0 +1,190 @@
+"""The worker's Python side (pyspec/web.py) without a browser: make_engine's backend choice and the
+Session's JSON protocol, on the tiny model.
+
+WebGPU here is either the native device (lavapipe on CI), standing in for navigator.gpu's, or a
+fake that only answers make_engine's questions (a software adapter, no adapter, a shader error):
+the fakes test plumbing, the native device tests that the page's GPU path serves requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import gpu_device, requires_gpu
+from pyspec import web
+from pyspec.drafters import parse_draft
+from pyspec.engine import Options
+from pyspec.gguf import GGUFFile
+from pyspec.gpu.device import GPUError, NoAdapterError
+
+ROOT = Path(__file__).resolve().parent.parent
+MESSAGES = json.dumps([{"role": "user", "content": "the cat sat on the mat. the cat"}])
+
+
+class SoftwareAdapter:
+    """A device that says it is a software renderer (SwiftShader's isFallbackAdapter)."""
+
+    name, is_cpu, destroyed = "SwiftShader (fake)", True, False
+
+    def destroy(self):
+        self.destroyed = True
+
+
+class NativeAsBrowser:
+    """The native device with the two calls the browser device adds: `check` (its error scopes,
+    which natively raise where they happen) and `lost`."""
+
+    lost = None
+
+    def __init__(self, dev):
+        self._dev = dev
+
+    def __getattr__(self, name):
+        return getattr(self._dev, name)
+
+    async def check(self):
+        pass
+
+
+def opener(result):
+    async def open_device():
+        if isinstance(result, Exception):
+            raise result
+        return result
+    return open_device
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def champion_bytes(tiny):
+    return Path(tiny.champion_path).read_bytes()
+
+
+def engine(tiny, champion_bytes, backend="auto", open_device=None, previous=None):
+    file = GGUFFile(champion_bytes, "champion")
+    return run(web.make_engine(file, tiny.tokenizer, "ngram", 256, previous, backend,
+                               open_device or opener(NoAdapterError("no adapter"))))
+
+
+# --- make_engine: the backend choice -----------------------------------------------------------
+@pytest.mark.parametrize("backend, device, kind", [
+    ("cpu", SoftwareAdapter(), "cpu_requested"),
+    ("auto", SoftwareAdapter(), "software_adapter"),
+    ("auto", NoAdapterError("navigator.gpu is undefined"), "no_webgpu"),
+    ("webgpu", GPUError("shader rejected"), "webgpu_error"),
+])
+def test_make_engine_falls_back_to_numpy_and_says_why(tiny, champion_bytes, backend, device,
+                                                      kind):
+    e = engine(tiny, champion_bytes, backend, opener(device))
+    assert e.adapter == "cpu-numpy"
+    assert e.fallbacks == [{"kind": kind, "adapter": "cpu-numpy"}]
+    assert e.fallback_reason
+    if isinstance(device, SoftwareAdapter) and backend == "auto":
+        assert device.destroyed, "a refused adapter's device is given back"
+    r = e.generate(tiny.prompt, Options(max_tokens=4))
+    assert r.receipt["fallbacks"] == e.fallbacks
+
+
+def test_make_engine_keeps_a_cpu_choice_for_the_next_drafter(tiny, champion_bytes):
+    first = engine(tiny, champion_bytes, "auto", opener(SoftwareAdapter()))
+    second = run(web.make_engine(GGUFFile(champion_bytes, "c"), tiny.tokenizer, "self:1", 256,
+                                 first, "auto", opener(AssertionError("not asked again"))))
+    assert second.champion is first.champion
+    assert second.fallbacks == first.fallbacks and second.fallback_reason == first.fallback_reason
+
+
+def test_make_engine_refuses_an_unknown_backend(tiny, champion_bytes):
+    with pytest.raises(web.SessionError) as e:
+        engine(tiny, champion_bytes, "metal")
+    assert e.value.code == "bad_config"
+
+
+@requires_gpu
+def test_make_engine_uses_a_hardware_adapter_and_recovers_on_the_cpu(tiny, champion_bytes):
+    dev = NativeAsBrowser(gpu_device())
+    e = engine(tiny, champion_bytes, "webgpu", opener(dev))
+    assert e.adapter == dev.name and e.fallbacks == [] and e.recover is not None
+    cpu = engine(tiny, champion_bytes, "cpu")
+    opts = Options(max_tokens=12, stop_at_eos=False)
+    assert e.generate(tiny.prompt, opts).tokens == cpu.generate(tiny.prompt, opts).tokens
+    assert e.recover().adapter == "cpu-numpy"
+    # Another drafter reuses the champion already on the device.
+    again = run(web.make_engine(e.champion.file, tiny.tokenizer, "self:1", 256, e, "webgpu",
+                                opener(AssertionError("the device is not opened twice"))))
+    assert again.champion is e.champion
+
+
+# --- Session: the JSON protocol ----------------------------------------------------------------
+def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes):
+    s = web.Session(opener(NoAdapterError("none here")))
+    err = json.loads(run(s.generate(1, MESSAGES, "{}", lambda *a: None)))["error"]
+    assert err["code"] == "not_ready"
+
+    info = json.loads(run(s.load(json.dumps({"max_ctx": 128}), champion_bytes)))
+    assert info["adapter"] == "cpu-numpy" and info["context"] == 128 and info["draft"] == "ngram"
+    assert info["fallback"]
+
+    chunks = []
+    done = json.loads(run(s.generate(2, MESSAGES, json.dumps({"max_tokens": 8}),
+                                     lambda offset, text, n: chunks.append((offset, text, n)))))
+    assert "".join(t for _, t, _ in chunks) == done["text"]
+    assert [o for o, _, _ in chunks] == sorted(o for o, _, _ in chunks)
+    assert done["stats"]["generated_tokens"] == len(done["tokens"]) <= 8
+    assert json.loads(s.stats())["stats"] == done["stats"]
+    assert json.loads(s.receipt())["receipt"] == done["receipt"]
+
+    def code(config, messages=MESSAGES):
+        out = json.loads(run(s.generate(3, messages, json.dumps(config), lambda *a: None)))
+        return out["error"]["code"]
+
+    assert code({"k": "often"}) == "bad_config"
+    assert code({"draft": "self:99"}) == "bad_config"
+    assert code({"draft": "model"}) == "bad_config"   # no draft model was given at init
+    assert code({"temperature": -1}) == "bad_config"
+    assert code({}, messages='[{"role": "user"}]') == "bad_config"
+    long = json.dumps([{"role": "user", "content": "the cat " * 200}])
+    assert code({}, messages=long) == "prompt_too_long"
+
+    bad = json.loads(run(s.load("{}", champion_bytes[:len(champion_bytes) // 2])))["error"]
+    assert bad["code"] == "bad_model"
+    assert json.loads(run(s.load("[]", champion_bytes)))["error"]["code"] == "bad_config"
+
+
+def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load("{}", champion_bytes))
+    assert json.loads(s.cancel(7)) == {"cancelled": False}
+    seen = []
+
+    def on_chunk(offset, text, n):
+        seen.append(text)
+        if len(seen) == 2:
+            assert json.loads(s.cancel(9)) == {"cancelled": True}
+
+    done = json.loads(run(s.generate(9, MESSAGES, json.dumps({"max_tokens": 40, "k": "fixed:0"}),
+                                     on_chunk)))
+    assert done["finish_reason"] == "cancelled" and len(seen) == 2
+    assert s.running is None and not s.cancelled
+
+
+# --- the one rule the page keeps about drafts --------------------------------------------------
+def test_worker_js_knows_which_drafts_need_weights():
+    """web/worker.js fetches draft weights into OPFS unless the draft matches NON_MODEL_DRAFTS;
+    that must be exactly parse_draft's `needs_weights`."""
+    source = (ROOT / "web" / "worker.js").read_text()
+    pattern = re.search(r"const NON_MODEL_DRAFTS = /(.+)/;", source).group(1)
+    for spec in ("none", "ngram", "self:1", "self:12", "self:29", "model", "model:d.gguf",
+                 "drafts/d.gguf", "smollm2-draft"):
+        try:
+            needs = parse_draft(spec).needs_weights
+        except ValueError:   # not a spec pyspec knows: the worker resolves it as a model name
+            needs = True
+        assert (re.fullmatch(pattern, spec) is None) == needs, spec

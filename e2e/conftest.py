@@ -3,7 +3,7 @@ headless Chromium for the whole session (each test gets a fresh browser context,
 
 Every context blocks every request to an origin other than the local server, records it, and the
 test fails if there was any: the runtime must never reach a CDN. The browser tests skip, with the
-reason, only when Chromium is not installed.
+reason, only when Chromium is not installed, and fail then when PYSPEC_REQUIRE names `browser`.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ def site_url(site_root):
 
 
 @pytest.fixture(scope="session")
-def browser():
+def browser(need):
     try:
         web_browser.chromium_path()
     except web_browser.BrowserMissing as e:
-        pytest.skip(str(e))
+        need("browser", str(e))
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         b = web_browser.launch(p)

@@ -26,11 +26,14 @@ DECISIONS = ("drafted_by_position", "accepted_by_position", "champion_passes")
 
 
 @pytest.fixture(scope="module")
-def gpu_page(browser, site_url):
+def gpu_page(browser, site_url, need):
     c = Context(browser, site_url)
     # backend=webgpu: "auto" prefers the CPU engine on a software adapter such as SwiftShader
     page = c.page("index.html?model=tiny&backend=webgpu")
     info = ready(page)
+    if info["adapter"] == "cpu-numpy":
+        c.ctx.close()
+        need("browser", f"Chromium gave no WebGPU adapter: {info.get('fallback')}")
     yield page, info
     c.ctx.close()
     assert not c.offsite, f"requests to other origins: {c.offsite}"
@@ -42,11 +45,8 @@ def tiny_path(site_root):
 
 
 @pytest.fixture(scope="module")
-def native_wgpu(tiny_path):
+def native_wgpu(tiny_path, gpu):
     """run(draft, **options) -> Result of the GPU engine on wgpu-py (lavapipe on CI)."""
-    from pyspec.gpu import native
-    if not native.available():
-        pytest.skip("no native WebGPU adapter (install mesa-vulkan-drivers)")
     from pyspec.engine import Engine, Options
     from pyspec.load import backend
     from pyspec.gguf import GGUFFile

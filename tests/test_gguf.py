@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import time
+import tracemalloc
 
 import gguf as gguf_ref
 import numpy as np
@@ -275,13 +275,16 @@ def test_buffers_of_any_kind(written):
 # Malformed input
 # ---------------------------------------------------------------------------------------------
 def _parse_quickly(blob) -> GGUFFile:
-    """GGUFFile(blob); any GGUFError propagates. A parse of a few-KB buffer must take well under a
-    second: a huge count or length must be refused by a bounds check, not by running out."""
-    t0 = time.perf_counter()
+    """GGUFFile(blob); any GGUFError propagates. A huge count or length in a few-KB buffer must be
+    refused by a bounds check before anything is allocated for it: the parse's peak allocation
+    stays within 1 MiB plus a few times the buffer, whatever the header claims."""
+    tracemalloc.start()
     try:
         return GGUFFile(blob)
     finally:
-        assert time.perf_counter() - t0 < 5.0, "parsing a tiny buffer took seconds: a loop on a bad count?"
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < (1 << 20) + 8 * len(blob), f"parsing {len(blob)} bytes allocated {peak}"
 
 
 @pytest.fixture(scope="module")
@@ -447,7 +450,6 @@ def test_random_mutations_parse_or_raise_gguf_error(small):
     blob, f, _ = small
     rng = np.random.default_rng(FUZZ_SEED)
     outcomes = {"parsed": 0, "refused": 0}
-    t0 = time.perf_counter()
     for i in range(FUZZ_MUTATIONS):
         buf = bytearray(blob)
         edits = []
@@ -466,5 +468,4 @@ def test_random_mutations_parse_or_raise_gguf_error(small):
             outcomes["refused"] += 1
         except Exception as e:  # anything else is a reader bug: report the mutation
             pytest.fail(f"mutation {i} {edits}: {type(e).__name__}: {e}")
-    assert time.perf_counter() - t0 < 30
     assert outcomes["parsed"] > 100 and outcomes["refused"] > 100, outcomes

@@ -21,9 +21,7 @@ from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.step import Steps
 from pyspec.model import Model, matmul, rms_norm
 
-if not native.available():
-    pytest.skip("no WebGPU adapter: install wgpu==0.32.0 and a Vulkan driver "
-                "(Debian: mesa-vulkan-drivers for lavapipe)", allow_module_level=True)
+pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.py)
 
 F32 = np.float32
 POS = 5  # a nonzero start position for the invariance passes

@@ -21,7 +21,7 @@ from pyspec.gpu import native, sampling
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.step import Steps
 
-pytestmark = pytest.mark.skipif(not native.available(), reason="no WebGPU adapter")
+pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.py)
 
 SEED = 0x1234_5678_9ABC_DEF0  # >= 2^32: both seed words matter
 POS = 4_000_000_000 - 40       # near the top of the u32 range: positions up to POS + 16 still fit

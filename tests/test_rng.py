@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pyspec import rng
 
-# Known answers. Source: a standalone C program of the WGSL pseudo-code in rng.py (uint32_t
-# arithmetic, gcc), which agreed with the Python reference bit for bit. Any change to the hash
-# breaks parity with shaders/rng.wgsl and must fail here first.
+GENERATOR = Path(__file__).resolve().parent.parent / "scripts" / "rng_known_answers.c"
+
+# Known answers, as printed by scripts/rng_known_answers.c (a standalone C copy of the hash in
+# uint32_t arithmetic; test_the_table_is_what_the_c_generator_prints reruns it). Any change to
+# the hash breaks parity with shaders/rng.wgsl and must fail here first.
 # Key: (seed, position, stream, index).
 KNOWN_HASHES = [
     ((0, 0, 0, 0), 0x0EAA7511),
@@ -22,7 +27,54 @@ KNOWN_HASHES = [
     ((2**64 - 1, 2**32 - 1, 2**32 - 1, 2**32 - 1), 0x8CBF1C0F),
     ((0x0123456789ABCDEF, 17, 1, 0), 0xD3E0F3B6),
     ((42, 1000, 5, 49151), 0xF8A224C7),
+    ((2**32, 0, 0, 0), 0x1FDB3517),
+    ((7, 3, 5, 2), 0x399F59D4),
+    ((0xDEADBEEFCAFEF00D, 123456, 4, 0), 0xF8150FAF),
 ]
+
+
+def test_the_table_is_what_the_c_generator_prints(tmp_path):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to rebuild the known answers (the table is still checked)")
+    exe = tmp_path / "rng_kat"
+    subprocess.run([compiler, "-O2", "-o", str(exe), str(GENERATOR)], check=True)
+    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    printed = [((int(a, 16), int(b, 16), int(c, 16), int(d, 16)), int(h, 16))
+               for a, b, c, d, h in (line.split() for line in lines.splitlines())]
+    assert printed == KNOWN_HASHES
+
+
+def _independent_hash(seed: int, position: int, stream: int, index: int) -> int:
+    """The hash from its definition (DESIGN section 4, rng.py's WGSL comment), written apart
+    from rng.py: each u32 product taken mod 2^32 explicitly."""
+    def mix(x):
+        x = x ^ (x >> 16)
+        x = (x * 0x7FEB352D) % 2**32
+        x = x ^ (x >> 15)
+        x = (x * 0x846CA68B) % 2**32
+        return x ^ (x >> 16)
+
+    h = 0x9E3779B9
+    for word in (seed % 2**32, seed // 2**32, position, stream, index):
+        h = mix(h ^ word)
+    return h
+
+
+def test_random_keys_match_an_independent_implementation():
+    gen = np.random.default_rng(2024)
+    edges = [0, 1, 2**32 - 1]
+    keys = [(int(gen.integers(0, 2**63)) * 2 + int(gen.integers(0, 2)),
+             *(int(x) for x in gen.integers(0, 2**32, 3))) for _ in range(300)]
+    keys += [(s, p, st, i) for s in (0, 2**32 - 1, 2**32, 2**64 - 1)
+             for p in edges for st in (1, 5) for i in edges]
+    for seed, position, stream, index in keys:
+        expected = _independent_hash(seed, position, stream, index)
+        assert rng.hash_u32(seed, position, stream, index) == expected
+        got = rng.hash_u32_array(seed, position, stream, np.array([index, 0]))
+        assert int(got[0]) == expected
+        assert int(got[1]) == _independent_hash(seed, position, stream, 0)
+        assert rng.uniform(seed, position, stream, index) == (expected >> 8) / 2**24
 
 
 @pytest.mark.parametrize("key, expected", KNOWN_HASHES)

@@ -1,0 +1,56 @@
+"""What every test directory shares: PYSPEC_REQUIRE, which turns a missing part of the machine from
+a skip into a failure.
+
+`PYSPEC_REQUIRE=gpu,browser` (CI sets it in .ci/run) says that this machine must have a native
+WebGPU adapter (`gpu`: wgpu-py finds one, lavapipe on CI) and Chromium with a WebGPU adapter
+(`browser`). A test that needs a part asks the `need` fixture: `need("gpu", why)` fails the test
+when the part is required, and skips it, with the reason, when it is not. Without the variable
+the GPU and browser tests skip where their part is missing, as on a developer's laptop.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+PARTS = ("gpu", "browser")
+
+
+def required() -> set[str]:
+    """The parts PYSPEC_REQUIRE names; an unknown name is an error, not a silent no-op."""
+    names = {n.strip() for n in os.environ.get("PYSPEC_REQUIRE", "").split(",") if n.strip()}
+    unknown = names - set(PARTS)
+    if unknown:
+        raise pytest.UsageError(f"PYSPEC_REQUIRE names {sorted(unknown)}; the parts are "
+                                f"{', '.join(PARTS)}")
+    return names
+
+
+def need(part: str, reason: str) -> None:
+    """The missing `part` fails the test if PYSPEC_REQUIRE names it, else skips it."""
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}")
+    if part in required():
+        pytest.fail(f"{reason} (PYSPEC_REQUIRE={os.environ['PYSPEC_REQUIRE']} requires "
+                    f"{part!r})", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_configure(config):
+    required()
+
+
+@pytest.fixture(name="need", scope="session")
+def need_fixture():
+    return need
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """Request it (or mark a test `usefixtures("gpu")`) to need a native WebGPU adapter."""
+    from pyspec.gpu import native
+
+    if not native.available():
+        need("gpu", "no native WebGPU adapter: install wgpu==0.32.0 and a Vulkan driver "
+                    "(Debian: mesa-vulkan-drivers, for lavapipe)")

@@ -81,7 +81,6 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
     another."""
     from .gpu import GPUError, NoAdapterError
     from .gpu.model import GPUModel
-    from .gpu.ops import ShapeError
 
     if backend not in BACKENDS:
         raise SessionError("bad_config", f"unknown backend {backend!r}: use one of {BACKENDS}")
@@ -95,9 +94,9 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
         try:
             gpu_model = getattr(previous, "champion", None)
             if (not isinstance(gpu_model, GPUModel) or gpu_model.file is not file
-                    or getattr(gpu_model.dev, "lost", None) is not None):
+                    or gpu_model.dev.lost is not None):
                 from .gpu import load_model
-                from .gpu.backend import SLOT_CHAMPION
+                from .gpu.step import SLOT_CHAMPION
 
                 dev = await open_device()
                 if backend == "auto" and dev.is_cpu:
@@ -118,7 +117,7 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
             kind, reason = "software_adapter", str(e)
         except NoAdapterError as e:
             kind, reason = "no_webgpu", str(e)
-        except (GPUError, ShapeError) as e:   # ShapeError: a tensor the GPU kernels do not take
+        except GPUError as e:   # ShapeError among them: a tensor the GPU kernels do not take
             kind, reason = "webgpu_error", str(e)
     champion = previous.champion if fallbacks else Model(file)
     return Engine(backend_for(champion, draft, max_ctx), tokenizer, fallback_reason=reason,

@@ -1,5 +1,5 @@
 // The accept kernel: the rules of pyspec/verify.py applied on the GPU at the end of a cycle, so a
-// cycle reads back only `out` (ACCEPT_WORDS u32). One workgroup of WG threads; host wrapper
+// cycle reads back only `out` (ACCEPT_WORDS u32). One workgroup of WG_ROW threads; host wrapper
 // pyspec/gpu/sampling.py:accept.
 //
 // Step: n_draft = K (clamped to ROWS_MAX - 1 = 15), mode, seed, and pos with
@@ -37,10 +37,6 @@
 //!include rng.wgsl
 //!include categorical.wgsl
 
-const ROWS_MAX: u32 = 16u;
-const MODE_REJECTION: u32 = 2u;
-const FLAG_ONE_HOT: u32 = 1u;
-const NONE: u32 = 0xffffffffu;
 
 struct Params {
     vocab: u32,
@@ -131,7 +127,7 @@ fn u_times_q_less_p(k: u32, q: f32, p: f32) -> bool {
     return less64(shl64(a, u32(nb - na)), b);
 }
 
-@compute @workgroup_size(WG)
+@compute @workgroup_size(WG_ROW)
 fn accept(@builtin(local_invocation_index) tid: u32) {
     let k = min(step.n_draft, ROWS_MAX - 1u);
     let c = step.pos + params.pos_shift;
@@ -166,9 +162,9 @@ fn accept(@builtin(local_invocation_index) tid: u32) {
             }
         }
         tests[tid] = test;
-        out[params.out_offset + 20u + tid] = select(NONE, test, tid < k_eff);
-        out[params.out_offset + 36u + tid] = bitcast<u32>(p);
-        out[params.out_offset + 52u + tid] = bitcast<u32>(q);
+        out[params.out_offset + ACCEPT_TESTS + tid] = select(NONE, test, tid < k_eff);
+        out[params.out_offset + ACCEPT_P + tid] = bitcast<u32>(p);
+        out[params.out_offset + ACCEPT_Q + tid] = bitcast<u32>(q);
     }
     workgroupBarrier();
     var n = 0u;
@@ -185,7 +181,7 @@ fn accept(@builtin(local_invocation_index) tid: u32) {
         // verify.py: the residual is all zero only when p_target[n] == q_draft[n]; sample p then.
         if (residual) {
             var found = false;
-            for (var j = tid; j < params.vocab && !found; j += WG) {
+            for (var j = tid; j < params.vocab && !found; j += WG_ROW) {
                 found = !u128_is_zero(cat_weight(j));
             }
             if (found) { atomicOr(&residual_nonempty, 1u); }
@@ -209,12 +205,12 @@ fn accept(@builtin(local_invocation_index) tid: u32) {
         var token = NONE;
         if (tid < n) { token = drafts[params.draft_offset + tid]; }
         if (tid == n) { token = last; }
-        out[params.out_offset + 4u + tid] = token;
+        out[params.out_offset + ACCEPT_TOKENS + tid] = token;
     }
     if (tid == 0u) {
-        out[params.out_offset] = n;
-        out[params.out_offset + 1u] = k_eff;
-        out[params.out_offset + 2u] = n + 1u;
-        out[params.out_offset + 3u] = how;
+        out[params.out_offset + ACCEPT_N_ACCEPTED] = n;
+        out[params.out_offset + ACCEPT_K_EFF] = k_eff;
+        out[params.out_offset + ACCEPT_N_EMITTED] = n + 1u;
+        out[params.out_offset + ACCEPT_HOW] = how;
     }
 }

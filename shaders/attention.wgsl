@@ -22,8 +22,6 @@ struct Params {
     scale: f32,     // 1 / sqrt(head_dim), rounded to f32 as the reference does
 }
 
-const WG: u32 = 64u;
-const ROWS_MAX: u32 = 16u;
 const LOWEST: f32 = -3.4028234663852886e38;  // -FLT_MAX exactly: Tint rejects -3.4028235e38 (it rounds past f32)
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -34,10 +32,10 @@ const LOWEST: f32 = -3.4028234663852886e38;  // -FLT_MAX exactly: Tint rejects -
 @group(0) @binding(5) var<storage, read_write> scores: array<f32>;  // (ROWS_MAX, n_heads, max_ctx)
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;     // (ROWS_MAX, n_heads * hd)
 
-var<workgroup> maxima: array<f32, 64>;  // (WG,)
-var<workgroup> sums: array<f32, 64>;    // (WG,)
+var<workgroup> maxima: array<f32, WG>;  // (WG,)
+var<workgroup> sums: array<f32, WG>;    // (WG,)
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn attention(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
     let group_id = wid.x + wid.y * nwg.x;  // uniform in the workgroup: the early return is legal

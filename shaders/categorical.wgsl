@@ -1,7 +1,7 @@
 // Exact inverse-CDF sampling by one workgroup, shared by sample.wgsl (sample_rows) and
 // accept.wgsl (residual / bonus). Included with `//!include categorical.wgsl`; the including
 // shader defines `fn cat_weight(i: u32) -> vec4<u32>` (entry i of the row being sampled, as a
-// fixed-point number from fixed_from_f32) and runs with @workgroup_size(WG).
+// fixed-point number from fixed_from_f32) and runs with @workgroup_size(WG_ROW).
 //
 // Why integers: verify.sample_categorical_rows takes "the first index whose cumulative sum exceeds
 // u * total" with float64 sums of float32 probabilities, which are exact for all practical rows.
@@ -14,7 +14,6 @@
 // Limits: entries must lie in [0, 1] (negative, -0, inf and NaN count as 0) and rows hold fewer
 // than 2^24 entries, so sums stay below 2^104 and cum * 2^24 below 2^128.
 
-const WG: u32 = 128u;  // threads per workgroup for every per-row kernel of sample.wgsl/accept.wgsl
 
 // --- 128-bit unsigned integers as vec4<u32>, x = least significant word ----------------------
 fn u128_add(a: vec4<u32>, b: vec4<u32>) -> vec4<u32> {
@@ -110,7 +109,7 @@ fn fixed_from_f32(v: f32) -> vec4<u32> {
 }
 
 // --- the sampler -----------------------------------------------------------------------------
-var<workgroup> cat_sums: array<vec4<u32>, WG>;  // (WG,) exact sum of each thread's chunk
+var<workgroup> cat_sums: array<vec4<u32>, WG_ROW>;  // (WG_ROW,) exact sum of each thread's chunk
 var<workgroup> cat_result: u32;
 
 // The first i in [0, n) whose cumulative weight exceeds u * total, u = k 2^-24 (k < 2^24): the
@@ -119,7 +118,7 @@ var<workgroup> cat_result: u32;
 // threshold and scans only that chunk. A row whose weights are all 0 gives token 0 (softmax
 // rows never are; the reference raises). Call from uniform control flow (two barriers).
 fn cat_sample(tid: u32, n: u32, k: u32) -> u32 {
-    let chunk = (n + WG - 1u) / WG;
+    let chunk = (n + WG_ROW - 1u) / WG_ROW;
     let lo = min(tid * chunk, n);
     let hi = min(lo + chunk, n);
     var s = vec4<u32>(0u);
@@ -130,7 +129,7 @@ fn cat_sample(tid: u32, n: u32, k: u32) -> u32 {
     workgroupBarrier();
     if (tid == 0u) {
         var total = vec4<u32>(0u);
-        for (var c = 0u; c < WG; c++) {
+        for (var c = 0u; c < WG_ROW; c++) {
             total = u128_add(total, cat_sums[c]);
         }
         let threshold = u128_mul_u32(total, k);  // u * total, in units of 2^-80 2^-24
@@ -141,7 +140,7 @@ fn cat_sample(tid: u32, n: u32, k: u32) -> u32 {
             var c = 0u;
             loop {
                 let next = u128_add(cum, cat_sums[c]);
-                if (u128_less(threshold, u128_shl24(next)) || c + 1u >= WG) { break; }
+                if (u128_less(threshold, u128_shl24(next)) || c + 1u >= WG_ROW) { break; }
                 cum = next;
                 c++;
             }

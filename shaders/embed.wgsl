@@ -13,8 +13,6 @@ struct Params {
     one: f32,    // 1.0, opaque to the compiler (see embed_q4_1)
 }
 
-const WG: u32 = 64u;
-const ROWS_MAX: u32 = 16u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
@@ -37,7 +35,7 @@ fn element(t: u32, wid: vec3<u32>, nwg: vec3<u32>) -> Element {
     return Element(ok, at, at % params.d, token);
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn embed_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
     let el = element(t, wid, nwg);
@@ -51,7 +49,7 @@ fn embed_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     x[el.at] = d * f32(q);
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn embed_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
     let el = element(t, wid, nwg);
@@ -69,7 +67,7 @@ fn embed_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     x[el.at] = (dm.x * q) * params.one + dm.y;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn embed_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
     let el = element(t, wid, nwg);

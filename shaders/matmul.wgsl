@@ -7,7 +7,7 @@
 //         9 u32 per block: f16 d | 0, then 32 int8 (value i is byte i); w = d * q.
 //   f32:  one u32 (f32 bits) per element, read a vec4 at a time; n_in a multiple of 4.
 //
-// Work split: a thread owns OUTS = 4 consecutive outputs and one `lane` of them; the `lanes`
+// Work split: a thread owns MATMUL_OUTS = 4 consecutive outputs and one `lane` of them; the `lanes`
 // threads of an output group take the blocks lane, lane + lanes, ... Rows go in tiles of 4: a
 // tile's accumulator is a mat4x4 (column o = output j0 + o, component k = row r0 + k), named so
 // that it stays in registers (an indexed array becomes memory on CPU adapters). Each x value a
@@ -31,9 +31,6 @@ struct Params {
     y_rows: u32,      // rows y holds (ROWS_MAX, or max_ctx for a KV cache); later rows are skipped
 }
 
-const WG: u32 = 64u;
-const ROWS_MAX: u32 = 16u;
-const OUTS: u32 = 4u;  // outputs per thread (ops.OUTS)
 const Q4_1: u32 = 0u;
 const Q8_0: u32 = 1u;
 
@@ -43,13 +40,14 @@ const Q8_0: u32 = 1u;
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>; // (ROWS_MAX, n_in/4)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (y_rows, n_out)
 
-// (WG, OUTS, ROWS_MAX / 4): each thread's partial sums, a vec4 per (output, row tile); 16 KiB.
-var<workgroup> part: array<vec4<f32>, 1024>;
+// (WG, MATMUL_OUTS, ROWS_MAX / 4): each thread's partial sums, a vec4 per (output, row tile);
+// 16 KiB at 64 x 4 x 4.
+var<workgroup> part: array<vec4<f32>, WG * MATMUL_OUTS * (ROWS_MAX / 4u)>;
 
 // The first of this thread's outputs (may be >= n_out in the last workgroup). Workgroups are
 // flattened over (x, y) because the head has more than 65535 of them.
 fn first_output(t: u32, wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return ((wid.x + wid.y * nwg.x) * (WG / params.lanes) + t / params.lanes) * OUTS;
+    return ((wid.x + wid.y * nwg.x) * (WG / params.lanes) + t / params.lanes) * MATMUL_OUTS;
 }
 
 // Output j0 + o clamped into W: outputs past n_out compute on the last row and are not stored.
@@ -179,7 +177,7 @@ fn keep(t: u32, j0: u32, r0: u32, rows: u32, acc: mat4x4<f32>) {
         store_tile(j0 + 2u, r0, rows, acc[2]);
         store_tile(j0 + 3u, r0, rows, acc[3]);
     } else {
-        let at = t * OUTS * 4u + r0 / 4u;
+        let at = t * MATMUL_OUTS * 4u + r0 / 4u;
         part[at] = acc[0];
         part[at + 4u] = acc[1];
         part[at + 8u] = acc[2];
@@ -196,21 +194,21 @@ fn reduce_store(t: u32, j0: u32, rows: u32) {
     }
     workgroupBarrier();
     let first = t - t % lanes;  // lane 0 of this group
-    for (var e = t % lanes; e < OUTS * ROWS_MAX; e += lanes) {
+    for (var e = t % lanes; e < MATMUL_OUTS * ROWS_MAX; e += lanes) {
         let o = e / ROWS_MAX;
         let r = e % ROWS_MAX;
         if (r < rows) {
             let at = o * 4u + r / 4u;
-            var s = part[first * OUTS * 4u + at][r % 4u];
+            var s = part[first * MATMUL_OUTS * 4u + at][r % 4u];
             for (var l = 1u; l < lanes; l++) {
-                s += part[(first + l) * OUTS * 4u + at][r % 4u];
+                s += part[(first + l) * MATMUL_OUTS * 4u + at][r % 4u];
             }
             store(j0 + o, r, s);
         }
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
@@ -221,7 +219,7 @@ fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
     reduce_store(t, j0, rows);
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn matmul_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
@@ -238,7 +236,7 @@ fn f32s(j: u32, c: u32) -> vec4<f32> {
     return bitcast<vec4<f32>>(vec4<u32>(w[at], w[at + 1u], w[at + 2u], w[at + 3u]));
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn matmul_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);

@@ -10,8 +10,6 @@ struct Params {
     eps: f32,  // llama.attention.layer_norm_rms_epsilon
 }
 
-const WG: u32 = 64u;
-const ROWS_MAX: u32 = 16u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
@@ -19,9 +17,9 @@ const ROWS_MAX: u32 = 16u;
 @group(0) @binding(3) var<storage, read> weight: array<f32>;    // (d,)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;   // (ROWS_MAX, d)
 
-var<workgroup> part: array<f32, 64>;  // (WG,) partial sums of squares
+var<workgroup> part: array<f32, WG>;  // (WG,) partial sums of squares
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn rmsnorm(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let r = wid.x;  // one workgroup per row: uniform, so the early return keeps the barrier legal
     if (r >= min(step.rows, ROWS_MAX)) {

@@ -2,12 +2,7 @@
 // Every number is a pure function of (seed_lo, seed_hi, position, stream, index); only u32
 // operations, so these bits equal rng.hash_u32 / rng.uniform exactly (tests/test_gpu_sampling.py
 // checks many keys). Included by sample.wgsl and accept.wgsl with `//!include rng.wgsl`.
-
-const STREAM_ACCEPT: u32 = 1u;     // rejection mode: the accept test at position c + i
-const STREAM_RESIDUAL: u32 = 2u;   // rejection mode: the residual sample at the first rejection
-const STREAM_BONUS: u32 = 3u;      // rejection mode: the bonus token at c + K
-const STREAM_DRAFT: u32 = 4u;      // the drafter's own categorical sample
-const STREAM_GUMBEL: u32 = 5u;     // replay mode: Gumbel noise per (position, token id)
+// The stream ids (STREAM_*) are rng.py's, in the block every shader gets (pyspec/gpu/constants.py).
 
 const TWO_POW_M24: f32 = 5.9604644775390625e-8;   // 2^-24
 const TWO_POW_M25: f32 = 2.98023223876953125e-8;  // 2^-25

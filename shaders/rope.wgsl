@@ -14,15 +14,13 @@ struct Params {
     max_ctx: u32,   // rows of the table
 }
 
-const WG: u32 = 64u;
-const ROWS_MAX: u32 = 16u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read> table: array<vec2<f32>>;  // (max_ctx, hd/2) cos, sin
 @group(0) @binding(3) var<storage, read_write> x: array<f32>;      // (x_rows, n_heads * head_dim)
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn rope(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let half = params.head_dim / 2u;

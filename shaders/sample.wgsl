@@ -2,9 +2,9 @@
 // softmax with temperature, and exact inverse-CDF sampling; plus `rng_fill`, which exposes the
 // hash to the tests. Host wrappers: pyspec/gpu/sampling.py (one per entry point).
 //
-// Every per-row kernel runs one workgroup of WG threads per row, dispatched for params.rows_cap
+// Every per-row kernel runs one workgroup of WG_ROW threads per row, dispatched for params.rows_cap
 // rows; workgroups of rows >= step.rows exit at once, so one dispatch list serves every pass.
-// Threads stride the vocabulary (i = tid, tid + WG, ...), then a fixed-shape tree in workgroup
+// Threads stride the vocabulary (i = tid, tid + WG_ROW, ...), then a fixed-shape tree in workgroup
 // memory combines them: the result of a row never depends on how many rows the pass has.
 // Random keys: row r draws at position step.pos + params.pos_shift + r (pos_shift = 1 when the
 // step is the forward's, whose row r sits at KV row pos + r and predicts the token after it).
@@ -13,10 +13,7 @@
 //!include rng.wgsl
 //!include categorical.wgsl
 
-const MODE_GREEDY: u32 = 0u;
-const MODE_REPLAY: u32 = 1u;
 const F32_LOWEST: f32 = -0x1.fffffep+127f;  // -FLT_MAX
-const NONE: u32 = 0xffffffffu;
 
 struct Params {
     vocab: u32,        // entries per row
@@ -29,8 +26,6 @@ struct Params {
     pos_shift: u32,    // see above
     stream: u32,       // sample_rows: the rng stream (rng.STREAM_DRAFT for a drafter)
     n: u32,            // rng_fill: number of keys
-    out2_offset: u32,  // argmax/sample: index of row 0's token in the second output
-    has_out2: u32,     // 1: also write the tokens there (e.g. the next draft step's embed input)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -43,21 +38,18 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> probs: array<f32>;   // (rows_cap, out_stride)
 // argmax_rows, softmax_rows: the top probability of softmax(logits / T) (T = 1 when greedy)
 @group(0) @binding(4) var<storage, read_write> conf: array<f32>;    // (conf_offset + rows_cap,)
-// argmax_rows (binding 5), sample_rows (binding 4): the optional second copy of the tokens
-@group(0) @binding(5) var<storage, read_write> tokens2: array<u32>;   // (out2_offset + rows_cap,)
-@group(0) @binding(4) var<storage, read_write> tokens2_s: array<u32>; // (out2_offset + rows_cap,)
 // rng_fill
 @group(0) @binding(2) var<storage, read> keys: array<vec4<u32>>;    // (n, 2): (seed_lo, seed_hi,
                                                                     //  position, stream), (index)
 @group(0) @binding(3) var<storage, read_write> bits: array<vec4<u32>>;  // (n,): (hash, uniform,
                                                                         //  gumbel, 0) as u32 bits
 
-var<workgroup> red_v: array<f32, WG>;   // (WG,) per-thread maxima / sums / best scores
-var<workgroup> red_m: array<f32, WG>;   // (WG,) per-thread max logit (argmax_rows)
-var<workgroup> red_i: array<u32, WG>;   // (WG,) per-thread best token id, NONE if it saw none
+var<workgroup> red_v: array<f32, WG_ROW>;   // (WG_ROW,) per-thread maxima / sums / best scores
+var<workgroup> red_m: array<f32, WG_ROW>;   // (WG_ROW,) per-thread max logit (argmax_rows)
+var<workgroup> red_i: array<u32, WG_ROW>;   // (WG_ROW,) per-thread best token id, NONE if it saw none
 
 fn tree_max(tid: u32) -> f32 {
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    for (var s = WG_ROW / 2u; s > 0u; s >>= 1u) {
         if (tid < s) { red_v[tid] = max(red_v[tid], red_v[tid + s]); }
         workgroupBarrier();
     }
@@ -65,7 +57,7 @@ fn tree_max(tid: u32) -> f32 {
 }
 
 fn tree_sum(tid: u32) -> f32 {
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    for (var s = WG_ROW / 2u; s > 0u; s >>= 1u) {
         if (tid < s) { red_v[tid] = red_v[tid] + red_v[tid + s]; }
         workgroupBarrier();
     }
@@ -75,7 +67,7 @@ fn tree_sum(tid: u32) -> f32 {
 // softmax's denominator sum_i exp((x_i - mx) / t) over row `base`, every thread taking part.
 fn row_exp_sum(tid: u32, base: u32, mx: f32, t: f32) -> f32 {
     var s = 0.0;
-    for (var i = tid; i < params.vocab; i += WG) {
+    for (var i = tid; i < params.vocab; i += WG_ROW) {
         s += exp((src[base + i] - mx) / t);
     }
     workgroupBarrier();  // red_v may still be read by the previous tree's last step
@@ -88,7 +80,7 @@ fn row_exp_sum(tid: u32, base: u32, mx: f32, t: f32) -> f32 {
 // score = logits in greedy mode or at T = 0, and logits / T + gumbel(seed, position, i) in
 // replay mode (verify.sample_replay_rows with the noise of rng.gumbel); conf[conf_offset + r]
 // = max_i softmax(logits / T)_i, at T = 1 in greedy mode or at T = 0.
-@compute @workgroup_size(WG)
+@compute @workgroup_size(WG_ROW)
 fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) tid: u32) {
     let r = wid.x;
@@ -100,7 +92,7 @@ fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
     var best = F32_LOWEST;
     var best_i = NONE;
     var mx = F32_LOWEST;
-    for (var i = tid; i < params.vocab; i += WG) {
+    for (var i = tid; i < params.vocab; i += WG_ROW) {
         let x = src[base + i];
         var score = x;
         if (replay) { score = x / t + gumbel(step.seed_lo, step.seed_hi, position, i); }
@@ -114,7 +106,7 @@ fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
     red_i[tid] = best_i;
     red_m[tid] = mx;
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    for (var s = WG_ROW / 2u; s > 0u; s >>= 1u) {
         if (tid < s) {
             let a_i = red_i[tid];
             let b_i = red_i[tid + s];
@@ -132,14 +124,13 @@ fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let sum = row_exp_sum(tid, base, row_max, select(1.0, t, step.mode != MODE_GREEDY && t > 0.0));
     if (tid == 0u) {
         tokens[params.out_offset + r] = token;
-        if (params.has_out2 != 0u) { tokens2[params.out2_offset + r] = token; }
         conf[params.conf_offset + r] = 1.0 / sum;
     }
 }
 
 // Per row: probs[out_offset + r out_stride + i] = softmax(logits / T)_i (max-subtracted, as
 // verify.softmax; T <= 0 is taken as 1), conf[conf_offset + r] = its largest entry, 1 / sum.
-@compute @workgroup_size(WG)
+@compute @workgroup_size(WG_ROW)
 fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_index) tid: u32) {
     let r = wid.x;
@@ -147,7 +138,7 @@ fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let base = params.in_offset + r * params.in_stride;
     let t = select(1.0, step.temperature, step.temperature > 0.0);
     var mx = F32_LOWEST;
-    for (var i = tid; i < params.vocab; i += WG) {
+    for (var i = tid; i < params.vocab; i += WG_ROW) {
         mx = max(mx, src[base + i]);
     }
     red_v[tid] = mx;
@@ -155,7 +146,7 @@ fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let row_max = tree_max(tid);
     let sum = row_exp_sum(tid, base, row_max, t);
     let out = params.out_offset + r * params.out_stride;
-    for (var i = tid; i < params.vocab; i += WG) {
+    for (var i = tid; i < params.vocab; i += WG_ROW) {
         probs[out + i] = exp((src[base + i] - row_max) / t) / sum;
     }
     if (tid == 0u) {
@@ -172,7 +163,7 @@ fn cat_weight(i: u32) -> vec4<u32> {
 // Per row: tokens[out_offset + r] = the first i whose cumulative probability exceeds u * total,
 // u = uniform(seed, position, params.stream, 0): verify.sample_categorical_rows, exactly
 // (categorical.wgsl). Rows need not be normalised; entries must lie in [0, 1].
-@compute @workgroup_size(WG)
+@compute @workgroup_size(WG_ROW)
 fn sample_rows(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) tid: u32) {
     let r = wid.x;
@@ -183,12 +174,11 @@ fn sample_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let token = cat_sample(tid, params.vocab, k);
     if (tid == 0u) {
         tokens[params.out_offset + r] = token;
-        if (params.has_out2 != 0u) { tokens2_s[params.out2_offset + r] = token; }
     }
 }
 
 // Tests only: the hash, uniform and Gumbel value of n keys, as raw bits.
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn rng_fill(@builtin(global_invocation_id) gid: vec3<u32>) {
     _ = step.rows;  // binding 1 is part of every kernel's layout
     let i = gid.x;

@@ -7,15 +7,13 @@ struct Params {
     n: u32,  // d_ff: elements per row
 }
 
-const WG: u32 = 64u;
-const ROWS_MAX: u32 = 16u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read_write> g: array<f32>;  // (ROWS_MAX, d_ff) gate; out
 @group(0) @binding(3) var<storage, read> u: array<f32>;        // (ROWS_MAX, d_ff) up projection
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn silu_gate(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
     let at = (wid.x + wid.y * nwg.x) * WG + t;

@@ -8,6 +8,6 @@ struct Step {
     seed_hi: u32,      // request seed, high 32 bits
     temperature: f32,  // 0 = greedy
     n_draft: u32,      // drafted tokens K in this cycle (accept kernel)
-    mode: u32,         // 0 greedy, 1 replay, 2 rejection
-    flags: u32,        // bit 0: the drafts are deterministic (q_draft one-hot)
+    mode: u32,         // MODE_GREEDY, MODE_REPLAY or MODE_REJECTION (step.py MODES)
+    flags: u32,        // FLAG_ONE_HOT: the drafts are deterministic (q_draft one-hot)
 }

@@ -262,10 +262,14 @@ def test_buffers_of_any_kind(written):
     path, _ = written
     blob = path.read_bytes()
     from_file = GGUFFile.open(path)
-    for buf in (blob, bytearray(blob), np.frombuffer(blob, dtype=np.uint8)):
+    for buf in (blob, bytearray(blob), np.frombuffer(blob, dtype=np.uint8), from_file.buf):
         f = GGUFFile(buf)
         assert f.metadata == from_file.metadata and f.tensors == from_file.tensors
         assert np.array_equal(f.dequantize("q4_1.4d"), from_file.dequantize("q4_1.4d"))
+        # Zero-copy: every tensor's bytes are a view of the buffer (the mmap for open()).
+        whole = np.frombuffer(buf, dtype=np.uint8)
+        for name in f.tensors:
+            assert np.shares_memory(f.raw(name), whole), name
     assert from_file.sha256() == hashlib.sha256(blob).hexdigest()
     with pytest.raises(GGUFError, match="missing"):
         from_file.tensor("no.such.tensor")
@@ -445,8 +449,8 @@ def test_open_missing_or_unreadable(tmp_path):
 
 
 def test_random_mutations_parse_or_raise_gguf_error(small):
-    """FUZZ_MUTATIONS seeded mutations (1-4 bytes each, 90% in the header): each parses, and then
-    dequantizes every tensor, or raises GGUFError."""
+    """FUZZ_MUTATIONS seeded mutations (1-4 bytes each, 90% in the header): each parses, within
+    _parse_quickly's allocation bound, and then dequantizes every tensor, or raises GGUFError."""
     blob, f, _ = small
     rng = np.random.default_rng(FUZZ_SEED)
     outcomes = {"parsed": 0, "refused": 0}
@@ -460,7 +464,7 @@ def test_random_mutations_parse_or_raise_gguf_error(small):
                         int(rng.integers(256)) if op == 1 else 0xFF)
             edits.append((pos, buf[pos]))
         try:
-            parsed = GGUFFile(bytes(buf))
+            parsed = _parse_quickly(bytes(buf))
             for name in parsed.tensors:
                 parsed.dequantize(name)
             outcomes["parsed"] += 1

@@ -325,30 +325,6 @@ def test_silu_gate(dev, d_ff):
         assert_batch_invariant(run)
 
 
-def test_add(dev):
-    n = 333
-    rng = np.random.default_rng(8)
-    xs, ys = (rng.standard_normal((2, ROWS_MAX, n)) * 10).astype(F32)
-    x, y = dev.buffer(xs.nbytes), dev.buffer(ys.nbytes)
-    p = Pass(dev)
-    p.dispatches = [ops.add(dev, y, x, p.step, n=n)]
-
-    def run(rows, pos, src):
-        x_in, y_in = garbage(rng, (ROWS_MAX, n)), garbage(rng, (ROWS_MAX, n))
-        x_in[:rows], y_in[:rows] = xs[src], ys[src]
-        dev.write(x, x_in)
-        dev.write(y, y_in)
-        p.run(rows, pos)
-        got = read(dev, y, (ROWS_MAX, n))
-        assert got[rows:].tobytes() == y_in[rows:].tobytes(), "rows past step.rows were written"
-        return got[:rows]
-
-    assert run(ROWS_MAX, 0, list(range(ROWS_MAX))).tobytes() == (ys + xs).tobytes()  # exact
-    assert_batch_invariant(run)
-
-
-# --- shape checks -----------------------------------------------------------------------------
-
 def test_shape_errors(dev, files):
     w = ops.Weight.upload(dev, files[0], "q4_1.33x64")
     p = Pass(dev)

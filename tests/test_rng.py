@@ -15,8 +15,9 @@ from pyspec import rng
 GENERATOR = Path(__file__).resolve().parent.parent / "scripts" / "rng_known_answers.c"
 
 # Known answers, as printed by scripts/rng_known_answers.c (a standalone C copy of the hash in
-# uint32_t arithmetic; test_the_table_is_what_the_c_generator_prints reruns it). Any change to
-# the hash breaks parity with shaders/rng.wgsl and must fail here first.
+# uint32_t arithmetic; test_the_table_is_what_the_c_generator_prints reruns it) and checked
+# against _independent_hash below as well. Any change to the hash breaks parity with
+# shaders/rng.wgsl and must fail here first.
 # Key: (seed, position, stream, index).
 KNOWN_HASHES = [
     ((0, 0, 0, 0), 0x0EAA7511),
@@ -46,39 +47,69 @@ def test_the_table_is_what_the_c_generator_prints(tmp_path):
 
 
 def _independent_hash(seed: int, position: int, stream: int, index: int) -> int:
-    """The hash from its definition (DESIGN section 4, rng.py's WGSL comment), written apart
-    from rng.py: each u32 product taken mod 2^32 explicitly."""
-    def mix(x):
-        x = x ^ (x >> 16)
-        x = (x * 0x7FEB352D) % 2**32
-        x = x ^ (x >> 15)
-        x = (x * 0x846CA68B) % 2**32
-        return x ^ (x >> 16)
+    """The hash from its definition (DESIGN section 4, the WGSL listed in rng.py's comment),
+    written apart from rng.py in plain Python ints: every u32 product masked explicitly, as WGSL's
+    u32 multiply wraps. The 64-bit seed enters as two words, low then high."""
+    mask = 0xFFFFFFFF
+
+    def lowbias32(x):  # C. Wellons' hash-prospector "lowbias32"
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & mask
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & mask
+        x ^= x >> 16
+        return x
 
     h = 0x9E3779B9
-    for word in (seed % 2**32, seed // 2**32, position, stream, index):
-        h = mix(h ^ word)
+    for word in (seed & mask, (seed >> 32) & mask, position, stream, index):
+        h = lowbias32(h ^ word)
     return h
 
 
-def test_random_keys_match_an_independent_implementation():
+def _keys() -> list[tuple[int, int, int, int]]:
+    """A few hundred random keys (seeds over all 64 bits, the rest over all of u32), then every
+    combination of the edge values 0, 1, 2^32 - 1 (and 2^32, 2^64 - 1 for the seed)."""
     gen = np.random.default_rng(2024)
-    edges = [0, 1, 2**32 - 1]
-    keys = [(int(gen.integers(0, 2**63)) * 2 + int(gen.integers(0, 2)),
+    u32_edges = (0, 1, 2**32 - 1)
+    keys = [(int(gen.integers(0, 2**64, dtype=np.uint64)),
              *(int(x) for x in gen.integers(0, 2**32, 3))) for _ in range(300)]
-    keys += [(s, p, st, i) for s in (0, 2**32 - 1, 2**32, 2**64 - 1)
-             for p in edges for st in (1, 5) for i in edges]
+    keys += [(int(gen.integers(0, 2**32)), *(int(x) for x in gen.integers(0, 2**32, 3)))
+             for _ in range(50)]  # seeds < 2^32: high word 0
+    keys += [(s, p, st, i) for s in (0, 1, 2**32 - 1, 2**32, 2**64 - 1)
+             for p in u32_edges for st in u32_edges for i in u32_edges]
+    return keys
+
+
+def test_scalar_functions_match_an_independent_implementation():
+    for key in _keys():
+        expected = _independent_hash(*key)
+        assert rng.hash_u32(*key) == expected, key
+        assert rng.uniform(*key) == (expected >> 8) / 2**24, key
+
+
+def test_vectorised_functions_match_an_independent_implementation():
+    keys = _keys()
+    by_seed: dict[int, list[tuple[int, int, int]]] = {}
+    for seed, *rest in keys:
+        by_seed.setdefault(seed, []).append(tuple(rest))
+    # Scalar position and stream (absorbed before the array words), an index array.
     for seed, position, stream, index in keys:
-        expected = _independent_hash(seed, position, stream, index)
-        assert rng.hash_u32(seed, position, stream, index) == expected
-        got = rng.hash_u32_array(seed, position, stream, np.array([index, 0]))
-        assert int(got[0]) == expected
-        assert int(got[1]) == _independent_hash(seed, position, stream, 0)
-        assert rng.uniform(seed, position, stream, index) == (expected >> 8) / 2**24
+        indices = np.array([index, 0, 2**32 - 1], dtype=np.uint64)  # (3,)
+        expected = [_independent_hash(seed, position, stream, int(i)) for i in indices]
+        assert rng.hash_u32_array(seed, position, stream, indices).tolist() == expected
+        assert rng.uniforms(seed, position, stream, indices).tolist() == \
+            [(h >> 8) / 2**24 for h in expected]
+    # Position, stream and index all arrays: every word goes through the numpy mix.
+    for seed, rest in by_seed.items():
+        p, st, i = (np.array(col, dtype=np.int64) for col in zip(*rest))  # each (n,)
+        expected = [_independent_hash(seed, *r) for r in rest]
+        assert rng.hash_u32_array(seed, p, st, i).tolist() == expected, seed
+        assert rng.uniforms(seed, p, st, i).tolist() == [(h >> 8) / 2**24 for h in expected]
 
 
 @pytest.mark.parametrize("key, expected", KNOWN_HASHES)
 def test_known_hashes(key, expected):
+    assert _independent_hash(*key) == expected   # the C generator and the Python copy agree
     assert rng.hash_u32(*key) == expected
     assert int(rng.hash_u32_array(key[0], key[1], key[2], np.array([key[3]]))[0]) == expected
 

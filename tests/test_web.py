@@ -35,22 +35,6 @@ class SoftwareAdapter:
         self.destroyed = True
 
 
-class NativeAsBrowser:
-    """The native device with the two calls the browser device adds: `check` (its error scopes,
-    which natively raise where they happen) and `lost`."""
-
-    lost = None
-
-    def __init__(self, dev):
-        self._dev = dev
-
-    def __getattr__(self, name):
-        return getattr(self._dev, name)
-
-    async def check(self):
-        pass
-
-
 def opener(result):
     async def open_device():
         if isinstance(result, Exception):
@@ -109,7 +93,7 @@ def test_make_engine_refuses_an_unknown_backend(tiny, champion_bytes):
 
 @requires_gpu
 def test_make_engine_uses_a_hardware_adapter_and_recovers_on_the_cpu(tiny, champion_bytes):
-    dev = NativeAsBrowser(gpu_device())
+    dev = gpu_device()
     e = engine(tiny, champion_bytes, "webgpu", opener(dev))
     assert e.adapter == dev.name and e.fallbacks == [] and e.recover is not None
     cpu = engine(tiny, champion_bytes, "cpu")

@@ -22,11 +22,6 @@ def open_device(timestamps: bool = False) -> Device:
 
 def load_model(dev: Device, f, max_ctx: int | None = None, label: str = "champion"):
     """A GPUModel on `dev` from a GGUFFile; every model on a device shares its Step slots."""
-    from .backend import N_SLOTS
     from .model import GPUModel
-    from .step import Steps
 
-    steps = getattr(dev, "steps", None)
-    if steps is None:
-        steps = dev.steps = Steps(dev, N_SLOTS)
-    return GPUModel(dev, f, steps, max_ctx, label)
+    return GPUModel(dev, f, dev.steps, max_ctx, label)

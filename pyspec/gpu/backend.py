@@ -33,10 +33,9 @@ from ..gguf import GGUFFile
 from . import sampling
 from .device import ROWS_MAX, Copy
 from .model import GPUModel
+from .step import N_SLOTS, SLOT_CHAMPION
 
-SLOT_CHAMPION = 0
-K_GPU_MAX = ROWS_MAX - 1   # drafts one pass can verify
-N_SLOTS = 1 + K_GPU_MAX
+K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
 
 
 def _draft_slot(i: int) -> int:

@@ -7,7 +7,8 @@ readback. Everything else lives here, once: shader loading (with `//!include`), 
 uniform caching, byte accounting, and the validation-error scope around object creation.
 
 Calls are synchronous up to `submit`; only `read` is awaited (STYLE: one path, two devices).
-Not here: what a kernel computes (kernels.py), the forward (forward.py), the cycle (cycle.py).
+Not here: what a kernel computes (ops.py, sampling.py), the forward (model.py), the cycle
+(cycle.py, backend.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,32 @@ class DeviceLostError(GPUError):
     """The device was lost mid-run; committed tokens are safe, the cycle in flight is dropped."""
 
     code = "device_lost"
+
+
+class ShapeError(GPUError):
+    """A kernel wrapper was given buffers or shapes that do not fit together, or a tensor the
+    kernels do not take (the browser then falls back to the CPU engine)."""
+
+
+def binding_size(dev: "Device", binding) -> int:
+    """Bytes a kernel can reach through a binding, in either form the wrappers take: a buffer
+    (all of it), (buffer, byte offset, size) (ops.py: `size`), or (buffer, element offset)
+    (sampling.py: the buffer past that many 4-byte elements)."""
+    if not isinstance(binding, tuple):
+        return dev.size_of(binding)
+    if len(binding) == 3:
+        return binding[2]
+    buffer, element_offset = binding
+    return dev.size_of(buffer) - 4 * element_offset
+
+
+def need(dev: "Device", binding, nbytes: int, what: str) -> None:
+    """The size check of every kernel wrapper (ops.py, sampling.py): `binding` must hold nbytes,
+    else a ShapeError names it, e.g. what = "matmul x (ROWS_MAX, 576)"."""
+    have = binding_size(dev, binding)
+    if have < nbytes:
+        raise ShapeError(f"{what} holds {have} bytes but the kernel needs {nbytes}; allocate it "
+                         "for that shape (activations for ROWS_MAX rows)")
 
 
 @dataclass(frozen=True)
@@ -74,7 +101,11 @@ _INCLUDE = re.compile(r"^//!include\s+(\S+)\s*$", re.MULTILINE)
 
 
 def load_shader(name: str, directory: Path | None = None) -> str:
-    """The WGSL text of shaders/<name>.wgsl with `//!include other.wgsl` lines expanded (once)."""
+    """The WGSL text of shaders/<name>.wgsl with `//!include other.wgsl` lines expanded (once),
+    after the block of constants that WGSL shares with Python (constants.py), so no shader keeps
+    its own copy of ROWS_MAX, a workgroup size, a mode or a stream id."""
+    from .constants import wgsl  # here, not at the top: constants.py reads this module's values
+
     directory = directory or shader_dir()
     seen: set[str] = set()
 
@@ -87,7 +118,7 @@ def load_shader(name: str, directory: Path | None = None) -> str:
             raise GPUError(f"shader {file} not found in {directory}")
         return _INCLUDE.sub(lambda m: expand(m.group(1)), path.read_text())
 
-    return expand(f"{name}.wgsl")
+    return wgsl() + expand(f"{name}.wgsl")
 
 
 class Device:
@@ -99,7 +130,10 @@ class Device:
     # without workgroup barriers there (ops.matmul). Set by each adapter from what it reports.
     is_cpu = False
 
+    lost: str | None = None   # why the device was lost (browser.py reports it), None while alive
+
     def __init__(self):
+        self._steps = None    # the Step slots (steps), made with the first model
         self._pipelines: dict[str, object] = {}
         self.allocated = 0    # bytes of every buffer made through `buffer`
         self.submissions = 0
@@ -150,6 +184,19 @@ class Device:
 
     def destroy(self) -> None:
         pass
+
+    async def check(self) -> None:
+        """Raise what the device reported since the last check. Natively errors raise where they
+        happen; the browser's arrive through error scopes (browser.py)."""
+
+    @property
+    def steps(self):
+        """The Step slots every model and kernel plan on this device shares (step.py)."""
+        if self._steps is None:
+            from .step import N_SLOTS, Steps
+
+            self._steps = Steps(self, N_SLOTS)
+        return self._steps
 
     # --- shared ---------------------------------------------------------------------------------
     def submit(self, commands: list) -> None:

@@ -62,7 +62,6 @@ class NativeDevice(Device):
         self.device = adapter.request_device_sync(required_features=features,
                                                   required_limits=wanted)
         self.limits = dict(self.device.limits)
-        self._sizes: dict[int, int] = {}
         self._staging = None
 
     # --- adapter primitives -------------------------------------------------------------------
@@ -82,7 +81,6 @@ class NativeDevice(Device):
         buf = self._checked(f"buffer {label} ({nbytes} bytes)",
                             lambda: self.device.create_buffer(size=nbytes, usage=flags,
                                                               label=label))
-        self._sizes[id(buf)] = nbytes
         return buf
 
     def size_of(self, buffer) -> int:

@@ -9,7 +9,7 @@ bit-identical to a one-row pass at that position (tests/test_gpu_ops.py).
 
 Buffer arguments are GPU buffers or (buffer, offset, size) tuples. Activations are f32 with room
 for ROWS_MAX rows. Weights stay quantized on the GPU (`Weight`).
-Not here: the order of the kernels (forward.py), sampling (sampling.py), the cycle.
+Not here: the order of the kernels (model.py), sampling (sampling.py), the cycle (backend.py).
 """
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ import numpy as np
 
 from .. import quant
 from ..gguf import GGUFFile
-from .device import ROWS_MAX, Dispatch, split_workgroups
+from .device import ROWS_MAX, Dispatch, ShapeError, binding_size, need, split_workgroups
 
-WG = 64  # threads per workgroup in every kernel here
-MATMUL_OUTS = 4  # outputs per matmul thread (shaders/matmul.wgsl OUTS)
-
-
-class ShapeError(ValueError):
-    """A kernel was given buffers or shapes that do not fit together."""
+# The shaders get these as WGSL constants of the same names (constants.py).
+WG = 64          # threads per workgroup of every kernel here
+MATMUL_OUTS = 4  # consecutive outputs per matmul thread
 
 
 # --- weights ------------------------------------------------------------------------------------
@@ -87,16 +84,6 @@ class Weight:
 
 # --- helpers ------------------------------------------------------------------------------------
 
-def _nbytes(dev, binding) -> int:
-    return binding[2] if isinstance(binding, tuple) else dev.size_of(binding)
-
-
-def _need(dev, binding, nbytes: int, what: str) -> None:
-    have = _nbytes(dev, binding)
-    if have < nbytes:
-        raise ShapeError(f"{what} holds {have} bytes; the kernel needs {nbytes}")
-
-
 def _fields(*values) -> np.ndarray:
     """A params uniform's fields: ints as u32, floats as f32 bits."""
     out = np.zeros(len(values), np.uint32)
@@ -144,13 +131,13 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     n_out, n_in = weight.shape
     if weight.kind == "f32" and n_in % 4:
         raise ShapeError(f"matmul_f32 needs n_in % 4 == 0, got {n_in} ({weight.name!r})")
-    _need(dev, x, ROWS_MAX * n_in * 4, f"matmul x for {weight.name!r} (ROWS_MAX, {n_in})")
-    y_rows = _nbytes(dev, y) // (n_out * 4)
+    need(dev, x, ROWS_MAX * n_in * 4, f"matmul x for {weight.name!r} (ROWS_MAX, {n_in})")
+    y_rows = binding_size(dev, y) // (n_out * 4)
     if out_at_pos:
         if y_rows < 1:
             raise ShapeError(f"matmul y for {weight.name!r} holds no row of {n_out} f32")
     else:
-        _need(dev, y, ROWS_MAX * n_out * 4, f"matmul y for {weight.name!r} (ROWS_MAX, {n_out})")
+        need(dev, y, ROWS_MAX * n_out * 4, f"matmul y for {weight.name!r} (ROWS_MAX, {n_out})")
         y_rows = ROWS_MAX
     # lanes depends on the device and n_in only, never on rows (batch invariance).
     lanes = 1 if _cpu_adapter(dev) else _lanes(n_in // 4 if weight.kind == "f32" else n_in // 32)
@@ -169,8 +156,8 @@ def embed(dev, weight: Weight, tokens, x, step) -> Dispatch:
     if len(weight.shape) != 2:
         raise ShapeError(f"embed needs a (vocab, d) table; {weight.name!r} has {weight.shape}")
     vocab, d = weight.shape
-    _need(dev, tokens, ROWS_MAX * 4, "embed tokens (ROWS_MAX,) u32")
-    _need(dev, x, ROWS_MAX * d * 4, f"embed x (ROWS_MAX, {d})")
+    need(dev, tokens, ROWS_MAX * 4, "embed tokens (ROWS_MAX,) u32")
+    need(dev, x, ROWS_MAX * d * 4, f"embed x (ROWS_MAX, {d})")
     params = dev.uniform(_fields(d, vocab, 1.0), f"embed {weight.name}")
     return dev.dispatch("embed", f"embed_{weight.kind}", [params, step, weight.buffer, tokens, x],
                         _workgroups(ROWS_MAX * d))
@@ -184,8 +171,8 @@ def rmsnorm(dev, x, weight: Weight, y, step, *, eps: float) -> Dispatch:
         raise ShapeError(f"rmsnorm needs an f32 vector; {weight.name!r} is {weight.kind} "
                          f"{weight.shape}")
     (d,) = weight.shape
-    _need(dev, x, ROWS_MAX * d * 4, f"rmsnorm x (ROWS_MAX, {d})")
-    _need(dev, y, ROWS_MAX * d * 4, f"rmsnorm y (ROWS_MAX, {d})")
+    need(dev, x, ROWS_MAX * d * 4, f"rmsnorm x (ROWS_MAX, {d})")
+    need(dev, y, ROWS_MAX * d * 4, f"rmsnorm y (ROWS_MAX, {d})")
     params = dev.uniform(_fields(d, float(eps)), f"rmsnorm {weight.name}")
     return dev.dispatch("rmsnorm", "rmsnorm", [params, step, x, weight.buffer, y], ROWS_MAX)
 
@@ -209,10 +196,10 @@ def rope(dev, x, table, step, *, n_heads: int, head_dim: int, max_ctx: int,
     if head_dim % 2:
         raise ShapeError(f"rope needs an even head_dim, got {head_dim}")
     row = n_heads * head_dim
-    _need(dev, table, max_ctx * head_dim * 4, f"rope table (max_ctx={max_ctx}, {head_dim // 2}, 2)")
-    x_rows = _nbytes(dev, x) // (row * 4)
+    need(dev, table, max_ctx * head_dim * 4, f"rope table (max_ctx={max_ctx}, {head_dim // 2}, 2)")
+    x_rows = binding_size(dev, x) // (row * 4)
     if not at_pos:
-        _need(dev, x, ROWS_MAX * row * 4, f"rope x (ROWS_MAX, {row})")
+        need(dev, x, ROWS_MAX * row * 4, f"rope x (ROWS_MAX, {row})")
         x_rows = ROWS_MAX
     elif x_rows < 1:
         raise ShapeError(f"rope x holds no row of {row} f32")
@@ -236,11 +223,11 @@ def attention(dev, q, kcache, vcache, scores, out, step, *, n_heads: int, n_kv_h
     if n_heads % n_kv_heads:
         raise ShapeError(f"attention: {n_kv_heads} KV heads do not divide {n_heads} heads")
     width, kv_width = n_heads * head_dim, n_kv_heads * head_dim
-    _need(dev, q, ROWS_MAX * width * 4, f"attention q (ROWS_MAX, {width})")
-    _need(dev, out, ROWS_MAX * width * 4, f"attention out (ROWS_MAX, {width})")
-    _need(dev, kcache, max_ctx * kv_width * 4, f"attention kcache ({max_ctx}, {kv_width})")
-    _need(dev, vcache, max_ctx * kv_width * 4, f"attention vcache ({max_ctx}, {kv_width})")
-    _need(dev, scores, attention_scratch_bytes(n_heads, max_ctx), "attention scores scratch")
+    need(dev, q, ROWS_MAX * width * 4, f"attention q (ROWS_MAX, {width})")
+    need(dev, out, ROWS_MAX * width * 4, f"attention out (ROWS_MAX, {width})")
+    need(dev, kcache, max_ctx * kv_width * 4, f"attention kcache ({max_ctx}, {kv_width})")
+    need(dev, vcache, max_ctx * kv_width * 4, f"attention vcache ({max_ctx}, {kv_width})")
+    need(dev, scores, attention_scratch_bytes(n_heads, max_ctx), "attention scores scratch")
     scale = float(np.float32(1.0 / np.sqrt(head_dim)))
     params = dev.uniform(_fields(n_heads, n_kv_heads, head_dim, max_ctx, scale), "attention")
     return dev.dispatch("attention", "attention", [params, step, q, kcache, vcache, scores, out],
@@ -249,16 +236,8 @@ def attention(dev, q, kcache, vcache, scores, out, step, *, n_heads: int, n_kv_h
 
 def silu_gate(dev, g, u, step, *, d_ff: int) -> Dispatch:
     """g[r] = g[r] / (1 + exp(-g[r])) * u[r] in place, for r < step.rows. g, u (ROWS_MAX, d_ff)."""
-    _need(dev, g, ROWS_MAX * d_ff * 4, f"silu_gate g (ROWS_MAX, {d_ff})")
-    _need(dev, u, ROWS_MAX * d_ff * 4, f"silu_gate u (ROWS_MAX, {d_ff})")
+    need(dev, g, ROWS_MAX * d_ff * 4, f"silu_gate g (ROWS_MAX, {d_ff})")
+    need(dev, u, ROWS_MAX * d_ff * 4, f"silu_gate u (ROWS_MAX, {d_ff})")
     params = dev.uniform(_fields(d_ff), "silu_gate")
     return dev.dispatch("silu_gate", "silu_gate", [params, step, g, u],
                         _workgroups(ROWS_MAX * d_ff))
-
-
-def add(dev, y, x, step, *, n: int) -> Dispatch:
-    """y[r] += x[r] for r < step.rows. y, x (ROWS_MAX, n) f32, distinct buffers."""
-    _need(dev, y, ROWS_MAX * n * 4, f"add y (ROWS_MAX, {n})")
-    _need(dev, x, ROWS_MAX * n * 4, f"add x (ROWS_MAX, {n})")
-    params = dev.uniform(_fields(n), "add")
-    return dev.dispatch("add", "add", [params, step, y, x], _workgroups(ROWS_MAX * n))

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from .device import ROWS_MAX
+
 SLOT_BYTES = 256   # WebGPU's minUniformBufferOffsetAlignment is at most 256
 STEP_BYTES = 32
+# Step.mode and Step.flags; the shaders get them as MODE_GREEDY, MODE_REPLAY, MODE_REJECTION and
+# FLAG_ONE_HOT (constants.py).
 MODES = {"greedy": 0, "replay": 1, "rejection": 2}
-FLAG_ONE_HOT = 1
+FLAG_ONE_HOT = 1   # the drafts are deterministic (a one-hot q_draft, which accept does not read)
+# Slots of a cycle: the champion pass (its sampler and accept kernel share it), then one per
+# draft step. Every model on a device shares them (Device.steps), since a cycle's draft steps and
+# champion pass go in one submission.
+SLOT_CHAMPION = 0
+N_SLOTS = ROWS_MAX     # 1 + the most drafts one pass verifies (ROWS_MAX - 1)
 
 
 def pack_step(rows: int, pos: int, seed: int = 0, temperature: float = 0.0, n_draft: int = 0,

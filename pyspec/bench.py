@@ -174,6 +174,7 @@ def run_bench(args) -> int:
         print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
 
     strata = sorted({r["stratum"] for rs in rows.values() for r in rs})
+    prefill = prefill_tok_s(engines["none"], champion.config.vocab_size)
     if gpu is not None:
         gpu |= per_cycle([r["stats"]["backend_timing"] for rs in rows.values() for r in rs])
         # every device readback in the run, prefill syncs and the measurements above included
@@ -184,6 +185,7 @@ def run_bench(args) -> int:
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpus": os.cpu_count()},
         "workload": os.path.basename(args.workload),
+        **headline(rows, gpu, champion, prefill),
         "k_policy": args.k,
         "max_tokens_cap": args.max_tokens,
         "drafters": drafter_tables(rows, strata),
@@ -192,12 +194,9 @@ def run_bench(args) -> int:
         "wall_s": time.time() - t0,
     }
     if gpu is not None:
-        base = [r["baseline_tokens_per_s"] for r in next(iter(rows.values()), [])]
         result |= {
             "hardware": champion.dev.name,
-            "champion_tok_s": statistics.median(base) if base else None,
             "verify_cost_ratio": gpu["verify_cost_ratio"],
-            "readbacks_per_cycle": gpu["readbacks_per_cycle"],
             "speedup": {d: {s: result["drafters"][d]["strata"][s]["speedup"]["median"]
                             for s in strata} | {"overall": result["drafters"][d]["overall"]
                                                 ["speedup"]["median"]} for d in drafts},
@@ -211,6 +210,46 @@ def run_bench(args) -> int:
     print_table(result, strata)
     print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def prefill_tok_s(engine: Engine, vocab: int, n: int = 1000) -> float | None:
+    """Prompt tokens per second of the champion's prefill on an n-token prompt (the engine's
+    own prefill, timed as its stats time it), or None when n does not fit the context."""
+    if n >= engine.backend.kv.max_ctx:
+        return None
+    ids = [(31 * i + 7) % vocab for i in range(n)]
+    r = engine.generate(ids, Options(max_tokens=1, k="fixed:0", stop_at_eos=False))
+    return (n - 1) / r.stats["prefill_s"]
+
+
+def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,
+             prefill: float | None) -> dict:
+    """The fields every bench JSON leads with: champion-only tokens/s (median over prompts, and
+    on the `long` stratum), prefill tokens/s, time to first token; on a GPU also dispatches per
+    pass, GPU ms per pass at 1 and 8 rows (timestamps, where the adapter has them), host seconds
+    per cycle and wall over GPU time per champion-only cycle."""
+    base = next(iter(rows.values()), [])
+    long = [r["baseline_tokens_per_s"] for r in base if r["stratum"] == "long"]
+    out = {"champion_tok_s": spread([r["baseline_tokens_per_s"] for r in base])["median"],
+           "champion_tok_s_long": statistics.median(long) if long else None,
+           "prefill_tok_s": prefill,
+           "ttft_s": spread([r["baseline_ttft_s"] for r in base])["median"]}
+    if gpu is None:
+        return out
+    from .gpu.step import SLOT_CHAMPION
+
+    profile = gpu.get("kernel_profile", {})
+    gpu_ms = {m: profile[m]["gpu_s_total"] * 1e3 for m in ("1", "8") if m in profile}
+    pass_s = [r["baseline_pass_s"] for r in base]
+    out |= {"dispatches_per_pass": len(champion.forward_dispatches(SLOT_CHAMPION)),
+            "gpu_ms_per_pass": gpu_ms,
+            "wall_ms_per_pass": {m: gpu["pass_s"][m] * 1e3 for m in ("1", "8")
+                                 if m in gpu["pass_s"]},
+            "host_s_per_cycle": gpu["host_s_per_cycle"],
+            "readbacks_per_cycle": gpu["readbacks_per_cycle"],
+            "wall_over_gpu": (statistics.median(pass_s) / (gpu_ms["1"] / 1e3)
+                              if pass_s and "1" in gpu_ms else None)}
+    return out
 
 
 def print_table(result: dict, strata: list[str]) -> None:

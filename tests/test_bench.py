@@ -18,6 +18,9 @@ def test_bench_writes_json_and_plot(tiny, tmp_path):
                      "--drafts", "ngram,self:1", "--out", str(out)]) == 0
     result = json.loads((out / "bench-cpu.json").read_text())
     assert (out / "bench-cpu.png").stat().st_size > 1000
+    assert result["champion_tok_s"] > 0 and result["ttft_s"] > 0
+    assert result["champion_tok_s_long"] is None       # no `long` stratum in this workload
+    assert "prefill_tok_s" in result
     for d in ("ngram", "self:1"):
         res = result["drafters"][d]
         assert set(res["strata"]) == {"copy", "chat"}

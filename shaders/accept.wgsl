@@ -2,7 +2,7 @@
 // cycle reads back only `out` (ACCEPT_WORDS u32). One workgroup of WG_ROW threads; host wrapper
 // pyspec/gpu/sampling.py:accept.
 //
-// Step: n_draft = K (clamped to ROWS_MAX - 1 = 15), mode, seed, and pos with
+// Step: n_draft = K (clamped to ROWS_MAX - 1), mode, seed, and pos with
 // params.pos_shift: draft i is the token at position c + i, c = step.pos + pos_shift (the
 // committed length; pos_shift = 0 for a slot with pos = c, 1 when sharing the champion pass's
 // slot, whose pos is the KV row c - 1 of its first input token).
@@ -23,20 +23,20 @@
 //       STREAM_BONUS, 0). Sampling is exact (categorical.wgsl).
 // n_accepted = the number of leading passed tests.
 //
-// out (u32 words, from params.out_offset):
-//   [0] n_accepted   [1] K_eff   [2] n_emitted = n_accepted + 1
-//   [3] how the last token was chosen: 0 champion token (greedy / replay), 1 residual sample,
-//       2 p_target sample because the residual was empty, 3 bonus sample (rejection)
-//   [4 + j]  j < 16: emitted tokens (drafts[0 .. n_accepted), then the last), NONE after
-//   [20 + i] i < 16: test_i for i < K_eff (1 pass / 0 fail, evaluated also after the first
-//            failure, for statistics), NONE for i >= K_eff
-//   [36 + i] i < 16: f32 bits of p_target[i, d_i] (rejection, i < K_eff; else 0)
-//   [52 + i] i < 16: f32 bits of q_draft[i, d_i] (likewise; 1.0 with FLAG_ONE_HOT)
+// out (ACCEPT_WORDS u32 words from params.out_offset; the offsets are sampling.py's ACCEPT_*):
+//   [ACCEPT_N_ACCEPTED] n_accepted   [ACCEPT_K_EFF] K_eff   [ACCEPT_N_EMITTED] n_accepted + 1
+//   [ACCEPT_HOW] how the last token was chosen: HOW_CHAMPION (greedy / replay), HOW_RESIDUAL,
+//       HOW_EMPTY_RESIDUAL (p_target sampled because the residual was empty), HOW_BONUS
+//   [ACCEPT_TOKENS + j] j < ROWS_MAX: emitted tokens (drafts[0 .. n_accepted), then the last),
+//       NONE after
+//   [ACCEPT_TESTS + i] i < ROWS_MAX: test_i for i < K_eff (1 pass / 0 fail, evaluated also after
+//       the first failure, for statistics), NONE for i >= K_eff
+//   [ACCEPT_P + i] i < ROWS_MAX: f32 bits of p_target[i, d_i] (rejection, i < K_eff; else 0)
+//   [ACCEPT_Q + i] i < ROWS_MAX: f32 bits of q_draft[i, d_i] (likewise; 1.0 with FLAG_ONE_HOT)
 
 //!include step.wgsl
 //!include rng.wgsl
 //!include categorical.wgsl
-
 
 struct Params {
     vocab: u32,
@@ -61,7 +61,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read> conf: array<f32>;      // (K,) the drafts' confidences
 @group(0) @binding(7) var<storage, read_write> out: array<u32>; // (ACCEPT_WORDS,) see above
 
-var<workgroup> tests: array<u32, ROWS_MAX>;  // (16,) test_i, 1 pass / 0 fail
+var<workgroup> tests: array<u32, ROWS_MAX>;  // (ROWS_MAX,) test_i, 1 pass / 0 fail
 var<workgroup> residual_nonempty: atomic<u32>;
 
 // The row sampled at the end, read by cat_weight: p_target row `row`, minus q_draft row `row`
@@ -171,7 +171,7 @@ fn accept(@builtin(local_invocation_index) tid: u32) {
     while (n < k_eff && tests[n] == 1u) { n++; }
 
     var last: u32;
-    var how = 0u;
+    var how = HOW_CHAMPION;
     if (!rejection) {
         last = champion[params.champion_offset + n];
     } else {  // uniform: step is a uniform buffer; every thread reaches both barriers below
@@ -188,13 +188,13 @@ fn accept(@builtin(local_invocation_index) tid: u32) {
         }
         workgroupBarrier();
         var stream = STREAM_BONUS;
-        how = 3u;
+        how = HOW_BONUS;
         if (residual) {
             stream = STREAM_RESIDUAL;
-            how = 1u;
+            how = HOW_RESIDUAL;
             if (atomicLoad(&residual_nonempty) == 0u) {
                 residual = false;
-                how = 2u;
+                how = HOW_EMPTY_RESIDUAL;
             }
         }
         let u = hash_u32(step.seed_lo, step.seed_hi, c + n, stream, 0u) >> 8u;

@@ -1,13 +1,13 @@
 // Grouped-query causal attention over the KV cache (model.Model.attention).
 // Pass row r (position p = step.pos + r) attends to cache rows 0..p inclusive; its own K/V row is
 // already in the cache. Query head h reads KV head h / (n_heads / n_kv).
-// One workgroup of 64 threads per (row, head), three phases over positions s = 0..p:
-//   1. thread t scores positions t, t + 64, ...: q . k_s * scale, into the scores scratch, and
-//      keeps their max;           workgroup barrier: every thread takes the max of the 64 maxima;
+// One workgroup of WG threads per (row, head), three phases over positions s = 0..p:
+//   1. thread t scores positions t, t + WG, ...: q . k_s * scale, into the scores scratch, and
+//      keeps their max;           workgroup barrier: every thread takes the max of the WG maxima;
 //   2. thread t turns its scores into e_s = exp(score - max) and sums them;
-//                                  storage + workgroup barrier: every thread sums the 64 sums in
+//                                  storage + workgroup barrier: every thread sums the WG sums in
 //                                  order (and now sees every e_s);
-//   3. thread t owns output dims t, t + 64, ...: sum_s e_s * v_s[dim] in position order, / sum.
+//   3. thread t owns output dims t, t + WG, ...: sum_s e_s * v_s[dim] in position order, / sum.
 // Scores go to a global scratch (ROWS_MAX, n_heads, max_ctx) because 8192 positions would not fit
 // in the 16 KiB of workgroup memory WebGPU guarantees. Every split depends on p and the shapes
 // only, never on step.rows: batch-invariant.

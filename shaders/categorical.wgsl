@@ -14,7 +14,6 @@
 // Limits: entries must lie in [0, 1] (negative, -0, inf and NaN count as 0) and rows hold fewer
 // than 2^24 entries, so sums stay below 2^104 and cum * 2^24 below 2^128.
 
-
 // --- 128-bit unsigned integers as vec4<u32>, x = least significant word ----------------------
 fn u128_add(a: vec4<u32>, b: vec4<u32>) -> vec4<u32> {
     let s0 = a.x + b.x;

@@ -13,7 +13,6 @@ struct Params {
     one: f32,    // 1.0, opaque to the compiler (see embed_q4_1)
 }
 
-
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read> table: array<u32>;     // (vocab, d/32, 9|5) | (vocab, d)

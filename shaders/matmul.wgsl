@@ -7,9 +7,9 @@
 //         9 u32 per block: f16 d | 0, then 32 int8 (value i is byte i); w = d * q.
 //   f32:  one u32 (f32 bits) per element, read a vec4 at a time; n_in a multiple of 4.
 //
-// Work split: a thread owns MATMUL_OUTS = 4 consecutive outputs and one `lane` of them; the `lanes`
-// threads of an output group take the blocks lane, lane + lanes, ... Rows go in tiles of 4: a
-// tile's accumulator is a mat4x4 (column o = output j0 + o, component k = row r0 + k), named so
+// Work split: a thread owns MATMUL_OUTS = 4 consecutive outputs and one `lane` of them; the
+// `lanes` threads of an output group take the blocks lane, lane + lanes, ... Rows go in tiles of
+// 4: a tile's accumulator is a mat4x4 (column o = output j0 + o, component k = row r0 + k), named so
 // that it stays in registers (an indexed array becomes memory on CPU adapters). Each x value a
 // thread loads serves its 4 outputs, and each weight 4 rows: on CPU adapters (lavapipe,
 // SwiftShader) every non-uniform storage load is a per-invocation scalar loop, so loads are

@@ -1,6 +1,6 @@
 // RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for r < step.rows (model.rms_norm).
-// One workgroup of 64 threads per row: thread t sums the squares of elements t, t + 64, ... in
-// order, one workgroup barrier, then every thread adds the 64 partials in the same order (so no
+// One workgroup of WG threads per row: thread t sums the squares of elements t, t + WG, ... in
+// order, one workgroup barrier, then every thread adds the WG partials in the same order (so no
 // second barrier is needed) and writes its elements. The split depends on d only: batch-invariant.
 
 //!include step.wgsl
@@ -9,7 +9,6 @@ struct Params {
     d: u32,    // width of a row
     eps: f32,  // llama.attention.layer_norm_rms_epsilon
 }
-
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;

@@ -14,7 +14,6 @@ struct Params {
     max_ctx: u32,   // rows of the table
 }
 
-
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read> table: array<vec2<f32>>;  // (max_ctx, hd/2) cos, sin

@@ -2,10 +2,11 @@
 // softmax with temperature, and exact inverse-CDF sampling; plus `rng_fill`, which exposes the
 // hash to the tests. Host wrappers: pyspec/gpu/sampling.py (one per entry point).
 //
-// Every per-row kernel runs one workgroup of WG_ROW threads per row, dispatched for params.rows_cap
-// rows; workgroups of rows >= step.rows exit at once, so one dispatch list serves every pass.
-// Threads stride the vocabulary (i = tid, tid + WG_ROW, ...), then a fixed-shape tree in workgroup
-// memory combines them: the result of a row never depends on how many rows the pass has.
+// Every per-row kernel runs one workgroup of WG_ROW threads per row, dispatched for
+// params.rows_cap rows; workgroups of rows >= step.rows exit at once, so one dispatch list serves
+// every pass. Threads stride the vocabulary (i = tid, tid + WG_ROW, ...), then a fixed-shape tree
+// in workgroup memory combines them: the result of a row never depends on how many rows the pass
+// has.
 // Random keys: row r draws at position step.pos + params.pos_shift + r (pos_shift = 1 when the
 // step is the forward's, whose row r sits at KV row pos + r and predicts the token after it).
 
@@ -46,7 +47,7 @@ struct Params {
 
 var<workgroup> red_v: array<f32, WG_ROW>;   // (WG_ROW,) per-thread maxima / sums / best scores
 var<workgroup> red_m: array<f32, WG_ROW>;   // (WG_ROW,) per-thread max logit (argmax_rows)
-var<workgroup> red_i: array<u32, WG_ROW>;   // (WG_ROW,) per-thread best token id, NONE if it saw none
+var<workgroup> red_i: array<u32, WG_ROW>;   // (WG_ROW,) per-thread best token id, NONE if none
 
 fn tree_max(tid: u32) -> f32 {
     for (var s = WG_ROW / 2u; s > 0u; s >>= 1u) {
@@ -178,7 +179,7 @@ fn sample_rows(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // Tests only: the hash, uniform and Gumbel value of n keys, as raw bits.
-@compute @workgroup_size(WG)
+@compute @workgroup_size(RNG_FILL_WG)
 fn rng_fill(@builtin(global_invocation_id) gid: vec3<u32>) {
     _ = step.rows;  // binding 1 is part of every kernel's layout
     let i = gid.x;

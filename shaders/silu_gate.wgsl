@@ -7,7 +7,6 @@ struct Params {
     n: u32,  // d_ff: elements per row
 }
 
-
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read_write> g: array<f32>;  // (ROWS_MAX, d_ff) gate; out

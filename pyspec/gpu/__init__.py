@@ -3,7 +3,7 @@ GPU forward and the GPU-resident speculative cycle (DESIGN §2, §7).
 
     dev = open_device()                      # wgpu-py natively; browser.py brings its own
     champion = load_model(dev, GGUFFile.open(path), max_ctx=4096)
-    engine = Engine(champion, tokenizer, draft="ngram")   # the same engine as on the CPU
+    engine = Engine(load.backend(champion, "ngram"), tokenizer)   # the engine the CPU uses
 
 Only native.py and browser.py know where the device comes from.
 """

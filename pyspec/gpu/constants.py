@@ -1,12 +1,15 @@
-"""The constants Python and WGSL share, rendered once as WGSL for every shader.
+"""The constants Python and WGSL share, defined once here and rendered as WGSL for every shader.
 
-Each value lives in the Python module it belongs to (ROWS_MAX in device.py, workgroup sizes in
-ops.py and sampling.py, the accept-word layout in sampling.py, verify modes in step.py, RNG
-streams in rng.py); this module only names them and renders them as WGSL `const` declarations.
-device.load_shader puts that block above every shader, so no .wgsl file keeps its own copy
-(STYLE: a fact both sides need has one source; tests/test_gpu_constants.py parses the shaders to
-keep it so). A WGSL name is the Python name, except the modes: step.MODES["greedy"] is
-MODE_GREEDY.
+device.load_shader puts the block that `wgsl()` renders above every shader, so no .wgsl file keeps
+its own copy, and the Python side imports the same names from here (device.ROWS_MAX, ops.WG,
+sampling.ACCEPT_*, step.MODES, ...): STYLE's "a fact both sides need has one source".
+tests/test_gpu_constants.py parses the shaders to keep it so. A WGSL name is the Python name,
+except the modes: MODES["greedy"] is MODE_GREEDY. The RNG stream ids stay in rng.py, the CPU side
+of the same hash, and are rendered from there.
+
+Why the values live here and not in the modules that use them: device.py renders the block, and
+ops.py, sampling.py and step.py import device.py, so their values read from device.py would be an
+import circle (tests/test_layout.py). This module imports only rng.
 
 Not here: a constant only one side uses (a shader's float limits, matmul.wgsl's Q4_1 / Q8_0
 selectors, which Python never encodes because it picks the entry point by name), and struct
@@ -16,43 +19,54 @@ layouts (Step, each kernel's Params), which their packers keep in field order.
 from __future__ import annotations
 
 from .. import rng
-from . import device, ops, sampling, step
 
-# (module, the names it shares under the same name in WGSL), in the order of the block.
-_SHARED = (
-    (device, ("ROWS_MAX",)),
-    (ops, ("WG", "MATMUL_OUTS")),
-    (sampling, ("WG_ROW", "RNG_FILL_WG", "NONE",
-                "ACCEPT_N_ACCEPTED", "ACCEPT_K_EFF", "ACCEPT_N_EMITTED", "ACCEPT_HOW",
-                "ACCEPT_TOKENS", "ACCEPT_TESTS", "ACCEPT_P", "ACCEPT_Q", "ACCEPT_WORDS",
-                "HOW_CHAMPION", "HOW_RESIDUAL", "HOW_EMPTY_RESIDUAL", "HOW_BONUS")),
-    (step, ("FLAG_ONE_HOT",)),
-    (rng, ("STREAM_ACCEPT", "STREAM_RESIDUAL", "STREAM_BONUS", "STREAM_DRAFT", "STREAM_GUMBEL")),
-)
+ROWS_MAX = 16        # the most rows one pass carries: K + 1 <= 16 (thin matrix products, M <= 16)
 
+# --- workgroups ---------------------------------------------------------------------------------
+WG = 64              # threads per workgroup of the forward's kernels (ops.py)
+MATMUL_OUTS = 4      # consecutive outputs per matmul thread
+WG_ROW = 128         # threads per workgroup of the per-row sampling kernels and of accept
+RNG_FILL_WG = 64     # threads per workgroup of rng_fill (tests)
 
-def sources() -> dict[str, tuple[int, str]]:
-    """WGSL name -> (value, where Python keeps it), every constant of the block."""
-    out = {}
-    for module, names in _SHARED:
-        where = module.__name__.rsplit(".", 1)[-1]
-        out |= {name: (getattr(module, name), f"{where}.{name}") for name in names}
-    out |= {f"MODE_{mode.upper()}": (value, f"step.MODES[{mode!r}]")
-            for mode, value in step.MODES.items()}
-    return out
+# --- the Step uniform (step.py): mode and flags ---------------------------------------------------
+MODES = {"greedy": 0, "replay": 1, "rejection": 2}
+FLAG_ONE_HOT = 1     # the drafts are deterministic: q_draft is one-hot and accept does not read it
+
+# --- accept's output: ACCEPT_WORDS u32 from its offset (shaders/accept.wgsl says what each holds)
+NONE = 0xFFFFFFFF    # "no token" in a u32 token slot
+ACCEPT_N_ACCEPTED, ACCEPT_K_EFF, ACCEPT_N_EMITTED, ACCEPT_HOW = 0, 1, 2, 3
+ACCEPT_TOKENS = 4                        # (ROWS_MAX,) the emitted tokens, NONE after them
+ACCEPT_TESTS = ACCEPT_TOKENS + ROWS_MAX  # (ROWS_MAX,) each draft's test, 1 pass / 0 fail
+ACCEPT_P = ACCEPT_TESTS + ROWS_MAX       # (ROWS_MAX,) f32 bits: p_target of each draft
+ACCEPT_Q = ACCEPT_P + ROWS_MAX           # (ROWS_MAX,) f32 bits: q_draft of each draft
+ACCEPT_WORDS = ACCEPT_Q + ROWS_MAX       # 68
+# How accept chose the last token (word ACCEPT_HOW).
+HOW_CHAMPION = 0         # the champion's own token (greedy / replay)
+HOW_RESIDUAL = 1         # a sample of the residual at the first rejection
+HOW_EMPTY_RESIDUAL = 2   # a sample of p_target, because the residual was all zero
+HOW_BONUS = 3            # the bonus sample after K accepted drafts (rejection)
+
+_HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "RNG_FILL_WG", "FLAG_ONE_HOT", "NONE",
+         "ACCEPT_N_ACCEPTED", "ACCEPT_K_EFF", "ACCEPT_N_EMITTED", "ACCEPT_HOW", "ACCEPT_TOKENS",
+         "ACCEPT_TESTS", "ACCEPT_P", "ACCEPT_Q", "ACCEPT_WORDS",
+         "HOW_CHAMPION", "HOW_RESIDUAL", "HOW_EMPTY_RESIDUAL", "HOW_BONUS")
+_STREAMS = ("STREAM_ACCEPT", "STREAM_RESIDUAL", "STREAM_BONUS", "STREAM_DRAFT", "STREAM_GUMBEL")
 
 
 def values() -> dict[str, int]:
-    """WGSL name -> value, every constant of the block (all u32)."""
-    return {name: value for name, (value, _) in sources().items()}
+    """Every constant of the WGSL block by its WGSL name (all u32), in the block's order."""
+    out = {name: globals()[name] for name in _HERE}
+    out |= {f"MODE_{mode.upper()}": value for mode, value in MODES.items()}
+    out |= {name: getattr(rng, name) for name in _STREAMS}
+    return out
 
 
 def wgsl() -> str:
-    """The block: one `const NAME: u32 = VALUEu;` per constant, citing its Python source."""
-    lines = ["// Shared with Python, generated by pyspec/gpu/constants.py: do not redeclare."]
-    for name, (value, where) in sources().items():
+    """The block: one `const NAME: u32 = VALUEu;` per constant."""
+    lines = ["// Shared with Python: generated from pyspec/gpu/constants.py; do not redeclare."]
+    for name, value in values().items():
         if not (isinstance(value, int) and 0 <= value < 2**32):
-            raise ValueError(f"{where} = {value!r} is not a u32; WGSL cannot share it")
-        literal = f"{value:#x}" if value > 0xFFFF else str(value)
-        lines.append(f"const {name}: u32 = {literal}u;  // {where}")
+            raise ValueError(f"{name} = {value!r} is not a u32; WGSL cannot share it")
+        lines.append(f"const {name}: u32 = {value:#x}u;" if value > 0xFFFF
+                     else f"const {name}: u32 = {value}u;")
     return "\n".join(lines) + "\n\n"

@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PyspecError
-
-ROWS_MAX = 16  # the most rows one pass carries: K + 1 <= 16 (thin matrix products, M = 1..16)
+from .constants import ROWS_MAX, wgsl  # noqa: F401 (the GPU modules read ROWS_MAX from here)
 
 
 class GPUError(PyspecError, RuntimeError):
@@ -104,8 +103,6 @@ def load_shader(name: str, directory: Path | None = None) -> str:
     """The WGSL text of shaders/<name>.wgsl with `//!include other.wgsl` lines expanded (once),
     after the block of constants that WGSL shares with Python (constants.py), so no shader keeps
     its own copy of ROWS_MAX, a workgroup size, a mode or a stream id."""
-    from .constants import wgsl  # here, not at the top: constants.py reads this module's values
-
     directory = directory or shader_dir()
     seen: set[str] = set()
 

@@ -78,10 +78,9 @@ class NativeDevice(Device):
         flags = {"storage": U.STORAGE | U.COPY_SRC | U.COPY_DST,
                  "uniform": U.UNIFORM | U.COPY_DST,
                  "readback": U.MAP_READ | U.COPY_DST}[usage]
-        buf = self._checked(f"buffer {label} ({nbytes} bytes)",
-                            lambda: self.device.create_buffer(size=nbytes, usage=flags,
-                                                              label=label))
-        return buf
+        return self._checked(f"buffer {label} ({nbytes} bytes)",
+                             lambda: self.device.create_buffer(size=nbytes, usage=flags,
+                                                               label=label))
 
     def size_of(self, buffer) -> int:
         return buffer.size

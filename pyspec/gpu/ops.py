@@ -20,11 +20,8 @@ import numpy as np
 
 from .. import quant
 from ..gguf import GGUFFile
+from .constants import MATMUL_OUTS, WG  # the shaders get the same names (constants.py)
 from .device import ROWS_MAX, Dispatch, ShapeError, binding_size, need, split_workgroups
-
-# The shaders get these as WGSL constants of the same names (constants.py).
-WG = 64          # threads per workgroup of every kernel here
-MATMUL_OUTS = 4  # consecutive outputs per matmul thread
 
 
 # --- weights ------------------------------------------------------------------------------------

@@ -27,22 +27,14 @@ from __future__ import annotations
 import numpy as np
 
 from .. import rng
+# accept's output layout and the workgroup sizes, which the shaders get under the same names
+# (constants.py; shaders/accept.wgsl says what each accept word holds).
+from .constants import (ACCEPT_HOW, ACCEPT_K_EFF, ACCEPT_N_ACCEPTED, ACCEPT_N_EMITTED,  # noqa: F401
+                        ACCEPT_P, ACCEPT_Q, ACCEPT_TESTS, ACCEPT_TOKENS, ACCEPT_WORDS,
+                        HOW_BONUS, HOW_CHAMPION, HOW_EMPTY_RESIDUAL, HOW_RESIDUAL, NONE,
+                        RNG_FILL_WG, WG_ROW)
 from .device import ROWS_MAX, Dispatch, ShapeError, need
 
-# The shaders get these as WGSL constants of the same names (constants.py).
-WG_ROW = 128       # threads per workgroup of the per-row kernels and of accept (one row each)
-RNG_FILL_WG = 64   # threads per workgroup of rng_fill
-NONE = 0xFFFFFFFF  # "no token" in a u32 token slot
-
-# accept's output, ACCEPT_WORDS u32 from its offset (shaders/accept.wgsl says what each holds).
-ACCEPT_N_ACCEPTED, ACCEPT_K_EFF, ACCEPT_N_EMITTED, ACCEPT_HOW = 0, 1, 2, 3
-ACCEPT_TOKENS = 4                        # (ROWS_MAX,) the emitted tokens, NONE after them
-ACCEPT_TESTS = ACCEPT_TOKENS + ROWS_MAX  # (ROWS_MAX,) each draft's test, 1 pass / 0 fail
-ACCEPT_P = ACCEPT_TESTS + ROWS_MAX       # (ROWS_MAX,) f32 bits: p_target of each draft
-ACCEPT_Q = ACCEPT_P + ROWS_MAX           # (ROWS_MAX,) f32 bits: q_draft of each draft
-ACCEPT_WORDS = ACCEPT_Q + ROWS_MAX       # 68
-# How accept chose the last token (word ACCEPT_HOW).
-HOW_CHAMPION, HOW_RESIDUAL, HOW_EMPTY_RESIDUAL, HOW_BONUS = 0, 1, 2, 3
 HOW = {HOW_CHAMPION: "champion", HOW_RESIDUAL: "residual",
        HOW_EMPTY_RESIDUAL: "p_target (empty residual)", HOW_BONUS: "bonus"}
 

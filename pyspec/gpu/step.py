@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device import ROWS_MAX
+# Step.mode's values and Step.flags' bit, which the shaders get as MODE_GREEDY, MODE_REPLAY,
+# MODE_REJECTION and FLAG_ONE_HOT (constants.py).
+from .constants import FLAG_ONE_HOT, MODES, ROWS_MAX
 
 SLOT_BYTES = 256   # WebGPU's minUniformBufferOffsetAlignment is at most 256
 STEP_BYTES = 32
-# Step.mode and Step.flags; the shaders get them as MODE_GREEDY, MODE_REPLAY, MODE_REJECTION and
-# FLAG_ONE_HOT (constants.py).
-MODES = {"greedy": 0, "replay": 1, "rejection": 2}
-FLAG_ONE_HOT = 1   # the drafts are deterministic (a one-hot q_draft, which accept does not read)
 # Slots of a cycle: the champion pass (its sampler and accept kernel share it), then one per
 # draft step. Every model on a device shares them (Device.steps), since a cycle's draft steps and
 # champion pass go in one submission.

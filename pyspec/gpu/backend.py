@@ -31,7 +31,7 @@ from ..cycle import Executor, Outcome, Rule, draft_rows_kept
 from ..drafters import DraftSpecError, Proposal, make_drafter, parse_draft
 from ..gguf import GGUFFile
 from . import sampling
-from .device import ROWS_MAX, Copy
+from .device import ROWS_MAX, Copy, count_commands
 from .model import GPUModel
 from .step import N_SLOTS, SLOT_CHAMPION
 
@@ -113,7 +113,7 @@ class GPUBackend(Executor):
         self.out = dev.buffer(sampling.ACCEPT_WORDS * 4, label="accept.out")  # (68,) u32
         self._tail: dict[tuple, list] = {}
         self._draft_plans: dict[tuple, list] = {}
-        self._commands: list = []       # the cycle being recorded
+        self._commands: list = []       # the cycle being recorded: commands and plans
         self._t0 = self._t_draft = 0.0
         self._pass = (0, 0)             # (commands before it, first position): the champion pass
         self._pending = (0, False)      # (drafts, drafted on the GPU) of the recorded cycle
@@ -181,8 +181,8 @@ class GPUBackend(Executor):
             self.dev.write(champ.tokens, np.array([last], np.uint32))
         else:
             pos = champ.feed([last] + drafts.tokens, SLOT_CHAMPION)
-        self._pass = (len(self._commands), pos)
-        self._commands += champ.forward_dispatches(SLOT_CHAMPION)
+        self._pass = (count_commands(self._commands), pos)
+        self._commands.append(champ.forward_dispatches(SLOT_CHAMPION))  # a plan, built once
 
     def accept(self, drafts, n: int, rule: Rule) -> None:
         on_device = isinstance(drafts, _OnDevice)
@@ -200,7 +200,7 @@ class GPUBackend(Executor):
         # The confidence stop of GPU drafts is applied by the accept kernel (drafts past the
         # first low-confidence one count as never proposed), keeping the cycle on the GPU.
         threshold = rule.conf_threshold if on_device else 0.0
-        self._commands += self._verify_dispatches(rule.mode, threshold)
+        self._commands.append(self._verify_dispatches(rule.mode, threshold))
         self._pending = (k, on_device)
 
     def submit(self) -> _Cycle:
@@ -210,7 +210,7 @@ class GPUBackend(Executor):
         # One submission gives one time. For GPU drafts split it by command count (encoding and
         # dispatch overhead dominate a small model's pass): the guard needs the draft's cost per
         # token apart from the champion's to predict an unmeasured k.
-        share = self._pass[0] / len(commands) if on_device else 0.0
+        share = self._pass[0] / count_commands(commands) if on_device else 0.0
         self._commands = []
         return _Cycle(k, on_device, share, self._t0, 0.0 if on_device else self._t_draft,
                       time.perf_counter())
@@ -266,7 +266,7 @@ class GPUBackend(Executor):
             slot = _draft_slot(i)
             steps.set(slot, rows=rows, pos=pos, seed=rule.seed, temperature=rule.temperature,
                       mode=mode)
-            commands += self._draft_step(draft, slot, mode)
+            commands.append(self._draft_step(draft, slot, mode))
             # The token for position n + i is in row rows - 1 of the step's samples.
             last = rows - 1
             commands.append(Copy(self.d_sample, 4 * last, self.champion.tokens, 4 * (1 + i), 4))

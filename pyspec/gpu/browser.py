@@ -17,6 +17,10 @@ Differences from wgpu-py that shape this file:
   - Writes hand WebGPU a Uint8Array *view* of the Python buffer in wasm memory (no copy in
     JavaScript; writeBuffer itself copies into the GPU process). Readback maps a staging buffer
     and copies the mapped range once, into Python bytes.
+  - A call from Python into JS costs about 90 us, so `submit` crosses once per submission: the
+    commands become a u32 array of op words over a JS table of pipelines, bind groups and
+    buffers (each registered once, when first seen), and one JS function encodes them. It does
+    what Device.submit does natively; the e2e tests compare the page's tokens with native ones.
 Not here: choosing this device over the CPU (web.py's make_engine), the kernels, the cycle.
 """
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device import Device, DeviceLostError, GPUError, NoAdapterError
+from .device import Copy, Device, DeviceLostError, Dispatch, GPUError, NoAdapterError
 
 try:  # only Pyodide has these; natively this module imports but `create` refuses
     import js
@@ -39,6 +43,31 @@ except ImportError:  # pragma: no cover - exercised outside Pyodide
 _WRITE_JS = """(queue, buffer, offset, data) => {
   const view = data.getBuffer("u8");
   try { queue.writeBuffer(buffer, offset, view.data); } finally { view.release(); }
+}"""
+
+# The submission loop (Device.submit's rules: consecutive dispatches share a compute pass, a copy
+# ends it, a pipeline is set only when it changes), over op words of 6 u32 each:
+#   0 pipeline bind_group x y z              a dispatch (indices into `objs`)
+#   1 src src_offset dst dst_offset nbytes   a buffer copy
+_ENCODE_JS = """(device, queue, objs, words) => {
+  const view = words.getBuffer("u32");
+  try {
+    const w = view.data, encoder = device.createCommandEncoder();
+    let pass = null, last = -1;
+    for (let i = 0; i < w.length; i += 6) {
+      if (w[i] === 0) {
+        if (pass === null) { pass = encoder.beginComputePass(); last = -1; }
+        if (w[i + 1] !== last) { last = w[i + 1]; pass.setPipeline(objs[last]); }
+        pass.setBindGroup(0, objs[w[i + 2]]);
+        pass.dispatchWorkgroups(w[i + 3], w[i + 4], w[i + 5]);
+      } else {
+        if (pass !== null) { pass.end(); pass = null; }
+        encoder.copyBufferToBuffer(objs[w[i + 1]], w[i + 2], objs[w[i + 3]], w[i + 4], w[i + 5]);
+      }
+    }
+    if (pass !== null) pass.end();
+    queue.submit([encoder.finish()]);
+  } finally { view.release(); }
 }"""
 
 # adapter.limits names (JS) and the keys device.limits uses everywhere (native.py's spelling)
@@ -96,6 +125,11 @@ class BrowserDevice(Device):
         device.lost.then(self._on_lost)
         device.addEventListener("uncapturederror", self._on_error)
         self._write_js = run_js(_WRITE_JS)
+        self._encode_js = run_js(_ENCODE_JS)
+        self._objs = js.Array.new()      # JS handles the op words index
+        self._index: dict[int, int] = {}  # id(handle) -> its index in _objs
+        self._held: list = []            # _objs' handles here too, so no id is ever reused
+        self._words: dict[int, tuple] = {}  # id(Dispatch or plan) -> (op words, it)
 
     @classmethod
     async def create(cls, power_preference: str = "high-performance") -> "BrowserDevice":
@@ -197,28 +231,43 @@ class BrowserDevice(Device):
             data = np.ascontiguousarray(data)   # a view when it already is (weights are)
         self._write_js(self.queue, buffer, offset, memoryview(data).cast("B"))
 
-    def _begin_encoder(self):
+    def _handle(self, obj) -> int:
+        """obj's index in the JS table, registering it (one JS call) the first time."""
+        i = self._index.get(id(obj))
+        if i is None:
+            i = self._index[id(obj)] = len(self._held)
+            self._held.append(obj)
+            self._objs.push(obj)
+        return i
+
+    def _op_words(self, c) -> np.ndarray:
+        if isinstance(c, list):  # a plan: its words are made once, kept with it (stable id)
+            cached = self._words.get(id(c))
+            if cached is None or len(cached[1]) != len(c):
+                words = (np.concatenate([self._op_words(d) for d in c]) if c
+                         else np.zeros(0, np.uint32))
+                cached = self._words[id(c)] = (words, c)
+            return cached[0]
+        if isinstance(c, Dispatch):
+            cached = self._words.get(id(c))
+            if cached is None:  # the Dispatch is kept with its words, so its id stays its own
+                words = np.array([0, self._handle(c.pipeline), self._handle(c.bind_group),
+                                  *c.workgroups], np.uint32)
+                cached = self._words[id(c)] = (words, c)
+            return cached[0]
+        if isinstance(c, Copy):
+            return np.array([1, self._handle(c.src), c.src_offset, self._handle(c.dst),
+                             c.dst_offset, c.nbytes], np.uint32)
+        raise TypeError(f"cannot encode {c!r}")
+
+    def submit(self, commands: list) -> None:
+        """One JS call per submission (see the module docstring); the op words of a Dispatch or
+        a plan are made once, as they are."""
         self._alive()
-        return self.device.createCommandEncoder()
-
-    def _begin_pass(self, encoder):
-        return encoder.beginComputePass()
-
-    def _set_pipeline(self, compute_pass, pipeline):
-        compute_pass.setPipeline(pipeline)
-
-    def _dispatch(self, compute_pass, bind_group, workgroups):
-        compute_pass.setBindGroup(0, bind_group)
-        compute_pass.dispatchWorkgroups(*workgroups)
-
-    def _end_pass(self, compute_pass):
-        compute_pass.end()
-
-    def _copy(self, encoder, c):
-        encoder.copyBufferToBuffer(c.src, c.src_offset, c.dst, c.dst_offset, c.nbytes)
-
-    def _finish_and_submit(self, encoder):
-        self.queue.submit(to_js([encoder.finish()]))
+        words = (np.concatenate([self._op_words(c) for c in commands]) if commands
+                 else np.zeros(0, np.uint32))
+        self._encode_js(self.device, self.queue, self._objs, memoryview(words))
+        self.submissions += 1
 
     async def read(self, buffer, nbytes, offset=0):
         self._alive()

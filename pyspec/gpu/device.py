@@ -76,6 +76,19 @@ class Dispatch:
     workgroups: tuple[int, int, int]
 
 
+def flatten(commands: list):
+    """The commands of a list that may hold plans (lists of commands), in order."""
+    for c in commands:
+        if isinstance(c, list):
+            yield from c
+        else:
+            yield c
+
+
+def count_commands(commands: list) -> int:
+    return sum(len(c) if isinstance(c, list) else 1 for c in commands)
+
+
 @dataclass(frozen=True)
 class Copy:
     """A buffer-to-buffer copy encoded in the same submission (e.g. a token into the next step)."""
@@ -199,10 +212,11 @@ class Device:
     def submit(self, commands: list) -> None:
         """Encode Dispatch and Copy commands, in order, into one command buffer and submit it:
         consecutive dispatches share a compute pass (a copy ends it) and a pipeline is set only
-        when it changes."""
+        when it changes. A list among the commands is a plan (a list of commands built once and
+        replayed every cycle), encoded in place."""
         encoder = self._begin_encoder()
         compute = last_pipeline = None
-        for c in commands:
+        for c in flatten(commands):
             if isinstance(c, Dispatch):
                 if compute is None:
                     compute, last_pipeline = self._begin_pass(encoder), None

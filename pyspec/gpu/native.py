@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .device import Device, Dispatch, GPUError, NoAdapterError
+from .device import Device, Dispatch, GPUError, NoAdapterError, flatten
 
 try:  # wgpu-py is optional: the CPU engine and the browser build do not need it
     import wgpu
@@ -149,7 +149,7 @@ class NativeDevice(Device):
         if not self.timestamps:
             raise GPUError("this device was opened without timestamp queries (or the adapter "
                            "has none); open it with timestamps=True")
-        dispatches = [c for c in commands if isinstance(c, Dispatch)]
+        dispatches = [c for c in flatten(commands) if isinstance(c, Dispatch)]
         chunk = 1024  # dispatches per query set (2 queries each)
         out: list[tuple[str, float]] = []
         for start in range(0, len(dispatches), chunk):

@@ -3,7 +3,7 @@
  * with either. tests/test_rng.py compiles and runs this file and compares every line with its
  * KNOWN_HASHES table and with pyspec.rng.
  *
- *   cc -O2 -o /tmp/rng_kat scripts/rng_known_answers.c && /tmp/rng_kat
+ *   cc -O2 -o rng_kat scripts/rng_known_answers.c && ./rng_kat
  *
  * Output: one line per key, "seed position stream index hash", all in hex.
  */

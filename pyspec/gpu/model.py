@@ -2,9 +2,10 @@
 forward pass as a list of dispatches (DESIGN §7).
 
 `GPUModel.forward_dispatches(slot, n_layers)` returns the dispatches of one pass: embedding,
-then per layer RMSNorm -> Q/K/V products (K and V written straight into the cache rows at the
-pass's positions) -> RoPE -> attention -> output product (+ residual) -> RMSNorm -> gate/up ->
-SiLU-gate -> down product (+ residual), then the final norm and the head. The pass's rows and
+then per layer 9 dispatches: RMSNorm -> Q, K, V products (Q and K rotated by RoPE as they are
+stored, K and V written straight into the cache rows at the pass's positions) -> attention ->
+output product (+ residual) -> RMSNorm -> gate and up as one product, SiLU-gated as it is
+stored -> down product (+ residual); then the final norm and the head. The pass's rows and
 positions come from its Step slot, so each slot's list is built once and re-encoded every cycle.
 Every kernel computes row i the same way whatever the number of rows (batch invariance), which
 is what makes greedy speculative output byte-identical to champion-only output on the GPU.
@@ -26,6 +27,13 @@ from .device import ROWS_MAX, Device
 from .step import Steps
 
 
+class _Paired:
+    """A tensor uploaded later, interleaved with its partner (ops.Weight.upload_pair)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
 class GPUModel(LoadedWeights):
     """Weights + config + per-layer KV buffers on `dev`. The cache bookkeeping (committed and
     pending rows) is a kv.KVCache without arrays, so the CPU and GPU paths share one rule."""
@@ -42,6 +50,9 @@ class GPUModel(LoadedWeights):
         self._sha256: str | None = None
         d, hd = cfg.d_model, cfg.head_dim
         self.tok_embd, self.out_norm, self.head, self.layers = load_tensors(f, cfg, self._load)
+        for layer in self.layers:  # gate and up as one product (matmul's SiLU-gate epilogue)
+            layer["ffn_gate_up"] = ops.Weight.upload_pair(dev, f, layer.pop("ffn_gate").name,
+                                                          layer.pop("ffn_up").name)
 
         self.capacity = min(max_ctx or cfg.context_length, cfg.context_length)
         self.kv = KVCache(cfg.n_layers, self.capacity, cfg.n_kv_heads, hd, store=False)
@@ -58,18 +69,19 @@ class GPUModel(LoadedWeights):
         self.h = dev.buffer(R * d * 4, label=f"{label}.h")                     # (R, d) normed
         self.q = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.q")      # (R, heads*hd)
         self.att = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.att")  # (R, heads*hd)
-        self.g = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.g")              # (R, d_ff)
-        self.u = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.u")              # (R, d_ff)
+        self.g = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.g")              # (R, d_ff) silu(g)*u
         self.logits = dev.buffer(R * cfg.vocab_size * 4, label=f"{label}.logits")  # (R, vocab)
         # (R, n_heads, max_ctx) attention scores, shared by every layer (dispatches run in order)
         self.scores = dev.buffer(ops.attention_scratch_bytes(cfg.n_heads, ctx), label=f"{label}.s")
         self._plans: dict[tuple, list] = {}
 
     def _load(self, name: str, shape: tuple) -> "ops.Weight":
-        w = ops.Weight.upload(self.dev, self.file, name)
-        if tuple(w.shape) != shape:
-            raise ModelError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {shape}")
-        return w
+        t = self.file.tensor(name)
+        if tuple(t.shape) != shape:
+            raise ModelError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {shape}")
+        if name.endswith((".ffn_gate.weight", ".ffn_up.weight")):
+            return _Paired(name)   # uploaded with its partner (ffn_gate_up) after the others
+        return ops.Weight.upload(self.dev, self.file, name)
 
     def limit_context(self, max_ctx: int | None) -> None:
         """Start a fresh cache of max_ctx positions (default: all the buffers hold)."""
@@ -91,7 +103,7 @@ class GPUModel(LoadedWeights):
     # --- bookkeeping ----------------------------------------------------------------------------
     def scratch_bytes(self, rows: int, logit_rows: int) -> int:
         cfg = self.config
-        per_row = 4 * cfg.d_model + 2 * cfg.n_heads * cfg.head_dim + 2 * cfg.d_ff
+        per_row = 4 * cfg.d_model + 2 * cfg.n_heads * cfg.head_dim + cfg.d_ff
         return 4 * (rows * per_row + logit_rows * cfg.vocab_size)
 
     # --- the forward, as dispatches -----------------------------------------------------------
@@ -108,27 +120,23 @@ class GPUModel(LoadedWeights):
             return self._plans[key]
         dev, step, ctx = self.dev, self.steps.binding(slot), self.capacity
         hd, eps = cfg.head_dim, cfg.rms_eps
+        rope = {"rope": self.rope, "head_dim": hd, "max_ctx": ctx}
         out = [ops.embed(dev, self.tok_embd, tokens, self.x, step)]
         for i, w in enumerate(self.layers[:n_layers]):
             kc, vc = self.k_cache[i], self.v_cache[i]
             out += [
                 ops.rmsnorm(dev, self.x, w["attn_norm"], self.h, step, eps=eps),
-                ops.matmul(dev, w["attn_q"], self.h, self.q, step),
-                ops.rope(dev, self.q, self.rope, step, n_heads=cfg.n_heads, head_dim=hd,
-                         max_ctx=ctx),
-                # K and V go straight into the cache rows of this pass's positions.
-                ops.matmul(dev, w["attn_k"], self.h, kc, step, out_at_pos=True),
-                ops.rope(dev, kc, self.rope, step, n_heads=cfg.n_kv_heads, head_dim=hd,
-                         max_ctx=ctx, at_pos=True),
+                # Q and K leave their products rotated (the RoPE epilogue); K and V go straight
+                # into the cache rows of this pass's positions.
+                ops.matmul(dev, w["attn_q"], self.h, self.q, step, **rope),
+                ops.matmul(dev, w["attn_k"], self.h, kc, step, out_at_pos=True, **rope),
                 ops.matmul(dev, w["attn_v"], self.h, vc, step, out_at_pos=True),
                 ops.attention(dev, self.q, kc, vc, self.scores, self.att, step,
                               n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=hd,
                               max_ctx=ctx),
                 ops.matmul(dev, w["attn_output"], self.att, self.x, step, accumulate=True),
                 ops.rmsnorm(dev, self.x, w["ffn_norm"], self.h, step, eps=eps),
-                ops.matmul(dev, w["ffn_gate"], self.h, self.g, step),
-                ops.matmul(dev, w["ffn_up"], self.h, self.u, step),
-                ops.silu_gate(dev, self.g, self.u, step, d_ff=cfg.d_ff),
+                ops.matmul(dev, w["ffn_gate_up"], self.h, self.g, step, silu_gate=True),
                 ops.matmul(dev, w["ffn_down"], self.g, self.x, step, accumulate=True),
             ]
         out += [ops.rmsnorm(dev, self.x, self.out_norm, self.h, step, eps=eps),

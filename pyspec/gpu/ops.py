@@ -14,6 +14,7 @@ Not here: the order of the kernels (model.py), sampling (sampling.py), the cycle
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,13 @@ class Weight:
     @classmethod
     def upload(cls, dev, f: GGUFFile, name: str) -> "Weight":
         """Upload tensor `name` of a GGUF file. Holds at most one repacked copy of this tensor."""
+        data, kind, shape = cls.host_bytes(f, name)
+        _check_binding(dev, name, data.nbytes)
+        return cls(dev.upload(data, label=name), kind, shape, name)
+
+    @staticmethod
+    def host_bytes(f: GGUFFile, name: str) -> tuple[np.ndarray, str, tuple]:
+        """(the bytes the GPU gets, kind, shape) of tensor `name`."""
         t = f.tensor(name)
         kind = _KINDS.get(t.type_id)
         if kind is None:
@@ -66,11 +74,22 @@ class Weight:
             data = raw.view(np.float16).astype(np.float32)
         else:
             data = raw  # Q4_1 blocks (20 bytes) and F32 are u32-aligned as they are
-        limit = getattr(dev, "limits", {}).get("max-storage-buffer-binding-size")
-        if limit is not None and data.nbytes > limit:
-            raise ShapeError(f"tensor {name!r} needs {data.nbytes} bytes on the GPU; this device "
-                             f"binds at most {limit} per buffer")
-        return cls(dev.upload(data, label=name), kind, tuple(t.shape), name)
+        return data, kind, tuple(t.shape)
+
+    @classmethod
+    def upload_pair(cls, dev, f: GGUFFile, gate: str, up: str) -> "Weight":
+        """Two matrices of one type and shape as one, their rows interleaved (gate row i, then
+        up row i): the weight of matmul(silu_gate=True), whose output pairs are (g_i, u_i).
+        Rows are whole blocks, so interleaving moves bytes and changes no value."""
+        a, b = (cls.host_bytes(f, n) for n in (gate, up))
+        if a[1:] != b[1:]:
+            raise ShapeError(f"{gate!r} and {up!r} differ in type or shape; they cannot be paired")
+        (da, kind, shape), db = a, b[0]
+        rows = np.stack([da.reshape(shape[0], -1), db.reshape(shape[0], -1)], axis=1)
+        data = rows.reshape(2 * shape[0], -1)                       # (2 n_out, row bytes)
+        _check_binding(dev, f"{gate}+{up}", data.nbytes)
+        return cls(dev.upload(data, label=f"{gate}+{up}"), kind, (2 * shape[0], shape[1]),
+                   f"{gate}+{up}")
 
     @property
     def nbytes(self) -> int:
@@ -80,6 +99,13 @@ class Weight:
 
 
 # --- helpers ------------------------------------------------------------------------------------
+
+def _check_binding(dev, name: str, nbytes: int) -> None:
+    limit = getattr(dev, "limits", {}).get("max-storage-buffer-binding-size")
+    if limit is not None and nbytes > limit:
+        raise ShapeError(f"tensor {name!r} needs {nbytes} bytes on the GPU; this device binds at "
+                         f"most {limit} per buffer")
+
 
 def _fields(*values) -> np.ndarray:
     """A params uniform's fields: ints as u32, floats as f32 bits."""
@@ -116,33 +142,63 @@ def _cpu_adapter(dev) -> bool:
 
 # --- kernels ------------------------------------------------------------------------------------
 
+EPILOGUE_NONE, EPILOGUE_ROPE, EPILOGUE_SILU_GATE = 0, 1, 2   # shaders/matmul.wgsl's
+
+
 def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
-           accumulate: bool = False) -> Dispatch:
+           accumulate: bool = False, rope=None, head_dim: int = 0, max_ctx: int = 0,
+           silu_gate: bool = False) -> Dispatch:
     """y[base + r] (= or +=) weight @ x[r] for r < step.rows; entry matmul_<weight.kind>.
 
     weight (n_out, n_in); x (ROWS_MAX, n_in) f32; y (y_rows, n_out) f32: base = step.pos with
     out_at_pos (y a KV cache of y_rows = max_ctx rows; rows past it are skipped), else 0 (y needs
-    ROWS_MAX rows). accumulate adds to y (the residual x += W h)."""
+    ROWS_MAX rows). accumulate adds to y (the residual x += W h). With `rope` (rope_table(max_ctx))
+    each head's output pairs of row r are rotated by position step.pos + r before they are stored
+    (the Q and K products: model.Model.rope, fused). With `silu_gate` the weight is
+    Weight.upload_pair(gate, up) and y (ROWS_MAX, n_out / 2) gets silu(W_gate x) * (W_up x)."""
     if len(weight.shape) != 2:
         raise ShapeError(f"matmul needs a matrix; {weight.name!r} has shape {weight.shape}")
     n_out, n_in = weight.shape
     if weight.kind == "f32" and n_in % 4:
         raise ShapeError(f"matmul_f32 needs n_in % 4 == 0, got {n_in} ({weight.name!r})")
     need(dev, x, ROWS_MAX * n_in * 4, f"matmul x for {weight.name!r} (ROWS_MAX, {n_in})")
-    y_rows = binding_size(dev, y) // (n_out * 4)
+    if silu_gate and (out_at_pos or accumulate or rope is not None or n_out % 2):
+        raise ShapeError(f"matmul with the SiLU gate takes an interleaved (gate, up) pair into "
+                         f"fresh activations; got {weight.name!r} of {n_out} rows")
+    y_cols = n_out // 2 if silu_gate else n_out
+    y_rows = binding_size(dev, y) // (y_cols * 4)
     if out_at_pos:
         if y_rows < 1:
             raise ShapeError(f"matmul y for {weight.name!r} holds no row of {n_out} f32")
     else:
-        need(dev, y, ROWS_MAX * n_out * 4, f"matmul y for {weight.name!r} (ROWS_MAX, {n_out})")
+        need(dev, y, ROWS_MAX * y_cols * 4, f"matmul y for {weight.name!r} (ROWS_MAX, {y_cols})")
         y_rows = ROWS_MAX
+    if rope is not None:
+        if accumulate or head_dim % 2 or not head_dim or n_out % head_dim:
+            raise ShapeError(f"matmul with RoPE needs a fresh output of whole heads of an even "
+                             f"head_dim; got n_out {n_out}, head_dim {head_dim}")
+        need(dev, rope, max_ctx * head_dim * 4,
+             f"rope table (max_ctx={max_ctx}, {head_dim // 2}, 2)")
     # lanes depends on the device and n_in only, never on rows (batch invariance).
     lanes = 1 if _cpu_adapter(dev) else _lanes(n_in // 4 if weight.kind == "f32" else n_in // 32)
-    params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows),
-                         f"matmul {weight.name}")
+    epilogue = (EPILOGUE_ROPE if rope is not None else
+                EPILOGUE_SILU_GATE if silu_gate else EPILOGUE_NONE)
+    params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,
+                                 head_dim, max_ctx), f"matmul {weight.name}")
     groups = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
     return dev.dispatch("matmul", f"matmul_{weight.kind}",
-                        [params, step, weight.buffer, x, y], groups)
+                        [params, step, weight.buffer, x, y,
+                         rope if rope is not None else _no_table(dev)], groups)
+
+
+_NO_TABLE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _no_table(dev):
+    """What a product without RoPE binds as its table (a binding must be bound; never read)."""
+    if dev not in _NO_TABLE:
+        _NO_TABLE[dev] = dev.buffer(16, label="matmul.no_rope")
+    return _NO_TABLE[dev]
 
 
 def embed(dev, weight: Weight, tokens, x, step) -> Dispatch:
@@ -184,27 +240,6 @@ def rope_table(dev, config, max_ctx: int):
     return dev.upload(table, label="rope table")
 
 
-def rope(dev, x, table, step, *, n_heads: int, head_dim: int, max_ctx: int,
-         at_pos: bool = False) -> Dispatch:
-    """Rotate the pairs of rows r < step.rows of x in place by position step.pos + r.
-
-    x (x_rows, n_heads * head_dim) f32: row r is row step.pos + r with at_pos (a KV cache of
-    x_rows = max_ctx rows), else row r (x needs ROWS_MAX rows); table from rope_table(max_ctx)."""
-    if head_dim % 2:
-        raise ShapeError(f"rope needs an even head_dim, got {head_dim}")
-    row = n_heads * head_dim
-    need(dev, table, max_ctx * head_dim * 4, f"rope table (max_ctx={max_ctx}, {head_dim // 2}, 2)")
-    x_rows = binding_size(dev, x) // (row * 4)
-    if not at_pos:
-        need(dev, x, ROWS_MAX * row * 4, f"rope x (ROWS_MAX, {row})")
-        x_rows = ROWS_MAX
-    elif x_rows < 1:
-        raise ShapeError(f"rope x holds no row of {row} f32")
-    params = dev.uniform(_fields(n_heads, head_dim, at_pos, x_rows, max_ctx), "rope")
-    return dev.dispatch("rope", "rope", [params, step, table, x],
-                        _workgroups(ROWS_MAX * n_heads * head_dim // 2))
-
-
 def attention_scratch_bytes(n_heads: int, max_ctx: int) -> int:
     """Bytes of the scores scratch `attention` needs: (ROWS_MAX, n_heads, max_ctx) f32. One
     scratch serves every layer (dispatches run in order)."""
@@ -229,12 +264,3 @@ def attention(dev, q, kcache, vcache, scores, out, step, *, n_heads: int, n_kv_h
     params = dev.uniform(_fields(n_heads, n_kv_heads, head_dim, max_ctx, scale), "attention")
     return dev.dispatch("attention", "attention", [params, step, q, kcache, vcache, scores, out],
                         split_workgroups(ROWS_MAX * n_heads))
-
-
-def silu_gate(dev, g, u, step, *, d_ff: int) -> Dispatch:
-    """g[r] = g[r] / (1 + exp(-g[r])) * u[r] in place, for r < step.rows. g, u (ROWS_MAX, d_ff)."""
-    need(dev, g, ROWS_MAX * d_ff * 4, f"silu_gate g (ROWS_MAX, {d_ff})")
-    need(dev, u, ROWS_MAX * d_ff * 4, f"silu_gate u (ROWS_MAX, {d_ff})")
-    params = dev.uniform(_fields(d_ff), "silu_gate")
-    return dev.dispatch("silu_gate", "silu_gate", [params, step, g, u],
-                        _workgroups(ROWS_MAX * d_ff))

@@ -26,6 +26,9 @@
 //     the gate and up rows, so the pair is (g_i, u_i) and y[r, i] = silu(g_i) * u_i; y has
 //     n_out / 2 columns.
 // Either is the f32 arithmetic a separate pass over the stored values would do, without the pass.
+// Q, K and V as one product (params.nq > 0): W is ops.Weight.upload_stack's rows of Q, then K,
+// then V; outputs j < nq go to y (row r), the next nk to the K cache `k_out` and the rest to the
+// V cache `v_out` (row step.pos + r of each); with EPILOGUE_ROPE the Q and K pairs are rotated.
 
 //!include step.wgsl
 
@@ -39,6 +42,9 @@ struct Params {
     epilogue: u32,    // EPILOGUE_NONE, EPILOGUE_ROPE or EPILOGUE_SILU_GATE (see above)
     head_dim: u32,    // rope: outputs per head (even)
     rope_rows: u32,   // rope: positions the table holds
+    nq: u32,          // Q, K, V as one product: outputs to y (0: every output goes to y)
+    nk: u32,          // ... outputs to k_out; the other n_out - nq - nk to v_out
+    kv_rows: u32,     // ... rows k_out and v_out hold (max_ctx)
 }
 
 const Q4_1: u32 = 0u;
@@ -52,6 +58,8 @@ const EPILOGUE_SILU_GATE: u32 = 2u;
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>; // (ROWS_MAX, n_in/4)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (y_rows, n_out)
 @group(0) @binding(5) var<storage, read> table: array<vec2<f32>>;  // (rope_rows, head_dim/2) cos, sin
+@group(0) @binding(6) var<storage, read_write> k_out: array<f32>;   // (kv_rows, nk) the K cache
+@group(0) @binding(7) var<storage, read_write> v_out: array<f32>;   // (kv_rows, n_out-nq-nk) V
 
 // (WG, MATMUL_OUTS, ROWS_MAX / 4): each thread's partial sums, a vec4 per (output, row tile);
 // 16 KiB at 64 x 4 x 4.
@@ -168,22 +176,47 @@ fn store(j: u32, r: u32, s: f32, y_cols: u32) {
     }
 }
 
+// Q, K, V as one product: K or V columns j, j + 1 of cache row step.pos + r.
+fn store_kv(j: u32, r: u32, a: f32, b: f32) {
+    let row = step.pos + r;
+    if (row >= params.kv_rows || j >= params.n_out) {
+        return;
+    }
+    let k_end = params.nq + params.nk;
+    if (j < k_end) {
+        let at = row * params.nk + j - params.nq;
+        k_out[at] = a;
+        k_out[at + 1u] = b;
+    } else {
+        let nv = params.n_out - k_end;
+        let at = row * nv + j - k_end;
+        v_out[at] = a;
+        v_out[at + 1u] = b;
+    }
+}
+
 // Row r of outputs j and j + 1 (j even), through the epilogue.
 fn store_pair(j: u32, r: u32, s0: f32, s1: f32) {
     if (params.epilogue == EPILOGUE_SILU_GATE) {
         store(j / 2u, r, s0 / (1.0 + exp(-s0)) * s1, params.n_out / 2u);
         return;
     }
+    let qkv = params.nq != 0u;
     var a = s0;
     var b = s1;
-    if (params.epilogue == EPILOGUE_ROPE) {
+    if (params.epilogue == EPILOGUE_ROPE && (!qkv || j < params.nq + params.nk)) {
         let half = params.head_dim / 2u;
         let cs = table[min(step.pos + r, params.rope_rows - 1u) * half + (j % params.head_dim) / 2u];
         a = s0 * cs.x - s1 * cs.y;
         b = s0 * cs.y + s1 * cs.x;
     }
-    store(j, r, a, params.n_out);
-    store(j + 1u, r, b, params.n_out);
+    if (qkv && j >= params.nq) {
+        store_kv(j, r, a, b);
+        return;
+    }
+    let cols = select(params.n_out, params.nq, qkv);
+    store(j, r, a, cols);
+    store(j + 1u, r, b, cols);
 }
 
 // Rows r0..r0+3 (those < rows) of outputs j, j + 1 from column sums u, v.

@@ -312,6 +312,58 @@ def test_attention(dev, files):
     assert_batch_invariant(run, pos=300)
 
 
+# --- Q, K and V as one product --------------------------------------------------------------
+
+@pytest.mark.parametrize("lanes", ["one", "split"])
+def test_matmul_qkv_routes_rotates_and_caches(dev, files, lanes, monkeypatch):
+    """One product over the stacked Q, K, V rows: Q (rotated) into activations, K (rotated) and V
+    into cache rows pos.., vs the reference's three products and RoPE; batch-invariant."""
+    monkeypatch.setattr(dev, "is_cpu", lanes == "one")
+    model = files[1]
+    cfg, f = model.config, model.file
+    names = [f"blk.0.attn_{n}.weight" for n in "qkv"]
+    w = ops.Weight.upload_stack(dev, f, names)
+    refs = [f.dequantize(n) for n in names]                               # (n_out_i, n_in)
+    (nq, n_in), nk, nv = refs[0].shape, refs[1].shape[0], refs[2].shape[0]
+    assert w.shape == (nq + nk + nv, n_in)
+    hd, ctx = cfg.head_dim, 64
+    rng = np.random.default_rng(11)
+    xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
+    table = ops.rope_table(dev, cfg, ctx)
+    x, q = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * nq * 4)
+    kc, vc = dev.buffer(ctx * nk * 4), dev.buffer(ctx * nv * 4)
+    p = Pass(dev)
+    p.dispatches = [ops.matmul(dev, w, x, q, p.step, qkv=(kc, vc, nq, nk), rope=table,
+                               head_dim=hd, max_ctx=ctx)]
+
+    def run(rows, pos, src):
+        x_in = garbage(rng, (ROWS_MAX, n_in))
+        x_in[:rows] = xs[src]
+        dev.write(x, x_in)
+        for buf, n in ((q, ROWS_MAX * nq), (kc, ctx * nk), (vc, ctx * nv)):
+            dev.write(buf, np.full(n, 7.0, F32))
+        p.run(rows, pos)
+        got_q = read(dev, q, (ROWS_MAX, nq))
+        got_k, got_v = read(dev, kc, (ctx, nk)), read(dev, vc, (ctx, nv))
+        # nothing outside this pass's rows was written
+        assert (got_q[rows:] == 7).all() and (np.delete(got_k, range(pos, pos + rows), 0) == 7).all()
+        return np.concatenate([got_q[:rows], got_k[pos:pos + rows], got_v[pos:pos + rows]], 1)
+
+    pos = 5
+    positions = np.arange(pos, pos + ROWS_MAX)
+    ref = np.concatenate([
+        model.rope(matmul(xs, refs[0]).reshape(ROWS_MAX, -1, hd), positions).reshape(ROWS_MAX, nq),
+        model.rope(matmul(xs, refs[1]).reshape(ROWS_MAX, -1, hd), positions).reshape(ROWS_MAX, nk),
+        matmul(xs, refs[2])], 1)
+    scale = np.abs(xs) @ np.abs(np.concatenate(refs)).T                  # (ROWS_MAX, n_out)
+    got = run(ROWS_MAX, pos, list(range(ROWS_MAX)))
+    assert (np.abs(got - ref) <= 4e-6 * scale.max(axis=1, keepdims=True)
+            + 1e-5 * np.abs(ref)).all()
+    assert_batch_invariant(run, pos=pos)
+    with pytest.raises(ops.ShapeError, match="Q, K and V"):
+        ops.matmul(dev, w, x, q, p.step, qkv=(kc, vc, nq, nk), accumulate=True)
+
+
 # --- gate and up as one product, with the SiLU-gate epilogue ---------------------------------
 
 @pytest.mark.parametrize("lanes", ["one", "split"])

@@ -2,10 +2,10 @@
 forward pass as a list of dispatches (DESIGN §7).
 
 `GPUModel.forward_dispatches(slot, n_layers)` returns the dispatches of one pass: embedding,
-then per layer 9 dispatches: RMSNorm -> Q, K, V products (Q and K rotated by RoPE as they are
-stored, K and V written straight into the cache rows at the pass's positions) -> attention ->
-output product (+ residual) -> RMSNorm -> gate and up as one product, SiLU-gated as it is
-stored -> down product (+ residual); then the final norm and the head. The pass's rows and
+then per layer 7 dispatches: RMSNorm -> Q, K and V as one product (Q and K rotated by RoPE as
+they are stored, K and V written straight into the cache rows at the pass's positions) ->
+attention -> output product (+ residual) -> RMSNorm -> gate and up as one product, SiLU-gated
+as it is stored -> down product (+ residual); then the final norm and the head. The pass's rows and
 positions come from its Step slot, so each slot's list is built once and re-encoded every cycle.
 Every kernel computes row i the same way whatever the number of rows (batch invariance), which
 is what makes greedy speculative output byte-identical to champion-only output on the GPU.
@@ -27,8 +27,12 @@ from .device import ROWS_MAX, Device
 from .step import Steps
 
 
-class _Paired:
-    """A tensor uploaded later, interleaved with its partner (ops.Weight.upload_pair)."""
+_FUSED = tuple(f".{n}.weight" for n in ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"))
+
+
+class _Fused:
+    """A tensor uploaded later as part of a fused product's weight (ops.Weight.upload_stack,
+    upload_pair)."""
 
     def __init__(self, name: str):
         self.name = name
@@ -50,7 +54,9 @@ class GPUModel(LoadedWeights):
         self._sha256: str | None = None
         d, hd = cfg.d_model, cfg.head_dim
         self.tok_embd, self.out_norm, self.head, self.layers = load_tensors(f, cfg, self._load)
-        for layer in self.layers:  # gate and up as one product (matmul's SiLU-gate epilogue)
+        for layer in self.layers:  # the fused products' weights, each from its tensors' bytes
+            layer["attn_qkv"] = ops.Weight.upload_stack(
+                dev, f, [layer.pop(n).name for n in ("attn_q", "attn_k", "attn_v")])
             layer["ffn_gate_up"] = ops.Weight.upload_pair(dev, f, layer.pop("ffn_gate").name,
                                                           layer.pop("ffn_up").name)
 
@@ -79,8 +85,8 @@ class GPUModel(LoadedWeights):
         t = self.file.tensor(name)
         if tuple(t.shape) != shape:
             raise ModelError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {shape}")
-        if name.endswith((".ffn_gate.weight", ".ffn_up.weight")):
-            return _Paired(name)   # uploaded with its partner (ffn_gate_up) after the others
+        if name.endswith(_FUSED):
+            return _Fused(name)   # uploaded with its partners (attn_qkv, ffn_gate_up) after
         return ops.Weight.upload(self.dev, self.file, name)
 
     def limit_context(self, max_ctx: int | None) -> None:
@@ -121,16 +127,16 @@ class GPUModel(LoadedWeights):
         dev, step, ctx = self.dev, self.steps.binding(slot), self.capacity
         hd, eps = cfg.head_dim, cfg.rms_eps
         rope = {"rope": self.rope, "head_dim": hd, "max_ctx": ctx}
+        nq, nkv = cfg.n_heads * hd, cfg.n_kv_heads * hd
         out = [ops.embed(dev, self.tok_embd, tokens, self.x, step)]
         for i, w in enumerate(self.layers[:n_layers]):
             kc, vc = self.k_cache[i], self.v_cache[i]
             out += [
                 ops.rmsnorm(dev, self.x, w["attn_norm"], self.h, step, eps=eps),
-                # Q and K leave their products rotated (the RoPE epilogue); K and V go straight
-                # into the cache rows of this pass's positions.
-                ops.matmul(dev, w["attn_q"], self.h, self.q, step, **rope),
-                ops.matmul(dev, w["attn_k"], self.h, kc, step, out_at_pos=True, **rope),
-                ops.matmul(dev, w["attn_v"], self.h, vc, step, out_at_pos=True),
+                # Q, K and V in one product: Q and K rotated as they are stored (the RoPE
+                # epilogue), K and V straight into the cache rows of this pass's positions.
+                ops.matmul(dev, w["attn_qkv"], self.h, self.q, step, qkv=(kc, vc, nq, nkv),
+                           **rope),
                 ops.attention(dev, self.q, kc, vc, self.scores, self.att, step,
                               n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=hd,
                               max_ctx=ctx),

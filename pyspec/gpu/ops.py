@@ -91,6 +91,19 @@ class Weight:
         return cls(dev.upload(data, label=f"{gate}+{up}"), kind, (2 * shape[0], shape[1]),
                    f"{gate}+{up}")
 
+    @classmethod
+    def upload_stack(cls, dev, f: GGUFFile, names: list[str]) -> "Weight":
+        """Matrices of one type and width as one, rows of the first, then the second, ...: the
+        weight of matmul(qkv=...). Rows are whole blocks, so stacking changes no value."""
+        parts = [cls.host_bytes(f, n) for n in names]
+        kind, n_in = parts[0][1], parts[0][2][1]
+        if any(p[1] != kind or len(p[2]) != 2 or p[2][1] != n_in for p in parts):
+            raise ShapeError(f"{names} differ in type or width; they cannot be stacked")
+        data = np.concatenate([p[0].reshape(p[2][0], -1) for p in parts])  # (sum n_out, row bytes)
+        name = "+".join(names)
+        _check_binding(dev, name, data.nbytes)
+        return cls(dev.upload(data, label=name), kind, (data.shape[0], n_in), name)
+
     @property
     def nbytes(self) -> int:
         """Bytes of the GPU copy."""
@@ -147,7 +160,7 @@ EPILOGUE_NONE, EPILOGUE_ROPE, EPILOGUE_SILU_GATE = 0, 1, 2   # shaders/matmul.wg
 
 def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
            accumulate: bool = False, rope=None, head_dim: int = 0, max_ctx: int = 0,
-           silu_gate: bool = False) -> Dispatch:
+           silu_gate: bool = False, qkv: tuple | None = None) -> Dispatch:
     """y[base + r] (= or +=) weight @ x[r] for r < step.rows; entry matmul_<weight.kind>.
 
     weight (n_out, n_in); x (ROWS_MAX, n_in) f32; y (y_rows, n_out) f32: base = step.pos with
@@ -155,7 +168,10 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     ROWS_MAX rows). accumulate adds to y (the residual x += W h). With `rope` (rope_table(max_ctx))
     each head's output pairs of row r are rotated by position step.pos + r before they are stored
     (the Q and K products: model.Model.rope, fused). With `silu_gate` the weight is
-    Weight.upload_pair(gate, up) and y (ROWS_MAX, n_out / 2) gets silu(W_gate x) * (W_up x)."""
+    Weight.upload_pair(gate, up) and y (ROWS_MAX, n_out / 2) gets silu(W_gate x) * (W_up x).
+    With `qkv` = (k_cache, v_cache, nq, nk) the weight is Weight.upload_stack(q, k, v): outputs
+    j < nq go to y (ROWS_MAX, nq), the next nk to row step.pos + r of k_cache (max_ctx, nk) and
+    the rest to v_cache (max_ctx, n_out - nq - nk); RoPE rotates Q and K only."""
     if len(weight.shape) != 2:
         raise ShapeError(f"matmul needs a matrix; {weight.name!r} has shape {weight.shape}")
     n_out, n_in = weight.shape
@@ -165,7 +181,18 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     if silu_gate and (out_at_pos or accumulate or rope is not None or n_out % 2):
         raise ShapeError(f"matmul with the SiLU gate takes an interleaved (gate, up) pair into "
                          f"fresh activations; got {weight.name!r} of {n_out} rows")
-    y_cols = n_out // 2 if silu_gate else n_out
+    k_out, v_out, nq, nk, kv_rows = None, None, 0, 0, 0
+    if qkv is not None:
+        k_out, v_out, nq, nk = qkv
+        nv = n_out - nq - nk
+        if (out_at_pos or accumulate or silu_gate or min(nq, nk, nv) < 1
+                or (rope is not None and (nq % head_dim or nk % head_dim)) or nq % 2 or nk % 2):
+            raise ShapeError(f"matmul of Q, K and V takes their stacked rows into fresh outputs "
+                             f"of whole heads; got {weight.name!r}: nq {nq}, nk {nk}, nv {nv}")
+        kv_rows = binding_size(dev, k_out) // (nk * 4)
+        if kv_rows < 1 or binding_size(dev, v_out) // (nv * 4) < kv_rows:
+            raise ShapeError(f"matmul K and V caches for {weight.name!r} hold no common row")
+    y_cols = n_out // 2 if silu_gate else nq or n_out
     y_rows = binding_size(dev, y) // (y_cols * 4)
     if out_at_pos:
         if y_rows < 1:
@@ -184,21 +211,25 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     epilogue = (EPILOGUE_ROPE if rope is not None else
                 EPILOGUE_SILU_GATE if silu_gate else EPILOGUE_NONE)
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,
-                                 head_dim, max_ctx), f"matmul {weight.name}")
+                                 head_dim, max_ctx, nq, nk, kv_rows), f"matmul {weight.name}")
     groups = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
+    spare = _spares(dev)
     return dev.dispatch("matmul", f"matmul_{weight.kind}",
                         [params, step, weight.buffer, x, y,
-                         rope if rope is not None else _no_table(dev)], groups)
+                         rope if rope is not None else spare[0],
+                         k_out if k_out is not None else spare[1],
+                         v_out if v_out is not None else spare[2]], groups)
 
 
-_NO_TABLE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SPARES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _no_table(dev):
-    """What a product without RoPE binds as its table (a binding must be bound; never read)."""
-    if dev not in _NO_TABLE:
-        _NO_TABLE[dev] = dev.buffer(16, label="matmul.no_rope")
-    return _NO_TABLE[dev]
+def _spares(dev) -> tuple:
+    """What a product binds where it has no RoPE table, K or V cache: a binding must be bound
+    (these are never read or written), and two writable bindings must not share a buffer."""
+    if dev not in _SPARES:
+        _SPARES[dev] = tuple(dev.buffer(16, label=f"matmul.spare{i}") for i in range(3))
+    return _SPARES[dev]
 
 
 def embed(dev, weight: Weight, tokens, x, step) -> Dispatch:

@@ -26,6 +26,10 @@
 //     the gate and up rows, so the pair is (g_i, u_i) and y[r, i] = silu(g_i) * u_i; y has
 //     n_out / 2 columns.
 // Either is the f32 arithmetic a separate pass over the stored values would do, without the pass.
+// RMSNorm folded in (params.norm = 1): y = W (x * g) * inv_rms(x) per row, where g is the norm's
+// weight (multiplied into each x chunk as it is loaded) and inv_rms(x) = 1 / sqrt(mean(x^2) +
+// eps) is summed by every thread over its rows in one fixed order (row-local, so batch-invariant)
+// and applied to the sums before they are stored; x is the residual stream itself.
 // Q, K and V as one product (params.nq > 0): W is ops.Weight.upload_stack's rows of Q, then K,
 // then V; outputs j < nq go to y (row r), the next nk to the K cache `k_out` and the rest to the
 // V cache `v_out` (row step.pos + r of each); with EPILOGUE_ROPE the Q and K pairs are rotated.
@@ -45,6 +49,8 @@ struct Params {
     nq: u32,          // Q, K, V as one product: outputs to y (0: every output goes to y)
     nk: u32,          // ... outputs to k_out; the other n_out - nq - nk to v_out
     kv_rows: u32,     // ... rows k_out and v_out hold (max_ctx)
+    norm: u32,        // 1: RMSNorm folded in (see above)
+    eps: f32,         // norm: the epsilon
 }
 
 const Q4_1: u32 = 0u;
@@ -60,6 +66,7 @@ const EPILOGUE_SILU_GATE: u32 = 2u;
 @group(0) @binding(5) var<storage, read> table: array<vec2<f32>>;  // (rope_rows, head_dim/2) cos, sin
 @group(0) @binding(6) var<storage, read_write> k_out: array<f32>;   // (kv_rows, nk) the K cache
 @group(0) @binding(7) var<storage, read_write> v_out: array<f32>;   // (kv_rows, n_out-nq-nk) V
+@group(0) @binding(8) var<storage, read> g_norm: array<vec4<f32>>;  // (n_in/4,) the norm weight
 
 // (WG, MATMUL_OUTS, ROWS_MAX / 4): each thread's partial sums, a vec4 per (output, row tile);
 // 16 KiB at 64 x 4 x 4.
@@ -90,7 +97,33 @@ fn x_tile(c: u32, r0: u32, rows: u32, rs: u32) -> mat4x4<f32> {
     if (r0 + 3u < rows) {
         t[3] = x[c + 3u * rs];
     }
+    if (params.norm != 0u) {  // x * g, the norm's weight at this column (uniform branch)
+        let g = g_norm[c % rs];
+        t = mat4x4<f32>(t[0] * g, t[1] * g, t[2] * g, t[3] * g);
+    }
     return t;
+}
+
+// With params.norm: 1 / sqrt(mean(x^2) + eps) of rows r0..r0+3 (0 for rows >= rows), each summed
+// over its vec4 chunks in order; else 1.
+fn inv_rms(r0: u32, rows: u32) -> vec4<f32> {
+    if (params.norm == 0u) {
+        return vec4<f32>(1.0);
+    }
+    let rs = params.n_in / 4u;
+    var out = vec4<f32>();
+    for (var k = 0u; k < 4u; k++) {
+        if (r0 + k < rows) {
+            var acc = vec4<f32>();
+            for (var c = 0u; c < rs; c++) {
+                let v = x[(r0 + k) * rs + c];
+                acc += v * v;
+            }
+            let ms = (acc.x + acc.y + acc.z + acc.w) / f32(params.n_in);
+            out[k] = 1.0 / sqrt(ms + params.eps);
+        }
+    }
+    return out;
 }
 
 // One quantized block of 32 weights: Q4_1 s = (d, m), q0 = the 4 nibble words; Q8_0 s = (d, 0),
@@ -233,6 +266,15 @@ fn store_tile(j: u32, r0: u32, rows: u32, u: vec4<f32>, v: vec4<f32>) {
     }
 }
 
+// A tile's sums times each row's inverse RMS (the folded norm; 1 without it).
+fn scaled(acc: mat4x4<f32>, r0: u32, rows: u32) -> mat4x4<f32> {
+    if (params.norm == 0u) {
+        return acc;
+    }
+    let inv = inv_rms(r0, rows);
+    return mat4x4<f32>(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
+}
+
 // A finished row tile: stored (lanes = 1) or parked in `part` for the lanes' reduction.
 fn keep(t: u32, j0: u32, r0: u32, rows: u32, acc: mat4x4<f32>) {
     if (params.lanes == 1u) {
@@ -278,7 +320,7 @@ fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
     for (var r0 = 0u; r0 < rows; r0 += 4u) {
-        keep(t, j0, r0, rows, tile_quant(Q4_1, j0, t % params.lanes, r0, rows));
+        keep(t, j0, r0, rows, scaled(tile_quant(Q4_1, j0, t % params.lanes, r0, rows), r0, rows));
     }
     reduce_store(t, j0, rows);
 }
@@ -289,7 +331,7 @@ fn matmul_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
     for (var r0 = 0u; r0 < rows; r0 += 4u) {
-        keep(t, j0, r0, rows, tile_quant(Q8_0, j0, t % params.lanes, r0, rows));
+        keep(t, j0, r0, rows, scaled(tile_quant(Q8_0, j0, t % params.lanes, r0, rows), r0, rows));
     }
     reduce_store(t, j0, rows);
 }
@@ -314,7 +356,7 @@ fn matmul_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
             acc = mat4x4<f32>(acc[0] + f32s(j.x, c) * xt, acc[1] + f32s(j.y, c) * xt,
                               acc[2] + f32s(j.z, c) * xt, acc[3] + f32s(j.w, c) * xt);
         }
-        keep(t, j0, r0, rows, acc);
+        keep(t, j0, r0, rows, scaled(acc, r0, rows));
     }
     reduce_store(t, j0, rows);
 }

@@ -30,7 +30,7 @@ POS = 5  # a nonzero start position for the invariance passes
 MATRICES = {"q4_1.33x64": ((33, 64), quant.Q4_1), "q4_1.257x512": ((257, 512), quant.Q4_1),
             "q8_0.33x96": ((33, 96), quant.Q8_0), "q8_0.32001x64": ((32001, 64), quant.Q8_0),
             "f32.33x36": ((33, 36), quant.F32), "f16.40x100": ((40, 100), quant.F16),
-            "norm.576": ((576,), quant.F32), "norm.100": ((100,), quant.F32)}
+            "norm.576": ((576,), quant.F32), "norm.64": ((64,), quant.F32)}
 
 
 @pytest.fixture(scope="module")
@@ -193,30 +193,41 @@ def test_embed_exact_and_batch_invariant(dev, files, source, name):
     assert_batch_invariant(run)
 
 
-# --- rmsnorm ----------------------------------------------------------------------------------
+# --- matmul with RMSNorm folded in -------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["norm.576", "norm.100"])
-def test_rmsnorm(dev, files, name):
-    f = files[0]
-    w = ops.Weight.upload(dev, f, name)
-    (d,) = w.shape
+@pytest.mark.parametrize("lanes", ["one", "split"])
+@pytest.mark.parametrize("pair", ["model", "q4_1.33x64"])
+def test_matmul_folds_rmsnorm(dev, files, pair, lanes, monkeypatch):
+    """matmul(x, norm=g) vs the reference's W rms_norm(x, g): rows of very different scales (the
+    norm matters), batch-invariant."""
+    monkeypatch.setattr(dev, "is_cpu", lanes == "one")
+    if pair == "model":   # the tiny Llama's Q product and its attention norm
+        f, name, norm = files[1].file, "blk.0.attn_q.weight", "blk.0.attn_norm.weight"
+    else:
+        f, name, norm = files[0], pair, "norm.64"
+    w, g = ops.Weight.upload(dev, f, name), ops.Weight.upload(dev, f, norm)
+    ref_w, ref_g = f.dequantize(name), f.dequantize(norm)
+    n_out, n_in = w.shape
     eps = 1e-5
     rng = np.random.default_rng(4)
-    xs = (rng.standard_normal((ROWS_MAX, d)) * 3).astype(F32)
-    x, y = dev.buffer(ROWS_MAX * d * 4), dev.buffer(ROWS_MAX * d * 4)
+    xs = (rng.standard_normal((ROWS_MAX, n_in))
+          * np.geomspace(1e-2, 1e2, ROWS_MAX)[:, None]).astype(F32)
+    x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * n_out * 4)
     p = Pass(dev)
-    p.dispatches = [ops.rmsnorm(dev, x, w, y, p.step, eps=eps)]
+    p.dispatches = [ops.matmul(dev, w, x, y, p.step, norm=g, eps=eps)]
 
     def run(rows, pos, src):
-        x_in = garbage(rng, (ROWS_MAX, d))
+        x_in = garbage(rng, (ROWS_MAX, n_in))
         x_in[:rows] = xs[src]
         dev.write(x, x_in)
         p.run(rows, pos)
-        return read(dev, y, (ROWS_MAX, d))[:rows]
+        return read(dev, y, (ROWS_MAX, n_out))[:rows]
 
-    ref = rms_norm(xs, f.dequantize(name), eps)
-    np.testing.assert_allclose(run(ROWS_MAX, 0, list(range(ROWS_MAX))), ref,
-                               rtol=1e-5, atol=1e-6)                      # atol 1e-6 + rtol 1e-5
+    h = rms_norm(xs, ref_g, eps)                                          # (ROWS_MAX, n_in)
+    ref = matmul(h, ref_w)
+    atol = 4e-6 * (np.abs(h) @ np.abs(ref_w).T)      # a dot product's rounding, as for matmul
+    got = run(ROWS_MAX, 0, list(range(ROWS_MAX)))
+    assert (np.abs(got - ref) <= atol + 1e-5 * np.abs(ref)).all()
     assert_batch_invariant(run)
 
 
@@ -411,8 +422,9 @@ def test_shape_errors(dev, files):
     small = dev.buffer(64)
     with pytest.raises(ops.ShapeError, match="matmul x"):
         ops.matmul(dev, w, small, dev.buffer(ROWS_MAX * 33 * 4), p.step)
-    with pytest.raises(ops.ShapeError, match="f32 vector"):
-        ops.rmsnorm(dev, small, w, small, p.step, eps=1e-5)
+    with pytest.raises(ops.ShapeError, match="folded RMSNorm"):
+        ops.matmul(dev, w, dev.buffer(ROWS_MAX * 64 * 4), dev.buffer(ROWS_MAX * 33 * 4), p.step,
+                   norm=w)
     with pytest.raises(ops.ShapeError, match="divide"):
         ops.attention(dev, small, small, small, small, small, p.step, n_heads=3, n_kv_heads=2,
                       head_dim=64, max_ctx=16)

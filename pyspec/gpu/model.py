@@ -2,10 +2,10 @@
 forward pass as a list of dispatches (DESIGN §7).
 
 `GPUModel.forward_dispatches(slot, n_layers)` returns the dispatches of one pass: embedding,
-then per layer 7 dispatches: RMSNorm -> Q, K and V as one product (Q and K rotated by RoPE as
-they are stored, K and V written straight into the cache rows at the pass's positions) ->
-attention -> output product (+ residual) -> RMSNorm -> gate and up as one product, SiLU-gated
-as it is stored -> down product (+ residual); then the final norm and the head. The pass's rows and
+then per layer 5 dispatches: Q, K and V as one product (RMSNorm folded in; Q and K rotated by
+RoPE as they are stored, K and V written straight into the cache rows at the pass's positions)
+-> attention -> output product (+ residual) -> gate and up as one product (RMSNorm folded in,
+SiLU-gated as it is stored) -> down product (+ residual); then the head (final norm folded in). The pass's rows and
 positions come from its Step slot, so each slot's list is built once and re-encoded every cycle.
 Every kernel computes row i the same way whatever the number of rows (batch invariance), which
 is what makes greedy speculative output byte-identical to champion-only output on the GPU.
@@ -72,7 +72,6 @@ class GPUModel(LoadedWeights):
         R = ROWS_MAX
         self.tokens = dev.buffer(R * 4, label=f"{label}.tokens")               # (R,) u32
         self.x = dev.buffer(R * d * 4, label=f"{label}.x")                     # (R, d) residual
-        self.h = dev.buffer(R * d * 4, label=f"{label}.h")                     # (R, d) normed
         self.q = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.q")      # (R, heads*hd)
         self.att = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.att")  # (R, heads*hd)
         self.g = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.g")              # (R, d_ff) silu(g)*u
@@ -109,7 +108,7 @@ class GPUModel(LoadedWeights):
     # --- bookkeeping ----------------------------------------------------------------------------
     def scratch_bytes(self, rows: int, logit_rows: int) -> int:
         cfg = self.config
-        per_row = 4 * cfg.d_model + 2 * cfg.n_heads * cfg.head_dim + cfg.d_ff
+        per_row = cfg.d_model + 2 * cfg.n_heads * cfg.head_dim + cfg.d_ff   # x, q, att, g
         return 4 * (rows * per_row + logit_rows * cfg.vocab_size)
 
     # --- the forward, as dispatches -----------------------------------------------------------
@@ -132,21 +131,21 @@ class GPUModel(LoadedWeights):
         for i, w in enumerate(self.layers[:n_layers]):
             kc, vc = self.k_cache[i], self.v_cache[i]
             out += [
-                ops.rmsnorm(dev, self.x, w["attn_norm"], self.h, step, eps=eps),
-                # Q, K and V in one product: Q and K rotated as they are stored (the RoPE
-                # epilogue), K and V straight into the cache rows of this pass's positions.
-                ops.matmul(dev, w["attn_qkv"], self.h, self.q, step, qkv=(kc, vc, nq, nkv),
-                           **rope),
+                # Q, K and V in one product over the normed residual (RMSNorm folded in): Q and
+                # K rotated as they are stored (the RoPE epilogue), K and V straight into the
+                # cache rows of this pass's positions.
+                ops.matmul(dev, w["attn_qkv"], self.x, self.q, step, qkv=(kc, vc, nq, nkv),
+                           norm=w["attn_norm"], eps=eps, **rope),
                 ops.attention(dev, self.q, kc, vc, self.scores, self.att, step,
                               n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=hd,
                               max_ctx=ctx),
                 ops.matmul(dev, w["attn_output"], self.att, self.x, step, accumulate=True),
-                ops.rmsnorm(dev, self.x, w["ffn_norm"], self.h, step, eps=eps),
-                ops.matmul(dev, w["ffn_gate_up"], self.h, self.g, step, silu_gate=True),
+                ops.matmul(dev, w["ffn_gate_up"], self.x, self.g, step, silu_gate=True,
+                           norm=w["ffn_norm"], eps=eps),
                 ops.matmul(dev, w["ffn_down"], self.g, self.x, step, accumulate=True),
             ]
-        out += [ops.rmsnorm(dev, self.x, self.out_norm, self.h, step, eps=eps),
-                ops.matmul(dev, self.head, self.h, self.logits, step)]
+        out.append(ops.matmul(dev, self.head, self.x, self.logits, step, norm=self.out_norm,
+                              eps=eps))
         self._plans[key] = out
         return out
 

@@ -160,7 +160,8 @@ EPILOGUE_NONE, EPILOGUE_ROPE, EPILOGUE_SILU_GATE = 0, 1, 2   # shaders/matmul.wg
 
 def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
            accumulate: bool = False, rope=None, head_dim: int = 0, max_ctx: int = 0,
-           silu_gate: bool = False, qkv: tuple | None = None) -> Dispatch:
+           silu_gate: bool = False, qkv: tuple | None = None, norm: Weight | None = None,
+           eps: float = 0.0) -> Dispatch:
     """y[base + r] (= or +=) weight @ x[r] for r < step.rows; entry matmul_<weight.kind>.
 
     weight (n_out, n_in); x (ROWS_MAX, n_in) f32; y (y_rows, n_out) f32: base = step.pos with
@@ -171,7 +172,8 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     Weight.upload_pair(gate, up) and y (ROWS_MAX, n_out / 2) gets silu(W_gate x) * (W_up x).
     With `qkv` = (k_cache, v_cache, nq, nk) the weight is Weight.upload_stack(q, k, v): outputs
     j < nq go to y (ROWS_MAX, nq), the next nk to row step.pos + r of k_cache (max_ctx, nk) and
-    the rest to v_cache (max_ctx, n_out - nq - nk); RoPE rotates Q and K only."""
+    the rest to v_cache (max_ctx, n_out - nq - nk); RoPE rotates Q and K only. With `norm` (an
+    f32 vector of n_in) the product takes x un-normed and folds RMSNorm in: y = W rms_norm(x)."""
     if len(weight.shape) != 2:
         raise ShapeError(f"matmul needs a matrix; {weight.name!r} has shape {weight.shape}")
     n_out, n_in = weight.shape
@@ -181,6 +183,9 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     if silu_gate and (out_at_pos or accumulate or rope is not None or n_out % 2):
         raise ShapeError(f"matmul with the SiLU gate takes an interleaved (gate, up) pair into "
                          f"fresh activations; got {weight.name!r} of {n_out} rows")
+    if norm is not None and (norm.kind != "f32" or norm.shape != (n_in,) or n_in % 4):
+        raise ShapeError(f"matmul's folded RMSNorm needs an f32 weight of {n_in}; "
+                         f"{norm.name!r} is {norm.kind} {norm.shape}")
     k_out, v_out, nq, nk, kv_rows = None, None, 0, 0, 0
     if qkv is not None:
         k_out, v_out, nq, nk = qkv
@@ -211,24 +216,27 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     epilogue = (EPILOGUE_ROPE if rope is not None else
                 EPILOGUE_SILU_GATE if silu_gate else EPILOGUE_NONE)
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,
-                                 head_dim, max_ctx, nq, nk, kv_rows), f"matmul {weight.name}")
+                                 head_dim, max_ctx, nq, nk, kv_rows, norm is not None,
+                                 float(eps)), f"matmul {weight.name}")
     groups = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
     spare = _spares(dev)
     return dev.dispatch("matmul", f"matmul_{weight.kind}",
                         [params, step, weight.buffer, x, y,
                          rope if rope is not None else spare[0],
                          k_out if k_out is not None else spare[1],
-                         v_out if v_out is not None else spare[2]], groups)
+                         v_out if v_out is not None else spare[2],
+                         norm.buffer if norm is not None else spare[3]], groups)
 
 
 _SPARES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _spares(dev) -> tuple:
-    """What a product binds where it has no RoPE table, K or V cache: a binding must be bound
-    (these are never read or written), and two writable bindings must not share a buffer."""
+    """What a product binds where it has no RoPE table, K or V cache or norm weight: a binding
+    must be bound (these are never read or written), and two writable bindings must not share
+    a buffer."""
     if dev not in _SPARES:
-        _SPARES[dev] = tuple(dev.buffer(16, label=f"matmul.spare{i}") for i in range(3))
+        _SPARES[dev] = tuple(dev.buffer(16, label=f"matmul.spare{i}") for i in range(4))
     return _SPARES[dev]
 
 
@@ -245,20 +253,6 @@ def embed(dev, weight: Weight, tokens, x, step) -> Dispatch:
     params = dev.uniform(_fields(d, vocab, 1.0), f"embed {weight.name}")
     return dev.dispatch("embed", f"embed_{weight.kind}", [params, step, weight.buffer, tokens, x],
                         _workgroups(ROWS_MAX * d))
-
-
-def rmsnorm(dev, x, weight: Weight, y, step, *, eps: float) -> Dispatch:
-    """y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight for r < step.rows.
-
-    x, y (ROWS_MAX, d) f32 (distinct buffers); weight (d,) f32."""
-    if weight.kind != "f32" or len(weight.shape) != 1:
-        raise ShapeError(f"rmsnorm needs an f32 vector; {weight.name!r} is {weight.kind} "
-                         f"{weight.shape}")
-    (d,) = weight.shape
-    need(dev, x, ROWS_MAX * d * 4, f"rmsnorm x (ROWS_MAX, {d})")
-    need(dev, y, ROWS_MAX * d * 4, f"rmsnorm y (ROWS_MAX, {d})")
-    params = dev.uniform(_fields(d, float(eps)), f"rmsnorm {weight.name}")
-    return dev.dispatch("rmsnorm", "rmsnorm", [params, step, x, weight.buffer, y], ROWS_MAX)
 
 
 def rope_table(dev, config, max_ctx: int):

@@ -26,10 +26,11 @@
 //     the gate and up rows, so the pair is (g_i, u_i) and y[r, i] = silu(g_i) * u_i; y has
 //     n_out / 2 columns.
 // Either is the f32 arithmetic a separate pass over the stored values would do, without the pass.
-// RMSNorm folded in (params.norm = 1): y = W (x * g) * inv_rms(x) per row, where g is the norm's
-// weight (multiplied into each x chunk as it is loaded) and inv_rms(x) = 1 / sqrt(mean(x^2) +
-// eps) is summed by every thread over its rows in one fixed order (row-local, so batch-invariant)
-// and applied to the sums before they are stored; x is the residual stream itself.
+// RMSNorm folded in (params.norm = 1): y = W (x * g) / sqrt(mean(x^2) + eps) per row, where g is
+// the norm's weight, multiplied into each x chunk as it is loaded. The sum of x^2 comes from the
+// same loads: each thread sums the squares of the chunks it reads (its blocks, in order); with
+// lanes > 1 the lanes' partial sums are then added in lane order, like the products. Row-local
+// and in a fixed order, so batch-invariant. x is the residual stream itself.
 // Q, K and V as one product (params.nq > 0): W is ops.Weight.upload_stack's rows of Q, then K,
 // then V; outputs j < nq go to y (row r), the next nk to the K cache `k_out` and the rest to the
 // V cache `v_out` (row step.pos + r of each); with EPILOGUE_ROPE the Q and K pairs are rotated.
@@ -97,33 +98,7 @@ fn x_tile(c: u32, r0: u32, rows: u32, rs: u32) -> mat4x4<f32> {
     if (r0 + 3u < rows) {
         t[3] = x[c + 3u * rs];
     }
-    if (params.norm != 0u) {  // x * g, the norm's weight at this column (uniform branch)
-        let g = g_norm[c % rs];
-        t = mat4x4<f32>(t[0] * g, t[1] * g, t[2] * g, t[3] * g);
-    }
     return t;
-}
-
-// With params.norm: 1 / sqrt(mean(x^2) + eps) of rows r0..r0+3 (0 for rows >= rows), each summed
-// over its vec4 chunks in order; else 1.
-fn inv_rms(r0: u32, rows: u32) -> vec4<f32> {
-    if (params.norm == 0u) {
-        return vec4<f32>(1.0);
-    }
-    let rs = params.n_in / 4u;
-    var out = vec4<f32>();
-    for (var k = 0u; k < 4u; k++) {
-        if (r0 + k < rows) {
-            var acc = vec4<f32>();
-            for (var c = 0u; c < rs; c++) {
-                let v = x[(r0 + k) * rs + c];
-                acc += v * v;
-            }
-            let ms = (acc.x + acc.y + acc.z + acc.w) / f32(params.n_in);
-            out[k] = 1.0 / sqrt(ms + params.eps);
-        }
-    }
-    return out;
 }
 
 // One quantized block of 32 weights: Q4_1 s = (d, m), q0 = the 4 nibble words; Q8_0 s = (d, 0),
@@ -164,35 +139,62 @@ fn chunk(kind: u32, blk: Block, i: u32) -> vec4<f32> {
     return blk.s.x * int8s(select(blk.q0[i % 4u], blk.q1[i % 4u], i >= 4u));
 }
 
-// acc[o] += chunk i of output o's block . the x tile (component k: row r0 + k).
-fn mac(kind: u32, acc: mat4x4<f32>, b0: Block, b1: Block, b2: Block, b3: Block, i: u32,
-       xt: mat4x4<f32>) -> mat4x4<f32> {
-    return mat4x4<f32>(acc[0] + chunk(kind, b0, i) * xt, acc[1] + chunk(kind, b1, i) * xt,
-                       acc[2] + chunk(kind, b2, i) * xt, acc[3] + chunk(kind, b3, i) * xt);
+// A thread's sums over a row tile: acc (column o = output j0 + o, component k = row r0 + k) and,
+// with the folded norm, sq (column k = row r0 + k: its squares, componentwise).
+struct Tile {
+    acc: mat4x4<f32>,
+    sq: mat4x4<f32>,
+}
+
+// The x tile at vec4 column c as the product takes it: its squares into t.sq and x * g with the
+// folded norm (a uniform branch), x as it is without.
+fn take_x(t: ptr<function, Tile>, c: u32, r0: u32, rows: u32, rs: u32) -> mat4x4<f32> {
+    let xt = x_tile(c, r0, rows, rs);
+    if (params.norm == 0u) {
+        return xt;
+    }
+    (*t).sq = mat4x4<f32>((*t).sq[0] + xt[0] * xt[0], (*t).sq[1] + xt[1] * xt[1],
+                          (*t).sq[2] + xt[2] * xt[2], (*t).sq[3] + xt[3] * xt[3]);
+    let g = g_norm[c % rs];
+    return mat4x4<f32>(xt[0] * g, xt[1] * g, xt[2] * g, xt[3] * g);
+}
+
+// acc += chunk i of each output's block . the x tile at vec4 column c.
+fn mac(kind: u32, t: ptr<function, Tile>, b0: Block, b1: Block, b2: Block, b3: Block, i: u32,
+       c: u32, r0: u32, rows: u32, rs: u32) {
+    let xt = take_x(t, c, r0, rows, rs);
+    let a = (*t).acc;
+    (*t).acc = mat4x4<f32>(a[0] + chunk(kind, b0, i) * xt, a[1] + chunk(kind, b1, i) * xt,
+                           a[2] + chunk(kind, b2, i) * xt, a[3] + chunk(kind, b3, i) * xt);
 }
 
 // This thread's partial sums of outputs j0..j0+3 over rows r0..r0+3 (quantized weights).
-fn tile_quant(kind: u32, j0: u32, lane: u32, r0: u32, rows: u32) -> mat4x4<f32> {
+fn tile_quant(kind: u32, j0: u32, lane: u32, r0: u32, rows: u32) -> Tile {
     let nb = params.n_in / 32u;
     let rs = params.n_in / 4u;
     let j = vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
-    var acc = mat4x4<f32>();
+    var t = Tile();
     for (var b = lane; b < nb; b += params.lanes) {
         let b0 = load_block(kind, j.x, b, nb);
         let b1 = load_block(kind, j.y, b, nb);
         let b2 = load_block(kind, j.z, b, nb);
         let b3 = load_block(kind, j.w, b, nb);
         let c = r0 * rs + b * 8u;
-        acc = mac(kind, acc, b0, b1, b2, b3, 0u, x_tile(c, r0, rows, rs));
-        acc = mac(kind, acc, b0, b1, b2, b3, 1u, x_tile(c + 1u, r0, rows, rs));
-        acc = mac(kind, acc, b0, b1, b2, b3, 2u, x_tile(c + 2u, r0, rows, rs));
-        acc = mac(kind, acc, b0, b1, b2, b3, 3u, x_tile(c + 3u, r0, rows, rs));
-        acc = mac(kind, acc, b0, b1, b2, b3, 4u, x_tile(c + 4u, r0, rows, rs));
-        acc = mac(kind, acc, b0, b1, b2, b3, 5u, x_tile(c + 5u, r0, rows, rs));
-        acc = mac(kind, acc, b0, b1, b2, b3, 6u, x_tile(c + 6u, r0, rows, rs));
-        acc = mac(kind, acc, b0, b1, b2, b3, 7u, x_tile(c + 7u, r0, rows, rs));
+        mac(kind, &t, b0, b1, b2, b3, 0u, c, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 1u, c + 1u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 2u, c + 2u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 3u, c + 3u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 4u, c + 4u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 5u, c + 5u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 6u, c + 6u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 7u, c + 7u, r0, rows, rs);
     }
-    return acc;
+    return t;
+}
+
+// The folded norm's scale of a row from its sum of squares.
+fn inv_rms(ss: f32) -> f32 {
+    return 1.0 / sqrt(ss / f32(params.n_in) + params.eps);
 }
 
 // Row r of column j of y (y_cols columns) gets s, if y holds that row.
@@ -266,18 +268,21 @@ fn store_tile(j: u32, r0: u32, rows: u32, u: vec4<f32>, v: vec4<f32>) {
     }
 }
 
-// A tile's sums times each row's inverse RMS (the folded norm; 1 without it).
-fn scaled(acc: mat4x4<f32>, r0: u32, rows: u32) -> mat4x4<f32> {
-    if (params.norm == 0u) {
-        return acc;
-    }
-    let inv = inv_rms(r0, rows);
-    return mat4x4<f32>(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
-}
+// Each row's sum of squares of this thread's part of x, kept across its row tiles (norm, lanes > 1).
+var<private> ss_mine: array<f32, ROWS_MAX>;
 
-// A finished row tile: stored (lanes = 1) or parked in `part` for the lanes' reduction.
-fn keep(t: u32, j0: u32, r0: u32, rows: u32, acc: mat4x4<f32>) {
+// A finished row tile: stored (lanes = 1, scaled by the folded norm) or parked in `part` for the
+// lanes' reduction (and its sums of squares in ss_mine).
+fn keep(t: u32, j0: u32, r0: u32, rows: u32, tile: Tile) {
+    var acc = tile.acc;
+    let sq = tile.sq;
+    let ss = vec4<f32>(sq[0].x + sq[0].y + sq[0].z + sq[0].w, sq[1].x + sq[1].y + sq[1].z + sq[1].w,
+                       sq[2].x + sq[2].y + sq[2].z + sq[2].w, sq[3].x + sq[3].y + sq[3].z + sq[3].w);
     if (params.lanes == 1u) {
+        if (params.norm != 0u) {
+            let inv = vec4<f32>(inv_rms(ss.x), inv_rms(ss.y), inv_rms(ss.z), inv_rms(ss.w));
+            acc = mat4x4<f32>(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
+        }
         store_tile(j0, r0, rows, acc[0], acc[1]);
         store_tile(j0 + 2u, r0, rows, acc[2], acc[3]);
     } else {
@@ -286,11 +291,17 @@ fn keep(t: u32, j0: u32, r0: u32, rows: u32, acc: mat4x4<f32>) {
         part[at + 4u] = acc[1];
         part[at + 8u] = acc[2];
         part[at + 12u] = acc[3];
+        ss_mine[r0] = ss.x;
+        ss_mine[r0 + 1u] = ss.y;
+        ss_mine[r0 + 2u] = ss.z;
+        ss_mine[r0 + 3u] = ss.w;
     }
 }
 
 // With lanes > 1: lane l takes the output pairs (o, o + 1) x rows r numbered l, l + lanes, ...
-// of its group, sums each entry over the lanes in lane order, and stores the pair.
+// of its group and sums each entry over the lanes in lane order. With the folded norm the lanes'
+// sums of squares then go through `part` too (two more barriers), each row's in lane order, and
+// scale the pair before it is stored.
 fn reduce_store(t: u32, j0: u32, rows: u32) {
     let lanes = params.lanes;
     if (lanes == 1u) {
@@ -298,19 +309,46 @@ fn reduce_store(t: u32, j0: u32, rows: u32) {
     }
     workgroupBarrier();
     let first = t - t % lanes;  // lane 0 of this group
+    var sums: array<vec2<f32>, ROWS_MAX>;  // this lane's entries, (o, o + 1), at most ROWS_MAX
+    var n = 0u;
     for (var e = t % lanes; e < MATMUL_OUTS / 2u * ROWS_MAX; e += lanes) {
         let o = e / ROWS_MAX * 2u;
         let r = e % ROWS_MAX;
-        if (r < rows) {
-            let at = o * 4u + r / 4u;  // output o's entry; output o + 1's is 4 further
-            var s0 = part[first * MATMUL_OUTS * 4u + at][r % 4u];
-            var s1 = part[first * MATMUL_OUTS * 4u + at + 4u][r % 4u];
-            for (var l = 1u; l < lanes; l++) {
-                s0 += part[(first + l) * MATMUL_OUTS * 4u + at][r % 4u];
-                s1 += part[(first + l) * MATMUL_OUTS * 4u + at + 4u][r % 4u];
-            }
-            store_pair(j0 + o, r, s0, s1);
+        let at = o * 4u + r / 4u;  // output o's entry; output o + 1's is 4 further
+        var s0 = part[first * MATMUL_OUTS * 4u + at][r % 4u];
+        var s1 = part[first * MATMUL_OUTS * 4u + at + 4u][r % 4u];
+        for (var l = 1u; l < lanes; l++) {
+            s0 += part[(first + l) * MATMUL_OUTS * 4u + at][r % 4u];
+            s1 += part[(first + l) * MATMUL_OUTS * 4u + at + 4u][r % 4u];
         }
+        sums[n] = vec2<f32>(s0, s1);
+        n++;
+    }
+    if (params.norm != 0u) {
+        workgroupBarrier();  // every lane has read `part`: it now takes the sums of squares
+        let at = t * MATMUL_OUTS * 4u;
+        for (var q = 0u; q < ROWS_MAX / 4u; q++) {
+            part[at + q] = vec4<f32>(ss_mine[4u * q], ss_mine[4u * q + 1u], ss_mine[4u * q + 2u],
+                                     ss_mine[4u * q + 3u]);
+        }
+        workgroupBarrier();
+    }
+    n = 0u;
+    for (var e = t % lanes; e < MATMUL_OUTS / 2u * ROWS_MAX; e += lanes) {
+        let o = e / ROWS_MAX * 2u;
+        let r = e % ROWS_MAX;
+        var scale = 1.0;
+        if (params.norm != 0u) {
+            var ss = part[first * MATMUL_OUTS * 4u + r / 4u][r % 4u];
+            for (var l = 1u; l < lanes; l++) {
+                ss += part[(first + l) * MATMUL_OUTS * 4u + r / 4u][r % 4u];
+            }
+            scale = inv_rms(ss);
+        }
+        if (r < rows) {
+            store_pair(j0 + o, r, sums[n].x * scale, sums[n].y * scale);
+        }
+        n++;
     }
 }
 
@@ -320,7 +358,7 @@ fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
     for (var r0 = 0u; r0 < rows; r0 += 4u) {
-        keep(t, j0, r0, rows, scaled(tile_quant(Q4_1, j0, t % params.lanes, r0, rows), r0, rows));
+        keep(t, j0, r0, rows, tile_quant(Q4_1, j0, t % params.lanes, r0, rows));
     }
     reduce_store(t, j0, rows);
 }
@@ -331,7 +369,7 @@ fn matmul_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
     for (var r0 = 0u; r0 < rows; r0 += 4u) {
-        keep(t, j0, r0, rows, scaled(tile_quant(Q8_0, j0, t % params.lanes, r0, rows), r0, rows));
+        keep(t, j0, r0, rows, tile_quant(Q8_0, j0, t % params.lanes, r0, rows));
     }
     reduce_store(t, j0, rows);
 }
@@ -350,13 +388,14 @@ fn matmul_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     let rs = params.n_in / 4u;
     let j = vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
     for (var r0 = 0u; r0 < rows; r0 += 4u) {
-        var acc = mat4x4<f32>();
+        var tile = Tile();
         for (var c = t % params.lanes; c < rs; c += params.lanes) {
-            let xt = x_tile(r0 * rs + c, r0, rows, rs);
-            acc = mat4x4<f32>(acc[0] + f32s(j.x, c) * xt, acc[1] + f32s(j.y, c) * xt,
-                              acc[2] + f32s(j.z, c) * xt, acc[3] + f32s(j.w, c) * xt);
+            let xt = take_x(&tile, r0 * rs + c, r0, rows, rs);
+            let a = tile.acc;
+            tile.acc = mat4x4<f32>(a[0] + f32s(j.x, c) * xt, a[1] + f32s(j.y, c) * xt,
+                                   a[2] + f32s(j.z, c) * xt, a[3] + f32s(j.w, c) * xt);
         }
-        keep(t, j0, r0, rows, scaled(acc, r0, rows));
+        keep(t, j0, r0, rows, tile);
     }
     reduce_store(t, j0, rows);
 }

@@ -193,6 +193,33 @@ def test_embed_exact_and_batch_invariant(dev, files, source, name):
     assert_batch_invariant(run)
 
 
+# --- rmsnorm ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["norm.576", "norm.64"])
+def test_rmsnorm(dev, files, name):
+    f = files[0]
+    w = ops.Weight.upload(dev, f, name)
+    (d,) = w.shape
+    eps = 1e-5
+    rng = np.random.default_rng(4)
+    xs = (rng.standard_normal((ROWS_MAX, d)) * 3).astype(F32)
+    x, y = dev.buffer(ROWS_MAX * d * 4), dev.buffer(ROWS_MAX * d * 4)
+    p = Pass(dev)
+    p.dispatches = [ops.rmsnorm(dev, x, w, y, p.step, eps=eps)]
+
+    def run(rows, pos, src):
+        x_in = garbage(rng, (ROWS_MAX, d))
+        x_in[:rows] = xs[src]
+        dev.write(x, x_in)
+        p.run(rows, pos)
+        return read(dev, y, (ROWS_MAX, d))[:rows]
+
+    ref = rms_norm(xs, f.dequantize(name), eps)
+    np.testing.assert_allclose(run(ROWS_MAX, 0, list(range(ROWS_MAX))), ref,
+                               rtol=1e-5, atol=1e-6)                      # atol 1e-6 + rtol 1e-5
+    assert_batch_invariant(run)
+
+
 # --- matmul with RMSNorm folded in -------------------------------------------------------------
 
 @pytest.mark.parametrize("lanes", ["one", "split"])

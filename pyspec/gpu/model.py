@@ -72,6 +72,7 @@ class GPUModel(LoadedWeights):
         R = ROWS_MAX
         self.tokens = dev.buffer(R * 4, label=f"{label}.tokens")               # (R,) u32
         self.x = dev.buffer(R * d * 4, label=f"{label}.x")                     # (R, d) residual
+        self.h = dev.buffer(R * d * 4, label=f"{label}.h")    # (R, d) normed (CPU adapters)
         self.q = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.q")      # (R, heads*hd)
         self.att = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.att")  # (R, heads*hd)
         self.g = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.g")              # (R, d_ff) silu(g)*u
@@ -128,24 +129,38 @@ class GPUModel(LoadedWeights):
         rope = {"rope": self.rope, "head_dim": hd, "max_ctx": ctx}
         nq, nkv = cfg.n_heads * hd, cfg.n_kv_heads * hd
         out = [ops.embed(dev, self.tok_embd, tokens, self.x, step)]
+
+        def normed(weight) -> tuple:
+            """(input, kwargs) of a product over rms_norm(x): on a GPU the product folds the
+            norm in; on a CPU adapter, where every invocation is a SIMD lane of one core, summing
+            the squares again in every thread costs more than a pass of its own (measured on
+            lavapipe), so the norm runs first into h."""
+            if not dev.is_cpu:
+                return self.x, {"norm": weight, "eps": eps}
+            out.append(ops.rmsnorm(dev, self.x, weight, self.h, step, eps=eps))
+            return self.h, {}
+
         for i, w in enumerate(self.layers[:n_layers]):
             kc, vc = self.k_cache[i], self.v_cache[i]
+            # Q, K and V in one product over the normed residual: Q and K rotated as they are
+            # stored (the RoPE epilogue), K and V straight into the cache rows of this pass's
+            # positions.
+            h, norm = normed(w["attn_norm"])
+            out.append(ops.matmul(dev, w["attn_qkv"], h, self.q, step, qkv=(kc, vc, nq, nkv),
+                                  **norm, **rope))
             out += [
-                # Q, K and V in one product over the normed residual (RMSNorm folded in): Q and
-                # K rotated as they are stored (the RoPE epilogue), K and V straight into the
-                # cache rows of this pass's positions.
-                ops.matmul(dev, w["attn_qkv"], self.x, self.q, step, qkv=(kc, vc, nq, nkv),
-                           norm=w["attn_norm"], eps=eps, **rope),
                 ops.attention(dev, self.q, kc, vc, self.scores, self.att, step,
                               n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=hd,
                               max_ctx=ctx),
                 ops.matmul(dev, w["attn_output"], self.att, self.x, step, accumulate=True),
-                ops.matmul(dev, w["ffn_gate_up"], self.x, self.g, step, silu_gate=True,
-                           norm=w["ffn_norm"], eps=eps),
+            ]
+            h, norm = normed(w["ffn_norm"])
+            out += [
+                ops.matmul(dev, w["ffn_gate_up"], h, self.g, step, silu_gate=True, **norm),
                 ops.matmul(dev, w["ffn_down"], self.g, self.x, step, accumulate=True),
             ]
-        out.append(ops.matmul(dev, self.head, self.x, self.logits, step, norm=self.out_norm,
-                              eps=eps))
+        h, norm = normed(self.out_norm)
+        out.append(ops.matmul(dev, self.head, h, self.logits, step, **norm))
         self._plans[key] = out
         return out
 

@@ -255,6 +255,21 @@ def embed(dev, weight: Weight, tokens, x, step) -> Dispatch:
                         _workgroups(ROWS_MAX * d))
 
 
+def rmsnorm(dev, x, weight: Weight, y, step, *, eps: float) -> Dispatch:
+    """y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight for r < step.rows: the norm as a pass of
+    its own, for CPU adapters (GPUs fold it into the next product: matmul's `norm`).
+
+    x, y (ROWS_MAX, d) f32 (distinct buffers); weight (d,) f32."""
+    if weight.kind != "f32" or len(weight.shape) != 1:
+        raise ShapeError(f"rmsnorm needs an f32 vector; {weight.name!r} is {weight.kind} "
+                         f"{weight.shape}")
+    (d,) = weight.shape
+    need(dev, x, ROWS_MAX * d * 4, f"rmsnorm x (ROWS_MAX, {d})")
+    need(dev, y, ROWS_MAX * d * 4, f"rmsnorm y (ROWS_MAX, {d})")
+    params = dev.uniform(_fields(d, float(eps)), f"rmsnorm {weight.name}")
+    return dev.dispatch("rmsnorm", "rmsnorm", [params, step, x, weight.buffer, y], ROWS_MAX)
+
+
 def rope_table(dev, config, max_ctx: int):
     """The (max_ctx, head_dim/2, 2) f32 table of (cos, sin) that `rope` reads: angles in float64
     then cast to f32, exactly as model.Model.rope computes them."""

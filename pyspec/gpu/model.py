@@ -2,10 +2,11 @@
 forward pass as a list of dispatches (DESIGN §7).
 
 `GPUModel.forward_dispatches(slot, n_layers)` returns the dispatches of one pass: embedding,
-then per layer 5 dispatches: Q, K and V as one product (RMSNorm folded in; Q and K rotated by
+then per layer 5 dispatches on a GPU: Q, K and V as one product (RMSNorm folded in; Q and K rotated by
 RoPE as they are stored, K and V written straight into the cache rows at the pass's positions)
 -> attention -> output product (+ residual) -> gate and up as one product (RMSNorm folded in,
-SiLU-gated as it is stored) -> down product (+ residual); then the head (final norm folded in). The pass's rows and
+SiLU-gated as it is stored) -> down product (+ residual); then the head (final norm folded in).
+On a CPU adapter each norm is a pass of its own before its product (7 per layer). The pass's rows and
 positions come from its Step slot, so each slot's list is built once and re-encoded every cycle.
 Every kernel computes row i the same way whatever the number of rows (batch invariance), which
 is what makes greedy speculative output byte-identical to champion-only output on the GPU.

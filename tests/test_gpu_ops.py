@@ -63,6 +63,13 @@ def garbage(rng, shape):
     return g
 
 
+def write_rows(dev, buf, rows_src, src, rng):
+    """Rows rows_src[src] into the first rows of buf (ROWS_MAX, n), garbage in the rest."""
+    host = garbage(rng, (ROWS_MAX, rows_src.shape[1]))
+    host[:len(src)] = rows_src[src]
+    dev.write(buf, host)
+
+
 class Pass:
     """One kernel dispatch with its own Step slot: `run(rows, pos)` sets the step and submits."""
 
@@ -244,9 +251,7 @@ def test_matmul_folds_rmsnorm(dev, files, pair, lanes, monkeypatch):
     p.dispatches = [ops.matmul(dev, w, x, y, p.step, norm=g, eps=eps)]
 
     def run(rows, pos, src):
-        x_in = garbage(rng, (ROWS_MAX, n_in))
-        x_in[:rows] = xs[src]
-        dev.write(x, x_in)
+        write_rows(dev, x, xs, src, rng)
         p.run(rows, pos)
         return read(dev, y, (ROWS_MAX, n_out))[:rows]
 
@@ -284,9 +289,7 @@ def test_matmul_rope_epilogue(dev, files, at_pos, lanes, monkeypatch):
 
     def run(rows, pos, src):
         base = pos if at_pos else 0
-        x_in = garbage(rng, (ROWS_MAX, n_in))
-        x_in[:rows] = xs[src]
-        dev.write(x, x_in)
+        write_rows(dev, x, xs, src, rng)
         dev.write(y, np.zeros((y_rows, n_out), F32))
         p.run(rows, pos)
         return read(dev, y, (y_rows, n_out))[base:base + rows]
@@ -375,9 +378,7 @@ def test_matmul_qkv_routes_rotates_and_caches(dev, files, lanes, monkeypatch):
                                head_dim=hd, max_ctx=ctx)]
 
     def run(rows, pos, src):
-        x_in = garbage(rng, (ROWS_MAX, n_in))
-        x_in[:rows] = xs[src]
-        dev.write(x, x_in)
+        write_rows(dev, x, xs, src, rng)
         for buf, n in ((q, ROWS_MAX * nq), (kc, ctx * nk), (vc, ctx * nv)):
             dev.write(buf, np.full(n, 7.0, F32))
         p.run(rows, pos)
@@ -425,9 +426,7 @@ def test_matmul_silu_gate_epilogue(dev, files, pair, lanes, monkeypatch):
     p.dispatches = [ops.matmul(dev, w, x, y, p.step, silu_gate=True)]
 
     def run(rows, pos, src):
-        x_in = garbage(rng, (ROWS_MAX, n_in))
-        x_in[:rows] = xs[src]
-        dev.write(x, x_in)
+        write_rows(dev, x, xs, src, rng)
         p.run(rows, pos)
         return read(dev, y, (ROWS_MAX, d_ff))[:rows]
 

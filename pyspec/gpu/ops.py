@@ -271,7 +271,7 @@ def rmsnorm(dev, x, weight: Weight, y, step, *, eps: float) -> Dispatch:
 
 
 def rope_table(dev, config, max_ctx: int):
-    """The (max_ctx, head_dim/2, 2) f32 table of (cos, sin) that `rope` reads: angles in float64
+    """The (max_ctx, head_dim/2, 2) f32 table of (cos, sin) that matmul's RoPE epilogue reads: angles in float64
     then cast to f32, exactly as model.Model.rope computes them."""
     hd = config.head_dim
     inv_freq = config.rope_base ** (-np.arange(hd // 2, dtype=np.float64) * 2 / hd)  # (hd/2,)

@@ -32,11 +32,17 @@ DEMO_MESSAGES = [{"role": "user", "content":
 
 
 def read_messages(path: str) -> list[dict]:
+    """The messages of a JSON file; the tokenizer checks each one (role, content) when it
+    renders them."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    # ValueError: not UTF-8, not JSON, or an integer of more digits than Python converts.
+    except (OSError, ValueError) as e:
         raise UsageError(f"cannot read messages from {path}: {e}") from e
+    except RecursionError:
+        raise UsageError(f"cannot read messages from {path}: its JSON is nested too deeply "
+                         "(a message list is two levels deep)") from None
     if isinstance(data, dict):
         data = data.get("messages")
     if not isinstance(data, list):
@@ -49,6 +55,12 @@ def prompt_ids(tok: Tokenizer, args) -> list[int]:
     """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat."""
     if args.messages_json:
         return tok.encode_chat(read_messages(args.messages_json))
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        # Why: Python hands argv bytes that are not UTF-8 over as lone surrogates.
+        raise UsageError("--prompt is not valid UTF-8 text; pass UTF-8, or put the text in a "
+                         "--messages-json file") from None
     if getattr(args, "raw", False):
         return tok.encode(args.prompt)
     return tok.encode_chat([{"role": "user", "content": args.prompt}])
@@ -61,6 +73,8 @@ def options(args) -> Options:
 
 # --- commands -------------------------------------------------------------------------------
 def cmd_generate(args) -> int:
+    if args.ctx is not None and args.ctx < 1:
+        raise UsageError(f"--ctx must be a positive number of positions, got {args.ctx}")
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     recover = None
     if args.backend == "wgpu":  # a lost device finishes the request on the CPU, champion-only
@@ -154,7 +168,7 @@ def cmd_score(args) -> int:
     ids = prompt_ids(tok, args)
     try:
         continuation = [int(t) for t in json.loads(args.continuation_ids)]
-    except (json.JSONDecodeError, TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise UsageError("--continuation-ids must be a JSON list of token ids") from e
     if not continuation:
         raise UsageError("--continuation-ids is empty")
@@ -287,9 +301,17 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return args.func(args)
+        # Why: a corrupt model's weights overflow into inf and NaN; the engine refuses the
+        # non-finite logits with an error of its own, so numpy's warnings would only add noise
+        # on stderr, where a user should see one "error:" line.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return args.func(args)
     except (PyspecError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError as e:
+        print(f"error: out of memory ({e or 'an allocation failed'}); use a smaller model or "
+              "--ctx", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -14,6 +14,7 @@ anywhere. The codes:
   no_webgpu           no WebGPU adapter
   device_lost         the GPU device was lost
   not_ready           the browser session has no model loaded yet
+  out_of_memory       a host allocation failed (a context or a model too large for this memory)
 
 Anything else that escapes is a bug, code `internal`. Each class keeps a builtin base
 (ValueError, RuntimeError) as well, so callers that catch those still do.
@@ -37,3 +38,9 @@ class UsageError(PyspecError, ValueError):
     """A bad command-line value or input file (a workload, a messages file)."""
 
     code = "bad_config"
+
+
+class OutOfMemoryError(PyspecError, MemoryError):
+    """A host allocation failed; the message says what was being allocated and how to shrink it."""
+
+    code = "out_of_memory"

@@ -11,9 +11,11 @@ This module knows nothing about models; `model.py` writes and reads the arrays.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .errors import PyspecError
+from .errors import OutOfMemoryError, PyspecError
 
 
 class ContextOverflowError(PyspecError, ValueError):
@@ -27,10 +29,15 @@ class KVCache:
                  dtype=np.float32, store: bool = True):
         """store=False keeps only the bookkeeping: the rows live elsewhere (GPU buffers)."""
         shape = (n_layers, max_ctx, n_kv_heads, head_dim)
-        self._nbytes = 2 * int(np.prod(shape)) * np.dtype(dtype).itemsize
+        self._nbytes = 2 * math.prod(shape) * np.dtype(dtype).itemsize
         # (n_layers, max_ctx, n_kv_heads, head_dim) each, or None when stored elsewhere
-        self.k = np.zeros(shape, dtype) if store else None
-        self.v = np.zeros(shape, dtype) if store else None
+        try:
+            self.k = np.zeros(shape, dtype) if store else None
+            self.v = np.zeros(shape, dtype) if store else None
+        except (MemoryError, ValueError) as e:  # ValueError: more bytes than an array may hold
+            raise OutOfMemoryError(
+                f"a KV cache of {max_ctx} positions needs {self._nbytes:,} bytes, more than this "
+                "machine can allocate; reserve fewer positions (--ctx, max_ctx)") from e
         self.max_ctx = max_ctx
         self.committed = 0                # rows of accepted tokens
         self.pending = 0                  # rows appended since the last commit / rollback

@@ -271,4 +271,10 @@ class Tokenizer:
             if not isinstance(message.get("content"), str):
                 raise TokenizerError(f"messages[{k}]['content'] must be a str, "
                                      f"got {type(message.get('content')).__name__}")
+            try:
+                message["content"].encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise TokenizerError(f"messages[{k}]['content'] holds a lone surrogate at index "
+                                     f"{exc.start}, which is not valid Unicode; clean the text "
+                                     "first") from None
         return chatml_segments(messages, self._chatml_system[0], add_generation_prompt)

@@ -50,7 +50,7 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
     if spec in ("none", "ngram"):
         return DraftSpec(spec)
     if spec.startswith("self:"):
-        layers = int(spec[5:]) if spec[5:].isdigit() else -1
+        layers = int(spec[5:]) if spec[5:].isdecimal() else -1  # "²".isdigit(), int fails
         if layers < 1 or (n_layers is not None and layers >= n_layers):
             have = f" (the champion has {n_layers} layers)" if n_layers else ""
             top = n_layers - 1 if n_layers else "N-1"

@@ -1,5 +1,6 @@
 """Errors a user can cause show a visible message in the page (#error, role=alert), never a hang.
-(A prompt over the context is in test_browser_tiny.py, on the already loaded page.)"""
+(A prompt over the context is in test_browser_tiny.py, on the already loaded page.) Malformed
+requests posted straight to the worker get a typed error and leave it serving valid ones."""
 
 from __future__ import annotations
 
@@ -20,3 +21,71 @@ def test_visible_error(context, query, code, words):
     assert error.get_attribute("data-code") == code
     assert words in error.text_content()
     assert page.locator("#send").is_disabled()
+
+
+# Malformed requests posted straight to a worker, then valid ones on the same worker. Runs in a
+# page of the site's origin that starts no worker of its own (manifest.json).
+_HOSTILE = """async ([seconds]) => {
+  const w = new Worker("worker.js", { type: "module" });
+  const inbox = [];
+  let wake = null;
+  w.onmessage = (e) => { inbox.push(e.data); wake?.(); };
+  const TERMINAL = ["ready", "done", "error", "cancel_ack", "stats", "receipt"];
+  const reply = async (id) => {
+    for (;;) {
+      const i = inbox.findIndex((m) => m.id === id && TERMINAL.includes(m.type));
+      if (i >= 0) return inbox.splice(i, 1)[0];
+      await new Promise((r) => { wake = r; });
+    }
+  };
+  const ask = (msg, id) => { w.postMessage(msg); return reply(id); };
+  const cyclic = {};
+  cyclic.self = cyclic;
+  const chat = [{ role: "user", content: "the cat sat on the mat" }];
+  const work = (async () => {
+    const out = {};
+    out.string = await ask("garbage", null);
+    out.null = await ask(null, null);
+    out.array = await ask([1, 2], null);
+    out.no_type = await ask({ id: 1 }, 1);
+    out.number_type = await ask({ type: 7, id: 2 }, 2);
+    out.stats_before_init = await ask({ type: "stats", id: 3 }, 3);
+    out.max_ctx_string = await ask({ type: "init", id: 4, champion: "tiny", maxCtx: "big" }, 4);
+    out.champion_number = await ask({ type: "init", id: 5, champion: 5 }, 5);
+    out.messages_string = await ask({ type: "generate", id: 6, messages: "hi" }, 6);
+    out.config_array = await ask({ type: "generate", id: 7, messages: chat, config: [1] }, 7);
+    out.target_object = await ask({ type: "cancel", id: 8, target: {} }, 8);
+    out.ready = await ask({ type: "init", id: 9, champion: "tiny", draft: "ngram", maxCtx: 128 }, 9);
+    out.no_content = await ask({ type: "generate", id: 10, messages: [{ role: "user" }] }, 10);
+    out.max_tokens_string = await ask({ type: "generate", id: 11, messages: chat,
+                                        config: { max_tokens: "8" } }, 11);
+    out.cyclic = await ask({ type: "generate", id: 12, messages: [{ ...chat[0], x: cyclic }] }, 12);
+    out.done = await ask({ type: "generate", id: 13, messages: chat, config: { max_tokens: 8 } }, 13);
+    out.receipt = await ask({ type: "receipt", id: 14 }, 14);
+    return out;
+  })();
+  const timeout = new Promise((_, reject) =>
+    setTimeout(() => reject(new Error(`timed out after ${seconds} s`)), seconds * 1000));
+  try { return await Promise.race([work, timeout]); } finally { w.terminate(); }
+}"""
+
+
+def test_malformed_requests_get_typed_errors_and_the_worker_stays_usable(context):
+    page = context.page("manifest.json")
+    out = page.evaluate(_HOSTILE, [240])
+    expected = {"string": "bad_request", "null": "bad_request", "array": "bad_request",
+                "no_type": "bad_request", "number_type": "bad_request",
+                "stats_before_init": "not_ready", "max_ctx_string": "bad_request",
+                "champion_number": "bad_request", "messages_string": "bad_request",
+                "config_array": "bad_request", "target_object": "bad_request",
+                "no_content": "bad_config", "max_tokens_string": "bad_config",
+                "cyclic": "bad_request"}
+    for name, code in expected.items():
+        reply = out[name]
+        assert reply["type"] == "error" and reply["code"] == code, (name, reply)
+        assert reply["fatal"] is False and reply["message"], (name, reply)
+    assert out["ready"]["type"] == "ready", out["ready"]
+    done = out["done"]
+    assert done["type"] == "done", done
+    assert done["text"] and 0 < len(done["tokens"]) <= 8
+    assert out["receipt"]["receipt"] == done["receipt"]

@@ -9,7 +9,8 @@ The boundary with JavaScript is deliberately plain: every public method takes an
 strings (and numbers), never Python objects, so no proxy outlives a call and an error is a value,
 `{"error": {"code", "message"}}`, that the worker forwards as a typed message. The code is the
 exception's own (errors.py); anything else is `internal` (a bug: the message carries the
-traceback), except while reading a request, where it means a malformed message (`bad_config`).
+traceback). A request's JSON is checked field by field (LOAD_FIELDS, GENERATE_FIELDS) before
+anything runs: a malformed one is `bad_config` and changes nothing, so the session stays usable.
 
 `make_engine` is the one place that chooses the backend. Not here: downloads, OPFS, messages.
 """
@@ -43,9 +44,44 @@ class SessionError(PyspecError):
         self.code = code
 
 
+# What each field of a request may hold; null or absent means the default. A field of another
+# type is refused (bad_config) before anything runs, so a malformed request changes nothing.
+LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
+               "draft_name": str}
+GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, "verify": str,
+                   "k": str, "draft": str}
+
+
+def _parse(text: str, what: str):
+    """A request's JSON value, or SessionError(bad_config) saying why not."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as e:   # not a str; not JSON; an integer too long to convert
+        raise SessionError("bad_config", f"{what} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise SessionError("bad_config", f"{what} is nested too deeply") from None
+
+
+def _fields(text: str, what: str, fields: dict) -> dict:
+    """A request's JSON object whose known fields are each null or of their type (`fields`:
+    name -> type or tuple of types; a bool is not an int)."""
+    obj = _parse(text, what)
+    if not isinstance(obj, dict):
+        raise SessionError("bad_config", f"{what} must be a JSON object, got "
+                           f"{type(obj).__name__}")
+    for name, kinds in fields.items():
+        value = obj.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            names = " or ".join(t.__name__ for t in (kinds if isinstance(kinds, tuple)
+                                                      else (kinds,)))
+            raise SessionError("bad_config", f"{what} field {name!r} must be {names} (or null), "
+                               f"got {type(value).__name__} {value!r:.40}")
+    return obj
+
+
 def _error(e: BaseException, other: str = "internal") -> str:
     """The JSON error for an exception; `other` is the code for an exception of no named kind
-    (bad_config while reading a request, where a KeyError means a malformed message)."""
+    (bad_config while reading a request)."""
     code = error_code(e) if isinstance(e, PyspecError) else other
     message = str(e) if code != "internal" else "".join(traceback.format_exception(e))
     return json.dumps({"error": {"code": code, "message": message}})
@@ -124,6 +160,11 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                   fallbacks=[{"kind": kind, "adapter": "cpu-numpy"}])
 
 
+def _or(value, default):
+    """A request field's value; its default when it is null or absent (0 is a value)."""
+    return default if value is None else value
+
+
 class _SoftwareAdapter(Exception):
     """auto chose the CPU over a software WebGPU adapter."""
 
@@ -148,28 +189,33 @@ class Session:
         self.running: int | None = None
 
     # --- loading --------------------------------------------------------------------------
+    # What load() replaces; a failed load puts them back.
+    _LOADED = ("file", "config", "tokenizer", "draft_model", "backend", "max_ctx",
+               "default_draft", "engine", "engine_draft")
+
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
         none | self:L | model, "max_ctx": int, "backend": auto | webgpu | cpu (make_engine),
         "champion_name", "draft_name"}. Returns
         {"adapter", "vocab", "context", "n_layers", "draft"} or an error."""
+        before = {name: getattr(self, name) for name in self._LOADED}
         try:
-            opts = json.loads(options_json)
-            if not isinstance(opts, dict):
-                raise SessionError("bad_config", "init options must be a JSON object")
-            file = GGUFFile(champion_buf, opts.get("champion_name", "champion"))
+            opts = _fields(options_json, "init options", LOAD_FIELDS)
+            if opts.get("max_ctx") is not None and opts["max_ctx"] < 1:
+                raise SessionError("bad_config", f"max_ctx must be a positive number of "
+                                   f"positions, got {opts['max_ctx']}")
+            file = GGUFFile(champion_buf, opts.get("champion_name") or "champion")
             config = Config.from_metadata(file.metadata)
             tokenizer = Tokenizer.from_metadata(file.metadata)
             draft_model = None
             if draft_buf is not None:
-                draft_file = GGUFFile(draft_buf, opts.get("draft_name", "draft"))
+                draft_file = GGUFFile(draft_buf, opts.get("draft_name") or "draft")
                 check_pair(file.metadata, draft_file.metadata).raise_if_bad()
                 draft_model = Model(draft_file)
             self.file, self.config, self.tokenizer = file, config, tokenizer
             self.draft_model = draft_model
             self.backend = opts.get("backend") or "auto"
-            self.max_ctx = min(int(opts.get("max_ctx") or DEFAULT_MAX_CTX),
-                               config.context_length)
+            self.max_ctx = min(opts.get("max_ctx") or DEFAULT_MAX_CTX, config.context_length)
             self.default_draft = opts.get("draft") or ("model" if draft_model else "ngram")
             self.engine = None
             engine = await self._engine(self.default_draft)
@@ -180,6 +226,9 @@ class Session:
                                "draft": self.default_draft,
                                "weight_bytes": engine.champion.weight_bytes})
         except Exception as e:  # noqa: BLE001 - every error becomes a typed message
+            # A failed init leaves the session as it was: a model loaded before still serves.
+            for name, value in before.items():
+                setattr(self, name, value)
             return _error(e)
 
     async def _engine(self, draft: str) -> Engine:
@@ -207,13 +256,14 @@ class Session:
         {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
         when cancel() stopped it: the engine checks before every cycle), or an error."""
         try:
-            messages = json.loads(messages_json)
-            config = json.loads(config_json)
+            messages = _parse(messages_json, "messages")
+            config = _fields(config_json, "config", GENERATE_FIELDS)
             engine = await self._engine(config.get("draft") or self.default_draft)
-            opts = Options(max_tokens=int(config.get("max_tokens", 128)),
-                           temperature=float(config.get("temperature", 0.0)),
-                           seed=int(config.get("seed", 0)), verify=config.get("verify") or None,
+            opts = Options(max_tokens=_or(config.get("max_tokens"), 128),
+                           temperature=float(_or(config.get("temperature"), 0.0)),
+                           seed=_or(config.get("seed"), 0), verify=config.get("verify") or None,
                            k=config.get("k") or "heuristic")
+            opts.check()
             try:
                 prompt = self.tokenizer.encode_chat(messages)
             except TokenizerError as e:   # malformed messages: the request's fault, not the model's

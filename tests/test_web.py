@@ -159,6 +159,58 @@ def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):
     assert s.running is None and not s.cancelled
 
 
+# Requests a page (or a hostile embedder) may send: each gets a typed error, never `internal`.
+MALFORMED_CONFIGS = [
+    "", "{", "null", "[]", "5", '"x"', "[" * 10_000 + "]" * 10_000, '{"max_tokens": 1' + "0" * 5000 + "}",
+    '{"max_tokens": "8"}', '{"max_tokens": 8.5}', '{"max_tokens": true}', '{"max_tokens": 0}',
+    '{"max_tokens": -3}', '{"temperature": "hot"}', '{"temperature": [1]}', '{"temperature": -1}',
+    '{"seed": 1.5}', '{"seed": -1}', '{"seed": 18446744073709551616}', '{"verify": 1}',
+    '{"verify": "maybe"}', '{"verify": "greedy", "temperature": 0.5}', '{"k": 3}', '{"k": {}}',
+    '{"k": "fixed:-1"}', '{"draft": 5}', '{"draft": "self:99"}',
+    '{"draft": "model"}', '{"draft": "/etc/passwd.gguf"}',
+]
+MALFORMED_MESSAGES = [
+    "", "not json", "null", "5", '"hi"', '{"role": "user", "content": "x"}', "[1]", "[null]",
+    '[{"content": "x"}]', '[{"role": "user"}]', '[{"role": "robot", "content": "x"}]',
+    '[{"role": "user", "content": 5}]', '[{"role": "user", "content": ["x"]}]',
+    '[{"role": "user", "content": "\\ud800"}]', "[" * 10_000 + "]" * 10_000,
+]
+MALFORMED_OPTIONS = ["", "[]", "null", '{"max_ctx": "big"}', '{"max_ctx": 0}',
+                     '{"max_ctx": -1}', '{"max_ctx": 1.5}', '{"backend": "metal"}',
+                     '{"backend": 1}', '{"draft": 3}', '{"draft": "self:99"}',
+                     '{"draft": "model"}', '{"champion_name": ["x"]}']
+
+
+def test_session_refuses_malformed_requests_by_code_and_stays_usable(tiny, champion_bytes):
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 64}), champion_bytes))
+    good = json.dumps({"max_tokens": 4})
+    reference = json.loads(run(s.generate(1, MESSAGES, good, lambda *a: None)))
+    assert reference["text"] is not None
+
+    def refused(out: str, what) -> None:
+        err = json.loads(out).get("error")
+        assert err is not None, what
+        assert err["code"] == "bad_config", (what, err)
+        assert "Traceback" not in err["message"], (what, err)
+
+    for config in MALFORMED_CONFIGS:
+        refused(run(s.generate(2, MESSAGES, config, lambda *a: None)), config[:60])
+    for messages in MALFORMED_MESSAGES:
+        refused(run(s.generate(3, messages, good, lambda *a: None)), messages[:60])
+    for options in MALFORMED_OPTIONS:
+        refused(run(s.load(options, champion_bytes)), options)
+    # A failed init changed nothing: the model loaded before still serves, with its context.
+    assert s.max_ctx == 64 and s.default_draft == "ngram" and s.running is None
+    again = json.loads(run(s.generate(4, MESSAGES, good, lambda *a: None)))
+    assert again["text"] == reference["text"] and again["tokens"] == reference["tokens"]
+    # null is the default, as an absent field is.
+    nulls = json.dumps({"max_tokens": 4, "temperature": None, "seed": None, "k": None,
+                        "verify": None, "draft": None})
+    assert json.loads(run(s.generate(5, MESSAGES, nulls, lambda *a: None)))["tokens"] == \
+        reference["tokens"]
+
+
 # --- the one rule the page keeps about drafts --------------------------------------------------
 def test_worker_js_knows_which_drafts_need_weights():
     """web/worker.js fetches draft weights into OPFS unless the draft matches NON_MODEL_DRAFTS;

@@ -21,7 +21,10 @@
 //   {type:'lose_device', id}  (a fault drill: destroys the WebGPU device mid-request)
 //                                                -> {type:'lose_device_ack', id, lost}
 // Any failure replies {type:'error', id, code, message, fatal}; fatal means this worker is unusable
-// (Pyodide crashed) and the client should start a new one.
+// (Pyodide crashed) and the client should start a new one. A message that is not an object, has
+// no known type, or has a field of the wrong type (REQUESTS below) gets code 'bad_request' before
+// anything runs; the worker stays usable. Fields the Python session reads (config, messages)
+// are checked there and refused as 'bad_config'.
 //
 // Not here: decoding (pyspec/web.py and the engine), retries across workers (client.js).
 
@@ -237,6 +240,52 @@ async function readWeights(pyodide, fetched, progress, stats) {
                         `${model.url} does not match its sha256 after a fresh download`);
 }
 
+// --- requests --------------------------------------------------------------------------------
+// What each request's fields must be when present (null or absent means the default).
+const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+const isModelSpec = (v) => (typeof v === "string" && v.length > 0) ||
+  (isObject(v) && typeof v.url === "string" && (v.sha256 == null || typeof v.sha256 === "string")
+   && (v.size == null || Number.isSafeInteger(v.size)));
+const REQUESTS = {
+  init: { champion: [isModelSpec, "a model name or {url, sha256?}"],
+          draft: [isModelSpec, "a draft spec, a model name or {url, sha256?}"],
+          maxCtx: [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"],
+          backend: [(v) => typeof v === "string", "a string"] },
+  generate: { messages: [Array.isArray, "an array of {role, content}"],
+              config: [isObject, "an object"] },
+  cancel: { target: [(v) => Number.isFinite(v) || typeof v === "string", "a request id"] },
+  stats: {}, receipt: {}, lose_device: {},
+};
+
+function checkRequest(msg) {
+  if (!isObject(msg)) {
+    throw new WorkerError("bad_request", `a request must be an object {type, id, ...}, got ${
+      msg === null ? "null" : Array.isArray(msg) ? "an array" : typeof msg}`);
+  }
+  if (!Object.hasOwn(REQUESTS, msg.type)) {
+    const type = typeof msg.type === "string" ? JSON.stringify(msg.type) : `(a ${typeof msg.type})`;
+    throw new WorkerError("bad_request", `unknown message type ${type}; use one of ${
+      Object.keys(REQUESTS).join(", ")}`);
+  }
+  if (msg.id != null && !Number.isFinite(msg.id) && typeof msg.id !== "string") {
+    throw new WorkerError("bad_request", `${msg.type}: id must be a number or a string`);
+  }
+  for (const [field, [ok, what]] of Object.entries(REQUESTS[msg.type])) {
+    if (msg[field] != null && !ok(msg[field])) {
+      throw new WorkerError("bad_request", `${msg.type}: ${field} must be ${what}`);
+    }
+  }
+}
+
+// JSON for the Python session; a value JSON cannot hold (a cycle, a BigInt) is the request's fault.
+function toJson(value, what) {
+  try {
+    return JSON.stringify(value);
+  } catch (e) {
+    throw new WorkerError("bad_request", `${what} cannot be sent as JSON: ${e.message}`);
+  }
+}
+
 // --- handlers -------------------------------------------------------------------------------
 const NON_MODEL_DRAFTS = /^(ngram|none|self:\d+)$/;
 
@@ -276,8 +325,8 @@ async function init(msg) {
 async function generate(msg) {
   const { session } = await requireRuntime();
   const onChunk = (offset, text, tokens) => post({ type: "chunk", id: msg.id, offset, text, tokens });
-  const out = JSON.parse(await session.generate(msg.id, JSON.stringify(msg.messages ?? []),
-                                                JSON.stringify(msg.config ?? {}), onChunk));
+  const out = JSON.parse(await session.generate(msg.id, toJson(msg.messages ?? [], "messages"),
+                                                toJson(msg.config ?? {}, "config"), onChunk));
   if (out.error) throw new WorkerError(out.error.code, out.error.message);
   return { type: "done", id: msg.id, ...out };
 }
@@ -288,7 +337,8 @@ async function requireRuntime() {
 }
 
 async function handle(msg) {
-  switch (msg?.type) {
+  checkRequest(msg);
+  switch (msg.type) {
     case "init":
     case "generate": {
       // One at a time, in arrival order: a request waits for the one before it to finish.
@@ -309,8 +359,6 @@ async function handle(msg) {
       const { session } = await requireRuntime();
       return { type: "lose_device_ack", id: msg.id, ...JSON.parse(session.lose_device()) };
     }
-    default:
-      throw new WorkerError("bad_request", `unknown message type ${JSON.stringify(msg?.type)}`);
   }
 }
 

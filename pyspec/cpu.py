@@ -16,7 +16,7 @@ from .model import Model, prefill
 
 
 class CPUBackend(Executor):
-    adapter = "cpu-numpy"
+    adapter = adapter_class = "cpu-numpy"   # the numpy engine's name and its receipt class
 
     def __init__(self, champion: Model, draft="ngram", max_ctx: int | None = None,
                  load_draft=None):

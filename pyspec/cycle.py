@@ -104,9 +104,10 @@ class Outcome:
 
 class Executor:
     """What the cycle needs from a backend. Besides the steps below, an executor has
-    `adapter` (a name), `champion`, `kv` (the champion's cache bookkeeping), `drafter` (or None),
-    `k_max` (drafts one pass can verify), `timing` (per-request counters for the stats), and
-    `prefill(prompt)` (awaited). Byte accounting is shared here."""
+    `adapter` (a name), `adapter_class` (the receipt's: receipts.ADAPTER_CLASSES), `champion`,
+    `kv` (the champion's cache bookkeeping), `drafter` (or None), `k_max` (drafts one pass can
+    verify), `timing` (per-request counters for the stats), and `prefill(prompt)` (awaited).
+    Byte accounting is shared here."""
 
     k_max = 64
 

@@ -142,6 +142,11 @@ class Engine:
         return self.backend.adapter
 
     @property
+    def adapter_class(self) -> str:
+        """The adapter's class for the receipt (receipts.ADAPTER_CLASSES), not its description."""
+        return self.backend.adapter_class
+
+    @property
     def kv(self):
         return self.backend.kv
 
@@ -201,7 +206,7 @@ class Engine:
                 # tokens are re-prefilled on the recovery backend and the request goes on from
                 # there, so no text is ever shown twice.
                 self.faults.append({"kind": e.code, "at_token": n - len(prompt),
-                                    "adapter": self.adapter})
+                                    "adapter": self.adapter_class})
                 self.backend, self.recover = self.recover(), None
                 await self.backend.prefill(tokens)
                 continue

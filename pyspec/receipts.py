@@ -5,6 +5,11 @@ its version, the seed, the k schedule, acceptance by position, call counts, timi
 faults and fallbacks. It never holds prompt or output text, their token ids, file paths or
 anything else about the user; `check` enforces the shape and tests/test_receipts.py checks the
 public workload against it.
+
+The adapter is named by a coarse class (ADAPTER_CLASSES: the vendor family of a hardware GPU,
+"software" for a fallback adapter, "cpu-numpy" for the numpy engine), never by its description:
+a description (exact GPU model, driver and LLVM versions) would help fingerprint the user. The
+stats a run reports locally keep the description; only the receipt is coarse.
 """
 
 from __future__ import annotations
@@ -14,7 +19,26 @@ from . import __version__
 SCHEMA = "pyspec.receipt/1"
 POLICY_VERSION = 1
 
-# Exactly the stats keys a receipt may copy (no text, no ids, no paths).
+# Every value a receipt's `adapter` fields may hold.
+ADAPTER_CLASSES = ("gpu:nvidia", "gpu:amd", "gpu:intel", "gpu:apple", "gpu:other", "software",
+                   "cpu-numpy")
+_FAMILIES = ("nvidia", "amd", "intel", "apple")
+# PCI vendor ids of the families (what wgpu-py reports natively as `vendor_id`).
+_PCI_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x1022: "amd", 0x8086: "intel", 0x106B: "apple"}
+
+
+def adapter_class(vendor: str | int | None, software: bool) -> str:
+    """The receipt's class of a WebGPU adapter: "software" for a fallback (CPU) adapter such as
+    SwiftShader or lavapipe, else "gpu:" + the vendor family, from a WebGPU vendor name
+    (GPUAdapterInfo.vendor: "nvidia", "amd", ...) or a PCI vendor id; "gpu:other" for the rest."""
+    if software:
+        return "software"
+    name = _PCI_VENDORS.get(vendor, "") if isinstance(vendor, int) else str(vendor or "").lower()
+    return "gpu:" + next((family for family in _FAMILIES if family in name), "other")
+
+
+# Exactly the stats keys a receipt may copy (no text, no ids, no paths); `adapter` becomes the
+# engine's adapter class.
 _STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes", "draft_calls",
                "drafted", "accepted", "acceptance_rate", "tokens_per_pass",
                "drafted_by_position", "accepted_by_position", "schedule", "tokens_per_s",
@@ -38,9 +62,10 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
         "temperature": opts.temperature,
         "seed": opts.seed,
         "max_tokens": opts.max_tokens,
-        "stats": {k: stats[k] for k in _STATS_KEYS},
-        # e.g. [{"kind": "device_lost", "at_token": 17, "adapter": ...}]: GPU faults this request
-        # recovered from (Engine's recover), with the count of tokens committed before it.
+        "stats": {**{k: stats[k] for k in _STATS_KEYS}, "adapter": engine.adapter_class},
+        # e.g. [{"kind": "device_lost", "at_token": 17, "adapter": "gpu:nvidia"}]: GPU faults
+        # this request recovered from (Engine's recover), with the count of tokens committed
+        # before it and the class of the adapter that failed.
         "faults": list(engine.faults),
         # e.g. [{"kind": "no_webgpu", "adapter": "cpu-numpy"}]: set by web.make_engine when the
         # browser's WebGPU was not usable (codes only: a receipt carries no free text).
@@ -63,10 +88,14 @@ def string_fields(node, key=None):
 
 
 def check(receipt: dict) -> None:
-    """Refuse a receipt that has grown a string field that could carry user text."""
+    """Refuse a receipt that has grown a string field that could carry user text, or whose
+    adapter is named by anything but its class."""
     allowed_strings = {"schema", "pyspec_version", "champion_sha256", "sha256", "kind",
                        "tokenizer_hash", "template_hash", "name", "verify", "adapter",
                        "finish_reason", "policy"}
-    for key, _ in string_fields(receipt):
+    for key, value in string_fields(receipt):
         if key not in allowed_strings:
             raise ValueError(f"receipt field {key!r} holds a string; receipts carry no text")
+        if key == "adapter" and value not in ADAPTER_CLASSES:
+            raise ValueError(f"receipt adapter {value!r} is not one of {ADAPTER_CLASSES}; "
+                             "receipts name an adapter's class, never its description")

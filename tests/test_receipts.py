@@ -2,6 +2,8 @@
 
 Checked on every prompt of the public workload, tokenized by the champion's real tokenizer, with
 a tiny random model that uses that tokenizer (the receipt's content does not depend on weights).
+The adapter is named by its class only: no adapter description, no file path and no user text in
+any field, on the numpy engine, on a native WebGPU device, and with a fault and a fallback.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import pytest
 
 import pyspec
 
+from conftest import gpu_device
 from pyspec import champion_path, receipts, testmodels
+from pyspec.cpu import CPUBackend
 from pyspec.engine import Engine, Options
 from pyspec.load import backend
 from pyspec.gguf import GGUFFile
@@ -26,8 +30,11 @@ WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "worklo
 HEX = re.compile(r"^[0-9a-f]{64}$")
 ALLOWED = {
     # enum values a receipt may hold
-    receipts.SCHEMA, pyspec.__version__, "greedy", "replay", "rejection", "cpu-numpy", "stop", "length", "context",
+    receipts.SCHEMA, pyspec.__version__, "greedy", "replay", "rejection", "stop", "length", "context",
     "ngram", "self", "model", "none", "custom", "heuristic", "fixed:2", "confidence:0.5",
+    *receipts.ADAPTER_CLASSES,
+    # fault and fallback kinds (engine.py, web.make_engine)
+    "device_lost", "gpu_error", "no_webgpu", "software_adapter", "webgpu_error", "cpu_requested",
 }
 
 
@@ -98,3 +105,103 @@ def test_receipts_hold_no_user_content(engine_factory, draft, k, temperature):
 def test_check_refuses_text_fields():
     with pytest.raises(ValueError, match="carry no text"):
         receipts.check({"schema": receipts.SCHEMA, "note": "hello"})
+
+
+def test_check_refuses_an_adapter_description():
+    receipts.check({"stats": {"adapter": "software"}, "faults": [{"adapter": "gpu:amd"}]})
+    for description in ("NVIDIA GeForce RTX 4090 (nvidia, WebGPU)",
+                        "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, wgpu-py)", "nvidia", ""):
+        with pytest.raises(ValueError, match="class"):
+            receipts.check({"stats": {"adapter": description}})
+
+
+@pytest.mark.parametrize("vendor, software, expected", [
+    ("nvidia", False, "gpu:nvidia"), ("NVIDIA Corporation", False, "gpu:nvidia"),
+    (0x10DE, False, "gpu:nvidia"), ("amd", False, "gpu:amd"), (0x1002, False, "gpu:amd"),
+    ("intel", False, "gpu:intel"), (0x8086, False, "gpu:intel"), ("apple", False, "gpu:apple"),
+    ("qualcomm", False, "gpu:other"), ("", False, "gpu:other"), (None, False, "gpu:other"),
+    (0x10005, False, "gpu:other"),                    # Mesa's id, on a hardware driver
+    ("google", True, "software"), (0x10005, True, "software"), ("nvidia", True, "software"),
+])
+def test_adapter_class(vendor, software, expected):
+    assert receipts.adapter_class(vendor, software) == expected
+    assert expected in receipts.ADAPTER_CLASSES
+
+
+class DescribedBackend:
+    """A backend whose adapter has a full description (as a browser's GPU would), a class, and
+    a lost device at its second cycle."""
+
+    adapter = "NVIDIA GeForce RTX 4090 Laptop GPU (nvidia, WebGPU) driver 555.85"
+    adapter_class = receipts.adapter_class("nvidia", False)
+
+    def __init__(self, inner):
+        self.inner, self.cycles = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def read(self, handle):
+        from pyspec.gpu.device import DeviceLostError
+
+        self.cycles += 1
+        if self.cycles == 2:
+            raise DeviceLostError("the device was lost: GPU hang on RTX 4090, driver 555.85")
+        return await self.inner.read(handle)
+
+
+def private_strings(receipt) -> list[str]:
+    """Every string value of a receipt and every key."""
+    return [s for _, s in receipts.string_fields(receipt)] + re.findall(r'"([^"]*)":',
+                                                                          json.dumps(receipt))
+
+
+def test_no_field_carries_a_description_a_path_or_user_text(tmp_path):
+    """A champion under a user's home-like path, a prompt with a name in it, an adapter with a
+    full description, a fault and a fallback: the receipt holds none of them."""
+    home = tmp_path / "home" / "alice.smith" / "models"
+    home.mkdir(parents=True)
+    path = home / "my-private-model.gguf"
+    testmodels.write_model(path, seed=3)
+    model = Model.load(path)
+    tok = Tokenizer.from_metadata(model.metadata)
+    engine = Engine(DescribedBackend(CPUBackend(model, "ngram")), tok,
+                    recover=lambda: CPUBackend(model, "none"),
+                    fallbacks=[{"kind": "webgpu_error", "adapter": "cpu-numpy"}],
+                    fallback_reason=f"shader rejected by {DescribedBackend.adapter}")
+    secret = "Alice Smith, 12 Rue de la Paix, password hunter2"
+    r = engine.generate(tok.encode_chat([{"role": "user", "content": secret}]),
+                        Options(max_tokens=16, stop_at_eos=False, k="fixed:2"))
+    receipt = r.receipt
+    assert receipt["faults"] == [{"kind": "device_lost", "at_token": receipt["faults"][0]
+                                  ["at_token"], "adapter": "gpu:nvidia"}]
+    assert receipt["stats"]["adapter"] == r.stats["adapter"] == "cpu-numpy"   # finished there
+    blob = json.dumps(receipt)
+    # (numbers such as the driver's 555 could occur in timings by chance; words cannot)
+    forbidden = [DescribedBackend.adapter, "RTX", "(nvidia", "driver", "laptop", str(path),
+                 "alice", "home", "my-private-model", ".gguf", secret, "hunter2", "paix"]
+    for word in forbidden:
+        assert word.lower() not in blob.lower(), word
+    for s in private_strings(receipt):   # no path: no separator but the schema's
+        assert s == receipts.SCHEMA or ("/" not in s and "\\" not in s), s
+    for _, value in receipts.string_fields(receipt):   # so no output text either
+        assert value in ALLOWED or HEX.match(value), value
+
+
+def test_receipt_names_the_adapter_class_on_each_backend(tiny, backend):
+    """The real adapters: "cpu-numpy" for numpy; for a native WebGPU device its class ("software"
+    on lavapipe), and never its description."""
+    engine = Engine(backend_for(tiny, backend), tiny.tokenizer)
+    r = engine.generate(tiny.prompt, Options(max_tokens=4))
+    assert r.receipt["stats"]["adapter"] == engine.adapter_class in receipts.ADAPTER_CLASSES
+    if backend == "cpu":
+        assert engine.adapter_class == "cpu-numpy"
+    else:
+        dev = gpu_device()
+        assert engine.adapter_class == dev.adapter_class
+        assert (dev.adapter_class == "software") == dev.is_cpu
+        assert dev.name not in json.dumps(r.receipt) and r.stats["adapter"] == dev.name
+
+
+def backend_for(tiny, name):
+    return backend(tiny.on(name), "ngram")

@@ -98,6 +98,7 @@ class GPUBackend(Executor):
         self.champion = champion
         self.dev = dev = champion.dev
         self.adapter = dev.name
+        self.adapter_class = dev.adapter_class
         self.drafter = self._make_drafter(draft) if isinstance(draft, str) else draft
         vocab = champion.config.vocab_size
         self.vocab = vocab

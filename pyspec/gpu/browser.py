@@ -107,6 +107,7 @@ class BrowserDevice(Device):
         fallback = getattr(info, "isFallbackAdapter", None) if info is not None else None
         self.is_cpu = bool(getattr(adapter, "isFallbackAdapter", False)
                            if fallback is None else fallback)
+        self.vendor = getattr(info, "vendor", None)        # GPUAdapterInfo.vendor, e.g. "nvidia"
         self.limits = {key: int(getattr(device.limits, js_key)) for js_key, key in _LIMITS.items()}
         self._staging = None
         self._scopes: list = []          # (what, Promise of GPUError | null) not yet checked

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PyspecError
+from ..receipts import adapter_class
 from .constants import ROWS_MAX, wgsl  # noqa: F401 (the GPU modules read ROWS_MAX from here)
 
 
@@ -139,6 +140,9 @@ class Device:
     # A software adapter running on the CPU (lavapipe, SwiftShader): kernels pick a work split
     # without workgroup barriers there (ops.matmul). Set by each adapter from what it reports.
     is_cpu = False
+    # The adapter's vendor: a WebGPU vendor name ("nvidia") or a PCI vendor id; only
+    # `adapter_class` reads it.
+    vendor: str | int | None = None
 
     lost: str | None = None   # why the device was lost (browser.py reports it), None while alive
 
@@ -148,6 +152,11 @@ class Device:
         self.allocated = 0    # bytes of every buffer made through `buffer`
         self.submissions = 0
         self.readbacks = 0
+
+    @property
+    def adapter_class(self) -> str:
+        """What a receipt may say about this adapter (receipts.adapter_class), never `name`."""
+        return adapter_class(self.vendor, self.is_cpu)
 
     # --- adapter primitives -------------------------------------------------------------------
     def _create_buffer(self, nbytes: int, usage: str, label: str):

@@ -52,6 +52,7 @@ class NativeDevice(Device):
         self.name = f"{info.get('device', '?')} ({info.get('backend_type', '?')}, wgpu-py)"
         self.features = frozenset(adapter.features)
         self.is_cpu = info.get("adapter_type") == "CPU"
+        self.vendor = info.get("vendor_id")
         limits = adapter.limits
         wanted = {}
         for key in ("max-storage-buffer-binding-size", "max-buffer-size",

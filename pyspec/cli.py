@@ -1,4 +1,4 @@
-"""Command line: python -m pyspec generate | tokenize | score | check-pair | bench | demo.
+"""Command line: python -m pyspec generate | tokenize | score | check-pair | receipt | bench | demo.
 
 Each command parses its options, loads what it needs and prints plain text or one JSON object.
 Errors a user can fix (bad files, bad pairs, long prompts, bad options) print one line starting
@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from . import champion_path
+from . import champion_path, receipts
 from .compat import check_pair
 from .cpu import CPUBackend
 from .engine import Engine, Options
@@ -31,18 +31,22 @@ DEMO_MESSAGES = [{"role": "user", "content":
                   "sees many dog playing near the lake and a old man feeding the ducks."}]
 
 
+def read_json(path: str, what: str):
+    """The JSON value of a UTF-8 file, or a UsageError that says why not."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    # ValueError: not UTF-8, not JSON, or an integer of more digits than Python converts.
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read {what} from {path}: {e}") from e
+    except RecursionError:
+        raise UsageError(f"cannot read {what} from {path}: its JSON is nested too deeply") from None
+
+
 def read_messages(path: str) -> list[dict]:
     """The messages of a JSON file; the tokenizer checks each one (role, content) when it
     renders them."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    # ValueError: not UTF-8, not JSON, or an integer of more digits than Python converts.
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read messages from {path}: {e}") from e
-    except RecursionError:
-        raise UsageError(f"cannot read messages from {path}: its JSON is nested too deeply "
-                         "(a message list is two levels deep)") from None
+    data = read_json(path, "messages")
     if isinstance(data, dict):
         data = data.get("messages")
     if not isinstance(data, list):
@@ -217,6 +221,36 @@ def cmd_check_pair(args) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_receipt(args) -> int:
+    """Validate a receipt (a file of one, or of `generate --json`'s output) and print it."""
+    data = read_json(args.file, "a receipt")
+    if isinstance(data, dict) and "schema" not in data and isinstance(data.get("receipt"), dict):
+        data = data["receipt"]              # the output of generate --json
+    if not isinstance(data, dict) or data.get("schema") != receipts.SCHEMA:
+        raise UsageError(f"{args.file} is not a pyspec receipt: a receipt is a JSON object with "
+                         f"\"schema\": \"{receipts.SCHEMA}\"")
+    try:
+        receipts.check(data)
+    except ValueError as e:
+        raise UsageError(f"{args.file} is not a valid receipt: {e}") from None
+    if args.json:
+        print(json.dumps(data))
+    else:
+        for key, value in _flatten(data):
+            print(f"{key}: {value}")
+    return 0
+
+
+def _flatten(node: dict, prefix: str = ""):
+    """(dotted key, text) for each leaf of nested objects; a value that is not a string is
+    written as JSON (lists on one line, null, true)."""
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield prefix + key, value if isinstance(value, str) else json.dumps(value)
+
+
 def cmd_bench(args) -> int:
     from .bench import run_bench
     return run_bench(args)
@@ -283,6 +317,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check_pair)
+
+    p = sub.add_parser("receipt", help="validate a receipt and print it")
+    p.add_argument("file", help="a receipt JSON file (or the output of generate --json)")
+    p.add_argument("--json", action="store_true", help="print it as one JSON object")
+    p.set_defaults(func=cmd_receipt)
 
     p = sub.add_parser("bench", help="speculative vs champion-only on a workload, per stratum")
     p.add_argument("--workload", required=True, help="a JSONL workload (shared/workloads format)")

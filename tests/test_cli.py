@@ -11,6 +11,8 @@ prints one "error:" line and no traceback.
 - tokenize: --text and --jsonl (one JSON list per input line), --special.
 - score: positions agree with a direct Model.forward (argmax exactly, log-probabilities to 1e-9).
 - check-pair: a compatible pair exits 0; a different tokenizer or template exits 1 and says why.
+- receipt: a receipt (or generate --json's output) is printed as JSON or key: value lines, exit 0;
+  anything else (not JSON, not a receipt, a text field, an adapter description) exits 2.
 - errors: bad options, a mismatched or corrupt GGUF, a prompt longer than the context,
   --max-tokens 0 and friends exit 2 with one clear "error:" line.
 """
@@ -27,7 +29,7 @@ import numpy as np
 import pytest
 
 from conftest import greedy_pick, reference_decode
-from pyspec import cli, testmodels
+from pyspec import cli, receipts, testmodels
 from pyspec.model import Model
 from pyspec.tokenizer import Tokenizer
 
@@ -328,6 +330,56 @@ def test_generate_with_mismatched_draft_is_refused(models):
                        "--draft", models[draft], "--max-tokens", 4)
         assert_one_error_line(p.returncode, p.stderr, word, "cannot be used with this champion")
         assert p.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# receipt
+# ---------------------------------------------------------------------------------------------
+def test_receipt_validates_and_prints(capsys, models, tmp_path):
+    """A receipt from generate --json, and that whole output, are valid: printed as JSON equal to
+    the receipt, or as one `key: value` line per leaf."""
+    receipt = generate_json(capsys, models["champion"], "--max-tokens", 4)["receipt"]
+    path = tmp_path / "receipt.json"
+    path.write_text(json.dumps(receipt))
+    whole = tmp_path / "generate.json"
+    whole.write_text(json.dumps({"text": "hi", "tokens": [1], "receipt": receipt}))
+    for source in (path, whole):
+        code, out, err = run(capsys, "receipt", source, "--json")
+        assert code == 0 and err == "" and json.loads(out) == receipt
+    code, out, err = run(capsys, "receipt", path)
+    assert code == 0 and err == ""
+    lines = dict(line.split(": ", 1) for line in out.splitlines())
+    assert lines["schema"] == receipts.SCHEMA and lines["stats.adapter"] == "cpu-numpy"
+    assert lines["draft.kind"] == "ngram" and lines["draft.sha256"] == "null"
+    assert json.loads(lines["stats.accepted_by_position"]) == \
+        receipt["stats"]["accepted_by_position"]
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"{not json", "cannot read a receipt"),
+    (b"\xff\xfe", "cannot read a receipt"),
+    (b"[" * 100_000, "cannot read a receipt"),
+    (b"[]", "not a pyspec receipt"),
+    (b'{"text": "hi"}', "not a pyspec receipt"),
+    (b'{"schema": "other/1"}', "not a pyspec receipt"),
+    (None, "holds a string"),            # a text field added to a real receipt
+    (None, "class"),                     # an adapter description instead of its class
+])
+def test_receipt_refuses_what_is_not_a_valid_receipt(capsys, models, tmp_path, content, words):
+    path = tmp_path / "receipt.json"
+    if content is None:
+        receipt = generate_json(capsys, models["champion"], "--max-tokens", 2)["receipt"]
+        if words == "class":
+            receipt["stats"]["adapter"] = "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, wgpu-py)"
+        else:
+            receipt["prompt"] = "the cat sat"
+        content = json.dumps(receipt).encode()
+    path.write_bytes(content)
+    code, out, err = run(capsys, "receipt", path)
+    assert_one_error_line(code, err, words)
+    assert out == ""
+    code, _, err = run(capsys, "receipt", tmp_path / "missing.json")
+    assert_one_error_line(code, err, "cannot read a receipt")
 
 
 # ---------------------------------------------------------------------------------------------

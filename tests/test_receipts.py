@@ -30,8 +30,8 @@ WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "worklo
 HEX = re.compile(r"^[0-9a-f]{64}$")
 ALLOWED = {
     # enum values a receipt may hold
-    receipts.SCHEMA, pyspec.__version__, "greedy", "replay", "rejection", "stop", "length", "context",
-    "ngram", "self", "model", "none", "custom", "heuristic", "fixed:2", "confidence:0.5",
+    receipts.SCHEMA, pyspec.__version__, "greedy", "replay", "rejection", "stop", "length",
+    "context", "ngram", "self", "model", "none", "custom", "heuristic", "fixed:2", "confidence:0.5",
     *receipts.ADAPTER_CLASSES,
     # fault and fallback kinds (engine.py, web.make_engine)
     "device_lost", "gpu_error", "no_webgpu", "software_adapter", "webgpu_error", "cpu_requested",

@@ -161,7 +161,8 @@ def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):
 
 # Requests a page (or a hostile embedder) may send: each gets a typed error, never `internal`.
 MALFORMED_CONFIGS = [
-    "", "{", "null", "[]", "5", '"x"', "[" * 10_000 + "]" * 10_000, '{"max_tokens": 1' + "0" * 5000 + "}",
+    "", "{", "null", "[]", "5", '"x"', "[" * 10_000 + "]" * 10_000,
+    '{"max_tokens": 1' + "0" * 5000 + "}",
     '{"max_tokens": "8"}', '{"max_tokens": 8.5}', '{"max_tokens": true}', '{"max_tokens": 0}',
     '{"max_tokens": -3}', '{"temperature": "hot"}', '{"temperature": [1]}', '{"temperature": -1}',
     '{"seed": 1.5}', '{"seed": -1}', '{"seed": 18446744073709551616}', '{"verify": 1}',

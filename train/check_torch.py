@@ -1,0 +1,49 @@
+"""Check that train/llama_torch.py computes what pyspec.model computes, on the champion.
+
+    python train/check_torch.py --champion C.gguf
+
+Runs one chat prompt through both (float32) and prints the largest logit difference and whether
+every position's argmax agrees; exits 1 when they disagree beyond float32 noise. Run it before
+trusting data or a draft made with the torch model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llama_torch import from_gguf  # noqa: E402
+
+from pyspec.model import Model  # noqa: E402
+from pyspec.tokenizer import Tokenizer  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--champion", required=True)
+    args = ap.parse_args(argv)
+    ref = Model.load(args.champion)
+    tok = Tokenizer.from_metadata(ref.metadata)
+    ids = tok.encode_chat([{"role": "user", "content": "Name three rivers in Europe and one fact "
+                                                       "about each."}])
+    want = ref.forward(ids, ref.new_cache(256))                              # (T, vocab)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, _ = from_gguf(args.champion, device="cuda" if torch.cuda.is_available() else "cpu")
+    with torch.no_grad():
+        got = model(torch.tensor([ids], device=model.inv_freq.device))[0].float().cpu().numpy()
+    diff = float(np.abs(got - want).max())
+    agree = bool((got.argmax(-1) == want.argmax(-1)).all())
+    print(json.dumps({"positions": len(ids), "max_abs_logit_diff": diff, "argmax_agree": agree}))
+    return 0 if agree and diff < 1e-2 * float(np.abs(want).max()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

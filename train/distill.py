@@ -1,0 +1,243 @@
+"""Distill a draft from the champion on the champion's own answers, then write it as a GGUF.
+
+    python train/distill.py --champion C.gguf --data DIR --layers 0,29 --work DIR \
+        [--steps 1500] [--minutes 7] [--gguf OUT.gguf]
+
+The draft is a small Llama at the champion's width: the champion layers named by --layers (in
+order) as its starting point, the champion's final norm, and the champion's token embedding
+quantized to Q4_1 as both its embedding and its head (tied, frozen: the head is most of a draft's
+bytes, and the champion's already ranks tokens well). Only the layers and the final norm train.
+
+Objective: forward KL(p_champion || q_draft) over the full vocabulary at every answer position,
+with the champion run again on the same text (bf16 on the GPU) instead of stored top-k
+probabilities. Verification accepts a drafted token with probability min(1, p/q) (greedy: when it
+is the champion's argmax), and forward KL is the mass-covering choice that makes q spread where p
+does. Prompt positions carry no loss: the draft never proposes inside a prompt.
+
+Resumable: the full training state is saved to --work every 100 steps and at the end; a run with
+the same --work goes on from there. Every run stops cleanly after --minutes.
+Evaluation on the held-out 5% of seed prompts (train/generate.py's split) reports, for greedy
+answers, the share of positions where the draft's argmax is the champion's token and the
+acceptance rate of K=4 blocks (accepted drafted tokens / drafted tokens, as pyspec's stats count
+it), and for sampled answers the mean of sum(min(p, q)), the expected acceptance per position.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from generate import SEEDS, held_out  # noqa: E402
+from llama_torch import cosine, from_gguf, n_params, quantized_like, to_gguf  # noqa: E402
+
+from pyspec import quant  # noqa: E402
+
+MAX_LEN = 1152
+
+
+def load_sequences(data: str) -> tuple[list[tuple[np.ndarray, int, float]], list, dict]:
+    """(train, held, info): (ids, prompt length, temperature) per answer; held are the held-out
+    prompts' answers."""
+    ids = [json.loads(line)["id"] for line in SEEDS.read_text().splitlines()]
+    train, held, h = [], [], hashlib.sha256()
+    for path in sorted(glob.glob(f"{data}/gen-*.npz")):
+        h.update(Path(path).read_bytes())
+        z = np.load(path)
+        p_end, a_end = np.cumsum(z["prompt_len"]), np.cumsum(z["answer_len"])
+        for i in range(len(z["prompt_len"])):
+            p = z["prompt_ids"][p_end[i] - z["prompt_len"][i]:p_end[i]]
+            a = z["answer_ids"][a_end[i] - z["answer_len"][i]:a_end[i]]
+            seq = np.concatenate([p, a]).astype(np.int64)[:MAX_LEN]
+            if len(seq) <= len(p) or len(a) == 0:
+                continue
+            item = (seq, len(p), float(z["temperature"][i]))
+            (held if held_out(ids[z["prompt_index"][i]]) else train).append(item)
+    info = {"answers": len(train) + len(held), "held_out_answers": len(held),
+            "answer_tokens": int(sum(len(s) - p for s, p, _ in train + held)),
+            "data_sha256": h.hexdigest()}
+    return train, held, info
+
+
+def batches(items: list, batch_tokens: int, rng: np.random.Generator) -> list[list]:
+    """Items of similar length together, at most batch_tokens padded tokens a batch, shuffled."""
+    order = sorted(range(len(items)), key=lambda i: len(items[i][0]))
+    out, cur = [], []
+    for i in order:
+        if cur and (len(cur) + 1) * len(items[i][0]) > batch_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(items[i])
+    if cur:
+        out.append(cur)
+    rng.shuffle(out)
+    return out
+
+
+def collate(batch: list, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """tokens (B, T) right-padded; mask (B, T): position t predicts the answer token t + 1."""
+    T = max(len(s) for s, _, _ in batch)
+    tokens = torch.zeros(len(batch), T, dtype=torch.long)
+    mask = torch.zeros(len(batch), T, dtype=torch.bool)
+    for b, (s, p, _) in enumerate(batch):
+        tokens[b, :len(s)] = torch.from_numpy(s)
+        mask[b, p - 1:len(s) - 1] = True
+    return tokens.to(dev), mask.to(dev)
+
+
+def logits_at(model, tokens, mask):
+    """(n, vocab) float32 logits at the masked positions."""
+    h = model.hidden(tokens)[mask]
+    return (h @ model.head_weight().T.to(h.dtype)).float()
+
+
+def kl_loss(teacher, draft, tokens, mask):
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
+        log_p = torch.log_softmax(logits_at(teacher, tokens, mask), -1)
+    with torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
+        log_q = torch.log_softmax(logits_at(draft, tokens, mask), -1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+
+@torch.no_grad()
+def evaluate(teacher, draft, held: list, dev, k: int = 4) -> dict:
+    """Greedy answers: argmax agreement and K-block acceptance; sampled: mean sum(min(p, q))."""
+    match_runs, overlap, by_pos = [], [], np.zeros((2, k))
+    for item in held:
+        tokens, mask = collate([item], dev)
+        with torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
+            p = torch.softmax(logits_at(teacher, tokens, mask), -1)
+            q = torch.softmax(logits_at(draft, tokens, mask), -1)
+        if item[2] == 0.0:
+            target = tokens[0, 1:][mask[0, :-1]]   # the champion's own greedy tokens
+            match_runs.append((q.argmax(-1) == target).cpu().numpy())
+        else:
+            overlap.append(torch.minimum(p, q).sum(-1).mean().item())
+    drafted = accepted = 0
+    for m in match_runs:                        # walk each answer in blocks of k drafts
+        i = 0
+        while i < len(m):
+            n = 0
+            while n < k and i + n < len(m) and m[i + n]:
+                n += 1
+            block = min(k, len(m) - i)
+            drafted += block
+            accepted += n
+            for j in range(block):
+                by_pos[0, j] += 1
+                by_pos[1, j] += j < n
+            i += n + 1                           # the accepted drafts, then the champion's token
+    return {"greedy_argmax_agreement": float(np.mean(np.concatenate(match_runs))) if match_runs else None,
+            "greedy_acceptance_rate_k4": accepted / max(1, drafted),
+            "greedy_acceptance_by_position": (by_pos[1] / np.maximum(1, by_pos[0])).round(4).tolist(),
+            "sampled_expected_acceptance": float(np.mean(overlap)) if overlap else None,
+            "held_out_answers": len(held)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--champion", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--layers", required=True, help="champion layers to start from, e.g. 0,29")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--minutes", type=float, default=7.0)
+    ap.add_argument("--batch-tokens", type=int, default=24_000)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--gguf", default="")
+    ap.add_argument("--eval-limit", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(args.seed)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    layers = [int(x) for x in args.layers.split(",")]
+
+    teacher, md = from_gguf(args.champion, device=dev)
+    teacher = teacher.eval().requires_grad_(False)
+    draft, _ = from_gguf(args.champion, layers=layers, device=dev)
+    with torch.no_grad():  # the head the GGUF will hold: the embedding as Q4_1 reads it back
+        e = draft.tok_embd.weight.detach().cpu().numpy()
+        draft.tok_embd.weight.copy_(torch.from_numpy(quantized_like(e, quant.Q4_1.type_id)))
+    draft.tok_embd.weight.requires_grad_(False)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
+    state = {"step": 0, "epoch": 0, "losses": [], "seconds": 0.0}
+    ckpt = work / "state.pt"
+    if ckpt.exists():
+        saved = torch.load(ckpt, map_location=dev, weights_only=False)
+        draft.load_state_dict(saved["draft"])
+        opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+        print(f"resumed at step {state['step']}", flush=True)
+
+    train, held, info = load_sequences(args.data)
+    held = held[:args.eval_limit]
+    print(json.dumps({"layers": layers, "trainable_params": n_params(draft), **info}), flush=True)
+
+    def save():
+        state["seconds"] += time.time() - t_mark
+        torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+
+    t_mark = time.time()
+    while state["step"] < args.steps and time.time() - t0 < args.minutes * 60:
+        rng = np.random.default_rng(args.seed + state["epoch"])
+        epoch = batches(train, args.batch_tokens, rng)
+        start = state.get("in_epoch", 0)
+        for bi in range(start, len(epoch)):
+            if state["step"] >= args.steps or time.time() - t0 > args.minutes * 60:
+                state["in_epoch"] = bi
+                break
+            for g in opt.param_groups:
+                g["lr"] = cosine(state["step"], args.steps, args.lr, warmup=50)
+            tokens, mask = collate(epoch[bi], dev)
+            loss = kl_loss(teacher, draft, tokens, mask)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            state["step"] += 1
+            state["losses"].append(round(loss.item(), 5))
+            if state["step"] % 50 == 0:
+                print(json.dumps({"step": state["step"], "loss": float(np.mean(state["losses"][-50:])),
+                                  "elapsed_s": round(time.time() - t0, 1)}), flush=True)
+            if state["step"] % 100 == 0:
+                save()
+                t_mark = time.time()
+        else:
+            state["epoch"] += 1
+            state["in_epoch"] = 0
+    save()
+    t_mark = time.time()
+    report = {"layers": layers, "steps": state["step"], "epochs": state["epoch"],
+              "train_seconds": round(state["seconds"], 1),
+              "final_loss": float(np.mean(state["losses"][-50:])) if state["losses"] else None,
+              "objective": "forward KL(p_champion || q_draft), full vocabulary",
+              "trainable_params": n_params(draft), "batch_tokens": args.batch_tokens,
+              "lr": args.lr, **info}
+    if state["step"] >= args.steps:
+        report["held_out"] = evaluate(teacher, draft, held, dev)
+        if args.gguf:
+            to_gguf(draft.float(), md, args.gguf, f"pyspec-draft-L{len(layers)}",
+                    {"pyspec.draft.init_layers": layers})
+            report["gguf_sha256"] = hashlib.sha256(Path(args.gguf).read_bytes()).hexdigest()
+            report["gguf_bytes"] = Path(args.gguf).stat().st_size
+    (work / "report.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

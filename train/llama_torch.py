@@ -1,0 +1,247 @@
+"""A PyTorch Llama with pyspec's semantics, for making training text and training drafts.
+
+Training only: PyTorch is never a runtime dependency of pyspec. The forward follows
+`pyspec.model.Model.forward` (RMSNorm, Q/K/V, llama.cpp NORM-mode RoPE over adjacent pairs,
+grouped-query causal attention, SiLU-gated MLP, tied or separate head) so that a draft trained
+here means the same thing when pyspec runs it. `from_gguf` reads weights through pyspec's own GGUF
+reader and dequantizer; `to_gguf` writes a draft with the champion's tokenizer metadata.
+
+Two ways to run it:
+- `forward(tokens)`: a whole right-padded batch (B, T) at positions 0..T-1 (training, scoring);
+- `generate(...)`: left-padded prompts, then one token per step with a KV cache (data making).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pyspec import gguf, quant
+from pyspec.model import LAYER_TENSORS, Config
+
+
+@dataclass
+class Shape:
+    n_layers: int
+    d: int
+    d_ff: int
+    n_heads: int
+    n_kv: int
+    vocab: int
+    rope_base: float
+    eps: float
+
+    @property
+    def hd(self) -> int:
+        return self.d // self.n_heads
+
+    @classmethod
+    def of(cls, cfg: Config, n_layers: int | None = None) -> "Shape":
+        return cls(n_layers or cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads,
+                   cfg.vocab_size, cfg.rope_base, cfg.rms_eps)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, s: Shape):
+        super().__init__()
+        self.attn_norm = torch.nn.Parameter(torch.ones(s.d))
+        self.attn_q = torch.nn.Linear(s.d, s.n_heads * s.hd, bias=False)
+        self.attn_k = torch.nn.Linear(s.d, s.n_kv * s.hd, bias=False)
+        self.attn_v = torch.nn.Linear(s.d, s.n_kv * s.hd, bias=False)
+        self.attn_output = torch.nn.Linear(s.n_heads * s.hd, s.d, bias=False)
+        self.ffn_norm = torch.nn.Parameter(torch.ones(s.d))
+        self.ffn_gate = torch.nn.Linear(s.d, s.d_ff, bias=False)
+        self.ffn_up = torch.nn.Linear(s.d, s.d_ff, bias=False)
+        self.ffn_down = torch.nn.Linear(s.d_ff, s.d, bias=False)
+
+
+def rms_norm(x, w, eps):
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w.to(x.dtype)
+
+
+def rope(x, cos, sin):
+    """x (B, heads, T, hd); cos, sin (B or 1, 1, T, hd/2): rotate pairs (x[2i], x[2i+1])."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+class Llama(torch.nn.Module):
+    def __init__(self, s: Shape, tied: bool = True):
+        super().__init__()
+        self.s = s
+        self.tok_embd = torch.nn.Embedding(s.vocab, s.d)
+        self.layers = torch.nn.ModuleList(Layer(s) for _ in range(s.n_layers))
+        self.out_norm = torch.nn.Parameter(torch.ones(s.d))
+        self.head = None if tied else torch.nn.Linear(s.d, s.vocab, bias=False)
+        inv = s.rope_base ** (-torch.arange(s.hd // 2, dtype=torch.float64) * 2 / s.hd)
+        self.register_buffer("inv_freq", inv, persistent=False)       # (hd/2,) float64
+
+    def head_weight(self):
+        return self.tok_embd.weight if self.head is None else self.head.weight
+
+    def angles(self, positions, dtype):
+        """positions (B or 1, T) -> cos, sin (B or 1, 1, T, hd/2), computed in float64 as
+        pyspec's reference does, then rounded."""
+        ang = positions.to(torch.float64)[..., None] * self.inv_freq
+        return torch.cos(ang).to(dtype)[:, None], torch.sin(ang).to(dtype)[:, None]
+
+    def _attend(self, layer, h, cos, sin, mask, cache=None, at=None):
+        s = self.s
+        B, T, _ = h.shape
+        q = rope(layer.attn_q(h).view(B, T, s.n_heads, s.hd).transpose(1, 2), cos, sin)
+        k = rope(layer.attn_k(h).view(B, T, s.n_kv, s.hd).transpose(1, 2), cos, sin)
+        v = layer.attn_v(h).view(B, T, s.n_kv, s.hd).transpose(1, 2)
+        if cache is not None:                     # (B, n_kv, T_max, hd) each; write rows at..at+T
+            cache[0][:, :, at:at + T] = k
+            cache[1][:, :, at:at + T] = v
+            k, v = cache[0][:, :, :at + T], cache[1][:, :, :at + T]
+        if mask is None:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return layer.attn_output(o.transpose(1, 2).reshape(B, T, -1))
+
+    def _block(self, layer, x, cos, sin, mask, cache=None, at=None):
+        eps = self.s.eps
+        x = x + self._attend(layer, rms_norm(x, layer.attn_norm, eps), cos, sin, mask, cache, at)
+        h = rms_norm(x, layer.ffn_norm, eps)
+        return x + layer.ffn_down(F.silu(layer.ffn_gate(h)) * layer.ffn_up(h))
+
+    def hidden(self, tokens):
+        """tokens (B, T), right-padded, at positions 0..T-1 -> final-normed states (B, T, d)."""
+        B, T = tokens.shape
+        x = self.tok_embd(tokens)
+        cos, sin = self.angles(torch.arange(T, device=tokens.device)[None], x.dtype)
+        for layer in self.layers:
+            x = self._block(layer, x, cos, sin, None)
+        return rms_norm(x, self.out_norm, self.s.eps)
+
+    def forward(self, tokens):
+        return self.hidden(tokens) @ self.head_weight().T.to(torch.get_default_dtype())
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], max_new: int, temperatures: list[float],
+                 stop: set[int], generator: torch.Generator) -> list[list[int]]:
+        """Left-pad the prompts, then decode up to max_new tokens each (greedy where the
+        temperature is 0) until a stop id. Returns the new ids of each prompt, stop id included."""
+        dev = self.inv_freq.device
+        dtype = self.tok_embd.weight.dtype
+        B, P = len(prompts), max(map(len, prompts))
+        pad = torch.tensor([P - len(p) for p in prompts], device=dev)                # (B,)
+        tokens = torch.zeros(B, P, dtype=torch.long, device=dev)
+        for b, p in enumerate(prompts):
+            tokens[b, P - len(p):] = torch.tensor(p, device=dev)
+        T_max = P + max_new
+        s = self.s
+        caches = [(torch.zeros(B, s.n_kv, T_max, s.hd, device=dev, dtype=dtype),
+                   torch.zeros(B, s.n_kv, T_max, s.hd, device=dev, dtype=dtype))
+                  for _ in self.layers]
+        key_pos = torch.arange(T_max, device=dev)
+        valid = key_pos[None] >= pad[:, None]                                        # (B, T_max)
+        temps = torch.tensor(temperatures, device=dev, dtype=torch.float32)[:, None]
+        out = torch.zeros(B, max_new, dtype=torch.long, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        stops = torch.tensor(sorted(stop), device=dev)
+        at, step_tokens = 0, tokens
+        for i in range(max_new):
+            T = step_tokens.shape[1]
+            q_pos = torch.arange(at, at + T, device=dev)
+            positions = (q_pos[None] - pad[:, None]).clamp(min=0)                    # (B, T)
+            keys = key_pos[None, None, None, :at + T]
+            # Why the diagonal: a padding row attends to itself, so that no row is all masked
+            # (that would give NaN rows, and NaN cache rows poison later rows through 0 * NaN).
+            mask = ((valid[:, None, None, :at + T] & (keys <= q_pos[None, None, :, None]))
+                    | (keys == q_pos[None, None, :, None]))
+            x = self.tok_embd(step_tokens)
+            cos, sin = self.angles(positions, x.dtype)
+            for layer, cache in zip(self.layers, caches):
+                x = self._block(layer, x, cos, sin, mask, cache, at)
+            logits = (rms_norm(x[:, -1], self.out_norm, s.eps) @ self.head_weight().T).float()
+            greedy = logits.argmax(-1)
+            probs = torch.softmax(logits / temps.clamp(min=1e-6), -1)
+            sampled = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            nxt = torch.where(temps[:, 0] > 0, sampled, greedy)
+            nxt = torch.where(done, torch.zeros_like(nxt), nxt)
+            out[:, i] = nxt
+            done |= torch.isin(nxt, stops)
+            at += T
+            step_tokens = nxt[:, None]
+            if bool(done.all()):
+                out = out[:, :i + 1]
+                break
+        result = []
+        for row in out.tolist():
+            n = next((j + 1 for j, t in enumerate(row) if t in stop), len(row))
+            result.append(row[:n])
+        return result
+
+
+# --- GGUF in and out --------------------------------------------------------------------------
+
+def from_gguf(path, layers: list[int] | None = None, device="cpu") -> tuple[Llama, dict]:
+    """A Llama from a GGUF (dequantized float32), optionally only the champion `layers` named,
+    in that order. Returns (model, metadata)."""
+    f = gguf.GGUFFile.open(path)
+    cfg = Config.from_metadata(f.metadata)
+    picks = list(range(cfg.n_layers)) if layers is None else list(layers)
+    tied = "output.weight" not in f.tensors
+    m = Llama(Shape.of(cfg, len(picks)), tied=tied)
+    t = lambda name: torch.from_numpy(np.ascontiguousarray(f.dequantize(name)))  # noqa: E731
+    with torch.no_grad():
+        m.tok_embd.weight.copy_(t("token_embd.weight"))
+        m.out_norm.copy_(t("output_norm.weight"))
+        if not tied:
+            m.head.weight.copy_(t("output.weight"))
+        for mine, src in zip(m.layers, picks):
+            for name in LAYER_TENSORS:
+                w = t(f"blk.{src}.{name}.weight")
+                target = getattr(mine, name)
+                (target if isinstance(target, torch.nn.Parameter) else target.weight).copy_(w)
+    return m.to(device), dict(f.metadata)
+
+
+def quantized_like(values: np.ndarray, type_id: int) -> np.ndarray:
+    """What a tensor reads back as after quantizing it to `type_id` (float32, same shape)."""
+    raw = quant.quantize(values, type_id)
+    return quant.dequantize(raw, type_id, values.shape)
+
+
+def to_gguf(model: Llama, champion_md: dict, path, name: str, extra: dict,
+            embd_type: int = quant.Q4_1.type_id, matrix_type: int = quant.Q8_0.type_id) -> None:
+    """Write a draft GGUF with the champion's tokenizer and chat template. The head is tied to the
+    embedding; norms stay F32."""
+    s = model.s
+    md = {k: v for k, v in champion_md.items()
+          if k.startswith("tokenizer.") or k in ("general.architecture",)}
+    md.update({"general.name": name, "llama.block_count": s.n_layers,
+               "llama.context_length": champion_md["llama.context_length"],
+               "llama.embedding_length": s.d, "llama.feed_forward_length": s.d_ff,
+               "llama.attention.head_count": s.n_heads, "llama.attention.head_count_kv": s.n_kv,
+               "llama.rope.freq_base": float(s.rope_base),
+               "llama.attention.layer_norm_rms_epsilon": float(s.eps),
+               "llama.rope.dimension_count": s.hd, "llama.vocab_size": s.vocab, **extra})
+    get = lambda p: p.detach().float().cpu().numpy()  # noqa: E731
+    tensors = {"token_embd.weight": (get(model.tok_embd.weight), embd_type),
+               "output_norm.weight": (get(model.out_norm), quant.F32.type_id)}
+    for i, layer in enumerate(model.layers):
+        for n in LAYER_TENSORS:
+            p = getattr(layer, n)
+            w = get(p if isinstance(p, torch.nn.Parameter) else p.weight)
+            tensors[f"blk.{i}.{n}.weight"] = (w, quant.F32.type_id if n.endswith("norm")
+                                              else matrix_type)
+    gguf.write(path, md, tensors)
+
+
+def n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def cosine(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return 0.5 * peak * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))

@@ -1,93 +1,137 @@
 // Grouped-query causal attention over the KV cache (model.Model.attention).
 // Pass row r (position p = step.pos + r) attends to cache rows 0..p inclusive; its own K/V row is
 // already in the cache. Query head h reads KV head h / (n_heads / n_kv).
-// One workgroup of WG threads per (row, head), three phases over positions s = 0..p:
-//   1. thread t scores positions t, t + WG, ...: q . k_s * scale, into the scores scratch, and
-//      keeps their max;           workgroup barrier: every thread takes the max of the WG maxima;
-//   2. thread t turns its scores into e_s = exp(score - max) and sums them;
-//                                  storage + workgroup barrier: every thread sums the WG sums in
-//                                  order (and now sees every e_s);
-//   3. thread t owns output dims t, t + WG, ...: sum_s e_s * v_s[dim] in position order, / sum.
-// Scores go to a global scratch (ROWS_MAX, n_heads, max_ctx) because 8192 positions would not fit
-// in the 16 KiB of workgroup memory WebGPU guarantees. Every split depends on p and the shapes
-// only, never on step.rows: batch-invariant.
+// One workgroup of `threads` threads per (row, head), split over positions (split-K inside the
+// workgroup; ops.attention says why not across workgroups). Two barriers, three phases:
+//   1. thread t scores positions s = t, t + threads, ...: q . k_s * scale, into the scratch, and
+//      keeps their max;                                   storage barrier;
+//   2. the threads form `groups` position groups of hd/4 threads; group g owns the positions
+//      s = g, g + groups, ... (those thread t = g (mod groups) scored, so their max m_g is the max
+//      of those threads' maxima) and thread j of the group owns output dims 4j..4j+3. Each thread
+//      sums e_s = exp(score_s - m_g) and e_s * v_s[4j..4j+3] over the group's positions in
+//      position order: the group's partial (m_g, l_g, o_g);
+//                                                         storage barrier;
+//   3. thread j merges the groups' partials in group order 0, 1, ...: with M the max of the m_g,
+//      out = sum_g exp(m_g - M) o_g / sum_g exp(m_g - M) l_g.
+// No thread loops over every position: phase 1 takes p / threads positions a thread, phase 2
+// p / groups. Every split depends on p and the shapes only, never on step.rows: batch-invariant.
+// The scores and partials go to a global scratch (ROWS_MAX, n_heads, max_ctx + ATTN_PARTS)
+// (ops.attention_scratch_bytes), because 8192 positions would not fit in the 16 KiB of workgroup
+// memory WebGPU guarantees; the partials sit there too, so one barrier kind (storage) suffices.
 
 //!include step.wgsl
 
 struct Params {
     n_heads: u32,   // query heads
     n_kv: u32,      // KV heads (divides n_heads)
-    head_dim: u32,  // hd
-    max_ctx: u32,   // rows of the caches and of the scores scratch
+    head_dim: u32,  // hd, a multiple of 4 (vec4 loads)
+    max_ctx: u32,   // rows of the caches and of the scores in the scratch
     scale: f32,     // 1 / sqrt(head_dim), rounded to f32 as the reference does
+    groups: u32,    // position groups of phase 2: a power of two, groups * hd / 4 <= threads
 }
 
 const LOWEST: f32 = -3.4028234663852886e38;  // -FLT_MAX exactly: Tint rejects -3.4028235e38 (it rounds past f32)
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
-@group(0) @binding(2) var<storage, read> q: array<f32>;             // (ROWS_MAX, n_heads * hd)
-@group(0) @binding(3) var<storage, read> kcache: array<f32>;        // (max_ctx, n_kv * hd)
-@group(0) @binding(4) var<storage, read> vcache: array<f32>;        // (max_ctx, n_kv * hd)
-@group(0) @binding(5) var<storage, read_write> scores: array<f32>;  // (ROWS_MAX, n_heads, max_ctx)
-@group(0) @binding(6) var<storage, read_write> out: array<f32>;     // (ROWS_MAX, n_heads * hd)
+@group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;         // (ROWS_MAX, n_heads * hd / 4)
+@group(0) @binding(3) var<storage, read> kcache: array<vec4<f32>>;    // (max_ctx, n_kv * hd / 4)
+@group(0) @binding(4) var<storage, read> vcache: array<vec4<f32>>;    // (max_ctx, n_kv * hd / 4)
+@group(0) @binding(5) var<storage, read_write> scratch: array<f32>;   // (ROWS_MAX, n_heads, max_ctx + ATTN_PARTS)
+@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>; // (ROWS_MAX, n_heads * hd / 4)
 
-var<workgroup> maxima: array<f32, WG>;  // (WG,)
-var<workgroup> sums: array<f32, WG>;    // (WG,)
-
-@compute @workgroup_size(WG)
+// Two entry points, one algorithm: `attention` (ATTN_WG threads, GPUs) and `attention_cpu`
+// (ATTN_WG_CPU threads, software adapters, where idle threads and barriers cost more than the
+// parallelism pays; ops.attention picks).
+@compute @workgroup_size(ATTN_WG)
 fn attention(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-    let group_id = wid.x + wid.y * nwg.x;  // uniform in the workgroup: the early return is legal
-    let r = group_id / params.n_heads;
+    attend(t, ATTN_WG, wid.x + wid.y * nwg.x);
+}
+
+@compute @workgroup_size(ATTN_WG_CPU)
+fn attention_cpu(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+    attend(t, ATTN_WG_CPU, wid.x + wid.y * nwg.x);
+}
+
+// Thread t of `threads` in workgroup group_id = (row, head).
+fn attend(t: u32, threads: u32, group_id: u32) {
+    let r = group_id / params.n_heads;  // uniform in the workgroup: the early return is legal
     let h = group_id % params.n_heads;
     if (r >= min(step.rows, ROWS_MAX)) {
         return;
     }
-    let hd = params.head_dim;
+    let hd4 = params.head_dim / 4u;
     let n = min(step.pos + r + 1u, params.max_ctx);  // positions 0..p
-    let stride = params.n_kv * hd;                     // one cache row
-    let kv_off = (h / (params.n_heads / params.n_kv)) * hd;
-    let q_off = (r * params.n_heads + h) * hd;
-    let s_off = (r * params.n_heads + h) * params.max_ctx;
+    let stride = params.n_kv * hd4;                    // one cache row, in vec4
+    let kv_off = (h / (params.n_heads / params.n_kv)) * hd4;
+    let q_off = (r * params.n_heads + h) * hd4;
+    // This (row, head)'s scratch: scores (max_ctx,), then ATTN_PARTS floats of partials.
+    let scores = (r * params.n_heads + h) * (params.max_ctx + ATTN_PARTS);
+    let maxima = scores + params.max_ctx;  // (threads,) phase 1's per-thread maxima
+    let part_m = maxima + ATTN_WG;         // (groups,) m_g
+    let part_l = part_m + ATTN_WG;         // (groups,) l_g
+    let part_o = part_l + ATTN_WG;         // (groups, hd) o_g (groups * hd <= 4 * ATTN_WG)
 
+    // 1. scores
     var m = LOWEST;
-    for (var s = t; s < n; s += WG) {
+    for (var s = t; s < n; s += threads) {
         let k_off = s * stride + kv_off;
         var d = 0.0;
-        for (var i = 0u; i < hd; i++) {
-            d += q[q_off + i] * kcache[k_off + i];
+        for (var i = 0u; i < hd4; i++) {
+            d += dot(q[q_off + i], kcache[k_off + i]);
         }
         let score = d * params.scale;
-        scores[s_off + s] = score;
+        scratch[scores + s] = score;
         m = max(m, score);
     }
-    maxima[t] = m;
-    workgroupBarrier();
-    var top = maxima[0];
-    for (var l = 1u; l < WG; l++) {
-        top = max(top, maxima[l]);
-    }
-
-    var sum = 0.0;
-    for (var s = t; s < n; s += WG) {
-        let e = exp(scores[s_off + s] - top);
-        scores[s_off + s] = e;
-        sum += e;
-    }
-    sums[t] = sum;
+    scratch[maxima + t] = m;
     storageBarrier();
-    workgroupBarrier();
-    var total = 0.0;
-    for (var l = 0u; l < WG; l++) {
-        total += sums[l];
-    }
 
-    for (var i = t; i < hd; i += WG) {
-        var o = 0.0;
-        for (var s = 0u; s < n; s++) {
-            o += scores[s_off + s] * vcache[s * stride + kv_off + i];
+    // 2. each group's partial over its positions
+    let groups = params.groups;
+    let g = t / hd4;
+    let j = t % hd4;
+    if (g < groups) {
+        var m_g = LOWEST;
+        for (var l = g; l < threads; l += groups) {  // the threads that scored this group's positions
+            m_g = max(m_g, scratch[maxima + l]);
         }
-        out[q_off + i] = o / total;
+        var o = vec4<f32>(0.0);
+        var sum = 0.0;
+        for (var s = g; s < n; s += groups) {
+            let e = exp(scratch[scores + s] - m_g);
+            o += e * vcache[s * stride + kv_off + j];
+            sum += e;
+        }
+        let o_off = part_o + (g * hd4 + j) * 4u;
+        scratch[o_off] = o.x;
+        scratch[o_off + 1u] = o.y;
+        scratch[o_off + 2u] = o.z;
+        scratch[o_off + 3u] = o.w;
+        if (j == 0u) {
+            scratch[part_m + g] = m_g;
+            scratch[part_l + g] = sum;
+        }
+    }
+    storageBarrier();
+
+    // 3. merge the groups in order
+    if (t < hd4) {
+        var top = LOWEST;
+        for (var l = 0u; l < groups; l++) {
+            top = max(top, scratch[part_m + l]);
+        }
+        var o = vec4<f32>(0.0);
+        var total = 0.0;
+        for (var l = 0u; l < groups; l++) {
+            let w = exp(scratch[part_m + l] - top);  // 0 for a group without positions (m = LOWEST)
+            let o_off = part_o + (l * hd4 + t) * 4u;
+            o += w * vec4<f32>(scratch[o_off], scratch[o_off + 1u], scratch[o_off + 2u],
+                               scratch[o_off + 3u]);
+            total += w * scratch[part_l + l];
+        }
+        out[q_off + t] = o / total;
     }
 }

@@ -50,3 +50,51 @@ def test_whole_forward_is_batch_invariant(tiny, gpu, m):
     single = run([[t] for t in block])
     assert batched.shape == single.shape == (m, tiny.champion.config.vocab_size)
     assert np.array_equal(batched.view(np.uint32), single.view(np.uint32))
+
+
+# --- long contexts: attention split over ~1000 positions ------------------------------------
+
+LONG = 1000   # cache rows before the pass: past every split attention makes (ops.attention)
+
+
+@pytest.fixture(scope="module")
+def long_file(tmp_path_factory):
+    """The tiny champion's weights with 2048 positions, and a numpy Model of it."""
+    from pyspec import testmodels
+    from pyspec.model import Model
+
+    path = tmp_path_factory.mktemp("long") / "champion-2048.gguf"
+    testmodels.write_model(path, seed=1, ctx=2048)
+    return path, Model.load(path)
+
+
+@pytest.mark.parametrize("kernels", ["gpu", "cpu"])
+def test_long_context_forward(long_file, kernels):
+    """A pass at positions LONG.. after a LONG-token prefill, with the kernels a GPU runs and the
+    ones a software adapter runs (the adapter kind picks attention's entry point and the
+    products' split): it agrees with the reference, and each of its rows is bit-identical to a
+    one-token pass at that position."""
+    from pyspec.gguf import GGUFFile
+    from pyspec.gpu import load_model, native
+
+    path, ref_model = long_file
+    dev = native.NativeDevice()
+    dev.is_cpu = kernels == "cpu"
+    model = load_model(dev, GGUFFile.open(path))
+    vocab = ref_model.config.vocab_size
+    tokens = [(31 * i + 7) % vocab for i in range(LONG + 16)]
+    ref = ref_model.forward(tokens, ref_model.new_cache())[LONG:]          # (16, vocab)
+
+    def run(chunks):
+        model.prefill(tokens[:LONG + 1], 0)         # the cache holds LONG rows
+        rows = []
+        for chunk in chunks:
+            rows.append(asyncio.run(model.read_logits(chunk, 0)))
+            model.kv.commit(len(chunk))
+        return np.concatenate(rows)
+
+    batched = run([tokens[LONG:]])
+    assert np.all(np.abs(batched - ref) <= ATOL + RTOL * np.abs(ref))
+    single = run([[t] for t in tokens[LONG:]])
+    assert np.array_equal(batched.view(np.uint32), single.view(np.uint32))
+    dev.destroy()

@@ -312,22 +312,29 @@ def test_matmul_rope_epilogue(dev, files, at_pos, lanes, monkeypatch):
 
 # --- attention --------------------------------------------------------------------------------
 
-def test_attention(dev, files):
-    """Short and 8192-long contexts vs Model.attention; cache rows past the last position hold
-    NaN, so reading the future would show."""
+@pytest.mark.parametrize("entry", ["attention", "attention_cpu"])
+def test_attention(dev, files, entry, monkeypatch):
+    """Both entry points vs Model.attention from position 0 to an 8192-long context, around
+    every split the kernel makes (its threads' stride and its position groups); cache rows past
+    the last position hold NaN, so reading the future would show. Batch-invariant near and far."""
+    monkeypatch.setattr(dev, "is_cpu", entry == "attention_cpu")
     model = files[1]
     cfg = model.config
     hd, nh, nkv, ctx = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, 8192
+    threads = ops.ATTN_WG_CPU if entry == "attention_cpu" else ops.ATTN_WG
+    groups = ops.attention_groups(hd, threads)
+    assert 1 < groups < threads          # both splits are exercised
     rng = np.random.default_rng(6)
     kc = rng.standard_normal((ctx, nkv, hd)).astype(F32)                  # (ctx, n_kv, hd)
     vc = rng.standard_normal((ctx, nkv, hd)).astype(F32)
     qs = (rng.standard_normal((ROWS_MAX, nh, hd)) * 2).astype(F32)        # peaked softmaxes
     q, out = dev.buffer(ROWS_MAX * nh * hd * 4), dev.buffer(ROWS_MAX * nh * hd * 4)
     kbuf, vbuf = dev.buffer(kc.nbytes), dev.buffer(vc.nbytes)
-    scores = dev.buffer(ops.attention_scratch_bytes(nh, ctx))
+    scratch = dev.buffer(ops.attention_scratch_bytes(nh, ctx))
     p = Pass(dev)
-    p.dispatches = [ops.attention(dev, q, kbuf, vbuf, scores, out, p.step, n_heads=nh,
+    p.dispatches = [ops.attention(dev, q, kbuf, vbuf, scratch, out, p.step, n_heads=nh,
                                   n_kv_heads=nkv, head_dim=hd, max_ctx=ctx)]
+    assert p.dispatches[0].kernel == f"attention.{entry}"
 
     def fill_cache(last):
         """Cache rows 0..last valid, NaN after."""
@@ -344,13 +351,19 @@ def test_attention(dev, files):
         p.run(rows, pos)
         return read(dev, out, (ROWS_MAX, nh * hd))[:rows]
 
-    for pos, rows in ((0, ROWS_MAX), (37, 5), (ctx - ROWS_MAX, ROWS_MAX)):
+    # Rows cover p = 0, 1, groups - 1, groups, groups + 1, threads - 1, threads, threads + 1,
+    # ~1000, ~2000 and the end of the cache.
+    passes = ((0, ROWS_MAX), (groups - 1, 3), (threads - 2, 4), (37, 5), (999, 3), (1998, 4),
+              (ctx - ROWS_MAX, ROWS_MAX))
+    for pos, rows in passes:
         fill_cache(pos + rows - 1)
         ref = model.attention(qs[:rows], kc, vc, np.arange(pos, pos + rows))
         # exp and a different summation order: atol 1e-5 + rtol 1e-4 (outputs are O(1)).
-        np.testing.assert_allclose(run(rows, pos, list(range(rows))), ref, rtol=1e-4, atol=1e-5)
-    fill_cache(300 + ROWS_MAX - 1)
-    assert_batch_invariant(run, pos=300)
+        np.testing.assert_allclose(run(rows, pos, list(range(rows))), ref, rtol=1e-4, atol=1e-5,
+                                   err_msg=f"pos {pos}")
+    for pos in (300, 1000):
+        fill_cache(pos + ROWS_MAX - 1)
+        assert_batch_invariant(run, pos=pos)
 
 
 # --- Q, K and V as one product --------------------------------------------------------------
@@ -453,4 +466,13 @@ def test_shape_errors(dev, files):
                    norm=w)
     with pytest.raises(ops.ShapeError, match="divide"):
         ops.attention(dev, small, small, small, small, small, p.step, n_heads=3, n_kv_heads=2,
+                      head_dim=64, max_ctx=16)
+    with pytest.raises(ops.ShapeError, match="multiple of 4"):
+        ops.attention(dev, small, small, small, small, small, p.step, n_heads=2, n_kv_heads=1,
+                      head_dim=6, max_ctx=16)
+    with pytest.raises(ops.ShapeError, match="attention scratch"):
+        width = 2 * 64 * 4
+        ops.attention(dev, dev.buffer(ROWS_MAX * width), dev.buffer(16 * width // 2),
+                      dev.buffer(16 * width // 2), dev.buffer(ROWS_MAX * 2 * 16 * 4),
+                      dev.buffer(ROWS_MAX * width), p.step, n_heads=2, n_kv_heads=1,
                       head_dim=64, max_ctx=16)

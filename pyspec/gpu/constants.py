@@ -27,6 +27,10 @@ WG = 64              # threads per workgroup of the forward's kernels (ops.py)
 MATMUL_OUTS = 4      # consecutive outputs per matmul thread
 WG_ROW = 128         # threads per workgroup of the per-row sampling kernels and of accept
 RNG_FILL_WG = 64     # threads per workgroup of rng_fill (tests)
+ATTN_WG = 256        # threads per workgroup of attention on a GPU (one workgroup per row and head)
+ATTN_WG_CPU = 64     # ... on a software adapter (attention_cpu: fewer idle threads per barrier)
+ATTN_PARTS = 7 * ATTN_WG  # attention's partials per (row, head) after its scores: thread maxima,
+                          # then per position group m, l (ATTN_WG each) and o (4 * ATTN_WG)
 
 # --- the Step uniform (step.py): mode and flags ---------------------------------------------------
 MODES = {"greedy": 0, "replay": 1, "rejection": 2}
@@ -46,7 +50,8 @@ HOW_RESIDUAL = 1         # a sample of the residual at the first rejection
 HOW_EMPTY_RESIDUAL = 2   # a sample of p_target, because the residual was all zero
 HOW_BONUS = 3            # the bonus sample after K accepted drafts (rejection)
 
-_HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "RNG_FILL_WG", "FLAG_ONE_HOT", "NONE",
+_HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "RNG_FILL_WG", "ATTN_WG", "ATTN_WG_CPU",
+         "ATTN_PARTS", "FLAG_ONE_HOT", "NONE",
          "ACCEPT_N_ACCEPTED", "ACCEPT_K_EFF", "ACCEPT_N_EMITTED", "ACCEPT_HOW", "ACCEPT_TOKENS",
          "ACCEPT_TESTS", "ACCEPT_P", "ACCEPT_Q", "ACCEPT_WORDS",
          "HOW_CHAMPION", "HOW_RESIDUAL", "HOW_EMPTY_RESIDUAL", "HOW_BONUS")

@@ -21,7 +21,8 @@ import numpy as np
 
 from .. import quant
 from ..gguf import GGUFFile
-from .constants import MATMUL_OUTS, WG  # the shaders get the same names (constants.py)
+# the shaders get the same names (constants.py)
+from .constants import ATTN_PARTS, ATTN_WG, ATTN_WG_CPU, MATMUL_OUTS, WG
 from .device import ROWS_MAX, Dispatch, ShapeError, binding_size, need, split_workgroups
 
 
@@ -281,26 +282,53 @@ def rope_table(dev, config, max_ctx: int):
 
 
 def attention_scratch_bytes(n_heads: int, max_ctx: int) -> int:
-    """Bytes of the scores scratch `attention` needs: (ROWS_MAX, n_heads, max_ctx) f32. One
-    scratch serves every layer (dispatches run in order)."""
-    return ROWS_MAX * n_heads * max_ctx * 4
+    """Bytes of the scratch `attention` needs: (ROWS_MAX, n_heads, max_ctx + ATTN_PARTS) f32,
+    each (row, head)'s scores and then its partials. One scratch serves every layer
+    (dispatches run in order)."""
+    return ROWS_MAX * n_heads * (max_ctx + ATTN_PARTS) * 4
 
 
-def attention(dev, q, kcache, vcache, scores, out, step, *, n_heads: int, n_kv_heads: int,
+def attention_groups(head_dim: int, threads: int) -> int:
+    """Position groups of attention's phase 2 (shaders/attention.wgsl): each group is head_dim / 4
+    threads, one per 4 output dims, and owns every groups-th position. A power of two (so it
+    divides `threads` and a group's positions are the ones phase 1's threads t = g (mod groups)
+    scored), as many as `threads` hold. It depends on the shapes only (batch invariance)."""
+    groups = 1
+    while 2 * groups * (head_dim // 4) <= threads:
+        groups *= 2
+    return groups
+
+
+def attention(dev, q, kcache, vcache, scratch, out, step, *, n_heads: int, n_kv_heads: int,
               head_dim: int, max_ctx: int) -> Dispatch:
     """out[r] = causal GQA attention of q[r] over cache rows 0..step.pos + r, for r < step.rows.
 
     q, out (ROWS_MAX, n_heads * head_dim) f32; kcache, vcache (max_ctx, n_kv_heads * head_dim)
-    f32 holding this pass's rows already; scores: attention_scratch_bytes(n_heads, max_ctx)."""
+    f32 holding this pass's rows already; scratch: attention_scratch_bytes(n_heads, max_ctx).
+
+    One workgroup per (row, head) splits the positions among its threads (scores, then position
+    groups each with a partial max, sum of exp and weighted V sum, merged in group order):
+    ATTN_WG threads on a GPU, ATTN_WG_CPU on a software adapter (measured on lavapipe: 64 threads
+    cost a third of 256 at 40 positions and less at 1000). The split stays inside a workgroup: a
+    split across workgroups needs its merge after a barrier that WGSL only has between dispatches
+    (its barriers are per workgroup and it has no device-scope fence, so a last-workgroup merge
+    could read stale partials), and a merge dispatch per layer would take a one-token pass from
+    152 to 182 dispatches."""
     if n_heads % n_kv_heads:
         raise ShapeError(f"attention: {n_kv_heads} KV heads do not divide {n_heads} heads")
+    threads = ATTN_WG_CPU if _cpu_adapter(dev) else ATTN_WG
+    if head_dim % 4 or not 4 <= head_dim <= 4 * threads:
+        raise ShapeError(f"attention reads heads as vec4 with one thread per 4 dims: head_dim "
+                         f"must be a multiple of 4 up to {4 * threads}, got {head_dim}")
     width, kv_width = n_heads * head_dim, n_kv_heads * head_dim
     need(dev, q, ROWS_MAX * width * 4, f"attention q (ROWS_MAX, {width})")
     need(dev, out, ROWS_MAX * width * 4, f"attention out (ROWS_MAX, {width})")
     need(dev, kcache, max_ctx * kv_width * 4, f"attention kcache ({max_ctx}, {kv_width})")
     need(dev, vcache, max_ctx * kv_width * 4, f"attention vcache ({max_ctx}, {kv_width})")
-    need(dev, scores, attention_scratch_bytes(n_heads, max_ctx), "attention scores scratch")
+    need(dev, scratch, attention_scratch_bytes(n_heads, max_ctx), "attention scratch")
     scale = float(np.float32(1.0 / np.sqrt(head_dim)))
-    params = dev.uniform(_fields(n_heads, n_kv_heads, head_dim, max_ctx, scale), "attention")
-    return dev.dispatch("attention", "attention", [params, step, q, kcache, vcache, scores, out],
+    params = dev.uniform(_fields(n_heads, n_kv_heads, head_dim, max_ctx, scale,
+                                 attention_groups(head_dim, threads)), "attention")
+    entry = "attention_cpu" if _cpu_adapter(dev) else "attention"
+    return dev.dispatch("attention", entry, [params, step, q, kcache, vcache, scratch, out],
                         split_workgroups(ROWS_MAX * n_heads))

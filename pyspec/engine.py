@@ -72,7 +72,18 @@ class Options:
 class Chunk:
     offset: int          # character offset of `text` in the whole output
     text: str
-    n_tokens: int        # tokens committed by this cycle
+    n_tokens: int        # tokens committed since the last chunk: len(ids)
+    ids: list[int] = field(default_factory=list)   # their ids, what a Resume goes on from
+
+
+@dataclass
+class Resume:
+    """Where an interrupted run of the same request got to (DESIGN §8): `ids`, the token ids its
+    chunks carried (all it committed, in order), and `fault`, what interrupted it, for the
+    receipt: {"kind": a code, "cycle": int, "restart_s": seconds from the fault until this
+    request began}. The request goes on from prompt + ids; the ids count toward max_tokens."""
+    ids: list[int]
+    fault: dict | None = None
 
 
 @dataclass
@@ -155,12 +166,33 @@ class Engine:
         return self.backend.drafter
 
     # --- the loop ---------------------------------------------------------------------------
+    def _resumed(self, resume: Resume | None, prompt: list[int], ctx: int) -> list[int]:
+        """A Resume's ids, checked: token ids of this vocabulary that fit the context after the
+        prompt (the loop may commit up to ctx + 1 tokens: the cache lags by one row)."""
+        if resume is None:
+            return []
+        ids, vocab = resume.ids, self.tokenizer.vocab_size
+        if not isinstance(ids, (list, tuple)) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in ids):
+            raise OptionsError(f"resume ids must be a list of token ids in [0, {vocab}); send "
+                               "back the ids the interrupted run's chunks carried")
+        if len(prompt) + len(ids) > ctx + 1:
+            raise PromptTooLongError(f"the prompt ({len(prompt)} tokens) and the resumed ids "
+                                     f"({len(ids)}) do not fit the context of {ctx}")
+        return [int(t) for t in ids]
+
     async def stream(self, prompt: list[int], opts: Options | None = None,
-                     report: dict | None = None, should_stop=None) -> AsyncIterator[Chunk]:
+                     report: dict | None = None, should_stop=None,
+                     resume: Resume | None = None) -> AsyncIterator[Chunk]:
         """Generate from prompt token ids, yielding a Chunk per cycle that commits text.
         When `report` is given it is filled with the Result fields at the end. `should_stop()`
         is asked before every cycle; when it says so the request ends as "cancelled", with its
-        committed text, stats and receipt (a cancel takes effect within one cycle)."""
+        committed text, stats and receipt (a cancel takes effect within one cycle).
+        With `resume` the ids an interrupted run committed are prefilled after the prompt and
+        decoding goes on from there: chunk offsets continue after their text, and the result
+        (text, tokens) is the whole answer. Greedy and replay give exactly the undisturbed text,
+        since every random number is keyed by position; rejection gives a valid continuation
+        (its drafts, hence its uniforms' uses, differ) and the receipt records the resume."""
         opts = opts or Options()
         opts.check()
         mode = opts.resolved_verify()
@@ -172,6 +204,7 @@ class Engine:
             raise PromptTooLongError(
                 f"the prompt has {len(prompt)} tokens but the context holds {ctx}; shorten it "
                 f"(or raise the context length) so that at least one token can be generated")
+        done = self._resumed(resume, prompt, ctx)
         sched = schedule.Schedule(schedule.parse(opts.k))
         rule = Rule(mode, opts.temperature, opts.seed, sched.policy.conf_threshold)
         self.faults = []
@@ -180,10 +213,17 @@ class Engine:
         st = _Stats(draft_calls_before=self.drafter.calls if self.drafter else 0)
         t_start = time.perf_counter()
 
-        await self.backend.prefill(prompt)
-        st.scratch = self.backend.scratch_bytes(len(prompt) - 1, 1)
+        tokens, out_text, ttft, finish = list(prompt) + done, "", None, "length"
+        await self.backend.prefill(tokens)
+        st.scratch = self.backend.scratch_bytes(len(tokens) - 1, 1)
         t_prefill = time.perf_counter() - t_start
-        tokens, out_text, ttft, finish = list(prompt), "", None, "length"
+        # The resumed ids' text was shown by the interrupted run: the decoder is primed with it
+        # (bytes of a character they left incomplete stay pending) and offsets continue after it.
+        out_text, unsent = "".join(detok.feed(t) for t in done), []
+        if resume is not None and resume.fault:
+            self.faults.append({**resume.fault, "at_token": len(done),
+                                "recovery_s": resume.fault.get("restart_s", 0.0) + t_prefill,
+                                "adapter": self.adapter_class})
 
         while len(tokens) - len(prompt) < opts.max_tokens:
             n = len(tokens)
@@ -205,10 +245,13 @@ class Engine:
                 # The cycle in flight is dropped (nothing of it was emitted); the committed
                 # tokens are re-prefilled on the recovery backend and the request goes on from
                 # there, so no text is ever shown twice.
-                self.faults.append({"kind": e.code, "at_token": n - len(prompt),
-                                    "adapter": self.adapter_class})
+                t_fault, failed = time.perf_counter(), self.adapter_class
                 self.backend, self.recover = self.recover(), None
                 await self.backend.prefill(tokens)
+                self.faults.append({"kind": e.code, "at_token": n - len(prompt),
+                                    "cycle": st.champion_passes,
+                                    "recovery_s": time.perf_counter() - t_fault,
+                                    "adapter": failed})
                 continue
             verdict, k_real = out.verdict, out.k
             sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
@@ -220,14 +263,18 @@ class Engine:
             if stop is not None:
                 new, finish = new[:stop], "stop"
             tokens += new
+            unsent += new
             text = "".join(detok.feed(t) for t in new)
             if stop is not None:
                 text += detok.flush()
             if ttft is None:
                 ttft = time.perf_counter() - t_start
             if text:
-                yield Chunk(len(out_text), text, len(new))
-                out_text += text
+                # A chunk carries the ids of every token committed since the last one (a cycle
+                # whose bytes end mid-character yields no chunk), so the chunks' ids are always
+                # exactly the tokens behind the text shown: what a Resume needs.
+                yield Chunk(len(out_text), text, len(unsent), unsent)
+                out_text, unsent = out_text + text, []
             if stop is not None:
                 break
             await asyncio.sleep(0)  # let a cancel or another task in between cycles
@@ -236,22 +283,24 @@ class Engine:
         # of what the uncancelled request would have shown.
         tail = detok.flush() if finish != "cancelled" else ""
         if tail:
-            yield Chunk(len(out_text), tail, 0)
+            yield Chunk(len(out_text), tail, len(unsent), unsent)
             out_text += tail
 
         if report is not None:
             wall = time.perf_counter() - t_start
             generated = tokens[len(prompt):]
             stats = self._stats(st, sched, len(generated), wall, t_prefill, ttft, finish)
+            stats["resumed_tokens"] = len(done)
             report.update(text=out_text, tokens=generated, finish_reason=finish, stats=stats,
                           receipt=receipts.build(self, opts, mode, stats))
 
-    def generate(self, prompt: list[int], opts: Options | None = None) -> Result:
+    def generate(self, prompt: list[int], opts: Options | None = None,
+                 resume: Resume | None = None) -> Result:
         """Run a request to completion (synchronous wrapper over `stream`)."""
         report: dict = {}
 
         async def drain():
-            async for _ in self.stream(prompt, opts, report):
+            async for _ in self.stream(prompt, opts, report, resume=resume):
                 pass
 
         asyncio.run(drain())

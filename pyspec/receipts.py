@@ -42,7 +42,8 @@ def adapter_class(vendor: str | int | None, software: bool) -> str:
 _STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes", "draft_calls",
                "drafted", "accepted", "acceptance_rate", "tokens_per_pass",
                "drafted_by_position", "accepted_by_position", "schedule", "tokens_per_s",
-               "ttft_s", "prefill_s", "draft_s", "verify_s", "wall_s", "peak_bytes")
+               "ttft_s", "prefill_s", "draft_s", "verify_s", "wall_s", "peak_bytes",
+               "resumed_tokens")
 
 
 def build(engine, opts, mode: str, stats: dict) -> dict:
@@ -63,9 +64,12 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
         "seed": opts.seed,
         "max_tokens": opts.max_tokens,
         "stats": {**{k: stats[k] for k in _STATS_KEYS}, "adapter": engine.adapter_class},
-        # e.g. [{"kind": "device_lost", "at_token": 17, "adapter": "gpu:nvidia"}]: GPU faults
-        # this request recovered from (Engine's recover), with the count of tokens committed
-        # before it and the class of the adapter that failed.
+        # e.g. [{"kind": "device_lost", "at_token": 17, "cycle": 6, "recovery_s": 0.8,
+        # "adapter": "gpu:nvidia"}]: faults this request recovered from (a GPU fault through
+        # Engine's recover; a dead worker through a Resume, kind "worker_died"), with the count
+        # of tokens committed before it, the cycle, the seconds until decoding went on, and
+        # the class of the adapter that failed. stats.resumed_tokens > 0: it went on from the
+        # committed tokens of an interrupted run.
         "faults": list(engine.faults),
         # e.g. [{"kind": "no_webgpu", "adapter": "cpu-numpy"}]: set by web.make_engine when the
         # browser's WebGPU was not usable (codes only: a receipt carries no free text).

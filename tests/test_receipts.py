@@ -173,8 +173,10 @@ def test_no_field_carries_a_description_a_path_or_user_text(tmp_path):
     r = engine.generate(tok.encode_chat([{"role": "user", "content": secret}]),
                         Options(max_tokens=16, stop_at_eos=False, k="fixed:2"))
     receipt = r.receipt
-    assert receipt["faults"] == [{"kind": "device_lost", "at_token": receipt["faults"][0]
-                                  ["at_token"], "adapter": "gpu:nvidia"}]
+    fault = receipt["faults"][0]
+    assert receipt["faults"] == [{"kind": "device_lost", "at_token": fault["at_token"],
+                                  "cycle": fault["cycle"], "recovery_s": fault["recovery_s"],
+                                  "adapter": "gpu:nvidia"}]
     assert receipt["stats"]["adapter"] == r.stats["adapter"] == "cpu-numpy"   # finished there
     blob = json.dumps(receipt)
     # (numbers such as the driver's 555 could occur in timings by chance; words cannot)

@@ -52,6 +52,24 @@ def test_whole_forward_is_batch_invariant(tiny, gpu, m):
     assert np.array_equal(batched.view(np.uint32), single.view(np.uint32))
 
 
+def test_prefill_without_the_head_fills_the_same_cache(tiny, gpu):
+    """prefill leaves the head out; its cache rows are bit-identical to those of passes that
+    compute logits."""
+    from pyspec.gpu.device import ROWS_MAX
+
+    body = tiny.prompt[:-1]
+    gpu.prefill(tiny.prompt, 0)
+    with_prefill = asyncio.run(gpu.read_kv(len(body)))
+    gpu.kv.truncate(0)
+    for i in range(0, len(body), ROWS_MAX):
+        asyncio.run(gpu.read_logits(body[i:i + ROWS_MAX], 0))
+        gpu.kv.commit(len(body[i:i + ROWS_MAX]))
+    with_logits = asyncio.run(gpu.read_kv(len(body)))
+    assert len(body) > ROWS_MAX       # more than one tile
+    for a, b in zip(with_prefill, with_logits):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 # --- long contexts: attention split over ~1000 positions ------------------------------------
 
 LONG = 1000   # cache rows before the pass: past every split attention makes (ops.attention)

@@ -115,15 +115,17 @@ class GPUModel(LoadedWeights):
         return 4 * (rows * per_row + logit_rows * cfg.vocab_size)
 
     # --- the forward, as dispatches -----------------------------------------------------------
-    def forward_dispatches(self, slot: int, n_layers: int | None = None, tokens=None) -> list:
+    def forward_dispatches(self, slot: int, n_layers: int | None = None, tokens=None,
+                           logits: bool = True) -> list:
         """The dispatches of one pass whose rows/positions are Step slot `slot`: feeds
         tokens[:rows] (default self.tokens) at positions pos.., writes K/V rows there, logits
         (rows, vocab) into self.logits. `n_layers` runs only the first layers (the self:L draft).
-        Built once per (slot, n_layers, tokens buffer) and cached."""
+        logits=False leaves out the head (and its norm): a prefill pass only fills the cache.
+        Built once per (slot, n_layers, tokens buffer, logits) and cached."""
         cfg = self.config
         n_layers = n_layers or cfg.n_layers
         tokens = self.tokens if tokens is None else tokens
-        key = (slot, n_layers, id(tokens))
+        key = (slot, n_layers, id(tokens), logits)
         if key in self._plans:
             return self._plans[key]
         dev, step, ctx = self.dev, self.steps.binding(slot), self.capacity
@@ -161,8 +163,9 @@ class GPUModel(LoadedWeights):
                 ops.matmul(dev, w["ffn_gate_up"], h, self.g, step, silu_gate=True, **norm),
                 ops.matmul(dev, w["ffn_down"], self.g, self.x, step, accumulate=True),
             ]
-        h, norm = normed(self.out_norm)
-        out.append(ops.matmul(dev, self.head, h, self.logits, step, **norm))
+        if logits:
+            h, norm = normed(self.out_norm)
+            out.append(ops.matmul(dev, self.head, h, self.logits, step, **norm))
         self._plans[key] = out
         return out
 
@@ -179,16 +182,22 @@ class GPUModel(LoadedWeights):
         self.steps.set(slot, rows=tokens.size, pos=pos)
         return pos
 
-    def prefill(self, prompt: list[int], slot: int) -> None:
-        """Fill a fresh cache with every prompt token but the last (the cache lags the sequence
-        by one row, as on the CPU), ROWS_MAX rows per submission."""
-        self.kv.truncate(0)
-        body = prompt[:-1]
-        for i in range(0, len(body), ROWS_MAX):
-            self.feed(body[i:i + ROWS_MAX], slot)
+    def prefill(self, prompt: list[int], slot: int, start: int = 0,
+                end: int | None = None) -> None:
+        """Commit the rows of prompt[start:end] after the `start` rows kept (they hold
+        prompt[:start]); `end` defaults to every prompt token but the last (the cache lags the
+        sequence by one row, as on the CPU). ROWS_MAX rows per submission. No logits: nothing
+        reads them (the last prompt token is fed by the first cycle), so the head, the largest
+        product, is left out; the cache rows are those of a pass with the head."""
+        end = len(prompt) - 1 if end is None else min(end, len(prompt) - 1)
+        if start != self.kv.committed or self.kv.pending:
+            self.kv.truncate(start)
+        for i in range(start, end, ROWS_MAX):
+            rows = prompt[i:min(i + ROWS_MAX, end)]
+            self.feed(rows, slot)
             self.steps.upload(slot + 1)
-            self.dev.submit(self.forward_dispatches(slot))
-        self.kv.commit(len(body))
+            self.dev.submit(self.forward_dispatches(slot, logits=False))
+            self.kv.commit(len(rows))
 
     async def read_logits(self, tokens: list[int], slot: int) -> np.ndarray:
         """Feed tokens at the next positions (appending pending rows) and read back their logits

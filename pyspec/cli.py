@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from . import champion_path, receipts
+from . import champion_path, conversation, receipts
+from .conversation import Fitted
 from .compat import check_pair
 from .cpu import CPUBackend
 from .engine import Engine, Options
@@ -55,10 +56,14 @@ def read_messages(path: str) -> list[dict]:
     return data
 
 
-def prompt_ids(tok: Tokenizer, args) -> list[int]:
-    """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat."""
+def prompt_ids(tok: Tokenizer, args, ctx: int | None = None) -> list[int] | Fitted:
+    """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat, fitted
+    to the context `ctx` by the context-full policy (--context-overflow) when ctx is given."""
     if args.messages_json:
-        return tok.encode_chat(read_messages(args.messages_json))
+        messages = read_messages(args.messages_json)
+        if ctx is None:
+            return tok.encode_chat(messages)
+        return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow)
     try:
         args.prompt.encode("utf-8")
     except UnicodeEncodeError:
@@ -76,7 +81,7 @@ def options(args) -> Options:
 
 
 # --- commands -------------------------------------------------------------------------------
-def cmd_generate(args) -> int:
+def make_engine(args) -> Engine:
     if args.ctx is not None and args.ctx < 1:
         raise UsageError(f"--ctx must be a positive number of positions, got {args.ctx}")
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
@@ -84,17 +89,81 @@ def cmd_generate(args) -> int:
     if args.backend == "wgpu":  # a lost device finishes the request on the CPU, champion-only
         def recover():
             return CPUBackend(Model.load(args.champion or champion_path()), "none", args.ctx)
-    engine = Engine(backend(champion, args.draft), tok, recover=recover)
-    ids = prompt_ids(tok, args)
+    return Engine(backend(champion, args.draft, args.ctx), tok, recover=recover)
+
+
+def cmd_generate(args) -> int:
+    engine = make_engine(args)
+    ids = prompt_ids(engine.tokenizer, args, engine.kv.max_ctx)
+    fitted = ids if isinstance(ids, Fitted) else Fitted(ids)
+    if fitted.notice():
+        print(f"note: {fitted.notice()}", file=sys.stderr)
     opts = options(args)
     if args.json:
-        r = engine.generate(ids, opts)
-        print(json.dumps({"text": r.text, "tokens": r.tokens, "finish_reason": r.finish_reason,
-                          "stats": r.stats, "receipt": r.receipt}))
+        r = engine.generate(fitted.ids, opts)
+        report = {"text": r.text, "tokens": r.tokens, "finish_reason": r.finish_reason,
+                  "stats": r.stats, "receipt": r.receipt}
+        fitted.annotate(report)
+        print(json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
+                                                 "receipt")}))
         return 0
-    report = stream_to_stdout(engine, ids, opts)
+    report = stream_to_stdout(engine, fitted.ids, opts)
     print_stats(report["stats"])
     return 0
+
+
+CHAT_HELP = "commands: /reset (forget the conversation), /system TEXT, /stats, /quit"
+
+
+def cmd_chat(args) -> int:
+    """An interactive chat on stdin: each line is a user message, the reply streams to stdout.
+    The engine's conversation cache prefills only each turn's new tokens."""
+    engine = make_engine(args)
+    tok, ctx = engine.tokenizer, engine.kv.max_ctx
+    system = [{"role": "system", "content": args.system}] if args.system else []
+    history: list[dict] = []
+    opts, last = options(args), None
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print(f"pyspec chat ({engine.adapter}, drafter {args.draft}); {CHAT_HELP}", file=sys.stderr)
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return 0
+        line = line.rstrip("\n")
+        command, _, rest = line.partition(" ")
+        if command in ("/quit", "/exit"):
+            return 0
+        if command == "/reset":
+            history = []
+            engine.forget()
+            print("(conversation cleared)", file=sys.stderr)
+        elif command == "/system":
+            system = [{"role": "system", "content": rest}] if rest else []
+            print("(system message set)" if rest else "(system message cleared)", file=sys.stderr)
+        elif command == "/stats":
+            print_stats(last) if last else print("(no reply yet)", file=sys.stderr)
+        elif line.startswith("/"):
+            print(f"unknown command {command}; {CHAT_HELP}", file=sys.stderr)
+        elif line.strip():
+            try:
+                fitted = conversation.fit(tok, system + history + [{"role": "user", "content": line}],
+                                          opts.max_tokens, ctx, args.context_overflow)
+            except PyspecError as e:       # this turn is refused; the conversation goes on
+                print(f"error: {e}", file=sys.stderr)
+                continue
+            if fitted.notice():
+                print(f"({fitted.notice()})", file=sys.stderr)
+                # the dropped turns leave the history too, so later turns keep one prefix
+                history = history[fitted.dropped_messages:]
+            report = stream_to_stdout(engine, fitted.ids, opts)
+            history += [{"role": "user", "content": line},
+                        {"role": "assistant", "content": report["text"]}]
+            last = report["stats"]
+            if args.stats:
+                print_stats(last)
 
 
 def stream_to_stdout(engine: Engine, ids: list[int], opts: Options) -> dict:
@@ -270,6 +339,12 @@ def _common_generation(p: argparse.ArgumentParser) -> None:
                    help="context positions to reserve (default: the model's own)")
 
 
+def _context_overflow(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--context-overflow", choices=conversation.POLICIES, default="drop_oldest",
+                   help="a conversation too long for the context: leave out its oldest turns "
+                        "(default) or refuse it")
+
+
 def _prompt_source(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", help="one user message (rendered with the chat template)")
@@ -287,7 +362,17 @@ def parser() -> argparse.ArgumentParser:
     _prompt_source(p)
     _common_generation(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _context_overflow(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("chat", help="an interactive chat on stdin (conversation cache kept)")
+    p.add_argument("--champion")
+    p.add_argument("--draft", default="ngram", help="ngram | self:L | none | PATH to a GGUF")
+    p.add_argument("--system", help="a system message")
+    p.add_argument("--stats", action="store_true", help="print the stats after every reply")
+    _common_generation(p)
+    _context_overflow(p)
+    p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("demo", help="champion-only vs speculative on the CPU, side by side")
     p.add_argument("--champion")

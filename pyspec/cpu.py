@@ -8,11 +8,16 @@ Not here: the cycle's order (cycle.py), the loop (engine.py), the forward (model
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from .cycle import Executor, Outcome, Rule
 from .drafters import Proposal, make_drafter
-from .model import Model, prefill
+from .model import Model
+
+# Prompt rows per prefill block: a cancel is noticed between blocks. Rows are computed in the
+# same 8-row tiles whatever the block (model.matmul), so blocking changes no row.
+PREFILL_BLOCK = 32
 
 
 class CPUBackend(Executor):
@@ -31,8 +36,20 @@ class CPUBackend(Executor):
         self._t0 = self._t1 = 0.0  # start of the cycle, end of its drafting
         self._done: Outcome | None = None  # the verdict of the cycle being encoded
 
-    async def prefill(self, prompt: list[int]) -> None:
-        prefill(self.champion, self.kv, prompt)
+    async def prefill(self, prompt: list[int], start: int = 0, should_stop=None) -> None:
+        """Commit the rows of prompt[start:-1] after the `start` rows kept (they hold
+        prompt[:start]), PREFILL_BLOCK rows at a time. When should_stop() says so between blocks
+        it stops there: the rows committed so far stay valid, and the drafter is not reset."""
+        self.kv.truncate(start)
+        body = prompt[:-1]
+        for i in range(start, len(body), PREFILL_BLOCK):
+            if should_stop is not None and i > start:
+                await asyncio.sleep(0)     # let a cancel message in
+                if should_stop():
+                    return
+            block = body[i:i + PREFILL_BLOCK]
+            self.champion.forward(block, self.kv, last_only=True)
+            self.kv.commit(len(block))
         if self.drafter:
             self.drafter.reset(prompt)
 

@@ -74,6 +74,7 @@ class Chunk:
     text: str
     n_tokens: int        # tokens committed since the last chunk: len(ids)
     ids: list[int] = field(default_factory=list)   # their ids, what a Resume goes on from
+    cycle: int = 0       # cycles this request has run so far (fault drills strike by it)
 
 
 @dataclass
@@ -143,6 +144,9 @@ class Engine:
         self.fallbacks = list(fallbacks or [])
         self.fallback_reason = fallback_reason
         self.faults: list[dict] = []   # GPU faults of the last request (the receipt's faults)
+        # The conversation cache: (kv, its epoch, token list) after the last request; the first
+        # kv.committed tokens of the list are what the committed cache rows hold.
+        self._held: tuple | None = None
 
     @property
     def champion(self):
@@ -165,6 +169,26 @@ class Engine:
     def drafter(self):
         return self.backend.drafter
 
+    # --- the conversation cache ---------------------------------------------------------------
+    def reusable(self, prompt: list[int]) -> int:
+        """How many leading prompt tokens' cache rows the last request left in place: the common
+        prefix of `prompt[:-1]` and the tokens the committed rows hold (0 when another request,
+        on this engine or on one sharing its cache, has started since). The rows are reused as
+        they are: every kernel is batch-invariant and a prefill row equals a decode row, so they
+        are bit-identical to the rows a fresh prefill would write (tested)."""
+        if self._held is None:
+            return 0
+        kv, epoch, tokens = self._held
+        if kv is not self.kv or epoch != kv.epoch:
+            return 0
+        n = min(kv.committed, len(prompt) - 1, len(tokens))
+        same = np.asarray(tokens[:n]) == np.asarray(prompt[:n])
+        return n if same.all() else int(np.argmin(same))
+
+    def forget(self) -> None:
+        """Drop the conversation cache: the next request prefills its whole prompt."""
+        self._held = None
+
     # --- the loop ---------------------------------------------------------------------------
     def _resumed(self, resume: Resume | None, prompt: list[int], ctx: int) -> list[int]:
         """A Resume's ids, checked: token ids of this vocabulary that fit the context after the
@@ -186,8 +210,10 @@ class Engine:
                      resume: Resume | None = None) -> AsyncIterator[Chunk]:
         """Generate from prompt token ids, yielding a Chunk per cycle that commits text.
         When `report` is given it is filled with the Result fields at the end. `should_stop()`
-        is asked before every cycle; when it says so the request ends as "cancelled", with its
-        committed text, stats and receipt (a cancel takes effect within one cycle).
+        is asked before every cycle and between prefill blocks; when it says so the request ends
+        as "cancelled", with its committed text, stats and receipt (a cancel takes effect within
+        one cycle or one prefill block). A prompt that continues the previous request's tokens
+        (a conversation's next turn) prefills only what is new: see `reusable`.
         With `resume` the ids an interrupted run committed are prefilled after the prompt and
         decoding goes on from there: chunk offsets continue after their text, and the result
         (text, tokens) is the whole answer. Greedy and replay give exactly the undisturbed text,
@@ -214,9 +240,14 @@ class Engine:
         t_start = time.perf_counter()
 
         tokens, out_text, ttft, finish = list(prompt) + done, "", None, "length"
-        await self.backend.prefill(tokens)
-        st.scratch = self.backend.scratch_bytes(len(tokens) - 1, 1)
+        reused = self.reusable(tokens)
+        self._held = None
+        await self.backend.prefill(tokens, reused, should_stop)
+        self._held = (self.kv, self.kv.epoch, tokens)   # tokens grows as the request commits
+        st.scratch = self.backend.scratch_bytes(max(1, len(tokens) - 1 - reused), 1)
         t_prefill = time.perf_counter() - t_start
+        if self.kv.committed < len(tokens) - 1:
+            finish = "cancelled"                         # during prefill: nothing generated
         # The resumed ids' text was shown by the interrupted run: the decoder is primed with it
         # (bytes of a character they left incomplete stay pending) and offsets continue after it.
         out_text, unsent = "".join(detok.feed(t) for t in done), []
@@ -225,7 +256,7 @@ class Engine:
                                 "recovery_s": resume.fault.get("restart_s", 0.0) + t_prefill,
                                 "adapter": self.adapter_class})
 
-        while len(tokens) - len(prompt) < opts.max_tokens:
+        while finish != "cancelled" and len(tokens) - len(prompt) < opts.max_tokens:
             n = len(tokens)
             if should_stop is not None and should_stop():
                 finish = "cancelled"
@@ -247,7 +278,9 @@ class Engine:
                 # there, so no text is ever shown twice.
                 t_fault, failed = time.perf_counter(), self.adapter_class
                 self.backend, self.recover = self.recover(), None
+                self._held = None
                 await self.backend.prefill(tokens)
+                self._held = (self.kv, self.kv.epoch, tokens)
                 self.faults.append({"kind": e.code, "at_token": n - len(prompt),
                                     "cycle": st.champion_passes,
                                     "recovery_s": time.perf_counter() - t_fault,
@@ -273,7 +306,7 @@ class Engine:
                 # A chunk carries the ids of every token committed since the last one (a cycle
                 # whose bytes end mid-character yields no chunk), so the chunks' ids are always
                 # exactly the tokens behind the text shown: what a Resume needs.
-                yield Chunk(len(out_text), text, len(unsent), unsent)
+                yield Chunk(len(out_text), text, len(unsent), unsent, st.champion_passes)
                 out_text, unsent = out_text + text, []
             if stop is not None:
                 break
@@ -283,13 +316,15 @@ class Engine:
         # of what the uncancelled request would have shown.
         tail = detok.flush() if finish != "cancelled" else ""
         if tail:
-            yield Chunk(len(out_text), tail, len(unsent), unsent)
+            yield Chunk(len(out_text), tail, len(unsent), unsent, st.champion_passes)
             out_text += tail
 
         if report is not None:
             wall = time.perf_counter() - t_start
             generated = tokens[len(prompt):]
             stats = self._stats(st, sched, len(generated), wall, t_prefill, ttft, finish)
+            stats["prefill_tokens"] = max(0, len(prompt) - 1 - reused)
+            stats["reused_tokens"] = reused
             stats["resumed_tokens"] = len(done)
             report.update(text=out_text, tokens=generated, finish_reason=finish, stats=stats,
                           receipt=receipts.build(self, opts, mode, stats))

@@ -42,6 +42,10 @@ class KVCache:
         self.committed = 0                # rows of accepted tokens
         self.pending = 0                  # rows appended since the last commit / rollback
         self.peak = 0                     # most rows ever in use (committed + pending)
+        # Bumped by every truncate: whoever remembers which tokens the committed rows hold (the
+        # engine's conversation cache) checks it, so that another engine sharing this cache
+        # (engines over one GPU model) and starting a request of its own invalidates the memory.
+        self.epoch = 0
 
     @property
     def length(self) -> int:
@@ -75,6 +79,7 @@ class KVCache:
         if not 0 <= n <= self.committed:
             raise ValueError(f"cannot truncate to {n}: {self.committed} committed")
         self.committed, self.pending = n, 0
+        self.epoch += 1
 
     @property
     def nbytes(self) -> int:

@@ -131,13 +131,15 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(ms + x.dtype.type(eps)) * weight
 
 
-def prefill(model: "Model", kv: KVCache, prompt: list[int], exact: bool = True) -> None:
-    """Fill a fresh cache with every prompt token but the last: the first decoding step feeds
-    that one, so a cache always lags the token sequence by one row."""
-    kv.truncate(0)
-    if len(prompt) > 1:
-        model.forward(prompt[:-1], kv, last_only=True, exact=exact)
-        kv.commit(len(prompt) - 1)
+def prefill(model: "Model", kv: KVCache, prompt: list[int], exact: bool = True,
+            start: int = 0) -> None:
+    """Fill the cache with every prompt token but the last: the first decoding step feeds that
+    one, so a cache always lags the token sequence by one row. Rows below `start` are kept
+    (they must hold prompt[:start]: a conversation's earlier turns)."""
+    kv.truncate(start)
+    if len(prompt) - 1 > start:
+        model.forward(prompt[start:-1], kv, last_only=True, exact=exact)
+        kv.commit(len(prompt) - 1 - start)
 
 
 class LoadedWeights:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import traceback
 
-from . import __version__
+from . import __version__, conversation
 from .compat import check_pair
 from .cpu import CPUBackend
 from .drafters import parse_draft
 from .drafters.model_draft import ModelDrafter
-from .engine import Engine, Options
+from .engine import Engine, Options, Resume
 from .errors import PyspecError, error_code
 from .gguf import GGUFFile
 from .load import backend as backend_for
@@ -47,9 +47,9 @@ class SessionError(PyspecError):
 # What each field of a request may hold; null or absent means the default. A field of another
 # type is refused (bad_config) before anything runs, so a malformed request changes nothing.
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
-               "draft_name": str}
+               "draft_name": str, "drills": bool}
 GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, "verify": str,
-                   "k": str, "draft": str}
+                   "k": str, "draft": str, "drill": str, "context_overflow": str}
 
 
 def _parse(text: str, what: str):
@@ -71,12 +71,62 @@ def _fields(text: str, what: str, fields: dict) -> dict:
                            f"{type(obj).__name__}")
     for name, kinds in fields.items():
         value = obj.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
-            names = " or ".join(t.__name__ for t in (kinds if isinstance(kinds, tuple)
-                                                      else (kinds,)))
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        if value is not None and ((isinstance(value, bool) and bool not in kinds)
+                                  or not isinstance(value, kinds)):
+            names = " or ".join(t.__name__ for t in kinds)
             raise SessionError("bad_config", f"{what} field {name!r} must be {names} (or null), "
                                f"got {type(value).__name__} {value!r:.40}")
     return obj
+
+
+# Faults a client may say interrupted the run it resumes (a code, never free text: it goes to
+# the receipt): client.js sends worker_died after it restarted a dead worker.
+RESUME_FAULTS = ("worker_died",)
+
+
+def _resume(text: str) -> Resume | None:
+    """A generate request's `resume`: null, or {"ids": [token id, ...], "fault": null or
+    {"kind": one of RESUME_FAULTS, "cycle": int >= 0, "restart_s": number >= 0}}. The engine
+    checks the ids against the vocabulary and the context."""
+    obj = _parse(text, "resume")
+    if obj is None:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("ids"), list):
+        raise SessionError("bad_config", "resume must be {\"ids\": [the token ids the "
+                           "interrupted run's chunks carried], \"fault\": null or {...}}")
+    fault = obj.get("fault")
+    if fault is not None:
+        number = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
+        if (not isinstance(fault, dict) or fault.get("kind") not in RESUME_FAULTS
+                or not isinstance(fault.get("cycle"), int) or not number(fault["cycle"])
+                or not number(fault.get("restart_s", 0))):
+            raise SessionError("bad_config", "resume.fault must be {\"kind\": one of "
+                               f"{RESUME_FAULTS}, \"cycle\": int >= 0, \"restart_s\": "
+                               "seconds >= 0}")
+        fault = {"kind": fault["kind"], "cycle": fault["cycle"],
+                 "restart_s": float(fault.get("restart_s", 0))}
+    return Resume(obj["ids"], fault)
+
+
+# Fault drills the Session itself injects (config "drill": "KIND@CYCLE", only on a session loaded
+# with drills on); client.js injects the others (worker-terminate) and never sends them here.
+SESSION_DRILLS = ("device-lost",)
+
+
+def _drill(spec: str | None, enabled: bool) -> tuple[str, int] | None:
+    """config.drill "KIND@CYCLE" as (kind, cycle): the fault strikes once the request has run
+    CYCLE cycles (on the first chunk whose cycle count reaches it)."""
+    if spec is None:
+        return None
+    if not enabled:
+        raise SessionError("bad_config", "config.drill is a fault drill: load the session with "
+                           "drills on (init option drills: true) to use it")
+    kind, _, cycle = spec.partition("@")
+    if kind not in SESSION_DRILLS or not cycle.isdigit():
+        raise SessionError("bad_config", f"config.drill must be KIND@CYCLE with KIND one of "
+                           f"{SESSION_DRILLS} and CYCLE a number of cycles, got {spec!r:.60}")
+    return kind, int(cycle)
 
 
 def _error(e: BaseException, other: str = "internal") -> str:
@@ -187,11 +237,12 @@ class Session:
         self.last: dict | None = None      # the last finished request: text, tokens, stats, receipt
         self.cancelled: set[int] = set()   # request ids asked to stop
         self.running: int | None = None
+        self.drills = False                # fault drills (lose_device, config.drill) allowed
 
     # --- loading --------------------------------------------------------------------------
     # What load() replaces; a failed load puts them back.
     _LOADED = ("file", "config", "tokenizer", "draft_model", "backend", "max_ctx",
-               "default_draft", "engine", "engine_draft")
+               "default_draft", "engine", "engine_draft", "drills")
 
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
@@ -217,6 +268,7 @@ class Session:
             self.backend = opts.get("backend") or "auto"
             self.max_ctx = min(opts.get("max_ctx") or DEFAULT_MAX_CTX, config.context_length)
             self.default_draft = opts.get("draft") or ("model" if draft_model else "ngram")
+            self.drills = bool(opts.get("drills"))
             self.engine = None
             engine = await self._engine(self.default_draft)
             return json.dumps({"adapter": engine.adapter, "pyspec_version": __version__,
@@ -250,9 +302,12 @@ class Session:
 
     # --- generation -----------------------------------------------------------------------
     async def generate(self, request_id: int, messages_json: str, config_json: str,
-                       on_chunk) -> str:
-        """Stream one request. `on_chunk(offset, text, n_tokens)` is called once per cycle that
-        commits text. config: {max_tokens, temperature, seed, verify, k, draft}. Returns
+                       on_chunk, resume_json: str = "null") -> str:
+        """Stream one request. `on_chunk(offset, text, n_tokens, ids_json, cycle)` is called once
+        per cycle that commits text (ids_json: the JSON list of the ids committed since the last
+        chunk; cycle: cycles run so far). config: {max_tokens, temperature, seed, verify, k,
+        draft, drill}. resume: null or {ids, fault} (_resume): go on from the ids an interrupted
+        run of this request committed. Returns
         {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
         when cancel() stopped it: the engine checks before every cycle), or an error."""
         try:
@@ -264,22 +319,34 @@ class Session:
                            seed=_or(config.get("seed"), 0), verify=config.get("verify") or None,
                            k=config.get("k") or "heuristic")
             opts.check()
+            resume = _resume(resume_json)
+            drill = _drill(config.get("drill"), self.drills)
+            if drill and getattr(engine.champion, "dev", None) is None:
+                raise SessionError("bad_config", f"the {drill[0]} drill needs the WebGPU engine, "
+                                   f"not {engine.adapter}: load with backend webgpu")
             try:
-                prompt = self.tokenizer.encode_chat(messages)
+                fitted = conversation.fit(self.tokenizer, messages, opts.max_tokens,
+                                          engine.kv.max_ctx,
+                                          config.get("context_overflow") or "drop_oldest")
             except TokenizerError as e:   # malformed messages: the request's fault, not the model's
                 raise SessionError("bad_config", str(e)) from e
+            prompt = fitted.ids
         except Exception as e:  # noqa: BLE001
             return _error(e, "bad_config")
         self.running = request_id
         report: dict = {}
         text = ""
         try:
-            stream = engine.stream(prompt, opts, report,
+            stream = engine.stream(prompt, opts, report, resume=resume,
                                    should_stop=lambda: request_id in self.cancelled)
             try:
                 async for chunk in stream:
-                    on_chunk(chunk.offset, chunk.text, chunk.n_tokens)
+                    on_chunk(chunk.offset, chunk.text, chunk.n_tokens, json.dumps(chunk.ids),
+                             chunk.cycle)
                     text += chunk.text
+                    if drill and chunk.cycle >= drill[1]:   # device-lost, the one session drill
+                        drill = None
+                        self._destroy_device()
             finally:
                 await stream.aclose()
         except Exception as e:  # noqa: BLE001
@@ -290,12 +357,13 @@ class Session:
         if not report:
             return json.dumps({"text": text, "tokens": None, "finish_reason": "cancelled",
                                "stats": None, "receipt": None})
+        fitted.annotate(report)
         self.last = report
-        if engine.faults:
+        if any(f["kind"] not in RESUME_FAULTS for f in engine.faults):
             # The request finished on the CPU; the next one seeks a GPU device again.
             self.engine = None
         return json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
-                                                  "receipt")})
+                                                  "receipt", "notice")})
 
     def cancel(self, request_id: int) -> str:
         """Ask a running request to stop after its current cycle."""
@@ -305,13 +373,20 @@ class Session:
         return json.dumps({"cancelled": False})
 
     def lose_device(self) -> str:
-        """A fault drill: destroy the engine's WebGPU device, as a GPU reset would. The request
-        in flight finishes on the CPU from its committed tokens; the next one seeks a device."""
+        """A fault drill (only on a session loaded with drills on): destroy the engine's WebGPU
+        device, as a GPU reset would. The request in flight finishes on the CPU from its
+        committed tokens; the next one seeks a device."""
+        if not self.drills:
+            return _error(SessionError("bad_request", "lose_device is a fault drill: load the "
+                                       "session with drills on (init option drills: true)"))
+        return json.dumps({"lost": self._destroy_device()})
+
+    def _destroy_device(self) -> bool:
         dev = getattr(getattr(self.engine, "champion", None), "dev", None)
         if dev is None:
-            return json.dumps({"lost": False})
+            return False
         dev.destroy()
-        return json.dumps({"lost": True})
+        return True
 
     def stats(self) -> str:
         return json.dumps({"stats": self.last["stats"] if self.last else None})

@@ -118,7 +118,8 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
 
     chunks = []
     done = json.loads(run(s.generate(2, MESSAGES, json.dumps({"max_tokens": 8}),
-                                     lambda offset, text, n: chunks.append((offset, text, n)))))
+                                     lambda offset, text, n, ids, cycle:
+                                     chunks.append((offset, text, n)))))
     assert "".join(t for _, t, _ in chunks) == done["text"]
     assert [o for o, _, _ in chunks] == sorted(o for o, _, _ in chunks)
     assert done["stats"]["generated_tokens"] == len(done["tokens"]) <= 8
@@ -148,7 +149,7 @@ def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):
     assert json.loads(s.cancel(7)) == {"cancelled": False}
     seen = []
 
-    def on_chunk(offset, text, n):
+    def on_chunk(offset, text, n, ids, cycle):
         seen.append(text)
         if len(seen) == 2:
             assert json.loads(s.cancel(9)) == {"cancelled": True}
@@ -157,6 +158,59 @@ def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):
                                      on_chunk)))
     assert done["finish_reason"] == "cancelled" and len(seen) == 2
     assert s.running is None and not s.cancelled
+
+
+def test_session_resumes_from_the_ids_its_chunks_carried(tiny, champion_bytes):
+    """What client.js does after a worker death: a new Session, the same request with resume
+    {ids of the chunks received, fault}; its chunks continue at the next offset and the result is
+    the undisturbed one (greedy and replay); the receipt records the fault, never the ids."""
+    for config in ({"max_tokens": 24, "k": "fixed:3"},
+                   {"max_tokens": 24, "k": "fixed:3", "temperature": 0.8, "seed": 9}):
+        s = web.Session(opener(NoAdapterError("none here")))
+        run(s.load("{}", champion_bytes))
+        chunks = []
+        full = json.loads(run(s.generate(1, MESSAGES, json.dumps(config),
+                                         lambda *a: chunks.append(a))))
+        assert [t for c in chunks for t in json.loads(c[3])] == full["tokens"]
+        assert [c[4] for c in chunks] == sorted(c[4] for c in chunks)   # cycle counts grow
+        got = chunks[:len(chunks) // 2]
+        shown = "".join(c[1] for c in got)
+        resume = {"ids": [t for c in got for t in json.loads(c[3])],
+                  "fault": {"kind": "worker_died", "cycle": got[-1][4], "restart_s": 1.5}}
+        fresh = web.Session(opener(NoAdapterError("none here")))
+        run(fresh.load("{}", champion_bytes))
+        more = []
+        done = json.loads(run(fresh.generate(2, MESSAGES, json.dumps(config),
+                                             lambda *a: more.append(a), json.dumps(resume))))
+        assert more[0][0] == len(shown)
+        assert shown + "".join(c[1] for c in more) == full["text"] == done["text"]
+        assert done["tokens"] == full["tokens"]
+        [fault] = done["receipt"]["faults"]
+        assert fault["kind"] == "worker_died" and fault["cycle"] == got[-1][4]
+        assert fault["at_token"] == len(resume["ids"]) and fault["recovery_s"] >= 1.5
+        assert done["receipt"]["stats"]["resumed_tokens"] == len(resume["ids"])
+        assert json.dumps(resume["ids"][:4])[1:-1] not in json.dumps(done["receipt"])
+    for bad in ('{"ids": "1 2"}', "[1, 2]", '{"ids": [1], "fault": {"kind": "my text"}}',
+                '{"ids": [1], "fault": {"kind": "worker_died", "cycle": -1}}',
+                '{"ids": [99999]}'):
+        err = json.loads(run(fresh.generate(3, MESSAGES, "{}", lambda *a: None, bad)))["error"]
+        assert err["code"] == "bad_config", bad
+
+
+def test_fault_drills_need_drills_switched_on(tiny, champion_bytes):
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load("{}", champion_bytes))
+    assert json.loads(s.lose_device())["error"]["code"] == "bad_request"
+    drill = json.dumps({"drill": "device-lost@2"})
+    err = json.loads(run(s.generate(1, MESSAGES, drill, lambda *a: None)))["error"]
+    assert err["code"] == "bad_config" and "drills on" in err["message"]
+    run(s.load('{"drills": true}', champion_bytes))
+    assert json.loads(s.lose_device()) == {"lost": False}     # the CPU engine has no device
+    for spec, why in (("device-lost@2", "WebGPU engine"), ("meteor@2", "KIND@CYCLE"),
+                      ("device-lost", "KIND@CYCLE")):
+        err = json.loads(run(s.generate(1, MESSAGES, json.dumps({"drill": spec}),
+                                        lambda *a: None)))["error"]
+        assert err["code"] == "bad_config" and why in err["message"], spec
 
 
 # Requests a page (or a hostile embedder) may send: each gets a typed error, never `internal`.

@@ -36,6 +36,7 @@ from .model import GPUModel
 from .step import N_SLOTS, SLOT_CHAMPION
 
 K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
+PREFILL_BLOCK = 8 * ROWS_MAX  # prompt rows between cancel checks (a readback each)
 
 
 def _draft_slot(i: int) -> int:
@@ -152,10 +153,21 @@ class GPUBackend(Executor):
         """The champion's cache bookkeeping (engines sharing one GPU model share it too)."""
         return self.champion.kv
 
-    async def prefill(self, prompt: list[int]) -> None:
+    async def prefill(self, prompt: list[int], start: int = 0, should_stop=None) -> None:
+        """Commit the rows of prompt[start:-1] after the `start` rows kept (cpu.CPUBackend's
+        contract). With should_stop, it waits for each PREFILL_BLOCK rows and asks between
+        blocks; when told to stop, the rows committed so far stay valid."""
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
         self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0}
-        self.champion.prefill(prompt, SLOT_CHAMPION)
+        self.kv.truncate(start)
+        end = len(prompt) - 1
+        block = PREFILL_BLOCK if should_stop is not None else max(end, 1)
+        for i in range(start, max(end, start + 1), block):
+            if i > start:
+                await self.dev.read(self.out, 16)  # the block before has run: a cancel is due now
+                if should_stop():
+                    return
+            self.champion.prefill(prompt, SLOT_CHAMPION, i, min(i + block, end))
         if self.drafter:
             self.drafter.reset(prompt)
         # Wait for the prefill here, so that it is timed as prefill and not as the first cycle.

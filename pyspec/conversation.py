@@ -1,0 +1,100 @@
+"""A conversation's prompt when it outgrows the context: the context-full policy.
+
+When the rendered messages plus `max_tokens` would not fit in the context, the default policy
+("drop_oldest") drops the oldest whole turns, a user message together with the assistant
+messages that answer it, until they fit. It never drops a system message, never the last user
+message (the one being answered), and never part of a message. If the prompt still leaves no room
+for one token, or under the policy "error", the request is refused with PromptTooLongError
+(code prompt_too_long). What was dropped is reported as counts only (the receipt's `context`);
+the caller shows the notice.
+
+The conversation cache itself (reusing the KV rows of earlier turns) is the engine's
+(Engine.reusable): dropping a turn changes the token prefix, so the next request prefills from
+the first token that differs.
+Not here: rendering and tokenizing (tokenizer.py, chat.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .engine import OptionsError, PromptTooLongError
+
+POLICIES = ("drop_oldest", "error")
+
+
+@dataclass
+class Fitted:
+    ids: list[int]              # the prompt's token ids after the policy
+    dropped_messages: int = 0
+    dropped_tokens: int = 0
+
+    def notice(self) -> str | None:
+        """The user-facing notice, or None when nothing was dropped."""
+        if not self.dropped_messages:
+            return None
+        return (f"The conversation was longer than the context: the {self.dropped_messages} "
+                f"oldest message(s) ({self.dropped_tokens} tokens) were left out of this prompt.")
+
+    def receipt(self) -> dict:
+        return {"dropped_messages": self.dropped_messages, "dropped_tokens": self.dropped_tokens}
+
+    def annotate(self, report: dict) -> None:
+        """Record the policy's counts in a finished request's stats and receipt (`context`), and
+        its notice (None when nothing was dropped) as `notice`."""
+        report["stats"]["context"] = self.receipt()
+        report["receipt"]["context"] = self.receipt()
+        report["notice"] = self.notice()
+
+
+def _turns(messages: list[dict]) -> list[list[int]]:
+    """Indices of the droppable turns, oldest first: each non-system message run that starts at
+    a user message (or at the start), up to the next user message; the last user message and
+    everything after it are never included."""
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    end = len(messages) if last_user is None else last_user
+    turns: list[list[int]] = []
+    for i in range(end):
+        if messages[i].get("role") == "system":
+            continue
+        if messages[i].get("role") == "user" or not turns:
+            turns.append([])
+        turns[-1].append(i)
+    return turns
+
+
+def fit(tokenizer, messages: list[dict], max_tokens: int, ctx: int,
+        policy: str = "drop_oldest") -> Fitted:
+    """The prompt ids for `messages` under the context-full policy (see the module docstring)."""
+    if policy not in POLICIES:
+        raise OptionsError(f"unknown context_overflow policy {policy!r}: use one of {POLICIES}")
+    ids = tokenizer.encode_chat(messages)
+    if len(ids) + max_tokens <= ctx:
+        return Fitted(ids)
+    full, gone = len(ids), set()
+    if policy == "drop_oldest":
+        turns = _turns(messages)
+
+        def without(n: int) -> tuple[set, list[int]]:     # the n oldest turns left out
+            out = {i for turn in turns[:n] for i in turn}
+            return out, tokenizer.encode_chat([m for i, m in enumerate(messages) if i not in out])
+
+        # The fewest turns to leave out; fitting only gets easier with more left out, so a
+        # binary search over the count (a conversation may have thousands of messages).
+        lo, hi = 0, len(turns)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(without(mid)[1]) + max_tokens <= ctx:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo:
+            gone, ids = without(lo)
+    if len(ids) >= ctx or (policy == "error" and len(ids) + max_tokens > ctx):
+        raise PromptTooLongError(
+            f"the conversation needs {len(ids)} prompt tokens + max_tokens {max_tokens} but the "
+            f"context holds {ctx}"
+            + (" even with every older turn left out" if policy == "drop_oldest" else
+               " (context_overflow is 'error'; 'drop_oldest' leaves out the oldest turns)")
+            + "; shorten the last message, lower max_tokens or raise the context length")
+    return Fitted(ids, len(gone), full - len(ids))

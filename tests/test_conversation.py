@@ -1,0 +1,226 @@
+"""Conversations: the engine's conversation cache (KV rows kept across turns), cancel during
+prefill, and the context-full policy (pyspec/conversation.py).
+
+Oracle: a fresh engine that prefills the whole conversation. A follow-up turn must give the same
+tokens, and its cache rows must be bit-identical to the fresh prefill's, on numpy and on native
+WebGPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from pyspec import conversation
+from pyspec.engine import Engine, Options, PromptTooLongError
+from pyspec.load import backend as backend_for
+from pyspec.model import Model
+
+
+def new_engine(tiny, backend, draft="ngram", max_ctx=None) -> Engine:
+    return Engine(backend_for(tiny.on(backend), draft, max_ctx, load_draft=Model.load),
+                  tiny.tokenizer)
+
+
+def rows(engine: Engine, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first n committed K and V rows of every layer, (n_layers, n, n_kv, hd) each."""
+    kv = engine.kv
+    if kv.k is not None:
+        return kv.k[:, :n].copy(), kv.v[:, :n].copy()
+    return asyncio.run(engine.champion.read_kv(n))
+
+
+def chat_ids(tiny, messages):
+    return tiny.tokenizer.encode_chat(messages)
+
+
+TURNS = ["the cat sat on the mat. the cat", "the dog ate the bone.", "def f(x): return x"]
+OPTS = {"greedy": dict(max_tokens=12, stop_at_eos=False),
+        "replay": dict(max_tokens=12, stop_at_eos=False, temperature=0.8, seed=5)}
+
+
+@pytest.mark.parametrize("mode", list(OPTS))
+def test_follow_up_turns_reuse_the_cache_and_equal_a_fresh_prefill(tiny, backend, mode):
+    engine = new_engine(tiny, backend)
+    messages: list[dict] = []
+    for turn, text in enumerate(TURNS):
+        messages.append({"role": "user", "content": text})
+        prompt = chat_ids(tiny, messages)
+        r = engine.generate(prompt, Options(**OPTS[mode]))
+        kept = engine.kv.committed
+        got_k, got_v = rows(engine, kept)
+        fresh = new_engine(tiny, backend)   # on the GPU this shares the cache: it starts anew
+        want = fresh.generate(prompt, Options(**OPTS[mode]))
+        assert r.tokens == want.tokens, f"turn {turn}"
+        assert r.text == want.text
+        assert fresh.kv.committed == kept
+        want_k, want_v = rows(fresh, kept)
+        assert np.array_equal(got_k, want_k) and np.array_equal(got_v, want_v), f"turn {turn}"
+        if turn:
+            assert r.stats["reused_tokens"] > 0
+            assert r.stats["prefill_tokens"] < len(prompt) - 1
+            assert r.stats["reused_tokens"] + r.stats["prefill_tokens"] == len(prompt) - 1
+        assert want.stats["reused_tokens"] == 0
+        messages.append({"role": "assistant", "content": r.text})
+        # the fresh engine ran on the same cache (GPU) or its own (numpy): engine picks up again
+        engine = fresh
+
+
+def test_an_edited_message_rolls_back_to_the_first_differing_token(tiny):
+    engine = new_engine(tiny, "cpu")
+    first = chat_ids(tiny, [{"role": "user", "content": "the cat sat on the mat. the dog"}])
+    engine.generate(first, Options(max_tokens=8, stop_at_eos=False))
+    edited = chat_ids(tiny, [{"role": "user", "content": "the cat sat on the bone. the dog"}])
+    same = next(i for i, (a, b) in enumerate(zip(first, edited)) if a != b)
+    assert engine.reusable(edited) == same
+    r = engine.generate(edited, Options(max_tokens=8, stop_at_eos=False))
+    want = new_engine(tiny, "cpu").generate(edited, Options(max_tokens=8, stop_at_eos=False))
+    assert r.tokens == want.tokens and r.stats["reused_tokens"] == same
+    # regenerate: the same prompt again reuses every prompt row but the last token's
+    again = engine.generate(edited, Options(max_tokens=8, stop_at_eos=False))
+    assert again.tokens == want.tokens and again.stats["reused_tokens"] == len(edited) - 1
+
+
+def test_another_engine_on_the_same_cache_invalidates_it(tiny, backend):
+    a = new_engine(tiny, backend)
+    prompt = chat_ids(tiny, [{"role": "user", "content": TURNS[0]}])
+    a.generate(prompt, Options(max_tokens=6, stop_at_eos=False))
+    assert a.reusable(prompt) == len(prompt) - 1
+    a.kv.truncate(0)   # what any other request on this cache does first
+    assert a.reusable(prompt) == 0
+    a.forget()
+    assert a.reusable(prompt) == 0
+
+
+def test_cancel_during_prefill_stops_between_blocks_and_keeps_the_cache_consistent(tiny, backend):
+    engine = new_engine(tiny, backend)
+    long_text = " ".join(["the cat sat on the mat. the dog ate the bone."] * 11)
+    prompt = chat_ids(tiny, [{"role": "user", "content": long_text}])
+    asked = []
+
+    def should_stop():
+        asked.append(engine.kv.committed)
+        return True                   # at the first chance: after the first block
+
+    report: dict = {}
+
+    async def run():
+        async for _ in engine.stream(prompt, Options(max_tokens=8, stop_at_eos=False), report,
+                                     should_stop):
+            raise AssertionError("no text may come out of a cancelled prefill")
+
+    asyncio.run(run())
+    assert report["finish_reason"] == "cancelled" and report["tokens"] == []
+    assert 0 < engine.kv.committed < len(prompt) - 1      # stopped between blocks
+    # the rows committed before the cancel are reused, and the result equals a fresh run
+    assert engine.reusable(prompt) == engine.kv.committed
+    r = engine.generate(prompt, Options(max_tokens=8, stop_at_eos=False))
+    want = new_engine(tiny, backend).generate(prompt, Options(max_tokens=8, stop_at_eos=False))
+    assert r.tokens == want.tokens
+
+
+# --- the context-full policy -------------------------------------------------------------------
+
+def conversation_of(n_turns: int) -> list[dict]:
+    messages = [{"role": "system", "content": "be brief"}]
+    for i in range(n_turns):
+        messages += [{"role": "user", "content": f"question {i}: the cat sat on the mat"},
+                     {"role": "assistant", "content": f"answer {i}: the dog ate the bone"}]
+    return messages + [{"role": "user", "content": "last question: def f(x)"}]
+
+
+def test_nothing_is_dropped_when_the_conversation_fits(tiny):
+    messages = conversation_of(2)
+    fitted = conversation.fit(tiny.tokenizer, messages, 8, 4096)
+    assert fitted.ids == tiny.tokenizer.encode_chat(messages)
+    assert fitted.dropped_messages == 0 and fitted.notice() is None
+
+
+def test_the_oldest_whole_turns_go_first_never_the_system_or_last_message(tiny):
+    messages = conversation_of(6)
+    full = len(tiny.tokenizer.encode_chat(messages))
+    ctx = full - 10 + 16          # 16 tokens of generation need about one turn to go
+    fitted = conversation.fit(tiny.tokenizer, messages, 16, ctx)
+    assert fitted.dropped_messages % 2 == 0 and fitted.dropped_messages >= 2
+    n_turns = fitted.dropped_messages // 2
+    kept = [messages[0]] + messages[1 + 2 * n_turns:]
+    assert fitted.ids == tiny.tokenizer.encode_chat(kept)
+    assert len(fitted.ids) + 16 <= ctx
+    assert fitted.dropped_tokens == full - len(fitted.ids)
+    assert str(fitted.dropped_messages) in fitted.notice()
+    # the fewest turns that make it fit: one turn fewer would not
+    fewer = [messages[0]] + messages[1 + 2 * (n_turns - 1):]
+    assert len(tiny.tokenizer.encode_chat(fewer)) + 16 > ctx
+    assert fitted.receipt() == {"dropped_messages": fitted.dropped_messages,
+                                "dropped_tokens": fitted.dropped_tokens}
+
+
+def test_error_policy_and_a_last_message_too_long_are_refused(tiny):
+    messages = conversation_of(6)
+    full = len(tiny.tokenizer.encode_chat(messages))
+    with pytest.raises(PromptTooLongError, match="context_overflow"):
+        conversation.fit(tiny.tokenizer, messages, 16, full, policy="error")
+    only_last = len(tiny.tokenizer.encode_chat([messages[0], messages[-1]]))
+    with pytest.raises(PromptTooLongError, match="every older turn"):
+        conversation.fit(tiny.tokenizer, messages, 16, only_last)
+    with pytest.raises(Exception, match="unknown context_overflow"):
+        conversation.fit(tiny.tokenizer, messages, 16, 10_000, policy="truncate")
+
+
+# --- the CLI chat ------------------------------------------------------------------------------
+
+def run_chat(tiny, monkeypatch, capsys, script: str, *extra: str) -> tuple[str, str]:
+    import io
+
+    from pyspec import cli
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(script))
+    code = cli.main(["chat", "--champion", tiny.champion_path, "--max-tokens", "6", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out, err
+
+
+def test_cli_chat_streams_replies_and_keeps_the_conversation(tiny, monkeypatch, capsys):
+    out, err = run_chat(tiny, monkeypatch, capsys,
+                        "the cat sat\n/stats\nthe dog\n/reset\nthe cat sat\n/nope\n/quit\nnever\n",
+                        "--draft", "none", "--system", "be brief")
+    replies = out.splitlines()
+    assert len(replies) == 3                     # three user turns; /quit ends before "never"
+    assert replies[0] == replies[2]              # after /reset the same message, the same reply
+    # what the CLI printed is what the engine gives for the same conversation
+    tok, engine = tiny.tokenizer, new_engine(tiny, "cpu", "none")
+    system = [{"role": "system", "content": "be brief"}]
+    first = engine.generate(tok.encode_chat(system + [{"role": "user", "content": "the cat sat"}]),
+                            Options(max_tokens=6))
+    assert replies[0] == first.text
+    second = engine.generate(tok.encode_chat(
+        system + [{"role": "user", "content": "the cat sat"},
+                  {"role": "assistant", "content": first.text},
+                  {"role": "user", "content": "the dog"}]), Options(max_tokens=6))
+    assert replies[1] == second.text
+    assert "--- " in err                         # /stats printed the first reply's stats
+    assert "(conversation cleared)" in err and "unknown command /nope" in err
+
+
+def test_cli_generate_context_overflow(tiny, tmp_path, capsys):
+    import json
+
+    from pyspec import cli
+
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(conversation_of(3)))
+    full = len(tiny.tokenizer.encode_chat(conversation_of(3)))
+    assert full + 8 < 256                        # it fits the tiny model's own context
+    args = ["generate", "--champion", tiny.champion_path, "--messages-json", str(path),
+            "--max-tokens", "8", "--draft", "none", "--json"]
+    assert cli.main(args + ["--ctx", str(full - 20)]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert result["receipt"]["context"]["dropped_messages"] >= 2
+    assert "note:" in err and "left out" in err
+    assert cli.main(args) == 0 and "note:" not in capsys.readouterr().err
+    assert cli.main(args + ["--ctx", str(full - 20), "--context-overflow", "error"]) == 2
+    assert "error:" in capsys.readouterr().err

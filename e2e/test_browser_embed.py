@@ -1,5 +1,6 @@
-"""The embedding example (web/embed-example.html) streams through client.js only, and cancel()
-stops a generation within one cycle."""
+"""The embedding example (web/embed-example.html) streams through client.js only, cancel()
+stops a generation within one cycle, and a worker that dies mid-stream is replaced and the
+request resumes from its committed ids (DESIGN §8)."""
 
 from __future__ import annotations
 
@@ -44,16 +45,57 @@ def test_embed_streams_and_cancel_stops_within_one_cycle(context):
     assert page.text_content("#status") == "cancelled"
 
 
-def test_a_dead_worker_is_restarted_and_nothing_shows_twice(context):
-    """Kill the worker mid-generation (an uncaught error in it): client.js starts a new worker,
-    replays the request from the start, and trims by offset what was already shown, so the page
-    ends with exactly the text of an undisturbed run."""
-    page = context.page("embed-example.html?model=tiny&max_tokens=120&k=fixed:3")
-    page.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
-    page.fill("#prompt", "the dog ate")
+def _contiguous(chunks) -> str:
+    offset = 0
+    for c in chunks:
+        assert c["offset"] == offset, (c, offset)
+        offset += len(c["text"])
+    return "".join(c["text"] for c in chunks)
+
+
+def _run_once(page, prompt: str, drill: str | None = None) -> dict:
+    page.evaluate("(drill) => { embed.drill = drill; }", drill)
+    page.fill("#prompt", prompt)
     page.click("#go")
     page.wait_for_function("() => embed.result || embed.error")
-    undisturbed = page.evaluate("() => embed.result.text")
+    assert page.evaluate("() => embed.error && `${embed.error.code}: ${embed.error.message}`") is None
+    return page.evaluate("() => ({result: embed.result, chunks: embed.chunks, "
+                         "restarts: embed.decoder.restarts, notices: embed.decoder.notices})")
+
+
+def test_a_terminated_worker_is_found_and_the_request_resumes(context):
+    """worker.terminate() mid-stream fires nothing; the client notices (its Web Lock is handed
+    over; else the stall timeout), starts a new worker and resumes from the committed ids: the
+    page ends with exactly the undisturbed text, the chunk offsets are contiguous (nothing shown
+    twice, nothing skipped), a notice is visible, and the receipt records the fault."""
+    page = context.page("embed-example.html?model=tiny&max_tokens=120&k=fixed:3&drills=1")
+    page.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
+    undisturbed = _run_once(page, "the dog ate")
+    assert not undisturbed["notices"] and page.is_hidden("#notice")
+    assert _contiguous(undisturbed["chunks"]) == undisturbed["result"]["text"]
+
+    out = _run_once(page, "the dog ate", "worker-terminate@3")
+    text = undisturbed["result"]["text"]
+    assert _contiguous(out["chunks"]) == text == page.text_content("#out")
+    assert out["result"]["text"] == text and out["result"]["tokens"] == undisturbed["result"]["tokens"]
+    assert out["restarts"] == 1
+    assert page.is_visible("#notice") and "worker_died" in page.text_content("#notice")
+    receipt = out["result"]["receipt"]
+    [fault] = receipt["faults"]
+    assert fault["kind"] == "worker_died" and fault["cycle"] >= 3
+    # Resumed, not replayed: the new worker generated only what was not yet committed.
+    resumed = receipt["stats"]["resumed_tokens"]
+    assert 0 < resumed == fault["at_token"] == out["notices"][0]["at_token"] < len(
+        out["result"]["tokens"])
+    assert out["result"]["stats"]["champion_passes"] < undisturbed["result"]["stats"]["champion_passes"]
+    print(f"worker-terminate@3: recovery {fault['recovery_s']:.2f} s after {resumed} tokens")
+
+
+def test_a_worker_that_dies_of_an_error_is_restarted_and_resumes(context):
+    """An uncaught error in the worker (onerror): the same resume, nothing shown twice."""
+    page = context.page("embed-example.html?model=tiny&max_tokens=120&k=fixed:3")
+    page.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
+    undisturbed = _run_once(page, "the dog ate")["result"]["text"]
 
     page.click("#go")
     page.wait_for_function("() => embed.chunks.length >= 3")
@@ -61,5 +103,8 @@ def test_a_dead_worker_is_restarted_and_nothing_shows_twice(context):
     page.wait_for_function("() => embed.result || embed.error")
     assert page.evaluate("() => embed.error && embed.error.message") is None
     assert page.evaluate("() => embed.decoder.restarts") == 1
-    assert page.text_content("#out") == undisturbed
-    assert page.evaluate("() => embed.result.text") == undisturbed
+    chunks = page.evaluate("() => embed.chunks")
+    assert _contiguous(chunks) == undisturbed == page.text_content("#out")
+    result = page.evaluate("() => embed.result")
+    assert result["text"] == undisturbed and result["receipt"]["stats"]["resumed_tokens"] > 0
+    assert page.is_visible("#notice")

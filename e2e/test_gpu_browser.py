@@ -32,7 +32,8 @@ DECISIONS = ("drafted_by_position", "accepted_by_position", "champion_passes")
 def gpu_page(browser, site_url, need):
     c = Context(browser, site_url)
     # backend=webgpu: "auto" prefers the CPU engine on a software adapter such as SwiftShader
-    page = c.page("index.html?model=tiny&backend=webgpu")
+    # drills=1: the lose_device drill below
+    page = c.page("index.html?model=tiny&backend=webgpu&drills=1")
     info = ready(page)
     if info["adapter"] == "cpu-numpy":
         c.ctx.close()

@@ -2,7 +2,8 @@
 //
 // URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (ngram | none |
 // self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
-// max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine). Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
+// max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine), drills=1 (fault
+// drills: run(prompt, {drill: "KIND@CYCLE"}), see client.js). Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
 // (run starts a fresh conversation; the chat box keeps its history).
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
@@ -36,6 +37,14 @@ function showError(err) {
 
 function clearError() { $("error").hidden = true; $("error").textContent = ""; }
 
+// A recovery (a worker restarted, a device lost): the text goes on, and the page says so.
+function showNotice(n) {
+  const box = $("notice");
+  box.hidden = false;
+  box.dataset.code = n.code;
+  box.textContent = `${n.code}: ${n.message}`;
+}
+
 // --- the decoder ------------------------------------------------------------------------------
 function drafterChoice() {
   const v = $("drafter").value;
@@ -58,7 +67,7 @@ async function ensureDecoder() {
     workerUrl: new URL("./worker.js", import.meta.url), champion: model,
     draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
     backend: params.get("backend") ?? "auto",
-    onProgress: showProgress,
+    onProgress: showProgress, onNotice: showNotice, drills: params.get("drills") === "1",
   });
   decoder = d;
   decoderKey = key;

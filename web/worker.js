@@ -5,21 +5,32 @@
 // pyspec wheel and the models as listed in ./manifest.json (sha256 checked here).
 //
 // Requests (each carries an `id`; every reply carries the same id):
-//   {type:'init', id, champion, draft, maxCtx, backend}
+//   {type:'init', id, champion, draft, maxCtx, backend, drills}
 //                                                -> {type:'progress', id, phase, loaded, total}*
 //                                                   then {type:'ready', id, adapter, webgpu, ...}
 //       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?}
 //       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?} (a draft model)
-//   {type:'generate', id, messages, config}      -> {type:'chunk', id, offset, text, tokens}*
+//       drills: true switches fault drills on (lose_device, config.drill); off by default
+//   {type:'generate', id, messages, config, resume}
+//                                                -> {type:'chunk', id, offset, text, tokens, ids,
+//                                                   cycle}*
 //                                                   then {type:'done', id, text, tokens, stats, receipt,
 //                                                   finish_reason}   (finish_reason 'cancelled' after
 //                                                   a cancel, with stats and receipt null)
-//       config: {draft, k, verify, temperature, seed, max_tokens}; chunk.tokens = tokens committed
-//       by that cycle; text offsets are in UTF-16 code units of the whole output.
+//       config: {draft, k, verify, temperature, seed, max_tokens, drill}; chunk.ids = the token
+//       ids committed since the last chunk (tokens = their count), cycle = cycles run so far;
+//       text offsets are in UTF-16 code units of the whole output. resume: {ids, fault} goes on
+//       from the ids an interrupted run of the same request sent (client.js after a worker
+//       death; fault {kind: 'worker_died', cycle, restart_s} goes to the receipt): its chunks
+//       start at the offset after their text. drill 'device-lost@C' (drills on) destroys the
+//       WebGPU device once C cycles have run.
 //   {type:'cancel', id, target}  (target: the id of a generate)  -> {type:'cancel_ack', id, cancelled}
 //   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats} / {type:'receipt', ...}
-//   {type:'lose_device', id}  (a fault drill: destroys the WebGPU device mid-request)
+//   {type:'lose_device', id}  (a fault drill, drills on: destroys the WebGPU device mid-request)
 //                                                -> {type:'lose_device_ack', id, lost}
+// Unasked: {type:'heartbeat'} every HEARTBEAT_MS while the event loop is free, and a Web Lock
+// named after the worker (new Worker(url, {name})) held for its whole life, which the browser
+// releases when the worker dies, terminate() included: client.js's liveness checks.
 // Any failure replies {type:'error', id, code, message, fatal}; fatal means this worker is unusable
 // (Pyodide crashed) and the client should start a new one. A message that is not an object, has
 // no known type, or has a field of the wrong type (REQUESTS below) gets code 'bad_request' before
@@ -33,6 +44,7 @@ import { loadPyodide } from "./pyodide/pyodide.mjs";
 const SITE = new URL("./", import.meta.url);
 const OPFS_DIR = "pyspec-weights";
 const READ_BLOCK = 8 << 20;   // bytes per OPFS read, one progress report each
+const HEARTBEAT_MS = 1000;    // client.js's stall timeout must be well above this
 
 class WorkerError extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -250,9 +262,11 @@ const REQUESTS = {
   init: { champion: [isModelSpec, "a model name or {url, sha256?}"],
           draft: [isModelSpec, "a draft spec, a model name or {url, sha256?}"],
           maxCtx: [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"],
-          backend: [(v) => typeof v === "string", "a string"] },
+          backend: [(v) => typeof v === "string", "a string"],
+          drills: [(v) => typeof v === "boolean", "true or false"] },
   generate: { messages: [Array.isArray, "an array of {role, content}"],
-              config: [isObject, "an object"] },
+              config: [isObject, "an object"],
+              resume: [(v) => isObject(v) && Array.isArray(v.ids), "{ids: [token ids], fault}"] },
   cancel: { target: [(v) => Number.isFinite(v) || typeof v === "string", "a request id"] },
   stats: {}, receipt: {}, lose_device: {},
 };
@@ -309,7 +323,7 @@ async function init(msg) {
     // backend: "auto" (web.make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
     const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
                       backend: msg.backend ?? "auto", champion_name: champion.name,
-                      draft_name: draft?.name };
+                      draft_name: draft?.name, drills: msg.drills ?? false };
     const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
     if (info.error) throw new WorkerError(info.error.code, info.error.message);
     progress("load", 1, 1, champion.name);
@@ -324,9 +338,11 @@ async function init(msg) {
 
 async function generate(msg) {
   const { session } = await requireRuntime();
-  const onChunk = (offset, text, tokens) => post({ type: "chunk", id: msg.id, offset, text, tokens });
+  const onChunk = (offset, text, tokens, ids, cycle) =>
+    post({ type: "chunk", id: msg.id, offset, text, tokens, ids: JSON.parse(ids), cycle });
   const out = JSON.parse(await session.generate(msg.id, toJson(msg.messages ?? [], "messages"),
-                                                toJson(msg.config ?? {}, "config"), onChunk));
+                                                toJson(msg.config ?? {}, "config"), onChunk,
+                                                toJson(msg.resume ?? null, "resume")));
   if (out.error) throw new WorkerError(out.error.code, out.error.message);
   return { type: "done", id: msg.id, ...out };
 }
@@ -357,9 +373,21 @@ async function handle(msg) {
     }
     case "lose_device": {
       const { session } = await requireRuntime();
-      return { type: "lose_device_ack", id: msg.id, ...JSON.parse(session.lose_device()) };
+      const out = JSON.parse(session.lose_device());   // refused unless init had drills: true
+      if (out.error) throw new WorkerError(out.error.code, out.error.message);
+      return { type: "lose_device_ack", id: msg.id, ...out };
     }
   }
+}
+
+// --- liveness (client.js) ---------------------------------------------------------------------
+setInterval(() => post({ type: "heartbeat" }), HEARTBEAT_MS);
+if (self.name && navigator.locks) {
+  // Held until this worker dies; 'alive' tells the client it may now queue for the lock.
+  navigator.locks.request(self.name, () => {
+    post({ type: "alive" });
+    return new Promise(() => {});
+  }).catch(() => {});
 }
 
 self.onmessage = (event) => {

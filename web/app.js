@@ -209,7 +209,10 @@ function start() {
   for (const id of ["model", "drafter", "layers"]) {
     $(id).addEventListener("change", () => { clearError(); ensureDecoder().catch(showError); });
   }
-  const ready = fillModels().then(ensureDecoder);
+  // L applies to the self:L drafter only; other controls apply to every drafter.
+  const syncControls = () => { $("layers-label").hidden = $("drafter").value !== "self"; };
+  $("drafter").addEventListener("change", syncControls);
+  const ready = fillModels().then(() => { syncControls(); return ensureDecoder(); });
   ready.catch(showError);
   window.pyspecApp = {
     ready: ready.then(() => decoder.info),

@@ -7,8 +7,10 @@
     python3 build.py site             setup, then build the static site into dist/site/
     python3 build.py demo [ARGS]      setup + site, then serve the demo page on localhost;
                                       `demo --headless --prompt TEXT [--draft D --k K --verify V
-                                      --temperature T --seed S --max-tokens N --json]` runs it in
-                                      headless Chromium (WebGPU) and prints the text and stats;
+                                      --temperature T --seed S --max-tokens N --json
+                                      --fault KIND@CYCLE]` runs it in headless Chromium (WebGPU)
+                                      and prints the text and stats; --fault (device-lost,
+                                      worker-terminate) runs it as a fault drill;
                                       `demo --cli [ARGS]` is the terminal demo (`pyspec demo`)
     python3 build.py bench [ARGS]     setup + site, then the benchmark in headless Chromium (WebGPU):
                                       champion-only vs each drafter per stratum of the public

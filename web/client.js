@@ -192,6 +192,13 @@ export class SpecDecoder {
             yield { offset: shown - fresh.length, text: fresh, tokens };
           } else if (item.done) {
             this.lastResult = item.done;
+            // Faults the worker recovered from by itself (a lost GPU device: finished on the CPU).
+            for (const f of item.done.receipt?.faults ?? []) {
+              if (f.kind === "worker_died") continue;      // noticed above, when it happened
+              this.#notice({ code: f.kind, at_token: f.at_token,
+                             message: `the GPU failed after ${f.at_token} tokens; the request ` +
+                                      `went on from there on the CPU` });
+            }
             finished = true;
             return;
           } else {

@@ -7,6 +7,9 @@ browser download is not used. WebGPU runs on SwiftShader (Vulkan on the CPU): co
 `--headless` opens the page, waits until the worker is ready, runs one request through the page's
 own `pyspecApp.run`, streams the text to stdout and prints the stats, or with `--json` the same
 object as `python -m pyspec generate --json` (text, tokens, finish_reason, stats, receipt).
+`--fault KIND@CYCLE` (FAULTS) runs that request as a fault drill (the page with drills=1): the
+fault strikes once CYCLE cycles have run, and the receipt's `faults` names it with its cycle and
+`recovery_s`; the JSON adds `notices` (what the page showed).
 
 Not here: the page (web/), building (site.py), serving (serve.py).
 """
@@ -28,6 +31,19 @@ FLAGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-vulkan=swi
          "--use-webgpu-adapter=swiftshader", "--disable-vulkan-surface", "--no-sandbox",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--no-first-run"]
+
+
+# Fault drills the demo can run (client.js runs worker-terminate, pyspec/web.py device-lost).
+FAULTS = ("device-lost", "worker-terminate")
+
+
+def fault_spec(text: str) -> str:
+    """--fault KIND@CYCLE, checked."""
+    kind, _, cycle = text.partition("@")
+    if kind not in FAULTS or not cycle.isdigit():
+        raise argparse.ArgumentTypeError(f"--fault must be KIND@CYCLE with KIND one of "
+                                         f"{', '.join(FAULTS)} and CYCLE a number, got {text!r}")
+    return text
 
 
 class BrowserMissing(RuntimeError):
@@ -52,6 +68,8 @@ def page_url(base: str, args) -> str:
     query = {"model": args.model, "draft": args.draft, "backend": args.backend}
     if args.max_ctx:
         query["max_ctx"] = args.max_ctx
+    if getattr(args, "fault", None):
+        query["drills"] = 1
     return f"{base}index.html?{urlencode(query)}"
 
 
@@ -62,6 +80,8 @@ def run_headless(base: str, args) -> int:
     config = {"draft": args.draft if args.draft in ("ngram", "none") or args.draft.startswith("self:")
               else "model", "k": args.k, "verify": args.verify,
               "temperature": args.temperature, "seed": args.seed, "max_tokens": args.max_tokens}
+    if args.fault:
+        config["drill"] = args.fault
     t0 = time.perf_counter()
     with sync_playwright() as p:
         browser = launch(p)
@@ -90,11 +110,21 @@ def run_headless(base: str, args) -> int:
             print(f"error: {shown or e.message.splitlines()[0]}", file=sys.stderr)
             browser.close()
             return 2
+        notices = page.evaluate("() => pyspecApp.decoder().notices") if args.fault else []
         browser.close()
     if args.json:
-        print(json.dumps({k: result[k] for k in ("text", "tokens", "finish_reason", "stats",
-                                                 "receipt")}))
+        out = {k: result[k] for k in ("text", "tokens", "finish_reason", "stats", "receipt")}
+        if args.fault:
+            out["notices"] = notices
+        print(json.dumps(out))
         return 0
+    if args.fault and not (result.get("receipt") or {}).get("faults"):
+        print(f"note: the request ended before {args.fault} could strike", file=sys.stderr)
+    for n in notices:
+        print(f"[notice] {n['code']}: {n['message']}", file=sys.stderr)
+    for f in (result.get("receipt") or {}).get("faults", []):
+        print(f"[fault] {f['kind']} at cycle {f.get('cycle')}, token {f.get('at_token')}: "
+              f"recovered in {f.get('recovery_s', 0):.2f} s", file=sys.stderr)
     sys.stdout.write("\n")
     from pyspec.cli import print_stats
     if result["stats"]:
@@ -118,6 +148,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", choices=["auto", "webgpu", "cpu"], default="auto",
                     help="a hint to pyspec.web.make_engine (auto: WebGPU when there is an adapter)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--fault", type=fault_spec, default=None, metavar="KIND@CYCLE",
+                    help=f"run the request as a fault drill: KIND one of {', '.join(FAULTS)}; "
+                         "it strikes once CYCLE cycles have run (device-lost needs the WebGPU "
+                         "engine: with --backend auto it is switched to webgpu)")
     ap.add_argument("--port", type=int, default=8000, help="port to serve on (not headless)")
     ap.add_argument("--no-champion", action="store_true", help="build the site with tiny models only")
     return ap
@@ -125,6 +159,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.fault and args.fault.startswith("device-lost") and args.backend == "auto":
+        # auto picks the CPU engine on a software adapter (SwiftShader), which has no device
+        print("note: --fault device-lost runs on the WebGPU engine (--backend webgpu)",
+              file=sys.stderr)
+        args.backend = "webgpu"
     try:
         manifest = site.build(champion=not args.no_champion)
     except site.SiteError as e:

@@ -108,3 +108,48 @@ def test_a_worker_that_dies_of_an_error_is_restarted_and_resumes(context):
     result = page.evaluate("() => embed.result")
     assert result["text"] == undisturbed and result["receipt"]["stats"]["resumed_tokens"] > 0
     assert page.is_visible("#notice")
+
+
+_STALL_DRILL = """async () => {
+  const { SpecDecoder } = await import("./client.js");
+  const d = await SpecDecoder.create({ champion: "tiny", drills: true, stallTimeoutMs: 5000 });
+  const messages = [{ role: "user", content: "the dog ate" }];
+  const config = { max_tokens: 60, k: "fixed:3" };
+  const run = async (drill) => {
+    let text = "";
+    for await (const c of d.generate(messages, { ...config, drill })) text += c.text;
+    return { text, result: d.lastResult };
+  };
+  const undisturbed = await run(null);
+  const t0 = performance.now();
+  const drilled = await run("worker-terminate@2");
+  const out = { undisturbed: undisturbed.text, text: drilled.text, notices: d.notices,
+                fault: drilled.result.receipt.faults[0], ms: performance.now() - t0 };
+  d.terminate();
+  return out;
+}"""
+
+
+def test_without_web_locks_the_stall_timeout_finds_a_dead_worker(browser, site_url):
+    """The stated bound: where navigator.locks is missing, a terminated worker is found by the
+    stall timeout (5 s here) and the request resumes to the undisturbed text."""
+    from .pageutil import Context
+
+    c = Context(browser, site_url)
+    no_locks = "Object.defineProperty(Navigator.prototype, 'locks', { get: () => undefined });\n"
+    c.ctx.add_init_script(no_locks)       # the page
+
+    def worker_without_locks(route):
+        response = route.fetch()   # keeps its headers: COEP must hold for the worker too
+        route.fulfill(response=response, body=no_locks.replace("Navigator", "WorkerNavigator")
+                      + response.text())
+
+    c.ctx.route("**/worker.js", worker_without_locks)
+    try:
+        page = c.page("embed-example.html?model=none-such")   # its own decoder stops at once
+        out = page.evaluate(_STALL_DRILL)
+    finally:
+        c.ctx.close()
+    assert out["text"] == out["undisturbed"]
+    assert out["fault"]["kind"] == "worker_died" and out["fault"]["restart_s"] >= 5
+    assert "sent nothing for 5 s" in out["notices"][0]["message"]

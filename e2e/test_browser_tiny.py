@@ -89,3 +89,25 @@ def test_prompt_over_the_context_shows_an_error(tiny_page):
     assert "context" in error.text_content()
     # The page recovers: the next request works.
     assert run(page, PROMPT, {"max_tokens": 4})["tokens"]
+
+
+_CONVERSE = """async ([messages, config]) => {
+  const d = pyspecApp.decoder();
+  for await (const _ of d.generate(messages, config)) {}
+  return d.lastResult;
+}"""
+
+
+def test_a_follow_up_turn_reuses_the_cache_and_equals_native(tiny_page, tiny_path):
+    """The worker's engine keeps its cache between requests: the next turn of a conversation
+    prefills only its new tokens, and gives what a fresh native engine gives."""
+    page, _, _ = tiny_page
+    opts = {"max_tokens": 12, "draft": "ngram", "k": "fixed:3"}
+    first = page.evaluate(_CONVERSE, [MESSAGES, opts])
+    second_turn = MESSAGES + [{"role": "assistant", "content": first["text"]},
+                              {"role": "user", "content": "the dog ate the bone."}]
+    second = page.evaluate(_CONVERSE, [second_turn, opts])
+    native = native_generate(tiny_path, second_turn, "ngram", max_tokens=12, k="fixed:3")
+    assert second["tokens"] == native.tokens
+    assert second["stats"]["reused_tokens"] > len(first["tokens"]) // 2
+    assert second["stats"]["prefill_tokens"] < native.stats["prefill_tokens"]

@@ -95,6 +95,53 @@ def collate(batch: list, dev) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens.to(dev), mask.to(dev)
 
 
+def optimizer_state(model, key: str, work: Path, dev, lr: float):
+    """(trainable params, AdamW, state, checkpoint path), resumed from work/state.pt when it
+    exists (the model's weights saved under `key`)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    state = {"step": 0, "epoch": 0, "in_epoch": 0, "losses": [], "seconds": 0.0}
+    ckpt = work / "state.pt"
+    if ckpt.exists():
+        saved = torch.load(ckpt, map_location=dev, weights_only=False)
+        model.load_state_dict(saved[key])
+        opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+        print(f"resumed at step {state['step']}", flush=True)
+    return params, opt, state, ckpt
+
+
+def train_steps(state: dict, train: list, args, dev, loss_of, opt, params, deadline: float,
+                save=None, every: int = 100, seed: int = 0) -> None:
+    """The resumable training loop both candidates share: epochs of shuffled length-grouped
+    batches (the epoch number seeds the order, so a resumed run sees the same batches), a
+    cosine learning rate, clipped AdamW steps. `state` ({step, epoch, in_epoch, losses}) records
+    where it is; it stops at args.steps or at `deadline` (time.time()), calling save() every
+    `every` steps; loss_of(tokens, mask) is the step's loss."""
+    while state["step"] < args.steps and time.time() < deadline:
+        epoch = batches(train, args.batch_tokens, np.random.default_rng(seed + state["epoch"]))
+        for bi in range(state.get("in_epoch", 0), len(epoch)):
+            if state["step"] >= args.steps or time.time() > deadline:
+                state["in_epoch"] = bi
+                return
+            for g in opt.param_groups:
+                g["lr"] = cosine(state["step"], args.steps, args.lr, warmup=50)
+            loss = loss_of(*collate(epoch[bi], dev))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            state["step"] += 1
+            state["losses"].append(round(loss.item(), 5))
+            if state["step"] % every == 0:
+                print(json.dumps({"step": state["step"],
+                                  "loss": float(np.mean(state["losses"][-every:]))}), flush=True)
+                if save is not None:
+                    save()
+        state["epoch"] += 1
+        state["in_epoch"] = 0
+
+
 def logits_at(model, tokens, mask):
     """(n, vocab) float32 logits at the masked positions."""
     h = model.hidden(tokens)[mask]
@@ -172,55 +219,23 @@ def main(argv=None) -> int:
         e = draft.tok_embd.weight.detach().cpu().numpy()
         draft.tok_embd.weight.copy_(torch.from_numpy(quantized_like(e, quant.Q4_1.type_id)))
     draft.tok_embd.weight.requires_grad_(False)
-    params = [p for p in draft.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    state = {"step": 0, "epoch": 0, "losses": [], "seconds": 0.0}
-    ckpt = work / "state.pt"
-    if ckpt.exists():
-        saved = torch.load(ckpt, map_location=dev, weights_only=False)
-        draft.load_state_dict(saved["draft"])
-        opt.load_state_dict(saved["opt"])
-        state = saved["state"]
-        print(f"resumed at step {state['step']}", flush=True)
+    params, opt, state, ckpt = optimizer_state(draft, "draft", work, dev, args.lr)
 
     train, held, info = load_sequences(args.data)
     held = held[:args.eval_limit]
     print(json.dumps({"layers": layers, "trainable_params": n_params(draft), **info}), flush=True)
 
+    t_mark = time.time()
+
     def save():
+        nonlocal t_mark
         state["seconds"] += time.time() - t_mark
+        t_mark = time.time()
         torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
 
-    t_mark = time.time()
-    while state["step"] < args.steps and time.time() - t0 < args.minutes * 60:
-        rng = np.random.default_rng(args.seed + state["epoch"])
-        epoch = batches(train, args.batch_tokens, rng)
-        start = state.get("in_epoch", 0)
-        for bi in range(start, len(epoch)):
-            if state["step"] >= args.steps or time.time() - t0 > args.minutes * 60:
-                state["in_epoch"] = bi
-                break
-            for g in opt.param_groups:
-                g["lr"] = cosine(state["step"], args.steps, args.lr, warmup=50)
-            tokens, mask = collate(epoch[bi], dev)
-            loss = kl_loss(teacher, draft, tokens, mask)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            state["step"] += 1
-            state["losses"].append(round(loss.item(), 5))
-            if state["step"] % 50 == 0:
-                print(json.dumps({"step": state["step"], "loss": float(np.mean(state["losses"][-50:])),
-                                  "elapsed_s": round(time.time() - t0, 1)}), flush=True)
-            if state["step"] % 100 == 0:
-                save()
-                t_mark = time.time()
-        else:
-            state["epoch"] += 1
-            state["in_epoch"] = 0
+    train_steps(state, train, args, dev, lambda t, m: kl_loss(teacher, draft, t, m), opt, params,
+                t0 + args.minutes * 60, save, seed=args.seed)
     save()
-    t_mark = time.time()
     report = {"layers": layers, "steps": state["step"], "epochs": state["epoch"],
               "train_seconds": round(state["seconds"], 1),
               "final_loss": float(np.mean(state["losses"][-50:])) if state["losses"] else None,

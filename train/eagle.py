@@ -32,8 +32,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from distill import batches, collate, load_sequences  # noqa: E402
-from llama_torch import Layer, cosine, from_gguf, n_params, rms_norm  # noqa: E402
+from distill import collate, load_sequences, optimizer_state, train_steps  # noqa: E402
+from llama_torch import Layer, from_gguf, n_params, rms_norm  # noqa: E402
 
 K = 4
 
@@ -63,20 +63,10 @@ class Head(torch.nn.Module):
         return rms_norm(z, c.out_norm, c.s.eps) @ c.head_weight().T.to(z.dtype)
 
 
-def features(champion, tokens):
-    """The champion's final residual states (B, T, d), before its final norm."""
-    B, T = tokens.shape
-    x = champion.tok_embd(tokens)
-    cos, sin = champion.angles(torch.arange(T, device=tokens.device)[None], x.dtype)
-    for layer in champion.layers:
-        x = champion._block(layer, x, cos, sin, None)
-    return x
-
-
 def unroll(head, champion, tokens, mask):
     """Per step j: (log q at the masked positions (n, vocab), z (B, T-1, d)); and log p, f."""
     with torch.no_grad():
-        f = features(champion, tokens)                                     # (B, T, d)
+        f = champion.features(tokens)                                      # (B, T, d)
         log_p = torch.log_softmax(head.logits(f).float(), -1)              # (B, T, vocab)
     feats, out = f[:, :-1], []
     for _ in range(K):
@@ -146,41 +136,15 @@ def main(argv=None) -> int:
     champion, _ = from_gguf(args.champion, device=dev)
     champion = champion.eval().requires_grad_(False)
     head = Head(champion).to(dev)
-    params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    state = {"step": 0, "epoch": 0, "in_epoch": 0, "losses": []}
-    ckpt = work / "state.pt"
-    if ckpt.exists():
-        saved = torch.load(ckpt, map_location=dev, weights_only=False)
-        head.load_state_dict(saved["head"])
-        opt.load_state_dict(saved["opt"])
-        state = saved["state"]
+    params, opt, state, ckpt = optimizer_state(head, "head", work, dev, args.lr)
     train, held, info = load_sequences(args.data)
     held = held[:args.eval_limit]
-    out_of_time = lambda: time.time() - t0 > args.minutes * 60  # noqa: E731
-    while state["step"] < args.steps and not out_of_time():
-        epoch = batches(train, args.batch_tokens, np.random.default_rng(state["epoch"]))
-        for bi in range(state["in_epoch"], len(epoch)):
-            if state["step"] >= args.steps or out_of_time():
-                state["in_epoch"] = bi
-                break
-            for g in opt.param_groups:
-                g["lr"] = cosine(state["step"], args.steps, args.lr, warmup=50)
-            tokens, mask = collate(epoch[bi], dev)
-            with torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
-                loss = loss_fn(head, champion, tokens, mask)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            state["step"] += 1
-            state["losses"].append(round(loss.item(), 5))
-            if state["step"] % 100 == 0:
-                print(json.dumps({"step": state["step"], "loss": float(np.mean(state["losses"][-100:])),
-                                  "elapsed_s": round(time.time() - t0, 1)}), flush=True)
-        else:
-            state["epoch"] += 1
-            state["in_epoch"] = 0
+
+    def loss_of(tokens, mask):
+        with torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
+            return loss_fn(head, champion, tokens, mask)
+
+    train_steps(state, train, args, dev, loss_of, opt, params, t0 + args.minutes * 60)
     torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
     report = {"candidate": "eagle-1layer", "steps": state["step"], "trainable_params": n_params(head),
               "final_loss": float(np.mean(state["losses"][-100:])) if state["losses"] else None,

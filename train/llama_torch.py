@@ -112,14 +112,19 @@ class Llama(torch.nn.Module):
         h = rms_norm(x, layer.ffn_norm, eps)
         return x + layer.ffn_down(F.silu(layer.ffn_gate(h)) * layer.ffn_up(h))
 
-    def hidden(self, tokens):
-        """tokens (B, T), right-padded, at positions 0..T-1 -> final-normed states (B, T, d)."""
+    def features(self, tokens):
+        """tokens (B, T), right-padded, at positions 0..T-1 -> the final residual states
+        (B, T, d), before the final norm."""
         B, T = tokens.shape
         x = self.tok_embd(tokens)
         cos, sin = self.angles(torch.arange(T, device=tokens.device)[None], x.dtype)
         for layer in self.layers:
             x = self._block(layer, x, cos, sin, None)
-        return rms_norm(x, self.out_norm, self.s.eps)
+        return x
+
+    def hidden(self, tokens):
+        """tokens (B, T) -> final-normed states (B, T, d)."""
+        return rms_norm(self.features(tokens), self.out_norm, self.s.eps)
 
     def forward(self, tokens):
         return self.hidden(tokens) @ self.head_weight().T.to(torch.get_default_dtype())

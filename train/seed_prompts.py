@@ -232,8 +232,8 @@ def code(r):
     return r.choice([
         f"Write a Python function that returns the {r.choice(['largest', 'smallest', 'average of the'])} "
         "numbers in a list.", "Explain what a for loop does, with a short example.",
-        f"Write a Python function that counts how often each word appears in a sentence.",
-        f"How do I reverse a string in Python?", f"Write a SQL query listing all {r.choice(JOBS)}s "
+        "Write a Python function that counts how often each word appears in a sentence.",
+        "How do I reverse a string in Python?", f"Write a SQL query listing all {r.choice(JOBS)}s "
         f"from a table people(name, job, city) who live in {r.choice(PLACES)}.",
     ])
 

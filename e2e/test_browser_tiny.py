@@ -111,3 +111,26 @@ def test_a_follow_up_turn_reuses_the_cache_and_equals_native(tiny_page, tiny_pat
     assert second["tokens"] == native.tokens
     assert second["stats"]["reused_tokens"] > len(first["tokens"]) // 2
     assert second["stats"]["prefill_tokens"] < native.stats["prefill_tokens"]
+
+
+def test_a_conversation_longer_than_the_context_drops_old_turns_with_a_notice(tiny_page,
+                                                                              tiny_path):
+    page, _, _ = tiny_page
+    messages = []
+    for i in range(8):
+        messages += [{"role": "user", "content": f"question {i}: the cat sat on the mat"},
+                     {"role": "assistant", "content": f"answer {i}: the dog ate the bone"}]
+    messages.append({"role": "user", "content": "last: the cat"})
+    result = page.evaluate(_CONVERSE, [messages, {"max_tokens": 8, "draft": "none"}])
+    dropped = result["receipt"]["context"]["dropped_messages"]
+    assert dropped >= 2 and dropped % 2 == 0
+    assert str(dropped) in result["notice"]
+    notice = page.locator("#notice")
+    assert notice.is_visible() and notice.get_attribute("data-code") == "context_trimmed"
+    native = native_generate(tiny_path, messages[dropped:], "none", max_tokens=8)
+    assert result["tokens"] == native.tokens
+    refused = page.evaluate("""async (messages) => {
+      try { for await (const _ of pyspecApp.decoder().generate(messages,
+              {max_tokens: 8, context_overflow: "error"})) {} return null; }
+      catch (e) { return e.code; } }""", messages)
+    assert refused == "prompt_too_long"

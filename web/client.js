@@ -32,6 +32,9 @@
 // once C cycles have run (here, for real, found by the checks above); 'device-lost@C' goes to
 // the worker (web.py); loseDevice() destroys the WebGPU device now.
 // Errors are SpecError with a `code` (see worker.js).
+//
+// The OpenAI-style facade (`d.chat.completions.create(request)`, below) is the same generate()
+// in the shape of the OpenAI SDK and WebLLM; client.d.ts types both.
 
 export class SpecError extends Error {
   constructor(code, message) {
@@ -43,6 +46,53 @@ export class SpecError extends Error {
 
 const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
                           "error"]);
+
+// --- the facade's request ----------------------------------------------------------------
+// The engine's finish reasons in OpenAI's words. "cancelled" (an AbortSignal) becomes "abort",
+// as in WebLLM: OpenAI has no word for a request the caller stopped.
+const FINISH = { stop: "stop", length: "length", context: "length", cancelled: "abort" };
+// Options of the OpenAI request that pyspec does not do yet: refused, never ignored.
+const NOT_YET = {
+  top_p: "nucleus sampling is not implemented: pyspec samples from the whole distribution",
+  stop: "stop sequences are not implemented: generation ends at the model's end token or " +
+        "max_tokens",
+  response_format: "constrained (JSON) output is not implemented",
+};
+// The options it takes, by type; `pyspec` holds generate()'s own ({k, verify, draft, ...}).
+const FACADE_FIELDS = { temperature: "number", max_tokens: "number", seed: "number",
+                        model: "string", pyspec: "object" };
+
+// The generate() config for a facade request (without messages, stream, signal), or a SpecError
+// naming the option it cannot take. null or undefined means "not given", as in JSON.
+function facadeConfig(request, champion) {
+  const config = {};
+  for (const [name, value] of Object.entries(request)) {
+    if (value === undefined || value === null) continue;
+    if (name in NOT_YET) {
+      throw new SpecError("bad_config", `${name} is not supported yet (${NOT_YET[name]}); ` +
+                          `leave ${name} out`);
+    }
+    if (!(name in FACADE_FIELDS)) {
+      throw new SpecError("bad_config", `unknown option ${name}: chat.completions.create takes ` +
+                          `messages, stream, signal, ${Object.keys(FACADE_FIELDS).join(", ")}`);
+    }
+    if (typeof value !== FACADE_FIELDS[name]) {
+      throw new SpecError("bad_config",
+                          `${name} must be a ${FACADE_FIELDS[name]}, got ${typeof value}`);
+    }
+    if (name === "model") {
+      if (value !== champion) {
+        throw new SpecError("bad_config", `model ${value} is not loaded: this decoder runs ` +
+                            `${champion} (create another SpecDecoder for another model)`);
+      }
+    } else if (name === "pyspec") {
+      Object.assign(config, value);     // {k, verify, draft, context_overflow}: the worker checks
+    } else {
+      config[name] = value;
+    }
+  }
+  return config;
+}
 
 export class SpecDecoder {
   /** Start a worker, load Pyodide, pyspec and the weights; resolves when ready to generate. */
@@ -59,6 +109,7 @@ export class SpecDecoder {
   lastResult = null;    // the last finished request: {text, tokens, stats, receipt, finish_reason}
   restarts = 0;
   notices = [];         // {code, message, at_token} of each recovery, in order
+  chat = { completions: { create: (request) => this.#createCompletion(request) } };
 
   constructor({ workerUrl = new URL("./worker.js", import.meta.url), champion = "smollm2",
                 draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
@@ -192,6 +243,8 @@ export class SpecDecoder {
             yield { offset: shown - fresh.length, text: fresh, tokens };
           } else if (item.done) {
             this.lastResult = item.done;
+            // The context-full policy left out the oldest turns (counts in receipt.context).
+            if (item.done.notice) this.#notice({ code: "context_trimmed", message: item.done.notice });
             // Faults the worker recovered from by itself (a lost GPU device: finished on the CPU).
             for (const f of item.done.receipt?.faults ?? []) {
               if (f.kind === "worker_died") continue;      // noticed above, when it happened
@@ -253,6 +306,74 @@ export class SpecDecoder {
   // A fault drill (drills: true only): destroy the worker's WebGPU device, as a GPU reset would.
   // A running request finishes on the CPU from its committed tokens (the receipt records it).
   async loseDevice() { return (await this.#request("lose_device")).lost; }
+
+  // --- the OpenAI-style facade -------------------------------------------------------------
+  // chat.completions.create(request): with stream: true, resolves to an async iterator of
+  // `chat.completion.chunk`s (the first delta carries the role; the last chunk carries
+  // finish_reason, usage and pyspec); otherwise to one `chat.completion`. Both run generate()
+  // with the same messages and config, so the text is the SpecDecoder's own. A request it
+  // cannot honour is refused (SpecError bad_config naming the option) before anything runs.
+  async #createCompletion(request) {
+    const { messages, stream = false, signal = null, ...rest } = request ?? {};
+    const config = facadeConfig(rest, this.info?.champion);
+    if (!Array.isArray(messages)) {
+      throw new SpecError("bad_config", "messages must be an array of {role, content}");
+    }
+    if (signal !== null && typeof signal?.aborted !== "boolean") {
+      throw new SpecError("bad_config", "signal must be an AbortSignal (an AbortController's)");
+    }
+    const head = { id: `chatcmpl-${crypto.randomUUID()}`, created: Math.floor(Date.now() / 1000),
+                   model: this.info?.champion ?? this.#opts.champion };
+    const chunks = this.#completionChunks(messages, config, signal, head);
+    if (stream) return chunks;
+    let content = "", last = null;
+    for await (const chunk of chunks) {
+      content += chunk.choices[0].delta.content ?? "";
+      last = chunk;
+    }
+    return { ...head, object: "chat.completion",
+             choices: [{ index: 0, message: { role: "assistant", content },
+                         finish_reason: last.choices[0].finish_reason, logprobs: null }],
+             usage: last.usage, pyspec: last.pyspec };
+  }
+
+  async *#completionChunks(messages, config, signal, head) {
+    const chunk = (delta, finish_reason = null, extra = {}) => (
+      { ...head, object: "chat.completion.chunk",
+        choices: [{ index: 0, delta, finish_reason, logprobs: null }], ...extra });
+    // Abort is cancel(): the request stops after its current cycle and ends as usual, its last
+    // chunk saying finish_reason "abort". A cancel that lands before the worker has started the
+    // request finds nothing to stop (cancel() resolves false), so it is sent again at the next
+    // chunk.
+    let cancel = "idle";      // idle -> sent -> done (or back to idle: nothing was running yet)
+    const abort = () => {
+      if (cancel !== "idle") return;
+      cancel = "sent";
+      this.cancel().then((ok) => { cancel = ok ? "done" : "idle"; }, () => { cancel = "idle"; });
+    };
+    signal?.addEventListener("abort", abort, { once: true });
+    let role = { role: "assistant" }, completion = 0;
+    try {
+      if (signal?.aborted) abort();
+      for await (const c of this.generate(messages, config)) {
+        if (signal?.aborted) abort();
+        completion += c.tokens;
+        yield chunk({ ...role, content: c.text }, null,
+                    { pyspec: { offset: c.offset, tokens: c.tokens } });
+        role = {};
+      }
+    } finally {
+      signal?.removeEventListener("abort", abort);
+    }
+    const { finish_reason, stats, receipt, notice = null } = this.lastResult;
+    const prompt = stats?.prompt_tokens ?? null;    // stats is null only when the worker had none
+    completion = stats?.generated_tokens ?? completion;
+    const delta = role.role ? { ...role, content: "" } : {};   // no text at all: still the role
+    yield chunk(delta, FINISH[finish_reason] ?? finish_reason, {
+      usage: { prompt_tokens: prompt, completion_tokens: completion,
+               total_tokens: prompt === null ? null : prompt + completion },
+      pyspec: { finish_reason, stats, receipt, notice } });
+  }
 
   terminate() {
     clearInterval(this.#watchdog);

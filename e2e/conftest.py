@@ -8,6 +8,9 @@ reason, only when Chromium is not installed, and fail then when PYSPEC_REQUIRE n
 
 from __future__ import annotations
 
+import functools
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,19 @@ def site_root(tmp_path_factory) -> Path:
 def site_url(site_root):
     server, base = serve.start(site_root)
     yield base
+    server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def plain_site_url(site_root):
+    """The same site from a plain static server (`python -m http.server`): no COOP, COEP or CORP
+    headers and the standard library's MIME types, as on GitHub Pages or a bare CDN."""
+    quiet = type("Quiet", (http.server.SimpleHTTPRequestHandler,),
+                 {"log_message": lambda self, *args: None})
+    handler = functools.partial(quiet, directory=str(site_root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://localhost:{server.server_address[1]}/"
     server.shutdown()
 
 

@@ -323,6 +323,7 @@ class Engine:
             wall = time.perf_counter() - t_start
             generated = tokens[len(prompt):]
             stats = self._stats(st, sched, len(generated), wall, t_prefill, ttft, finish)
+            stats["prompt_tokens"] = len(prompt)   # reused + prefill + 1 (the last one is decoded)
             stats["prefill_tokens"] = max(0, len(prompt) - 1 - reused)
             stats["reused_tokens"] = reused
             stats["resumed_tokens"] = len(done)

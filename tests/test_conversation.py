@@ -62,6 +62,7 @@ def test_follow_up_turns_reuse_the_cache_and_equal_a_fresh_prefill(tiny, backend
             assert r.stats["reused_tokens"] > 0
             assert r.stats["prefill_tokens"] < len(prompt) - 1
             assert r.stats["reused_tokens"] + r.stats["prefill_tokens"] == len(prompt) - 1
+        assert r.stats["prompt_tokens"] == len(prompt)   # what the OpenAI facade reports
         assert want.stats["reused_tokens"] == 0
         messages.append({"role": "assistant", "content": r.text})
         # the fresh engine ran on the same cache (GPU) or its own (numpy): engine picks up again

@@ -1,0 +1,207 @@
+"""The OpenAI-style facade of client.js (`decoder.chat.completions.create`) on the tiny model:
+streaming and not, its text equal to the SpecDecoder's own for the same request, the OpenAI
+chunk and completion shapes, usage counts that add up, abort through an AbortSignal, and the
+options it cannot honour refused with code bad_config. Then the embed example from a plain static
+server (no COOP/COEP/CORP headers, so not cross-origin isolated). One page load serves the
+facade tests (the embed example's own decoder)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyspec.model import Model
+from pyspec.tokenizer import Tokenizer
+
+from .pageutil import TIMEOUT_S, Context, native_generate
+
+pytestmark = pytest.mark.browser
+
+MESSAGES = [{"role": "user", "content": "the cat sat on the mat. the cat"}]
+GREEDY = {"max_tokens": 40, "pyspec": {"k": "fixed:3"}}
+SAMPLED = {"max_tokens": 40, "temperature": 0.8, "seed": 7, "pyspec": {"k": "fixed:3"}}
+
+
+@pytest.fixture(scope="module")
+def embed_page(browser, site_url):
+    c = Context(browser, site_url)
+    page = c.page("embed-example.html?model=tiny")
+    page.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
+    assert page.evaluate("() => embed.error && `${embed.error.code}: ${embed.error.message}`") is None
+    yield page
+    c.ctx.close()
+    assert not c.offsite, f"requests to other origins: {c.offsite}"
+
+
+@pytest.fixture(scope="module")
+def tiny_path(site_root):
+    return str(site_root / "models" / "tiny.gguf")
+
+
+_THREE_WAYS = """async ([messages, request]) => {
+  const d = embed.decoder;
+  const { pyspec = {}, ...openai } = request;
+  let text = "";
+  for await (const c of d.generate(messages, { ...openai, ...pyspec })) text += c.text;
+  const { finish_reason, tokens, stats } = d.lastResult;
+  const completion = await d.chat.completions.create({ messages, ...request });
+  const chunks = [];
+  for await (const c of await d.chat.completions.create({ messages, ...request, stream: true })) {
+    chunks.push(c);
+  }
+  return { generate: { text, finish_reason, tokens, stats }, completion, chunks };
+}"""
+
+
+@pytest.mark.parametrize("request_", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_facade_equals_generate_in_the_openai_shape(embed_page, tiny_path, request_):
+    out = embed_page.evaluate(_THREE_WAYS, [MESSAGES, request_])
+    gen, completion, chunks = out["generate"], out["completion"], out["chunks"]
+    assert gen["text"]
+    want_finish = {"stop": "stop", "length": "length", "context": "length"}[gen["finish_reason"]]
+    prompt_tokens = len(Tokenizer.from_metadata(Model.load(tiny_path).metadata)
+                        .encode_chat(MESSAGES))
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(gen["tokens"]),
+             "total_tokens": prompt_tokens + len(gen["tokens"])}
+
+    # Not streaming: one chat.completion.
+    assert completion["object"] == "chat.completion"
+    assert completion["id"].startswith("chatcmpl-") and completion["model"] == "tiny"
+    assert isinstance(completion["created"], int)
+    [choice] = completion["choices"]
+    assert choice["index"] == 0 and choice["finish_reason"] == want_finish
+    assert choice["message"] == {"role": "assistant", "content": gen["text"]}
+    assert completion["usage"] == usage
+    stats = completion["pyspec"]["stats"]
+    assert stats["generated_tokens"] == len(gen["tokens"]) and stats["drafted"] > 0
+    assert stats["accepted"] == gen["stats"]["accepted"]
+    assert completion["pyspec"]["receipt"]["stats"]["accepted"] == stats["accepted"]
+
+    # Streaming: chat.completion.chunks, one id; the role first, finish_reason and usage last.
+    assert len(chunks) >= 2
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert len({c["id"] for c in chunks}) == 1 and chunks[0]["id"] != completion["id"]
+    assert all(c["model"] == "tiny" and len(c["choices"]) == 1 for c in chunks)
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert deltas[0]["role"] == "assistant" and not any("role" in d for d in deltas[1:])
+    assert "".join(d.get("content", "") for d in deltas) == gen["text"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * (len(chunks) - 1) + [
+        want_finish]
+    assert all("usage" not in c for c in chunks[:-1]) and chunks[-1]["usage"] == usage
+    # Each content chunk names its tokens; they add up to completion_tokens.
+    assert sum(c["pyspec"]["tokens"] for c in chunks[:-1]) == usage["completion_tokens"]
+    assert chunks[-1]["pyspec"]["stats"]["accepted"] == stats["accepted"]
+
+
+_ABORT = """async ([messages, request, abortAt]) => {
+  const d = embed.decoder;
+  const ac = new AbortController();
+  const chunks = [];
+  let at = null;
+  const stream = await d.chat.completions.create({ messages, ...request, stream: true,
+                                                   signal: ac.signal });
+  for await (const c of stream) {
+    chunks.push(c);
+    if (chunks.length === abortAt) { ac.abort(); at = chunks.length; }
+  }
+  const early = new AbortController();
+  early.abort();
+  const preAborted = await d.chat.completions.create({ messages, ...request, signal: early.signal });
+  const full = await d.chat.completions.create({ messages, ...request });
+  return { chunks, at, preAborted, full };
+}"""
+
+
+def test_abort_signal_stops_the_stream_within_a_cycle(embed_page):
+    request = {"max_tokens": 200, "pyspec": {"k": "fixed:3"}}
+    out = embed_page.evaluate(_ABORT, [MESSAGES, request, 3])
+    chunks, full = out["chunks"], out["full"]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    last = chunks[-1]
+    assert last["choices"][0]["finish_reason"] == "abort"
+    assert last["pyspec"]["finish_reason"] == "cancelled"
+    assert full["choices"][0]["finish_reason"] in ("length", "stop")
+    full_text = full["choices"][0]["message"]["content"]
+    assert full_text.startswith(text) and len(text) < len(full_text)
+    # The cancel reaches the worker between cycles: at most a cycle or two still land.
+    assert len(chunks) - 1 - out["at"] <= 2, len(chunks) - 1 - out["at"]
+    assert last["usage"]["completion_tokens"] == sum(c["pyspec"]["tokens"] for c in chunks[:-1])
+    assert last["usage"]["completion_tokens"] < full["usage"]["completion_tokens"]
+    assert last["usage"]["prompt_tokens"] == full["usage"]["prompt_tokens"]
+    # A signal aborted before the call: the request stops at its first chance.
+    pre = out["preAborted"]
+    assert pre["choices"][0]["finish_reason"] == "abort"
+    assert full_text.startswith(pre["choices"][0]["message"]["content"])
+    assert pre["usage"]["completion_tokens"] < full["usage"]["completion_tokens"]
+
+
+_REFUSED = """async ([messages, options]) => {
+  const out = [];
+  for (const extra of options) {
+    try {
+      await embed.decoder.chat.completions.create({ messages, max_tokens: 4, ...extra });
+      out.push(null);
+    } catch (e) {
+      out.push({ name: e.name, code: e.code, message: e.message });
+    }
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("top_p", 0.9, "top_p is not supported yet"),
+    ("stop", ["\n"], "stop is not supported yet"),
+    ("response_format", {"type": "json_object"}, "response_format is not supported yet"),
+    ("n", 2, "unknown option n"),
+    ("logit_bias", {}, "unknown option logit_bias"),
+    ("model", "gpt-4o", "model gpt-4o is not loaded"),
+    ("temperature", "hot", "temperature must be a number"),
+])
+def test_options_it_cannot_honour_are_refused_by_name(embed_page, option, value, words):
+    [refused, accepted] = embed_page.evaluate(_REFUSED, [MESSAGES, [{option: value}, {option: None}]])
+    assert refused["name"] == "SpecError" and refused["code"] == "bad_config"
+    assert words in refused["message"], refused
+    assert accepted is None          # null means "not given", as in JSON: the request runs
+
+
+def test_a_bad_request_from_the_worker_keeps_its_code(embed_page):
+    [err] = embed_page.evaluate(_REFUSED, [MESSAGES, [{"pyspec": {"k": "often"}}]])
+    assert err["code"] == "bad_config" and "often" in err["message"]
+    [err] = embed_page.evaluate(_REFUSED, [[{"role": "user"}], [{}]])
+    assert err["code"] == "bad_config"
+
+
+_NO_HEADERS = """async ([messages, request]) => {
+  const completion = await embed.decoder.chat.completions.create({ messages, ...request });
+  return { isolated: self.crossOriginIsolated, sab: typeof SharedArrayBuffer,
+           content: completion.choices[0].message.content, adapter: embed.decoder.info.adapter };
+}"""
+
+
+def test_embed_example_runs_from_a_plain_static_server(browser, plain_site_url, tiny_path):
+    """No COOP/COEP/CORP headers (GitHub Pages, a bare CDN): the page is not cross-origin
+    isolated, and the client still loads and decodes exactly."""
+    c = Context(browser, plain_site_url)
+    try:
+        page = c.ctx.new_page()
+        response = page.goto(plain_site_url + "embed-example.html?model=tiny")
+        headers = {k.lower() for k in response.all_headers()}
+        assert not headers & {"cross-origin-opener-policy", "cross-origin-embedder-policy",
+                              "cross-origin-resource-policy"}
+        page.wait_for_function("() => window.embed && (embed.decoder || embed.error)",
+                               timeout=1000 * TIMEOUT_S)
+        assert page.evaluate(
+            "() => embed.error && `${embed.error.code}: ${embed.error.message}`") is None
+        out = page.evaluate(_NO_HEADERS, [MESSAGES, GREEDY])
+        # The page's own button (generate() streaming into the page) works too.
+        page.fill("#prompt", MESSAGES[0]["content"])
+        page.click("#go")
+        page.wait_for_function("() => embed.result || embed.error")
+        shown = page.text_content("#out")
+    finally:
+        c.ctx.close()
+    assert not c.offsite, f"requests to other origins: {c.offsite}"
+    assert out["isolated"] is False
+    native = native_generate(tiny_path, MESSAGES, "ngram", max_tokens=40, k="fixed:3")
+    assert out["content"] == native.text
+    assert shown and native_generate(tiny_path, MESSAGES, "ngram", max_tokens=128).text == shown

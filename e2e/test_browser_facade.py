@@ -205,3 +205,12 @@ def test_embed_example_runs_from_a_plain_static_server(browser, plain_site_url, 
     native = native_generate(tiny_path, MESSAGES, "ngram", max_tokens=40, k="fixed:3")
     assert out["content"] == native.text
     assert shown and native_generate(tiny_path, MESSAGES, "ngram", max_tokens=128).text == shown
+
+
+def test_the_site_ships_the_types(site_root):
+    """client.d.ts goes to the site beside client.js, its SpecErrorCode union up to date."""
+    from webtools import errorcodes
+
+    shipped = (site_root / "client.d.ts").read_text()
+    assert shipped == errorcodes.DTS.read_text()
+    assert errorcodes.render(shipped, errorcodes.codes()) == shipped

@@ -3,6 +3,7 @@ one origin, with a manifest of every artifact's url, sha256 and size.
 
     dist/site/
       index.html app.js style.css worker.js client.js embed-example.html    (every file of web/)
+      client.d.ts    the client's types (its SpecErrorCode refreshed first: errorcodes.py)
       pyodide/       Pyodide 0.27.7 core (npm tarball) + numpy, micropip, packaging wheels
       wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl)
       models/        the champion GGUF and tiny random test models (pyspec.testmodels),
@@ -34,6 +35,8 @@ import tarfile
 import urllib.request
 import zipfile
 from pathlib import Path
+
+from . import errorcodes
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "downloads"
@@ -242,6 +245,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     site.mkdir(parents=True, exist_ok=True)
     build_pyodide(site / "pyodide")
     wheel = build_wheel(site / "wheels")
+    errorcodes.refresh()     # client.d.ts's SpecErrorCode, from the code that raises them
     web = sorted(p.name for p in (ROOT / "web").iterdir() if p.is_file())
     for name in web:
         copy_if_changed(ROOT / "web" / name, site / name)

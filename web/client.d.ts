@@ -1,0 +1,235 @@
+// Types for web/client.js: SpecDecoder, its OpenAI-style facade (chat.completions.create) and
+// SpecError. The SpecErrorCode union is written from the code that raises the errors
+// (webtools/errorcodes.py; `python3 build.py site` refreshes it); the rest is kept next to
+// client.js by hand. Shapes of stats and receipts are pyspec's own (pyspec/engine.py,
+// pyspec/receipts.py): the fields below are the ones a page typically reads.
+
+// BEGIN SpecErrorCode: written by webtools/errorcodes.py from the sources; do not edit
+export type SpecErrorCode =
+  | "bad_config"
+  | "bad_input"
+  | "bad_model"
+  | "bad_request"
+  | "corrupt_download"
+  | "device_lost"
+  | "download_failed"
+  | "fatal"
+  | "gpu_error"
+  | "incompatible_draft"
+  | "internal"
+  | "no_webgpu"
+  | "not_ready"
+  | "out_of_memory"
+  | "prompt_too_long"
+  | "terminated"
+  | "unknown_model"
+  | "worker_died";
+// END SpecErrorCode
+
+export declare class SpecError extends Error {
+  constructor(code: SpecErrorCode, message: string);
+  readonly name: "SpecError";
+  readonly code: SpecErrorCode;
+}
+
+// --- the decoder ---------------------------------------------------------------------------------
+/** A model in the site's manifest.json by name ("tiny", "smollm2"), or a GGUF by URL. */
+export type ModelSpec = string | { url: string; sha256?: string };
+
+export interface ChatMessage {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+export interface Progress {
+  type: "progress";
+  phase: string;          // "runtime", "download", "read", "load", ...
+  loaded: number;
+  total: number;
+  label?: string;
+}
+
+export interface Notice {
+  code: string;           // "worker_died", "device_lost", "context_trimmed", ...
+  message: string;
+  at_token?: number;
+}
+
+export interface SpecDecoderOptions {
+  workerUrl?: string | URL;          // default: worker.js next to client.js
+  champion?: ModelSpec;              // default "smollm2"
+  /** "ngram" (default) | "none" | "self:L" | a draft model. */
+  draft?: ModelSpec;
+  maxCtx?: number | null;
+  backend?: "auto" | "webgpu" | "cpu";
+  onProgress?: ((p: Progress) => void) | null;
+  maxRestarts?: number;              // new workers per request after a death; default 1
+  stallTimeoutMs?: number;           // default 60000; 0 turns the stall check off
+  onNotice?: ((n: Notice) => void) | null;
+  drills?: boolean;                  // fault drills (config.drill, loseDevice); default false
+}
+
+/** generate()'s config; every field may be null or left out for its default. */
+export interface GenerateConfig {
+  max_tokens?: number | null;        // default 128
+  temperature?: number | null;       // default 0 (greedy)
+  seed?: number | null;              // default 0
+  verify?: "greedy" | "replay" | "rejection" | null;
+  k?: string | null;                 // "heuristic" (default) | "fixed:N" | ...
+  draft?: string | null;             // this request's drafter (the loaded one by default)
+  context_overflow?: "drop_oldest" | "error" | null;
+  drill?: string | null;             // "worker-terminate@C" | "device-lost@C" (drills: true)
+}
+
+export interface Chunk {
+  offset: number;                    // UTF-16 offset of `text` in the whole output
+  text: string;
+  tokens: number;                    // tokens committed with this text
+}
+
+export type EngineFinishReason = "stop" | "length" | "context" | "cancelled";
+
+export interface Stats {
+  adapter: string;
+  drafter: string;
+  generated_tokens: number;
+  prompt_tokens: number;
+  prefill_tokens: number;
+  reused_tokens: number;
+  resumed_tokens: number;
+  finish_reason: EngineFinishReason;
+  champion_passes: number;
+  drafted: number;
+  accepted: number;
+  acceptance_rate: number;
+  tokens_per_pass: number;
+  tokens_per_s: number;
+  ttft_s: number | null;
+  [field: string]: unknown;
+}
+
+export interface Receipt {
+  schema: string;
+  pyspec_version: string;
+  champion_sha256: string;
+  stats: Partial<Stats>;
+  faults?: { kind: string; cycle: number; at_token: number; recovery_s: number }[];
+  [field: string]: unknown;
+}
+
+export interface GenerateResult {
+  text: string;
+  tokens: number[] | null;
+  finish_reason: EngineFinishReason;
+  stats: Stats | null;
+  receipt: Receipt | null;
+  notice?: string | null;
+}
+
+/** The worker's `ready` message. */
+export interface ReadyInfo {
+  adapter: string;
+  champion: string;
+  context: number;
+  [field: string]: unknown;
+}
+
+// --- the OpenAI-style facade -----------------------------------------------------------------
+/** What pyspec adds to the OpenAI request: generate()'s own options. */
+export type PyspecRequestOptions = Pick<GenerateConfig,
+  "k" | "verify" | "draft" | "context_overflow" | "drill">;
+
+export interface ChatCompletionRequest {
+  messages: ChatMessage[];
+  stream?: boolean | null;
+  /** Must name the loaded champion, when given. */
+  model?: string | null;
+  /** Default 0 (greedy), not OpenAI's 1. */
+  temperature?: number | null;
+  max_tokens?: number | null;
+  seed?: number | null;
+  /** Aborting stops the request after its current cycle; it ends with finish_reason "abort". */
+  signal?: AbortSignal | null;
+  pyspec?: PyspecRequestOptions | null;
+  /** Not supported yet: any value but null is refused (SpecError bad_config). */
+  top_p?: null;
+  /** Not supported yet: any value but null is refused (SpecError bad_config). */
+  stop?: null;
+  /** Not supported yet: any value but null is refused (SpecError bad_config). */
+  response_format?: null;
+}
+
+/** "abort": an AbortSignal stopped it (as in WebLLM); "length": max_tokens or the context. */
+export type FinishReason = "stop" | "length" | "abort";
+
+export interface CompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** The speculation behind a finished request. */
+export interface PyspecUsage {
+  finish_reason: EngineFinishReason;
+  stats: Stats | null;
+  receipt: Receipt | null;
+  notice: string | null;
+}
+
+export interface ChatCompletionChunk {
+  id: string;                        // "chatcmpl-...", the same for every chunk of a request
+  object: "chat.completion.chunk";
+  created: number;                   // Unix seconds
+  model: string;
+  choices: [{
+    index: 0;
+    delta: { role?: "assistant"; content?: string };
+    finish_reason: FinishReason | null;   // null until the last chunk
+    logprobs: null;
+  }];
+  /** The last chunk only. */
+  usage?: CompletionUsage;
+  /** A content chunk: its offset and token count; the last chunk: PyspecUsage. */
+  pyspec: { offset: number; tokens: number } | PyspecUsage;
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: "chat.completion";
+  created: number;
+  model: string;
+  choices: [{
+    index: 0;
+    message: { role: "assistant"; content: string };
+    finish_reason: FinishReason;
+    logprobs: null;
+  }];
+  usage: CompletionUsage;
+  pyspec: PyspecUsage;
+}
+
+export interface Completions {
+  create(request: ChatCompletionRequest & { stream: true }):
+    Promise<AsyncGenerator<ChatCompletionChunk, void, undefined>>;
+  create(request: ChatCompletionRequest & { stream?: false | null }): Promise<ChatCompletion>;
+}
+
+export declare class SpecDecoder {
+  /** Start a worker, load Pyodide, pyspec and the weights; resolves when ready to generate. */
+  static create(options?: SpecDecoderOptions): Promise<SpecDecoder>;
+  constructor(options?: SpecDecoderOptions);
+  info: ReadyInfo | null;
+  lastResult: GenerateResult | null;
+  restarts: number;
+  notices: Notice[];
+  /** The OpenAI-style facade: `await decoder.chat.completions.create({messages, stream})`. */
+  readonly chat: { completions: Completions };
+  /** Stream a chat completion: yields chunks as cycles commit text. */
+  generate(messages: ChatMessage[], config?: GenerateConfig): AsyncGenerator<Chunk, void, undefined>;
+  /** Stop the running generation after its current cycle; resolves with whether one ran. */
+  cancel(): Promise<boolean>;
+  stats(): Promise<Stats | null>;
+  receipt(): Promise<Receipt | null>;
+  loseDevice(): Promise<boolean>;
+  terminate(): void;
+}

@@ -1,9 +1,9 @@
 """The OpenAI-style facade of client.js (`decoder.chat.completions.create`) on the tiny model:
 streaming and not, its text equal to the SpecDecoder's own for the same request, the OpenAI
 chunk and completion shapes, usage counts that add up, abort through an AbortSignal, and the
-options it cannot honour refused with code bad_config. Then the embed example from a plain static
-server (no COOP/COEP/CORP headers, so not cross-origin isolated). One page load serves the
-facade tests (the embed example's own decoder)."""
+options it cannot honour refused with code bad_config. Then the embed example and the demo page
+from a plain static server (no COOP/COEP/CORP headers, so not cross-origin isolated). One page
+load serves the facade tests (the embed example's own decoder)."""
 
 from __future__ import annotations
 
@@ -214,3 +214,18 @@ def test_the_site_ships_the_types(site_root):
     shipped = (site_root / "client.d.ts").read_text()
     assert shipped == errorcodes.DTS.read_text()
     assert errorcodes.render(shipped, errorcodes.codes()) == shipped
+
+
+def test_demo_page_runs_from_a_plain_static_server(browser, plain_site_url, tiny_path):
+    from .pageutil import ready, run
+
+    c = Context(browser, plain_site_url)
+    try:
+        page = c.page("index.html?model=tiny")
+        ready(page)
+        assert page.evaluate("() => self.crossOriginIsolated") is False
+        result = run(page, MESSAGES[0]["content"], {"max_tokens": 24, "k": "fixed:3"})
+    finally:
+        c.ctx.close()
+    assert not c.offsite, f"requests to other origins: {c.offsite}"
+    assert result["text"] == native_generate(tiny_path, MESSAGES, "none", max_tokens=24).text

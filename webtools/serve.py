@@ -3,7 +3,8 @@
 WebAssembly must come as application/wasm (streaming compilation refuses anything else) and ES
 modules as a JavaScript type. COOP same-origin + COEP require-corp make the page cross-origin
 isolated (SharedArrayBuffer, precise timers), which is also a cheap proof that nothing from
-another origin is embedded. `Cache-Control: no-cache` makes the browser revalidate, so a rebuilt
+another origin is embedded. The runtime does not need them: e2e runs the pages from a plain
+http.server too (e2e/conftest.py's plain_site_url). `Cache-Control: no-cache` makes the browser revalidate, so a rebuilt
 site is never mixed with a stale one (weights are cached in OPFS, not by HTTP).
 
 Not here: building the site (site.py).

@@ -212,6 +212,8 @@ export interface Completions {
   create(request: ChatCompletionRequest & { stream: true }):
     Promise<AsyncGenerator<ChatCompletionChunk, void, undefined>>;
   create(request: ChatCompletionRequest & { stream?: false | null }): Promise<ChatCompletion>;
+  create(request: ChatCompletionRequest):
+    Promise<ChatCompletion | AsyncGenerator<ChatCompletionChunk, void, undefined>>;
 }
 
 export declare class SpecDecoder {

@@ -1,0 +1,47 @@
+"""A vocabulary as byte strings: what each token id writes, and the ids of each byte string.
+
+One index shared by the features that reason about tokens as text rather than as ids:
+- the JSON-schema masks (which tokens' bytes a grammar state allows; a trie walks these strings),
+- the bridge between a champion and a draft with another vocabulary (compat.py: the ids whose
+  byte strings both vocabularies hold),
+- reduced-vocabulary draft heads (which champion ids a head covers).
+
+`Vocab` is built once per tokenizer (about 0.1 s for 49,152 tokens) and holds plain lists and
+dicts, so it runs the same in CPython and Pyodide. It does not tokenize or decode text
+(tokenizer.py) and knows nothing of grammars or drafts.
+"""
+
+from __future__ import annotations
+
+from .bpe import TOKEN_NORMAL, TOKEN_USER_DEFINED
+
+
+class Vocab:
+    """Token ids <-> byte strings for one tokenizer.
+
+    `text_bytes[i]` is what token i writes into generated text: b"" for control and unknown tokens
+    (<|im_end|> ends a turn; it writes nothing), the token's bytes otherwise. `is_text[i]` says
+    whether i is a text token (normal or user-defined). `ids_of[b]` lists the text tokens whose
+    bytes are b, lowest id first: a vocabulary may hold the same bytes twice."""
+
+    def __init__(self, tokenizer):
+        self.size = tokenizer.vocab_size
+        types = tokenizer.token_types
+        self.is_text = [t in (TOKEN_NORMAL, TOKEN_USER_DEFINED) for t in types]     # (vocab,)
+        self.text_bytes = [tokenizer.token_bytes(i, special=False) if self.is_text[i] else b""
+                           for i in range(self.size)]                                # (vocab,)
+        self.ids_of: dict[bytes, list[int]] = {}
+        for i, b in enumerate(self.text_bytes):
+            if self.is_text[i] and b:
+                self.ids_of.setdefault(b, []).append(i)
+
+    def id_of(self, data: bytes) -> int | None:
+        """The lowest text token id that writes exactly `data`, or None."""
+        ids = self.ids_of.get(data)
+        return ids[0] if ids else None
+
+    def shared_with(self, other: "Vocab") -> dict[int, int]:
+        """{id here: id in `other`} for every text token here whose bytes `other` also holds
+        (to the lowest such id there): the token-level intersection of two vocabularies."""
+        return {i: other.ids_of[b][0] for i, b in enumerate(self.text_bytes)
+                if self.is_text[i] and b in other.ids_of}

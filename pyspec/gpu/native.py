@@ -4,13 +4,19 @@ Only where the device, buffers and readback come from lives here; device.py hold
 wgpu-py raises WebGPU validation errors as Python exceptions at the call that caused them; every
 object creation turns those into a GPUError that names the object, so a shader or binding bug
 raises where it happens, not as a lost device three submissions later.
+
+A lost device is a DeviceLostError (code device_lost), wherever it shows: wgpu-py implements no
+`device.lost` promise and reports a call on a lost device as a GPUValidationError ("Parent device
+is lost"), so every call that touches the device (write, submit, readback, object creation) is
+classified here: after `destroy()`, or when wgpu says the device is lost, the error is a lost
+device, whatever wgpu named it; anything else stays a GPUError (gpu_error).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from .device import Device, Dispatch, GPUError, NoAdapterError, flatten
+from .device import Device, DeviceLostError, Dispatch, GPUError, NoAdapterError, flatten
 
 try:  # wgpu-py is optional: the CPU engine and the browser build do not need it
     import wgpu
@@ -72,7 +78,19 @@ class NativeDevice(Device):
         except GPUError:
             raise
         except Exception as e:  # wgpu.GPUValidationError and friends
-            raise GPUError(f"{what}: {e}") from e
+            raise self._classify(what, e) from e
+
+    def _classify(self, what: str, e: Exception) -> GPUError:
+        """A wgpu exception as the GPUError it means: DeviceLostError once the device is lost
+        (wgpu-native words it "Parent device is lost", a validation error), else GPUError."""
+        text = str(e)
+        if self.lost is None and ("device is lost" in text.lower()
+                                  or "devicelost" in text.replace(" ", "").lower()):
+            self.lost = "the driver reported the device lost"
+        if self.lost is not None:
+            return DeviceLostError(f"the WebGPU device was lost ({self.lost}) during {what}; "
+                                   "the committed tokens are safe, the cycle in flight is dropped")
+        return GPUError(f"{what}: {text}")
 
     def _create_buffer(self, nbytes, usage, label):
         U = wgpu.BufferUsage
@@ -102,8 +120,11 @@ class NativeDevice(Device):
                                                                    label=label))
 
     def write(self, buffer, data, offset=0):
-        self.device.queue.write_buffer(buffer, offset, memoryview(data).cast("B")
-                                       if not hasattr(data, "view") else data)
+        self._checked("a buffer write", lambda: self.device.queue.write_buffer(
+            buffer, offset, memoryview(data).cast("B") if not hasattr(data, "view") else data))
+
+    def submit(self, commands: list) -> None:
+        self._checked("a submission", lambda: Device.submit(self, commands))
 
     def _begin_encoder(self):
         return self.device.create_command_encoder()
@@ -128,6 +149,16 @@ class NativeDevice(Device):
         self.device.queue.submit([encoder.finish()])
 
     async def read(self, buffer, nbytes, offset=0):
+        if self.lost is not None:
+            raise self._classify("a readback", RuntimeError("device lost"))
+        try:
+            return await self._read(buffer, nbytes, offset)
+        except GPUError:
+            raise
+        except Exception as e:  # wgpu's errors on the copy, the submit or the map
+            raise self._classify("a readback", e) from e
+
+    async def _read(self, buffer, nbytes, offset):
         size = max(16, -(-nbytes // 16) * 16)
         if self._staging is None or self._staging.size < size:
             self._staging = self._create_buffer(max(size, 4096), "readback", "readback")
@@ -177,4 +208,5 @@ class NativeDevice(Device):
         return out
 
     def destroy(self):
+        self.lost = "destroyed"
         self.device.destroy()

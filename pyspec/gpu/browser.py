@@ -32,43 +32,14 @@ from .device import Copy, Device, DeviceLostError, Dispatch, GPUError, NoAdapter
 
 try:  # only Pyodide has these; natively this module imports but `create` refuses
     import js
-    from pyodide.code import run_js
+    import pyspec_webgpu
     from pyodide.ffi import create_proxy, to_js
 except ImportError:  # pragma: no cover - exercised outside Pyodide
     js = None
 
-# Why a JS helper: a Uint8Array view of wasm memory is invalidated if the memory grows, which
-# any Python allocation may cause. Taking the view and writing it in one JS function leaves no
-# Python step in between. `data` arrives as a PyProxy of a 1-D uint8 memoryview.
-_WRITE_JS = """(queue, buffer, offset, data) => {
-  const view = data.getBuffer("u8");
-  try { queue.writeBuffer(buffer, offset, view.data); } finally { view.release(); }
-}"""
-
-# The submission loop (Device.submit's rules: consecutive dispatches share a compute pass, a copy
-# ends it, a pipeline is set only when it changes), over op words of 6 u32 each:
-#   0 pipeline bind_group x y z              a dispatch (indices into `objs`)
-#   1 src src_offset dst dst_offset nbytes   a buffer copy
-_ENCODE_JS = """(device, queue, objs, words) => {
-  const view = words.getBuffer("u32");
-  try {
-    const w = view.data, encoder = device.createCommandEncoder();
-    let pass = null, last = -1;
-    for (let i = 0; i < w.length; i += 6) {
-      if (w[i] === 0) {
-        if (pass === null) { pass = encoder.beginComputePass(); last = -1; }
-        if (w[i + 1] !== last) { last = w[i + 1]; pass.setPipeline(objs[last]); }
-        pass.setBindGroup(0, objs[w[i + 2]]);
-        pass.dispatchWorkgroups(w[i + 3], w[i + 4], w[i + 5]);
-      } else {
-        if (pass !== null) { pass.end(); pass = null; }
-        encoder.copyBufferToBuffer(objs[w[i + 1]], w[i + 2], objs[w[i + 3]], w[i + 4], w[i + 5]);
-      }
-    }
-    if (pass !== null) pass.end();
-    queue.submit([encoder.finish()]);
-  } finally { view.release(); }
-}"""
+# The write and submission helpers are web/webgpu.js, which worker.js registers as the module
+# `pyspec_webgpu`: code in a file, not a string run_js evaluates, so the page needs no
+# 'unsafe-eval' in its Content-Security-Policy.
 
 # adapter.limits names (JS) and the keys device.limits uses everywhere (native.py's spelling)
 _LIMITS = {"maxStorageBufferBindingSize": "max-storage-buffer-binding-size",
@@ -125,8 +96,8 @@ class BrowserDevice(Device):
         self._on_error = create_proxy(on_error)
         device.lost.then(self._on_lost)
         device.addEventListener("uncapturederror", self._on_error)
-        self._write_js = run_js(_WRITE_JS)
-        self._encode_js = run_js(_ENCODE_JS)
+        self._write_js = pyspec_webgpu.writeBuffer
+        self._encode_js = pyspec_webgpu.encode
         self._objs = js.Array.new()      # JS handles the op words index
         self._index: dict[int, int] = {}  # id(handle) -> its index in _objs
         self._held: list = []            # _objs' handles here too, so no id is ever reused

@@ -1,0 +1,76 @@
+"""web/client.d.ts type-checks what a web developer writes: the embed example's script (JSDoc-typed
+JavaScript, `tsc --checkJs`) and a TypeScript use of the OpenAI-style facade; and the check can
+fail: a misspelt method and a mistyped option are errors. The compiler is TypeScript from npm,
+pinned in build.py (NODE_PINS) and installed by its setup into .cache/node; it is a test tool
+only."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TSC = ROOT / ".cache" / "node" / "node_modules" / ".bin" / "tsc"
+FLAGS = ["--noEmit", "--target", "es2022", "--module", "es2022", "--moduleResolution", "bundler",
+         "--lib", "es2022,dom"]
+
+FACADE_TS = """import { SpecDecoder, SpecError, type ChatCompletionChunk } from "./client.js";
+
+const decoder: SpecDecoder = await SpecDecoder.create({ champion: { url: "/models/m.gguf" } });
+const completion = await decoder.chat.completions.create({
+  messages: [{ role: "user", content: "Hi" }], max_tokens: 16, temperature: 0.7, seed: 3 });
+const text: string | null = completion.choices[0].message.content;
+const used: number = completion.usage.completion_tokens + completion.usage.prompt_tokens;
+const stream = await decoder.chat.completions.create({
+  messages: [{ role: "user", content: "Hi" }], stream: true, signal: new AbortController().signal });
+for await (const chunk of stream) {
+  const c: ChatCompletionChunk = chunk;
+  console.log(c.choices[0].delta.content ?? "", text, used);
+}
+try { await decoder.cancel(); } catch (e) { if (e instanceof SpecError) console.log(e.code); }
+"""
+
+
+def embed_script() -> str:
+    html = (ROOT / "web" / "embed-example.html").read_text()
+    return re.search(r'<script type="module">(.*?)</script>', html, re.S).group(1)
+
+
+def tsc(tmp_path: Path, name: str, source: str, *extra: str) -> subprocess.CompletedProcess:
+    if not TSC.exists():
+        pytest.fail(f"{TSC} is missing: run `python3 build.py setup` (it installs TypeScript "
+                    "from npm)")
+    shutil.copyfile(ROOT / "web" / "client.d.ts", tmp_path / "client.d.ts")
+    (tmp_path / name).write_text(source)
+    return subprocess.run([str(TSC), *FLAGS, *extra, name], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_embed_example_type_checks(tmp_path):
+    done = tsc(tmp_path, "embed.js", embed_script(), "--allowJs", "--checkJs")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_misspelt_method_in_the_example_is_caught(tmp_path):
+    script = embed_script()
+    assert "embed.decoder.generate(" in script
+    done = tsc(tmp_path, "embed.js", script.replace("embed.decoder.generate(",
+                                                    "embed.decoder.generat("),
+               "--allowJs", "--checkJs")
+    assert done.returncode != 0 and "generat" in done.stdout
+
+
+def test_the_facade_type_checks_in_typescript(tmp_path):
+    done = tsc(tmp_path, "app.ts", FACADE_TS, "--strict")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_mistyped_option_is_caught(tmp_path):
+    done = tsc(tmp_path, "app.ts", FACADE_TS.replace("max_tokens: 16", 'max_tokens: "16"'),
+               "--strict")
+    assert done.returncode != 0 and "app.ts(5," in done.stdout   # the create() call's line
+    assert "'string' is not assignable to type 'number'" in done.stdout

@@ -226,6 +226,11 @@ class Model(LoadedWeights):
         per_row = 4 * cfg.d_model + 2 * cfg.n_kv_heads * cfg.head_dim + 3 * cfg.d_ff
         return (rows * per_row + logit_rows * cfg.vocab_size) * self.dtype.itemsize
 
+    def product(self, x: np.ndarray, w: np.ndarray, exact: bool = True) -> np.ndarray:
+        """x (m, n_in) @ w.T -> (m, n_out): `matmul`'s tiles, or plain BLAS when not exact.
+        fastcpu.FastModel replaces it with row-at-a-time products."""
+        return matmul(x, w) if exact else _plain_matmul(x, w)
+
     def forward(self, tokens, kv: KVCache, n_layers: int | None = None,
                 last_only: bool = False, exact: bool = True,
                 logits_from: int = 0) -> np.ndarray:
@@ -237,7 +242,7 @@ class Model(LoadedWeights):
         several times faster) and gives up batch invariance: for drafts, whose numbers only ever
         affect speed, never for the champion."""
         cfg = self.config
-        mm = matmul if exact else _plain_matmul
+        mm = lambda x, w: self.product(x, w, exact)  # noqa: E731
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if tokens.size == 0:
             raise ValueError("forward needs at least one token")

@@ -65,9 +65,9 @@ class CPUBackend(Executor):
         self.kv.rollback()  # a self:L draft leaves rows here; this pass rewrites them
         self._logits = self.champion.forward([last] + drafts.tokens, self.kv)  # (k+1, vocab)
 
-    def accept(self, drafts: Proposal, n: int, rule: Rule) -> None:
+    def accept(self, drafts: Proposal, tokens: list[int], rule: Rule) -> None:
         q_draft = drafts.q_matrix(self._logits.shape[1]) if rule.mode == "rejection" else None
-        verdict = rule.verdict(self._logits, drafts.tokens, q_draft, n)
+        verdict = rule.verdict(self._logits, drafts.tokens, q_draft, tokens)
         self._done = Outcome(verdict, len(drafts.tokens), self._t1 - self._t0,
                              time.perf_counter() - self._t1)
 

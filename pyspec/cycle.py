@@ -22,10 +22,11 @@ schedule (schedule.py), and how an executor runs a step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import processors as proc
 from . import rng, verify
 
 VERIFY_MODES = ("greedy", "replay", "rejection")
@@ -33,13 +34,17 @@ VERIFY_MODES = ("greedy", "replay", "rejection")
 
 @dataclass(frozen=True)
 class Rule:
-    """How tokens are chosen this request: the verify mode, its sampling parameters, and the
-    confidence threshold below which drafting stops (0: never)."""
+    """How tokens are chosen this request: the verify mode, its sampling parameters, the
+    confidence threshold below which drafting stops (0: never), and the logits processors
+    (processors.py, in their fixed order) that turn the champion's raw rows into the target's.
+    With processors the target at a position is the processed row for its context (prefix +
+    the drafts before it), so `verdict` needs the committed tokens."""
 
     mode: str
     temperature: float = 0.0
     seed: int = 0
     conf_threshold: float = 0.0
+    processors: tuple = field(default=(), compare=False)
 
     def stops(self, confidence: float) -> bool:
         """THE confidence stop: the block ends before the first draft whose confidence is below
@@ -47,11 +52,17 @@ class Rule:
         the same comparison to the confidences the draft steps wrote (shaders/accept.wgsl)."""
         return confidence < self.conf_threshold
 
-    def choose(self, logits: np.ndarray, position: int) -> tuple[int, np.ndarray | None, float]:
+    def choose(self, logits: np.ndarray, position: int,
+               context: list[int] | None = None) -> tuple[int, np.ndarray | None, float]:
         """A drafter's token from its logits (vocab,) at `position`: (token, q_draft row or None
         for one-hot, confidence). The confidence is the draft's top probability, a function of
         its distribution only, never of the sampled token: a stop that looked at the sampled
-        token would draft some tokens more often than others and break rejection sampling."""
+        token would draft some tokens more often than others and break rejection sampling.
+        Given its `context` (the tokens before `position`), a drafter's row goes through the
+        request's processors too, so it drafts from the processed distribution (better
+        acceptance; any q is exact, since verification sees the q it sampled from)."""
+        if self.processors and context is not None:
+            logits = proc.apply_all(self.processors, logits[None, :], context, [])[0]
         if self.mode == "greedy":
             token = int(np.argmax(logits))
             return token, None, float(verify.softmax(logits, 1.0)[token])
@@ -64,10 +75,20 @@ class Rule:
         u = rng.uniform(self.seed, position, rng.STREAM_DRAFT)
         return verify.sample_categorical(probs, u), probs, confidence
 
+    def target(self, logits: np.ndarray, prefix: list[int], drafts: list[int]) -> np.ndarray:
+        """The rows the rule judges: the raw logits (k+1, vocab) through the processors, row i
+        with its own context prefix + drafts[:i] (the raw rows themselves when there are none)."""
+        if not self.processors:
+            return logits
+        return proc.apply_all(self.processors, logits, prefix, drafts)
+
     def verdict(self, logits: np.ndarray, drafts: list[int], q_draft: np.ndarray | None,
-                n: int) -> verify.Verdict:
-        """The rule over logits (k+1, vocab) for positions n..n+k, with the random numbers
-        keyed by those positions (rng.py); q_draft (k, vocab) is needed by rejection only."""
+                prefix: list[int]) -> verify.Verdict:
+        """The rule over the raw logits (k+1, vocab) for positions n..n+k after the committed
+        tokens `prefix` (n = len(prefix)), processed row by row (`target`), with the random
+        numbers keyed by those positions (rng.py); q_draft (k, vocab) is for rejection only."""
+        n = len(prefix)
+        logits = self.target(logits, prefix, drafts)
         drafts = np.asarray(drafts, dtype=np.int64)
         k, vocab = len(drafts), logits.shape[1]
         if self.mode == "greedy":
@@ -122,8 +143,9 @@ class Executor:
         [last] + drafts at the cache's next positions."""
         raise NotImplementedError
 
-    def accept(self, drafts, n: int, rule: Rule) -> None:
-        """Step 3: the rule for `rule.mode` over the pass's rows, for positions n..n+k."""
+    def accept(self, drafts, tokens: list[int], rule: Rule) -> None:
+        """Step 3: the rule for `rule.mode` over the pass's rows, for positions n..n+k after
+        the n committed `tokens` (the processors' context)."""
         raise NotImplementedError
 
     def submit(self):
@@ -159,7 +181,7 @@ def submit(ex: Executor, tokens: list[int], k: int, rule: Rule):
     k = min(k, ex.k_max)
     drafts = ex.draft(tokens, k, rule)          # d_1..d_k for positions n..n+k-1
     ex.champion_pass(tokens[-1], drafts)        # rows [t_{n-1}, d_1..d_k]
-    ex.accept(drafts, len(tokens), rule)        # row i decides position n + i
+    ex.accept(drafts, tokens, rule)             # row i decides position n + i
     return ex.submit()
 
 

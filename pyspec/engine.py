@@ -15,17 +15,23 @@ them (load.py), the rules (verify.py), k policies (schedule.py), the drafters.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 import numpy as np
 
-from . import cycle, receipts, schedule
+from . import cycle, jsonmask, receipts, schedule
 from .cycle import VERIFY_MODES, Executor, Rule
+from .drafters import NgramDrafter
+from .drafters.forced import ForcedDrafter
 from .errors import PyspecError
 from .kv import ContextOverflowError
 from .model import ModelError
+from .jsonschema import compile_schema
+from .processors import Sampling
 
 
 class OptionsError(PyspecError, ValueError):
@@ -38,6 +44,20 @@ class PromptTooLongError(ContextOverflowError):
     """The prompt leaves no room in the context to generate."""
 
 
+class RecoveryLimitError(PyspecError, RuntimeError):
+    """The GPU failed more often in one request than the engine recovers from (MAX_RECOVERIES);
+    the text committed before the last fault stays shown."""
+
+    code = "gpu_unrecoverable"
+
+
+# Error codes of the faults `recover` handles (gpu/device.py's GPUError family), and how many of
+# them one request recovers from: one more ends it with RecoveryLimitError. A device lost again
+# and again (a driver that keeps resetting) is not worth more than two new devices.
+RECOVERABLE = ("gpu_error", "device_lost", "gpu_timeout")
+MAX_RECOVERIES = 2
+
+
 @dataclass
 class Options:
     max_tokens: int = 128
@@ -47,6 +67,21 @@ class Options:
     k: str = "heuristic"
     stop_at_eos: bool = True
     stop_ids: tuple = ()          # more token ids that end generation, besides the model's EOG
+    # The sampling controls (processors.py: their order, counting, ties), OpenAI-style names.
+    top_k: int = 0                # 0 = off
+    top_p: float = 1.0            # 1 = off
+    min_p: float = 0.0            # 0 = off
+    repetition_penalty: float = 1.0        # prompt and output tokens (HF); 1 = off
+    presence_penalty: float = 0.0          # output tokens only (OpenAI)
+    frequency_penalty: float = 0.0         # output tokens only (OpenAI)
+    logit_bias: dict = field(default_factory=dict)   # token id -> bias in [-100, 100]
+    json_schema: dict | str | None = None  # the output follows this schema (jsonschema.py)
+
+    def sampling(self) -> Sampling:
+        return Sampling(logit_bias=self.logit_bias, repetition_penalty=self.repetition_penalty,
+                        presence_penalty=self.presence_penalty,
+                        frequency_penalty=self.frequency_penalty, top_k=self.top_k,
+                        top_p=self.top_p, min_p=self.min_p)
 
     def resolved_verify(self) -> str:
         """T = 0 is always greedy: every rule reduces to argmax there."""
@@ -66,6 +101,12 @@ class Options:
         if not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
             raise OptionsError(f"seed must be an integer in [0, 2^64), got {self.seed!r}")
         schedule.parse(self.k)
+        self.sampling().check()
+        if self.json_schema is not None:
+            if not self.stop_at_eos:
+                raise OptionsError("json_schema needs stop_at_eos: the end-of-text token is "
+                                   "what ends the JSON value")
+            compile_schema(self.json_schema)   # a SchemaError names what is not supported
 
 
 @dataclass
@@ -124,14 +165,23 @@ class _Stats:
             self.accepted_by_position[i] += i < n_accepted
 
 
+def _host_drafter(backend):
+    """The drafter a schema request wraps. Its masks are host data, so drafts come from the
+    host: a CPU drafter as it is; a GPU draft (gpu/backend.GPUDraft, which never sends its
+    tokens to the host inside a cycle) gives way to n-gram lookup for the request."""
+    d = backend.drafter
+    return d if d is None or hasattr(d, "propose") else NgramDrafter()
+
+
 class Engine:
     """A backend (its champion and drafter) and the tokenizer; serves one request at a time."""
 
     def __init__(self, backend: Executor, tokenizer, *, recover=None,
                  fallbacks: list[dict] | None = None, fallback_reason: str | None = None):
         """`backend` is a cpu.CPUBackend or gpu.backend.GPUBackend (load.backend builds one).
-        `recover()` returns a backend to finish a request on after a GPU fault (the numpy
-        champion, champion-only); without it the fault propagates. `fallbacks` are codes of why
+        `recover()` returns a backend (or an awaitable of one) to go on with after a GPU fault
+        (a new device, or the numpy champion; champion-only); it is called again for a later
+        fault, up to MAX_RECOVERIES per request; without it the fault propagates. `fallbacks` are codes of why
         a GPU was not used ([{"kind", "adapter"}], for the receipt) and `fallback_reason` says
         it in words (web.make_engine)."""
         champion = backend.champion
@@ -147,6 +197,7 @@ class Engine:
         # The conversation cache: (kv, its epoch, token list) after the last request; the first
         # kv.committed tokens of the list are what the committed cache rows hold.
         self._held: tuple | None = None
+        self._json: dict = {}    # jsonmask.constrain's vocabulary index and masks per schema
 
     @property
     def champion(self):
@@ -232,7 +283,19 @@ class Engine:
                 f"(or raise the context length) so that at least one token can be generated")
         done = self._resumed(resume, prompt, ctx)
         sched = schedule.Schedule(schedule.parse(opts.k))
-        rule = Rule(mode, opts.temperature, opts.seed, sched.policy.conf_threshold)
+        sampling = opts.sampling()
+        sampling.check(self.tokenizer.vocab_size)
+        rule = Rule(mode, opts.temperature, opts.seed, sched.policy.conf_threshold,
+                    sampling.chain(self.tokenizer.vocab_size, len(prompt), opts.temperature))
+        self._unwrap()
+        constraint = None
+        if opts.json_schema is not None:
+            # The mask is the first processor; forced tokens are drafted around the drafter's.
+            constraint = jsonmask.constrain(self._json, self.tokenizer, opts.json_schema,
+                                            len(prompt))
+            rule = dataclasses.replace(rule, processors=(jsonmask.JsonMask(constraint),)
+                                       + rule.processors)
+            self.backend.drafter = ForcedDrafter(_host_drafter(self.backend), constraint)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
@@ -271,13 +334,20 @@ class Engine:
             try:
                 out = await cycle.collect(self.backend, cycle.submit(self.backend, tokens, k, rule))
             except PyspecError as e:
-                if self.recover is None or e.code not in ("gpu_error", "device_lost"):
+                if self.recover is None or e.code not in RECOVERABLE:
                     raise
+                if sum(f["kind"] in RECOVERABLE for f in self.faults) >= MAX_RECOVERIES:
+                    raise RecoveryLimitError(
+                        f"the GPU failed {MAX_RECOVERIES + 1} times in this request ({e.code}: "
+                        f"{e}); pyspec recovers at most {MAX_RECOVERIES} times per request, so "
+                        f"it stopped after the {n - len(prompt)} tokens already shown. Send the "
+                        "request again, or use the CPU engine (backend cpu)") from e
                 # The cycle in flight is dropped (nothing of it was emitted); the committed
                 # tokens are re-prefilled on the recovery backend and the request goes on from
                 # there, so no text is ever shown twice.
                 t_fault, failed = time.perf_counter(), self.adapter_class
-                self.backend, self.recover = self.recover(), None
+                backend = self.recover()
+                self.backend = await backend if inspect.isawaitable(backend) else backend
                 self._held = None
                 await self.backend.prefill(tokens)
                 self._held = (self.kv, self.kv.epoch, tokens)
@@ -327,8 +397,15 @@ class Engine:
             stats["prefill_tokens"] = max(0, len(prompt) - 1 - reused)
             stats["reused_tokens"] = reused
             stats["resumed_tokens"] = len(done)
+            stats["forced_tokens"] = constraint.forced_count(generated) if constraint else 0
             report.update(text=out_text, tokens=generated, finish_reason=finish, stats=stats,
                           receipt=receipts.build(self, opts, mode, stats))
+        self._unwrap()
+
+    def _unwrap(self) -> None:
+        """Give the backend back the drafter a schema request wrapped (drafters/forced.py)."""
+        if isinstance(self.backend.drafter, ForcedDrafter):
+            self.backend.drafter = self.backend.drafter.inner
 
     def generate(self, prompt: list[int], opts: Options | None = None,
                  resume: Resume | None = None) -> Result:
@@ -348,6 +425,8 @@ class Engine:
         return {
             "adapter": self.adapter,
             "drafter": drafter.name if drafter else "none",
+            # a draft with another vocabulary (drafters/bridge.py): class, intersection size
+            "bridge": getattr(drafter, "bridge_stats", None),
             "generated_tokens": n_generated,
             "finish_reason": finish,
             "champion_passes": st.champion_passes,

@@ -5,31 +5,34 @@ Every drafter has the same calls:
   propose(tokens, k, rule) -> Proposal    up to k tokens continuing the committed `tokens`
   confirm(n_accepted)                the last proposal's verdict: keep the cache rows it proves
 and `name`, `kind`, `calls`, `weight_bytes`, `kv_bytes`. `rule` is the request's cycle.Rule:
-`rule.choose(logits, position)` turns draft logits into a token (argmax, Gumbel-coupled, or a
-sample from q_draft) and `rule.stops(confidence)` ends drafting early.
+`rule.choose(logits, position, context)` turns draft logits into a token (argmax, Gumbel-coupled,
+or a sample from q_draft; through the request's processors when given the context) and `rule.stops(confidence)` ends drafting early.
 
 Drafters never decide what is emitted: that is verify.py's job, so a bad draft only costs speed.
-Modules: proposal.py (Proposal), spec.py (parse_draft), ngram.py, model_draft.py; here the CPU
-drafter for a spec.
+Modules: proposal.py (Proposal), spec.py (parse_draft), ngram.py, model_draft.py, bridge.py (a
+draft model with another vocabulary); here the CPU drafter for a spec.
 """
 
 from __future__ import annotations
 
 import os
 
+from .bridge import BridgedDrafter, BridgedModel
 from .model_draft import ModelDrafter, SelfDrafter
 from .ngram import NgramDrafter
 from .proposal import Proposal
 from .spec import DraftSpec, DraftSpecError, parse_draft
 
-__all__ = ["DraftSpec", "DraftSpecError", "Proposal", "make_drafter", "parse_draft"]
+__all__ = ["DraftSpec", "DraftSpecError", "Proposal", "make_drafter", "model_drafter",
+           "parse_draft"]
 
 
 def make_drafter(spec: str, champion, champion_cache=None, load_model=None):
     """A CPU drafter for a draft spec (None for "none").
 
     `champion_cache` is the champion's KV cache (self:L shares it); `load_model(path)` loads an
-    independent draft model (load.load_draft_checked checks the pair first)."""
+    independent draft model, or a drafts.BridgedModel for a draft with another vocabulary
+    (load.load_draft_checked checks the pair and bridges it)."""
     d = parse_draft(spec, champion.config.n_layers)
     if d.kind == "none":
         return None
@@ -40,4 +43,12 @@ def make_drafter(spec: str, champion, champion_cache=None, load_model=None):
     if load_model is None or d.path is None or not os.path.exists(d.path):
         raise DraftSpecError(f"--draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
                              f"path of a GGUF draft model, or use ngram, none or self:L")
-    return ModelDrafter(load_model(d.path), champion_cache.max_ctx if champion_cache else None)
+    return model_drafter(load_model(d.path), champion_cache.max_ctx if champion_cache else None)
+
+
+def model_drafter(loaded, max_ctx: int | None = None):
+    """The drafter for a loaded draft model: a ModelDrafter for the champion's own vocabulary, a
+    BridgedDrafter for a BridgedModel."""
+    if isinstance(loaded, BridgedModel):
+        return BridgedDrafter(loaded.model, loaded.bridge, max_ctx)
+    return ModelDrafter(loaded, max_ctx)

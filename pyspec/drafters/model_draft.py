@@ -15,15 +15,16 @@ from ..model import Model, prefill
 from .proposal import Proposal
 
 
-def _draft_steps(model: Model, kv: KVCache, feed: list[int], position: int, k: int,
+def _draft_steps(model: Model, kv: KVCache, feed: list[int], tokens: list[int], k: int,
                  rule: Rule, n_layers: int | None = None) -> Proposal:
-    """Feed `feed` (the tokens the draft has not seen), then propose up to k tokens, the first at
-    `position`. Leaves its rows pending in kv: those of `feed` and of every proposed token but the
-    k-th (min(len(tokens), k - 1) drafts fed)."""
-    out = Proposal()
+    """Feed `feed` (the tokens the draft has not seen), then propose up to k tokens after the
+    committed `tokens` (the first at position len(tokens); with the drafts so far they are the
+    context the request's processors see). Leaves its rows pending in kv: those of `feed` and
+    of every proposed token but the k-th (min(len(tokens), k - 1) drafts fed)."""
+    out, position = Proposal(), len(tokens)
     logits = model.forward(feed, kv, n_layers=n_layers, last_only=True, exact=False)[0]  # (vocab,)
     for i in range(k):
-        token, q_row, confidence = rule.choose(logits, position + i)
+        token, q_row, confidence = rule.choose(logits, position + i, tokens + out.tokens)
         if rule.stops(confidence):
             break
         out.tokens.append(token)
@@ -67,7 +68,7 @@ class ModelDrafter:
         feed = tokens[self.kv.committed:]
         if self.kv.committed + len(feed) + k - 1 > self.kv.max_ctx:
             return Proposal()  # the draft's context is full: the champion goes on alone
-        out = _draft_steps(self.model, self.kv, feed, len(tokens), k, rule)
+        out = _draft_steps(self.model, self.kv, feed, tokens, k, rule)
         self.fed_before, self.drafts_fed = len(feed), min(len(out.tokens), k - 1)
         self.calls += 1 + self.drafts_fed
         return out
@@ -96,7 +97,7 @@ class SelfDrafter:
 
     def propose(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
         # The champion's cache holds every committed token but the last one.
-        out = _draft_steps(self.model, self.kv, tokens[-1:], len(tokens), k, rule,
+        out = _draft_steps(self.model, self.kv, tokens[-1:], tokens, k, rule,
                            n_layers=self.layers)
         self.calls += 1 + min(len(out.tokens), k - 1)
         return out

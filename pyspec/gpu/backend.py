@@ -6,7 +6,8 @@ The cycle's steps record commands instead of running them:
                  forward and samples the token for position n + i on the GPU (argmax, Gumbel
                  replay, or a q_draft sample); buffer copies carry it into the next step's input
                  and into row i + 1 of the champion's token list, with no CPU round trip. The
-                 n-gram drafter proposes on the CPU; its tokens go up with the step data.
+                 n-gram drafter, and a draft model with another vocabulary (drafters/bridge.py),
+                 propose on the CPU; their tokens (and q rows) go up with the step data.
   champion_pass  the champion's forward over [t_{n-1}, d_1..d_k] at positions n-1..n+k-1;
   accept         the champion's choices (argmax_rows for greedy / replay, softmax_rows for
                  rejection) and the accept kernel, which applies verify.py's rule and the
@@ -28,8 +29,10 @@ import numpy as np
 
 from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
-from ..drafters import DraftSpecError, Proposal, make_drafter, parse_draft
+from ..drafters import BridgedDrafter, DraftSpecError, Proposal, make_drafter, parse_draft
 from ..gguf import GGUFFile
+from ..processors import SamplingError
+from ..model import Model
 from . import sampling
 from .device import ROWS_MAX, Copy, count_commands
 from .model import GPUModel
@@ -144,7 +147,12 @@ class GPUBackend(Executor):
             raise DraftSpecError(f"--draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
                                  f"path of a GGUF draft model, or use ngram, none or self:L"
                                  ) from None
-        compat.check_pair(champ.metadata, f.metadata).raise_if_bad()
+        report = compat.check_pair(champ.metadata, f.metadata)
+        report.raise_if_bad()
+        if report.bridge is not None:
+            # Another vocabulary: the GPU draft steps sample champion ids directly, so a bridged
+            # draft runs on the host (numpy), like n-gram: its tokens and q rows go up per cycle.
+            return BridgedDrafter(Model(f), report.bridge, champ.kv.max_ctx)
         model = GPUModel(self.dev, f, champ.steps, champ.kv.max_ctx, label="draft")
         return GPUDraft(model, None, f"model:{d.path}", shares_cache=False)
 
@@ -197,7 +205,11 @@ class GPUBackend(Executor):
         self._pass = (count_commands(self._commands), pos)
         self._commands.append(champ.forward_dispatches(SLOT_CHAMPION))  # a plan, built once
 
-    def accept(self, drafts, n: int, rule: Rule) -> None:
+    def accept(self, drafts, tokens: list[int], rule: Rule) -> None:
+        if rule.processors:
+            raise SamplingError("the sampling controls (top_k, top_p, min_p, penalties, "
+                                "logit_bias) do not run on the GPU backend yet; use the cpu "
+                                "backend for them")
         on_device = isinstance(drafts, _OnDevice)
         k = drafts.k if on_device else len(drafts.tokens)
         one_hot = True

@@ -26,11 +26,18 @@ class Tiny:
         self.prompt = self.tokenizer.encode(self.tokenizer.render_chat(
             [{"role": "user", "content": "the cat sat on the mat. the cat"}]), special=True)
         self._gpu = None
+        self._fast = None
 
     def on(self, backend: str):
-        """The champion for a backend: the numpy Model ("cpu") or a GPUModel ("gpu")."""
+        """The champion for a backend: the numpy Model ("cpu"), the row-at-a-time FastModel
+        ("fastcpu", pyspec/fastcpu.py) or a GPUModel ("gpu")."""
         if backend == "cpu":
             return self.champion
+        if backend == "fastcpu":
+            if self._fast is None:
+                from pyspec.fastcpu import FastModel
+                self._fast = FastModel.load(self.champion_path)
+            return self._fast
         if self._gpu is None:
             from pyspec.gguf import GGUFFile
             from pyspec.gpu import load_model
@@ -52,8 +59,8 @@ def gpu_device():
 # A test that needs a native WebGPU adapter: skipped without one, failed when PYSPEC_REQUIRE
 # names gpu (the root conftest.py).
 requires_gpu = pytest.mark.usefixtures("gpu")
-# Backends for tests parametrised over both: the GPU case skips only where no adapter exists.
-BACKENDS = ["cpu", "gpu"]
+# Backends for tests parametrised over every one: the GPU case skips only where no adapter exists.
+BACKENDS = ["cpu", "fastcpu", "gpu"]
 
 
 @pytest.fixture(params=BACKENDS)

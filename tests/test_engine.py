@@ -143,6 +143,7 @@ def ngram_friendly_prefix(model: Model, tokenizer) -> list[int]:
 
 @pytest.mark.parametrize("backend,draft,k", [
     ("cpu", "close", "fixed:2"), ("cpu", "ngram", "fixed:2"), ("cpu", "self:1", "confidence:0.5"),
+    ("fastcpu", "close", "fixed:2"),
     # On the GPU the draft samples, the q_draft rows, the residual and the bonus are all kernels.
     ("gpu", "close", "fixed:2")])
 def test_rejection_matches_champion_distribution(tiny, backend, draft, k, request):

@@ -333,8 +333,9 @@ def _common_generation(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", choices=["greedy", "replay", "rejection"], default=None,
                    help="default: greedy at temperature 0, replay above")
     p.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
-    p.add_argument("--backend", choices=["cpu", "wgpu"], default="cpu",
-                   help="cpu: numpy reference; wgpu: the WGSL kernels on native WebGPU")
+    p.add_argument("--backend", choices=["cpu", "numpy", "wgpu"], default="cpu",
+                   help="cpu: numpy, row-at-a-time products (fastcpu.py); numpy: the plain "
+                        "reference (model.py); wgpu: the WGSL kernels on native WebGPU")
     p.add_argument("--ctx", type=int, default=None,
                    help="context positions to reserve (default: the model's own)")
 
@@ -415,7 +416,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--k", default="heuristic")
     p.add_argument("--max-tokens", type=int, default=None, help="cap each prompt's max_tokens")
     p.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default all)")
-    p.add_argument("--backend", choices=["cpu", "wgpu"], default="cpu")
+    p.add_argument("--backend", choices=["cpu", "numpy", "wgpu"], default="cpu")
     p.add_argument("--ctx", type=int, default=None, help="context positions to reserve")
     p.add_argument("--out", default="bench-out")
     p.set_defaults(func=cmd_bench)

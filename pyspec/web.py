@@ -25,6 +25,7 @@ from .compat import check_pair
 from .cpu import CPUBackend
 from .drafters import parse_draft
 from .drafters.model_draft import ModelDrafter
+from .fastcpu import FastModel
 from .engine import Engine, Options, Resume
 from .errors import PyspecError, error_code
 from .gguf import GGUFFile
@@ -153,11 +154,11 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
     """THE backend choice, in one place.
 
     "webgpu": the champion uploaded to a pyspec.gpu.browser device, the same GPU engine as
-    natively. "cpu": the numpy engine (adapter "cpu-numpy"). "auto" (the default): WebGPU on a
-    hardware adapter; on a software adapter (SwiftShader: `is_cpu`, the adapter's
-    isFallbackAdapter) the numpy engine, which runs the 135M champion about 50x faster in wasm
-    than SwiftShader runs its kernels (0.8 vs 0.013 tokens/s measured on 2 cores, see
-    bench/results/README.md). Whenever the GPU is not used the reason is in
+    natively. "cpu": the numpy engine (adapter "cpu-numpy") over a fastcpu.FastModel (products
+    row by row, einsum in Pyodide). "auto" (the default): WebGPU on a hardware adapter; on a
+    software adapter (SwiftShader: `is_cpu`, the adapter's isFallbackAdapter) the numpy engine,
+    which runs the 135M champion far faster in wasm than SwiftShader runs its kernels (0.8 vs
+    0.013 tokens/s measured on 2 cores with model.py's tiles, see bench/results/README.md). Whenever the GPU is not used the reason is in
     `engine.fallback_reason` and a code in the receipt's fallbacks (Engine fields).
 
     The CPU Model (which dequantizes every weight: about 540 MB for the champion in wasm) is made
@@ -205,7 +206,7 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
             kind, reason = "no_webgpu", str(e)
         except GPUError as e:   # ShapeError among them: a tensor the GPU kernels do not take
             kind, reason = "webgpu_error", str(e)
-    champion = previous.champion if fallbacks else Model(file)
+    champion = previous.champion if fallbacks else FastModel(file)
     return Engine(backend_for(champion, draft, max_ctx), tokenizer, fallback_reason=reason,
                   fallbacks=[{"kind": kind, "adapter": "cpu-numpy"}])
 
@@ -235,6 +236,34 @@ class Session:
         self.engine_draft: str | None = None
         self.default_draft = "ngram"
         self.last: dict | None = None      # the last finished request: text, tokens, stats, receipt
+def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
+    """The engine's `recover` (DESIGN §8): after a GPU fault the request goes on, champion-only,
+    from its committed tokens. A lost device is replaced by a new one of the same adapter (its
+    weights uploaded again); any other fault (a readback that threw or hung, an out-of-memory),
+    or no new device, goes to the numpy champion. A device that failed but is not lost is
+    destroyed, so its buffers go with it."""
+    from .gpu import GPUError, load_model
+    from .gpu.backend import GPUBackend
+
+    current = [gpu_model]
+
+    async def recover():
+        failed = current[0]
+        if failed is not None and failed.dev.lost is None:
+            failed.dev.destroy()
+        elif failed is not None:
+            try:
+                dev = await open_device()
+                current[0] = load_model(dev, file, max_ctx=max_ctx)
+                return GPUBackend(current[0], "none", max_ctx)
+            except GPUError:
+                pass
+        current[0] = None
+        return CPUBackend(FastModel(file), "none", max_ctx)
+
+    return recover
+
+
         self.cancelled: set[int] = set()   # request ids asked to stop
         self.running: int | None = None
         self.drills = False                # fault drills (lose_device, config.drill) allowed
@@ -276,7 +305,9 @@ class Session:
                                "vocab": config.vocab_size, "context": self.max_ctx,
                                "n_layers": config.n_layers,
                                "draft": self.default_draft,
-                               "weight_bytes": engine.champion.weight_bytes})
+                               "weight_bytes": engine.champion.weight_bytes,
+                               # the CPU engine's row kernel (fastcpu.choose_kernel), else null
+                               "cpu_kernel": getattr(engine.champion, "kernel", None)})
         except Exception as e:  # noqa: BLE001 - every error becomes a typed message
             # A failed init leaves the session as it was: a model loaded before still serves.
             for name, value in before.items():

@@ -30,6 +30,7 @@ import pytest
 
 from conftest import greedy_pick, reference_decode
 from pyspec import cli, receipts, testmodels
+from pyspec.fastcpu import FastModel
 from pyspec.model import Model
 from pyspec.tokenizer import Tokenizer
 
@@ -255,7 +256,7 @@ def test_score_matches_direct_forward(capsys, models, tok):
     positions = json.loads(out)["positions"]
     assert len(positions) == len(continuation)
 
-    model = Model.load(models["champion"])
+    model = FastModel.load(models["champion"])   # the engine `score` runs on (--backend cpu)
     prompt = tok.encode(tok.render_chat([{"role": "user", "content": PROMPT}]), special=True)
     seq = prompt + continuation
     logits = model.forward(seq[:-1], model.new_cache(len(seq)))[len(prompt) - 1:]

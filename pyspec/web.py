@@ -158,8 +158,9 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
     row by row, einsum in Pyodide). "auto" (the default): WebGPU on a hardware adapter; on a
     software adapter (SwiftShader: `is_cpu`, the adapter's isFallbackAdapter) the numpy engine,
     which runs the 135M champion far faster in wasm than SwiftShader runs its kernels (0.8 vs
-    0.013 tokens/s measured on 2 cores with model.py's tiles, see bench/results/README.md). Whenever the GPU is not used the reason is in
-    `engine.fallback_reason` and a code in the receipt's fallbacks (Engine fields).
+    0.013 tokens/s measured on 2 cores with model.py's tiles, see bench/results/README.md).
+    Whenever the GPU is not used the reason is in `engine.fallback_reason` and a code in the
+    receipt's fallbacks (Engine fields).
 
     The CPU Model (which dequantizes every weight: about 540 MB for the champion in wasm) is made
     only when the CPU engine is chosen. The champion goes to the GPU once per session:
@@ -199,7 +200,7 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
             # A GPU fault mid-request (device lost, a failed readback) finishes the request on
             # the numpy champion, champion-only, from the committed tokens (DESIGN §8).
             return Engine(backend_for(gpu_model, draft, max_ctx), tokenizer,
-                          recover=lambda: CPUBackend(Model(file), "none", max_ctx))
+                          recover=lambda: CPUBackend(FastModel(file), "none", max_ctx))
         except _SoftwareAdapter as e:
             kind, reason = "software_adapter", str(e)
         except NoAdapterError as e:
@@ -236,34 +237,6 @@ class Session:
         self.engine_draft: str | None = None
         self.default_draft = "ngram"
         self.last: dict | None = None      # the last finished request: text, tokens, stats, receipt
-def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
-    """The engine's `recover` (DESIGN §8): after a GPU fault the request goes on, champion-only,
-    from its committed tokens. A lost device is replaced by a new one of the same adapter (its
-    weights uploaded again); any other fault (a readback that threw or hung, an out-of-memory),
-    or no new device, goes to the numpy champion. A device that failed but is not lost is
-    destroyed, so its buffers go with it."""
-    from .gpu import GPUError, load_model
-    from .gpu.backend import GPUBackend
-
-    current = [gpu_model]
-
-    async def recover():
-        failed = current[0]
-        if failed is not None and failed.dev.lost is None:
-            failed.dev.destroy()
-        elif failed is not None:
-            try:
-                dev = await open_device()
-                current[0] = load_model(dev, file, max_ctx=max_ctx)
-                return GPUBackend(current[0], "none", max_ctx)
-            except GPUError:
-                pass
-        current[0] = None
-        return CPUBackend(FastModel(file), "none", max_ctx)
-
-    return recover
-
-
         self.cancelled: set[int] = set()   # request ids asked to stop
         self.running: int | None = None
         self.drills = False                # fault drills (lose_device, config.drill) allowed

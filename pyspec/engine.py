@@ -32,6 +32,7 @@ from .kv import ContextOverflowError
 from .model import ModelError
 from .jsonschema import compile_schema
 from .processors import Sampling
+from .stops import MAX_STOPS, StopStrings
 
 
 class OptionsError(PyspecError, ValueError):
@@ -75,6 +76,7 @@ class Options:
     presence_penalty: float = 0.0          # output tokens only (OpenAI)
     frequency_penalty: float = 0.0         # output tokens only (OpenAI)
     logit_bias: dict = field(default_factory=dict)   # token id -> bias in [-100, 100]
+    stop: tuple = ()              # up to 4 stop strings (stops.py), cut from the output
     json_schema: dict | str | None = None  # the output follows this schema (jsonschema.py)
 
     def sampling(self) -> Sampling:
@@ -102,6 +104,11 @@ class Options:
             raise OptionsError(f"seed must be an integer in [0, 2^64), got {self.seed!r}")
         schedule.parse(self.k)
         self.sampling().check()
+        stop = self.stop
+        if not isinstance(stop, (list, tuple)) or len(stop) > MAX_STOPS or not all(
+                isinstance(s, str) and s for s in stop):
+            raise OptionsError(f"stop must be a list of at most {MAX_STOPS} non-empty strings, "
+                               f"got {stop!r}")
         if self.json_schema is not None:
             if not self.stop_at_eos:
                 raise OptionsError("json_schema needs stop_at_eos: the end-of-text token is "
@@ -111,6 +118,9 @@ class Options:
 
 @dataclass
 class Chunk:
+    """Text newly shown, and the tokens committed since the last chunk. With stop strings, the
+    ids may include tokens whose text is (partly) held back (stops.py): the held tail is a
+    function of the text, so a Resume from the ids recomputes it and shows it when decided."""
     offset: int          # character offset of `text` in the whole output
     text: str
     n_tokens: int        # tokens committed since the last chunk: len(ids)
@@ -299,6 +309,7 @@ class Engine:
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
+        stops = StopStrings(opts.stop)
         st = _Stats(draft_calls_before=self.drafter.calls if self.drafter else 0)
         t_start = time.perf_counter()
 
@@ -312,8 +323,9 @@ class Engine:
         if self.kv.committed < len(tokens) - 1:
             finish = "cancelled"                         # during prefill: nothing generated
         # The resumed ids' text was shown by the interrupted run: the decoder is primed with it
-        # (bytes of a character they left incomplete stay pending) and offsets continue after it.
-        out_text, unsent = "".join(detok.feed(t) for t in done), []
+        # (bytes of a character they left incomplete stay pending) and offsets continue after it,
+        # less the tail it held back for the stop strings (a function of the text: stops.py).
+        out_text, unsent = stops.feed("".join(detok.feed(t) for t in done))[0], []
         if resume is not None and resume.fault:
             self.faults.append({**resume.fault, "at_token": len(done),
                                 "recovery_s": resume.fault.get("restart_s", 0.0) + t_prefill,
@@ -365,17 +377,26 @@ class Engine:
             stop = next((i for i, t in enumerate(new) if t in eog), None)
             if stop is not None:
                 new, finish = new[:stop], "stop"
+            text, hit = "", False
+            for i, t in enumerate(new):   # token by token: a stop string ends after its token
+                shown, hit = stops.feed(detok.feed(t))
+                text += shown
+                if hit:
+                    new, stop, finish = new[:i + 1], i, "stop"
+                    break
             tokens += new
             unsent += new
-            text = "".join(detok.feed(t) for t in new)
-            if stop is not None:
-                text += detok.flush()
+            if stop is not None and not hit:   # end of generation: flush what was held
+                shown, hit = stops.feed(detok.flush())
+                text += shown if hit else shown + stops.flush()
             if ttft is None:
                 ttft = time.perf_counter() - t_start
             if text:
                 # A chunk carries the ids of every token committed since the last one (a cycle
-                # whose bytes end mid-character yields no chunk), so the chunks' ids are always
-                # exactly the tokens behind the text shown: what a Resume needs.
+                # whose bytes end mid-character, or whose text is all held back for a stop
+                # string, yields no chunk), so the chunks' ids are always exactly the tokens
+                # behind the text shown plus the held-back tail, which is a function of their
+                # text (stops.held_suffix): what a Resume needs.
                 yield Chunk(len(out_text), text, len(unsent), unsent, st.champion_passes)
                 out_text, unsent = out_text + text, []
             if stop is not None:
@@ -384,7 +405,15 @@ class Engine:
         # A cancelled request shows only whole characters: bytes of a character that the next
         # cycle would have completed are not flushed as U+FFFD, so its text is always a prefix
         # of what the uncancelled request would have shown.
-        tail = detok.flush() if finish != "cancelled" else ""
+        # Held-back text is shown at a length or context end, never at a cancel (the uncancelled
+        # request might have stopped inside it).
+        tail = ""
+        if finish in ("length", "context"):
+            tail, hit = stops.feed(detok.flush())
+            if hit:
+                finish = "stop"
+            else:
+                tail += stops.flush()
         if tail:
             yield Chunk(len(out_text), tail, len(unsent), unsent, st.champion_passes)
             out_text += tail

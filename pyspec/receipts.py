@@ -63,6 +63,13 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
         "temperature": opts.temperature,
         "seed": opts.seed,
         "max_tokens": opts.max_tokens,
+        # the sampling controls (processors.py); logit_bias and stop as counts: a receipt
+        # carries no user text
+        "sampling": {"top_k": opts.top_k, "top_p": opts.top_p, "min_p": opts.min_p,
+                     "repetition_penalty": opts.repetition_penalty,
+                     "presence_penalty": opts.presence_penalty,
+                     "frequency_penalty": opts.frequency_penalty,
+                     "logit_bias": len(opts.logit_bias), "stop": len(opts.stop)},
         "stats": {**{k: stats[k] for k in _STATS_KEYS}, "adapter": engine.adapter_class},
         # e.g. [{"kind": "device_lost", "at_token": 17, "cycle": 6, "recovery_s": 0.8,
         # "adapter": "gpu:nvidia"}]: faults this request recovered from (a GPU fault through

@@ -134,6 +134,8 @@ class FastModel(Model):
         if self.kernel not in KERNELS:
             raise UsageError(f"kernel {self.kernel!r} is not a row kernel: use one of {KERNELS}")
         self._rows: dict[int, np.ndarray] = {}   # n_in -> its aligned row buffer
+        hd2 = self.config.head_dim // 2
+        self._cos = self._sin = np.zeros((0, hd2), self.dtype)   # (positions, hd/2) tables
 
     @classmethod
     def load(cls, path, kernel: str | None = None) -> "FastModel":
@@ -146,6 +148,23 @@ class FastModel(Model):
         if row is None:
             row = self._rows[n_in] = _aligned(n_in, self.dtype)
         return rows_product(x, w, self.kernel, row)
+
+    def rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Model.rope with its cos / sin looked up in tables instead of recomputed for every layer
+        (a tenth of a one-token pass in Pyodide): the tables hold the same float32 values Model.rope
+        computes, element by element. x (m, heads, hd) -> same."""
+        need = int(positions.max()) + 1
+        if need > len(self._cos):
+            size = max(need, 2 * len(self._cos), 256)
+            ang = np.arange(size, dtype=np.float64)[:, None] * self.inv_freq[None, :]  # (size, hd/2)
+            self._cos, self._sin = np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)
+        cos = self._cos[positions][:, None, :]                                  # (m, 1, hd/2)
+        sin = self._sin[positions][:, None, :]
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = x0 * cos - x1 * sin
+        out[..., 1::2] = x0 * sin + x1 * cos
+        return out
 
     def forward(self, *args, **kw) -> np.ndarray:
         with one_blas_thread():

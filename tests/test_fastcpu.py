@@ -116,3 +116,15 @@ def test_one_blas_thread_restores_the_count():
     with fastcpu.one_blas_thread():
         assert get() == 1
     assert get() == before
+
+
+def test_rope_tables_equal_model_rope(tmp_path):
+    """The looked-up cos / sin give Model.rope's values bit for bit, at positions past the first
+    table (it grows) and in any order."""
+    path = tmp_path / "tiny.gguf"
+    write_model(path, seed=2, **SHAPES[0])
+    fast, ref = fastcpu.FastModel.load(path), Model.load(path)
+    x = np.random.default_rng(6).standard_normal((5, 4, 16)).astype(np.float32)
+    for positions in ([0, 1, 2, 3, 4], [300, 7, 255, 256, 1000]):
+        positions = np.array(positions)
+        assert np.array_equal(fast.rope(x, positions), ref.rope(x, positions))

@@ -61,10 +61,12 @@ def run(page, prompt: str, config: dict, seconds: int = TIMEOUT_S) -> dict:
     return page.evaluate(_WITH_TIMEOUT, ["run", {"prompt": prompt, "config": config}, seconds])
 
 
-def native_generate(model_path: str, messages: list[dict], draft: str = "none", **options):
-    """The native CPU reference: the same Engine as `python -m pyspec generate`."""
+def native_generate(model_path: str, messages: list[dict], draft: str = "none", load=Model.load,
+                    **options):
+    """The native CPU reference: the same Engine as `python -m pyspec generate`, over
+    `load(model_path)` (the plain numpy Model unless told)."""
     def go():
-        model = Model.load(model_path)
+        model = load(model_path)
         tokenizer = Tokenizer.from_metadata(model.metadata)
         engine = Engine(backend(model, draft), tokenizer)
         return engine.generate(tokenizer.encode_chat(messages), Options(**options))

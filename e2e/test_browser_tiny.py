@@ -4,7 +4,11 @@ engine, offline loading and visible errors. One page load serves the module (Pyo
 
 from __future__ import annotations
 
+import functools
+
 import pytest
+
+from pyspec import fastcpu
 
 from .pageutil import Context, native_generate, ready, run
 
@@ -66,6 +70,26 @@ def test_greedy_speculative_equals_champion_only_and_native(tiny_page, tiny_path
     # The same accept decisions as the native engine, position by position.
     for key in ("drafted_by_position", "accepted_by_position", "champion_passes"):
         assert ngram["stats"][key] == native_ngram.stats[key], key
+
+
+def test_the_cpu_engine_picks_the_kernel_and_tokens_of_cpython(tiny_page, tiny_path,
+                                                               monkeypatch):
+    """The page's CPU engine (fastcpu) chooses its row kernel by the rule CPython applies to a
+    numpy without BLAS, and gives the tokens and accept decisions of that kernel natively."""
+    page, info, _ = tiny_page
+    if info["adapter"] != "cpu-numpy":
+        pytest.skip(f"the page chose {info['adapter']}, not the CPU engine")
+    monkeypatch.setattr(fastcpu, "numpy_has_blas", lambda: False)   # Pyodide's numpy has none
+    monkeypatch.delenv("PYSPEC_CPU_KERNEL", raising=False)
+    kernel = fastcpu.choose_kernel()
+    assert info["cpu_kernel"] == kernel == "einsum"
+    load = functools.partial(fastcpu.FastModel.load, kernel=kernel)
+    for draft, k in (("none", "heuristic"), ("ngram", "fixed:3")):
+        native = native_generate(tiny_path, MESSAGES, draft, load=load, max_tokens=40, k=k)
+        paged = run(page, PROMPT, {"draft": draft, "k": k, "max_tokens": 40})
+        assert paged["tokens"] == native.tokens, draft
+        for key in ("drafted_by_position", "accepted_by_position", "champion_passes"):
+            assert paged["stats"][key] == native.stats[key], (draft, key)
 
 
 def test_replay_equals_native_for_the_same_seed(tiny_page, tiny_path):

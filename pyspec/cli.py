@@ -282,9 +282,9 @@ def cmd_check_pair(args) -> int:
     report = check_pair(GGUFFile.open(args.champion or champion_path()).metadata,
                         GGUFFile.open(args.draft).metadata)
     if args.json:
-        print(json.dumps({"ok": report.ok, "reasons": report.reasons, "notes": report.notes}))
+        print(json.dumps(report.to_json()))
     else:
-        print("compatible" if report.ok else "NOT compatible: " + "; ".join(report.reasons))
+        print(report.describe())   # the class (compat.py) and what it implies
         for note in report.notes:
             print("  " + note)
     return 0 if report.ok else 1
@@ -398,7 +398,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="accepted for symmetry; output is JSON")
     p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser("check-pair", help="may this draft serve this champion?")
+    p = sub.add_parser("check-pair", help="may this draft serve this champion, and through which bridge?")
     p.add_argument("--champion", help="default: the installed champion")
     p.add_argument("--draft", required=True)
     p.add_argument("--json", action="store_true")

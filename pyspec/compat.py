@@ -1,19 +1,48 @@
-"""Champion/draft pairing checks (DESIGN §3).
+"""Champion/draft pairing (DESIGN §3): which class a pair is, and the bridge between their ids.
 
-A draft may propose tokens for a champion only when both read and write the same token ids: the
-same tokenizer (tokens, merges, token types, special ids) and the same chat template. Anything
-else would make the draft's proposals mean different text, so such a pair is refused with a
-message that says which part differs. (Bridges between vocabularies are future work; none is
-declared here, so none is accepted.)
+A pair is classified from the two GGUFs' metadata alone, with nothing declared:
+- "identical": the same tokenizer (tokens, merges, types, special ids: one fingerprint). The draft
+  proposes champion ids as they are.
+- "idmap": every token of one vocabulary is a token of the other (a text token by its bytes, a
+  control token by its name) under other ids. An exact 1:1 id map bridges them. When the merges
+  agree too, both cut any text alike, so the draft's context is the champion's ids translated.
+- "tli" (token-level intersection): the vocabularies differ. The draft may propose only tokens
+  that both hold (`Vocab.matched_with`), so its q is its softmax restricted to that intersection
+  and renormalised, written in champion ids; it samples from that same q, and verification uses
+  it. The draft reads the champion's committed text re-encoded by its own tokenizer
+  (drafters/bridge.py).
+
+Why a bridged pair stays exact. The champion alone decides what is emitted: its tokenizer and chat
+template render the prompt, and verify.py accepts a draft against the champion's p with the q the
+draft sampled from (rejection), or keeps only tokens equal to the champion's own choice (greedy,
+replay). What the draft saw, and which tokens it could name, changes how often it is right, never
+the output's distribution. So a different chat template does NOT change the prompt here (the
+draft's template is never used; the draft only sees the champion's prompt in its own tokens), and
+a different vocabulary costs acceptance, not exactness. Both are reported, not refused.
+
+What is refused, because no exact bridge can be built (IncompatiblePairError, code
+incompatible_draft, which says why and what to do):
+- a tokenizer pyspec cannot read: without the draft's byte strings its ids name no champion token;
+- a draft whose output head and tokenizer differ in size: its logits do not name its tokens;
+- vocabularies that share no token: every proposal would be empty.
+A draft whose pre-tokenizer pyspec lacks is read with the champion family's split (`smollm`): the
+split only shapes the draft's view of the context (speed), never the bridge (its byte strings).
+
+Not here: drafting through a bridge (drafters/bridge.py), loading models (load.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .errors import PyspecError
 from .model import Config, ModelError
-from .tokenizer import Tokenizer, TokenizerError
+from .tokenizer import SUPPORTED_PRE, Tokenizer, TokenizerError
+from .vocab import Vocab
+
+CLASSES = ("identical", "idmap", "tli")
 
 
 class IncompatiblePairError(PyspecError, ValueError):
@@ -23,41 +52,142 @@ class IncompatiblePairError(PyspecError, ValueError):
 
 
 @dataclass
+class Bridge:
+    """The exact map between a draft's token ids and the champion's, for an "idmap" or "tli" pair.
+
+    `to_draft[c]` is the draft id of champion id c and `to_champion[d]` the champion id of draft
+    id d, -1 outside the intersection; on the intersection each is the other's inverse."""
+
+    kind: str                    # "idmap" | "tli"
+    champion: Tokenizer
+    draft: Tokenizer
+    champion_vocab: Vocab
+    draft_vocab: Vocab
+    to_draft: np.ndarray         # (champion vocab,) int64
+    to_champion: np.ndarray      # (draft vocab,) int64
+    same_segmentation: bool      # the two tokenizers cut every text alike (up to the id map)
+
+    def __post_init__(self):
+        ids = np.flatnonzero(self.to_draft >= 0)
+        self.pairs = (ids, self.to_draft[ids])  # (shared,) champion ids, (shared,) their draft ids
+
+    @property
+    def size(self) -> int:
+        """Tokens in the intersection."""
+        return int((self.to_draft >= 0).sum())
+
+    @property
+    def share(self) -> float:
+        """The intersection's share of the champion's vocabulary."""
+        return self.size / len(self.to_draft)
+
+    def summary(self) -> dict:
+        """For stats and receipts: numbers and the class, no text."""
+        return {"kind": self.kind, "shared_tokens": self.size,
+                "champion_vocab": len(self.to_draft), "share": round(self.share, 6)}
+
+
+@dataclass
 class PairReport:
     ok: bool
     reasons: list[str] = field(default_factory=list)   # why not (empty when ok)
     notes: list[str] = field(default_factory=list)     # facts about the pair
+    kind: str | None = None                            # one of CLASSES when ok
+    bridge: Bridge | None = None                       # for "idmap" and "tli"
 
     def raise_if_bad(self) -> None:
         if not self.ok:
             raise IncompatiblePairError(
                 "the draft cannot be used with this champion: " + "; ".join(self.reasons)
-                + ". Pick a draft built for the same tokenizer, or use --draft ngram / self:L.")
+                + ". Pick a draft with a byte-level BPE vocabulary that shares tokens with the "
+                "champion's, or use --draft ngram / self:L.")
+
+    def describe(self) -> str:
+        """One line: the class and what it implies."""
+        if not self.ok:
+            return "NOT compatible: " + "; ".join(self.reasons)
+        if self.kind == "identical":
+            return "compatible: identical tokenizers (the draft proposes the champion's own ids)"
+        b = self.bridge
+        view = ("its context is the champion's ids translated" if b.same_segmentation
+                else "its context is the champion's text re-encoded in its vocabulary")
+        if self.kind == "idmap":
+            return (f"compatible: id map (the same {b.size} tokens under other ids; an exact 1:1 "
+                    f"map, {view})")
+        return (f"compatible: token-level intersection of {b.size} tokens ({100 * b.share:.1f}% "
+                f"of the champion's {len(b.to_draft)}; the draft proposes only these, its q "
+                f"renormalised over them, {view}; exact, acceptance may be lower)")
+
+    def to_json(self) -> dict:
+        out = {"ok": self.ok, "class": self.kind, "reasons": self.reasons, "notes": self.notes}
+        if self.bridge is not None:
+            out.update(shared_tokens=self.bridge.size, share=self.bridge.share)
+        return out
+
+
+def _read_tokenizer(md: dict, who: str, notes: list[str]) -> Tokenizer:
+    """The tokenizer of a GGUF; a draft's unknown pre-tokenizer falls back to the `smollm` split
+    (it only shapes the draft's view of the context)."""
+    pre = md.get("tokenizer.ggml.pre")
+    if who == "draft" and pre not in SUPPORTED_PRE and md.get("tokenizer.ggml.model") == "gpt2":
+        notes.append(f"the draft's pre-tokenizer {pre!r} is read as 'smollm' (its view of the "
+                     "context may differ from its training: speed only)")
+        tok = Tokenizer.from_metadata({**md, "tokenizer.ggml.pre": SUPPORTED_PRE[0]})
+        tok.pre = pre  # its fingerprint stays its own: not "identical" to a smollm tokenizer
+        return tok
+    return Tokenizer.from_metadata(md)
 
 
 def check_pair(champion_md: dict, draft_md: dict) -> PairReport:
-    """Compare two GGUF metadata dicts."""
-    report = PairReport(ok=True)
+    """Classify a pair from two GGUF metadata dicts (see the module docstring)."""
+    notes: list[str] = []
     try:
-        champ_tok, draft_tok = Tokenizer.from_metadata(champion_md), Tokenizer.from_metadata(draft_md)
+        champ_tok = Tokenizer.from_metadata(champion_md)
+        draft_tok = _read_tokenizer(draft_md, "draft", notes)
     except TokenizerError as e:
-        return PairReport(False, [f"a tokenizer cannot be read ({e})"])
+        return PairReport(False, [f"a tokenizer cannot be read, so the draft's ids name no known "
+                                  f"text ({e})"], notes)
     try:
         champ_cfg, draft_cfg = Config.from_metadata(champion_md), Config.from_metadata(draft_md)
     except ModelError as e:
-        return PairReport(False, [str(e)])
-
-    if champ_tok.vocab_size != draft_tok.vocab_size:
-        report.reasons.append(f"tokenizer vocabularies differ in size ({champ_tok.vocab_size} vs "
-                              f"{draft_tok.vocab_size})")
-    elif champ_tok.fingerprint() != draft_tok.fingerprint():
-        report.reasons.append("tokenizers differ (tokens, merges, token types or special ids)")
+        return PairReport(False, [str(e)], notes)
+    reasons = [f"the {who}'s output head has {cfg.vocab_size} rows but its tokenizer "
+               f"{tok.vocab_size} tokens, so its logits do not name its tokens"
+               for who, cfg, tok in (("champion", champ_cfg, champ_tok),
+                                     ("draft", draft_cfg, draft_tok))
+               if cfg.vocab_size != tok.vocab_size]
+    if reasons:
+        return PairReport(False, reasons, notes)
+    notes.append(f"champion: {champ_cfg.n_layers} layers, width {champ_cfg.d_model}, "
+                 f"vocabulary {champ_tok.vocab_size}")
+    notes.append(f"draft: {draft_cfg.n_layers} layers, width {draft_cfg.d_model}, "
+                 f"vocabulary {draft_tok.vocab_size}")
     if champ_tok.template_hash() != draft_tok.template_hash():
-        report.reasons.append("chat templates differ")
-    if champ_cfg.vocab_size != draft_cfg.vocab_size:
-        report.reasons.append(f"output heads differ in size ({champ_cfg.vocab_size} vs "
-                              f"{draft_cfg.vocab_size})")
-    report.ok = not report.reasons
-    report.notes.append(f"champion: {champ_cfg.n_layers} layers, width {champ_cfg.d_model}")
-    report.notes.append(f"draft: {draft_cfg.n_layers} layers, width {draft_cfg.d_model}")
-    return report
+        notes.append("chat templates differ: the champion's renders the prompt and the draft "
+                     "reads that prompt (speed only, never the output)")
+    if champ_tok.fingerprint() == draft_tok.fingerprint():
+        return PairReport(True, [], notes, "identical")
+    bridge = make_bridge(champ_tok, draft_tok)
+    if bridge.size == 0:
+        return PairReport(False, ["the two vocabularies share no token, so the draft could "
+                                  "never propose one"], notes)
+    return PairReport(True, [], notes, bridge.kind, bridge)
+
+
+def make_bridge(champion: Tokenizer, draft: Tokenizer) -> Bridge:
+    """The bridge between two tokenizers that differ: "idmap" when every token of each pairs with
+    one of the other, else "tli"."""
+    cv, dv = Vocab(champion), Vocab(draft)
+    pairs = cv.matched_with(dv)
+    to_draft = np.full(cv.size, -1, np.int64)
+    to_champion = np.full(dv.size, -1, np.int64)
+    if pairs:
+        c_ids = np.fromiter(pairs.keys(), np.int64, len(pairs))
+        d_ids = np.fromiter(pairs.values(), np.int64, len(pairs))
+        to_draft[c_ids], to_champion[d_ids] = d_ids, c_ids
+    total = len(pairs) == cv.size == dv.size
+    # Cut alike: the same merges over the same token texts, so BPE gives the same texts.
+    same_cut = (total and champion.merges == draft.merges and champion.pre == draft.pre
+                and all(champion.tokens[c] == draft.tokens[d] for c, d in pairs.items()))
+    return Bridge("idmap" if total else "tli", champion, draft, cv, dv, to_draft, to_champion,
+                  same_cut)

@@ -39,12 +39,15 @@ def load_champion(path: str | None, backend: str = "cpu",
 
 
 def load_draft_checked(champion):
-    """A loader for a draft model's GGUF path that refuses a pair with a different tokenizer
-    or chat template (compat.IncompatiblePairError, which says why)."""
-    def load(path: str) -> Model:
+    """A loader for a draft model's GGUF path: the Model for a draft with the champion's
+    tokenizer, a drafters.BridgedModel for one with another vocabulary (compat.py's classes),
+    compat.IncompatiblePairError (which says why) for a pair that cannot be bridged."""
+    def load(path: str):
         draft_file = GGUFFile.open(path)
-        check_pair(champion.metadata, draft_file.metadata).raise_if_bad()
-        return Model(draft_file)
+        report = check_pair(champion.metadata, draft_file.metadata)
+        report.raise_if_bad()
+        model = Model(draft_file)
+        return model if report.bridge is None else BridgedModel(model, report.bridge)
     return load
 
 

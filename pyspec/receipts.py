@@ -55,7 +55,10 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
         "champion_sha256": engine.champion.sha256(),
         "draft": {"kind": draft_kind,
                   "layers": getattr(drafter, "layers", None),
-                  "sha256": drafter.model.sha256() if draft_kind == "model" else None},
+                  "sha256": drafter.model.sha256() if draft_kind == "model" else None,
+                  # another vocabulary: {"kind": "idmap" | "tli", "shared_tokens",
+                  # "champion_vocab", "share", "outside_stops"} (drafters/bridge.py)
+                  "bridge": getattr(drafter, "bridge_stats", None)},
         "tokenizer_hash": engine.tokenizer.fingerprint(),
         "template_hash": engine.tokenizer.template_hash(),
         "policy": {"name": stats["schedule"]["policy"], "version": POLICY_VERSION},

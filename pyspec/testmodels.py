@@ -5,7 +5,9 @@ Q8_0 tied embedding by default) at a few kilobytes: a byte-level BPE vocabulary 
 3 ChatML specials and `n_merges` merges learnt from a fixed corpus, and random weights scaled so
 the next-token distribution is peaked enough to make greedy text and drafts interesting.
 `perturb` makes a related draft: the same tokenizer and weights plus noise, so its proposals are
-often, but not always, accepted.
+often, but not always, accepted. For drafts with another vocabulary (compat.py's classes):
+`permute` renames every token id (tokenizer and weights alike: the same model under other ids),
+and `reindex` carries weights over to another vocabulary row by row.
 """
 
 from __future__ import annotations
@@ -111,3 +113,41 @@ def perturb(weights: dict[str, np.ndarray], scale: float, seed: int) -> dict[str
     rng = np.random.default_rng(seed)
     return {n: (v + scale * v.std() * rng.standard_normal(v.shape)).astype(np.float32)
             for n, v in weights.items()}
+
+
+# Merges learnt on another text: a vocabulary that shares most tokens with the default one, lacks
+# some of its merges and has merges of its own (compat.py's "tli" class).
+OTHER_CORPUS = CORPUS + "the bird flew over the wall. a fish swam in the deep sea. " * 4
+
+
+def foreign_tokenizer(n_merges: int = 56) -> dict:
+    """Tokenizer metadata with extra and missing tokens against tokenizer_metadata()'s."""
+    return tokenizer_metadata(n_merges, OTHER_CORPUS)
+
+
+def permute(md_tok: dict, weights: dict[str, np.ndarray], seed: int) -> tuple[dict, dict]:
+    """The same tokenizer and model with every token id renamed by a random permutation:
+    new id j is old id perm[j] (special ids follow their tokens; merges name texts, not ids)."""
+    tokens = md_tok["tokenizer.ggml.tokens"]
+    perm = np.random.default_rng(seed).permutation(len(tokens))           # (vocab,)
+    new_id = np.argsort(perm)                                              # old id -> new id
+    md = {**md_tok, "tokenizer.ggml.tokens": [tokens[i] for i in perm],
+          "tokenizer.ggml.token_type": [md_tok["tokenizer.ggml.token_type"][i] for i in perm]}
+    for key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
+        md[key] = int(new_id[md_tok[key]])
+    return md, reindex(weights, perm, seed)
+
+
+def reindex(weights: dict[str, np.ndarray], rows: np.ndarray, seed: int,
+            head_gain: float = 1.0) -> dict[str, np.ndarray]:
+    """Weights for another vocabulary: token j's embedding and head rows are row rows[j] of
+    `weights`', a fresh random row where rows[j] < 0 (head rows scaled by head_gain, so that a
+    smaller gain makes the new tokens less likely); every other tensor as it is."""
+    rng = np.random.default_rng(seed)
+    out = dict(weights)
+    for name in ("token_embd.weight", "output.weight"):
+        w = weights[name]                                                  # (vocab, d)
+        gain = head_gain if name == "output.weight" else 1.0
+        fresh = (rng.standard_normal((len(rows), w.shape[1])) * w.std() * gain).astype(np.float32)
+        out[name] = np.where(np.asarray(rows)[:, None] >= 0, w[np.maximum(rows, 0)], fresh)
+    return out

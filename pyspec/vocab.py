@@ -2,8 +2,8 @@
 
 One index shared by the features that reason about tokens as text rather than as ids:
 - the JSON-schema masks (which tokens' bytes a grammar state allows; a trie walks these strings),
-- the bridge between a champion and a draft with another vocabulary (compat.py: the ids whose
-  byte strings both vocabularies hold),
+- the bridge between a champion and a draft with another vocabulary (compat.py and
+  drafters/bridge.py: `matched_with`, the one-to-one pairing of the tokens both vocabularies hold),
 - reduced-vocabulary draft heads (which champion ids a head covers).
 
 `Vocab` is built once per tokenizer (about 0.1 s for 49,152 tokens) and holds plain lists and
@@ -13,7 +13,7 @@ dicts, so it runs the same in CPython and Pyodide. It does not tokenize or decod
 
 from __future__ import annotations
 
-from .bpe import TOKEN_NORMAL, TOKEN_USER_DEFINED
+from .bpe import TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_USER_DEFINED
 
 
 class Vocab:
@@ -22,7 +22,9 @@ class Vocab:
     `text_bytes[i]` is what token i writes into generated text: b"" for control and unknown tokens
     (<|im_end|> ends a turn; it writes nothing), the token's bytes otherwise. `is_text[i]` says
     whether i is a text token (normal or user-defined). `ids_of[b]` lists the text tokens whose
-    bytes are b, lowest id first: a vocabulary may hold the same bytes twice."""
+    bytes are b, lowest id first: a vocabulary may hold the same bytes twice. `control_ids[name]`
+    is the lowest control token id spelt `name` ("<|im_end|>"): a control token writes no text,
+    so its name is what identifies it across vocabularies."""
 
     def __init__(self, tokenizer):
         self.size = tokenizer.vocab_size
@@ -34,6 +36,10 @@ class Vocab:
         for i, b in enumerate(self.text_bytes):
             if self.is_text[i] and b:
                 self.ids_of.setdefault(b, []).append(i)
+        self.control_ids: dict[str, int] = {}
+        for i, t in enumerate(types):
+            if t == TOKEN_CONTROL:
+                self.control_ids.setdefault(tokenizer.tokens[i], i)
 
     def id_of(self, data: bytes) -> int | None:
         """The lowest text token id that writes exactly `data`, or None."""
@@ -45,3 +51,13 @@ class Vocab:
         (to the lowest such id there): the token-level intersection of two vocabularies."""
         return {i: other.ids_of[b][0] for i, b in enumerate(self.text_bytes)
                 if self.is_text[i] and b in other.ids_of}
+
+    def matched_with(self, other: "Vocab") -> dict[int, int]:
+        """{id here: id in `other`}, one to one: each byte string both vocabularies hold pairs
+        the lowest text id here with the lowest there, and each control name both hold pairs
+        their control ids. A second id with the same bytes (on either side) stays unpaired, so
+        a draft's probability of a paired token is the probability of one champion id."""
+        pairs = {ids[0]: other.ids_of[b][0] for b, ids in self.ids_of.items() if b in other.ids_of}
+        pairs.update((i, other.control_ids[name]) for name, i in self.control_ids.items()
+                     if name in other.control_ids)
+        return pairs

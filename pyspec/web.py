@@ -23,8 +23,7 @@ import traceback
 from . import __version__, conversation
 from .compat import check_pair
 from .cpu import CPUBackend
-from .drafters import parse_draft
-from .drafters.model_draft import ModelDrafter
+from .drafters import BridgedModel, model_drafter, parse_draft
 from .fastcpu import FastModel
 from .engine import Engine, Options, Resume
 from .errors import PyspecError, error_code
@@ -231,7 +230,7 @@ class Session:
         self.config = None
         self.backend = "auto"
         self.tokenizer: Tokenizer | None = None
-        self.draft_model: Model | None = None
+        self.draft_model: Model | BridgedModel | None = None
         self.max_ctx = DEFAULT_MAX_CTX
         self.engine: Engine | None = None
         self.engine_draft: str | None = None
@@ -263,8 +262,11 @@ class Session:
             draft_model = None
             if draft_buf is not None:
                 draft_file = GGUFFile(draft_buf, opts.get("draft_name") or "draft")
-                check_pair(file.metadata, draft_file.metadata).raise_if_bad()
+                pair = check_pair(file.metadata, draft_file.metadata)   # its class (compat.py)
+                pair.raise_if_bad()
                 draft_model = Model(draft_file)
+                if pair.bridge is not None:   # another vocabulary: drafts through the bridge
+                    draft_model = BridgedModel(draft_model, pair.bridge)
             self.file, self.config, self.tokenizer = file, config, tokenizer
             self.draft_model = draft_model
             self.backend = opts.get("backend") or "auto"
@@ -298,7 +300,7 @@ class Session:
                 if draft != "model" or self.draft_model is None:
                     raise SessionError("bad_config", f"draft {draft!r} needs a draft model: "
                                        "give it at init and choose draft 'model'")
-                spec = ModelDrafter(self.draft_model, self.max_ctx)
+                spec = model_drafter(self.draft_model, self.max_ctx)
             self.engine = await make_engine(self.file, self.tokenizer, spec, self.max_ctx,
                                             self.engine, self.backend, self.open_device)
             self.engine_draft = draft

@@ -104,3 +104,28 @@ def reference_decode(model: Model, prompt: list[int], n: int, pick) -> list[int]
 
 def greedy_pick(logits, position):
     return int(np.argmax(logits))
+
+
+class Foreign:
+    """Drafts for the tiny champion with other vocabularies (compat.py's classes): `perm_path`,
+    the champion + 4% noise with every token id renamed ("idmap"), and `tli_path`, the same noisy
+    model carried over to a vocabulary with extra and missing tokens ("tli"; tokens only it has
+    get random rows, weak in the head)."""
+
+    def __init__(self, tiny: Tiny, root):
+        from pyspec.compat import make_bridge
+        weights = testmodels.perturb(testmodels.random_weights(tiny.champion.config.vocab_size,
+                                                               2, 64, 4, 2, 128, seed=1), 0.04, 7)
+        self.perm_path = str(root / "perm.gguf")
+        md, permuted = testmodels.permute(testmodels.tokenizer_metadata(), weights, seed=3)
+        testmodels.write_model(self.perm_path, tokenizer=md, weights=permuted)
+        self.tli_path = str(root / "tli.gguf")
+        md = testmodels.foreign_tokenizer()
+        rows = make_bridge(Tokenizer.from_metadata(md), tiny.tokenizer).to_draft  # (draft vocab,)
+        testmodels.write_model(self.tli_path, tokenizer=md,
+                               weights=testmodels.reindex(weights, rows, seed=5, head_gain=0.3))
+
+
+@pytest.fixture(scope="session")
+def foreign(tiny, tmp_path_factory) -> Foreign:
+    return Foreign(tiny, tmp_path_factory.mktemp("foreign"))

@@ -187,7 +187,8 @@ def build_wheel(out_dir: Path) -> Path:
 
 def build_models(out: Path, champion: bool) -> dict[str, Path]:
     """name -> GGUF path. The tiny models are those of tests/conftest.py (champion seed 1, a close
-    draft = champion + 4% noise) plus a draft with another tokenizer, for the mismatch error."""
+    draft = champion + 4% noise) plus a draft whose tokenizer pyspec cannot read, for the
+    mismatch error (a draft with another readable vocabulary is bridged, compat.py)."""
     sys.path.insert(0, str(ROOT))
     from pyspec import champion_path, testmodels
     models = {}
@@ -206,7 +207,9 @@ def build_models(out: Path, champion: bool) -> dict[str, Path]:
 
     weights = write("tiny", seed=1)
     write("tiny-close", weights=testmodels.perturb(weights, 0.04, 7))
-    write("tiny-mismatch", seed=3, n_merges=32)   # 32 merges: another vocabulary
+    # A SentencePiece-type tokenizer: its ids name no text pyspec knows, so no bridge exists.
+    write("tiny-mismatch", seed=3,
+          tokenizer={**testmodels.tokenizer_metadata(), "tokenizer.ggml.model": "llama"})
     # The champion's depth (30 layers: the same 393 dispatches per pass) at tiny width: the page's
     # per-cycle host cost of a champion-shaped plan, measurable where the champion itself takes
     # 80 s a token (SwiftShader): `build.py bench --model tiny-deep --backend webgpu`.

@@ -77,7 +77,24 @@ def prompt_ids(tok: Tokenizer, args, ctx: int | None = None) -> list[int] | Fitt
 
 def options(args) -> Options:
     return Options(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
-                   verify=args.verify, k=args.k)
+                   verify=args.verify, k=args.k, top_k=args.top_k, top_p=args.top_p,
+                   min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                   presence_penalty=args.presence_penalty,
+                   frequency_penalty=args.frequency_penalty,
+                   logit_bias=logit_bias(args.logit_bias), stop=tuple(args.stop or ()))
+
+
+def logit_bias(items: list[str] | None) -> dict:
+    """--logit-bias ID=BIAS (repeatable) as {id: bias}; the ranges are Options.check's."""
+    out = {}
+    for item in items or ():
+        tid, sep, bias = item.partition("=")
+        try:
+            out[int(tid)] = float(bias)
+        except ValueError:
+            raise UsageError(f"--logit-bias {item!r}: write TOKEN_ID=BIAS, e.g. 1234=-100 "
+                             "(bias in [-100, 100])") from None
+    return out
 
 
 # --- commands -------------------------------------------------------------------------------
@@ -338,6 +355,24 @@ def _common_generation(p: argparse.ArgumentParser) -> None:
                         "reference (model.py); wgpu: the WGSL kernels on native WebGPU")
     p.add_argument("--ctx", type=int, default=None,
                    help="context positions to reserve (default: the model's own)")
+    # The sampling controls, applied in this order (processors.py; README "Sampling controls").
+    s = p.add_argument_group("sampling controls (applied in this order)")
+    s.add_argument("--logit-bias", action="append", metavar="ID=BIAS",
+                   help="add BIAS in [-100, 100] to a token's logit (repeatable)")
+    s.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="> 0; divides positive / multiplies negative logits of tokens in the "
+                        "prompt and output (HF); 1 = off")
+    s.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="[-2, 2]; subtracted once from each token in the output (OpenAI)")
+    s.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="[-2, 2]; subtracted per occurrence in the output (OpenAI)")
+    s.add_argument("--top-k", type=int, default=0, help="keep the K likeliest tokens; 0 = off")
+    s.add_argument("--top-p", type=float, default=1.0,
+                   help="(0, 1]; keep the smallest set of likeliest tokens with mass >= P")
+    s.add_argument("--min-p", type=float, default=0.0,
+                   help="[0, 1]; drop tokens below P times the top probability")
+    s.add_argument("--stop", action="append", metavar="TEXT",
+                   help="end the output before TEXT (repeatable, up to 4)")
 
 
 def _context_overflow(p: argparse.ArgumentParser) -> None:

@@ -479,3 +479,35 @@ def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):
     code = cli.main(["bench", "--workload", str(bad), "--champion", tiny.champion_path,
                      "--out", str(tmp_path / "o")])
     assert code == 2 and "line 2 is not JSON" in capsys.readouterr().err
+
+
+def test_generate_sampling_controls_and_stop(capsys, models):
+    """The sampling flags reach the engine as Options (the same tokens as Engine.generate with
+    them), --stop cuts the text before the stop string, and bad values get one error line."""
+    from pyspec.engine import Engine, Options
+    from pyspec.load import backend
+    flags = ("--max-tokens", 12, "--temperature", 0.9, "--seed", 5, "--top-p", 0.8, "--top-k",
+             30, "--min-p", 0.01, "--repetition-penalty", 1.3, "--presence-penalty", 0.5,
+             "--frequency-penalty", 0.2, "--logit-bias", "101=3", "--logit-bias", "65=-100")
+    r = generate_json(capsys, models["champion"], *flags)
+    model = Model.load(models["champion"])
+    tok = Tokenizer.from_metadata(model.metadata)
+    ids = tok.encode_chat([{"role": "user", "content": PROMPT}])
+    opts = Options(max_tokens=12, temperature=0.9, seed=5, top_p=0.8, top_k=30, min_p=0.01,
+                   repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2,
+                   logit_bias={101: 3.0, 65: -100.0})
+    assert r["tokens"] == Engine(backend(model, "ngram"), tok).generate(ids, opts).tokens
+    assert r["receipt"]["sampling"]["logit_bias"] == 2 and 65 not in r["tokens"]
+    stop = r["text"][3:5]
+    cut = generate_json(capsys, models["champion"], *flags, "--stop", "zz", "--stop", stop)
+    assert cut["text"] == r["text"][:r["text"].find(stop)] and cut["finish_reason"] == "stop"
+    for extra, words in [(["--top-p", "0"], ["top_p must be a number in (0, 1]"]),
+                         (["--min-p", "1.5"], ["min_p"]), (["--top-k", "-2"], ["top_k"]),
+                         (["--repetition-penalty", "0"], ["repetition_penalty"]),
+                         (["--presence-penalty", "9"], ["presence_penalty"]),
+                         (["--logit-bias", "7"], ["TOKEN_ID=BIAS"]),
+                         (["--logit-bias", "99999=1"], ["logit_bias key"]),
+                         (["--stop", "a"] * 5, ["at most 4"])]:
+        code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                             "hi", "--max-tokens", 2, *extra)
+        assert_one_error_line(code, err, *words)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import requires_gpu
 from pyspec import rng, verify
 from pyspec.engine import Engine, Options
 from pyspec.load import backend as backend_for
@@ -204,4 +205,55 @@ def test_rejection_follows_the_processed_distribution(tiny):
         drafted += r.stats["drafted"]
     assert total_variation(counts, exact) < bound
     assert total_variation(counts.sum(axis=1), exact.sum(axis=1)) < bound_first
+    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
+
+
+# --- the GPU executor: host accept (one readback of the logits rows) ---------------------------
+GPU_DRAFTS = ["ngram", "self:1", "close"]
+
+
+@requires_gpu
+@pytest.mark.parametrize("name", ["all", "penalties+top_p", "logit_bias"])
+def test_gpu_equals_gpu_champion_only_under_processors(tiny, name):
+    """GPU drafts (self:1, close: sampled on the device, raw distribution) and the n-gram draft
+    under processors equal champion-only on the GPU with the same processors, greedy and replay;
+    and champion-only on the GPU equals the CPU's processed reference (the tiny model's margins
+    are far above float32 noise)."""
+    controls = CONTROLS[name]
+    for temperature, seed in ((0.0, 0), (0.9, 77)):
+        opts = dict(max_tokens=24, temperature=temperature, seed=seed, stop_at_eos=False,
+                    **controls)
+        base = engine_for(tiny, "none", "gpu").generate(tiny.prompt, Options(**opts))
+        assert base.tokens == processed_reference(tiny.champion, tiny.prompt, 24, controls,
+                                                  temperature, seed)
+        assert base.stats["backend_timing"]["readbacks"] == base.stats["champion_passes"]
+        for draft in GPU_DRAFTS:
+            engine = engine_for(tiny, draft, "gpu")
+            for k in (2, 5):
+                r = engine.generate(tiny.prompt, Options(k=f"fixed:{k}", **opts))
+                assert r.tokens == base.tokens, f"{name}, T={temperature}, {draft}, K={k}"
+                assert r.stats["backend_timing"]["readbacks"] == r.stats["champion_passes"]
+                assert r.stats["drafted"] > 0
+
+
+@requires_gpu
+def test_gpu_rejection_follows_the_processed_distribution(tiny):
+    """As test_rejection_follows_the_processed_distribution, on the GPU with the close draft
+    sampled on the device (its q_draft rows come back in the cycle's one readback); 10,000
+    runs, the same bounds (TV under the 99.9th percentile of 10,000 exact draws)."""
+    controls, temperature = dict(top_p=0.8, repetition_penalty=1.5, frequency_penalty=1.0), 1.0
+    prefix = tiny.tokenizer.encode("the cat. the cat. the")
+    exact = processed_two_token_distribution(tiny.champion, prefix, temperature, controls)
+    bound = null_tv_quantile(exact, N_RUNS, 0.999)
+    engine = engine_for(tiny, "close", "gpu")
+    counts = np.zeros_like(exact)
+    accepted = drafted = 0
+    for seed in range(N_RUNS):
+        r = engine.generate(prefix, Options(max_tokens=3, temperature=temperature, seed=seed,
+                                            verify="rejection", k="fixed:2", stop_at_eos=False,
+                                            **controls))
+        counts[r.tokens[0], r.tokens[1]] += 1
+        accepted += r.stats["accepted"]
+        drafted += r.stats["drafted"]
+    assert total_variation(counts, exact) < bound
     assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)

@@ -14,6 +14,13 @@ The cycle's steps record commands instead of running them:
                  confidence stop, and writes n_accepted and the tokens;
   submit         the recorded commands, in one queue submission; `read` awaits the readback.
 
+Host accept (a request with logits processors: the sampling controls, a JSON-schema mask): the
+processed rows depend on the context on the host, so the accept step gathers the champion's k+1
+logits rows (and GPU drafts' tokens, confidences and, for rejection, q_draft rows) into one
+buffer by copies in the same submission; `read` reads it back once and applies the same numpy
+rule as cpu.py (cycle.Rule.verdict). Still one submission and one readback per cycle, a larger
+one: (k + 1) * vocab floats (k * vocab more for rejection with a GPU draft).
+
 Step slots: 0 is the champion pass (its sampler and accept kernel share it: they key row r's
 random numbers at pos + 1 + r), 1 + i is draft step i.
 The accept words live in one buffer, so a second cycle may be submitted before the first is read
@@ -31,7 +38,6 @@ from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
 from ..drafters import BridgedDrafter, DraftSpecError, Proposal, make_drafter, parse_draft
 from ..gguf import GGUFFile
-from ..processors import SamplingError
 from ..model import Model
 from . import sampling
 from .device import ROWS_MAX, Copy, count_commands
@@ -89,6 +95,7 @@ class _Cycle:
                  t_submit: float):
         self.k, self.gpu_draft, self.share = k, gpu_draft, share
         self.t0, self.t_draft, self.t_submit = t0, t_draft, t_submit
+        self.host = None   # (drafts, tokens, rule) when the rule runs on the host
 
 
 class GPUBackend(Executor):
@@ -116,6 +123,11 @@ class GPUBackend(Executor):
         self.d_probs = dev.buffer(ROWS_MAX * vocab * 4, label="draft.probs")  # (R, vocab) f32
         self.draft_conf = dev.buffer(ROWS_MAX * 4, label="draft.conf")        # (K,) f32
         self.out = dev.buffer(sampling.ACCEPT_WORDS * 4, label="accept.out")  # (68,) u32
+        # Host accept's gather: tokens (R,) u32 | conf (R,) f32 | logits (k+1, vocab) f32 |
+        # q_draft (k, vocab) f32, packed after the logits rows of this cycle's k.
+        self.host_rows = dev.buffer(4 * (2 * ROWS_MAX + (2 * ROWS_MAX - 1) * vocab),
+                                    label="host_accept.rows")
+        self._host = None               # (drafts, tokens, rule) of a host-accept cycle
         self._tail: dict[tuple, list] = {}
         self._draft_plans: dict[tuple, list] = {}
         self._commands: list = []       # the cycle being recorded: commands and plans
@@ -206,12 +218,17 @@ class GPUBackend(Executor):
         self._commands.append(champ.forward_dispatches(SLOT_CHAMPION))  # a plan, built once
 
     def accept(self, drafts, tokens: list[int], rule: Rule) -> None:
-        if rule.processors:
-            raise SamplingError("the sampling controls (top_k, top_p, min_p, penalties, "
-                                "logit_bias) do not run on the GPU backend yet; use the cpu "
-                                "backend for them")
         on_device = isinstance(drafts, _OnDevice)
         k = drafts.k if on_device else len(drafts.tokens)
+        self._host = None
+        if rule.processors:
+            self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=self._pass[1], seed=rule.seed,
+                                    temperature=rule.temperature, n_draft=k, mode=rule.mode,
+                                    one_hot=True)
+            self._commands.append(self._gather(k, on_device, rule.mode == "rejection"))
+            self._host = (drafts, list(tokens), rule)
+            self._pending = (k, on_device)
+            return
         one_hot = True
         if rule.mode == "rejection":
             if on_device:
@@ -237,10 +254,14 @@ class GPUBackend(Executor):
         # token apart from the champion's to predict an unmeasured k.
         share = self._pass[0] / count_commands(commands) if on_device else 0.0
         self._commands = []
-        return _Cycle(k, on_device, share, self._t0, 0.0 if on_device else self._t_draft,
-                      time.perf_counter())
+        c = _Cycle(k, on_device, share, self._t0, 0.0 if on_device else self._t_draft,
+                   time.perf_counter())
+        c.host, self._host = self._host, None
+        return c
 
     async def read(self, c: _Cycle) -> Outcome:
+        if c.host is not None:
+            return await self._read_host(c)
         words = await self.dev.read_array(self.out, np.uint32, (sampling.ACCEPT_WORDS,))
         t_end = time.perf_counter()
         self.timing["cycles"] += 1
@@ -251,6 +272,55 @@ class GPUBackend(Executor):
         result = sampling.decode_accept(words)
         verdict = verify.Verdict(result["n_accepted"], result["tokens"])
         return Outcome(verdict, result["k_eff"], t_draft, t_end - c.t0 - t_draft)
+
+    # --- host accept --------------------------------------------------------------------------
+    def _gather(self, k: int, on_device: bool, rejection: bool) -> list:
+        """Copies of what the host rule needs into host_rows (see __init__ for the layout)."""
+        r, v4, dst = ROWS_MAX, 4 * self.vocab, self.host_rows
+        out = [Copy(self.champion.logits, 0, dst, 8 * r, (k + 1) * v4)]
+        if on_device and k:
+            out += [Copy(self.champion.tokens, 0, dst, 0, 4 * (k + 1)),
+                    Copy(self.draft_conf, 0, dst, 4 * r, 4 * k)]
+            if rejection:
+                out.append(Copy(self.q_draft, 0, dst, 8 * r + (k + 1) * v4, k * v4))
+        return out
+
+    async def _read_host(self, c: _Cycle) -> Outcome:
+        """One readback of the gathered rows, then the numpy rule (cycle.Rule.verdict)."""
+        drafts, tokens, rule = c.host
+        k, r, vocab = c.k, ROWS_MAX, self.vocab
+        with_q = c.gpu_draft and rule.mode == "rejection" and k > 0
+        nbytes = 4 * (2 * r + (2 * k + 1 if with_q else k + 1) * vocab)
+        raw = await self.dev.read(self.host_rows, nbytes)
+        t_read = time.perf_counter()
+        words = np.frombuffer(raw, np.uint32, 2 * r)
+        floats = np.frombuffer(raw, np.float32, (nbytes - 8 * r) // 4, 8 * r)
+        logits = floats[:(k + 1) * vocab].reshape(k + 1, vocab).astype(np.float64)
+        if c.gpu_draft:
+            draft_tokens = [int(t) for t in words[1:k + 1]]
+            conf = words[r:r + k].view(np.float32)
+            # The confidence stop (the accept kernel's on the device path): drafts past the
+            # first low-confidence one count as never proposed.
+            low = np.flatnonzero(conf < rule.conf_threshold)
+            k_eff = int(low[0]) if low.size else k
+            q = (floats[(k + 1) * vocab:].reshape(k, vocab)[:k_eff].astype(np.float64)
+                 if with_q else None)
+            # The draft kernel sampled by inverse CDF against the row's own f32 total, so its
+            # q is the row over that total: renormalised in float64 here.
+            q = q / q.sum(axis=1, keepdims=True) if q is not None else None
+        else:
+            draft_tokens, k_eff = drafts.tokens, k
+            q = drafts.q_matrix(vocab) if rule.mode == "rejection" else None
+        draft_tokens = draft_tokens[:k_eff]
+        verdict = rule.verdict(logits[:k_eff + 1], draft_tokens, q, tokens)
+        t_end = time.perf_counter()
+        self.timing["cycles"] += 1
+        self.timing["readbacks"] += 1
+        self.timing["wait_s"] += t_read - c.t_submit
+        self.timing["host_s"] += c.t_submit - c.t0 + t_end - t_read
+        self.timing["host_accept_s"] = self.timing.get("host_accept_s", 0.0) + t_end - t_read
+        t_draft = (t_end - c.t0) * c.share if c.gpu_draft else c.t_draft
+        return Outcome(verdict, k_eff, t_draft, t_end - c.t0 - t_draft)
 
     # --- encoding -----------------------------------------------------------------------------
     def _verify_dispatches(self, mode: str, threshold: float) -> list:

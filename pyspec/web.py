@@ -49,7 +49,11 @@ class SessionError(PyspecError):
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
                "draft_name": str, "drills": bool}
 GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, "verify": str,
-                   "k": str, "draft": str, "drill": str, "context_overflow": str}
+                   "k": str, "draft": str, "drill": str, "context_overflow": str,
+                   # the sampling controls (processors.py, stops.py), OpenAI's names
+                   "top_k": int, "top_p": (int, float), "min_p": (int, float),
+                   "repetition_penalty": (int, float), "presence_penalty": (int, float),
+                   "frequency_penalty": (int, float), "logit_bias": dict, "stop": (list, str)}
 
 
 def _parse(text: str, what: str):
@@ -216,6 +220,17 @@ def _or(value, default):
     return default if value is None else value
 
 
+def _sampling(config: dict) -> dict:
+    """The sampling controls of a generate config as Options fields (null: off); a stop string
+    alone is a list of one, as in the OpenAI API. Options.check judges the values."""
+    defaults = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
+                "presence_penalty": 0.0, "frequency_penalty": 0.0}
+    out = {name: _or(config.get(name), d) for name, d in defaults.items()}
+    stop = _or(config.get("stop"), [])
+    return {**out, "logit_bias": _or(config.get("logit_bias"), {}),
+            "stop": tuple([stop] if isinstance(stop, str) else stop)}
+
+
 class _SoftwareAdapter(Exception):
     """auto chose the CPU over a software WebGPU adapter."""
 
@@ -323,7 +338,7 @@ class Session:
             opts = Options(max_tokens=_or(config.get("max_tokens"), 128),
                            temperature=float(_or(config.get("temperature"), 0.0)),
                            seed=_or(config.get("seed"), 0), verify=config.get("verify") or None,
-                           k=config.get("k") or "heuristic")
+                           k=config.get("k") or "heuristic", **_sampling(config))
             opts.check()
             resume = _resume(resume_json)
             drill = _drill(config.get("drill"), self.drills)

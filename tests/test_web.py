@@ -267,6 +267,31 @@ def test_session_refuses_malformed_requests_by_code_and_stays_usable(tiny, champ
 
 
 # --- the one rule the page keeps about drafts --------------------------------------------------
+def test_session_takes_the_sampling_controls_by_their_openai_names(tiny, champion_bytes):
+    """A generate config's sampling controls and stop reach the engine (the same tokens as
+    Engine.generate with those Options); wrong types and values are bad_config by name."""
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 128, "draft": "ngram"}), champion_bytes))
+    config = {"max_tokens": 10, "temperature": 0.9, "seed": 4, "top_p": 0.8, "top_k": 40,
+              "min_p": 0.02, "repetition_penalty": 1.3, "presence_penalty": 0.4,
+              "frequency_penalty": 0.3, "logit_bias": {"101": 2}}
+    done = json.loads(run(s.generate(1, MESSAGES, json.dumps(config), lambda *a: None)))
+    prompt = tiny.tokenizer.encode_chat(json.loads(MESSAGES))
+    opts = Options(**{**config, "logit_bias": {101: 2}})
+    assert done["tokens"] == s.engine.generate(prompt, opts).tokens
+    stop = done["text"][2:4]
+    cut = json.loads(run(s.generate(2, MESSAGES, json.dumps({**config, "stop": stop}),
+                                    lambda *a: None)))
+    assert cut["text"] == done["text"][:done["text"].find(stop)]
+    assert cut["finish_reason"] == "stop"
+    for bad, word in [({"top_p": "0.5"}, "top_p"), ({"top_p": 0}, "top_p"),
+                      ({"logit_bias": [1]}, "logit_bias"), ({"logit_bias": {"x": 1}}, "x"),
+                      ({"stop": ["a"] * 5}, "stop"), ({"stop": 3}, "stop"),
+                      ({"repetition_penalty": -1}, "repetition_penalty")]:
+        err = json.loads(run(s.generate(3, MESSAGES, json.dumps(bad), lambda *a: None)))["error"]
+        assert err["code"] == "bad_config" and word in err["message"], (bad, err)
+
+
 def test_worker_js_knows_which_drafts_need_weights():
     """web/worker.js fetches draft weights into OPFS unless the draft matches NON_MODEL_DRAFTS;
     that must be exactly parse_draft's `needs_weights`."""

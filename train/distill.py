@@ -42,6 +42,7 @@ from generate import SEEDS, held_out  # noqa: E402
 from llama_torch import cosine, from_gguf, n_params, quantized_like, to_gguf  # noqa: E402
 
 from pyspec import quant  # noqa: E402
+from pyspec.model import LAYER_TENSORS  # noqa: E402
 
 MAX_LEN = 1152
 
@@ -191,6 +192,20 @@ def evaluate(teacher, draft, held: list, dev, k: int = 4) -> dict:
             "held_out_answers": len(held)}
 
 
+@torch.no_grad()
+def quantize_layers(model, type_id: int) -> None:
+    """Replace each layer matrix by what it reads back as after quantizing to `type_id` (norms
+    stay float32, as to_gguf writes them)."""
+    for layer in model.layers:
+        for name in LAYER_TENSORS:
+            if name.endswith("norm"):
+                continue
+            p = getattr(layer, name)
+            w = p if isinstance(p, torch.nn.Parameter) else p.weight
+            q = quantized_like(w.detach().float().cpu().numpy(), type_id)
+            w.copy_(torch.from_numpy(q).to(w.device, w.dtype))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--champion", required=True)
@@ -202,6 +217,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-tokens", type=int, default=24_000)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--gguf", default="")
+    ap.add_argument("--matrix-type", choices=["Q8_0", "Q4_1"], default="Q8_0",
+                    help="the GGUF type of the layers' matrices (Q4_1 is the champion's own)")
     ap.add_argument("--eval-limit", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -242,11 +259,16 @@ def main(argv=None) -> int:
               "objective": "forward KL(p_champion || q_draft), full vocabulary",
               "trainable_params": n_params(draft), "batch_tokens": args.batch_tokens,
               "lr": args.lr, **info}
+    report["matrix_type"] = args.matrix_type
+    report["champion_sha256"] = hashlib.sha256(Path(args.champion).read_bytes()).hexdigest()
+    report["seed_prompts_sha256"] = hashlib.sha256(SEEDS.read_bytes()).hexdigest()
     if state["step"] >= args.steps:
+        matrix_type = quant.BY_NAME[args.matrix_type].type_id
+        quantize_layers(draft, matrix_type)  # score what the GGUF will hold, not the float weights
         report["held_out"] = evaluate(teacher, draft, held, dev)
         if args.gguf:
             to_gguf(draft.float(), md, args.gguf, f"pyspec-draft-L{len(layers)}",
-                    {"pyspec.draft.init_layers": layers})
+                    {"pyspec.draft.init_layers": layers}, matrix_type=matrix_type)
             report["gguf_sha256"] = hashlib.sha256(Path(args.gguf).read_bytes()).hexdigest()
             report["gguf_bytes"] = Path(args.gguf).stat().st_size
     (work / "report.json").write_text(json.dumps(report, indent=1))

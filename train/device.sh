@@ -1,0 +1,62 @@
+#!/bin/bash
+# The H200 job for a draft, in phases that fit the device tool's calls (10 minutes each, the
+# machine warm for 30 s between them, /tmp kept only while it is warm). Training only: nothing
+# here is part of pyspec's runtime.
+#
+#   bash train/device.sh setup     # champion from .h200a/champ.a + .h200b/champ.b, Vulkan loaders
+#                                  # (.gl), wgpu wheels (.whl) into /tmp/site
+#   bash train/device.sh train     # generate (resumable) + distill + export /tmp/models/$NAME.gguf
+#   bash train/device.sh bench     # acceptance (--k fixed:4) and speed (heuristic) on the public
+#                                  # workload, native WebGPU, champion-only side by side
+#
+# Settings (environment): NAME (draft-l4), LAYERS (0,10,20,29), MATRIX (Q4_1), GEN_MIN (3.4),
+# TRAIN_MIN (4.0), STEPS (1300). What should come back is copied under $OUT.
+set -euo pipefail
+NAME=${NAME:-draft-l4}
+LAYERS=${LAYERS:-0,10,20,29}
+MATRIX=${MATRIX:-Q4_1}
+GEN_MIN=${GEN_MIN:-3.4}
+TRAIN_MIN=${TRAIN_MIN:-4.0}
+STEPS=${STEPS:-1300}
+OUT=${OUT:-/tmp/out}
+export PYTHONPATH=/tmp/site VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+
+setup() {
+    if [ -f .h200a/champ.a ]; then cp .h200a/champ.a /tmp/champ.a; fi
+    if [ -f .h200b/champ.b ]; then cat /tmp/champ.a .h200b/champ.b > /tmp/champ.gguf; fi
+    if [ -f .h200b/public.jsonl ]; then cp .h200b/public.jsonl /tmp/public.jsonl; fi
+    if [ -d .gl ]; then for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
+    if [ -d .whl ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl
+    fi
+    if [ -f /tmp/champ.gguf ]; then sha256sum /tmp/champ.gguf; fi
+}
+
+train() {
+    python3 train/generate.py --champion /tmp/champ.gguf --out /tmp/gen --minutes "$GEN_MIN" \
+        2>&1 | tee "$OUT/generate.log"
+    (cd /tmp && tar cf - gen) | gzip -1 > "$OUT/gen.tar.gz"
+    mkdir -p /tmp/models
+    python3 train/distill.py --champion /tmp/champ.gguf --data /tmp/gen --layers "$LAYERS" \
+        --work /tmp/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
+        --gguf /tmp/models/$NAME.gguf 2>&1 | tee "$OUT/distill.log"
+    cp /tmp/work-$NAME/report.json "$OUT/$NAME-report.json"
+    if [ -f /tmp/models/$NAME.gguf ]; then
+        split -b 15M -d /tmp/models/$NAME.gguf "$OUT/$NAME.gguf.part"
+    fi
+}
+
+bench() {
+    python3 -m pyspec check-pair --champion /tmp/champ.gguf --draft /tmp/models/$NAME.gguf
+    python3 -m pyspec bench --backend wgpu --champion /tmp/champ.gguf --workload /tmp/public.jsonl \
+        --drafts ngram,/tmp/models/$NAME.gguf --k fixed:4 --max-tokens 64 --ctx 2048 \
+        --out "$OUT/acc" 2>&1 | tail -20
+    python3 -m pyspec bench --backend wgpu --champion /tmp/champ.gguf --workload /tmp/public.jsonl \
+        --drafts ngram,/tmp/models/$NAME.gguf --max-tokens 64 --ctx 2048 \
+        --out "$OUT/speed" 2>&1 | tail -20
+}
+
+for phase in "$@"; do "$phase"; done

@@ -6,7 +6,8 @@ same code. Both read `code` from the exception, so a new error class needs no li
 anywhere. The codes:
 
   bad_model           a corrupt, truncated or unsupported GGUF, or a tokenizer it cannot give
-  incompatible_draft  a draft whose tokenizer or chat template differs from the champion's
+  incompatible_draft  a draft that no exact bridge can serve (compat.py: an unreadable tokenizer,
+                      a head unlike its tokenizer, no token shared with the champion)
   prompt_too_long     the prompt (or the sequence) does not fit the context
   bad_config          an unknown or malformed option, draft spec, K policy or message list
   bad_input           inputs to a rule that no rule can use (verify.py's checks)

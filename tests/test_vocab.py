@@ -37,3 +37,12 @@ def test_champion_bytes_equal_the_decoder():
     for i in range(0, v.size, 97):
         assert v.text_bytes[i] == champion_tokenizer.token_bytes(i, special=False)
     assert all(v.id_of(v.text_bytes[i]) is not None for i in range(v.size) if v.is_text[i])
+
+
+def test_matched_with_pairs_one_to_one_and_control_tokens_by_name():
+    here = Vocab(tiny(["<|im_end|>", "a", "b", "ab", "a", "<|x|>"], [3, 1, 1, 1, 1, 3]))
+    there = Vocab(tiny(["ab", "<|im_end|>", "b", "a", "c", "a"], [1, 3, 1, 1, 1, 1]))
+    assert here.control_ids == {"<|im_end|>": 0, "<|x|>": 5}
+    # The second "a" on either side stays unpaired; <|x|> has no partner.
+    assert here.matched_with(there) == {0: 1, 1: 3, 2: 2, 3: 0}
+    assert there.matched_with(here) == {1: 0, 3: 1, 2: 2, 0: 3}

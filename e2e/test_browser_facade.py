@@ -149,11 +149,11 @@ _REFUSED = """async ([messages, options]) => {
 
 
 @pytest.mark.parametrize("option, value, words", [
-    ("top_p", 0.9, "top_p is not supported yet"),
-    ("stop", ["\n"], "stop is not supported yet"),
+    ("top_p", 0, "top_p must be a number in (0, 1]"),
+    ("stop", 5, "stop must be a string or object"),
+    ("logit_bias", {"a": 1}, "logit_bias key 'a'"),
     ("response_format", {"type": "json_object"}, "response_format is not supported yet"),
     ("n", 2, "unknown option n"),
-    ("logit_bias", {}, "unknown option logit_bias"),
     ("model", "gpt-4o", "model gpt-4o is not loaded"),
     ("temperature", "hot", "temperature must be a number"),
 ])
@@ -162,6 +162,25 @@ def test_options_it_cannot_honour_are_refused_by_name(embed_page, option, value,
     assert refused["name"] == "SpecError" and refused["code"] == "bad_config"
     assert words in refused["message"], refused
     assert accepted is None          # null means "not given", as in JSON: the request runs
+
+
+def test_sampling_controls_and_stop_through_the_facade_equal_native(embed_page, tiny_path):
+    """OpenAI's top_p, frequency_penalty, logit_bias and stop, and repetition_penalty (as WebLLM
+    takes it), through create(): the native engine's text for the same controls, cut before
+    the stop string with finish_reason "stop"."""
+    controls = {"top_p": 0.85, "frequency_penalty": 0.5, "repetition_penalty": 1.2,
+                "logit_bias": {"101": 1.5}}
+    uncut = native_generate(tiny_path, MESSAGES, "ngram", max_tokens=40, temperature=0.8,
+                            seed=7, k="fixed:3", **controls)
+    stop = uncut.text[len(uncut.text) // 2:][:2]
+    native = native_generate(tiny_path, MESSAGES, "ngram", max_tokens=40, temperature=0.8,
+                             seed=7, k="fixed:3", stop=(stop,), **controls)
+    out = embed_page.evaluate(_THREE_WAYS, [MESSAGES, {**SAMPLED, **controls, "stop": stop}])
+    assert out["completion"]["choices"][0]["message"]["content"] == native.text
+    assert out["completion"]["choices"][0]["finish_reason"] == "stop"
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in out["chunks"]) == \
+        native.text
+    assert out["generate"]["tokens"] == native.tokens
 
 
 def test_a_bad_request_from_the_worker_keeps_its_code(embed_page):

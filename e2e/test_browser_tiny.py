@@ -103,6 +103,33 @@ def test_replay_equals_native_for_the_same_seed(tiny_page, tiny_path):
     assert browser_none["tokens"] == native.tokens
 
 
+def test_the_sampling_section_equals_native(tiny_page, tiny_path):
+    """top_p, repetition_penalty and a stop string typed into the page's Sampling section give
+    the native numpy engine's tokens and text for the same controls (the stop string taken
+    from the uncut output, so it does cut it)."""
+    page, _, _ = tiny_page
+    opts = {"temperature": 0.8, "seed": 7, "max_tokens": 40}
+    controls = {"top_p": 0.8, "repetition_penalty": 1.3}
+    uncut = native_generate(tiny_path, MESSAGES, "none", **opts, **controls)
+    stop = uncut.text[len(uncut.text) // 2:][:2]
+    native = native_generate(tiny_path, MESSAGES, "none", **opts, **controls, stop=(stop,))
+    assert native.finish_reason == "stop" and native.text == uncut.text[:uncut.text.find(stop)]
+    fields = {"#top-p": "0.8", "#repetition-penalty": "1.3",
+              "#stop-strings": stop.replace("\n", "\\n")}
+    try:
+        for selector, value in fields.items():
+            page.fill(selector, value)
+        paged = run(page, PROMPT, {"draft": "ngram", "k": "fixed:3", **opts})
+    finally:
+        for selector in fields:
+            page.fill(selector, "")
+    assert paged["receipt"]["sampling"]["top_p"] == 0.8
+    assert paged["receipt"]["sampling"]["stop"] == 1
+    assert (paged["text"], paged["tokens"], paged["finish_reason"]) == \
+        (native.text, native.tokens, "stop")
+    assert page.locator(".msg.assistant").last.text_content() == native.text
+
+
 def test_prompt_over_the_context_shows_an_error(tiny_page):
     page, _, _ = tiny_page
     page.fill("#prompt", "the cat sat on the mat. " * 80)   # the tiny model's context is 256

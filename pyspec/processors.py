@@ -62,7 +62,8 @@ def contexts(prefix: list[int], drafts: list[int], rows: int):
     if rows > len(drafts) + 1:
         raise SamplingError(f"{rows} logits rows but only {len(drafts)} drafts: row i needs "
                             "the drafts before it, so rows <= len(drafts) + 1")
-    seq = np.asarray(list(prefix) + list(drafts[:max(rows - 1, 0)]), dtype=np.int64)
+    # intp: bincount and fancy indexing take it on wasm32 (Pyodide), where it is int32
+    seq = np.asarray(list(prefix) + list(drafts[:max(rows - 1, 0)]), dtype=np.intp)
     return seq, [len(prefix) + i for i in range(rows)]
 
 

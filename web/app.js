@@ -86,7 +86,25 @@ function requestConfig(overrides = {}) {
   const draft = !$("speculate").checked ? "none" : choice.startsWith("model:") ? "model" : choice;
   return { draft, k: $("k").value, verify: $("verify").value || null,
            temperature: Number($("temperature").value), seed: Number($("seed").value),
-           max_tokens: Number($("max-tokens").value), ...overrides };
+           max_tokens: Number($("max-tokens").value), ...samplingConfig(), ...overrides };
+}
+
+// The Sampling section (README "Sampling controls"): empty fields are off; stop strings one per
+// line (\n and \t written as escapes); logit_bias as "ID=BIAS, ID=BIAS". The worker checks
+// the values and refuses bad ones by name.
+function samplingConfig() {
+  const num = (id) => ($(id).value.trim() === "" ? null : Number($(id).value));
+  const stop = $("stop-strings").value.split("\n").filter((s) => s !== "")
+    .map((s) => s.replaceAll("\\n", "\n").replaceAll("\\t", "\t"));
+  const bias = {};
+  for (const item of $("logit-bias").value.split(",").map((s) => s.trim()).filter(Boolean)) {
+    const [id, value] = item.split("=");
+    bias[id.trim()] = Number(value);
+  }
+  return { top_p: num("top-p"), top_k: num("top-k"), min_p: num("min-p"),
+           repetition_penalty: num("repetition-penalty"),
+           presence_penalty: num("presence-penalty"), frequency_penalty: num("frequency-penalty"),
+           stop: stop.length ? stop : null, logit_bias: Object.keys(bias).length ? bias : null };
 }
 
 // --- chat -----------------------------------------------------------------------------------
@@ -193,7 +211,9 @@ async function fillModels() {
     $("drafter").value = `model:${draft}`;
   }
   const fields = { k: "k", verify: "verify", temperature: "temperature", seed: "seed",
-                   max_tokens: "max-tokens" };
+                   max_tokens: "max-tokens", top_p: "top-p", top_k: "top-k", min_p: "min-p",
+                   repetition_penalty: "repetition-penalty",
+                   presence_penalty: "presence-penalty", frequency_penalty: "frequency-penalty" };
   for (const [param, id] of Object.entries(fields)) if (params.has(param)) $(id).value = params.get(param);
 }
 

@@ -69,8 +69,23 @@ export interface SpecDecoderOptions {
   drills?: boolean;                  // fault drills (config.drill, loseDevice); default false
 }
 
+/** The sampling controls, applied in this order (README "Sampling controls"): logit_bias,
+ *  repetition_penalty (prompt and output tokens), presence and frequency penalties (output
+ *  tokens), then temperature, top_k, top_p, min_p. null or left out: off. */
+export interface SamplingConfig {
+  logit_bias?: Record<string, number> | null;   // token id -> bias in [-100, 100]
+  repetition_penalty?: number | null;  // > 0; 1 = off (HF semantics)
+  presence_penalty?: number | null;    // [-2, 2] (OpenAI)
+  frequency_penalty?: number | null;   // [-2, 2] (OpenAI)
+  top_k?: number | null;               // integer >= 0; 0 = off
+  top_p?: number | null;               // (0, 1]; 1 = off
+  min_p?: number | null;               // [0, 1]; 0 = off
+  /** Up to 4; the output ends before the first to appear (not included), finish_reason "stop". */
+  stop?: string | string[] | null;
+}
+
 /** generate()'s config; every field may be null or left out for its default. */
-export interface GenerateConfig {
+export interface GenerateConfig extends SamplingConfig {
   max_tokens?: number | null;        // default 128
   temperature?: number | null;       // default 0 (greedy)
   seed?: number | null;              // default 0
@@ -139,7 +154,7 @@ export interface ReadyInfo {
 export type PyspecRequestOptions = Pick<GenerateConfig,
   "k" | "verify" | "draft" | "context_overflow" | "drill">;
 
-export interface ChatCompletionRequest {
+export interface ChatCompletionRequest extends SamplingConfig {
   messages: ChatMessage[];
   stream?: boolean | null;
   /** Must name the loaded champion, when given. */
@@ -151,10 +166,6 @@ export interface ChatCompletionRequest {
   /** Aborting stops the request after its current cycle; it ends with finish_reason "abort". */
   signal?: AbortSignal | null;
   pyspec?: PyspecRequestOptions | null;
-  /** Not supported yet: any value but null is refused (SpecError bad_config). */
-  top_p?: null;
-  /** Not supported yet: any value but null is refused (SpecError bad_config). */
-  stop?: null;
   /** Not supported yet: any value but null is refused (SpecError bad_config). */
   response_format?: null;
 }

@@ -53,14 +53,17 @@ const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lo
 const FINISH = { stop: "stop", length: "length", context: "length", cancelled: "abort" };
 // Options of the OpenAI request that pyspec does not do yet: refused, never ignored.
 const NOT_YET = {
-  top_p: "nucleus sampling is not implemented: pyspec samples from the whole distribution",
-  stop: "stop sequences are not implemented: generation ends at the model's end token or " +
-        "max_tokens",
   response_format: "constrained (JSON) output is not implemented",
 };
 // The options it takes, by type; `pyspec` holds generate()'s own ({k, verify, draft, ...}).
+// The sampling controls (OpenAI's top_p, presence_penalty, frequency_penalty, logit_bias, stop;
+// top_k, min_p and repetition_penalty as WebLLM and vLLM take them) go to the worker as they
+// are: web.py checks their values. stop is a string or a list of strings.
 const FACADE_FIELDS = { temperature: "number", max_tokens: "number", seed: "number",
-                        model: "string", pyspec: "object" };
+                        model: "string", pyspec: "object", top_p: "number", top_k: "number",
+                        min_p: "number", repetition_penalty: "number",
+                        presence_penalty: "number", frequency_penalty: "number",
+                        logit_bias: "object", stop: ["string", "object"] };
 
 // The generate() config for a facade request (without messages, stream, signal), or a SpecError
 // naming the option it cannot take. null or undefined means "not given", as in JSON.
@@ -76,9 +79,10 @@ function facadeConfig(request, champion) {
       throw new SpecError("bad_config", `unknown option ${name}: chat.completions.create takes ` +
                           `messages, stream, signal, ${Object.keys(FACADE_FIELDS).join(", ")}`);
     }
-    if (typeof value !== FACADE_FIELDS[name]) {
+    const kinds = [FACADE_FIELDS[name]].flat();
+    if (!kinds.includes(typeof value)) {
       throw new SpecError("bad_config",
-                          `${name} must be a ${FACADE_FIELDS[name]}, got ${typeof value}`);
+                          `${name} must be a ${kinds.join(" or ")}, got ${typeof value}`);
     }
     if (name === "model") {
       if (value !== champion) {

@@ -17,7 +17,9 @@
 //                                                   then {type:'done', id, text, tokens, stats, receipt,
 //                                                   finish_reason}   (finish_reason 'cancelled' after
 //                                                   a cancel, with stats and receipt null)
-//       config: {draft, k, verify, temperature, seed, max_tokens, drill}; chunk.ids = the token
+//       config: {draft, k, verify, temperature, seed, max_tokens, drill, and the sampling
+//       controls top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
+//       logit_bias, stop (web.py checks them)}; chunk.ids = the token
 //       ids committed since the last chunk (tokens = their count), cycle = cycles run so far;
 //       text offsets are in UTF-16 code units of the whole output. resume: {ids, fault} goes on
 //       from the ids an interrupted run of the same request sent (client.js after a worker

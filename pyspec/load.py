@@ -31,7 +31,7 @@ def load_champion(path: str | None, backend: str = "cpu",
         from .gpu import load_model, open_device
         model = load_model(open_device(timestamps=True), GGUFFile.open(path or champion_path()),
                            max_ctx)
-    else:
+    elif backend == "numpy":
         model = Model.load(path or champion_path())
     else:
         model = FastModel.load(path or champion_path())

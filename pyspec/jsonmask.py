@@ -23,12 +23,14 @@ Not here: the grammar (jsonschema.py), forced drafts (drafters/forced.py), the l
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left
 from collections import OrderedDict
 
 import numpy as np
 
-from .jsonschema import S_NORMAL, STR, Grammar, string_byte
+from .jsonschema import S_NORMAL, STR, Grammar, compile_schema, string_byte
+from .vocab import Vocab
 
 CACHE_STATES = 512        # masks kept per grammar
 _DONE = ("done",)         # the state after EOS: nothing may follow
@@ -262,3 +264,19 @@ class JsonMask:
                 continue
             out[i][~self.constraint.masker.mask(state).dense(vocab)] = -np.inf
         return out
+
+
+def constrain(cache: dict, tokenizer, schema, prompt_len: int) -> Constraint:
+    """A request's Constraint for `schema` (a dict or JSON text), with the vocabulary index and
+    each schema's Masker (and so its cached masks) kept in `cache` across requests."""
+    key = schema if isinstance(schema, str) else json.dumps(schema)
+    masker = cache.get(key)
+    if masker is None:
+        if "vocab" not in cache:
+            cache["vocab"] = Vocab(tokenizer)
+        masker = Masker(compile_schema(schema), cache["vocab"], tokenizer.eos_id)
+        schemas = [k for k in cache if k != "vocab"]
+        for old in schemas[:len(schemas) - 3]:   # keep the last few schemas' masks
+            del cache[old]
+        cache[key] = masker
+    return Constraint(masker, prompt_len)

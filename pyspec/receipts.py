@@ -43,7 +43,7 @@ _STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes"
                "drafted", "accepted", "acceptance_rate", "tokens_per_pass",
                "drafted_by_position", "accepted_by_position", "schedule", "tokens_per_s",
                "ttft_s", "prefill_s", "draft_s", "verify_s", "wall_s", "peak_bytes",
-               "resumed_tokens")
+               "resumed_tokens", "forced_tokens")
 
 
 def build(engine, opts, mode: str, stats: dict) -> dict:

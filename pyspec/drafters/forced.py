@@ -30,6 +30,8 @@ class ForcedDrafter:
         self.kind = inner.kind if inner else "forced"
         self.weight_bytes = inner.weight_bytes if inner else 0
         self.kv_bytes = inner.kv_bytes if inner else 0
+        for attr in ("model", "layers", "bridge_stats"):   # what the receipt reads
+            setattr(self, attr, getattr(inner, attr, None))
         self.forced_drafted = 0
         self._own_calls = 0
         self._prefix = self._inner_kept = 0

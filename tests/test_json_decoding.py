@@ -1,0 +1,199 @@
+"""JSON-schema decoding end to end on a tiny random model whose tokenizer has JSON punctuation
+merges: speculative constrained decoding (forced tokens, n-gram, self:L, a draft model) equals
+constrained champion-only decoding (k = 0, the reference): greedy token for token, replay per
+seed, rejection in distribution; every finished output parses and validates; bad schemas and
+options get named errors.
+
+The reference's semantics is checked apart from the engine too: `masked_reference` decodes with
+the model forward and the masks alone (jsonmask.Masker), sharing no code with engine.py or the
+drafters."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pyspec import testmodels, verify
+from pyspec.engine import Engine, Options, OptionsError
+from pyspec.jsonmask import Masker
+from pyspec.jsonschema import SchemaError, compile_schema
+from pyspec.load import backend as backend_for
+from pyspec.model import Model
+from pyspec.tokenizer import Tokenizer
+from pyspec.vocab import Vocab
+from test_engine import null_tv_quantile, total_variation
+from test_jsonmask import JSON_CORPUS
+from test_jsonschema import SCHEMAS, validate
+
+DRAFTS = ["none", "ngram", "self:1", "close"]
+
+
+class TinyJson:
+    def __init__(self, root):
+        tok_md = testmodels.tokenizer_metadata(n_merges=120, corpus=JSON_CORPUS)
+        self.path = str(root / "json-champion.gguf")
+        w = testmodels.write_model(self.path, seed=3, tokenizer=tok_md, ctx=512)
+        self.close_path = str(root / "json-close.gguf")
+        testmodels.write_model(self.close_path, tokenizer=tok_md, ctx=512,
+                               weights=testmodels.perturb(w, 0.04, 8))
+        self.champion = Model.load(self.path)
+        self.tokenizer = Tokenizer.from_metadata(self.champion.metadata)
+        self.prompt = self.tokenizer.encode_chat([{"role": "user", "content": "json please"}])
+        self.engines = {}
+
+    def engine(self, draft: str) -> Engine:
+        if draft not in self.engines:
+            spec = self.close_path if draft == "close" else draft
+            self.engines[draft] = Engine(backend_for(self.champion, spec, load_draft=Model.load),
+                                         self.tokenizer)
+        return self.engines[draft]
+
+
+@pytest.fixture(scope="module")
+def tj(tmp_path_factory) -> TinyJson:
+    return TinyJson(tmp_path_factory.mktemp("tinyjson"))
+
+
+def masked_reference(tj: TinyJson, schema: dict, n: int) -> list[int]:
+    """Constrained greedy decoding from the forward and the masks only."""
+    masker = Masker(compile_schema(schema), Vocab(tj.tokenizer), tj.tokenizer.eos_id)
+    model, kv = tj.champion, tj.champion.new_cache()
+    logits = model.forward(tj.prompt, kv)[-1]
+    kv.commit(len(tj.prompt))
+    state, out = masker.initial(), []
+    while len(out) < n:
+        row = np.where(masker.mask(state).dense(len(logits)), logits, -np.inf)
+        token = int(np.argmax(row))
+        out.append(token)
+        if token == tj.tokenizer.eos_id:
+            break
+        state = masker.advance(state, token)
+        logits = model.forward([token], kv)[-1]
+        kv.commit(1)
+    return out
+
+
+def run(tj, draft, schema, **kw):
+    opts = dict(max_tokens=200, json_schema=schema)
+    return tj.engine(draft).generate(tj.prompt, Options(**{**opts, **kw}))
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_greedy_equals_constrained_champion_only(tj, name):
+    schema = SCHEMAS[name]
+    ref = run(tj, "none", schema, k="fixed:0")
+    want = masked_reference(tj, schema, 200)
+    assert ref.tokens == [t for t in want if t != tj.tokenizer.eos_id]
+    if ref.finish_reason == "stop":
+        assert validate(json.loads(ref.text), schema), ref.text
+    assert ref.stats["drafted"] == 0 and ref.stats["forced_tokens"] > 0
+    for draft in DRAFTS:
+        for k in ("fixed:1", "fixed:4", "heuristic"):
+            r = run(tj, draft, schema, k=k)
+            assert r.tokens == ref.tokens and r.text == ref.text, (draft, k)
+            assert r.stats["forced_tokens"] == ref.stats["forced_tokens"]
+            assert r.stats["champion_passes"] <= ref.stats["champion_passes"]
+    r = run(tj, "none", schema, k="fixed:4")   # forced tokens alone save passes
+    assert r.stats["champion_passes"] < ref.stats["champion_passes"]
+
+
+@pytest.mark.parametrize("name", ["order", "tags", "scores"])
+def test_replay_equals_constrained_champion_only_per_seed(tj, name):
+    for seed in range(3):
+        kw = dict(temperature=0.9, seed=seed)
+        ref = run(tj, "none", SCHEMAS[name], k="fixed:0", **kw)
+        if ref.finish_reason == "stop":
+            assert validate(json.loads(ref.text), SCHEMAS[name]), ref.text
+        for draft in DRAFTS:
+            r = run(tj, draft, SCHEMAS[name], k="fixed:3", **kw)
+            assert r.tokens == ref.tokens, (draft, seed)
+
+
+def test_max_tokens_cut_leaves_a_valid_prefix(tj):
+    schema = SCHEMAS["order"]
+    full = run(tj, "ngram", schema, k="fixed:3")
+    g = compile_schema(schema)
+    for n in (1, 5, 9):
+        r = run(tj, "ngram", schema, k="fixed:3", max_tokens=n)
+        assert r.finish_reason == "length" and r.tokens == full.tokens[:n]
+        state = g.initial()
+        for b in r.text.encode():
+            state = g.step(state, b)
+            assert state is not None
+
+
+# --- rejection: the distribution of the tokens after the forced prefix -----------------------
+SCHEMA_BOOLS = {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}
+
+
+def exact_masked_joint(tj, masker, prefix, state, temperature):
+    """P(t1, t2) of the two tokens after `prefix` (grammar at `state`) under the masked champion,
+    by enumeration over t1."""
+    model, kv = tj.champion, tj.champion.new_cache()
+    vocab = model.config.vocab_size
+
+    def masked(logits, st):
+        return verify.softmax(np.where(masker.mask(st).dense(vocab), logits, -np.inf),
+                              temperature)
+
+    p1 = masked(model.forward(prefix, kv)[-1], state)
+    kv.commit(len(prefix))
+    joint = np.zeros((vocab, vocab))
+    for t1 in np.flatnonzero(p1):
+        kv.rollback()
+        st = masker.advance(state, int(t1))
+        if st is masker.advance(state, tj.tokenizer.eos_id) or st is None:
+            continue
+        joint[t1] = p1[t1] * masked(model.forward([int(t1)], kv)[-1], st)
+    return joint
+
+
+@pytest.mark.parametrize("draft", ["close", "ngram"])
+def test_rejection_matches_the_masked_champion_distribution(tj, draft):
+    """10,000 seeded runs (max_tokens=4, k fixed:3: the forced "[" then drafts in one block).
+    Stated bound: TV(empirical, exact) of the joint of the two tokens after the forced "[" is
+    below the 99.9th percentile of the TV that 10,000 exact draws give (400 simulated trials).
+    Teeth: the unmasked champion's joint is further than the bound."""
+    tok = tj.tokenizer
+    masker = Masker(compile_schema(SCHEMA_BOOLS), Vocab(tok), tok.eos_id)
+    first = masker.mask(masker.initial()).forced
+    assert tok.token_bytes(first) == b"["
+    prefix = tj.prompt + [first]
+    exact = exact_masked_joint(tj, masker, prefix, masker.advance(masker.initial(), first), 1.0)
+    bound = null_tv_quantile(exact, 10_000, 0.999)
+    engine, counts = tj.engine(draft), np.zeros_like(exact)
+    drafted = accepted = 0
+    for seed in range(10_000):
+        r = engine.generate(tj.prompt, Options(max_tokens=4, temperature=1.0, seed=seed,
+                                               verify="rejection", k="fixed:3",
+                                               json_schema=SCHEMA_BOOLS))
+        assert r.tokens[0] == first
+        counts[r.tokens[1], r.tokens[2]] += 1
+        drafted += r.stats["drafted"]
+        accepted += r.stats["accepted"]
+    tv = total_variation(counts, exact)
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} ({draft})"
+    assert 0 < accepted < drafted
+    raw = np.zeros_like(exact)   # teeth: the champion without the mask
+    kv = tj.champion.new_cache()
+    p1 = verify.softmax(tj.champion.forward(prefix, kv)[-1], 1.0)
+    raw[:, 0] = p1
+    assert 0.5 * np.abs(raw - exact).sum() > bound
+
+
+def test_bad_schemas_and_options_get_named_errors(tj):
+    with pytest.raises(SchemaError, match="'pattern'"):
+        run(tj, "none", {"type": "string", "pattern": "x"})
+    with pytest.raises(OptionsError, match="stop_at_eos"):
+        run(tj, "none", SCHEMAS["person"], stop_at_eos=False)
+
+
+def test_a_plain_request_after_a_schema_request_is_unchanged(tj):
+    engine = tj.engine("ngram")
+    before = engine.generate(tj.prompt, Options(max_tokens=30, stop_at_eos=False))
+    run(tj, "ngram", SCHEMAS["person"])
+    assert engine.drafter.name == "ngram"
+    after = engine.generate(tj.prompt, Options(max_tokens=30, stop_at_eos=False))
+    assert after.tokens == before.tokens and after.stats["forced_tokens"] == 0

@@ -250,6 +250,17 @@ class Engine:
         """Drop the conversation cache: the next request prefills its whole prompt."""
         self._held = None
 
+    async def warm(self, prefix: list[int]) -> None:
+        """Prefill `prefix` into the conversation cache ahead of a request: a prompt start every
+        request is expected to share (the chat template's system turn, web.Session). A request
+        whose prompt starts with it then prefills only the rest; the rows are those its own
+        prefill would write (batch invariance), and `reusable` checks the tokens as ever."""
+        tokens = list(prefix) + [0]     # prefill commits the rows of all but the last token
+        start = self.reusable(tokens)
+        self._held = None
+        await self.backend.prefill(tokens, start)
+        self._held = (self.kv, self.kv.epoch, list(prefix))
+
     # --- the loop ---------------------------------------------------------------------------
     def _resumed(self, resume: Resume | None, prompt: list[int], ctx: int) -> list[int]:
         """A Resume's ids, checked: token ids of this vocabulary that fit the context after the

@@ -17,6 +17,7 @@ anything runs: a malformed one is `bad_config` and changes nothing, so the sessi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import traceback
 
@@ -47,7 +48,7 @@ class SessionError(PyspecError):
 # What each field of a request may hold; null or absent means the default. A field of another
 # type is refused (bad_config) before anything runs, so a malformed request changes nothing.
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
-               "draft_name": str, "drills": bool}
+               "draft_name": str, "drills": bool, "warm": bool}
 GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, "verify": str,
                    "k": str, "draft": str, "drill": str, "context_overflow": str,
                    # the sampling controls (processors.py, stops.py), OpenAI's names
@@ -231,6 +232,15 @@ def _sampling(config: dict) -> dict:
             "stop": tuple([stop] if isinstance(stop, str) else stop)}
 
 
+def chat_prefix(tokenizer: Tokenizer) -> list[int]:
+    """The token ids every one-message chat starts with (the template's default system turn and
+    the user turn's header): the common prefix of two chats that differ only in the message."""
+    a = tokenizer.encode_chat([{"role": "user", "content": "a"}])
+    b = tokenizer.encode_chat([{"role": "user", "content": "b"}])
+    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return a[:n]
+
+
 class _SoftwareAdapter(Exception):
     """auto chose the CPU over a software WebGPU adapter."""
 
@@ -254,6 +264,7 @@ class Session:
         self.cancelled: set[int] = set()   # request ids asked to stop
         self.running: int | None = None
         self.drills = False                # fault drills (lose_device, config.drill) allowed
+        self.warming = None                # the warm-up task load() started (init option warm)
 
     # --- loading --------------------------------------------------------------------------
     # What load() replaces; a failed load puts them back.
@@ -263,8 +274,12 @@ class Session:
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
         none | self:L | model, "max_ctx": int, "backend": auto | webgpu | cpu (make_engine),
-        "champion_name", "draft_name"}. Returns
+        "champion_name", "draft_name", "warm": prefill the chat template's system turn after
+        load returns, while the visitor types (the page sets it; generate waits for it)}. Returns
         {"adapter", "vocab", "context", "n_layers", "draft"} or an error."""
+        if self.warming is not None:      # the last load's warm-up uses the engine replaced here
+            warming, self.warming = self.warming, None
+            await asyncio.gather(warming, return_exceptions=True)
         before = {name: getattr(self, name) for name in self._LOADED}
         try:
             opts = _fields(options_json, "init options", LOAD_FIELDS)
@@ -290,6 +305,10 @@ class Session:
             self.drills = bool(opts.get("drills"))
             self.engine = None
             engine = await self._engine(self.default_draft)
+            if opts.get("warm"):
+                # After `ready`: the chat template's system turn goes into the cache while the
+                # visitor types; the first request then prefills only its own message.
+                self.warming = asyncio.ensure_future(engine.warm(chat_prefix(tokenizer)))
             return json.dumps({"adapter": engine.adapter, "pyspec_version": __version__,
                                "fallback": engine.fallback_reason,
                                "vocab": config.vocab_size, "context": self.max_ctx,
@@ -332,6 +351,9 @@ class Session:
         {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
         when cancel() stopped it: the engine checks before every cycle), or an error."""
         try:
+            if self.warming is not None:    # never two prefills on one cache at once
+                warming, self.warming = self.warming, None
+                await asyncio.gather(warming, return_exceptions=True)  # a failed warm-up: no rows
             messages = _parse(messages_json, "messages")
             config = _fields(config_json, "config", GENERATE_FIELDS)
             engine = await self._engine(config.get("draft") or self.default_draft)

@@ -13,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import gpu_device, requires_gpu
@@ -141,6 +142,29 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
     bad = json.loads(run(s.load("{}", champion_bytes[:len(champion_bytes) // 2])))["error"]
     assert bad["code"] == "bad_model"
     assert json.loads(run(s.load("[]", champion_bytes)))["error"]["code"] == "bad_config"
+
+
+def test_a_warm_session_prefills_the_chat_prefix_before_the_first_request(tiny, champion_bytes):
+    """init option warm: the template's system turn is in the cache when the first request comes
+    (load returns first; generate waits for it), and the request gives the same tokens and the
+    same cache rows as a cold session."""
+    async def first_request(warm: bool):
+        s = web.Session(opener(NoAdapterError("none here")))
+        await s.load(json.dumps({"max_ctx": 128, "warm": warm}), champion_bytes)
+        assert (s.warming is not None) == warm
+        done = await s.generate(1, MESSAGES, json.dumps({"max_tokens": 12}), lambda *a: None)
+        return s, json.loads(done)
+
+    prefix = web.chat_prefix(tiny.tokenizer)
+    (warm_s, warm), (cold_s, cold) = run(first_request(True)), run(first_request(False))
+    assert 0 < len(prefix) < warm["stats"]["prompt_tokens"]
+    assert warm["tokens"] == cold["tokens"]
+    assert warm["stats"]["reused_tokens"] == len(prefix) and cold["stats"]["reused_tokens"] == 0
+    assert warm["stats"]["prefill_tokens"] == cold["stats"]["prefill_tokens"] - len(prefix)
+    n = warm_s.engine.kv.committed
+    assert n == cold_s.engine.kv.committed
+    assert np.array_equal(warm_s.engine.kv.k[:, :n], cold_s.engine.kv.k[:, :n])
+    assert np.array_equal(warm_s.engine.kv.v[:, :n], cold_s.engine.kv.v[:, :n])
 
 
 def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):

@@ -327,7 +327,8 @@ async function init(msg) {
     // backend: "auto" (web.make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
     const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
                       backend: msg.backend ?? "auto", champion_name: champion.name,
-                      draft_name: draft?.name, drills: msg.drills ?? false };
+                      draft_name: draft?.name, drills: msg.drills ?? false,
+                      warm: true };   // the system turn is prefilled after ready (web.py)
     const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
     if (info.error) throw new WorkerError(info.error.code, info.error.message);
     progress("load", 1, 1, champion.name);

@@ -21,6 +21,7 @@ from pyspec.engine import Engine, Options
 from pyspec.gguf import GGUFFile
 from pyspec.load import backend as backend_for
 from pyspec.model import Model
+from pyspec.processors import Processor
 from pyspec.tokenizer import Tokenizer
 
 TEXTS = ["the cat sat on the mat. the dog ate the bone.",
@@ -126,8 +127,19 @@ def test_choices_stay_in_the_intersection_and_q_is_renormalised(tiny, foreign):
     np.testing.assert_allclose(q[b.to_draft >= 0], inside / inside.sum(), rtol=1e-12)
     greedy, _, _ = bridged_choice(b, logits, context, Rule("greedy"))
     assert b.to_draft[greedy] == int(np.argmax(logits))
+    # A processor (a JSON-schema mask, say) that allows only tokens the draft lacks.
+    only_outside = MaskProcessor(b.to_draft < 0)
+    assert bridged_choice(b, logits, context, Rule("greedy", processors=(only_outside,))) is None
     logits[np.flatnonzero(b.to_champion < 0)[0]] = logits.max() + 1   # favourite outside
     assert bridged_choice(b, logits, context, Rule("greedy")) is None
+
+
+class MaskProcessor(Processor):
+    def __init__(self, allowed):
+        self.allowed = allowed                                             # (champion vocab,)
+
+    def apply(self, logits, prefix, drafts):
+        return np.where(self.allowed, logits, -np.inf)
 
 
 def test_rejection_under_the_intersection_follows_the_champion(tiny, foreign):

@@ -36,6 +36,7 @@ import numpy as np
 from ..compat import Bridge
 from ..cycle import Rule, draft_rows_kept
 from ..model import Model, prefill
+from ..verify import VerifyInputError
 from .proposal import Proposal
 
 TAIL_TOKENS = 8   # draft tokens of the current text run that are re-encoded with new bytes
@@ -121,14 +122,19 @@ def bridged_choice(bridge: Bridge, logits: np.ndarray, context: list[int], rule:
                    ) -> tuple[int, np.ndarray | None, float] | None:
     """The draft's pick for the champion position after `context` (champion ids: the committed
     tokens and the drafts so far) from its logits (draft vocab,), in champion ids: rule.choose
-    over champion-indexed logits that are -inf outside the intersection. None when the draft's
-    own most likely token is outside the intersection (the block ends there)."""
+    over champion-indexed logits that are -inf outside the intersection. None (the block ends
+    there) when the draft's own most likely token is outside the intersection, or when the
+    request's processors leave no shared token open."""
     if bridge.to_champion[int(np.argmax(logits))] < 0:
         return None
     champion_ids, draft_ids = bridge.pairs                              # (shared,) each
     champion_logits = np.full(len(bridge.to_draft), -np.inf)          # (champion vocab,)
     champion_logits[champion_ids] = logits[draft_ids]
-    return rule.choose(champion_logits, len(context), context)
+    try:
+        return rule.choose(champion_logits, len(context), context)
+    except VerifyInputError:
+        # The request's processors (a JSON-schema mask) allow no shared token here.
+        return None
 
 
 @dataclass

@@ -215,3 +215,18 @@ def test_the_browser_session_drafts_through_the_bridge(tiny, foreign):
     assert out["model"]["tokens"] == out["none"]["tokens"]
     assert out["model"]["stats"]["bridge"]["kind"] == "tli"
     assert out["model"]["stats"]["drafted"] > 0
+
+
+def test_rejection_runs_the_bridged_q_rows_on_every_backend(tiny, foreign, backend):
+    """On the GPU a bridged draft is a host drafter whose q rows (champion ids) go up with its
+    tokens: it runs there and gets drafts accepted. (Its distribution is tested above on numpy;
+    the accept kernel's rule is the one verify.py states.)"""
+    engine = engine_for(tiny, foreign.tli_path, backend)
+    accepted = drafted = 0
+    for seed in range(3):
+        r = engine.generate(tiny.prompt, Options(max_tokens=24, temperature=0.9, seed=seed,
+                                                 verify="rejection", k="fixed:3",
+                                                 stop_at_eos=False))
+        assert len(r.tokens) == 24
+        accepted, drafted = accepted + r.stats["accepted"], drafted + r.stats["drafted"]
+    assert 0 < accepted < drafted

@@ -185,3 +185,24 @@ def test_a_conversation_longer_than_the_context_drops_old_turns_with_a_notice(ti
               {max_tokens: 8, context_overflow: "error"})) {} return null; }
       catch (e) { return e.code; } }""", messages)
     assert refused == "prompt_too_long"
+
+
+def test_the_page_styles_each_token_by_kind_as_the_stats_count(tiny_page):
+    """The demo shows speculation at work: one span per token, classed by its kind; the spans
+    classed accepted number stats.accepted, all of them the tokens generated, their text the
+    answer; the switch turns the styles off and keeps the text."""
+    page, _, _ = tiny_page
+    result = run(page, PROMPT, {"draft": "ngram", "k": "fixed:3", "max_tokens": 40})
+    bubble = page.locator(".msg.assistant").last
+    counts = bubble.evaluate("""(el) => Object.fromEntries(["champion", "accepted", "corrected",
+        "bonus", "forced"].map((k) => [k, el.querySelectorAll(".tok-" + k).length]))""")
+    stats = result["stats"]
+    assert counts["accepted"] == stats["accepted"] > 0
+    assert sum(counts.values()) == stats["generated_tokens"] == len(result["tokens"])
+    assert counts["champion"] + counts["corrected"] + counts["bonus"] == stats["champion_passes"]
+    assert bubble.text_content() == result["text"]
+    style = "(el) => getComputedStyle(el.querySelector('.tok-accepted')).textDecorationLine"
+    assert bubble.evaluate(style) == "underline"
+    page.uncheck("#show-kinds")
+    assert bubble.evaluate(style) == "none" and bubble.text_content() == result["text"]
+    page.check("#show-kinds")

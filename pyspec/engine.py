@@ -126,6 +126,31 @@ class Chunk:
     n_tokens: int        # tokens committed since the last chunk: len(ids)
     ids: list[int] = field(default_factory=list)   # their ids, what a Resume goes on from
     cycle: int = 0       # cycles this request has run so far (fault drills strike by it)
+    kinds: list[str] = field(default_factory=list)  # each id's TOKEN_KINDS entry
+    starts: list[int] = field(default_factory=list) # each id's character offset in the output
+                                                    # (where its text begins; never in receipts)
+
+
+# What each emitted token was, for pages that show speculation at work: "champion" a plain decode
+# step (k = 0), "accepted" a draft the champion accepted, "corrected" the champion's own token at
+# the first rejected draft, "bonus" its token after a block accepted whole, "forced" the one token
+# a JSON schema allowed (drafted for free). A forced token is also an accepted draft; forced wins.
+TOKEN_KINDS = ("champion", "accepted", "corrected", "bonus", "forced")
+
+
+def token_kind(i: int, n_accepted: int, k: int) -> str:
+    """The kind of token i of a cycle's verdict (n_accepted drafts of k, then one champion token)."""
+    if i < n_accepted:
+        return "accepted"
+    return "champion" if k == 0 else "bonus" if n_accepted == k else "corrected"
+
+
+def _forced(constraint, generated: list[int], j: int) -> bool:
+    """Did the schema allow exactly one token at generated[j]?"""
+    constraint.state_after(generated)
+    state = constraint.states[j]
+    return (state is not None and state is not constraint.done
+            and constraint.masker.mask(state).forced is not None)
 
 
 @dataclass
@@ -336,7 +361,9 @@ class Engine:
         # The resumed ids' text was shown by the interrupted run: the decoder is primed with it
         # (bytes of a character they left incomplete stay pending) and offsets continue after it,
         # less the tail it held back for the stop strings (a function of the text: stops.py).
-        out_text, unsent = stops.feed("".join(detok.feed(t) for t in done))[0], []
+        primed = "".join(detok.feed(t) for t in done)
+        out_text, unsent = stops.feed(primed)[0], []
+        decoded, marks = len(primed), []   # characters decoded so far; (kind, start) of unsent
         if resume is not None and resume.fault:
             self.faults.append({**resume.fault, "at_token": len(done),
                                 "recovery_s": resume.fault.get("restart_s", 0.0) + t_prefill,
@@ -390,11 +417,19 @@ class Engine:
                 new, finish = new[:stop], "stop"
             text, hit = "", False
             for i, t in enumerate(new):   # token by token: a stop string ends after its token
-                shown, hit = stops.feed(detok.feed(t))
+                piece = detok.feed(t)
+                marks.append((token_kind(i, verdict.n_accepted, k_real), decoded))
+                decoded += len(piece)
+                shown, hit = stops.feed(piece)
                 text += shown
                 if hit:
                     new, stop, finish = new[:i + 1], i, "stop"
                     break
+            if constraint is not None:
+                for j in range(len(new)):
+                    if _forced(constraint, tokens[len(prompt):] + new, n - len(prompt) + j):
+                        at = len(marks) - len(new) + j
+                        marks[at] = ("forced", marks[at][1])
             tokens += new
             unsent += new
             if stop is not None and not hit:   # end of generation: flush what was held
@@ -408,8 +443,9 @@ class Engine:
                 # string, yields no chunk), so the chunks' ids are always exactly the tokens
                 # behind the text shown plus the held-back tail, which is a function of their
                 # text (stops.held_suffix): what a Resume needs.
-                yield Chunk(len(out_text), text, len(unsent), unsent, st.champion_passes)
-                out_text, unsent = out_text + text, []
+                yield Chunk(len(out_text), text, len(unsent), unsent, st.champion_passes,
+                            [m[0] for m in marks], [m[1] for m in marks])
+                out_text, unsent, marks = out_text + text, [], []
             if stop is not None:
                 break
             await asyncio.sleep(0)  # let a cancel or another task in between cycles
@@ -426,7 +462,8 @@ class Engine:
             else:
                 tail += stops.flush()
         if tail:
-            yield Chunk(len(out_text), tail, len(unsent), unsent, st.champion_passes)
+            yield Chunk(len(out_text), tail, len(unsent), unsent, st.champion_passes,
+                        [m[0] for m in marks], [m[1] for m in marks])
             out_text += tail
 
         if report is not None:

@@ -18,6 +18,7 @@ anything runs: a malformed one is `bad_config` and changes nothing, so the sessi
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import traceback
 
@@ -88,6 +89,23 @@ def _fields(text: str, what: str, fields: dict) -> dict:
 # Faults a client may say interrupted the run it resumes (a code, never free text: it goes to
 # the receipt): client.js sends worker_died after it restarted a dead worker.
 RESUME_FAULTS = ("worker_died",)
+
+
+class _Utf16:
+    """The engine's offsets count code points; JavaScript strings count UTF-16 code units, which
+    differ after every character outside the BMP (an emoji). The worker's chunks carry UTF-16
+    offsets, so client.js's bookkeeping (`shown`, never showing text twice) stays right."""
+
+    def __init__(self):
+        self.n = 0              # code points seen
+        self.astral: list = []  # their positions that take two UTF-16 units
+
+    def add(self, text: str) -> None:
+        self.astral += [self.n + i for i, c in enumerate(text) if ord(c) > 0xFFFF]
+        self.n += len(text)
+
+    def at(self, i: int) -> int:
+        return i + bisect.bisect_left(self.astral, i)
 
 
 def _resume(text: str) -> Resume | None:
@@ -343,11 +361,13 @@ class Session:
     # --- generation -----------------------------------------------------------------------
     async def generate(self, request_id: int, messages_json: str, config_json: str,
                        on_chunk, resume_json: str = "null") -> str:
-        """Stream one request. `on_chunk(offset, text, n_tokens, ids_json, cycle)` is called once
-        per cycle that commits text (ids_json: the JSON list of the ids committed since the last
-        chunk; cycle: cycles run so far). config: {max_tokens, temperature, seed, verify, k,
-        draft, drill}. resume: null or {ids, fault} (_resume): go on from the ids an interrupted
-        run of this request committed. Returns
+        """Stream one request. `on_chunk(offset, text, n_tokens, ids_json, cycle, marks_json)` is
+        called once per cycle that commits text (ids_json: the JSON list of the ids committed
+        since the last chunk; cycle: cycles run so far; marks_json: {"kinds", "starts"}, each
+        id's engine.TOKEN_KINDS entry and where its text begins; offsets in UTF-16 code units,
+        as JavaScript counts). config: {max_tokens, temperature, seed, verify, k, draft, drill}.
+        resume: null or {ids, fault} (_resume): go on from the ids an interrupted run of this
+        request committed. Returns
         {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
         when cancel() stopped it: the engine checks before every cycle), or an error."""
         try:
@@ -383,9 +403,17 @@ class Session:
             stream = engine.stream(prompt, opts, report, resume=resume,
                                    should_stop=lambda: request_id in self.cancelled)
             try:
+                units = None
                 async for chunk in stream:
-                    on_chunk(chunk.offset, chunk.text, chunk.n_tokens, json.dumps(chunk.ids),
-                             chunk.cycle)
+                    if units is None:      # the text a resumed run showed comes first
+                        units = _Utf16()
+                        if resume is not None:
+                            units.add(self.tokenizer.decode(resume.ids)[:chunk.offset])
+                    offset = units.at(chunk.offset)
+                    units.add(chunk.text)
+                    on_chunk(offset, chunk.text, chunk.n_tokens, json.dumps(chunk.ids),
+                             chunk.cycle, json.dumps({"kinds": chunk.kinds, "starts": [
+                                 units.at(s) for s in chunk.starts]}))
                     text += chunk.text
                     if drill and chunk.cycle >= drill[1]:   # device-lost, the one session drill
                         drill = None

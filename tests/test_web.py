@@ -119,7 +119,7 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
 
     chunks = []
     done = json.loads(run(s.generate(2, MESSAGES, json.dumps({"max_tokens": 8}),
-                                     lambda offset, text, n, ids, cycle:
+                                     lambda offset, text, n, ids, cycle, marks:
                                      chunks.append((offset, text, n)))))
     assert "".join(t for _, t, _ in chunks) == done["text"]
     assert [o for o, _, _ in chunks] == sorted(o for o, _, _ in chunks)

@@ -110,6 +110,28 @@ function samplingConfig() {
 // --- chat -----------------------------------------------------------------------------------
 const history = [];
 
+// An assistant bubble holds its text as one span per token, classed by the token's kind
+// (champion, accepted, corrected, bonus, forced: style.css; the legend names them), so the page
+// shows what speculation did. A token whose bytes end mid-character gets an empty span; the
+// switch above the chat (#show-kinds) turns the styles off, not the spans.
+function appendTokens(out, chunk) {
+  out.full = (out.full ?? "") + chunk.text;
+  out.marks = (out.marks ?? []).concat(chunk.kinds.map((kind, i) => [kind, chunk.starts[i]]));
+  const spans = out.marks.map(([kind, start], i) => {
+    const span = document.createElement("span");
+    span.className = `tok tok-${kind}`;
+    span.title = KIND_NAMES[kind];
+    const end = i + 1 < out.marks.length ? out.marks[i + 1][1] : out.full.length;
+    span.textContent = out.full.slice(start, Math.max(start, end));
+    return span;
+  });
+  out.replaceChildren(...spans);
+}
+
+const KIND_NAMES = { champion: "the champion's token (no draft)", accepted: "draft accepted",
+                     corrected: "the champion's correction", bonus: "bonus token",
+                     forced: "forced by the schema" };
+
 function bubble(role, text = "") {
   const div = document.createElement("div");
   div.className = `msg ${role}`;
@@ -132,7 +154,7 @@ async function run(prompt, overrides = {}, onText = null) {
   let tokens = 0;
   try {
     for await (const chunk of d.generate(history, config)) {
-      out.textContent += chunk.text;
+      appendTokens(out, chunk);
       tokens += chunk.tokens;
       $("s-tps").textContent = (tokens / ((performance.now() - t0) / 1000)).toFixed(2);
       $("messages").scrollTop = $("messages").scrollHeight;
@@ -226,6 +248,9 @@ function start() {
   $("stop").addEventListener("click", () => decoder?.cancel().catch(showError));
   $("clear").addEventListener("click", () => { history.length = 0; $("messages").textContent = ""; });
   $("receipt").addEventListener("click", downloadReceipt);
+  const syncKinds = () => $("messages").classList.toggle("plain", !$("show-kinds").checked);
+  $("show-kinds").addEventListener("change", syncKinds);
+  syncKinds();
   for (const id of ["model", "drafter", "layers"]) {
     $(id).addEventListener("change", () => { clearError(); ensureDecoder().catch(showError); });
   }

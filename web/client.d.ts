@@ -96,10 +96,17 @@ export interface GenerateConfig extends SamplingConfig {
   drill?: string | null;             // "worker-terminate@C" | "device-lost@C" (drills: true)
 }
 
+/** What each token was: a plain decode step, a draft the champion accepted, the champion's token
+ * at the first rejected draft, its token after a block accepted whole, or a JSON-schema token
+ * that was the only one allowed. */
+export type TokenKind = "champion" | "accepted" | "corrected" | "bonus" | "forced";
+
 export interface Chunk {
   offset: number;                    // UTF-16 offset of `text` in the whole output
   text: string;
   tokens: number;                    // tokens committed with this text
+  kinds: TokenKind[];                // one per token committed with this text
+  starts: number[];                  // UTF-16 offset where each of those tokens' text begins
 }
 
 export type EngineFinishReason = "stop" | "length" | "context" | "cancelled";

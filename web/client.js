@@ -244,7 +244,8 @@ export class SpecDecoder {
             ids.push(...item.chunk.ids);
             const fresh = text.slice(Math.max(0, shown - offset));
             shown += fresh.length;
-            yield { offset: shown - fresh.length, text: fresh, tokens };
+            yield { offset: shown - fresh.length, text: fresh, tokens,
+                    kinds: item.chunk.kinds, starts: item.chunk.starts };
           } else if (item.done) {
             this.lastResult = item.done;
             // The context-full policy left out the oldest turns (counts in receipt.context).

@@ -20,7 +20,9 @@
 //       config: {draft, k, verify, temperature, seed, max_tokens, drill, and the sampling
 //       controls top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
 //       logit_bias, stop (web.py checks them)}; chunk.ids = the token
-//       ids committed since the last chunk (tokens = their count), cycle = cycles run so far;
+//       ids committed since the last chunk (tokens = their count), cycle = cycles run so far,
+//       kinds and starts = each id's kind (champion, accepted, corrected, bonus, forced) and
+//       where its text begins;
 //       text offsets are in UTF-16 code units of the whole output. resume: {ids, fault} goes on
 //       from the ids an interrupted run of the same request sent (client.js after a worker
 //       death; fault {kind: 'worker_died', cycle, restart_s} goes to the receipt): its chunks
@@ -343,8 +345,9 @@ async function init(msg) {
 
 async function generate(msg) {
   const { session } = await requireRuntime();
-  const onChunk = (offset, text, tokens, ids, cycle) =>
-    post({ type: "chunk", id: msg.id, offset, text, tokens, ids: JSON.parse(ids), cycle });
+  const onChunk = (offset, text, tokens, ids, cycle, marks) =>
+    post({ type: "chunk", id: msg.id, offset, text, tokens, ids: JSON.parse(ids), cycle,
+           ...JSON.parse(marks) });
   const out = JSON.parse(await session.generate(msg.id, toJson(msg.messages ?? [], "messages"),
                                                 toJson(msg.config ?? {}, "config"), onChunk,
                                                 toJson(msg.resume ?? null, "resume")));

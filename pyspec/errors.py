@@ -12,10 +12,13 @@ anywhere. The codes:
   bad_config          an unknown or malformed option, draft spec, K policy or message list
   bad_input           inputs to a rule that no rule can use (verify.py's checks)
   gpu_error           a WebGPU validation, out-of-memory or readback failure
+  gpu_timeout         a GPU readback that did not finish within the watchdog
+  gpu_unrecoverable   the GPU failed more often in one request than the engine recovers from
   no_webgpu           no WebGPU adapter
   device_lost         the GPU device was lost
   not_ready           the browser session has no model loaded yet
   out_of_memory       a host allocation failed (a context or a model too large for this memory)
+  worker_oom          the browser worker ran out of memory mid-request (client.js restarts it)
 
 Anything else that escapes is a bug, code `internal`. Each class keeps a builtin base
 (ValueError, RuntimeError) as well, so callers that catch those still do.

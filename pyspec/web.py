@@ -26,10 +26,11 @@ from . import __version__, conversation
 from .compat import check_pair
 from .cpu import CPUBackend
 from .drafters import BridgedModel, model_drafter, parse_draft
-from .fastcpu import FastModel
 from .engine import Engine, Options, Resume
+from .fastcpu import FastModel
 from .errors import PyspecError, error_code
 from .gguf import GGUFFile
+from .gpu.device import DEVICE_DRILLS
 from .load import backend as backend_for
 from .model import Config, Model
 from .tokenizer import Tokenizer, TokenizerError
@@ -49,7 +50,7 @@ class SessionError(PyspecError):
 # What each field of a request may hold; null or absent means the default. A field of another
 # type is refused (bad_config) before anything runs, so a malformed request changes nothing.
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
-               "draft_name": str, "drills": bool, "warm": bool}
+               "draft_name": str, "drills": bool, "load_faults": list, "warm": bool}
 GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, "verify": str,
                    "k": str, "draft": str, "drill": str, "context_overflow": str,
                    # the sampling controls (processors.py, stops.py), OpenAI's names
@@ -87,8 +88,30 @@ def _fields(text: str, what: str, fields: dict) -> dict:
 
 
 # Faults a client may say interrupted the run it resumes (a code, never free text: it goes to
-# the receipt): client.js sends worker_died after it restarted a dead worker.
-RESUME_FAULTS = ("worker_died",)
+# the receipt): client.js sends worker_died after it restarted a dead worker, worker_oom after
+# it replaced one that ran out of memory.
+RESUME_FAULTS = ("worker_died", "worker_oom")
+
+# Faults the worker met while it loaded the weights (worker.js; codes only, for the receipt):
+# a truncated or corrupt OPFS file (downloaded again), a full quota or no OPFS at all (weights
+# kept in memory), a download that dropped (resumed by Range requests), the cache held by
+# another page (downloaded into memory).
+LOAD_FAULTS = ("opfs_truncated", "opfs_corrupt", "opfs_quota", "opfs_unavailable",
+               "download_dropped", "opfs_busy")
+
+
+def _load_faults(items) -> list[dict]:
+    """init's load_faults: [{"kind": one of LOAD_FAULTS, "recovery_s": seconds}] as receipt
+    faults (at_token 0, cycle 0: before any request)."""
+    out = []
+    for item in items or []:
+        if (not isinstance(item, dict) or item.get("kind") not in LOAD_FAULTS
+                or not isinstance(item.get("recovery_s", 0), (int, float))):
+            raise SessionError("bad_config", f"load_faults items must be {{\"kind\": one of "
+                               f"{LOAD_FAULTS}, \"recovery_s\": seconds}}, got {item!r:.60}")
+        out.append({"kind": item["kind"], "at_token": 0, "cycle": 0,
+                    "recovery_s": float(item.get("recovery_s", 0))})
+    return out
 
 
 class _Utf16:
@@ -133,8 +156,13 @@ def _resume(text: str) -> Resume | None:
 
 
 # Fault drills the Session itself injects (config "drill": "KIND@CYCLE", only on a session loaded
-# with drills on); client.js injects the others (worker-terminate) and never sends them here.
-SESSION_DRILLS = ("device-lost",)
+# with drills on); client.js injects worker-terminate and worker.js the loading ones (OPFS,
+# downloads), and never send them here. All but worker-oom need the WebGPU engine:
+#   device-lost         the device destroyed (device.destroy()): go on on a new device
+#   device-lost-repeat  destroyed again on every new device: stops at engine.MAX_RECOVERIES
+#   gpu-oom, readback-throw, readback-hang   gpu/device.py's DEVICE_DRILLS, at the next readback
+#   worker-oom          wasm memory allocated until an allocation fails (MemoryError)
+SESSION_DRILLS = ("device-lost", "device-lost-repeat", *DEVICE_DRILLS, "worker-oom")
 
 
 def _drill(spec: str | None, enabled: bool) -> tuple[str, int] | None:
@@ -219,10 +247,8 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                 # to the CPU here rather than failing the first request (and TTFT excludes it).
                 gpu_model.forward_dispatches(SLOT_CHAMPION)
                 await dev.check()
-            # A GPU fault mid-request (device lost, a failed readback) finishes the request on
-            # the numpy champion, champion-only, from the committed tokens (DESIGN §8).
             return Engine(backend_for(gpu_model, draft, max_ctx), tokenizer,
-                          recover=lambda: CPUBackend(FastModel(file), "none", max_ctx))
+                          recover=_recovery(gpu_model, file, max_ctx, open_device))
         except _SoftwareAdapter as e:
             kind, reason = "software_adapter", str(e)
         except NoAdapterError as e:
@@ -232,6 +258,34 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
     champion = previous.champion if fallbacks else FastModel(file)
     return Engine(backend_for(champion, draft, max_ctx), tokenizer, fallback_reason=reason,
                   fallbacks=[{"kind": kind, "adapter": "cpu-numpy"}])
+
+
+def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
+    """The engine's `recover` (DESIGN §8): after a GPU fault the request goes on, champion-only,
+    from its committed tokens. A lost device is replaced by a new one of the same adapter (its
+    weights uploaded again); any other fault (a readback that threw or hung, an out-of-memory),
+    or no new device, goes to the numpy champion. A device that failed but is not lost is
+    destroyed, so its buffers go with it."""
+    from .gpu import GPUError, load_model
+    from .gpu.backend import GPUBackend
+
+    current = [gpu_model]
+
+    async def recover():
+        failed = current[0]
+        if failed is not None and failed.dev.lost is None:
+            failed.dev.destroy()
+        elif failed is not None:
+            try:
+                dev = await open_device()
+                current[0] = load_model(dev, file, max_ctx=max_ctx)
+                return GPUBackend(current[0], "none", max_ctx)
+            except GPUError:
+                pass
+        current[0] = None
+        return CPUBackend(FastModel(file), "none", max_ctx)
+
+    return recover
 
 
 def _or(value, default):
@@ -248,6 +302,17 @@ def _sampling(config: dict) -> dict:
     stop = _or(config.get("stop"), [])
     return {**out, "logit_bias": _or(config.get("logit_bias"), {}),
             "stop": tuple([stop] if isinstance(stop, str) else stop)}
+
+
+def _exhaust_memory() -> None:
+    """The worker-oom drill: take 256 MiB blocks (uninitialised: wasm pages are committed only
+    when touched) until an allocation fails; the MemoryError propagates, the blocks are freed."""
+    import numpy as np
+
+    held = []
+    for _ in range(64):   # wasm32 fails within 16 blocks (4 GiB); natively memory is overcommitted
+        held.append(np.empty(256 << 20, np.uint8))
+    raise MemoryError("the worker-oom drill allocated 16 GiB without a failure")
 
 
 def chat_prefix(tokenizer: Tokenizer) -> list[int]:
@@ -282,12 +347,13 @@ class Session:
         self.cancelled: set[int] = set()   # request ids asked to stop
         self.running: int | None = None
         self.drills = False                # fault drills (lose_device, config.drill) allowed
+        self.load_faults: list[dict] = []  # faults met loading the weights (receipt faults)
         self.warming = None                # the warm-up task load() started (init option warm)
 
     # --- loading --------------------------------------------------------------------------
     # What load() replaces; a failed load puts them back.
     _LOADED = ("file", "config", "tokenizer", "draft_model", "backend", "max_ctx",
-               "default_draft", "engine", "engine_draft", "drills")
+               "default_draft", "engine", "engine_draft", "drills", "load_faults")
 
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
@@ -304,7 +370,11 @@ class Session:
             if opts.get("max_ctx") is not None and opts["max_ctx"] < 1:
                 raise SessionError("bad_config", f"max_ctx must be a positive number of "
                                    f"positions, got {opts['max_ctx']}")
-            file = GGUFFile(champion_buf, opts.get("champion_name") or "champion")
+            # The same champion bytes again (a reload): keep the file, so the engine's GPU
+            # model is lent to the new one rather than uploaded (and compiled) again.
+            same = self.file is not None and self.file.buf == champion_buf
+            file = self.file if same else GGUFFile(champion_buf,
+                                                   opts.get("champion_name") or "champion")
             config = Config.from_metadata(file.metadata)
             tokenizer = Tokenizer.from_metadata(file.metadata)
             draft_model = None
@@ -321,8 +391,15 @@ class Session:
             self.max_ctx = min(opts.get("max_ctx") or DEFAULT_MAX_CTX, config.context_length)
             self.default_draft = opts.get("draft") or ("model" if draft_model else "ngram")
             self.drills = bool(opts.get("drills"))
-            self.engine = None
+            self.load_faults = _load_faults(opts.get("load_faults"))
+            if not (same and (self.backend, self.max_ctx) == (before["backend"],
+                                                                before["max_ctx"])):
+                self.engine = None
+            self.engine_draft = None     # a new engine (and cache); the champion may be lent
             engine = await self._engine(self.default_draft)
+            old = getattr(getattr(before["engine"], "champion", None), "dev", None)
+            if old is not None and old is not getattr(engine.champion, "dev", None):
+                old.destroy()            # the replaced engine's device, with its buffers
             if opts.get("warm"):
                 # After `ready`: the chat template's system turn goes into the cache while the
                 # visitor types; the first request then prefills only its own message.
@@ -345,7 +422,9 @@ class Session:
         """The engine for a drafter choice; rebuilt (with a fresh cache) when the choice changes."""
         if self.file is None:
             raise SessionError("not_ready", "no model is loaded: send init first")
-        if self.engine is None or self.engine_draft != draft:
+        lost = getattr(getattr(self.engine, "champion", None), "dev", None)
+        if (self.engine is None or self.engine_draft != draft
+                or (lost is not None and lost.lost is not None)):   # a new device for a lost one
             spec = draft
             if parse_draft(draft, self.config.n_layers).needs_weights:
                 # The page's draft model arrives as a buffer at init; no paths in the browser.
@@ -384,7 +463,7 @@ class Session:
             opts.check()
             resume = _resume(resume_json)
             drill = _drill(config.get("drill"), self.drills)
-            if drill and getattr(engine.champion, "dev", None) is None:
+            if drill and drill[0] != "worker-oom" and getattr(engine.champion, "dev", None) is None:
                 raise SessionError("bad_config", f"the {drill[0]} drill needs the WebGPU engine, "
                                    f"not {engine.adapter}: load with backend webgpu")
             try:
@@ -415,11 +494,14 @@ class Session:
                              chunk.cycle, json.dumps({"kinds": chunk.kinds, "starts": [
                                  units.at(s) for s in chunk.starts]}))
                     text += chunk.text
-                    if drill and chunk.cycle >= drill[1]:   # device-lost, the one session drill
-                        drill = None
-                        self._destroy_device()
+                    if drill and chunk.cycle >= drill[1]:
+                        drill = self._strike(drill, chunk.cycle)
             finally:
                 await stream.aclose()
+        except MemoryError as e:
+            # The wasm heap is exhausted: nothing here can be trusted to allocate again, so the
+            # worker reports it fatal and client.js resumes the request on a new worker.
+            return _error(SessionError("worker_oom", f"the worker ran out of memory ({e})"))
         except Exception as e:  # noqa: BLE001
             return _error(e)
         finally:
@@ -429,9 +511,15 @@ class Session:
             return json.dumps({"text": text, "tokens": None, "finish_reason": "cancelled",
                                "stats": None, "receipt": None})
         fitted.annotate(report)
+        if self.load_faults:
+            report["receipt"]["faults"] = self.load_faults + report["receipt"]["faults"]
         self.last = report
         if any(f["kind"] not in RESUME_FAULTS for f in engine.faults):
-            # The request finished on the CPU; the next one seeks a GPU device again.
+            # The request finished champion-only (on the CPU or a new device); the next one
+            # builds its engine again (and seeks a GPU device), giving back this one's device.
+            dev = getattr(engine.champion, "dev", None)
+            if dev is not None and dev.lost is None:
+                dev.destroy()
             self.engine = None
         return json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
                                                   "receipt", "notice")})
@@ -452,6 +540,19 @@ class Session:
                                        "session with drills on (init option drills: true)"))
         return json.dumps({"lost": self._destroy_device()})
 
+    def _strike(self, drill: tuple[str, int], cycle: int) -> tuple[str, int] | None:
+        """Make the drilled fault happen (SESSION_DRILLS); returns the drill still to come:
+        device-lost-repeat strikes again at the next chunk, on whatever device is then in use."""
+        kind = drill[0]
+        if kind in ("device-lost", "device-lost-repeat"):
+            lost = self._destroy_device()
+            return (kind, cycle + 1) if kind == "device-lost-repeat" and lost else None
+        if kind == "worker-oom":
+            _exhaust_memory()
+        else:
+            self.engine.champion.dev.drill = kind
+        return None
+
     def _destroy_device(self) -> bool:
         dev = getattr(getattr(self.engine, "champion", None), "dev", None)
         if dev is None:
@@ -460,7 +561,16 @@ class Session:
         return True
 
     def stats(self) -> str:
-        return json.dumps({"stats": self.last["stats"] if self.last else None})
+        """The last request's stats, and `memory`: the WebGPU devices alive and their buffer
+        bytes (gpu.browser.live; zeros natively), for the page's leak checks."""
+        memory = {"gpu_devices": 0, "gpu_bytes": 0}
+        try:
+            from .gpu import browser
+            memory = browser.live()
+        except ImportError:  # pragma: no cover - the browser module imports everywhere
+            pass
+        return json.dumps({"stats": self.last["stats"] if self.last else None,
+                           "memory": memory})
 
     def receipt(self) -> str:
         return json.dumps({"receipt": self.last["receipt"] if self.last else None})

@@ -416,6 +416,40 @@ def test_a_gpu_fault_finishes_the_request_on_the_recovery_backend(tiny, greedy_r
         engine.generate(tiny.prompt, Options(max_tokens=10))
 
 
+def test_a_gpu_failing_again_and_again_stops_at_the_retry_limit_keeping_its_text(
+        tiny, greedy_reference):
+    """Each recovery backend fails again (a device lost three times in one request): the engine
+    recovers MAX_RECOVERIES times, then stops with RecoveryLimitError (code
+    gpu_unrecoverable); the chunks shown before it are a prefix of the undisturbed text."""
+    from pyspec.cpu import CPUBackend
+    from pyspec.engine import MAX_RECOVERIES, RecoveryLimitError
+    from pyspec.gpu.device import DeviceLostError
+
+    engine = engine_for(tiny, "ngram", "cpu")
+    engine.backend = FailingBackend(engine.backend, 3, DeviceLostError("device lost"))
+    recoveries = []
+
+    async def recover():   # an awaitable backend, as the page's new-device search gives
+        recoveries.append(1)
+        return FailingBackend(CPUBackend(tiny.champion, "none"), 3, DeviceLostError("again"))
+
+    engine.recover = recover
+    chunks = []
+
+    async def run():
+        async for c in engine.stream(tiny.prompt, Options(max_tokens=30, k="fixed:3",
+                                                          stop_at_eos=False)):
+            chunks.append(c)
+
+    with pytest.raises(RecoveryLimitError) as e:
+        asyncio.run(run())
+    assert e.value.code == "gpu_unrecoverable" and "at most 2 times" in str(e.value)
+    assert len(recoveries) == MAX_RECOVERIES == 2
+    assert len(engine.faults) == MAX_RECOVERIES
+    text = "".join(c.text for c in chunks)
+    assert chunks and tiny.tokenizer.decode(greedy_reference[:30]).startswith(text)
+
+
 def test_a_cancelled_request_shows_a_prefix_of_the_full_text(tiny, backend):
     """should_stop ends a request between cycles with its stats; its text is a prefix of the
     full request's text even when the cut falls inside a multi-byte character."""

@@ -93,18 +93,31 @@ def test_make_engine_refuses_an_unknown_backend(tiny, champion_bytes):
 
 
 @requires_gpu
-def test_make_engine_uses_a_hardware_adapter_and_recovers_on_the_cpu(tiny, champion_bytes):
-    dev = gpu_device()
-    e = engine(tiny, champion_bytes, "webgpu", opener(dev))
-    assert e.adapter == dev.name and e.fallbacks == [] and e.recover is not None
+def test_make_engine_uses_a_hardware_adapter_and_recovers_on_a_new_device_or_the_cpu(
+        tiny, champion_bytes):
+    from pyspec.gpu import open_device
+
+    devices = [open_device(), open_device()]   # its own: recover destroys them
+    given = iter(devices)
+
+    async def open_next():
+        return next(given)
+
+    e = engine(tiny, champion_bytes, "webgpu", open_next)
+    assert e.adapter == devices[0].name and e.fallbacks == [] and e.recover is not None
     cpu = engine(tiny, champion_bytes, "cpu")
     opts = Options(max_tokens=12, stop_at_eos=False)
     assert e.generate(tiny.prompt, opts).tokens == cpu.generate(tiny.prompt, opts).tokens
-    assert e.recover().adapter == "cpu-numpy"
     # Another drafter reuses the champion already on the device.
     again = run(web.make_engine(e.champion.file, tiny.tokenizer, "self:1", 256, e, "webgpu",
                                 opener(AssertionError("the device is not opened twice"))))
     assert again.champion is e.champion
+    # A lost device is replaced by a new one; any other fault (the device still alive) gives
+    # that device back and goes on on the CPU.
+    devices[0].destroy()
+    replaced = run(e.recover())
+    assert replaced.champion.dev is devices[1] and replaced.drafter is None
+    assert run(e.recover()).adapter == "cpu-numpy" and devices[1].lost is not None
 
 
 # --- Session: the JSON protocol ----------------------------------------------------------------

@@ -3,7 +3,8 @@
 // URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (ngram | none |
 // self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
 // max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine), drills=1 (fault
-// drills: run(prompt, {drill: "KIND@CYCLE"}), see client.js). Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
+// drills: run(prompt, {drill: "KIND@CYCLE"}), and load_drill=KIND for a loading fault, see
+// client.js). Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
 // (run starts a fresh conversation; the chat box keeps its history).
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
@@ -68,6 +69,7 @@ async function ensureDecoder() {
     draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
     backend: params.get("backend") ?? "auto",
     onProgress: showProgress, onNotice: showNotice, drills: params.get("drills") === "1",
+    loadDrill: params.get("load_drill"),
   });
   decoder = d;
   decoderKey = key;
@@ -88,6 +90,7 @@ function requestConfig(overrides = {}) {
            temperature: Number($("temperature").value), seed: Number($("seed").value),
            max_tokens: Number($("max-tokens").value), ...samplingConfig(), ...overrides };
 }
+
 
 // The Sampling section (README "Sampling controls"): empty fields are off; stop strings one per
 // line (\n and \t written as escapes); logit_bias as "ID=BIAS, ID=BIAS". The worker checks
@@ -158,11 +161,13 @@ async function run(prompt, overrides = {}, onText = null) {
       tokens += chunk.tokens;
       $("s-tps").textContent = (tokens / ((performance.now() - t0) / 1000)).toFixed(2);
       $("messages").scrollTop = $("messages").scrollHeight;
-      onText?.(chunk.text);
+      onText?.(chunk.text, chunk);
     }
   } catch (err) {
     history.pop();
-    out.remove();
+    // Text already shown stays (a request stopped mid-way, e.g. at the GPU retry limit).
+    if (out.textContent) out.classList.add("failed");
+    else out.remove();
     throw err;
   } finally {
     out.classList.remove("streaming");

@@ -15,6 +15,8 @@ export type SpecErrorCode =
   | "download_failed"
   | "fatal"
   | "gpu_error"
+  | "gpu_timeout"
+  | "gpu_unrecoverable"
   | "incompatible_draft"
   | "internal"
   | "no_webgpu"
@@ -23,7 +25,8 @@ export type SpecErrorCode =
   | "prompt_too_long"
   | "terminated"
   | "unknown_model"
-  | "worker_died";
+  | "worker_died"
+  | "worker_oom";
 // END SpecErrorCode
 
 export declare class SpecError extends Error {
@@ -67,6 +70,9 @@ export interface SpecDecoderOptions {
   stallTimeoutMs?: number;           // default 60000; 0 turns the stall check off
   onNotice?: ((n: Notice) => void) | null;
   drills?: boolean;                  // fault drills (config.drill, loseDevice); default false
+  /** A loading fault drill for the first worker's load (drills: true): "opfs-truncate" |
+   * "opfs-flip" | "opfs-quota" | "opfs-unavailable" | "download-drop". */
+  loadDrill?: string | null;
 }
 
 /** The sampling controls, applied in this order (README "Sampling controls"): logit_bias,
@@ -93,7 +99,9 @@ export interface GenerateConfig extends SamplingConfig {
   k?: string | null;                 // "heuristic" (default) | "fixed:N" | ...
   draft?: string | null;             // this request's drafter (the loaded one by default)
   context_overflow?: "drop_oldest" | "error" | null;
-  drill?: string | null;             // "worker-terminate@C" | "device-lost@C" (drills: true)
+  /** A fault drill, "KIND@C" (drills: true): worker-terminate, worker-oom, device-lost,
+   * device-lost-repeat, gpu-oom, readback-throw or readback-hang, once C cycles have run. */
+  drill?: string | null;
 }
 
 /** What each token was: a plain decode step, a draft the champion accepted, the champion's token
@@ -251,5 +259,9 @@ export declare class SpecDecoder {
   stats(): Promise<Stats | null>;
   receipt(): Promise<Receipt | null>;
   loseDevice(): Promise<boolean>;
+  /** Load the weights again in the same worker; loadDrill as SpecDecoderOptions'. */
+  reload(options?: { loadDrill?: string | null }): Promise<ReadyInfo>;
+  /** WebGPU devices alive, their buffers' bytes and the wasm heap, for leak checks. */
+  memory(): Promise<{ gpu_devices: number; gpu_bytes: number; wasm_bytes: number }>;
   terminate(): void;
 }

@@ -29,8 +29,13 @@
 // resumes, which costs time but never text.
 //
 // Fault drills (`drills: true` only): config.drill 'worker-terminate@C' terminates the worker
-// once C cycles have run (here, for real, found by the checks above); 'device-lost@C' goes to
-// the worker (web.py); loseDevice() destroys the WebGPU device now.
+// once C cycles have run (here, for real, found by the checks above); the other KIND@C
+// (device-lost, device-lost-repeat, gpu-oom, readback-throw, readback-hang, worker-oom) go to
+// the worker (web.py SESSION_DRILLS); the create option loadDrill (opfs-truncate, opfs-flip,
+// opfs-quota, opfs-unavailable, download-drop) strikes while the first worker loads (worker.js
+// LOAD_DRILLS); loseDevice() destroys the WebGPU device now. A worker that ran out of memory
+// (code worker_oom) is replaced and resumed like a dead one. Faults met while loading arrive
+// as notices too (the `ready` message's notices).
 // Errors are SpecError with a `code` (see worker.js).
 //
 // The OpenAI-style facade (`d.chat.completions.create(request)`, below) is the same generate()
@@ -43,6 +48,12 @@ export class SpecError extends Error {
     this.code = code;
   }
 }
+
+// Receipt fault kinds met while loading (web.py LOAD_FAULTS): noticed at init, not per request.
+const LOAD_FAULTS = new Set(["opfs_truncated", "opfs_corrupt", "opfs_quota", "opfs_unavailable",
+                             "download_dropped", "opfs_busy"]);
+const GPU_FAULTS = { device_lost: "the GPU device was lost", gpu_error: "the GPU failed",
+                     gpu_timeout: "a GPU readback hung" };
 
 const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
                           "error"]);
@@ -117,9 +128,10 @@ export class SpecDecoder {
 
   constructor({ workerUrl = new URL("./worker.js", import.meta.url), champion = "smollm2",
                 draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
-                maxRestarts = 1, stallTimeoutMs = 60000, onNotice = null, drills = false } = {}) {
+                maxRestarts = 1, stallTimeoutMs = 60000, onNotice = null, drills = false,
+                loadDrill = null } = {}) {
     this.#opts = { workerUrl, champion, draft, maxCtx, backend, onProgress, maxRestarts,
-                   stallTimeoutMs, onNotice, drills };
+                   stallTimeoutMs, onNotice, drills, loadDrill };
   }
 
   // --- plumbing -----------------------------------------------------------------------------
@@ -202,9 +214,15 @@ export class SpecDecoder {
 
   async #start() {
     this.#spawn();
-    const { champion, draft, maxCtx, backend, onProgress, drills } = this.#opts;
-    this.info = await this.#request("init", { champion, draft, maxCtx, backend, drills },
-                                    { onEvent: onProgress });
+    await this.#init();
+  }
+
+  async #init() {
+    const { champion, draft, maxCtx, backend, onProgress, drills, loadDrill } = this.#opts;
+    this.#opts.loadDrill = null;   // the first worker's load only
+    this.info = await this.#request("init", { champion, draft, maxCtx, backend, drills,
+                                              drill: loadDrill }, { onEvent: onProgress });
+    for (const n of this.info.notices ?? []) this.#notice({ ...n, at_token: 0 });
   }
 
   // --- the API ------------------------------------------------------------------------------
@@ -251,12 +269,16 @@ export class SpecDecoder {
             // The context-full policy left out the oldest turns (counts in receipt.context).
             if (item.done.notice) this.#notice({ code: "context_trimmed", message: item.done.notice });
             // Faults the worker recovered from by itself (a lost GPU device: finished on the CPU).
-            for (const f of item.done.receipt?.faults ?? []) {
-              if (f.kind === "worker_died") continue;      // noticed above, when it happened
+            const faults = item.done.receipt?.faults ?? [];
+            faults.forEach((f, i) => {
+              // A dead worker was noticed when it happened, loading faults at init.
+              if (f.kind === "worker_died" || f.kind === "worker_oom" || LOAD_FAULTS.has(f.kind)) return;
+              const next = faults[i + 1]?.adapter ?? item.done.receipt.stats.adapter;
               this.#notice({ code: f.kind, at_token: f.at_token,
-                             message: `the GPU failed after ${f.at_token} tokens; the request ` +
-                                      `went on from there on the CPU` });
-            }
+                             message: `${GPU_FAULTS[f.kind] ?? f.kind} after ${f.at_token} ` +
+                                      "tokens; the request went on from there " +
+                                      (next === "cpu-numpy" ? "on the CPU" : "on a new device") });
+            });
             finished = true;
             return;
           } else {
@@ -264,18 +286,20 @@ export class SpecDecoder {
           }
         }
       } catch (err) {
-        const restartable = err.code === "worker_died" || err.code === "fatal";
+        const restartable = ["worker_died", "fatal", "worker_oom"].includes(err.code);
         if (!restartable || restarts >= this.#opts.maxRestarts) throw err;
         // A new worker goes on from the committed ids: nothing is generated or shown twice.
         const since = faultAt ?? this.#lastSign;   // a real death: after its last message
         faultAt = null;
         restarts += 1;
         this.restarts += 1;
-        this.#notice({ code: "worker_died", at_token: ids.length,
+        const kind = err.code === "worker_oom" ? "worker_oom" : "worker_died";
+        delete workerConfig.drill;   // a drill strikes once: not again on the new worker
+        this.#notice({ code: kind, at_token: ids.length,
                        message: `${err.message}; a new worker goes on from the ` +
                                 `${ids.length} tokens already shown` });
         await this.#start();
-        resume = { ids: [...ids], fault: { kind: "worker_died", cycle,
+        resume = { ids: [...ids], fault: { kind, cycle,
                                            restart_s: (performance.now() - since) / 1000 } };
       } finally {
         if (this.#current === id) this.#current = null;
@@ -306,7 +330,19 @@ export class SpecDecoder {
     return ack.cancelled;
   }
 
+  /** Load the weights again in the same worker (Pyodide stays loaded). With drills: true,
+   *  `loadDrill` makes a loading fault strike meanwhile (worker.js LOAD_DRILLS); its notices
+   *  arrive as for create(). Resolves with the new `ready` message (also `info`). */
+  async reload({ loadDrill = null } = {}) {
+    this.#opts.loadDrill = loadDrill;
+    await this.#init();
+    return this.info;
+  }
+
   async stats() { return (await this.#request("stats")).stats; }
+  /** The worker's memory: {gpu_devices, gpu_bytes, wasm_bytes} (WebGPU devices alive, the bytes
+   *  of their buffers, the wasm heap), for leak checks. */
+  async memory() { return (await this.#request("stats")).memory; }
   async receipt() { return (await this.#request("receipt")).receipt; }
   // A fault drill (drills: true only): destroy the worker's WebGPU device, as a GPU reset would.
   // A running request finishes on the CPU from its committed tokens (the receipt records it).

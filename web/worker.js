@@ -5,12 +5,17 @@
 // pyspec wheel and the models as listed in ./manifest.json (sha256 checked here).
 //
 // Requests (each carries an `id`; every reply carries the same id):
-//   {type:'init', id, champion, draft, maxCtx, backend, drills}
+//   {type:'init', id, champion, draft, maxCtx, backend, drills, drill}
 //                                                -> {type:'progress', id, phase, loaded, total}*
-//                                                   then {type:'ready', id, adapter, webgpu, ...}
+//                                                   then {type:'ready', id, adapter, webgpu,
+//                                                   notices, ...}
 //       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?}
 //       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?} (a draft model)
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
+//       drill: a loading fault drill (drills on), LOAD_DRILLS below
+//       notices: [{code, message}] of faults met while loading, recovered from (a damaged
+//       cache downloaded again, no OPFS, a dropped download resumed, ...); the receipt's faults
+//       record them too (web.py LOAD_FAULTS)
 //   {type:'generate', id, messages, config, resume}
 //                                                -> {type:'chunk', id, offset, text, tokens, ids,
 //                                                   cycle}*
@@ -29,7 +34,9 @@
 //       start at the offset after their text. drill 'device-lost@C' (drills on) destroys the
 //       WebGPU device once C cycles have run.
 //   {type:'cancel', id, target}  (target: the id of a generate)  -> {type:'cancel_ack', id, cancelled}
-//   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats} / {type:'receipt', ...}
+//   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats, memory} / {type:'receipt', ...}
+//       memory: {gpu_devices, gpu_bytes, wasm_bytes}: WebGPU devices alive, their buffers' bytes,
+//       the wasm heap
 //   {type:'lose_device', id}  (a fault drill, drills on: destroys the WebGPU device mid-request)
 //                                                -> {type:'lose_device_ack', id, lost}
 // Unasked: {type:'heartbeat'} every HEARTBEAT_MS while the event loop is free, and a Web Lock
@@ -50,6 +57,23 @@ const SITE = new URL("./", import.meta.url);
 const OPFS_DIR = "pyspec-weights";
 const READ_BLOCK = 8 << 20;   // bytes per OPFS read, one progress report each
 const HEARTBEAT_MS = 1000;    // client.js's stall timeout must be well above this
+// A dropped download is retried this many times, after BACKOFF_MS, then 2x, 4x, ... (0.25 +
+// 0.5 + 1 + 2 + 4 s at most), each from the byte it reached (a Range request).
+const DOWNLOAD_RETRIES = 5;
+const BACKOFF_MS = 250;
+// The weights cache held by another page of this site (OPFS access handles are exclusive): wait
+// for it this long, polling, before downloading into memory instead.
+const BUSY_WAIT_MS = 30000;
+// Loading fault drills (init's drill, drills on), each made real here:
+//   opfs-truncate / opfs-flip   the cached file cut to half / bytes flipped, as a later load
+//                               finds it: detected (size / sha256) and downloaded again
+//   opfs-quota                  a write to OPFS refused with QuotaExceededError (on a first
+//                               visit: the cached file is removed first): from memory
+//   opfs-unavailable            no OPFS (as in a private window): from memory, with a notice
+//   download-drop               the download (a first visit's) cut halfway, the connection
+//                               cancelled: resumed with a Range request
+const LOAD_DRILLS = ["opfs-truncate", "opfs-flip", "opfs-quota", "opfs-unavailable",
+                     "download-drop"];
 
 class WorkerError extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -137,7 +161,8 @@ async function resolveModel(spec) {
            size: spec.size ?? null };
 }
 
-async function opfsDir() {
+async function opfsDir(drill) {
+  if (drill === "opfs-unavailable") return null;
   try {
     const root = await navigator.storage.getDirectory();
     return await root.getDirectoryHandle(OPFS_DIR, { create: true });
@@ -146,29 +171,96 @@ async function opfsDir() {
   }
 }
 
-// Stream the response body into `sink(chunk)`, reporting progress.
-async function download(model, progress, sink) {
-  let resp;
-  try {
-    resp = await fetch(model.url);
-  } catch (e) {
-    throw new WorkerError("download_failed", `cannot fetch ${model.url}: ${e.message}`);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Stream the response body into `sink(chunk, at)`, reporting progress. A connection that drops
+// mid-body is retried (DOWNLOAD_RETRIES, with backoff) from the byte it reached, by a Range
+// request; a server that answers it with the whole file (200) restarts the sink at 0.
+async function download(model, progress, sink, load) {
+  let loaded = 0, last = 0, total = 0, dropped = null;
+  for (let attempt = 0; ; attempt++) {
+    let resp;
+    try {
+      resp = await fetch(model.url, loaded ? { headers: { Range: `bytes=${loaded}-` } } : {});
+    } catch (e) {
+      if (attempt >= DOWNLOAD_RETRIES) {
+        throw new WorkerError("download_failed", `cannot fetch ${model.url}: ${e.message}`);
+      }
+      await sleep(BACKOFF_MS * 2 ** attempt);
+      continue;
+    }
+    if (!resp.ok) throw new WorkerError("download_failed", `${model.url}: HTTP ${resp.status}`);
+    if (resp.status !== 206) loaded = 0;
+    total = loaded + (Number(resp.headers.get("content-length")) || (model.size ?? 0) - loaded);
+    const reader = resp.body.getReader();
+    let drop = null;       // a read that failed: the connection dropped
+    for (;;) {
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch (e) {
+        drop = e;
+        break;
+      }
+      if (chunk.done) break;
+      let value = chunk.value;
+      const half = Math.floor(total / 2);
+      const cut = load.drill === "download-drop" && loaded + value.length > half;
+      if (cut) value = value.subarray(0, half - loaded);   // the drill: cut at half, for real
+      sink(value, loaded);
+      loaded += value.length;
+      if (loaded - last > (1 << 20) || loaded === total) {
+        progress("download", loaded, total, model.name);
+        last = loaded;
+      }
+      if (cut) {
+        load.drill = null;
+        await reader.cancel();
+        drop = new TypeError("network error (the connection dropped)");
+        break;
+      }
+    }
+    if (drop) {
+      if (attempt >= DOWNLOAD_RETRIES) {
+        throw new WorkerError("download_failed", `${model.url} dropped at byte ${loaded} of ` +
+                              `${total} ${attempt + 1} times: ${drop.message}`);
+      }
+      dropped ??= { at: loaded, t0: performance.now() };
+      await sleep(BACKOFF_MS * 2 ** attempt);
+      continue;
+    }
+    if (dropped) {
+      load.fault("download_dropped", dropped.t0,
+                 `the download of ${model.name} dropped at byte ${dropped.at} of ${total}; ` +
+                 `it went on from there (a Range request) and completed`);
+    }
+    return loaded;
   }
-  if (!resp.ok) throw new WorkerError("download_failed", `${model.url}: HTTP ${resp.status}`);
-  const total = Number(resp.headers.get("content-length")) || model.size || 0;
-  const reader = resp.body.getReader();
-  let loaded = 0, last = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    sink(value, loaded);
-    loaded += value.length;
-    if (loaded - last > (1 << 20) || loaded === total) {
-      progress("download", loaded, total, model.name);
-      last = loaded;
+}
+
+// An OPFS access handle for `name`, waiting while another page of this site holds it (they are
+// exclusive: NoModificationAllowedError); null when it stays held for BUSY_WAIT_MS.
+async function accessHandle(dir, name, load) {
+  const t0 = performance.now();
+  for (let wait = 50; ; wait = Math.min(2 * wait, 1000)) {
+    try {
+      const handle = await (await dir.getFileHandle(name, { create: true })).createSyncAccessHandle();
+      if (performance.now() - t0 > 100) {
+        load.fault("opfs_busy", t0, "another page of this site held the weights cache; this " +
+                   `page waited ${((performance.now() - t0) / 1000).toFixed(1)} s for it`);
+      }
+      return handle;
+    } catch (e) {
+      if (e?.name !== "NoModificationAllowedError" || performance.now() - t0 > BUSY_WAIT_MS) {
+        if (e?.name === "NoModificationAllowedError") {
+          load.fault("opfs_busy", t0, "another page of this site holds the weights cache; " +
+                     "this page downloaded the weights into memory instead");
+        }
+        return null;
+      }
+      await sleep(wait);
     }
   }
-  return loaded;
 }
 
 // A Python bytearray of `size` bytes and a Uint8Array view of it in wasm memory. The view is
@@ -183,44 +275,95 @@ function pyBuffer(pyodide, size) {
 
 // Stage 1, in parallel with loading Pyodide: make sure OPFS holds a file of the right size
 // (download it when missing or truncated). Without OPFS (or without a known sha256), keep the
-// downloaded chunks in memory instead.
-async function fetchWeights(model, progress, stats) {
-  const dir = model.sha256 ? await opfsDir() : null;
+// downloaded chunks in memory instead. `load` collects the faults met (init's notices).
+async function fetchWeights(model, progress, stats, load) {
+  const dir = model.sha256 ? await opfsDir(load.drill) : null;
+  if (model.sha256 && !dir) {
+    load.fault("opfs_unavailable", performance.now(), "this browser gives the page no " +
+               "storage (OPFS), as in a private window: the weights run from memory and are " +
+               "downloaded again on every visit");
+  }
   if (!dir) {
     const chunks = [];
-    stats.downloaded += await download(model, progress, (c) => chunks.push(c));
+    stats.downloaded += await download(model, progress, (c, at) => {
+      if (at === 0) chunks.length = 0;
+      chunks.push(c);
+    }, load);
     return { model, dir: null, chunks };
   }
   const name = `${model.sha256}.gguf`;
-  let access;
-  try {
-    access = await (await dir.getFileHandle(name, { create: true })).createSyncAccessHandle();
-  } catch {
-    // Locked by another tab's worker, or the quota is gone: go on without the cache.
-    return fetchWeights({ ...model, sha256: null, expected: model.sha256 }, progress, stats);
+  const memory = () => fetchWeights({ ...model, sha256: null, expected: model.sha256 },
+                                    progress, stats, load);
+  if (load.drill === "opfs-quota" || load.drill === "download-drop") {
+    await dir.removeEntry(name).catch(() => {});   // these drills strike on a first visit
   }
+  const access = await accessHandle(dir, name, load);
+  if (!access) return memory();   // held by another page all along: go on without the cache
   try {
-    if (access.getSize() === model.size) {
+    if (load.drill === "opfs-truncate" || load.drill === "opfs-flip") {
+      await damage(access, model, progress, stats, load);
+    }
+    const size = access.getSize();
+    if (size === model.size) {
       stats.cached = true;
     } else {
-      await toOpfs(access, model, progress, stats);
+      const t0 = performance.now();
+      await toOpfs(access, model, progress, stats, load);
+      if (size > 0) {
+        load.fault("opfs_truncated", t0, `the cached ${model.name} was incomplete (${size} ` +
+                   `of ${model.size} bytes); it was downloaded again`);
+      }
     }
+  } catch (e) {
+    if (e?.name !== "QuotaExceededError") throw e;
+    const t0 = performance.now();
+    access.truncate(0);
+    access.close();
+    await dir.removeEntry(name).catch(() => {});
+    const fetched = await memory();
+    load.fault("opfs_quota", t0, "the browser's storage quota is full: the weights run from " +
+               "memory this time (free some site data to cache them)");
+    return fetched;
   } finally {
     access.close();
   }
   return { model, dir, name };
 }
 
-async function toOpfs(access, model, progress, stats) {
+async function toOpfs(access, model, progress, stats, load) {
   access.truncate(0);
-  stats.downloaded += await download(model, progress, (c, at) => access.write(c, { at }));
+  const quotaAt = load.drill === "opfs-quota" ? (model.size ?? 2) / 2 : Infinity;
+  stats.downloaded += await download(model, progress, (c, at) => {
+    if (at + c.length > quotaAt) {
+      // The drill: OPFS refuses the write as a full quota would.
+      throw new DOMException("the storage quota is exceeded", "QuotaExceededError");
+    }
+    access.write(c, { at });
+  }, load);
+  access.flush();
+}
+
+// The opfs-truncate / opfs-flip drills: the cache as a later load finds it after a crash
+// mid-write or a bad disk (the file is downloaded first where it is not cached yet).
+async function damage(access, model, progress, stats, load) {
+  const drill = load.drill;
+  load.drill = null;
+  if (access.getSize() !== model.size) await toOpfs(access, model, progress, stats, load);
+  if (drill === "opfs-truncate") {
+    access.truncate(Math.floor(model.size / 2));
+  } else {
+    const bytes = new Uint8Array(64);
+    access.read(bytes, { at: 4096 });
+    for (let i = 0; i < bytes.length; i++) bytes[i] ^= 0xff;
+    access.write(bytes, { at: 4096 });
+  }
   access.flush();
 }
 
 // Stage 2: copy the bytes straight into a Python bytearray (wasm memory) and check their sha256
 // there, so no second full copy stays in JavaScript. A mismatch (a corrupt or stale OPFS file)
 // downloads the file again, once.
-async function readWeights(pyodide, fetched, progress, stats) {
+async function readWeights(pyodide, fetched, progress, stats, load) {
   const { model, dir, name } = fetched;
   if (!dir) {
     const size = fetched.chunks.reduce((n, c) => n + c.length, 0);
@@ -233,10 +376,16 @@ async function readWeights(pyodide, fetched, progress, stats) {
     if (!ok) { buf.destroy(); throw new WorkerError("corrupt_download", `${model.url} does not match its sha256`); }
     return buf;
   }
-  const access = await (await dir.getFileHandle(name)).createSyncAccessHandle();
+  const access = await accessHandle(dir, name, load);
+  if (!access) {   // another page took the cache between the stages: read into memory instead
+    const again = await fetchWeights({ ...model, sha256: null, expected: model.sha256 },
+                                     progress, stats, load);
+    return readWeights(pyodide, again, progress, stats, load);
+  }
+  let corruptAt = null;
   try {
     for (let attempt = 0; attempt < 2; attempt++) {
-      if (attempt > 0) await toOpfs(access, model, progress, stats);
+      if (attempt > 0) await toOpfs(access, model, progress, stats, load);
       const size = access.getSize();
       const { buf, view } = pyBuffer(pyodide, size);
       for (let at = 0; at < size; at += READ_BLOCK) {
@@ -246,9 +395,16 @@ async function readWeights(pyodide, fetched, progress, stats) {
       progress("verify", 0, 1, model.name);
       const ok = (await sha256Hex(view.data)) === model.sha256;
       view.release();
-      if (ok) return buf;
+      if (ok) {
+        if (corruptAt !== null) {
+          load.fault("opfs_corrupt", corruptAt, `the cached ${model.name} did not match its ` +
+                     "sha256 (corrupt bytes); it was downloaded again");
+        }
+        return buf;
+      }
       buf.destroy();
       stats.corrupt += 1;
+      corruptAt ??= performance.now();
     }
   } finally {
     access.close();
@@ -269,7 +425,8 @@ const REQUESTS = {
           draft: [isModelSpec, "a draft spec, a model name or {url, sha256?}"],
           maxCtx: [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"],
           backend: [(v) => typeof v === "string", "a string"],
-          drills: [(v) => typeof v === "boolean", "true or false"] },
+          drills: [(v) => typeof v === "boolean", "true or false"],
+          drill: [(v) => typeof v === "string", "a loading fault drill"] },
   generate: { messages: [Array.isArray, "an array of {role, content}"],
               config: [isObject, "an object"],
               resume: [(v) => isObject(v) && Array.isArray(v.ids), "{ids: [token ids], fault}"] },
@@ -317,25 +474,37 @@ async function init(msg) {
   const champion = await resolveModel(msg.champion ?? "smollm2");
   const draft = draftIsModel ? await resolveModel(msg.draft) : null;
   const weights = { downloaded: 0, cached: false, corrupt: 0 };
+  if (msg.drill != null && (!msg.drills || !LOAD_DRILLS.includes(msg.drill))) {
+    throw new WorkerError("bad_config", `init's drill must be one of ${LOAD_DRILLS.join(", ")}` +
+                          " and needs drills: true");
+  }
+  // The faults met while loading, recovered from: the ready message's notices, the receipts'.
+  const load = { drill: msg.drill ?? null, faults: [], notices: [],
+                 fault(kind, t0, message) {
+                   this.faults.push({ kind, recovery_s: (performance.now() - t0) / 1000 });
+                   this.notices.push({ code: kind, message });
+                 } };
   // Downloads run while Pyodide loads; a bad URL fails here without waiting for the runtime.
   const [{ pyodide, session }, champFetched, draftFetched] = await Promise.all([
-    runtime(progress), fetchWeights(champion, progress, weights),
-    draft && fetchWeights(draft, progress, weights)]);
-  const champBuf = await readWeights(pyodide, champFetched, progress, weights);
+    runtime(progress), fetchWeights(champion, progress, weights, load),
+    draft && fetchWeights(draft, progress, weights, load)]);
+  const champBuf = await readWeights(pyodide, champFetched, progress, weights, load);
   let draftBuf = null;
   try {
-    if (draft) draftBuf = await readWeights(pyodide, draftFetched, progress, weights);
+    if (draft) draftBuf = await readWeights(pyodide, draftFetched, progress, weights, load);
     progress("load", 0, 1, champion.name);
     // backend: "auto" (web.make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
     const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
                       backend: msg.backend ?? "auto", champion_name: champion.name,
                       draft_name: draft?.name, drills: msg.drills ?? false,
+                      load_faults: load.faults,
                       warm: true };   // the system turn is prefilled after ready (web.py)
     const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
     if (info.error) throw new WorkerError(info.error.code, info.error.message);
     progress("load", 1, 1, champion.name);
     return { type: "ready", id: msg.id, ...info, webgpu: await webgpuInfo(),
              champion: champion.name, draft_model: draft?.name ?? null, weights,
+             notices: load.notices,
              init_ms: performance.now() - t0 };
   } finally {
     champBuf.destroy();           // Python keeps its own reference; drop the JS handle
@@ -376,8 +545,11 @@ async function handle(msg) {
     }
     case "stats":
     case "receipt": {
-      const { session } = await requireRuntime();
-      return { type: msg.type, id: msg.id, ...JSON.parse(session[msg.type]()) };
+      const { pyodide, session } = await requireRuntime();
+      const out = { type: msg.type, id: msg.id, ...JSON.parse(session[msg.type]()) };
+      // stats.memory adds the wasm heap (it only grows: its high-water mark).
+      if (out.memory) out.memory.wasm_bytes = pyodide._module.HEAP8.buffer.byteLength;
+      return out;
     }
     case "lose_device": {
       const { session } = await requireRuntime();
@@ -402,7 +574,9 @@ self.onmessage = (event) => {
   const msg = event.data;
   handle(msg).then(post, (e) => {
     // A PythonError after a fatal error, or a wasm abort, leaves Pyodide unusable.
-    const fatal = /fatal error|RuntimeError: (memory access|unreachable)|Aborted/.test(String(e?.message));
+    // worker_oom: the wasm heap ran out (web.py); a new worker is the only safe place to go on.
+    const fatal = e?.code === "worker_oom" ||
+      /fatal error|RuntimeError: (memory access|unreachable)|Aborted/.test(String(e?.message));
     post({ type: "error", id: msg?.id ?? null, code: e?.code ?? (fatal ? "fatal" : "internal"),
            message: String(e?.message ?? e), fatal });
   });

@@ -9,7 +9,9 @@ own `pyspecApp.run`, streams the text to stdout and prints the stats, or with `-
 object as `python -m pyspec generate --json` (text, tokens, finish_reason, stats, receipt).
 `--fault KIND@CYCLE` (FAULTS) runs that request as a fault drill (the page with drills=1): the
 fault strikes once CYCLE cycles have run, and the receipt's `faults` names it with its cycle and
-`recovery_s`; the JSON adds `notices` (what the page showed).
+`recovery_s`; the JSON adds `notices` (what the page showed). Loading faults (LOAD_FAULTS) strike
+while the page loads the weights (the @CYCLE is ignored); two-pages opens a second page of the
+site at the same time, both loading the weights.
 
 Not here: the page (web/), building (site.py), serving (serve.py).
 """
@@ -33,13 +35,18 @@ FLAGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-vulkan=swi
          "--no-first-run"]
 
 
-# Fault drills the demo can run (client.js runs worker-terminate, pyspec/web.py device-lost).
-FAULTS = ("device-lost", "worker-terminate")
+# Fault drills the demo can run: client.js runs worker-terminate, pyspec/web.py the request's
+# (GPU_FAULTS need the WebGPU engine, worker-oom does not), worker.js the loading ones.
+GPU_FAULTS = ("device-lost", "device-lost-repeat", "gpu-oom", "readback-throw", "readback-hang")
+LOAD_FAULTS = ("opfs-truncate", "opfs-flip", "opfs-quota", "opfs-unavailable", "download-drop")
+FAULTS = (*GPU_FAULTS, "worker-terminate", "worker-oom", *LOAD_FAULTS, "two-pages")
 
 
 def fault_spec(text: str) -> str:
-    """--fault KIND@CYCLE, checked."""
+    """--fault KIND@CYCLE, checked (KIND alone for a loading fault or two-pages)."""
     kind, _, cycle = text.partition("@")
+    if kind in (*LOAD_FAULTS, "two-pages") and not cycle:
+        return f"{kind}@0"
     if kind not in FAULTS or not cycle.isdigit():
         raise argparse.ArgumentTypeError(f"--fault must be KIND@CYCLE with KIND one of "
                                          f"{', '.join(FAULTS)} and CYCLE a number, got {text!r}")
@@ -68,8 +75,11 @@ def page_url(base: str, args) -> str:
     query = {"model": args.model, "draft": args.draft, "backend": args.backend}
     if args.max_ctx:
         query["max_ctx"] = args.max_ctx
-    if getattr(args, "fault", None):
+    fault = getattr(args, "fault", None)
+    if fault:
         query["drills"] = 1
+        if fault.partition("@")[0] in LOAD_FAULTS:
+            query["load_drill"] = fault.partition("@")[0]
     return f"{base}index.html?{urlencode(query)}"
 
 
@@ -80,12 +90,14 @@ def run_headless(base: str, args) -> int:
     config = {"draft": args.draft if args.draft in ("ngram", "none") or args.draft.startswith("self:")
               else "model", "k": args.k, "verify": args.verify,
               "temperature": args.temperature, "seed": args.seed, "max_tokens": args.max_tokens}
-    if args.fault:
+    kind = args.fault.partition("@")[0] if args.fault else None
+    if kind and kind not in (*LOAD_FAULTS, "two-pages"):
         config["drill"] = args.fault
     t0 = time.perf_counter()
     with sync_playwright() as p:
         browser = launch(p)
-        page = browser.new_page()
+        context = browser.new_context()   # one origin's storage for every page
+        page = context.new_page()
         page.on("console", lambda m: m.type == "error" and print(f"[page] {m.text}", file=sys.stderr))
         streamed = []
 
@@ -97,7 +109,13 @@ def run_headless(base: str, args) -> int:
 
         page.expose_function("pyspecOnText", on_text)
         page.goto(page_url(base, args))
+        other = None
+        if kind == "two-pages":   # a second page of the site, loading the weights at once
+            other = context.new_page()
+            other.goto(page_url(base, args))
         try:
+            if other is not None:
+                other.evaluate("() => pyspecApp.ready")
             info = page.evaluate("() => pyspecApp.ready")
             t_ready = time.perf_counter() - t0
             if not args.json:
@@ -111,6 +129,8 @@ def run_headless(base: str, args) -> int:
             browser.close()
             return 2
         notices = page.evaluate("() => pyspecApp.decoder().notices") if args.fault else []
+        if other is not None:
+            notices += other.evaluate("() => pyspecApp.decoder().notices")
         browser.close()
     if args.json:
         out = {k: result[k] for k in ("text", "tokens", "finish_reason", "stats", "receipt")}
@@ -159,9 +179,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.fault and args.fault.startswith("device-lost") and args.backend == "auto":
+    if args.fault and args.fault.partition("@")[0] in GPU_FAULTS and args.backend == "auto":
         # auto picks the CPU engine on a software adapter (SwiftShader), which has no device
-        print("note: --fault device-lost runs on the WebGPU engine (--backend webgpu)",
+        print(f"note: --fault {args.fault} runs on the WebGPU engine (--backend webgpu)",
               file=sys.stderr)
         args.backend = "webgpu"
     try:

@@ -5,7 +5,9 @@ modules as a JavaScript type. COOP same-origin + COEP require-corp make the page
 isolated (SharedArrayBuffer, precise timers), which is also a cheap proof that nothing from
 another origin is embedded. The runtime does not need them: e2e runs the pages from a plain
 http.server too (e2e/conftest.py's plain_site_url). `Cache-Control: no-cache` makes the browser revalidate, so a rebuilt
-site is never mixed with a stale one (weights are cached in OPFS, not by HTTP).
+site is never mixed with a stale one (weights are cached in OPFS, not by HTTP). It answers
+Range requests (`bytes=START-` or `bytes=START-END`, one range) with 206 Partial Content: the
+worker resumes a dropped download from the byte it reached.
 
 Not here: building the site (site.py).
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
+import re
 import socketserver
 import threading
 from pathlib import Path
@@ -34,6 +38,44 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Cross-Origin-Resource-Policy", "same-origin")
         self.send_header("Cache-Control", "no-cache")
         super().end_headers()
+
+    def send_head(self):
+        """GET/HEAD of a file; a single `Range: bytes=A-[B]` gets 206 with those bytes (416 when
+        it starts past the end). Other forms (several ranges, suffixes) get the whole file."""
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "").strip())
+        path = self.translate_path(self.path)
+        if match is None or not os.path.isfile(path):
+            return super().send_head()
+        size = os.path.getsize(path)
+        start = int(match[1])
+        end = min(int(match[2]) if match[2] else size - 1, size - 1)
+        if start >= size or end < start:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        f = open(path, "rb")
+        f.seek(start)
+        self.send_response(206)
+        self.send_header("Content-Type", self.guess_type(path))
+        self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        self._remaining = end - start + 1
+        return f
+
+    def copyfile(self, source, outputfile) -> None:
+        remaining = getattr(self, "_remaining", None)
+        if remaining is None:
+            return super().copyfile(source, outputfile)
+        self._remaining = None
+        while remaining > 0:
+            block = source.read(min(remaining, 1 << 16))
+            if not block:
+                break
+            outputfile.write(block)
+            remaining -= len(block)
 
     def log_message(self, fmt, *args) -> None:
         if not self.quiet:

@@ -17,6 +17,9 @@ Differences from wgpu-py that shape this file:
   - Writes hand WebGPU a Uint8Array *view* of the Python buffer in wasm memory (no copy in
     JavaScript; writeBuffer itself copies into the GPU process). Readback maps a staging buffer
     and copies the mapped range once, into Python bytes.
+  - A readback that never resolves (a hung GPU process) would stall the request for good, and
+    the worker's event loop stays free, so client.js's heartbeat sees nothing wrong: a watchdog
+    (`readback_timeout`) raises GPUTimeoutError instead, and the engine recovers.
   - A call from Python into JS costs about 90 us, so `submit` crosses once per submission: the
     commands become a u32 array of op words over a JS table of pipelines, bind groups and
     buffers (each registered once, when first seen), and one JS function encodes them. It does
@@ -26,9 +29,13 @@ Not here: choosing this device over the CPU (web.py's make_engine), the kernels,
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import numpy as np
 
-from .device import Copy, Device, DeviceLostError, Dispatch, GPUError, NoAdapterError
+from .device import (Copy, Device, DeviceLostError, Dispatch, GPUError, GPUTimeoutError,
+                     NoAdapterError)
 
 try:  # only Pyodide has these; natively this module imports but `create` refuses
     import js
@@ -53,12 +60,38 @@ def _desc(obj):
     return to_js(obj, dict_converter=js.Object.fromEntries)
 
 
+async def _wait(promise):
+    """A JS Promise as a coroutine, for asyncio.wait_for."""
+    return await promise
+
+
 def _adapter_name(adapter) -> str:
     """e.g. 'swiftshader (google, WebGPU)' or 'NVIDIA GeForce RTX 3060 (nvidia, WebGPU)'."""
     info = getattr(adapter, "info", None)
     get = (lambda key: str(getattr(info, key, "") or "")) if info is not None else (lambda k: "")
     main = get("description") or get("device") or get("architecture") or "unknown adapter"
     return f"{main} ({get('vendor') or '?'}, WebGPU)"
+
+
+# The readback watchdog: until a second readback has finished (the first waits for pipelines to
+# compile, which takes minutes for the champion on SwiftShader) it waits READBACK_FIRST_S; after
+# that READBACK_FACTOR times the slowest readback but the first, and never less than
+# READBACK_MIN_S.
+READBACK_FIRST_S = 300.0
+READBACK_FACTOR = 20
+READBACK_MIN_S = 5.0
+
+
+# Every BrowserDevice not yet lost or destroyed: what `live` counts (a leak check: a device the
+# session stopped using but never destroyed keeps its buffers).
+_LIVE: set = set()
+
+
+def live() -> dict:
+    """{"gpu_devices": devices alive, "gpu_bytes": the bytes of their buffers}."""
+    for dev in [d for d in _LIVE if d.lost is not None]:
+        _LIVE.discard(dev)
+    return {"gpu_devices": len(_LIVE), "gpu_bytes": sum(d.allocated for d in _LIVE)}
 
 
 class BrowserDevice(Device):
@@ -81,6 +114,8 @@ class BrowserDevice(Device):
         self.vendor = getattr(info, "vendor", None)        # GPUAdapterInfo.vendor, e.g. "nvidia"
         self.limits = {key: int(getattr(device.limits, js_key)) for js_key, key in _LIMITS.items()}
         self._staging = None
+        self._slowest: float | None = None   # seconds of the slowest readback but the first
+        _LIVE.add(self)
         self._scopes: list = []          # (what, Promise of GPUError | null) not yet checked
         # Event state lives in a plain dict the JS callbacks close over (not `self`), so a
         # dropped device is not kept alive by its own handlers.
@@ -241,6 +276,12 @@ class BrowserDevice(Device):
         self._encode_js(self.device, self.queue, self._objs, memoryview(words))
         self.submissions += 1
 
+    def readback_timeout(self) -> float:
+        """Seconds the watchdog lets a readback take (READBACK_* above)."""
+        if self._slowest is None:
+            return READBACK_FIRST_S
+        return max(READBACK_MIN_S, READBACK_FACTOR * self._slowest)
+
     async def read(self, buffer, nbytes, offset=0):
         self._alive()
         size = max(16, -(-nbytes // 16) * 16)
@@ -251,14 +292,34 @@ class BrowserDevice(Device):
         encoder = self.device.createCommandEncoder()
         encoder.copyBufferToBuffer(buffer, offset, self._staging, 0, size)
         self.queue.submit(to_js([encoder.finish()]))
+        drill, self.drill = self.drill, None
+        timeout, t0 = self.readback_timeout(), time.perf_counter()
         try:
-            await self._staging.mapAsync(js.GPUMapMode.READ, 0, size)
+            if drill == "gpu-oom":
+                await self._oversized_buffer()
+            # The hang drill waits on a promise that never settles, as a hung GPU process would.
+            mapped = (js.Promise.new(create_proxy(lambda resolve, reject: None))
+                      if drill == "readback-hang" else
+                      self._staging.mapAsync(js.GPUMapMode.READ, 0, size))
+            await asyncio.wait_for(_wait(mapped), timeout)
+        except asyncio.TimeoutError:
+            raise GPUTimeoutError(f"a readback of {nbytes} bytes did not finish in {timeout:.0f} "
+                                  f"s (the watchdog: {READBACK_FACTOR}x the slowest readback, at least "
+                                  f"{READBACK_MIN_S:.0f} s); the GPU seems hung")
+        except GPUError:
+            raise
         except Exception as e:  # noqa: BLE001 - a rejected map: lost device or a bad copy
             await self.check()
             raise GPUError(f"reading back {nbytes} bytes failed: {e}") from e
+        if self.readbacks > 0:
+            self._slowest = max(self._slowest or 0.0, time.perf_counter() - t0)
         try:
-            # One copy: the mapped range into Python bytes.
-            data = js.Uint8Array.new(self._staging.getMappedRange(0, size), 0, nbytes).to_bytes()
+            # One copy: the mapped range into Python bytes. The throw drill asks for more than
+            # was mapped, and WebGPU throws (OperationError), as a wrong offset would.
+            end = size + 4096 if drill == "readback-throw" else size
+            data = js.Uint8Array.new(self._staging.getMappedRange(0, end), 0, nbytes).to_bytes()
+        except Exception as e:  # noqa: BLE001 - a JS exception from the mapped range
+            raise GPUError(f"reading back {nbytes} bytes failed: {e}") from e
         finally:
             self._staging.unmap()
         self.readbacks += 1
@@ -267,5 +328,23 @@ class BrowserDevice(Device):
         await self.check()
         return data
 
+    async def _oversized_buffer(self):
+        """The gpu-oom drill: a buffer past the adapter's max-buffer-size, made for real; raises
+        the GPUError WebGPU reports for it (validation, or out-of-memory where it gets that far)."""
+        size = self.limits["max-buffer-size"] + 1024
+        self.device.pushErrorScope("out-of-memory")
+        self.device.pushErrorScope("validation")
+        buffer = self.device.createBuffer(_desc({"size": size, "usage": js.GPUBufferUsage.STORAGE,
+                                                 "label": "oversized"}))
+        errors = [await self.device.popErrorScope(), await self.device.popErrorScope()]
+        buffer.destroy()
+        error = next((e for e in errors if e is not None), None)
+        raise GPUError(f"a buffer of {size} bytes: "
+                       f"{error.message if error is not None else 'refused'}")
+
     def destroy(self):
+        # Lost from now on (the device.lost promise settles later): the next call raises
+        # DeviceLostError, and a recovery knows it needs a new device.
+        self._events["lost"] = self._events["lost"] or "destroyed"
+        _LIVE.discard(self)
         self.device.destroy()

@@ -42,6 +42,18 @@ class DeviceLostError(GPUError):
     code = "device_lost"
 
 
+class GPUTimeoutError(GPUError):
+    """A readback did not finish within the device's watchdog (a hung GPU or driver)."""
+
+    code = "gpu_timeout"
+
+
+# Fault drills a device can be armed with (web.py, drills on): each strikes for real at the next
+# readback, in the adapter's own way (browser.py): an oversized buffer's WebGPU error, an
+# exception thrown by the readback itself, a readback that never resolves.
+DEVICE_DRILLS = ("gpu-oom", "readback-throw", "readback-hang")
+
+
 class ShapeError(GPUError):
     """A kernel wrapper was given buffers or shapes that do not fit together, or a tensor the
     kernels do not take (the browser then falls back to the CPU engine)."""
@@ -145,6 +157,7 @@ class Device:
     vendor: str | int | None = None
 
     lost: str | None = None   # why the device was lost (browser.py reports it), None while alive
+    drill: str | None = None  # a DEVICE_DRILLS kind armed for the next readback (web.py)
 
     def __init__(self):
         self._steps = None    # the Step slots (steps), made with the first model

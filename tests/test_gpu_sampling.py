@@ -400,3 +400,48 @@ def test_wrappers_check_shapes(dev):
     with pytest.raises(sampling.ShapeError, match="out holds"):
         big = dev.buffer(4 * ROWS_MAX * 33)
         sampling.accept(dev, big, big, big, big, big, (small, 8), step, vocab=33)
+
+
+# ---------------------------------------------------------------------------------------------
+# penalize.wgsl: the device penalties against processors.Penalties
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("vocab", [33, 1000])
+def test_penalize_rows_and_count_tokens_equal_the_host_processor(dev, vocab):
+    """Rows r = 0..k with the drafts before each (repeats and a draft equal to a prompt token
+    included), bias, repetition, presence and frequency: within 1e-6 + 1e-6 |ref| of
+    processors.Penalties in float64; then count_tokens adds an accept output's emitted tokens."""
+    from pyspec.gpu.constants import ACCEPT_N_EMITTED, ACCEPT_TOKENS, ACCEPT_WORDS
+    from pyspec.processors import Penalties
+    gen = np.random.default_rng(vocab)
+    k, prompt_len = 6, 20
+    prefix = [int(t) for t in gen.integers(0, vocab, 30)]
+    drafts = [prefix[3], 5, 5, prefix[25], 7, 5]
+    logits = random_logits(gen, k + 1, vocab)                                  # (k+1, vocab)
+    bias = {1: 2.5, 5: -1.0, vocab - 1: 0.75}
+    pen = Penalties(vocab, prompt_len, bias, repetition_penalty=1.7, presence_penalty=0.4,
+                    frequency_penalty=0.3)
+    ref = pen.apply(logits.astype(np.float64), prefix, drafts)
+    seq = np.asarray(prefix)
+    counts = np.stack([np.bincount(seq, minlength=vocab),
+                       np.bincount(seq[prompt_len:], minlength=vocab)]).astype(np.uint32)
+    params = sampling.penalty_params(dev, vocab)
+    sampling.set_penalties(dev, params, vocab, 1.7, 0.4, 0.3, True)
+    logits_buf = dev.buffer(4 * ROWS_MAX * vocab)
+    dev.write(logits_buf, logits)
+    counts_buf, bias_buf = dev.upload(counts), dev.upload(pen.bias.astype(np.float32))
+    context = dev.upload(np.array([prefix[-1]] + drafts + [0] * (ROWS_MAX - 1 - k), np.uint32))
+    step = one_step(dev, rows=k + 1, pos=0)
+    got = run(dev, [sampling.penalize_rows(dev, params, logits_buf, counts_buf, bias_buf,
+                                           context, step, vocab=vocab)],
+              logits_buf, np.float32, (k + 1, vocab)).astype(np.float64)
+    assert (np.abs(got - ref) <= 1e-6 + 1e-6 * np.abs(ref)).all()
+    assert (got != logits).any(axis=1).all()
+    words = np.zeros(ACCEPT_WORDS, np.uint32)
+    emitted = [5, 5, 9]
+    words[ACCEPT_N_EMITTED] = len(emitted)
+    words[ACCEPT_TOKENS:ACCEPT_TOKENS + 3] = emitted
+    after = run(dev, [sampling.count_tokens(dev, params, dev.upload(words), counts_buf, step,
+                                            vocab=vocab)], counts_buf, np.uint32, (2, vocab))
+    seq = np.asarray(prefix + emitted)
+    np.testing.assert_array_equal(after[0], np.bincount(seq, minlength=vocab))
+    np.testing.assert_array_equal(after[1], np.bincount(seq[prompt_len:], minlength=vocab))

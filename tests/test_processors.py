@@ -36,6 +36,8 @@ CONTROLS = {
     "all": dict(logit_bias={101: 2.0}, repetition_penalty=1.3, presence_penalty=0.5,
                 frequency_penalty=0.4, top_k=20, top_p=0.8, min_p=0.05),
     "penalties+top_p": dict(repetition_penalty=1.5, frequency_penalty=0.7, top_p=0.7),
+    "penalties": dict(logit_bias={101: 2.0, 65: -3.0}, repetition_penalty=1.4,
+                      presence_penalty=0.6, frequency_penalty=0.5),
 }
 
 
@@ -132,7 +134,7 @@ def processed_reference(model, prompt, n, controls, temperature=0.0, seed=0):
     return tokens[len(prompt):]
 
 
-GREEDY_CONTROLS = ["logit_bias", "repetition", "presence", "frequency", "all"]
+GREEDY_CONTROLS = ["logit_bias", "repetition", "presence", "frequency", "all", "penalties"]
 
 
 @pytest.mark.parametrize("name", GREEDY_CONTROLS)
@@ -213,12 +215,15 @@ GPU_DRAFTS = ["ngram", "self:1", "close"]
 
 
 @requires_gpu
-@pytest.mark.parametrize("name", ["all", "penalties+top_p", "logit_bias"])
+@pytest.mark.parametrize("name", ["all", "penalties+top_p", "logit_bias", "penalties"])
 def test_gpu_equals_gpu_champion_only_under_processors(tiny, name):
     """GPU drafts (self:1, close: sampled on the device, raw distribution) and the n-gram draft
     under processors equal champion-only on the GPU with the same processors, greedy and replay;
     and champion-only on the GPU equals the CPU's processed reference (the tiny model's margins
-    are far above float32 noise)."""
+    are far above float32 noise). Penalties alone run on the device (penalize.wgsl, no logits
+    readback); with a filter the rows come back to the host (host accept). At T = 0 the filters
+    are off (each keeps the argmax), so only the penalties are left."""
+    filters = {"top_k", "top_p", "min_p"} & set(CONTROLS[name])
     controls = CONTROLS[name]
     for temperature, seed in ((0.0, 0), (0.9, 77)):
         opts = dict(max_tokens=24, temperature=temperature, seed=seed, stop_at_eos=False,
@@ -229,23 +234,31 @@ def test_gpu_equals_gpu_champion_only_under_processors(tiny, name):
         assert base.stats["backend_timing"]["readbacks"] == base.stats["champion_passes"]
         for draft in GPU_DRAFTS:
             engine = engine_for(tiny, draft, "gpu")
-            for k in (2, 5):
-                r = engine.generate(tiny.prompt, Options(k=f"fixed:{k}", **opts))
-                assert r.tokens == base.tokens, f"{name}, T={temperature}, {draft}, K={k}"
+            # confidence:0.5: on GPU drafts the host applies the confidence stop
+            for k in ("fixed:2", "fixed:5", "confidence:0.5"):
+                r = engine.generate(tiny.prompt, Options(k=k, **opts))
+                assert r.tokens == base.tokens, f"{name}, T={temperature}, {draft}, {k}"
                 assert r.stats["backend_timing"]["readbacks"] == r.stats["champion_passes"]
-                assert r.stats["drafted"] > 0
+                assert r.stats["drafted"] > 0 or k.startswith("confidence")
+                on_device = temperature == 0 or not filters
+                assert ("host_accept_s" not in r.stats["backend_timing"]) == on_device
 
 
 @requires_gpu
-def test_gpu_rejection_follows_the_processed_distribution(tiny):
-    """As test_rejection_follows_the_processed_distribution, on the GPU with the close draft
-    sampled on the device (its q_draft rows come back in the cycle's one readback); 10,000
-    runs, the same bounds (TV under the 99.9th percentile of 10,000 exact draws)."""
-    controls, temperature = dict(top_p=0.8, repetition_penalty=1.5, frequency_penalty=1.0), 1.0
+@pytest.mark.parametrize("name", ["penalties+top_p", "penalties"])
+def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
+    """As test_rejection_follows_the_processed_distribution, on the GPU with the self:1 draft
+    sampled on the device: with top_p the host accept (the q_draft rows come back in the
+    cycle's one readback), with penalties alone the device path (penalize.wgsl, counts on the
+    device, the accept kernel). 10,000 runs each, the same bound (TV of the joint under the
+    99.9th percentile of 10,000 exact draws); teeth: the unprocessed distribution is further."""
+    controls, temperature = CONTROLS[name], 1.0
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
     exact = processed_two_token_distribution(tiny.champion, prefix, temperature, controls)
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
-    engine = engine_for(tiny, "close", "gpu")
+    plain = processed_two_token_distribution(tiny.champion, prefix, temperature, {})
+    assert 0.5 * np.abs(plain - exact).sum() > 3 * bound
+    engine = engine_for(tiny, "self:1", "gpu")
     counts = np.zeros_like(exact)
     accepted = drafted = 0
     for seed in range(N_RUNS):
@@ -257,3 +270,4 @@ def test_gpu_rejection_follows_the_processed_distribution(tiny):
         drafted += r.stats["drafted"]
     assert total_variation(counts, exact) < bound
     assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
+    assert ("host_accept_s" in r.stats["backend_timing"]) == ("top_p" in controls)

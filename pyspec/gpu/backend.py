@@ -14,7 +14,13 @@ The cycle's steps record commands instead of running them:
                  confidence stop, and writes n_accepted and the tokens;
   submit         the recorded commands, in one queue submission; `read` awaits the readback.
 
-Host accept (a request with logits processors: the sampling controls, a JSON-schema mask): the
+Device penalties (a request whose only processor is processors.Penalties: logit_bias and the
+repetition, presence and frequency penalties): penalize_rows applies them in place to the
+champion's logits rows before the champion's choices, from token counts kept on the device
+(count_tokens adds each cycle's emitted tokens after the accept kernel); the readback stays the
+68 accept words. The host sets the counts once per request.
+
+Host accept (a request with any other logits processors: the sampling controls, a JSON-schema mask): the
 processed rows depend on the context on the host, so the accept step gathers the champion's k+1
 logits rows (and GPU drafts' tokens, confidences and, for rejection, q_draft rows) into one
 buffer by copies in the same submission; `read` reads it back once and applies the same numpy
@@ -38,6 +44,7 @@ from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
 from ..drafters import BridgedDrafter, DraftSpecError, Proposal, make_drafter, parse_draft
 from ..gguf import GGUFFile
+from ..processors import Penalties
 from ..model import Model
 from . import sampling
 from .device import ROWS_MAX, Copy, count_commands
@@ -98,10 +105,17 @@ class _Cycle:
         self.host = None   # (drafts, tokens, rule) when the rule runs on the host
 
 
+def _device_penalties(rule: Rule) -> Penalties | None:
+    """The request's Penalties when they are its only processors (the device path), else None."""
+    procs = rule.processors
+    return procs[0] if len(procs) == 1 and isinstance(procs[0], Penalties) else None
+
+
 class GPUBackend(Executor):
     """The champion on a GPU device and its drafter; see the module docstring."""
 
     k_max = K_GPU_MAX
+    device_penalties = True   # False: penalties take the host accept too (the benchmark's A/B)
 
     def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None):
         """`draft` is a --draft spec (drafters.parse_draft) or a CPU drafter object."""
@@ -128,6 +142,7 @@ class GPUBackend(Executor):
         self.host_rows = dev.buffer(4 * (2 * ROWS_MAX + (2 * ROWS_MAX - 1) * vocab),
                                     label="host_accept.rows")
         self._host = None               # (drafts, tokens, rule) of a host-accept cycle
+        self._pen = None                # device penalties: (params, counts, bias, plans, rule)
         self._tail: dict[tuple, list] = {}
         self._draft_plans: dict[tuple, list] = {}
         self._commands: list = []       # the cycle being recorded: commands and plans
@@ -221,7 +236,8 @@ class GPUBackend(Executor):
         on_device = isinstance(drafts, _OnDevice)
         k = drafts.k if on_device else len(drafts.tokens)
         self._host = None
-        if rule.processors:
+        pen = _device_penalties(rule) if self.device_penalties else None
+        if rule.processors and pen is None:
             self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=self._pass[1], seed=rule.seed,
                                     temperature=rule.temperature, n_draft=k, mode=rule.mode,
                                     one_hot=True)
@@ -242,7 +258,12 @@ class GPUBackend(Executor):
         # The confidence stop of GPU drafts is applied by the accept kernel (drafts past the
         # first low-confidence one count as never proposed), keeping the cycle on the GPU.
         threshold = rule.conf_threshold if on_device else 0.0
+        if pen is not None:
+            penalize, count = self._penalties(rule, pen, tokens)
+            self._commands.append(penalize)
         self._commands.append(self._verify_dispatches(rule.mode, threshold))
+        if pen is not None:
+            self._commands.append(count)
         self._pending = (k, on_device)
 
     def submit(self) -> _Cycle:
@@ -272,6 +293,33 @@ class GPUBackend(Executor):
         result = sampling.decode_accept(words)
         verdict = verify.Verdict(result["n_accepted"], result["tokens"])
         return Outcome(verdict, result["k_eff"], t_draft, t_end - c.t0 - t_draft)
+
+    # --- device penalties -----------------------------------------------------------------------
+    def _penalties(self, rule: Rule, pen: Penalties, tokens: list[int]) -> tuple:
+        """The penalize and count dispatches; at a request's first cycle (a new Rule), its
+        counts (from the committed tokens: prompt and resumed ids), bias and parameters."""
+        dev, vocab = self.dev, self.vocab
+        if self._pen is None:
+            params = sampling.penalty_params(dev, vocab)
+            counts = dev.buffer(8 * vocab, label="penalize.counts")     # (2, vocab) u32
+            bias = dev.buffer(4 * vocab, label="penalize.bias")         # (vocab,) f32
+            step = self.champion.steps.binding(SLOT_CHAMPION)
+            plans = (sampling.penalize_rows(dev, params, self.champion.logits, counts, bias,
+                                            self.champion.tokens, step, vocab=vocab),
+                     sampling.count_tokens(dev, params, self.out, counts, step, vocab=vocab))
+            self._pen = [params, counts, bias, plans, None]
+        params, counts, bias, plans, current = self._pen
+        if current is not rule:   # a new request: its counts and parameters
+            seq = np.asarray(tokens, dtype=np.int64)
+            table = np.stack([np.bincount(seq, minlength=vocab),
+                              np.bincount(seq[pen.prompt_len:], minlength=vocab)])  # (2, vocab)
+            dev.write(counts, table.astype(np.uint32))
+            if pen.bias is not None:
+                dev.write(bias, pen.bias.astype(np.float32))
+            sampling.set_penalties(dev, params, vocab, pen.repetition, pen.presence,
+                                   pen.frequency, pen.bias is not None)
+            self._pen[4] = rule
+        return plans
 
     # --- host accept --------------------------------------------------------------------------
     def _gather(self, k: int, on_device: bool, rejection: bool) -> list:

@@ -164,6 +164,46 @@ def accept(dev, champion, p_target, q_draft, drafts, conf, out, step, *, vocab: 
                          _whole(drafts), _whole(conf), _whole(out)], 1)
 
 
+def penalty_params(dev, vocab: int, rows_cap: int = ROWS_MAX):
+    """penalize.wgsl's Params as a uniform buffer, written per request by `set_penalties`
+    (its plan's bind group is built once)."""
+    _check_rows(vocab, rows_cap)
+    fields = np.array([vocab, rows_cap, 0, 0, 0, 0, 0, 0], np.uint32)
+    fields[2] = np.float32(1.0).view(np.uint32)
+    return dev.uniform(fields, "penalize.params")
+
+
+def set_penalties(dev, params, vocab: int, repetition: float, presence: float, frequency: float,
+                  has_bias: bool, rows_cap: int = ROWS_MAX, out_offset: int = 0) -> None:
+    """Write a request's penalties into a penalty_params buffer."""
+    fields = np.array([vocab, rows_cap, 0, 0, 0, int(has_bias), out_offset, 0], np.uint32)
+    fields[2:5] = np.array([repetition, presence, frequency], np.float32).view(np.uint32)
+    dev.write(params, fields)
+
+
+def penalize_rows(dev, params, logits, counts, bias, context, step, *, vocab: int,
+                  rows_cap: int = ROWS_MAX) -> Dispatch:
+    """In place on logits (rows_cap, vocab) f32 from element 0: logit_bias, repetition_penalty
+    (tokens with seen > 0), presence and frequency penalties (output counts), row r counting
+    context[1..r] too (processors.Penalties). counts (2, vocab) u32: seen (prompt + output),
+    output; bias (vocab,) f32; context (ROWS_MAX,) u32, the pass's token list."""
+    _check_rows(vocab, rows_cap)
+    need(dev, logits, 4 * rows_cap * vocab, "logits")
+    need(dev, counts, 8 * vocab, "counts")
+    need(dev, bias, 4 * vocab, "bias")
+    need(dev, context, 4 * ROWS_MAX, "context")
+    return dev.dispatch("penalize", "penalize_rows",
+                        [params, step, _whole(logits), counts, bias, _whole(context)], rows_cap)
+
+
+def count_tokens(dev, params, words, counts, step, *, vocab: int) -> Dispatch:
+    """counts (2, vocab) u32 += the emitted tokens of accept's words (ACCEPT_WORDS,) u32 (the
+    params' out_offset is their element offset; 0 here)."""
+    need(dev, words, 4 * ACCEPT_WORDS, "words")
+    need(dev, counts, 8 * vocab, "counts")
+    return dev.dispatch("penalize", "count_tokens", [params, step, _whole(words), counts], 1)
+
+
 def decode_accept(words: np.ndarray) -> dict:
     """accept's output words (ACCEPT_WORDS,) u32 as Python values, for the cycle and the tests."""
     words = np.asarray(words, np.uint32)

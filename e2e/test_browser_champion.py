@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .pageutil import native_generate, ready, run
+from .pageutil import Context, native_generate, ready, run
 
 pytestmark = [pytest.mark.browser, pytest.mark.champion]
 
@@ -27,9 +27,12 @@ def public_prompts(n: int) -> list[dict]:
     return rows[:n]
 
 
-def test_champion_greedy_tokens_equal_native(context, site_root):
+def test_champion_greedy_tokens_equal_native(browser, plain_site_url, site_root):
+    """From a plain static server (no COOP/COEP/CORP headers), as most static hosts serve it."""
     prompts = public_prompts(2)
+    context = Context(browser, plain_site_url)
     page = context.page("index.html?model=smollm2")
+    assert page.evaluate("() => self.crossOriginIsolated") is False
     info = ready(page, seconds=600)
     assert info["vocab"] == 49152
     for row in prompts:
@@ -38,3 +41,5 @@ def test_champion_greedy_tokens_equal_native(context, site_root):
         native = native_generate(str(site_root / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"),
                                  row["messages"], "none", max_tokens=16)
         assert browser["tokens"] == native.tokens, row["id"]
+    context.ctx.close()
+    assert not context.offsite, f"requests to other origins: {context.offsite}"

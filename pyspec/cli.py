@@ -82,7 +82,9 @@ def options(args) -> Options:
                    min_p=args.min_p, repetition_penalty=args.repetition_penalty,
                    presence_penalty=args.presence_penalty,
                    frequency_penalty=args.frequency_penalty,
-                   logit_bias=logit_bias(args.logit_bias), stop=tuple(args.stop or ()))
+                   logit_bias=logit_bias(args.logit_bias), stop=tuple(args.stop or ()),
+                   json_schema=(read_json(args.json_schema, "JSON schema")
+                                if getattr(args, "json_schema", None) else None))
 
 
 def logit_bias(items: list[str] | None) -> dict:

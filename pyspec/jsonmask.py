@@ -203,6 +203,19 @@ class Masker:
                 if first[b] < first[b + 1]:
                     self._walk(step(state, b), first[b], first[b + 1], 1, hits)
             return
+        if lo >= hi:
+            return
+        allowed = self.grammar.allowed(state) if hi - lo > 8 else None
+        if allowed is not None and len(allowed) <= 16:
+            # Few bytes can come next (a number, a key, a literal): find each one's range
+            # rather than visit every child of this prefix.
+            prefix = keys[lo][:depth]
+            for b in allowed:
+                start = bisect_left(keys, prefix + bytes((b,)), lo, hi)
+                end = hi if b == 255 else bisect_left(keys, prefix + bytes((b + 1,)), start, hi)
+                if start < end:
+                    self._walk(step(state, b), start, end, depth + 1, hits)
+            return
         while lo < hi:
             key = keys[lo]
             b = key[depth]

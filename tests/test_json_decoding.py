@@ -169,8 +169,9 @@ def test_rejection_matches_the_masked_champion_distribution(tj, draft):
         r = engine.generate(tj.prompt, Options(max_tokens=4, temperature=1.0, seed=seed,
                                                verify="rejection", k="fixed:3",
                                                json_schema=SCHEMA_BOOLS))
-        assert r.tokens[0] == first
-        counts[r.tokens[1], r.tokens[2]] += 1
+        seq = r.tokens + [tok.eos_id] * 2    # "[]" then EOS: the stop ended it (not in tokens)
+        assert seq[0] == first and (len(r.tokens) >= 3 or r.finish_reason == "stop")
+        counts[seq[1], seq[2]] += 1
         drafted += r.stats["drafted"]
         accepted += r.stats["accepted"]
     tv = total_variation(counts, exact)
@@ -197,3 +198,21 @@ def test_a_plain_request_after_a_schema_request_is_unchanged(tj):
     assert engine.drafter.name == "ngram"
     after = engine.generate(tj.prompt, Options(max_tokens=30, stop_at_eos=False))
     assert after.tokens == before.tokens and after.stats["forced_tokens"] == 0
+
+
+def test_cli_generate_json_schema(tj, tmp_path, capsys):
+    from pyspec import cli
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMAS["weather"]))
+    argv = ["generate", "--champion", tj.path, "--messages-json", None, "--json",
+            "--json-schema", str(schema_file), "--max-tokens", "120", "--k", "fixed:3"]
+    messages = tmp_path / "messages.json"
+    messages.write_text(json.dumps([{"role": "user", "content": "json please"}]))
+    argv[4] = str(messages)
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = run(tj, "ngram", SCHEMAS["weather"], max_tokens=120, k="fixed:3")
+    assert out["text"] == want.text and out["stats"]["forced_tokens"] > 0
+    schema_file.write_text(json.dumps({"type": "string", "format": "email"}))
+    assert cli.main(argv) == 2
+    assert "'format'" in capsys.readouterr().err

@@ -88,9 +88,20 @@ function requestConfig(overrides = {}) {
   const draft = !$("speculate").checked ? "none" : choice.startsWith("model:") ? "model" : choice;
   return { draft, k: $("k").value, verify: $("verify").value || null,
            temperature: Number($("temperature").value), seed: Number($("seed").value),
-           max_tokens: Number($("max-tokens").value), ...samplingConfig(), ...overrides };
+           max_tokens: Number($("max-tokens").value), ...samplingConfig(), ...jsonConfig(),
+           ...overrides };
 }
 
+// The Output section: with "JSON" ticked the reply follows the schema in the box (the worker
+// refuses a keyword outside the supported subset by name).
+function jsonConfig() {
+  if (!$("json").checked) return {};
+  try {
+    return { json_schema: JSON.parse($("json-schema").value) };
+  } catch (e) {
+    throw new Error(`the JSON schema box does not hold valid JSON: ${e.message}`);
+  }
+}
 
 // The Sampling section (README "Sampling controls"): empty fields are off; stop strings one per
 // line (\n and \t written as escapes); logit_bias as "ID=BIAS, ID=BIAS". The worker checks

@@ -88,7 +88,22 @@ export interface SamplingConfig {
   min_p?: number | null;               // [0, 1]; 0 = off
   /** Up to 4; the output ends before the first to appear (not included), finish_reason "stop". */
   stop?: string | string[] | null;
+  /** Constrained output: the text is compact JSON that follows the schema (the subset in the
+   * README; another keyword is refused as bad_config, by name). */
+  json_schema?: JsonSchema | null;
+  /** OpenAI's form of the same; { type: "text" } is no constraint. Give one of the two. */
+  response_format?: ResponseFormat | null;
 }
+
+/** A JSON Schema object (type, properties, required, additionalProperties: false, items,
+ * minItems, maxItems, maxLength, enum). */
+export type JsonSchema = { [keyword: string]: unknown };
+
+/** OpenAI's response_format; `strict` is accepted, and the schema is always followed. */
+export type ResponseFormat =
+  | { type: "text" }
+  | { type: "json_schema"; json_schema: { name?: string; schema: JsonSchema;
+                                          strict?: boolean | null } };
 
 /** generate()'s config; every field may be null or left out for its default. */
 export interface GenerateConfig extends SamplingConfig {
@@ -133,6 +148,8 @@ export interface Stats {
   accepted: number;
   acceptance_rate: number;
   tokens_per_pass: number;
+  /** Tokens written where a JSON schema allowed exactly one (0 without a schema). */
+  forced_tokens: number;
   tokens_per_s: number;
   ttft_s: number | null;
   [field: string]: unknown;
@@ -181,8 +198,6 @@ export interface ChatCompletionRequest extends SamplingConfig {
   /** Aborting stops the request after its current cycle; it ends with finish_reason "abort". */
   signal?: AbortSignal | null;
   pyspec?: PyspecRequestOptions | null;
-  /** Not supported yet: any value but null is refused (SpecError bad_config). */
-  response_format?: null;
 }
 
 /** "abort": an AbortSignal stopped it (as in WebLLM); "length": max_tokens or the context. */

@@ -63,9 +63,7 @@ const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lo
 // as in WebLLM: OpenAI has no word for a request the caller stopped.
 const FINISH = { stop: "stop", length: "length", context: "length", cancelled: "abort" };
 // Options of the OpenAI request that pyspec does not do yet: refused, never ignored.
-const NOT_YET = {
-  response_format: "constrained (JSON) output is not implemented",
-};
+const NOT_YET = {};
 // The options it takes, by type; `pyspec` holds generate()'s own ({k, verify, draft, ...}).
 // The sampling controls (OpenAI's top_p, presence_penalty, frequency_penalty, logit_bias, stop;
 // top_k, min_p and repetition_penalty as WebLLM and vLLM take them) go to the worker as they
@@ -74,7 +72,10 @@ const FACADE_FIELDS = { temperature: "number", max_tokens: "number", seed: "numb
                         model: "string", pyspec: "object", top_p: "number", top_k: "number",
                         min_p: "number", repetition_penalty: "number",
                         presence_penalty: "number", frequency_penalty: "number",
-                        logit_bias: "object", stop: ["string", "object"] };
+                        logit_bias: "object", stop: ["string", "object"],
+                        // {type: "json_schema", json_schema: {name, schema, strict}}: the
+                        // output follows the schema (web.py checks it; the subset in the README)
+                        response_format: "object" };
 
 // The generate() config for a facade request (without messages, stream, signal), or a SpecError
 // naming the option it cannot take. null or undefined means "not given", as in JSON.

@@ -1,0 +1,68 @@
+"""webtools/serve.py answers Range requests (a dropped download resumes from the byte it reached),
+and the fault drills are named alike everywhere they are struck from (web.py, worker.js,
+client.js, `build.py demo --fault`)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pyspec import web
+from webtools import browser, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = bytes(range(256)) * 40     # (10240,) bytes
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    site = tmp_path_factory.mktemp("site")
+    (site / "w.gguf").write_bytes(DATA)
+    server, url = serve.start(site)
+    yield url
+    server.shutdown()
+
+
+def get(url: str, range_: str | None = None):
+    request = urllib.request.Request(url, headers={"Range": range_} if range_ else {})
+    with urllib.request.urlopen(request) as r:
+        return r.status, dict(r.headers), r.read()
+
+
+@pytest.mark.parametrize("range_, start, end", [("bytes=5000-", 5000, 10239),
+                                                 ("bytes=10-19", 10, 19),
+                                                 ("bytes=10200-99999", 10200, 10239)])
+def test_a_range_request_gets_206_with_those_bytes(base, range_, start, end):
+    status, headers, body = get(base + "w.gguf", range_)
+    assert status == 206 and body == DATA[start:end + 1]
+    assert headers["Content-Range"] == f"bytes {start}-{end}/{len(DATA)}"
+    assert int(headers["Content-Length"]) == end - start + 1
+    assert headers["Cross-Origin-Resource-Policy"] == "same-origin"
+
+
+def test_no_range_gets_the_whole_file_and_a_range_past_the_end_416(base):
+    assert get(base + "w.gguf")[::2] == (200, DATA)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        get(base + "w.gguf", "bytes=10240-")
+    assert e.value.code == 416
+
+
+def test_every_fault_drill_has_one_name_everywhere():
+    worker = (ROOT / "web" / "worker.js").read_text()
+    load = re.search(r"const LOAD_DRILLS = \[([^\]]*)\]", worker)[1]
+    assert tuple(re.findall(r'"([a-z-]+)"', load)) == browser.LOAD_FAULTS
+    client = (ROOT / "web" / "client.js").read_text()
+    assert "worker-terminate@" in client
+    request_kinds = {*web.SESSION_DRILLS, "worker-terminate"}
+    assert request_kinds | set(browser.LOAD_FAULTS) | {"two-pages"} == set(browser.FAULTS)
+    assert set(browser.GPU_FAULTS) <= set(web.SESSION_DRILLS)
+    for kind in browser.FAULTS:
+        assert browser.fault_spec(f"{kind}@3") == f"{kind}@3"
+    assert browser.fault_spec("opfs-flip") == "opfs-flip@0"
+    with pytest.raises(argparse.ArgumentTypeError):
+        browser.fault_spec("device-lost")      # a request's fault needs its cycle

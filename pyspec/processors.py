@@ -140,11 +140,14 @@ def _probs(row: np.ndarray, temperature: float) -> np.ndarray:
 
 def keep_top_k(row: np.ndarray, k: int) -> np.ndarray:
     """Bool (vocab,): the k largest logits, ties to the lower id."""
-    keep = np.zeros(row.shape[0], dtype=bool)
-    if k >= row.shape[0]:
-        keep[:] = True
-        return keep
-    keep[np.argsort(-row, kind="stable")[:k]] = True
+    vocab = row.shape[0]
+    if k >= vocab:
+        return np.ones(vocab, dtype=bool)
+    # O(vocab), the same set as a stable sort of -row: all above the k-th largest value, then the
+    # lowest ids among those equal to it.
+    kth = np.partition(row, vocab - k)[vocab - k]
+    keep = row > kth
+    keep[np.flatnonzero(row == kth)[:k - int(keep.sum())]] = True
     return keep
 
 

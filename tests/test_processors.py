@@ -68,6 +68,16 @@ def test_top_k_and_top_p_break_ties_by_the_lower_id():
     assert keep_top_p(p, 1.0).tolist() == [True, True, True, False, True]  # never p = 0
 
 
+def test_top_k_equals_a_stable_sort():
+    gen = np.random.default_rng(4)
+    for vocab, k in ((50, 1), (50, 7), (3000, 40), (3000, 2999)):
+        row = np.round(gen.normal(0, 2, vocab), 1)          # many ties
+        row[gen.integers(0, vocab, 5)] = -np.inf
+        want = np.zeros(vocab, bool)
+        want[np.argsort(-row, kind="stable")[:k]] = True
+        assert (keep_top_k(row, k) == want).all(), (vocab, k)
+
+
 def test_top_p_shortcut_equals_the_full_sort():
     gen = np.random.default_rng(3)
     for scale in (0.5, 3.0, 8.0):

@@ -3,8 +3,14 @@
 # machine warm for 30 s between them, /tmp kept only while it is warm). Training only: nothing
 # here is part of pyspec's runtime.
 #
-#   bash train/device.sh setup     # champion from .h200a/champ.a + .h200b/champ.b, Vulkan loaders
-#                                  # (.gl), wgpu wheels (.whl) into /tmp/site
+#   bash train/device.sh setup     # champion parts, Vulkan loaders (.gl), wgpu wheels (.whl)
+#                                  # into /tmp/site: whatever the call carried
+#
+# The champion (98 MB) travels in four parts of 24.6 MB, .h200a/champ.a ... .h200d/champ.d
+# (`split -b 24600000 -a 1 CHAMPION champ.`), one carried folder per call: the tree with
+# models/draft-l4.gguf is 34 MB of the 64 MiB a call carries. Call `setup` with .h200a, .h200b,
+# .h200c in turn, then `setup train bench` (or `setup bench`) with .h200d (which also holds
+# public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
 #   bash train/device.sh train     # generate (resumable) + distill + export /tmp/models/$NAME.gguf
 #   bash train/device.sh bench     # acceptance (--k fixed:4) and speed (heuristic) on the public
 #                                  # workload, native WebGPU, champion-only side by side
@@ -24,9 +30,13 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
 setup() {
-    if [ -f .h200a/champ.a ]; then cp .h200a/champ.a /tmp/champ.a; fi
-    if [ -f .h200b/champ.b ]; then cat /tmp/champ.a .h200b/champ.b > /tmp/champ.gguf; fi
-    if [ -f .h200b/public.jsonl ]; then cp .h200b/public.jsonl /tmp/public.jsonl; fi
+    for part in a b c d; do
+        if [ -f .h200$part/champ.$part ]; then cp .h200$part/champ.$part /tmp/; fi
+    done
+    if [ -f /tmp/champ.d ] && [ ! -f /tmp/champ.gguf ]; then
+        cat /tmp/champ.a /tmp/champ.b /tmp/champ.c /tmp/champ.d > /tmp/champ.gguf
+    fi
+    if [ -f .h200d/public.jsonl ]; then cp .h200d/public.jsonl /tmp/public.jsonl; fi
     if [ -d .gl ]; then for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
     if [ -d .whl ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -37,12 +47,12 @@ setup() {
 
 train() {
     python3 train/generate.py --champion /tmp/champ.gguf --out /tmp/gen --minutes "$GEN_MIN" \
-        2>&1 | tee "$OUT/generate.log"
+        2>&1 | tee "$OUT/train.log"
     (cd /tmp && tar cf - gen) | gzip -1 > "$OUT/gen.tar.gz"
     mkdir -p /tmp/models
     python3 train/distill.py --champion /tmp/champ.gguf --data /tmp/gen --layers "$LAYERS" \
         --work /tmp/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
-        --gguf /tmp/models/$NAME.gguf 2>&1 | tee "$OUT/distill.log"
+        --gguf /tmp/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
     cp /tmp/work-$NAME/report.json "$OUT/$NAME-report.json"
     if [ -f /tmp/models/$NAME.gguf ]; then
         split -b 15M -d /tmp/models/$NAME.gguf "$OUT/$NAME.gguf.part"
@@ -50,13 +60,18 @@ train() {
 }
 
 bench() {
-    python3 -m pyspec check-pair --champion /tmp/champ.gguf --draft /tmp/models/$NAME.gguf
+    # the draft just trained, else the shipped one; the plots are redrawn from the JSON at home
+    # (at most 8 files come back from a call)
+    local draft=/tmp/models/$NAME.gguf
+    if [ ! -f "$draft" ]; then draft=models/draft-l4.gguf; fi
+    python3 -m pyspec check-pair --champion /tmp/champ.gguf --draft "$draft"
     python3 -m pyspec bench --backend wgpu --champion /tmp/champ.gguf --workload /tmp/public.jsonl \
-        --drafts ngram,/tmp/models/$NAME.gguf --k fixed:4 --max-tokens 64 --ctx 2048 \
+        --drafts "ngram,$draft" --k fixed:4 --max-tokens 64 --ctx 2048 \
         --out "$OUT/acc" 2>&1 | tail -20
     python3 -m pyspec bench --backend wgpu --champion /tmp/champ.gguf --workload /tmp/public.jsonl \
-        --drafts ngram,/tmp/models/$NAME.gguf --max-tokens 64 --ctx 2048 \
+        --drafts "ngram,$draft" --max-tokens 64 --ctx 2048 \
         --out "$OUT/speed" 2>&1 | tail -20
+    rm -f "$OUT"/acc/*.png "$OUT"/speed/*.png
 }
 
 for phase in "$@"; do "$phase"; done

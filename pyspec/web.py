@@ -511,16 +511,18 @@ class Session:
             return json.dumps({"text": text, "tokens": None, "finish_reason": "cancelled",
                                "stats": None, "receipt": None})
         fitted.annotate(report)
-        if self.load_faults:
+        if self.load_faults:   # in the receipt of the first request after the load
             report["receipt"]["faults"] = self.load_faults + report["receipt"]["faults"]
+            self.load_faults = []
         self.last = report
         if any(f["kind"] not in RESUME_FAULTS for f in engine.faults):
-            # The request finished champion-only (on the CPU or a new device); the next one
-            # builds its engine again (and seeks a GPU device), giving back this one's device.
+            # The request finished champion-only. On a new device: the next request's engine
+            # borrows it (with its drafter again); on the CPU: the next one seeks a device.
             dev = getattr(engine.champion, "dev", None)
             if dev is not None and dev.lost is None:
-                dev.destroy()
-            self.engine = None
+                self.engine_draft = None
+            else:
+                self.engine = None
         return json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
                                                   "receipt", "notice")})
 

@@ -285,7 +285,8 @@ function start() {
     // One request in a fresh conversation (what a headless driver wants).
     run: (prompt, config = {}, onText = null) => {
       history.length = 0;
-      return run(prompt, config, onText);
+      // The page shows the error as for its own Send button (and the caller gets it too).
+      return run(prompt, config, onText).catch((err) => { showError(err); throw err; });
     },
     decoder: () => decoder,
   };

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -138,25 +139,35 @@ def main() -> int:
     p.add_argument("--per-stratum", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--threads", default="1,2")
+    p.add_argument("--strata", default=None, help="comma-separated strata to keep (default all)")
     p.add_argument("--pyspec-json", default=None,
                    help="a `webtools.bench --backend cpu` JSON made beside this run")
     p.add_argument("--out", default="bench/results")
     args = p.parse_args()
     items = native.first_per_stratum(native.read_workload(args.workload), args.per_stratum)
+    if args.strata:
+        items = [it for it in items if it["stratum"] in args.strata.split(",")]
     t0 = time.time()
     if args.pyspec_json is None:
         args.pyspec_json = os.path.join(args.out, "browser-cpu.json")
         cmd = [sys.executable, "-m", "webtools.bench", "--backend", "cpu", "--per-stratum",
                str(args.per_stratum), "--max-tokens", str(args.max_tokens), "--drafts", "ngram",
                "--workload", args.workload, "--out", args.out]
+        if args.strata:
+            cmd += ["--strata", args.strata]
         subprocess.run(cmd, check=True, cwd=ROOT)
         os.replace(os.path.join(args.out, "bench-browser.json"), args.pyspec_json)
     pyspec = json.loads(Path(args.pyspec_json).read_text())
     peer = run_wllama(items, [int(t) for t in args.threads.split(",")], args.max_tokens,
                       ROOT / ".cache" / "wllama-site")
-    ours = pyspec["drafters"]
-    champion = pyspec.get("champion_tok_s") or {}
-    best = max((d["overall"]["tokens_per_s"]["median"], name) for name, d in ours.items())
+    # pyspec's requests on the prompts wllama ran: champion-only and each drafter's median
+    ids = {it["id"] for it in items}
+    by_drafter: dict[str, list[float]] = {}
+    for r in pyspec["requests"]:
+        if r["id"] in ids:
+            by_drafter.setdefault(r["drafter"], []).append(r["tokens_per_s"])
+    champion = native.spread(by_drafter.pop("none", [])) if "none" in by_drafter else {}
+    best = max((statistics.median(v), d) for d, v in by_drafter.items())
     result = {"wllama": WLLAMA, "pyspec_json": os.path.basename(args.pyspec_json),
               "max_tokens": args.max_tokens, "prompts": [it["id"] for it in items],
               "wllama_runs": peer,

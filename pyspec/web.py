@@ -56,7 +56,9 @@ GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, 
                    # the sampling controls (processors.py, stops.py), OpenAI's names
                    "top_k": int, "top_p": (int, float), "min_p": (int, float),
                    "repetition_penalty": (int, float), "presence_penalty": (int, float),
-                   "frequency_penalty": (int, float), "logit_bias": dict, "stop": (list, str)}
+                   "frequency_penalty": (int, float), "logit_bias": dict, "stop": (list, str),
+                   # constrained output: a JSON schema, or OpenAI's response_format (_schema)
+                   "json_schema": dict, "response_format": dict}
 
 
 def _parse(text: str, what: str):
@@ -304,6 +306,24 @@ def _sampling(config: dict) -> dict:
             "stop": tuple([stop] if isinstance(stop, str) else stop)}
 
 
+def _schema(config: dict) -> dict | None:
+    """The JSON schema of a generate config: `json_schema` (a schema), or OpenAI's
+    `response_format` {type: "json_schema", json_schema: {name, schema, strict}} (type "text"
+    is no constraint). The output always follows the schema, whatever `strict` says."""
+    fmt = config.get("response_format")
+    if fmt is None or fmt.get("type") == "text":
+        return config.get("json_schema")
+    if config.get("json_schema") is not None:
+        raise SessionError("bad_config", "give json_schema or response_format, not both")
+    inner = fmt.get("json_schema")
+    if fmt.get("type") != "json_schema" or not isinstance(inner, dict) or not isinstance(
+            inner.get("schema"), dict):
+        raise SessionError("bad_config", "response_format must be {type: 'json_schema', "
+                           "json_schema: {name, schema, strict}} with the schema an object, or "
+                           "{type: 'text'}; json_object without a schema is not supported")
+    return inner["schema"]
+
+
 def _exhaust_memory() -> None:
     """The worker-oom drill: take 256 MiB blocks (uninitialised: wasm pages are committed only
     when touched) until an allocation fails; the MemoryError propagates, the blocks are freed."""
@@ -459,7 +479,8 @@ class Session:
             opts = Options(max_tokens=_or(config.get("max_tokens"), 128),
                            temperature=float(_or(config.get("temperature"), 0.0)),
                            seed=_or(config.get("seed"), 0), verify=config.get("verify") or None,
-                           k=config.get("k") or "heuristic", **_sampling(config))
+                           k=config.get("k") or "heuristic", json_schema=_schema(config),
+                           **_sampling(config))
             opts.check()
             resume = _resume(resume_json)
             drill = _drill(config.get("drill"), self.drills)

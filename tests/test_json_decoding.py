@@ -216,3 +216,18 @@ def test_cli_generate_json_schema(tj, tmp_path, capsys):
     schema_file.write_text(json.dumps({"type": "string", "format": "email"}))
     assert cli.main(argv) == 2
     assert "'format'" in capsys.readouterr().err
+
+
+def test_the_worker_config_takes_json_schema_or_openai_response_format():
+    from pyspec.web import SessionError, _schema
+    schema = SCHEMAS["point"]
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema, "strict": True}}
+    assert _schema({"response_format": fmt}) == schema
+    assert _schema({"json_schema": schema}) == schema
+    assert _schema({"response_format": {"type": "text"}}) is None and _schema({}) is None
+    for bad in ({"response_format": {"type": "json_object"}},
+                {"response_format": {"type": "json_schema", "json_schema": {"schema": "x"}}},
+                {"response_format": fmt, "json_schema": schema}):
+        with pytest.raises(SessionError) as e:
+            _schema(bad)
+        assert e.value.code == "bad_config"

@@ -341,7 +341,8 @@ class Engine:
                                             len(prompt))
             rule = dataclasses.replace(rule, processors=(jsonmask.JsonMask(constraint),)
                                        + rule.processors)
-            self.backend.drafter = ForcedDrafter(_host_drafter(self.backend), constraint)
+            self.backend.drafter = ForcedDrafter(_host_drafter(self.backend), constraint,
+                                                 given_back=self.backend.drafter)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
@@ -482,7 +483,7 @@ class Engine:
     def _unwrap(self) -> None:
         """Give the backend back the drafter a schema request wrapped (drafters/forced.py)."""
         if isinstance(self.backend.drafter, ForcedDrafter):
-            self.backend.drafter = self.backend.drafter.inner
+            self.backend.drafter = self.backend.drafter.given_back
 
     def generate(self, prompt: list[int], opts: Options | None = None,
                  resume: Resume | None = None) -> Result:

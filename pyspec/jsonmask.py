@@ -30,21 +30,10 @@ from collections import OrderedDict
 import numpy as np
 
 from .jsonschema import S_NORMAL, STR, Grammar, compile_schema, string_byte
-from .vocab import Vocab
+from .vocab import SortedBytes, Vocab
 
 CACHE_STATES = 512        # masks kept per grammar
 _DONE = ("done",)         # the state after EOS: nothing may follow
-
-
-class SortedIndex:
-    """A vocabulary's text tokens sorted by their bytes: `keys[i]` (bytes) and `ids[i]`. The
-    tokens that start with a prefix form one range of this list, so it serves as a trie."""
-
-    def __init__(self, vocab):
-        pairs = sorted((b, i) for i, b in enumerate(vocab.text_bytes) if vocab.is_text[i] and b)
-        self.keys = [b for b, _ in pairs]                        # (n,) bytes
-        self.ids = np.array([i for _, i in pairs], np.int64)     # (n,)
-        self.first = [bisect_left(self.keys, bytes([c])) for c in range(256)] + [len(pairs)]
 
 
 class StringTable:
@@ -74,11 +63,13 @@ class StringTable:
         self.close_suffix = [s for _, _, s in close]
 
 
-def tables(vocab) -> tuple[SortedIndex, StringTable]:
+def tables(vocab) -> tuple[SortedBytes, StringTable]:
     """The per-vocabulary tables, built once per Vocab (about a second for 49,152 tokens)."""
     t = getattr(vocab, "_json_tables", None)
     if t is None:
-        t = vocab._json_tables = (SortedIndex(vocab), StringTable(vocab))
+        sorted_bytes = vocab.sorted()
+        sorted_bytes.id_array = np.array(sorted_bytes.ids, np.int64)   # (n,) for fancy indexing
+        t = vocab._json_tables = (sorted_bytes, StringTable(vocab))
     return t
 
 
@@ -164,7 +155,7 @@ class Masker:
         else:
             hits: list[int] = []
             self._walk(state, 0, len(self.index.keys), 0, hits)
-            allowed[self.index.ids[hits]] = True
+            allowed[self.index.id_array[hits]] = True
         if g.complete(state):
             allowed[self.eos] = True
         return allowed
@@ -211,8 +202,7 @@ class Masker:
             # rather than visit every child of this prefix.
             prefix = keys[lo][:depth]
             for b in allowed:
-                start = bisect_left(keys, prefix + bytes((b,)), lo, hi)
-                end = hi if b == 255 else bisect_left(keys, prefix + bytes((b + 1,)), start, hi)
+                start, end = self.index.range_of(prefix + bytes((b,)), lo, hi)
                 if start < end:
                     self._walk(step(state, b), start, end, depth + 1, hits)
             return

@@ -5,6 +5,7 @@ One index shared by the features that reason about tokens as text rather than as
 - the bridge between a champion and a draft with another vocabulary (compat.py and
   drafters/bridge.py: `matched_with`, the one-to-one pairing of the tokens both vocabularies hold),
 - reduced-vocabulary draft heads (which champion ids a head covers).
+`sorted()` gives the text tokens sorted by bytes (`SortedBytes`): a prefix's tokens are a range.
 
 `Vocab` is built once per tokenizer (about 0.1 s for 49,152 tokens) and holds plain lists and
 dicts, so it runs the same in CPython and Pyodide. It does not tokenize or decode text
@@ -12,6 +13,8 @@ dicts, so it runs the same in CPython and Pyodide. It does not tokenize or decod
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left
 
 from .bpe import TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_USER_DEFINED
 
@@ -41,6 +44,12 @@ class Vocab:
             if t == TOKEN_CONTROL:
                 self.control_ids.setdefault(tokenizer.tokens[i], i)
 
+    def sorted(self) -> "SortedBytes":
+        """The text tokens sorted by their bytes (built on first use, then kept)."""
+        if getattr(self, "_sorted", None) is None:
+            self._sorted = SortedBytes(self)
+        return self._sorted
+
     def id_of(self, data: bytes) -> int | None:
         """The lowest text token id that writes exactly `data`, or None."""
         ids = self.ids_of.get(data)
@@ -61,3 +70,28 @@ class Vocab:
         pairs.update((i, other.control_ids[name]) for name, i in self.control_ids.items()
                      if name in other.control_ids)
         return pairs
+
+
+class SortedBytes:
+    """A vocabulary's text tokens sorted by their bytes: `keys[i]` (bytes) and `ids[i]` (their
+    ids, lowest first among equal bytes). The tokens that start with a given prefix are one range
+    of this list (`range_of`), so it serves as a trie without nodes (jsonmask.py walks it);
+    `first[b]:first[b + 1]` is the range of the tokens whose first byte is b."""
+
+    def __init__(self, vocab: Vocab):
+        pairs = sorted((b, i) for i, b in enumerate(vocab.text_bytes) if vocab.is_text[i] and b)
+        self.keys = [b for b, _ in pairs]        # (n,) bytes
+        self.ids = [i for _, i in pairs]         # (n,)
+        self.first = [bisect_left(self.keys, bytes((c,))) for c in range(256)] + [len(pairs)]
+
+    def range_of(self, prefix: bytes, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
+        """[start, end) of the tokens in keys[lo:hi] that start with `prefix`."""
+        hi = len(self.keys) if hi is None else hi
+        start = bisect_left(self.keys, prefix, lo, hi)
+        end = start
+        while prefix and end == start:   # the first key after every extension of prefix
+            last = prefix[-1]
+            if last < 255:
+                return start, bisect_left(self.keys, prefix[:-1] + bytes((last + 1,)), start, hi)
+            prefix = prefix[:-1]
+        return start, hi

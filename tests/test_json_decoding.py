@@ -231,3 +231,25 @@ def test_the_worker_config_takes_json_schema_or_openai_response_format():
         with pytest.raises(SessionError) as e:
             _schema(bad)
         assert e.value.code == "bad_config"
+
+
+@pytest.mark.parametrize("draft", ["ngram", "self:1"])
+def test_gpu_schema_requests_equal_constrained_champion_only(tj, gpu, draft):
+    """On WebGPU a schema request drafts on the host (forced + n-gram; a GPU self:L draft gives
+    way to n-gram) and takes the host accept: its tokens equal the GPU's constrained
+    champion-only run, which equals the CPU reference on this model."""
+    from conftest import gpu_device
+    from pyspec.gguf import GGUFFile
+    from pyspec.gpu import load_model
+
+    model = load_model(gpu_device(), GGUFFile.open(tj.path))
+    for name in ("order", "nested"):
+        ref = Engine(backend_for(model, "none"), tj.tokenizer).generate(
+            tj.prompt, Options(max_tokens=120, k="fixed:0", json_schema=SCHEMAS[name]))
+        assert ref.tokens == run(tj, "none", SCHEMAS[name], k="fixed:0").tokens
+        engine = Engine(backend_for(model, draft), tj.tokenizer)
+        r = engine.generate(tj.prompt, Options(max_tokens=120, k="fixed:4",
+                                               json_schema=SCHEMAS[name]))
+        assert r.tokens == ref.tokens and r.stats["forced_tokens"] > 0
+        assert r.stats["champion_passes"] < ref.stats["champion_passes"]
+        assert engine.drafter.name == draft    # given back after the request

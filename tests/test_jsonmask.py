@@ -115,3 +115,14 @@ def test_constraint_follows_diverging_paths_and_the_processor_masks_rows(tiny_vo
         allowed = masker.mask(c.state_after(b[:2 + i])).dense(vocab.size)
         assert np.array_equal(np.isfinite(out[i]), allowed)
         assert np.array_equal(out[i][allowed], logits[i][allowed])
+
+
+def test_sorted_bytes_ranges_are_the_tokens_with_a_prefix(tiny_vocab):
+    _, vocab = tiny_vocab
+    index = vocab.sorted()
+    assert index.keys == sorted(index.keys) and len(index.keys) == len(index.ids)
+    for prefix in (b"", b"t", b"th", b'"', b'":', b"\xff", b"zzz", b"{\""):
+        start, end = index.range_of(prefix)
+        want = sorted(i for i, b in enumerate(vocab.text_bytes)
+                      if vocab.is_text[i] and b and b.startswith(prefix))
+        assert sorted(index.ids[start:end]) == want, prefix

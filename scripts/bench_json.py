@@ -190,14 +190,16 @@ def main(argv=None) -> int:
                 "speedup": summary([r["tokens_per_s"] / c["tokens_per_s"] for r, c in
                                     zip(runs, rows["champion-only"])])}
         result["prompts"][item["id"]] = out
+        # Written after every prompt, so that a run cut short keeps what it measured.
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({**result, "complete": False}, indent=1))
         print(item["id"], json.dumps({n: {k: c[k] for k in ("forced_share", "tokens_per_pass",
                                                             "equal_to_reference", "parses")}
                                       | {"speedup": round(c["speedup"]["median"], 2),
                                          "mask_ms": round(c["mask_ms_per_row"]["median"], 3)}
                                       for n, c in out["configs"].items()}), flush=True)
     result["overall"] = overall(result)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    Path(args.out).write_text(json.dumps({**result, "complete": True}, indent=1))
     plot(result, Path(args.out).with_suffix(".png"))
     print(json.dumps(result["overall"], indent=1))
     return 0

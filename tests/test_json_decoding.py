@@ -176,7 +176,10 @@ def test_rejection_matches_the_masked_champion_distribution(tj, draft):
         accepted += r.stats["accepted"]
     tv = total_variation(counts, exact)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} ({draft})"
-    assert 0 < accepted < drafted
+    if draft == "close":   # the draft model's proposals are both accepted and rejected
+        assert 0 < accepted < drafted
+    else:   # n-gram finds nothing in so short a text: the drafts are forced tokens, all kept
+        assert drafted > 0 and accepted == drafted
     raw = np.zeros_like(exact)   # teeth: the champion without the mask
     kv = tj.champion.new_cache()
     p1 = verify.softmax(tj.champion.forward(prefix, kv)[-1], 1.0)

@@ -382,6 +382,12 @@ class Engine:
             # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
             # block never needs cutting at max_tokens; and never past the context.
             k = min(sched.next_k() if self.drafter else 0, remaining - 1, ctx - n)
+            if constraint is not None and type(sched.policy) is not schedule.Policy:
+                # Forced tokens cost no drafting and are always accepted: the break-even guard's
+                # k (0 where verify rows cost, as on the CPU) must not leave them out. A fixed:K
+                # policy runs what it asks (fixed:0 is constrained champion-only).
+                ahead = constraint.forced_ahead(tokens[len(prompt):], self.backend.k_max)
+                k = max(k, min(ahead, remaining - 1, ctx - n))
             try:
                 out = await cycle.collect(self.backend, cycle.submit(self.backend, tokens, k, rule))
             except PyspecError as e:

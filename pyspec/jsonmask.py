@@ -240,6 +240,16 @@ class Constraint:
             self.states.append(self.masker.advance(self.states[-1], int(t)))
         return self.states[len(generated)]
 
+    def forced_ahead(self, generated: list[int], limit: int) -> int:
+        """How many tokens in a row the masks force right after `generated` (at most `limit`)."""
+        state, n = self.state_after(generated), 0
+        while n < limit and state is not None and state is not _DONE:
+            forced = self.masker.mask(state).forced
+            if forced is None:
+                break
+            state, n = self.masker.advance(state, forced), n + 1
+        return n
+
     def forced_count(self, generated: list[int]) -> int:
         """How many of `generated` were written where the mask allowed exactly one token."""
         self.state_after(generated)

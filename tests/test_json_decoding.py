@@ -256,3 +256,15 @@ def test_gpu_schema_requests_equal_constrained_champion_only(tj, gpu, draft):
         assert r.tokens == ref.tokens and r.stats["forced_tokens"] > 0
         assert r.stats["champion_passes"] < ref.stats["champion_passes"]
         assert engine.drafter.name == draft    # given back after the request
+
+
+def test_the_guard_never_leaves_out_forced_tokens(tj):
+    """Under the heuristic policy the break-even guard may choose k = 0 (verify rows cost on the
+    CPU), but forced tokens are free: every run of them is still drafted, so a constrained
+    request makes fewer champion passes than constrained champion-only, with the same tokens."""
+    schema = SCHEMAS["order"]
+    ref = run(tj, "none", schema, k="fixed:0")
+    r = run(tj, "none", schema, k="heuristic")
+    assert r.tokens == ref.tokens
+    assert r.stats["champion_passes"] < ref.stats["champion_passes"]
+    assert r.stats["accepted"] >= ref.stats["forced_tokens"] - r.stats["champion_passes"]

@@ -186,8 +186,10 @@ def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):
     assert json.loads(s.cancel(7)) == {"cancelled": False}
     seen = []
 
-    def on_chunk(offset, text, n, ids, cycle):
+    def on_chunk(offset, text, n, ids, cycle, marks):
         seen.append(text)
+        marks = json.loads(marks)
+        assert len(marks["kinds"]) == len(marks["starts"]) == n == len(json.loads(ids))
         if len(seen) == 2:
             assert json.loads(s.cancel(9)) == {"cancelled": True}
 

@@ -4,71 +4,73 @@
 # here is part of pyspec's runtime.
 #
 #   bash train/device.sh setup     # champion parts, Vulkan loaders (.gl), wgpu wheels (.whl)
-#                                  # into /tmp/site: whatever the call carried
+#                                  # into $W/site: whatever the call carried
 #
 # The champion (98 MB) travels in four parts of 24.6 MB, .h200a/champ.a ... .h200d/champ.d
 # (`split -b 24600000 -a 1 CHAMPION champ.`), one carried folder per call: the tree with
 # models/draft-l4.gguf is 34 MB of the 64 MiB a call carries. Call `setup` with .h200a, .h200b,
 # .h200c in turn, then `setup train bench` (or `setup bench`) with .h200d (which also holds
 # public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
-#   bash train/device.sh train     # generate (resumable) + distill + export /tmp/models/$NAME.gguf
+#   bash train/device.sh train     # generate (resumable) + distill + export $W/models/$NAME.gguf
 #   bash train/device.sh bench     # acceptance (--k fixed:4) and speed (heuristic) on the public
 #                                  # workload, native WebGPU, champion-only side by side
 #
 # Settings (environment): NAME (draft-l4), LAYERS (0,10,20,29), MATRIX (Q4_1), GEN_MIN (3.4),
 # TRAIN_MIN (4.0), STEPS (1300). What should come back is copied under $OUT.
 set -euo pipefail
+# The device machine's scratch folder (kept only while the machine stays warm).
+W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}
 NAME=${NAME:-draft-l4}
 LAYERS=${LAYERS:-0,10,20,29}
 MATRIX=${MATRIX:-Q4_1}
 GEN_MIN=${GEN_MIN:-3.4}
 TRAIN_MIN=${TRAIN_MIN:-4.0}
 STEPS=${STEPS:-1300}
-OUT=${OUT:-/tmp/out}
-export PYTHONPATH=/tmp/site VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+OUT=${OUT:-$W/out}
+export PYTHONPATH=$W/site VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
 setup() {
     for part in a b c d; do
-        if [ -f .h200$part/champ.$part ]; then cp .h200$part/champ.$part /tmp/; fi
+        if [ -f .h200$part/champ.$part ]; then cp .h200$part/champ.$part $W/; fi
     done
-    if [ -f /tmp/champ.d ] && [ ! -f /tmp/champ.gguf ]; then
-        cat /tmp/champ.a /tmp/champ.b /tmp/champ.c /tmp/champ.d > /tmp/champ.gguf
+    if [ -f $W/champ.d ] && [ ! -f $W/champ.gguf ]; then
+        cat $W/champ.a $W/champ.b $W/champ.c $W/champ.d > $W/champ.gguf
     fi
-    if [ -f .h200d/public.jsonl ]; then cp .h200d/public.jsonl /tmp/public.jsonl; fi
+    if [ -f .h200d/public.jsonl ]; then cp .h200d/public.jsonl $W/public.jsonl; fi
     if [ -d .gl ]; then for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
     if [ -d .whl ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site .whl/*.whl
+            --target $W/site .whl/*.whl
     fi
-    if [ -f /tmp/champ.gguf ]; then sha256sum /tmp/champ.gguf; fi
+    if [ -f $W/champ.gguf ]; then sha256sum $W/champ.gguf; fi
 }
 
 train() {
-    python3 train/generate.py --champion /tmp/champ.gguf --out /tmp/gen --minutes "$GEN_MIN" \
+    python3 train/generate.py --champion $W/champ.gguf --out $W/gen --minutes "$GEN_MIN" \
         2>&1 | tee "$OUT/train.log"
     (cd /tmp && tar cf - gen) | gzip -1 > "$OUT/gen.tar.gz"
-    mkdir -p /tmp/models
-    python3 train/distill.py --champion /tmp/champ.gguf --data /tmp/gen --layers "$LAYERS" \
-        --work /tmp/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
-        --gguf /tmp/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
-    cp /tmp/work-$NAME/report.json "$OUT/$NAME-report.json"
-    if [ -f /tmp/models/$NAME.gguf ]; then
-        split -b 15M -d /tmp/models/$NAME.gguf "$OUT/$NAME.gguf.part"
+    mkdir -p $W/models
+    python3 train/distill.py --champion $W/champ.gguf --data $W/gen --layers "$LAYERS" \
+        --work $W/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
+        --gguf $W/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
+    cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
+    if [ -f $W/models/$NAME.gguf ]; then
+        split -b 15M -d $W/models/$NAME.gguf "$OUT/$NAME.gguf.part"
     fi
 }
 
 bench() {
     # the draft just trained, else the shipped one; the plots are redrawn from the JSON at home
     # (at most 8 files come back from a call)
-    local draft=/tmp/models/$NAME.gguf
+    local draft=$W/models/$NAME.gguf
     if [ ! -f "$draft" ]; then draft=models/draft-l4.gguf; fi
-    python3 -m pyspec check-pair --champion /tmp/champ.gguf --draft "$draft"
-    python3 -m pyspec bench --backend wgpu --champion /tmp/champ.gguf --workload /tmp/public.jsonl \
+    python3 -m pyspec check-pair --champion $W/champ.gguf --draft "$draft"
+    python3 -m pyspec bench --backend wgpu --champion $W/champ.gguf --workload $W/public.jsonl \
         --drafts "ngram,$draft" --k fixed:4 --max-tokens 64 --ctx 2048 \
         --out "$OUT/acc" 2>&1 | tail -20
-    python3 -m pyspec bench --backend wgpu --champion /tmp/champ.gguf --workload /tmp/public.jsonl \
+    python3 -m pyspec bench --backend wgpu --champion $W/champ.gguf --workload $W/public.jsonl \
         --drafts "ngram,$draft" --max-tokens 64 --ctx 2048 \
         --out "$OUT/speed" 2>&1 | tail -20
     rm -f "$OUT"/acc/*.png "$OUT"/speed/*.png

@@ -239,6 +239,7 @@ def test_two_pages_load_at_once(faults_page, site_root):
         other.close()
     info = p.page.evaluate("() => pyspecApp.decoder().reload()")
     assert info["weights"]["cached"] and info["weights"]["corrupt"] == 0
+    assert p.page.locator("#progress").is_hidden()   # the label ends when loading ends
 
 
 def test_faulted_requests_leave_memory_bounded(faults_page):

@@ -36,6 +36,7 @@ def tiny_path(site_root):
 def test_page_loads_and_generates_offline(tiny_page):
     page, info, c = tiny_page
     assert info["weights"]["downloaded"] > 0
+    assert page.locator("#progress").is_hidden()   # the label ends when loading ends
     assert info["webgpu"]["available"], "Chromium gave the page no WebGPU adapter"
     result = run(page, PROMPT, {"max_tokens": 8})
     assert result["stats"]["adapter"] == info["adapter"]   # whichever web.make_engine picked

@@ -21,7 +21,8 @@ const PHASES = { runtime: "loading Pyodide and pyspec", download: "downloading",
                  load: "loading weights" };
 
 function showProgress(p) {
-  $("progress").hidden = false;
+  // The worker's last report of a load (create or reload) is "load" complete: the bar goes.
+  $("progress").hidden = p.phase === "load" && p.total > 0 && p.loaded >= p.total;
   const frac = p.total ? p.loaded / p.total : 0;
   $("progress-fill").style.width = `${Math.round(100 * frac)}%`;
   const mb = (n) => (n / 1e6).toFixed(1);

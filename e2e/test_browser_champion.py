@@ -28,7 +28,8 @@ def public_prompts(n: int) -> list[dict]:
 
 
 def test_champion_greedy_tokens_equal_native(browser, plain_site_url, site_root):
-    """From a plain static server (no COOP/COEP/CORP headers), as most static hosts serve it."""
+    """From a plain static server (no COOP/COEP/CORP headers), as most static hosts serve it: the
+    demo page, then the embed example."""
     prompts = public_prompts(2)
     context = Context(browser, plain_site_url)
     page = context.page("index.html?model=smollm2")
@@ -41,5 +42,19 @@ def test_champion_greedy_tokens_equal_native(browser, plain_site_url, site_root)
         native = native_generate(str(site_root / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"),
                                  row["messages"], "none", max_tokens=16)
         assert browser["tokens"] == native.tokens, row["id"]
+    # The embed example, in the same context (the weights now come from OPFS): the client alone,
+    # through its OpenAI-style facade, gives the native text too.
+    embed = context.ctx.new_page()
+    embed.goto(plain_site_url + "embed-example.html?model=smollm2")
+    embed.wait_for_function("() => window.embed && (embed.decoder || embed.error)",
+                            timeout=600_000)
+    assert embed.evaluate("() => embed.error && `${embed.error.code}: ${embed.error.message}`") is None
+    row = prompts[0]
+    reply = embed.evaluate("""async (messages) => (await embed.decoder.chat.completions.create(
+        { messages, max_tokens: 16, pyspec: { k: "fixed:3" } })).choices[0].message.content""",
+                           row["messages"])
+    native = native_generate(str(site_root / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"),
+                             row["messages"], "ngram", max_tokens=16, k="fixed:3")
+    assert reply == native.text
     context.ctx.close()
     assert not context.offsite, f"requests to other origins: {context.offsite}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_engine import (N_RUNS, exact_two_token_distribution, null_tv_quantile,
-                         total_variation)
+                         sample_two_tokens, total_variation)
 
 from pyspec import receipts, verify
 from pyspec.compat import check_pair
@@ -22,7 +22,6 @@ from pyspec.gguf import GGUFFile
 from pyspec.load import backend as backend_for
 from pyspec.model import Model
 from pyspec.processors import Processor
-from pyspec.tokenizer import Tokenizer
 
 TEXTS = ["the cat sat on the mat. the dog ate the bone.",
          "a fish swam in the deep sea; def f(x): return x + 1\n",
@@ -152,16 +151,8 @@ def test_rejection_under_the_intersection_follows_the_champion(tiny, foreign):
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
     bound_first = null_tv_quantile(exact.sum(axis=1), N_RUNS, 0.999)
     engine = engine_for(tiny, foreign.tli_path)
-    counts = np.zeros_like(exact)
-    accepted = drafted = two_drafts = 0
-    for seed in range(N_RUNS):
-        r = engine.generate(prefix, Options(max_tokens=3, temperature=1.0, seed=seed,
-                                            verify="rejection", k="fixed:2",
-                                            stop_at_eos=False))
-        counts[r.tokens[0], r.tokens[1]] += 1
-        accepted += r.stats["accepted"]
-        drafted += r.stats["drafted"]
-        two_drafts += r.stats["drafted_by_position"][1] > 0
+    counts, accepted, drafted, two_drafts = sample_two_tokens(
+        engine, prefix, 1.0, "fixed:2", exact.shape[0])
     tv = total_variation(counts, exact)
     tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from pyspec import quant, testmodels
-from pyspec.engine import Engine, Options
+from pyspec.engine import Engine
 from pyspec.load import backend as backend_for
 from pyspec.model import Model
 from test_engine import (N_RUNS, PREFIX_TEMPERATURE, exact_two_token_distribution,
-                         null_tv_quantile, total_variation)
+                         null_tv_quantile, sample_two_tokens, total_variation)
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +48,8 @@ def test_rejection_with_a_trained_shape_draft_matches_the_champion(tiny, draft_p
     bound_first = null_tv_quantile(exact.sum(axis=1), N_RUNS, 0.999)
     engine = Engine(backend_for(tiny.on(backend), draft_path, load_draft=Model.load),
                     tiny.tokenizer)
-    counts = np.zeros_like(exact)
-    accepted = drafted = two_drafts = 0
-    for seed in range(N_RUNS):
-        r = engine.generate(prefix, Options(max_tokens=3, temperature=PREFIX_TEMPERATURE,
-                                            seed=seed, verify="rejection", k="fixed:2",
-                                            stop_at_eos=False))
-        counts[r.tokens[0], r.tokens[1]] += 1
-        accepted += r.stats["accepted"]
-        drafted += r.stats["drafted"]
-        two_drafts += r.stats["drafted_by_position"][1] > 0
+    counts, accepted, drafted, two_drafts = sample_two_tokens(
+        engine, prefix, PREFIX_TEMPERATURE, "fixed:2", exact.shape[0])
     tv = total_variation(counts, exact)
     tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"

@@ -162,16 +162,8 @@ def test_rejection_matches_champion_distribution(tiny, backend, draft, k, reques
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
     bound_first = null_tv_quantile(exact.sum(axis=1), N_RUNS, 0.999)
     engine = engine_for(tiny, draft, backend)
-    counts = np.zeros_like(exact)
-    accepted = drafted = two_drafts = 0
-    for seed in range(N_RUNS):
-        r = engine.generate(prefix, Options(max_tokens=3, temperature=PREFIX_TEMPERATURE,
-                                            seed=seed, verify="rejection", k=k,
-                                            stop_at_eos=False))
-        counts[r.tokens[0], r.tokens[1]] += 1
-        accepted += r.stats["accepted"]
-        drafted += r.stats["drafted"]
-        two_drafts += r.stats["drafted_by_position"][1] > 0
+    counts, accepted, drafted, two_drafts = sample_two_tokens(
+        engine, prefix, PREFIX_TEMPERATURE, k, exact.shape[0])
     tv = total_variation(counts, exact)
     tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} (draft {draft}, {k})"
@@ -469,3 +461,19 @@ def test_a_cancelled_request_shows_a_prefix_of_the_full_text(tiny, backend):
         assert full.text.startswith(report["text"]), cycles
         assert full.tokens[:len(report["tokens"])] == report["tokens"]
         assert report["stats"]["generated_tokens"] == len(report["tokens"]) < 40
+
+
+def sample_two_tokens(engine, prefix, temperature, k, vocab, runs=N_RUNS):
+    """The first two tokens of `runs` seeded rejection-mode requests (max_tokens=3, so a cycle may
+    draft 2 tokens and reach the residual after an accepted draft, or the bonus after two):
+    counts (vocab, vocab), and the drafts accepted, drafted, and cycles that drafted two."""
+    counts = np.zeros((vocab, vocab))
+    accepted = drafted = two_drafts = 0
+    for seed in range(runs):
+        r = engine.generate(prefix, Options(max_tokens=3, temperature=temperature, seed=seed,
+                                            verify="rejection", k=k, stop_at_eos=False))
+        counts[r.tokens[0], r.tokens[1]] += 1
+        accepted += r.stats["accepted"]
+        drafted += r.stats["drafted"]
+        two_drafts += r.stats["drafted_by_position"][1] > 0
+    return counts, accepted, drafted, two_drafts

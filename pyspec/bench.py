@@ -143,7 +143,11 @@ def run_bench(args) -> int:
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     skipped: list[dict] = []
     gpu = None
+    # On a GPU, champion-only read cycle by cycle too: the A/B of pipelining.
+    serial, pipelining = None, []
     if args.backend == "wgpu":
+        serial = Engine(backend(champion, "none"), tok)
+        serial.backend.pipelined = False
         from .gpu.measure import measure
         print("measuring pass costs by rows ...", file=sys.stderr, flush=True)
         gpu = measure(champion)
@@ -155,18 +159,27 @@ def run_bench(args) -> int:
         if args.max_tokens:
             max_tokens = min(max_tokens, args.max_tokens)
         # Alternate who runs first, so that drift or a warm cache favours neither side.
-        order = ["none", *drafts] if n % 2 else [*drafts, "none"]
+        names = ["none", "serial", *drafts] if serial is not None else ["none", *drafts]
+        order = names if n % 2 else names[::-1]
         runs = {}
         try:
             for d in order:
-                runs[d] = engines[d].generate(ids, Options(max_tokens=max_tokens,
-                                                           k="fixed:0" if d == "none" else args.k))
+                engine = serial if d == "serial" else engines[d]
+                runs[d] = engine.generate(ids, Options(
+                    max_tokens=max_tokens, k="fixed:0" if d in ("none", "serial") else args.k))
         except PromptTooLongError as e:
             skipped.append({"id": it["id"], "reason": str(e)})
             print(f"[{n}/{len(items)}] {it['id']}: skipped ({e})", file=sys.stderr)
             continue
         base = runs["none"]
         line = [f"[{n}/{len(items)}] {it['id']:<16} base {base.stats['tokens_per_s']:.2f} tok/s"]
+        if serial is not None:
+            one = runs["serial"]
+            pipelining.append({"id": it["id"], "stratum": it.get("stratum", "all"),
+                               "identical": one.tokens == base.tokens,
+                               "pipelined_tok_s": base.stats["tokens_per_s"],
+                               "serial_tok_s": one.stats["tokens_per_s"]})
+            line.append(f"serial {one.stats['tokens_per_s']:.2f} tok/s")
         for d in drafts:
             row = compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens)
             rows[d].append(row)
@@ -189,6 +202,7 @@ def run_bench(args) -> int:
         "k_policy": args.k,
         "max_tokens_cap": args.max_tokens,
         "drafters": drafter_tables(rows, strata),
+        **({"pipelining": pipelining_table(pipelining)} if pipelining else {}),
         "prompts": prompt_lines(rows),
         "skipped": skipped,
         "wall_s": time.time() - t0,
@@ -208,6 +222,12 @@ def run_bench(args) -> int:
         json.dump(result, f, indent=1)
     plot(result, strata, os.path.join(args.out, f"bench-{args.backend}.png"))
     print_table(result, strata)
+    if pipelining:
+        p = result["pipelining"]
+        print(f"\nchampion-only pipelined {p['champion_tok_s']['median']:.1f} tok/s vs read "
+              f"cycle by cycle {p['champion_tok_s_serial']['median']:.1f}: x{p['ratio']['median']:.2f}"
+              f" [{p['ratio']['min']:.2f}, {p['ratio']['max']:.2f}], identical "
+              f"{p['identical']}/{p['prompts']}")
     print(f"wrote {path}", file=sys.stderr)
     return 0
 
@@ -220,6 +240,15 @@ def prefill_tok_s(engine: Engine, vocab: int, n: int = 1000) -> float | None:
     ids = [(31 * i + 7) % vocab for i in range(n)]
     r = engine.generate(ids, Options(max_tokens=1, k="fixed:0", stop_at_eos=False))
     return (n - 1) / r.stats["prefill_s"]
+
+
+def pipelining_table(rows: list[dict]) -> dict:
+    """Champion-only with each cycle submitted before the last is read (the default on a GPU)
+    vs read cycle by cycle, side by side per prompt: tokens/s and their ratio."""
+    return {"prompts": len(rows), "identical": sum(r["identical"] for r in rows),
+            "champion_tok_s": spread([r["pipelined_tok_s"] for r in rows]),
+            "champion_tok_s_serial": spread([r["serial_tok_s"] for r in rows]),
+            "ratio": spread([r["pipelined_tok_s"] / r["serial_tok_s"] for r in rows])}
 
 
 def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,

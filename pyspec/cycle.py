@@ -121,6 +121,7 @@ class Outcome:
     k: int               # drafts verified: after the drafter's shortfall and the confidence stop
     t_draft: float       # seconds of drafting (the guard's t_draft)
     t_verify: float      # seconds of the rest of the cycle (the guard's t_verify(k))
+    committed: bool = False   # its rows were committed before it was read (pipelining)
 
 
 class Executor:
@@ -152,6 +153,11 @@ class Executor:
         """End the cycle's encoding; returns a handle for `read`."""
         raise NotImplementedError
 
+    def pipelines(self, rule: Rule) -> bool:
+        """Whether this executor can submit a champion-only cycle before the one in flight is
+        read (`submit_after(handle, rule)`, and `drop(handle)` for one never read)."""
+        return False
+
     async def read(self, handle) -> Outcome:
         """Await the verdict of a submitted cycle."""
         raise NotImplementedError
@@ -159,9 +165,14 @@ class Executor:
     def commit(self, outcome: Outcome) -> None:
         """Step 4: keep the champion's rows for t_{n-1} and the accepted drafts, and the
         draft's confirmed rows."""
-        self.kv.commit(outcome.verdict.n_accepted + 1)
+        if not outcome.committed:
+            self.kv.commit(outcome.verdict.n_accepted + 1)
         if self.drafter is not None:
             self.drafter.confirm(outcome.verdict.n_accepted)
+
+    def close(self) -> None:
+        """Free what the executor allocated for itself now (GPU buffers: gpu/backend.py); a
+        numpy executor's arrays go with their last reference, so by default nothing."""
 
     # --- byte accounting --------------------------------------------------------------------
     def scratch_bytes(self, rows: int, logit_rows: int) -> int:

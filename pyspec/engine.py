@@ -370,92 +370,120 @@ class Engine:
                                 "recovery_s": resume.fault.get("restart_s", 0.0) + t_prefill,
                                 "adapter": self.adapter_class})
 
-        while finish != "cancelled" and len(tokens) - len(prompt) < opts.max_tokens:
-            n = len(tokens)
-            if should_stop is not None and should_stop():
-                finish = "cancelled"
-                break
-            if n > ctx:
-                finish = "context"
-                break
-            remaining = opts.max_tokens - (n - len(prompt))
-            # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
-            # block never needs cutting at max_tokens; and never past the context.
-            k = min(sched.next_k() if self.drafter else 0, remaining - 1, ctx - n)
-            if constraint is not None and type(sched.policy) is not schedule.Policy:
-                # Forced tokens cost no drafting and are always accepted: the break-even guard's
-                # k (0 where verify rows cost, as on the CPU) must not leave them out. A fixed:K
-                # policy runs what it asks (fixed:0 is constrained champion-only).
-                ahead = constraint.forced_ahead(tokens[len(prompt):], self.backend.k_max)
-                k = max(k, min(ahead, remaining - 1, ctx - n))
-            try:
-                out = await cycle.collect(self.backend, cycle.submit(self.backend, tokens, k, rule))
-            except PyspecError as e:
-                if self.recover is None or e.code not in RECOVERABLE:
-                    raise
-                if sum(f["kind"] in RECOVERABLE for f in self.faults) >= MAX_RECOVERIES:
-                    raise RecoveryLimitError(
-                        f"the GPU failed {MAX_RECOVERIES + 1} times in this request ({e.code}: "
-                        f"{e}); pyspec recovers at most {MAX_RECOVERIES} times per request, so "
-                        f"it stopped after the {n - len(prompt)} tokens already shown. Send the "
-                        "request again, or use the CPU engine (backend cpu)") from e
-                # The cycle in flight is dropped (nothing of it was emitted); the committed
-                # tokens are re-prefilled on the recovery backend and the request goes on from
-                # there, so no text is ever shown twice.
-                t_fault, failed = time.perf_counter(), self.adapter_class
-                backend = self.recover()
-                self.backend = await backend if inspect.isawaitable(backend) else backend
-                self._held = None
-                await self.backend.prefill(tokens)
-                self._held = (self.kv, self.kv.epoch, tokens)
-                self.faults.append({"kind": e.code, "at_token": n - len(prompt),
-                                    "cycle": st.champion_passes,
-                                    "recovery_s": time.perf_counter() - t_fault,
-                                    "adapter": failed})
-                continue
-            verdict, k_real = out.verdict, out.k
-            sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
-            st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
-            st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
-
-            new = list(verdict.tokens)
-            stop = next((i for i, t in enumerate(new) if t in eog), None)
-            if stop is not None:
-                new, finish = new[:stop], "stop"
-            text, hit = "", False
-            for i, t in enumerate(new):   # token by token: a stop string ends after its token
-                piece = detok.feed(t)
-                marks.append((token_kind(i, verdict.n_accepted, k_real), decoded))
-                decoded += len(piece)
-                shown, hit = stops.feed(piece)
-                text += shown
-                if hit:
-                    new, stop, finish = new[:i + 1], i, "stop"
+        # Pipelined decoding (champion-only cycles on a GPU, gpu/backend.py): `queued` is the
+        # next cycle, submitted before this one is read, fed on the device by this one's token.
+        # It is read next iteration, or dropped unread when the request ends here. The schedule
+        # then decides a cycle's k before it has observed the cycle in flight (it observes every
+        # cycle, in order, one cycle late): `decided` keeps a k > 0 so decided for the next one.
+        queued, decided = None, None
+        try:
+            while finish != "cancelled" and len(tokens) - len(prompt) < opts.max_tokens:
+                n = len(tokens)
+                if should_stop is not None and should_stop():
+                    finish = "cancelled"
                     break
-            if constraint is not None:
-                for j in range(len(new)):
-                    if _forced(constraint, tokens[len(prompt):] + new, n - len(prompt) + j):
-                        at = len(marks) - len(new) + j
-                        marks[at] = ("forced", marks[at][1])
-            tokens += new
-            unsent += new
-            if stop is not None and not hit:   # end of generation: flush what was held
-                shown, hit = stops.feed(detok.flush())
-                text += shown if hit else shown + stops.flush()
-            if ttft is None:
-                ttft = time.perf_counter() - t_start
-            if text:
-                # A chunk carries the ids of every token committed since the last one (a cycle
-                # whose bytes end mid-character, or whose text is all held back for a stop
-                # string, yields no chunk), so the chunks' ids are always exactly the tokens
-                # behind the text shown plus the held-back tail, which is a function of their
-                # text (stops.held_suffix): what a Resume needs.
-                yield Chunk(len(out_text), text, len(unsent), unsent, st.champion_passes,
-                            [m[0] for m in marks], [m[1] for m in marks])
-                out_text, unsent, marks = out_text + text, [], []
-            if stop is not None:
-                break
-            await asyncio.sleep(0)  # let a cancel or another task in between cycles
+                if n > ctx:
+                    finish = "context"
+                    break
+                remaining = opts.max_tokens - (n - len(prompt))
+                # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
+                # block never needs cutting at max_tokens; and never past the context.
+                if queued is not None:
+                    k = 0
+                elif decided is not None:
+                    k, decided = decided, None
+                else:
+                    k = min(sched.next_k() if self.drafter else 0, remaining - 1, ctx - n)
+                if constraint is not None and type(sched.policy) is not schedule.Policy:
+                    # Forced tokens cost no drafting and are always accepted: the break-even guard's
+                    # k (0 where verify rows cost, as on the CPU) must not leave them out. A fixed:K
+                    # policy runs what it asks (fixed:0 is constrained champion-only).
+                    ahead = constraint.forced_ahead(tokens[len(prompt):], self.backend.k_max)
+                    k = max(k, min(ahead, remaining - 1, ctx - n))
+                try:
+                    handle, queued = queued or cycle.submit(self.backend, tokens, k, rule), None
+                    if (k == 0 and remaining > 1 and n + 1 <= ctx and constraint is None
+                            and self.backend.pipelines(rule)):
+                        # This cycle emits exactly one token: the next one's caps are known.
+                        k_next = min(sched.next_k() if self.drafter else 0, remaining - 2,
+                                     ctx - n - 1)
+                        if k_next == 0:
+                            queued = self.backend.submit_after(handle, rule)
+                        else:
+                            decided = k_next   # drafts need this cycle's token on the host
+                    out = await cycle.collect(self.backend, handle)
+                except PyspecError as e:
+                    if queued is not None:   # submitted after the failed cycle: dropped too
+                        self.backend.drop(queued)
+                        queued = None
+                    if self.recover is None or e.code not in RECOVERABLE:
+                        raise
+                    if sum(f["kind"] in RECOVERABLE for f in self.faults) >= MAX_RECOVERIES:
+                        raise RecoveryLimitError(
+                            f"the GPU failed {MAX_RECOVERIES + 1} times in this request ({e.code}: "
+                            f"{e}); pyspec recovers at most {MAX_RECOVERIES} times per request, "
+                            f"so it stopped after the {n - len(prompt)} tokens already shown. "
+                            "Send the request again, or use the CPU engine (backend cpu)") from e
+                    # The cycle in flight is dropped (nothing of it was emitted); the committed
+                    # tokens are re-prefilled on the recovery backend and the request goes on from
+                    # there, so no text is ever shown twice.
+                    t_fault, failed = time.perf_counter(), self.adapter_class
+                    backend = self.recover()
+                    self.backend = await backend if inspect.isawaitable(backend) else backend
+                    self._held = None
+                    await self.backend.prefill(tokens)
+                    self._held = (self.kv, self.kv.epoch, tokens)
+                    self.faults.append({"kind": e.code, "at_token": n - len(prompt),
+                                        "cycle": st.champion_passes,
+                                        "recovery_s": time.perf_counter() - t_fault,
+                                        "adapter": failed})
+                    continue
+                verdict, k_real = out.verdict, out.k
+                sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
+                st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
+                st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
+
+                new = list(verdict.tokens)
+                stop = next((i for i, t in enumerate(new) if t in eog), None)
+                if stop is not None:
+                    new, finish = new[:stop], "stop"
+                text, hit = "", False
+                for i, t in enumerate(new):   # token by token: a stop string ends after its token
+                    piece = detok.feed(t)
+                    marks.append((token_kind(i, verdict.n_accepted, k_real), decoded))
+                    decoded += len(piece)
+                    shown, hit = stops.feed(piece)
+                    text += shown
+                    if hit:
+                        new, stop, finish = new[:i + 1], i, "stop"
+                        break
+                if constraint is not None:
+                    for j in range(len(new)):
+                        if _forced(constraint, tokens[len(prompt):] + new, n - len(prompt) + j):
+                            at = len(marks) - len(new) + j
+                            marks[at] = ("forced", marks[at][1])
+                tokens += new
+                unsent += new
+                if stop is not None and not hit:   # end of generation: flush what was held
+                    shown, hit = stops.feed(detok.flush())
+                    text += shown if hit else shown + stops.flush()
+                if ttft is None:
+                    ttft = time.perf_counter() - t_start
+                if text:
+                    # A chunk carries the ids of every token committed since the last one (a cycle
+                    # whose bytes end mid-character, or whose text is all held back for a stop
+                    # string, yields no chunk), so the chunks' ids are always exactly the tokens
+                    # behind the text shown plus the held-back tail, which is a function of their
+                    # text (stops.held_suffix): what a Resume needs.
+                    yield Chunk(len(out_text), text, len(unsent), unsent, st.champion_passes,
+                                [m[0] for m in marks], [m[1] for m in marks])
+                    out_text, unsent, marks = out_text + text, [], []
+                if stop is not None:
+                    break
+                await asyncio.sleep(0)  # let a cancel or another task in between cycles
+        finally:
+            if queued is not None:   # the request ended before it: never read, never shown
+                self.backend.drop(queued)
         # A cancelled request shows only whole characters: bytes of a character that the next
         # cycle would have completed are not flushed as U+FFFD, so its text is always a prefix
         # of what the uncancelled request would have shown.
@@ -485,6 +513,13 @@ class Engine:
             report.update(text=out_text, tokens=generated, finish_reason=finish, stats=stats,
                           receipt=receipts.build(self, opts, mode, stats))
         self._unwrap()
+
+    def close(self) -> None:
+        """Free now what this engine's backend allocated for itself (a GPU backend's buffers),
+        not whenever the garbage collector gets to it; a GPU model lent to it stays with its
+        owner (web.make_engine). The engine serves no request afterwards."""
+        self._held = None
+        self.backend.close()
 
     def _unwrap(self) -> None:
         """Give the backend back the drafter a schema request wrapped (drafters/forced.py)."""

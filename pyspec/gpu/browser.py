@@ -113,7 +113,6 @@ class BrowserDevice(Device):
                            if fallback is None else fallback)
         self.vendor = getattr(info, "vendor", None)        # GPUAdapterInfo.vendor, e.g. "nvidia"
         self.limits = {key: int(getattr(device.limits, js_key)) for js_key, key in _LIMITS.items()}
-        self._staging = None
         self._slowest: float | None = None   # seconds of the slowest readback but the first
         _LIVE.add(self)
         self._scopes: list = []          # (what, Promise of GPUError | null) not yet checked
@@ -284,14 +283,10 @@ class BrowserDevice(Device):
 
     async def read(self, buffer, nbytes, offset=0):
         self._alive()
-        size = max(16, -(-nbytes // 16) * 16)
-        if self._staging is None or self.size_of(self._staging) < size:
-            if self._staging is not None:
-                self._staging.destroy()
-            self._staging = self._create_buffer(max(size, 4096), "readback", "readback")
-        encoder = self.device.createCommandEncoder()
-        encoder.copyBufferToBuffer(buffer, offset, self._staging, 0, size)
-        self.queue.submit(to_js([encoder.finish()]))
+        return await Device.read(self, buffer, nbytes, offset)
+
+    async def _map_read(self, staging, size, nbytes):
+        self._alive()
         drill, self.drill = self.drill, None
         timeout, t0 = self.readback_timeout(), time.perf_counter()
         try:
@@ -300,7 +295,7 @@ class BrowserDevice(Device):
             # The hang drill waits on a promise that never settles, as a hung GPU process would.
             mapped = (js.Promise.new(create_proxy(lambda resolve, reject: None))
                       if drill == "readback-hang" else
-                      self._staging.mapAsync(js.GPUMapMode.READ, 0, size))
+                      staging.mapAsync(js.GPUMapMode.READ, 0, size))
             await asyncio.wait_for(_wait(mapped), timeout)
         except asyncio.TimeoutError:
             raise GPUTimeoutError(f"a readback of {nbytes} bytes did not finish in {timeout:.0f} "
@@ -317,12 +312,11 @@ class BrowserDevice(Device):
             # One copy: the mapped range into Python bytes. The throw drill asks for more than
             # was mapped, and WebGPU throws (OperationError), as a wrong offset would.
             end = size + 4096 if drill == "readback-throw" else size
-            data = js.Uint8Array.new(self._staging.getMappedRange(0, end), 0, nbytes).to_bytes()
+            data = js.Uint8Array.new(staging.getMappedRange(0, end), 0, nbytes).to_bytes()
         except Exception as e:  # noqa: BLE001 - a JS exception from the mapped range
             raise GPUError(f"reading back {nbytes} bytes failed: {e}") from e
         finally:
-            self._staging.unmap()
-        self.readbacks += 1
+            staging.unmap()
         # The scopes of the objects made since the last read, and errors of the submissions
         # this read waited for: data computed by an invalid pipeline is never returned.
         await self.check()

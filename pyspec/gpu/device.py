@@ -113,6 +113,20 @@ class Copy:
 
 
 def shader_dir() -> Path:
+@dataclass(frozen=True)
+class Readback:
+    """A readback staged by `Device.stage`: `copy` goes into a submission (the cycle's own), and
+    `Device.redeem` later waits for that submission and returns the bytes. Each has its own
+    staging buffer, so several may be in flight at once (pipelined cycles)."""
+    staging: object
+    nbytes: int
+    size: int            # bytes copied: nbytes rounded up to 16
+    copy: Copy
+
+
+STAGING_KEPT = 4   # idle staging buffers a device keeps for the next readbacks
+
+
     """shaders/ beside the package in a checkout; pyspec/_shaders inside a built wheel."""
     here = Path(__file__).resolve().parent.parent
     for candidate in (here.parent / "shaders", here / "_shaders"):
@@ -168,6 +182,7 @@ class Device:
 
     @property
     def adapter_class(self) -> str:
+        self._idle_staging: list = []   # staging buffers of redeemed (or dropped) readbacks
         """What a receipt may say about this adapter (receipts.adapter_class), never `name`."""
         return adapter_class(self.vendor, self.is_cpu)
 
@@ -210,8 +225,9 @@ class Device:
     def _finish_and_submit(self, encoder) -> None:
         raise NotImplementedError
 
-    async def read(self, buffer, nbytes: int, offset: int = 0) -> bytes:
-        """Copy nbytes of `buffer` to a readback buffer, wait, and return them (the one await)."""
+    async def _map_read(self, staging, size: int, nbytes: int) -> bytes:
+        """Map `staging` (its first `size` bytes), wait for the submissions that write it, and
+        return its first nbytes; unmapped again before returning."""
         raise NotImplementedError
 
     def destroy(self) -> None:
@@ -262,6 +278,43 @@ class Device:
         """A buffer of at least nbytes (rounded up to 16), optionally filled with `data`."""
         size = max(16, -(-int(nbytes) // 16) * 16)
         buf = self._create_buffer(size, usage, label)
+    def stage(self, buffer, nbytes: int, offset: int = 0) -> Readback:
+        """A readback of nbytes of `buffer` at `offset`: put its `copy` at the end of a
+        submission, then `await redeem(...)` it. The staging buffer is an idle one big enough,
+        or a new one."""
+        size = max(16, -(-int(nbytes) // 16) * 16)
+        fit = [b for b in self._idle_staging if self.size_of(b) >= size]
+        if fit:
+            staging = min(fit, key=self.size_of)
+            self._idle_staging.remove(staging)
+        else:
+            staging = self._create_buffer(max(size, 4096), "readback", "readback")
+        return Readback(staging, int(nbytes), size, Copy(buffer, offset, staging, 0, size))
+
+    async def redeem(self, readback: Readback) -> bytes:
+        """The bytes of a staged readback once its submission has run (the one await)."""
+        try:
+            data = await self._map_read(readback.staging, readback.size, readback.nbytes)
+        finally:
+            self.release(readback)
+        self.readbacks += 1
+        return data
+
+    def release(self, readback: Readback) -> None:
+        """Give back a readback's staging buffer unread (a dropped cycle's, or a redeemed one's).
+        Reusing it is safe at once: a later copy into it runs after the submission that holds
+        this one, in queue order."""
+        self._idle_staging.append(readback.staging)
+        while len(self._idle_staging) > STAGING_KEPT:
+            self._idle_staging.pop(0).destroy()
+
+    async def read(self, buffer, nbytes: int, offset: int = 0) -> bytes:
+        """Copy nbytes of `buffer` to a staging buffer in a submission of its own, wait, and
+        return them."""
+        readback = self.stage(buffer, nbytes, offset)
+        self.submit([readback.copy])
+        return await self.redeem(readback)
+
         self.allocated += size
         if data is not None:
             self.write(buf, data)

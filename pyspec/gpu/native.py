@@ -69,7 +69,6 @@ class NativeDevice(Device):
         self.device = adapter.request_device_sync(required_features=features,
                                                   required_limits=wanted)
         self.limits = dict(self.device.limits)
-        self._staging = None
 
     # --- adapter primitives -------------------------------------------------------------------
     def _checked(self, what: str, make):
@@ -148,31 +147,20 @@ class NativeDevice(Device):
     def _finish_and_submit(self, encoder):
         self.device.queue.submit([encoder.finish()])
 
-    async def read(self, buffer, nbytes, offset=0):
+    async def _map_read(self, staging, size, nbytes):
         if self.lost is not None:
             raise self._classify("a readback", RuntimeError("device lost"))
         try:
-            return await self._read(buffer, nbytes, offset)
+            await asyncio.sleep(0)
+            staging.map_sync(wgpu.MapMode.READ, 0, size)
+            try:
+                return bytes(staging.read_mapped(0, nbytes))
+            finally:
+                staging.unmap()
         except GPUError:
             raise
-        except Exception as e:  # wgpu's errors on the copy, the submit or the map
+        except Exception as e:  # wgpu's errors on the map (a lost device, a failed submission)
             raise self._classify("a readback", e) from e
-
-    async def _read(self, buffer, nbytes, offset):
-        size = max(16, -(-nbytes // 16) * 16)
-        if self._staging is None or self._staging.size < size:
-            self._staging = self._create_buffer(max(size, 4096), "readback", "readback")
-        encoder = self.device.create_command_encoder()
-        encoder.copy_buffer_to_buffer(buffer, offset, self._staging, 0, size)
-        self.device.queue.submit([encoder.finish()])
-        await asyncio.sleep(0)
-        self._staging.map_sync(wgpu.MapMode.READ, 0, size)
-        try:
-            data = bytes(self._staging.read_mapped(0, nbytes))
-        finally:
-            self._staging.unmap()
-        self.readbacks += 1
-        return data
 
     def profile(self, commands) -> list[tuple[str, float]]:
         """Run `commands` with a timestamp query around each dispatch (one compute pass each) and

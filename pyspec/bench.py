@@ -224,9 +224,10 @@ def run_bench(args) -> int:
     print_table(result, strata)
     if pipelining:
         p = result["pipelining"]
+        ratio = p["ratio"]
         print(f"\nchampion-only pipelined {p['champion_tok_s']['median']:.1f} tok/s vs read "
-              f"cycle by cycle {p['champion_tok_s_serial']['median']:.1f}: x{p['ratio']['median']:.2f}"
-              f" [{p['ratio']['min']:.2f}, {p['ratio']['max']:.2f}], identical "
+              f"cycle by cycle {p['champion_tok_s_serial']['median']:.1f}: "
+              f"x{ratio['median']:.2f} [{ratio['min']:.2f}, {ratio['max']:.2f}], identical "
               f"{p['identical']}/{p['prompts']}")
     print(f"wrote {path}", file=sys.stderr)
     return 0

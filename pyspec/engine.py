@@ -343,6 +343,7 @@ class Engine:
                                        + rule.processors)
             self.backend.drafter = ForcedDrafter(_host_drafter(self.backend), constraint,
                                                  given_back=self.backend.drafter)
+        sched.pipelined = constraint is None and self.backend.pipelines(rule)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
@@ -401,6 +402,7 @@ class Engine:
                     ahead = constraint.forced_ahead(tokens[len(prompt):], self.backend.k_max)
                     k = max(k, min(ahead, remaining - 1, ctx - n))
                 try:
+                    ahead = queued is not None
                     handle, queued = queued or cycle.submit(self.backend, tokens, k, rule), None
                     if (k == 0 and remaining > 1 and n + 1 <= ctx and constraint is None
                             and self.backend.pipelines(rule)):
@@ -433,13 +435,14 @@ class Engine:
                     self._held = None
                     await self.backend.prefill(tokens)
                     self._held = (self.kv, self.kv.epoch, tokens)
+                    sched.pipelined, decided = self.backend.pipelines(rule), None
                     self.faults.append({"kind": e.code, "at_token": n - len(prompt),
                                         "cycle": st.champion_passes,
                                         "recovery_s": time.perf_counter() - t_fault,
                                         "adapter": failed})
                     continue
                 verdict, k_real = out.verdict, out.k
-                sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
+                sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify, ahead)
                 st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
                 st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
 

@@ -15,6 +15,12 @@ acceptance by position, and compares it with champion-only 1 / t_verify(0). When
 drafts nothing, and probes with one draft token after a wait that doubles while probes keep
 failing. While speculation runs, champion-only is re-measured every PROBE_EVERY cycles.
 Every decision is counted in `stats()`.
+
+On an executor that pipelines champion-only cycles (gpu/backend.py), champion-only runs faster
+than one cycle at a time: a cycle goes ahead while the one before is in flight. There the
+champion-only rate is measured on such cycles (`t_ahead`: readback to readback), so a baseline
+measurement is two k = 0 cycles, and the schedule decides each cycle's k while the cycle before
+is still in flight (the engine observes every cycle, in order, one cycle late).
 """
 
 from __future__ import annotations
@@ -47,10 +53,16 @@ class CostModel:
         self._draft_samples: list[float] = []
         self.t_verify: dict[int, float] = {}    # k -> median seconds of a k-draft verify pass
         self.t_draft: float | None = None       # median seconds per drafted token
+        self._ahead_samples: list[float] = []
+        self.t_ahead: float | None = None       # median seconds of a k = 0 cycle that went ahead
         self.reached = [0] * k_max               # how often draft position i was verified
         self.accepted = [0] * k_max              # ... and accepted
 
-    def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
+    def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
+                ahead: bool = False) -> None:
+        if ahead:   # pipelined champion-only: its own estimate, the champion-only rate's
+            self.t_ahead = _push_median(self._ahead_samples, t_verify)
+            return
         self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)
         if k:
             self.t_draft = _push_median(self._draft_samples, t_draft / k)
@@ -90,8 +102,9 @@ class CostModel:
         return self.t_verify[below[-1]] if below else None
 
     def rate(self, k: int) -> float | None:
-        """Predicted tokens per second at length k, or None while unmeasured."""
-        t_v = self.verify_time(k)
+        """Predicted tokens per second at length k, or None while unmeasured (champion-only:
+        pipelined where measured so)."""
+        t_v = self.t_ahead if k == 0 and self.t_ahead is not None else self.verify_time(k)
         if t_v is None or (k and self.t_draft is None):
             return None
         return self.expected_tokens(k) / (k * (self.t_draft or 0.0) + t_v)
@@ -174,8 +187,10 @@ def parse(spec: str) -> Policy:
 class Schedule:
     """A policy plus, when the policy is guarded, the break-even guard. One per request."""
 
-    def __init__(self, policy: Policy):
+    def __init__(self, policy: Policy, pipelined: bool = False):
         self.policy = policy
+        self.pipelined = pipelined   # champion-only cycles go ahead: baselines are two cycles
+        self._baseline_left = 0
         self.cost = CostModel(max(policy.k_max, K_MAX))
         self.cycle = 0
         self.since_probe = 0
@@ -194,10 +209,12 @@ class Schedule:
 
     def _guard(self, k: int) -> int:
         cost = self.cost
-        if 0 not in cost.t_verify:
-            # Measure champion-only first: one plain step, which also emits a token.
-            self.counts["baseline"] += 1
+        if self._baseline_left:
+            self._baseline_left -= 1
             return 0
+        if 0 not in cost.t_verify or (self.pipelined and cost.t_ahead is None):
+            # Measure champion-only first: one plain step, which also emits a token.
+            return self._baseline()
         if cost.t_draft is None:
             return min(k, PROBE_K)  # first draft: measure it cheaply
         self.since_probe += 1
@@ -213,8 +230,7 @@ class Schedule:
         if self.since_probe >= PROBE_EVERY:
             # Re-measure champion-only, so that a drifting machine does not fool the guard.
             self.since_probe = 0
-            self.counts["baseline"] += 1
-            return 0
+            return self._baseline()
         base = cost.rate(0)
         # E(k)/cost(k) is not monotone in k: take the best k that beats champion-only.
         paying = [j for j in range(1, k + 1) if (cost.rate(j) or 0) > MARGIN * base]
@@ -232,10 +248,18 @@ class Schedule:
         self.counts["guard_off"] += 1
         return 0
 
-    def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
-        """k is what ran: after the engine's caps and any drafter shortfall."""
+    def _baseline(self) -> int:
+        """A champion-only measurement: one cycle, or two where the second goes ahead."""
+        self.counts["baseline"] += 1
+        self._baseline_left = 1 if self.pipelined else 0
+        return 0
+
+    def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
+                ahead: bool = False) -> None:
+        """k is what ran: after the engine's caps and any drafter shortfall; `ahead`: a k = 0
+        cycle submitted while the one before was in flight."""
         self.k_history[k] = self.k_history.get(k, 0) + 1
-        self.cost.observe(k, n_accepted, t_draft, t_verify)
+        self.cost.observe(k, n_accepted, t_draft, t_verify, ahead)
         self.policy.observe(k, n_accepted)
 
     def stats(self) -> dict:

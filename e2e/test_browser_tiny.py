@@ -8,7 +8,10 @@ import functools
 
 import pytest
 
-from pyspec import fastcpu
+from pyspec import fastcpu, testmodels
+from pyspec.gguf import GGUFFile
+from pyspec.model import Config
+from pyspec.tokenizer import Tokenizer
 
 from .pageutil import Context, native_generate, ready, run
 
@@ -207,3 +210,51 @@ def test_the_page_styles_each_token_by_kind_as_the_stats_count(tiny_page):
     page.uncheck("#show-kinds")
     assert bubble.evaluate(style) == "none" and bubble.text_content() == result["text"]
     page.check("#show-kinds")
+
+
+_RELOAD = "async (options) => pyspecApp.decoder().reload(options)"
+
+_STREAM = """async ([messages, config]) => {
+  const d = pyspecApp.decoder(), chunks = [];
+  for await (const c of d.generate(messages, config)) chunks.push([c.offset, c.text]);
+  return { ...d.lastResult, chunks };
+}"""
+
+
+def test_an_8000_token_prompt_runs_to_the_end_of_an_8192_context(tiny_page, site_root):
+    """max_ctx 8192 in the page: tiny-long (testmodels.LONG_CONTEXT, a GGUF of 8,192 positions),
+    loaded in the module's worker, takes an 8,000-token prompt and generates to the end of the
+    context: the native numpy engine's tokens and text, finish_reason context, contiguous
+    chunks, the KV cache's bytes from its shape."""
+    page, _, _ = tiny_page
+    ctx, n_prompt = testmodels.LONG_CONTEXT["ctx"], 8000
+    path = str(site_root / "models" / "tiny-long.gguf")
+    metadata = GGUFFile.open(path).metadata
+    tokenizer = Tokenizer.from_metadata(metadata)
+    text = testmodels.CORPUS * (1 + 4 * n_prompt // len(testmodels.CORPUS))
+    lo, hi = 0, len(text)    # the most characters whose chat prompt has at most n_prompt tokens
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        fits = len(tokenizer.encode_chat([{"role": "user", "content": text[:mid]}])) <= n_prompt
+        lo, hi = (mid, hi) if fits else (lo, mid - 1)
+    messages = [{"role": "user", "content": text[:lo]}]
+    assert len(tokenizer.encode_chat(messages)) == n_prompt
+    opts = {"max_tokens": ctx, "k": "fixed:3"}
+    native = native_generate(path, messages, "ngram", **opts)
+    assert native.finish_reason == "context" and len(native.tokens) == ctx + 1 - n_prompt
+    try:
+        info = page.evaluate(_RELOAD, {"champion": "tiny-long", "maxCtx": ctx})
+        assert info["context"] == ctx
+        result = page.evaluate(_STREAM, [messages, {**opts, "draft": "ngram"}])
+    finally:   # the module's other tests expect the tiny model
+        page.evaluate(_RELOAD, {"champion": "tiny", "maxCtx": None})
+    assert result["finish_reason"] == "context"
+    assert (result["tokens"], result["text"]) == (native.tokens, native.text)
+    assert result["stats"]["prompt_tokens"] == n_prompt and result["stats"]["drafted"] > 0
+    chunks = result["chunks"]
+    starts = [sum(len(t) for _, t in chunks[:i]) for i in range(len(chunks))]
+    assert [o for o, _ in chunks] == starts
+    assert "".join(t for _, t in chunks) == native.text
+    cfg = Config.from_metadata(metadata)
+    kv_bytes = 2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4
+    assert result["stats"]["peak_bytes"]["kv"] == kv_bytes

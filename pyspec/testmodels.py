@@ -110,6 +110,15 @@ def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv:
     return w
 
 
+# A model for long contexts: an 8,192-position context (write_model's default is 256, and every
+# backend caps max_ctx at the model's own length) at the smallest shape the kernels take (one
+# layer, two heads of 4 dims, f32 weights, which have no 32-wide quant blocks): attention costs a
+# pass in proportion to layers x heads x head_dim x positions, and an 8,000-token prefill on a
+# software adapter is what a test pays for. write_model(path, seed=1, **LONG_CONTEXT).
+LONG_CONTEXT = dict(ctx=8192, n_layers=1, d=8, n_heads=2, n_kv=1, d_ff=16,
+                    matrix_type=quant.F32.type_id, embd_type=quant.F32.type_id)
+
+
 def perturb(weights: dict[str, np.ndarray], scale: float, seed: int) -> dict[str, np.ndarray]:
     """The same weights plus Gaussian noise of `scale` times each tensor's std."""
     rng = np.random.default_rng(seed)

@@ -1,14 +1,12 @@
 """Long contexts: an 8,000-token prompt and a generation that runs to the end of an 8,192-position
 context, on every backend (numpy, the row-at-a-time CPU model, native WebGPU).
 
-The model is a tiny random Llama (pyspec.testmodels) whose GGUF says 8,192 positions (the
-default test models say 256, and every backend caps max_ctx at the model's own length). It is
-as small as the kernels take (one layer, two heads of 4 dims, f32 weights, whose products have
-no 32-wide quant blocks): attention over 8k positions costs each pass in proportion to layers x
-heads x head_dim, and the 8,000-row prefill on lavapipe is what a test here pays for (the GPU
-case took 20 s on two cores at load 6, against 65 s for one layer at d = 32 and 124 s for the
-default tiny shape).
-Only attention and RoPE depend on positions, so the quantized kernels lose no coverage here.
+The model is a tiny random Llama whose GGUF says 8,192 positions (testmodels.LONG_CONTEXT; the
+default test models say 256, and every backend caps max_ctx at the model's own length), as small
+as the kernels take: the 8,000-row prefill on lavapipe is what a test here pays for (the GPU case
+took 20 s on two cores at load 6, against 65 s for one layer at d = 32 and 124 s for the default
+tiny shape). Only attention and RoPE depend on positions, so the quantized kernels, which this
+f32 model leaves out, lose no long-context coverage here.
 
 Oracle: champion-only decoding (k = 0) on the same backend. A greedy speculative run must give
 its tokens exactly, end with finish_reason "context" after exactly max_ctx + 1 - prompt tokens
@@ -23,7 +21,7 @@ import asyncio
 
 import pytest
 
-from pyspec import quant, testmodels
+from pyspec import testmodels
 from pyspec.engine import Engine, Options, PromptTooLongError
 from pyspec.fastcpu import FastModel
 from pyspec.load import backend as backend_for
@@ -32,16 +30,14 @@ from pyspec.tokenizer import Tokenizer
 
 from conftest import BACKENDS, gpu_device
 
-CTX = 8192
+CTX = testmodels.LONG_CONTEXT["ctx"]
 PROMPT_TOKENS = 8000
-SHAPE = dict(n_layers=1, d=8, n_heads=2, n_kv=1, d_ff=16, matrix_type=quant.F32.type_id,
-             embd_type=quant.F32.type_id)
 
 
 @pytest.fixture(scope="module")
 def long_path(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("long") / "long.gguf")
-    testmodels.write_model(path, seed=1, ctx=CTX, **SHAPE)
+    testmodels.write_model(path, seed=1, **testmodels.LONG_CONTEXT)
     return path
 
 

@@ -274,8 +274,10 @@ export declare class SpecDecoder {
   stats(): Promise<Stats | null>;
   receipt(): Promise<Receipt | null>;
   loseDevice(): Promise<boolean>;
-  /** Load the weights again in the same worker; loadDrill as SpecDecoderOptions'. */
-  reload(options?: { loadDrill?: string | null }): Promise<ReadyInfo>;
+  /** Load the weights again in the same worker; another champion or maxCtx instead when given
+   *  (they stay the decoder's); loadDrill, champion and maxCtx as SpecDecoderOptions'. */
+  reload(options?: { loadDrill?: string | null; champion?: ModelSpec;
+                     maxCtx?: number | null }): Promise<ReadyInfo>;
   /** WebGPU devices alive, their buffers' bytes and the wasm heap, for leak checks. */
   memory(): Promise<{ gpu_devices: number; gpu_bytes: number; wasm_bytes: number }>;
   terminate(): void;

@@ -331,10 +331,14 @@ export class SpecDecoder {
     return ack.cancelled;
   }
 
-  /** Load the weights again in the same worker (Pyodide stays loaded). With drills: true,
-   *  `loadDrill` makes a loading fault strike meanwhile (worker.js LOAD_DRILLS); its notices
-   *  arrive as for create(). Resolves with the new `ready` message (also `info`). */
-  async reload({ loadDrill = null } = {}) {
+  /** Load the weights again in the same worker (Pyodide stays loaded). `champion` and `maxCtx`
+   *  (as for create()) load another model or context there instead; they stay this decoder's,
+   *  so a restarted worker loads them too. With drills: true, `loadDrill` makes a loading fault
+   *  strike meanwhile (worker.js LOAD_DRILLS); its notices arrive as for create(). Resolves
+   *  with the new `ready` message (also `info`). */
+  async reload({ loadDrill = null, champion, maxCtx } = {}) {
+    if (champion !== undefined) this.#opts.champion = champion;
+    if (maxCtx !== undefined) this.#opts.maxCtx = maxCtx;
     this.#opts.loadDrill = loadDrill;
     await this.#init();
     return this.info;

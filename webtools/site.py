@@ -222,6 +222,8 @@ def build_models(out: Path, champion: bool) -> dict[str, Path]:
     # per-cycle host cost of a champion-shaped plan, measurable where the champion itself takes
     # 80 s a token (SwiftShader): `build.py bench --model tiny-deep --backend webgpu`.
     write("tiny-deep", seed=5, n_layers=30)
+    # An 8,192-position context, for max_ctx 8192 in the page (e2e: an 8,000-token prompt).
+    write("tiny-long", seed=1, **testmodels.LONG_CONTEXT)
     tmp.unlink()
     return models
 

@@ -267,16 +267,31 @@ class JsonMask:
     def __init__(self, constraint: Constraint):
         self.constraint = constraint
 
+    def masks(self, prefix, drafts, rows: int):
+        """Row i's Mask for i < rows, or None where its context has left the grammar (or ended)."""
+        generated = list(prefix[self.constraint.prompt_len:])
+        for i in range(rows):
+            state = self.constraint.state_after(generated + list(drafts[:i]))
+            yield None if state is None or state is _DONE else self.constraint.masker.mask(state)
+
     def apply(self, logits, prefix, drafts):
         out = np.array(logits, dtype=np.float64)      # (r, vocab)
-        generated = list(prefix[self.constraint.prompt_len:])
         vocab = out.shape[1]
-        for i in range(out.shape[0]):
-            state = self.constraint.state_after(generated + list(drafts[:i]))
-            if state is None or state is _DONE:
-                continue
-            out[i][~self.constraint.masker.mask(state).dense(vocab)] = -np.inf
+        for i, mask in enumerate(self.masks(prefix, drafts, out.shape[0])):
+            if mask is not None:
+                out[i][~mask.dense(vocab)] = -np.inf
         return out
+
+    def words(self, prefix, drafts, rows: int, vocab: int) -> np.ndarray:
+        """The rows' masks as the GPU's masking step takes them (shaders/filter.wgsl): (rows,
+        ceil(vocab / 32)) uint32, bit t % 32 of word t // 32 set where token t is allowed (the
+        packed bits read as little-endian words); every bit set in a row with no mask."""
+        out = np.full((rows, 4 * -(-vocab // 32)), 0xFF, np.uint8)   # (rows, bytes)
+        for i, mask in enumerate(self.masks(prefix, drafts, rows)):
+            if mask is not None:
+                out[i, :mask.bits.size] = mask.bits
+                out[i, mask.bits.size:] = 0
+        return out.view("<u4")
 
 
 def constrain(cache: dict, tokenizer, schema, prompt_len: int) -> Constraint:

@@ -1,6 +1,6 @@
 """What the sampling controls cost on WebGPU (issue 12, step 3): the host accept (the champion's
-k+1 logits rows read back, the rule in numpy) and the device penalties (penalize.wgsl, the
-68-word readback kept), against the plain cycle.
+k+1 logits rows read back, the rule in numpy) and the device processors (penalize.wgsl and
+filter.wgsl, the 68-word readback kept), against the plain cycle.
 
     .venv/bin/python scripts/bench_sampling.py --out bench/results/sampling-lavapipe.json \\
         [--champion tiny|PATH] [--tokens 16] [--runs 3]
@@ -15,7 +15,8 @@ Configurations, each champion-only (k = 0) and with the n-gram draft at fixed:4:
   plain-T0.8       replay at temperature 0.8, no processors
   host-penalties   repetition 1.1, frequency 0.3 at T 0.8 through the host accept
   device-penalties the same on the device
-  host-typical     repetition 1.1, top_p 0.9 at T 0.8 (top_p: always the host accept)
+  host-typical     repetition 1.1, top_p 0.9 at T 0.8 through the host accept
+  device-typical   the same on the device (penalize + filter kernels)
 The prompt is the first of the public workload. Timing goals live here, never in tests.
 """
 
@@ -39,14 +40,15 @@ WORKLOAD = Path(__file__).resolve().parent.parent.parent / "shared" / "workloads
 
 T08 = {"temperature": 0.8, "seed": 1}
 PENALTIES = {**T08, "repetition_penalty": 1.1, "frequency_penalty": 0.3}
-CONFIGS = {   # name: (controls, penalties on the device)
+CONFIGS = {   # name: (controls, processors on the device)
     "plain": ({}, True),
     "host-noop": ({"logit_bias": {0: 0.0}}, False),
     "device-noop": ({"logit_bias": {0: 0.0}}, True),
     "plain-T0.8": (T08, True),
     "host-penalties": (PENALTIES, False),
     "device-penalties": (PENALTIES, True),
-    "host-typical": ({**T08, "repetition_penalty": 1.1, "top_p": 0.9}, True),
+    "host-typical": ({**T08, "repetition_penalty": 1.1, "top_p": 0.9}, False),
+    "device-typical": ({**T08, "repetition_penalty": 1.1, "top_p": 0.9}, True),
 }
 
 
@@ -78,7 +80,7 @@ def main(argv=None) -> int:
         k = "fixed:0" if draft == "none" else "fixed:4"
         engine = Engine(backend(champion, draft, champion.kv.max_ctx), tok)
         for name, (controls, on_device) in CONFIGS.items():
-            engine.backend.device_penalties = on_device
+            engine.backend.device_penalties = engine.backend.device_filters = on_device
             opts = Options(max_tokens=args.tokens, k=k, stop_at_eos=False, **controls)
             engine.generate(ids, Options(max_tokens=2, k=k, **controls))       # warm-up
             per_cycle, host, wait, accept, passes = [], [], [], [], []

@@ -445,3 +445,202 @@ def test_penalize_rows_and_count_tokens_equal_the_host_processor(dev, vocab):
     seq = np.asarray(prefix + emitted)
     np.testing.assert_array_equal(after[0], np.bincount(seq, minlength=vocab))
     np.testing.assert_array_equal(after[1], np.bincount(seq[prompt_len:], minlength=vocab))
+
+
+# ---------------------------------------------------------------------------------------------
+# filter.wgsl: the JSON-schema mask and top_k, top_p, min_p against the host's and a numpy mirror
+# ---------------------------------------------------------------------------------------------
+F32_LOWEST = np.float32(-np.finfo(np.float32).max)   # filter.wgsl's "excluded"
+
+
+def mask_rows(allowed: np.ndarray) -> np.ndarray:
+    """(rows, vocab) bool as filter.wgsl's mask rows (rows, mask_words) u32: jsonmask.Mask's
+    packed bits, padded to whole words."""
+    rows, vocab = allowed.shape
+    bits = np.packbits(allowed, axis=1, bitorder="little")
+    pad = np.zeros((rows, 4 * sampling.mask_words(vocab) - bits.shape[1]), np.uint8)
+    return np.ascontiguousarray(np.concatenate([bits, pad], axis=1)).view("<u4")
+
+
+def filter_pass(dev, logits, temperature, allowed=None, top_k=0, top_p=1.0, min_p=0.0):
+    """filter_rows over logits (rows, vocab); returns the rows and the weights scratch."""
+    rows, vocab = logits.shape
+    params = sampling.filter_params(dev, vocab, rows)
+    sampling.set_filters(dev, params, vocab, allowed is not None, top_k, top_p, min_p, rows)
+    words = mask_rows(np.ones_like(logits, bool) if allowed is None else allowed)
+    buf, weights = dev.upload(logits), dev.upload(np.full(logits.shape, -1.0, np.float32))
+    step = one_step(dev, rows=rows, pos=0, temperature=temperature,
+                    mode="replay" if temperature > 0 else "greedy")
+    out = run(dev, [sampling.filter_rows(dev, params, buf, dev.upload(words), weights, step,
+                                         vocab=vocab, rows_cap=rows)],
+              buf, np.float32, logits.shape)
+    return out, asyncio.run(dev.read_array(weights, np.float32, logits.shape))
+
+
+def fixed(e: np.ndarray) -> list[int]:
+    """categorical.wgsl's fixed point of f32 weights in [0, 1]: floor(e 2^80), exactly."""
+    return [int(np.ldexp(float(v), 80)) for v in e]
+
+
+def mirror_top_p(e: np.ndarray, top_p: float) -> np.ndarray:
+    """filter.wgsl's top_p on weights e (vocab,) f32, by a stable sort and Python integers: keep
+    each token of the order (e descending, ties to the lower id) while the exact mass before it
+    is short of top_p (as floor(top_p 2^24) 2^-24) of the exact total."""
+    w = fixed(e)
+    target = sum(w) * max(1, int(top_p * 2**24))
+    keep, cum = np.zeros(len(e), bool), 0
+    for i in np.argsort(-e, kind="stable"):
+        if cum * 2**24 >= target:
+            break
+        keep[i], cum = True, cum + w[i]
+    return keep
+
+
+def cut_at_rounding(row: np.ndarray, t: float, case: dict) -> bool:
+    """Whether the host's top_p cut on row (vocab,) float64 falls where its float64 cumsum is
+    within 1e-9 of top_p (an exact fraction such as 257 of 514 equal tokens at 0.5): there the
+    host's answer is its rounding's, and the device's is the exact one (the mirror's)."""
+    if case.get("top_p", 1.0) >= 1.0:
+        return False
+    from pyspec.processors import keep_top_k
+    if case.get("top_k"):
+        row = np.where(keep_top_k(row, case["top_k"]), row, -np.inf)
+    p = np.exp((row - row.max()) / t)
+    mass = np.cumsum(np.sort(p / p.sum())[::-1])
+    return bool((np.abs(mass - case["top_p"]) < 1e-9).any())
+
+
+@pytest.mark.parametrize("vocab", [33, 49152])
+def test_filter_rows_mask(dev, vocab):
+    """The mask alone, greedy and at T > 0 with no filter: allowed logits unchanged bit for
+    bit, the rest -FLT_MAX; argmax equals the host's argmax over the -inf-masked row (one row
+    allows a single token, one allows all, one only the last id)."""
+    gen = np.random.default_rng(vocab)
+    logits = random_logits(gen, ROWS_MAX, vocab)
+    allowed = gen.random((ROWS_MAX, vocab)) < 0.3
+    allowed[1] = False
+    allowed[1, 17 % vocab] = True
+    allowed[2] = True
+    allowed[3] = False
+    allowed[3, vocab - 1] = True
+    for temperature in (0.0, 0.7):
+        out, _ = filter_pass(dev, logits, temperature, allowed)
+        np.testing.assert_array_equal(out, np.where(allowed, logits, F32_LOWEST))
+        host = np.where(allowed, logits.astype(np.float64), -np.inf)   # jsonmask.JsonMask
+        np.testing.assert_array_equal(np.argmax(out, axis=1), np.argmax(host, axis=1))
+
+
+FILTER_CASES = [dict(top_k=5), dict(top_p=0.6), dict(min_p=0.3),
+                dict(top_k=7, top_p=0.8, min_p=0.05), dict(top_p=0.5, min_p=1.0),
+                dict(top_k=1), dict(top_p=1e-6)]
+
+
+@pytest.mark.parametrize("vocab", [33, 1000])
+def test_filter_rows_equal_the_host_filters_and_the_mirror(dev, vocab):
+    """top_k, top_p, min_p (and with the mask) at T = 0.7 on rows with planted ties: the kept
+    set equals processors.Filters' (float64) on the same masked row (except on a row whose top_p
+    cut is an exact fraction, e.g. 257 of 514 equal tokens at 0.5, where the host's float64
+    cumsum decides by its rounding: at most one row per case), and the numpy mirror of
+    filter.wgsl's rules from the kernel's own weights on every row; kept logits unchanged bit
+    for bit.
+    Ties: top_k and top_p cut inside a run of equal logits (lower ids kept), -0 equals +0, an
+    all-equal row. Off and edge values change nothing: top_k 0 or >= vocab, top_p 1, min_p 0;
+    a row with one allowed token keeps only it."""
+    from pyspec.processors import Filters
+    gen, t = np.random.default_rng(vocab + 7), 0.7
+    logits = random_logits(gen, 8, vocab)
+    top = np.sort(logits[1])[::-1]
+    logits[1, gen.choice(vocab, 6, replace=False)] = top[3]     # ties across the k-th value
+    logits[2] = 0.25                                            # all equal
+    logits[3, :] = -1.0
+    logits[3, ::2], logits[3, 1::4] = 0.0, -0.0                 # -0 ties +0 at the top
+    logits[4, :10] = logits[4].max() + 1.0                      # ties at the top
+    allowed = gen.random((8, vocab)) < 0.5
+    allowed[5] = False
+    allowed[5, 3] = True                                        # all masked but one
+    allowed[6] = True
+    for masked in (False, True):
+        x = logits if not masked else np.where(allowed, logits, F32_LOWEST)
+        host_in = x.astype(np.float64) if not masked else \
+            np.where(allowed, logits.astype(np.float64), -np.inf)
+        # the weights after the mask (and top_k): a pass whose min_p keeps every e > 0
+        for case in FILTER_CASES:
+            out, _ = filter_pass(dev, logits, t, allowed if masked else None, **case)
+            kept = out > F32_LOWEST
+            np.testing.assert_array_equal(out[kept], logits[kept])
+            host = Filters(t, case.get("top_k", 0), case.get("top_p", 1.0),
+                           case.get("min_p", 0.0)).apply(host_in, [], [])
+            sure = [r for r in range(len(x)) if not cut_at_rounding(host_in[r], t, case)]
+            assert len(sure) >= len(x) - 1
+            np.testing.assert_array_equal(kept[sure], np.isfinite(host[sure]),
+                                          err_msg=f"{case} {masked}")
+            k_only, e = filter_pass(dev, logits, t, allowed if masked else None,
+                                    top_k=case.get("top_k", 0), min_p=float(2.0**-149))
+            mirror = k_only > F32_LOWEST
+            for r in range(len(x)):
+                if case.get("top_p", 1.0) < 1.0:
+                    mirror[r] &= mirror_top_p(e[r], case["top_p"])
+                mirror[r] &= e[r] >= np.float32(case.get("min_p", 0.0))
+            np.testing.assert_array_equal(kept, mirror, err_msg=f"{case} {masked}")
+            assert kept[5].sum() == 1 if masked else kept.any(axis=1).all()
+        ref = np.exp((host_in - host_in.max(axis=1, keepdims=True)) / t)
+        assert (np.abs(e - ref) <= 1e-6 + 2e-6 * ref).all()
+    # ties: the lower ids win
+    out, _ = filter_pass(dev, logits, t, top_k=3)
+    assert list(np.flatnonzero(out[2] > F32_LOWEST)) == [0, 1, 2]
+    assert list(np.flatnonzero(out[4] > F32_LOWEST)) == [0, 1, 2]
+    out, _ = filter_pass(dev, logits, t, top_p=0.5)
+    assert list(np.flatnonzero(out[2] > F32_LOWEST)) == list(range(-(-vocab // 2)))
+    for off in (dict(), dict(top_k=vocab), dict(top_k=vocab + 5), dict(top_p=1.0),
+                dict(min_p=0.0), dict(top_k=0, top_p=1.0, min_p=0.0)):
+        out, _ = filter_pass(dev, logits, t, **off)
+        np.testing.assert_array_equal(out, logits)
+    out, _ = filter_pass(dev, logits, 0.0, top_k=1, top_p=0.1, min_p=0.9)   # T = 0: filters off
+    np.testing.assert_array_equal(out, logits)
+
+
+@pytest.mark.parametrize("controls", [dict(top_k=4), dict(top_p=0.7), dict(min_p=0.2),
+                                      dict(top_k=12, top_p=0.85, min_p=0.05)],
+                         ids=["top_k", "top_p", "min_p", "all"])
+def test_filtered_sampling_follows_the_host_distribution(dev, controls):
+    """10,240 draws from the device's filtered target (filter_rows, then softmax_rows) by its
+    exact sampler (sample_rows; the accept kernel's bonus and residual draws use the same
+    categorical.wgsl) at T = 0.9 on one 33-token row that each filter cuts to 4-11 tokens: the
+    empirical distribution is within the 99.9th percentile of the TV that 10,240 exact draws
+    from processors.Filters' distribution (float64) give (400 simulated trials), and no
+    excluded token is drawn. Teeth: the unfiltered distribution lies more than ten times the
+    bound away. The row is filtered once; 64 sampling dispatches of 16 rows per submission, each
+    row at its own position (its own key)."""
+    from pyspec.processors import Filters
+    from test_engine import null_tv_quantile, total_variation
+    vocab, t, groups, rounds = 33, 0.9, 64, 10
+    row = random_logits(np.random.default_rng(4), 1, vocab, scale=0.8)[0]   # (vocab,)
+    exact = verify.softmax(Filters(t, **controls).apply(row[None].astype(np.float64), [], [])[0],
+                           t)
+    n = groups * ROWS_MAX * rounds
+    bound = null_tv_quantile(exact, n, 0.999)
+    assert 4 <= (exact > 0).sum() < vocab
+    assert total_variation(verify.softmax(row.astype(np.float64), t) * n, exact) > 10 * bound
+    logits = dev.upload(np.tile(row, (ROWS_MAX, 1)))                        # (R, vocab)
+    weights, probs = dev.buffer(4 * ROWS_MAX * vocab), dev.buffer(4 * ROWS_MAX * vocab)
+    tokens = dev.buffer(4 * groups * ROWS_MAX)                              # (groups * R,) u32
+    params = sampling.filter_params(dev, vocab)
+    sampling.set_filters(dev, params, vocab, False, **controls)
+    step = one_step(dev, rows=ROWS_MAX, pos=0, temperature=t, mode="rejection")
+    run(dev, [sampling.filter_rows(dev, params, logits, dev.upload(mask_rows(
+                  np.ones((ROWS_MAX, vocab), bool))), weights, step, vocab=vocab),
+              sampling.softmax_rows(dev, logits, probs, dev.buffer(4 * ROWS_MAX), step,
+                                    vocab=vocab)], probs, np.float32, (ROWS_MAX, vocab))
+    steps = Steps(dev, groups)
+    plan = [sampling.sample_rows(dev, probs, (tokens, g * ROWS_MAX), steps.binding(g),
+                                 vocab=vocab) for g in range(groups)]
+    counts = np.zeros(vocab)
+    for j in range(rounds):
+        for g in range(groups):
+            steps.set(g, rows=ROWS_MAX, pos=(j * groups + g) * ROWS_MAX, seed=SEED,
+                      temperature=t, mode="rejection")
+        steps.upload()
+        counts += np.bincount(run(dev, plan, tokens, np.uint32, (groups * ROWS_MAX,)),
+                              minlength=vocab)
+    assert counts.sum() == n and counts[exact == 0].sum() == 0
+    assert total_variation(counts, exact) < bound

@@ -239,8 +239,10 @@ def test_the_worker_config_takes_json_schema_or_openai_response_format():
 @pytest.mark.parametrize("draft", ["ngram", "self:1"])
 def test_gpu_schema_requests_equal_constrained_champion_only(tj, gpu, draft):
     """On WebGPU a schema request drafts on the host (forced + n-gram; a GPU self:L draft gives
-    way to n-gram) and takes the host accept: its tokens equal the GPU's constrained
-    champion-only run, which equals the CPU reference on this model."""
+    way to n-gram) and masks on the device (filter.wgsl, the bits uploaded per cycle): its
+    tokens equal the GPU's constrained champion-only run, which equals the CPU reference on this
+    model, and the host accept's run (the rows read back, the mask applied by numpy) byte for
+    byte: greedy, and replay at T = 0.8 with top_k and min_p on the device too."""
     from conftest import gpu_device
     from pyspec.gguf import GGUFFile
     from pyspec.gpu import load_model
@@ -256,6 +258,22 @@ def test_gpu_schema_requests_equal_constrained_champion_only(tj, gpu, draft):
         assert r.tokens == ref.tokens and r.stats["forced_tokens"] > 0
         assert r.stats["champion_passes"] < ref.stats["champion_passes"]
         assert engine.drafter.name == draft    # given back after the request
+        timing = r.stats["backend_timing"]
+        assert "mask_s" in timing and "host_accept_s" not in timing
+        sampled = dict(max_tokens=120, k="fixed:4", json_schema=SCHEMAS[name], temperature=0.8,
+                       seed=5, top_k=6, min_p=0.02)
+        engine.backend.device_filters = True    # also on a software adapter
+        try:
+            on_device = engine.generate(tj.prompt, Options(**sampled))
+            engine.backend.device_mask = engine.backend.device_filters = False   # host accept
+            host = engine.generate(tj.prompt, Options(max_tokens=120, k="fixed:4",
+                                                      json_schema=SCHEMAS[name]))
+            host_sampled = engine.generate(tj.prompt, Options(**sampled))
+        finally:
+            engine.backend.device_mask, engine.backend.device_filters = True, None
+        assert host.tokens == r.tokens and host_sampled.tokens == on_device.tokens
+        assert "host_accept_s" in host.stats["backend_timing"]
+        assert "host_accept_s" not in on_device.stats["backend_timing"]
 
 
 def test_the_guard_never_leaves_out_forced_tokens(tj):

@@ -220,8 +220,14 @@ def test_rejection_follows_the_processed_distribution(tiny):
     assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
 
 
-# --- the GPU executor: host accept (one readback of the logits rows) ---------------------------
+# --- the GPU executor: processors on the device, host accept as the fallback -------------------
 GPU_DRAFTS = ["ngram", "self:1", "close"]
+
+
+def on_device(engine: Engine) -> Engine:
+    """Every control on the device, the filters too where the adapter is a software one."""
+    engine.backend.device_filters = True
+    return engine
 
 
 @requires_gpu
@@ -230,38 +236,49 @@ def test_gpu_equals_gpu_champion_only_under_processors(tiny, name):
     """GPU drafts (self:1, close: sampled on the device, raw distribution) and the n-gram draft
     under processors equal champion-only on the GPU with the same processors, greedy and replay;
     and champion-only on the GPU equals the CPU's processed reference (the tiny model's margins
-    are far above float32 noise). Penalties alone run on the device (penalize.wgsl, no logits
-    readback); with a filter the rows come back to the host (host accept). At T = 0 the filters
-    are off (each keeps the argmax), so only the penalties are left."""
-    filters = {"top_k", "top_p", "min_p"} & set(CONTROLS[name])
+    are far above float32 noise). Every control runs on the device (penalize.wgsl, filter.wgsl:
+    no logits readback; the filters asked for on the device also on a software adapter, whose
+    default for them is the host accept); the host accept (the rows read back, numpy's
+    processors), which the backend falls back to, gives the same tokens, and so does the
+    default (the filters on the host on a software adapter only). At T = 0 the filters are off
+    (each keeps the argmax), so only the penalties are left."""
     controls = CONTROLS[name]
     for temperature, seed in ((0.0, 0), (0.9, 77)):
         opts = dict(max_tokens=24, temperature=temperature, seed=seed, stop_at_eos=False,
                     **controls)
-        base = engine_for(tiny, "none", "gpu").generate(tiny.prompt, Options(**opts))
+        base = on_device(engine_for(tiny, "none", "gpu")).generate(tiny.prompt, Options(**opts))
         assert base.tokens == processed_reference(tiny.champion, tiny.prompt, 24, controls,
                                                   temperature, seed)
         assert base.stats["backend_timing"]["readbacks"] == base.stats["champion_passes"]
+        fallback = engine_for(tiny, "ngram", "gpu")
+        fallback.backend.device_penalties = fallback.backend.device_filters = False
+        host = fallback.generate(tiny.prompt, Options(k="fixed:3", **opts))
+        assert host.tokens == base.tokens and "host_accept_s" in host.stats["backend_timing"]
+        auto = engine_for(tiny, "ngram", "gpu")   # the default: filters on the host on software
+        r = auto.generate(tiny.prompt, Options(k="fixed:3", **opts))
+        filtered = temperature > 0 and bool({"top_k", "top_p", "min_p"} & set(controls))
+        assert r.tokens == base.tokens
+        assert ("host_accept_s" in r.stats["backend_timing"]) == (
+            filtered and auto.backend.dev.is_cpu)
         for draft in GPU_DRAFTS:
-            engine = engine_for(tiny, draft, "gpu")
+            engine = on_device(engine_for(tiny, draft, "gpu"))
             # confidence:0.5: on GPU drafts the host applies the confidence stop
             for k in ("fixed:2", "fixed:5", "confidence:0.5"):
                 r = engine.generate(tiny.prompt, Options(k=k, **opts))
                 assert r.tokens == base.tokens, f"{name}, T={temperature}, {draft}, {k}"
                 assert r.stats["backend_timing"]["readbacks"] == r.stats["champion_passes"]
                 assert r.stats["drafted"] > 0 or k.startswith("confidence")
-                on_device = temperature == 0 or not filters
-                assert ("host_accept_s" not in r.stats["backend_timing"]) == on_device
+                assert "host_accept_s" not in r.stats["backend_timing"]
 
 
 @requires_gpu
 @pytest.mark.parametrize("name", ["penalties+top_p", "penalties"])
 def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
     """As test_rejection_follows_the_processed_distribution, on the GPU with the self:1 draft
-    sampled on the device: with top_p the host accept (the q_draft rows come back in the
-    cycle's one readback), with penalties alone the device path (penalize.wgsl, counts on the
-    device, the accept kernel). 10,000 runs each, the same bound (TV of the joint under the
-    99.9th percentile of 10,000 exact draws); teeth: the unprocessed distribution is further."""
+    sampled on the device, every control on the device (penalize.wgsl with counts on the
+    device, filter.wgsl's top_p, the accept kernel). 10,000 runs each, the same bound (TV of the
+    joint under the 99.9th percentile of 10,000 exact draws); teeth: the unprocessed
+    distribution is further."""
     temperature, prefix = 1.0, tiny.tokenizer.encode("the cat. the cat. the")
     plain = processed_two_token_distribution(tiny.champion, prefix, temperature, {})
     controls = CONTROLS[name]
@@ -271,7 +288,7 @@ def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
     exact = processed_two_token_distribution(tiny.champion, prefix, temperature, controls)
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
     assert 0.5 * np.abs(plain - exact).sum() > 3 * bound
-    engine = engine_for(tiny, "self:1", "gpu")
+    engine = on_device(engine_for(tiny, "self:1", "gpu"))
     counts = np.zeros_like(exact)
     accepted = drafted = 0
     for seed in range(N_RUNS):
@@ -283,4 +300,4 @@ def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
         drafted += r.stats["drafted"]
     assert total_variation(counts, exact) < bound
     assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
-    assert ("host_accept_s" in r.stats["backend_timing"]) == ("top_p" in controls)
+    assert "host_accept_s" not in r.stats["backend_timing"]

@@ -14,18 +14,25 @@ The cycle's steps record commands instead of running them:
                  confidence stop, and writes n_accepted and the tokens;
   submit         the recorded commands, in one queue submission; `read` awaits the readback.
 
-Device penalties (a request whose only processor is processors.Penalties: logit_bias and the
-repetition, presence and frequency penalties): penalize_rows applies them in place to the
-champion's logits rows before the champion's choices, from token counts kept on the device
-(count_tokens adds each cycle's emitted tokens after the accept kernel); the readback stays the
-68 accept words. The host sets the counts once per request.
+Device processors, the default (a request whose processors are among the JSON-schema mask,
+processors.Penalties and processors.Filters, in the chain's order): on the champion's logits
+rows in place, before the champion's choices, so the readback stays the 68 accept words.
+  penalize_rows  logit_bias and the repetition, presence and frequency penalties, from token
+                 counts kept on the device (count_tokens adds each cycle's emitted tokens after
+                 the accept kernel); the host sets the counts once per request.
+  filter_rows    the mask, uploaded each cycle as bits (row i's after the drafts before it, so
+                 the drafts must be the host's: forced tokens, n-gram), then at T > 0 top_k,
+                 top_p and min_p (shaders/filter.wgsl: sort-free, its tie rules and rounding).
 
-Host accept (a request with any other logits processors: the sampling controls, a JSON-schema mask): the
-processed rows depend on the context on the host, so the accept step gathers the champion's k+1
-logits rows (and GPU drafts' tokens, confidences and, for rejection, q_draft rows) into one
-buffer by copies in the same submission; `read` reads it back once and applies the same numpy
-rule as cpu.py (cycle.Rule.verdict). Still one submission and one readback per cycle, a larger
-one: (k + 1) * vocab floats (k * vocab more for rejection with a GPU draft).
+Host accept, the fallback (any other processor, a mask with drafts sampled on the GPU, top_p
+over more than 2^20 tokens, device_penalties / device_mask / device_filters turned off, and by
+default the filters on a software adapter, where they measured slower): the accept step gathers
+the champion's k+1 logits rows (and GPU drafts' tokens, confidences and, for rejection, q_draft
+rows) into one buffer by copies in the same submission; `read` reads it back once and applies
+the same numpy rule as cpu.py (cycle.Rule.verdict). Still one submission and one readback per
+cycle, a larger one: (k + 1) * vocab floats (k * vocab more for rejection with a GPU draft). Its
+cycles add `host_accept_s` to the request's backend timing; device masks add `mask_s` (host
+time building and uploading the bits).
 
 Step slots: 0 is the champion pass (its sampler and accept kernel share it: they key row r's
 random numbers at pos + 1 + r), 1 + i is draft step i.
@@ -44,7 +51,8 @@ from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
 from ..drafters import BridgedDrafter, DraftSpecError, Proposal, make_drafter, parse_draft
 from ..gguf import GGUFFile
-from ..processors import Penalties
+from ..jsonmask import JsonMask
+from ..processors import Filters, Penalties
 from ..model import Model
 from . import sampling
 from .device import ROWS_MAX, Copy, count_commands
@@ -111,11 +119,30 @@ def _device_penalties(rule: Rule) -> Penalties | None:
     return procs[0] if len(procs) == 1 and isinstance(procs[0], Penalties) else None
 
 
+def _device_processors(rule: Rule, on_device: bool) -> tuple | None:
+    """(mask, penalties, filters), each None where absent, when every processor of the request
+    has a device step; else None. The chain's order is JsonMask, Penalties, Filters
+    (processors.py); the mask needs the drafts on the host (a row's mask depends on them)."""
+    found = {JsonMask: None, Penalties: None, Filters: None}
+    for p in rule.processors:
+        if type(p) not in found or found[type(p)] is not None:
+            return None
+        found[type(p)] = p
+    if found[JsonMask] is not None and on_device:
+        return None
+    return found[JsonMask], found[Penalties], found[Filters]
+
+
 class GPUBackend(Executor):
     """The champion on a GPU device and its drafter; see the module docstring."""
 
     k_max = K_GPU_MAX
     device_penalties = True   # False: penalties take the host accept too (the benchmark's A/B)
+    device_mask = True        # False: a JSON-schema mask takes the host accept (the A/B)
+    # top_k / top_p / min_p on the device: True, False (the host accept), or None: on a GPU, not
+    # on a software adapter, where the device's row searches measured slower than reading the
+    # rows back (bench/results/mask-lavapipe.json)
+    device_filters: bool | None = None
 
     def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None):
         """`draft` is a --draft spec (drafters.parse_draft) or a CPU drafter object."""
@@ -143,6 +170,7 @@ class GPUBackend(Executor):
                                     label="host_accept.rows")
         self._host = None               # (drafts, tokens, rule) of a host-accept cycle
         self._pen = None                # device penalties: (params, counts, bias, plans, rule)
+        self._filt = None               # device mask and filters: (params, mask, plan, rule)
         self._tail: dict[tuple, list] = {}
         self._draft_plans: dict[tuple, list] = {}
         self._commands: list = []       # the cycle being recorded: commands and plans
@@ -236,8 +264,8 @@ class GPUBackend(Executor):
         on_device = isinstance(drafts, _OnDevice)
         k = drafts.k if on_device else len(drafts.tokens)
         self._host = None
-        pen = _device_penalties(rule) if self.device_penalties else None
-        if rule.processors and pen is None:
+        on_gpu = self._device_plan(rule, on_device)
+        if on_gpu is None:
             self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=self._pass[1], seed=rule.seed,
                                     temperature=rule.temperature, n_draft=k, mode=rule.mode,
                                     one_hot=True)
@@ -258,9 +286,12 @@ class GPUBackend(Executor):
         # The confidence stop of GPU drafts is applied by the accept kernel (drafts past the
         # first low-confidence one count as never proposed), keeping the cycle on the GPU.
         threshold = rule.conf_threshold if on_device else 0.0
+        mask, pen, filters = on_gpu
         if pen is not None:
             penalize, count = self._penalties(rule, pen, tokens)
             self._commands.append(penalize)
+        if mask is not None or filters is not None:
+            self._commands.append(self._filters(rule, mask, filters, tokens, drafts, k))
         self._commands.append(self._verify_dispatches(rule.mode, threshold))
         if pen is not None:
             self._commands.append(count)
@@ -294,7 +325,49 @@ class GPUBackend(Executor):
         verdict = verify.Verdict(result["n_accepted"], result["tokens"])
         return Outcome(verdict, result["k_eff"], t_draft, t_end - c.t0 - t_draft)
 
-    # --- device penalties -----------------------------------------------------------------------
+    # --- device processors --------------------------------------------------------------------
+    def _device_plan(self, rule: Rule, on_device: bool) -> tuple | None:
+        """(mask, penalties, filters) for a cycle whose processors all run on the device (no
+        processors: all None), or None for the host accept."""
+        if not rule.processors:
+            return None, None, None
+        found = _device_processors(rule, on_device)
+        if found is None:
+            return None
+        mask, pen, filters = found
+        device_filters = (not self.dev.is_cpu if self.device_filters is None
+                          else self.device_filters)
+        if ((pen is not None and not self.device_penalties)
+                or (mask is not None and not self.device_mask)
+                or (filters is not None and not device_filters)):
+            return None
+        if filters is not None and filters.top_p < 1.0 and self.vocab > sampling.TOP_P_VOCAB_MAX:
+            return None
+        return found
+
+    def _filters(self, rule: Rule, mask, filters, tokens: list[int], drafts, k: int):
+        """The filter dispatch (shaders/filter.wgsl); at a request's first cycle (a new Rule)
+        its parameters, and every cycle the k + 1 rows' masks (row i after the drafts before
+        it), uploaded as bits: ceil(vocab / 32) words a row."""
+        dev, vocab = self.dev, self.vocab
+        if self._filt is None:
+            params = sampling.filter_params(dev, vocab)
+            words = dev.buffer(4 * ROWS_MAX * sampling.mask_words(vocab), label="filter.mask")
+            weights = dev.buffer(4 * ROWS_MAX * vocab, label="filter.weights")  # (R, vocab) f32
+            plan = sampling.filter_rows(dev, params, self.champion.logits, words, weights,
+                                        self.champion.steps.binding(SLOT_CHAMPION), vocab=vocab)
+            self._filt = [params, words, plan, None]
+        params, words, plan, current = self._filt
+        if current is not rule:
+            f = filters or Filters(rule.temperature)
+            sampling.set_filters(dev, params, vocab, mask is not None, f.top_k, f.top_p, f.min_p)
+            self._filt[3] = rule
+        if mask is not None:
+            t0 = time.perf_counter()
+            dev.write(words, mask.words(tokens, drafts.tokens, k + 1, vocab))   # (k+1, words)
+            self.timing["mask_s"] = self.timing.get("mask_s", 0.0) + time.perf_counter() - t0
+        return plan
+
     def _penalties(self, rule: Rule, pen: Penalties, tokens: list[int]) -> tuple:
         """The penalize and count dispatches; at a request's first cycle (a new Rule), its
         counts (from the committed tokens: prompt and resumed ids), bias and parameters."""

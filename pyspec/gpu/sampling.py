@@ -204,6 +204,60 @@ def count_tokens(dev, params, words, counts, step, *, vocab: int) -> Dispatch:
     return dev.dispatch("penalize", "count_tokens", [params, step, _whole(words), counts], 1)
 
 
+MASK_WORDS_ALL = 0   # filter params' mask_words: no mask
+TOP_P_ONE = 1 << 24  # filter params' top_p: off
+TOP_P_VOCAB_MAX = 1 << 20   # filter.wgsl's top_p sums 12-bit pieces of vocab weights in a u32
+
+
+def mask_words(vocab: int) -> int:
+    """u32 words per mask row: vocab bits, word i / 32, bit i % 32 (jsonmask.Mask's packed bits
+    read as little-endian u32)."""
+    return -(-vocab // 32)
+
+
+def filter_params(dev, vocab: int, rows_cap: int = ROWS_MAX):
+    """filter.wgsl's Params as a uniform buffer (all off), written per request by `set_filters`
+    (its plan's bind group is built once)."""
+    _check_rows(vocab, rows_cap)
+    return dev.uniform(_filter_fields(vocab, rows_cap, False, 0, 1.0, 0.0), "filter.params")
+
+
+def _filter_fields(vocab, rows_cap, masked, top_k, top_p, min_p) -> np.ndarray:
+    """filter.wgsl's Params in field order; top_p as floor(top_p 2^24) (at least 1): rounded
+    down, so a cut where the mass is exactly top_p as a fraction (600 of 1000 equal tokens at
+    0.6) keeps what the host's float64 cumsum keeps."""
+    fields = np.zeros(8, np.uint32)
+    fields[:5] = [vocab, rows_cap, mask_words(vocab) if masked else MASK_WORDS_ALL, top_k,
+                  min(TOP_P_ONE, max(1, int(top_p * TOP_P_ONE)))]
+    fields[5] = np.float32(min_p).view(np.uint32)
+    return fields
+
+
+def set_filters(dev, params, vocab: int, masked: bool, top_k: int = 0, top_p: float = 1.0,
+                min_p: float = 0.0, rows_cap: int = ROWS_MAX) -> None:
+    """Write a request's mask switch and filters into a filter_params buffer."""
+    if top_k < 0 or not 0.0 < top_p <= 1.0 or not 0.0 <= min_p <= 1.0:
+        raise ShapeError(f"filters out of range: top_k {top_k}, top_p {top_p}, min_p {min_p}")
+    if top_p < 1.0 and vocab > TOP_P_VOCAB_MAX:
+        raise ShapeError(f"top_p on the device needs vocab <= {TOP_P_VOCAB_MAX}, got {vocab}: "
+                         "use the host accept")
+    dev.write(params, _filter_fields(vocab, rows_cap, masked, top_k, top_p, min_p))
+
+
+def filter_rows(dev, params, logits, mask, weights, step, *, vocab: int,
+                rows_cap: int = ROWS_MAX) -> Dispatch:
+    """In place on logits (rows_cap, vocab) f32 from element 0, rows r < step.rows: the mask
+    (mask (rows_cap, mask_words(vocab)) u32), then at step.temperature > 0 top_k, top_p and
+    min_p; excluded tokens become -FLT_MAX (shaders/filter.wgsl states the rules and ties).
+    weights (rows_cap, vocab) f32 is its scratch: exp((x - max) / T) of the survivors."""
+    _check_rows(vocab, rows_cap)
+    need(dev, logits, 4 * rows_cap * vocab, "logits")
+    need(dev, mask, 4 * rows_cap * mask_words(vocab), "mask")
+    need(dev, weights, 4 * rows_cap * vocab, "weights")
+    return dev.dispatch("filter", "filter_rows", [params, step, _whole(logits), mask, weights],
+                        rows_cap)
+
+
 def decode_accept(words: np.ndarray) -> dict:
     """accept's output words (ACCEPT_WORDS,) u32 as Python values, for the cycle and the tests."""
     words = np.asarray(words, np.uint32)

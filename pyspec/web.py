@@ -452,9 +452,13 @@ class Session:
                     raise SessionError("bad_config", f"draft {draft!r} needs a draft model: "
                                        "give it at init and choose draft 'model'")
                 spec = model_drafter(self.draft_model, self.max_ctx)
+            previous = self.engine
             self.engine = await make_engine(self.file, self.tokenizer, spec, self.max_ctx,
-                                            self.engine, self.backend, self.open_device)
+                                            previous, self.backend, self.open_device)
             self.engine_draft = draft
+            if previous is not None:
+                # Its own buffers go now (a lent GPU model stays, with the new engine).
+                previous.close()
         return self.engine
 
     # --- generation -----------------------------------------------------------------------

@@ -14,6 +14,7 @@ Not here: what a kernel computes (ops.py, sampling.py), the forward (model.py), 
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +113,6 @@ class Copy:
     nbytes: int
 
 
-def shader_dir() -> Path:
 @dataclass(frozen=True)
 class Readback:
     """A readback staged by `Device.stage`: `copy` goes into a submission (the cycle's own), and
@@ -127,6 +127,7 @@ class Readback:
 STAGING_KEPT = 4   # idle staging buffers a device keeps for the next readbacks
 
 
+def shader_dir() -> Path:
     """shaders/ beside the package in a checkout; pyspec/_shaders inside a built wheel."""
     here = Path(__file__).resolve().parent.parent
     for candidate in (here.parent / "shaders", here / "_shaders"):
@@ -176,13 +177,15 @@ class Device:
     def __init__(self):
         self._steps = None    # the Step slots (steps), made with the first model
         self._pipelines: dict[str, object] = {}
-        self.allocated = 0    # bytes of every buffer made through `buffer`
+        self.allocated = 0    # bytes of the live buffers made through `buffer` (not yet `free`d)
+        self.live_buffers = 0 # ... and how many
+        self._owners: list[list] = []   # the `owned` scopes open, innermost last
         self.submissions = 0
         self.readbacks = 0
+        self._idle_staging: list = []   # staging buffers of redeemed (or dropped) readbacks
 
     @property
     def adapter_class(self) -> str:
-        self._idle_staging: list = []   # staging buffers of redeemed (or dropped) readbacks
         """What a receipt may say about this adapter (receipts.adapter_class), never `name`."""
         return adapter_class(self.vendor, self.is_cpu)
 
@@ -243,7 +246,8 @@ class Device:
         if self._steps is None:
             from .step import N_SLOTS, Steps
 
-            self._steps = Steps(self, N_SLOTS)
+            with self.owned([]):   # the device's, whoever first asks (see `free`)
+                self._steps = Steps(self, N_SLOTS)
         return self._steps
 
     # --- shared ---------------------------------------------------------------------------------
@@ -274,10 +278,6 @@ class Device:
         self._finish_and_submit(encoder)
         self.submissions += 1
 
-    def buffer(self, nbytes: int, usage: str = "storage", label: str = "", data=None):
-        """A buffer of at least nbytes (rounded up to 16), optionally filled with `data`."""
-        size = max(16, -(-int(nbytes) // 16) * 16)
-        buf = self._create_buffer(size, usage, label)
     def stage(self, buffer, nbytes: int, offset: int = 0) -> Readback:
         """A readback of nbytes of `buffer` at `offset`: put its `copy` at the end of a
         submission, then `await redeem(...)` it. The staging buffer is an idle one big enough,
@@ -315,10 +315,37 @@ class Device:
         self.submit([readback.copy])
         return await self.redeem(readback)
 
+    def buffer(self, nbytes: int, usage: str = "storage", label: str = "", data=None):
+        """A buffer of at least nbytes (rounded up to 16), optionally filled with `data`."""
+        size = max(16, -(-int(nbytes) // 16) * 16)
+        buf = self._create_buffer(size, usage, label)
         self.allocated += size
+        self.live_buffers += 1
+        if self._owners:
+            self._owners[-1].append(buf)
         if data is not None:
             self.write(buf, data)
         return buf
+
+    @contextmanager
+    def owned(self, into: list):
+        """Buffers made through `buffer` inside the block are appended to `into` too: what one
+        owner (an engine's backend) frees later with `free`, apart from the buffers of a model
+        that other owners share."""
+        self._owners.append(into)
+        try:
+            yield into
+        finally:
+            self._owners.pop()
+
+    def free(self, buffers: list) -> None:
+        """Destroy buffers made through `buffer` now, not whenever the garbage collector gets to
+        their handles, and take them off `allocated`. Nothing may use them afterwards. (Both
+        adapters' buffers, wgpu-py's and the browser's GPUBuffer, have destroy().)"""
+        for buf in buffers:
+            self.allocated -= self.size_of(buf)
+            self.live_buffers -= 1
+            buf.destroy()
 
     def upload(self, array: np.ndarray, label: str = ""):
         """A storage buffer holding `array`'s bytes (padded to a multiple of 16)."""

@@ -82,6 +82,7 @@ class GPUModel(LoadedWeights):
         # (dispatches run in order)
         self.scores = dev.buffer(ops.attention_scratch_bytes(cfg.n_heads, ctx), label=f"{label}.s")
         self._plans: dict[tuple, list] = {}
+        self._plan_buffers: dict[tuple, list] = {}   # the uniforms each plan made (its params)
 
     def _load(self, name: str, shape: tuple) -> "ops.Weight":
         t = self.file.tensor(name)
@@ -122,12 +123,18 @@ class GPUModel(LoadedWeights):
         (rows, vocab) into self.logits. `n_layers` runs only the first layers (the self:L draft).
         logits=False leaves out the head (and its norm): a prefill pass only fills the cache.
         Built once per (slot, n_layers, tokens buffer, logits) and cached."""
-        cfg = self.config
-        n_layers = n_layers or cfg.n_layers
+        n_layers = n_layers or self.config.n_layers
         tokens = self.tokens if tokens is None else tokens
         key = (slot, n_layers, id(tokens), logits)
-        if key in self._plans:
-            return self._plans[key]
+        if key not in self._plans:
+            # The plan's uniforms are this model's, whoever asked for it (an engine's backend
+            # frees its own buffers on close, never these): kept per plan for forget_plans.
+            with self.dev.owned(self._plan_buffers.setdefault(key, [])):
+                self._plans[key] = self._plan(slot, n_layers, tokens, logits)
+        return self._plans[key]
+
+    def _plan(self, slot: int, n_layers: int, tokens, logits: bool) -> list:
+        cfg = self.config
         dev, step, ctx = self.dev, self.steps.binding(slot), self.capacity
         hd, eps = cfg.head_dim, cfg.rms_eps
         rope = {"rope": self.rope, "head_dim": hd, "max_ctx": ctx}
@@ -166,8 +173,16 @@ class GPUModel(LoadedWeights):
         if logits:
             h, norm = normed(self.out_norm)
             out.append(ops.matmul(dev, self.head, h, self.logits, step, **norm))
-        self._plans[key] = out
         return out
+
+    def forget_plans(self, tokens=None) -> None:
+        """Drop the plans fed from buffer `tokens` (every plan when None) and free their
+        uniforms: the plans a self:L draft had built over its feed buffer, which its backend
+        frees on close (a later buffer could get the same id and find a plan bound to the freed
+        one), or a draft model's, with the model."""
+        for key in [key for key in self._plans if tokens is None or key[2] == id(tokens)]:
+            del self._plans[key]
+            self.dev.free(self._plan_buffers.pop(key))
 
     def feed(self, tokens, slot: int) -> int:
         """Reserve KV rows for `tokens` (<= ROWS_MAX), write them and the Step slot; returns the

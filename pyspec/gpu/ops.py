@@ -237,7 +237,8 @@ def _spares(dev) -> tuple:
     must be bound (these are never read or written), and two writable bindings must not share
     a buffer."""
     if dev not in _SPARES:
-        _SPARES[dev] = tuple(dev.buffer(16, label=f"matmul.spare{i}") for i in range(4))
+        with dev.owned([]):   # the device's, not the owner of the plan being built (Device.free)
+            _SPARES[dev] = tuple(dev.buffer(16, label=f"matmul.spare{i}") for i in range(4))
     return _SPARES[dev]
 
 

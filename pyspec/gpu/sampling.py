@@ -204,7 +204,7 @@ def count_tokens(dev, params, words, counts, step, *, vocab: int) -> Dispatch:
     return dev.dispatch("penalize", "count_tokens", [params, step, _whole(words), counts], 1)
 
 
-MASK_WORDS_ALL = 0   # filter params' mask_words: no mask
+MASK_OFF = 0         # filter params' mask_words: no mask
 TOP_P_ONE = 1 << 24  # filter params' top_p: off
 TOP_P_VOCAB_MAX = 1 << 20   # filter.wgsl's top_p sums 12-bit pieces of vocab weights in a u32
 
@@ -227,7 +227,8 @@ def _filter_fields(vocab, rows_cap, masked, top_k, top_p, min_p) -> np.ndarray:
     down, so a cut where the mass is exactly top_p as a fraction (600 of 1000 equal tokens at
     0.6) keeps what the host's float64 cumsum keeps."""
     fields = np.zeros(8, np.uint32)
-    fields[:5] = [vocab, rows_cap, mask_words(vocab) if masked else MASK_WORDS_ALL, top_k,
+    fields[:5] = [vocab, rows_cap, mask_words(vocab) if masked else MASK_OFF,
+                  min(top_k, vocab),   # k >= vocab keeps every token, as k = 0
                   min(TOP_P_ONE, max(1, int(top_p * TOP_P_ONE)))]
     fields[5] = np.float32(min_p).view(np.uint32)
     return fields

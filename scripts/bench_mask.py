@@ -14,7 +14,8 @@ Per r, on the device (`reps` dispatches in one submission, less an empty submiss
 dispatch; median of 3): filter_rows with the mask alone, and with top_k 40, top_p 0.9, min_p
 0.05 and all three (T = 0.8, no mask) on random normal rows (flat: the host's worst case for top_p,
 whose 1024-candidate shortcut then sorts the whole row); and numpy's processors.Filters on the
-same rows (`host_<filter>_ms`). Wall-clock medians with [min, max]; the load average is recorded,
+same rows (`host_<filter>_ms`). For scale, `device_argmax_ms`: argmax_rows, which every greedy
+cycle runs anyway, on the same rows. Wall-clock medians with [min, max]; the load average is recorded,
 since a shared machine's other work lands in wall time. Timing goals live here, never in tests.
 """
 
@@ -95,6 +96,9 @@ def main(argv=None) -> int:
         sampling.set_filters(dev, params, vocab, name == "mask", **f)
         plans[name] = sampling.filter_rows(dev, params, logits, words, weights,
                                            steps.binding(0), vocab=vocab)
+    plans["argmax"] = sampling.argmax_rows(dev, logits, dev.buffer(4 * ROWS_MAX),
+                                           dev.buffer(4 * ROWS_MAX), steps.binding(0),
+                                           vocab=vocab)
     cache: dict = {}
     items = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
     host_rows = fresh.astype(np.float64)                                      # (R, vocab)

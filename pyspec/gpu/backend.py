@@ -36,8 +36,19 @@ time building and uploading the bits).
 
 Step slots: 0 is the champion pass (its sampler and accept kernel share it: they key row r's
 random numbers at pos + 1 + r), 1 + i is draft step i.
-The accept words live in one buffer, so a second cycle may be submitted before the first is read
-only once they get a buffer each (the pipelining of the fast-pass work).
+
+Readback: each cycle's submission ends with a copy of what `read` needs (the accept words, or
+host accept's rows) into a staging buffer of its own (device.stage), so a later cycle may be
+submitted before it is read.
+
+Pipelined decoding (`pipelines`, `submit_after`): a champion-only cycle needs nothing from the
+host but its input token, the one the cycle before emits. So cycle n + 1 is submitted before
+cycle n is read, its token copied on the device from cycle n's accept words (the accept kernel
+wrote them), and its step slot written after cycle n's submission (queue order keeps cycle n's
+values for cycle n). A champion-only cycle keeps exactly one row whatever its verdict, so cycle
+n's row is committed when n + 1 is submitted; a cycle never read (the request ended at cycle n:
+EOS, a stop string, max_tokens, a cancel or a fault) is dropped with its pending row (`drop`).
+The host encodes cycle n + 1 while the GPU runs cycle n.
 Not here: the kernels (ops.py, sampling.py), the forward's dispatch list (model.py).
 """
 
@@ -107,16 +118,12 @@ class _Cycle:
     """A submitted cycle: what `read` needs to time and decode it."""
 
     def __init__(self, k: int, gpu_draft: bool, share: float, t0: float, t_draft: float,
-                 t_submit: float):
+                 t_submit: float, readback):
         self.k, self.gpu_draft, self.share = k, gpu_draft, share
         self.t0, self.t_draft, self.t_submit = t0, t_draft, t_submit
+        self.readback = readback   # device.Readback: its copy ended the cycle's submission
         self.host = None   # (drafts, tokens, rule) when the rule runs on the host
-
-
-def _device_penalties(rule: Rule) -> Penalties | None:
-    """The request's Penalties when they are its only processors (the device path), else None."""
-    procs = rule.processors
-    return procs[0] if len(procs) == 1 and isinstance(procs[0], Penalties) else None
+        self.committed = False     # its row was committed when the next cycle was submitted
 
 
 def _device_processors(rule: Rule, on_device: bool) -> tuple | None:
@@ -138,6 +145,7 @@ class GPUBackend(Executor):
 
     k_max = K_GPU_MAX
     device_penalties = True   # False: penalties take the host accept too (the benchmark's A/B)
+    pipelined = True          # False: every cycle is read before the next is submitted (A/B)
     device_mask = True        # False: a JSON-schema mask takes the host accept (the A/B)
     # top_k / top_p / min_p on the device: True, False (the host accept), or None: on a GPU, not
     # on a software adapter, where the device's row searches measured slower than reading the
@@ -175,6 +183,7 @@ class GPUBackend(Executor):
         self._draft_plans: dict[tuple, list] = {}
         self._commands: list = []       # the cycle being recorded: commands and plans
         self._t0 = self._t_draft = 0.0
+        self._t_read = 0.0              # when the last cycle's readback ended
         self._pass = (0, 0)             # (commands before it, first position): the champion pass
         self._pending = (0, False)      # (drafts, drafted on the GPU) of the recorded cycle
         self.timing: dict = {}
@@ -221,9 +230,10 @@ class GPUBackend(Executor):
         contract). With should_stop, it waits for each PREFILL_BLOCK rows and asks between
         blocks; when told to stop, the rows committed so far stay valid."""
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
-        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0}
+        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0, "ahead": 0}
         self.kv.truncate(start)
         end = len(prompt) - 1
+        submitted = self.dev.submissions
         block = PREFILL_BLOCK if should_stop is not None else max(end, 1)
         for i in range(start, max(end, start + 1), block):
             if i > start:
@@ -233,8 +243,10 @@ class GPUBackend(Executor):
             self.champion.prefill(prompt, SLOT_CHAMPION, i, min(i + block, end))
         if self.drafter:
             self.drafter.reset(prompt)
-        # Wait for the prefill here, so that it is timed as prefill and not as the first cycle.
-        await self.dev.read(self.out, 16)
+        # Wait for the prefill here, so that it is timed as prefill and not as the first cycle
+        # (nothing to wait for when every row was kept: a conversation's next turn).
+        if self.dev.submissions != submitted:
+            await self.dev.read(self.out, 16)
 
     # --- the cycle's steps (cycle.py) ---------------------------------------------------------
     def draft(self, tokens: list[int], k: int, rule: Rule):
@@ -299,6 +311,14 @@ class GPUBackend(Executor):
 
     def submit(self) -> _Cycle:
         commands, (k, on_device) = self._commands, self._pending
+        if self._host is not None:
+            _, tokens, rule = self._host
+            with_q = on_device and rule.mode == "rejection" and k > 0
+            nbytes = 4 * (2 * ROWS_MAX + (2 * k + 1 if with_q else k + 1) * self.vocab)
+            readback = self.dev.stage(self.host_rows, nbytes)
+        else:
+            readback = self.dev.stage(self.out, 4 * sampling.ACCEPT_WORDS)
+        commands.append(readback.copy)
         self.champion.steps.upload()
         self.dev.submit(commands)
         # One submission gives one time. For GPU drafts split it by command count (encoding and
@@ -307,23 +327,71 @@ class GPUBackend(Executor):
         share = self._pass[0] / count_commands(commands) if on_device else 0.0
         self._commands = []
         c = _Cycle(k, on_device, share, self._t0, 0.0 if on_device else self._t_draft,
-                   time.perf_counter())
+                   time.perf_counter(), readback)
         c.host, self._host = self._host, None
         return c
 
     async def read(self, c: _Cycle) -> Outcome:
         if c.host is not None:
             return await self._read_host(c)
-        words = await self.dev.read_array(self.out, np.uint32, (sampling.ACCEPT_WORDS,))
+        t_wait = time.perf_counter()
+        raw = await self.dev.redeem(c.readback)
+        words = np.frombuffer(raw, np.uint32, sampling.ACCEPT_WORDS)
         t_end = time.perf_counter()
-        self.timing["cycles"] += 1
-        self.timing["readbacks"] += 1
-        self.timing["wait_s"] += t_end - c.t_submit
-        self.timing["host_s"] += c.t_submit - c.t0
-        t_draft = (t_end - c.t0) * c.share if c.gpu_draft else c.t_draft
+        self._count(c, t_end - t_wait)
+        t0 = self._cycle_start(c, t_end)
+        t_draft = (t_end - t0) * c.share if c.gpu_draft else c.t_draft
         result = sampling.decode_accept(words)
         verdict = verify.Verdict(result["n_accepted"], result["tokens"])
-        return Outcome(verdict, result["k_eff"], t_draft, t_end - c.t0 - t_draft)
+        return Outcome(verdict, result["k_eff"], t_draft, t_end - t0 - t_draft, c.committed)
+
+    def _cycle_start(self, c: _Cycle, t_end: float) -> float:
+        """When a cycle's own time began, for the guard: its encoding, or, for a cycle submitted
+        while the one before was in flight, that one's readback (the time between readbacks is
+        what a pipelined cycle costs)."""
+        t0, self._t_read = max(c.t0, self._t_read), t_end
+        return t0
+
+    def _count(self, c: _Cycle, wait_s: float, host_after_s: float = 0.0) -> None:
+        """Per-request timing: host time encoding and submitting (and, for host accept, the rule)
+        vs time blocked on the readback (with pipelining the GPU runs the cycle before while the
+        host encodes, so the two need not add up to the wall time)."""
+        self.timing["cycles"] += 1
+        self.timing["readbacks"] += 1
+        self.timing["wait_s"] += wait_s
+        self.timing["host_s"] += c.t_submit - c.t0 + host_after_s
+
+    # --- pipelined decoding (see the module docstring) ------------------------------------------
+    def pipelines(self, rule: Rule) -> bool:
+        """Whether champion-only cycles under `rule` may be submitted ahead (`submit_after`):
+        every processor runs on the device, and none needs the host each cycle (a schema's mask
+        does: it follows the tokens)."""
+        plan = self._device_plan(rule, False)
+        return self.pipelined and plan is not None and plan[0] is None
+
+    def submit_after(self, prev: _Cycle, rule: Rule) -> _Cycle:
+        """The champion-only cycle after `prev` (submitted, not yet read), fed by the token
+        prev emits, copied on the device. Commits prev's row now (see the module docstring)."""
+        if prev.k or prev.host is not None or prev.committed or self.kv.pending != 1:
+            raise ValueError("only a champion-only cycle on the device can be followed before "
+                             "it is read")
+        self.kv.commit(1)
+        prev.committed = True
+        self.timing["ahead"] += 1
+        self._t0, self._t_draft, self._commands = time.perf_counter(), 0.0, []
+        pos = self.kv.append(1)
+        self._commands.append(Copy(self.out, 4 * sampling.ACCEPT_TOKENS,
+                                   self.champion.tokens, 0, 4))
+        self._pass = (count_commands(self._commands), pos)
+        self._commands.append(self.champion.forward_dispatches(SLOT_CHAMPION))
+        self.accept(Proposal(), [], rule)   # the context matters only at a request's first cycle
+        return self.submit()
+
+    def drop(self, c: _Cycle) -> None:
+        """A submitted cycle that will never be read: its staging buffer back, its row gone."""
+        self.dev.release(c.readback)
+        if not c.committed:
+            self.kv.rollback()
 
     # --- device processors --------------------------------------------------------------------
     def _device_plan(self, rule: Rule, on_device: bool) -> tuple | None:
@@ -411,8 +479,9 @@ class GPUBackend(Executor):
         drafts, tokens, rule = c.host
         k, r, vocab = c.k, ROWS_MAX, self.vocab
         with_q = c.gpu_draft and rule.mode == "rejection" and k > 0
-        nbytes = 4 * (2 * r + (2 * k + 1 if with_q else k + 1) * vocab)
-        raw = await self.dev.read(self.host_rows, nbytes)
+        nbytes = c.readback.nbytes
+        t_wait = time.perf_counter()
+        raw = await self.dev.redeem(c.readback)
         t_read = time.perf_counter()
         words = np.frombuffer(raw, np.uint32, 2 * r)
         floats = np.frombuffer(raw, np.float32, (nbytes - 8 * r) // 4, 8 * r)
@@ -435,13 +504,11 @@ class GPUBackend(Executor):
         draft_tokens = draft_tokens[:k_eff]
         verdict = rule.verdict(logits[:k_eff + 1], draft_tokens, q, tokens)
         t_end = time.perf_counter()
-        self.timing["cycles"] += 1
-        self.timing["readbacks"] += 1
-        self.timing["wait_s"] += t_read - c.t_submit
-        self.timing["host_s"] += c.t_submit - c.t0 + t_end - t_read
+        self._count(c, t_read - t_wait, t_end - t_read)
         self.timing["host_accept_s"] = self.timing.get("host_accept_s", 0.0) + t_end - t_read
-        t_draft = (t_end - c.t0) * c.share if c.gpu_draft else c.t_draft
-        return Outcome(verdict, k_eff, t_draft, t_end - c.t0 - t_draft)
+        t0 = self._cycle_start(c, t_end)
+        t_draft = (t_end - t0) * c.share if c.gpu_draft else c.t_draft
+        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft)
 
     # --- encoding -----------------------------------------------------------------------------
     def _verify_dispatches(self, mode: str, threshold: float) -> list:

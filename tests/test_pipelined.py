@@ -1,0 +1,129 @@
+"""Pipelined decoding on the GPU (gpu/backend.py): a champion-only cycle is submitted before the
+one in flight is read, fed on the device by that cycle's token. Whatever ends the request in the
+middle of the pipeline (max_tokens, an end token, a stop string, a cancel), the text, the tokens,
+the finish reason and the cache left behind are those of the same request read cycle by cycle.
+A lost device with two cycles in flight is in tests/test_gpu_faults.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conftest import greedy_pick, reference_decode, requires_gpu
+from pyspec.engine import Engine, Options
+from pyspec.load import backend as backend_for
+
+pytestmark = requires_gpu
+
+
+@pytest.fixture(scope="module")
+def reference(tiny):
+    return reference_decode(tiny.champion, tiny.prompt, 40, greedy_pick)
+
+
+def run(engine: Engine, prompt: list[int], opts: Options,
+        cancel_after: int | None = None) -> tuple[dict, list]:
+    """Stream a request; with cancel_after, should_stop says yes from its (cancel_after + 1)th
+    question on. Returns the report and the chunks."""
+    report, chunks, asked = {}, [], [0]
+
+    def should_stop():
+        asked[0] += 1
+        return cancel_after is not None and asked[0] > cancel_after
+
+    async def go():
+        async for c in engine.stream(prompt, opts, report, should_stop=should_stop):
+            chunks.append(c)
+
+    asyncio.run(go())
+    return report, chunks
+
+
+def ends(tiny, reference) -> dict:
+    """Requests that end mid-pipeline, each in its own way."""
+    stop_text = tiny.tokenizer.decode(reference[9:11])
+    return {
+        "max_tokens": (Options(max_tokens=17, stop_at_eos=False), None),
+        "end_token": (Options(max_tokens=40, stop_at_eos=False, stop_ids=(reference[12],)), None),
+        "stop_string": (Options(max_tokens=40, stop_at_eos=False, stop=[stop_text]), None),
+        "cancel": (Options(max_tokens=40, stop_at_eos=False), 7),
+        "sampled": (Options(max_tokens=23, temperature=0.9, seed=5, stop_at_eos=False), None),
+    }
+
+
+@pytest.mark.parametrize("end", ["max_tokens", "end_token", "stop_string", "cancel", "sampled"])
+def test_a_pipelined_request_ends_where_an_unpipelined_one_does(tiny, reference, end):
+    opts, cancel_after = ends(tiny, reference)[end]
+    results = {}
+    for pipelined in (True, False):
+        engine = Engine(backend_for(tiny.on("gpu"), "none"), tiny.tokenizer)
+        engine.backend.pipelined = pipelined
+        report, chunks = run(engine, tiny.prompt, opts, cancel_after)
+        timing = report["stats"]["backend_timing"]
+        assert (timing["ahead"] > 0) == pipelined, timing
+        assert timing["readbacks"] == timing["cycles"], "one readback per cycle"
+        assert "".join(c.text for c in chunks) == report["text"]
+        # The cache keeps the rows of committed tokens only (the last token's too when a
+        # stop token came after it), none of a cycle that was never read.
+        kv = engine.backend.kv
+        follow = tiny.prompt + report["tokens"]
+        assert kv.pending == 0 and len(follow) - 1 <= kv.committed <= len(follow)
+        # A next turn reuses the cache as it was left, and goes on exactly.
+        assert engine.reusable(follow) == len(follow) - 1
+        more = engine.generate(follow, Options(max_tokens=5, stop_at_eos=False))
+        results[pipelined] = (report["text"], report["tokens"], report["finish_reason"],
+                              kv.committed, more.tokens)
+    assert results[True] == results[False]
+    text, tokens, finish, _, _ = results[True]
+    if end != "sampled":
+        assert tokens == reference[:len(tokens)]
+    expected = {"max_tokens": (17, "length"), "end_token": (12, "stop"),
+                "cancel": (7, "cancelled"), "sampled": (23, "length")}
+    if end in expected:
+        assert (len(tokens), finish) == expected[end]
+    else:   # the stop string is in tokens 9..10 (or earlier, by chance): never past them
+        assert finish == "stop" and len(tokens) <= 11
+
+
+def test_which_cycles_go_ahead(tiny):
+    """Only champion-only cycles (k = 0) go ahead, and only when nothing of the request runs on
+    the host between cycles: with drafts every cycle (fixed:3) or a host processor (top_k on the
+    host) none does; with a drafter held at k = 0, top_k on the device, or device penalties,
+    all but the first do."""
+    top_k = Options(max_tokens=12, stop_at_eos=False, top_k=3, temperature=0.8)
+    cases = [("ngram", Options(max_tokens=12, stop_at_eos=False, k="fixed:3"), False, 0),
+             ("none", top_k, False, 0),
+             ("none", top_k, True, 11),
+             ("ngram", Options(max_tokens=12, stop_at_eos=False, k="fixed:0"), False, 11),
+             ("none", Options(max_tokens=12, stop_at_eos=False, presence_penalty=0.5), False, 11)]
+    for draft, opts, device_filters, ahead in cases:
+        engine = Engine(backend_for(tiny.on("gpu"), draft), tiny.tokenizer)
+        engine.backend.device_filters = device_filters   # top_k on the device or the host
+        r = engine.generate(tiny.prompt, opts)
+        assert r.stats["backend_timing"]["ahead"] == ahead, (draft, opts, device_filters)
+
+
+def test_the_schedule_decides_one_cycle_late_and_stays_exact(tiny, reference, monkeypatch):
+    """While a k = 0 cycle is in flight, the schedule decides the next cycle's k before it has
+    observed the cycle in flight: k = 0 goes ahead at once, a k > 0 waits for the readback
+    (its drafts need the token on the host) and runs next. Scripted decisions (a guard turning
+    speculation off and on) make it exact to count: a cycle goes ahead exactly when it and the
+    one before were decided k = 0, the output is the champion's, and every cycle that ran was
+    observed once."""
+    from pyspec import schedule
+
+    script, calls = [0, 0, 0, 2, 0, 1, 0, 0, 3, 3, 0], []
+
+    def next_k(self):
+        calls.append(script[len(calls) % len(script)])
+        return calls[-1]
+
+    monkeypatch.setattr(schedule.Schedule, "next_k", next_k)
+    engine = Engine(backend_for(tiny.on("gpu"), "self:1"), tiny.tokenizer)
+    r = engine.generate(tiny.prompt, Options(max_tokens=40, k="heuristic", stop_at_eos=False))
+    assert r.tokens == reference
+    assert sum(r.stats["schedule"]["k_histogram"].values()) == r.stats["champion_passes"]
+    pairs = sum(a == b == 0 for a, b in zip(calls, calls[1:]))
+    assert r.stats["backend_timing"]["ahead"] == pairs > 0

@@ -5,6 +5,7 @@ engine, offline loading and visible errors. One page load serves the module (Pyo
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 
@@ -13,7 +14,7 @@ from pyspec.gguf import GGUFFile
 from pyspec.model import Config
 from pyspec.tokenizer import Tokenizer
 
-from .pageutil import Context, native_generate, ready, run
+from .pageutil import TIMEOUT_S, Context, native_generate, ready, run
 
 pytestmark = pytest.mark.browser
 
@@ -258,3 +259,64 @@ def test_an_8000_token_prompt_runs_to_the_end_of_an_8192_context(tiny_page, site
     cfg = Config.from_metadata(metadata)
     kv_bytes = 2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4
     assert result["stats"]["peak_bytes"]["kv"] == kv_bytes
+
+
+JSON_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                                "sky": {"enum": ["sunny", "rain", "snow"]}},
+               "required": ["ok", "sky"], "additionalProperties": False}
+
+_SENT = """() => { const m = document.querySelector(".msg.assistant");
+  return (m && !m.classList.contains("streaming")) || !document.getElementById("error").hidden; }"""
+
+
+def test_the_json_toggle_gives_the_native_schema_output_with_forced_tokens(tiny_page, tiny_path):
+    """The Output section's JSON toggle, driven as a user would (tick it, type a schema, Send):
+    the reply parses and follows the schema, equals the native engine's under the same schema
+    and controls, and shows its forced tokens as such. A schema box holding bad JSON shows the
+    page's error and starts no request."""
+    page, _, _ = tiny_page
+    native = native_generate(tiny_path, MESSAGES, "ngram", max_tokens=40, k="fixed:3",
+                             json_schema=JSON_SCHEMA)
+    assert native.finish_reason == "stop" and native.stats["forced_tokens"] > 0
+    schema_box = page.input_value("#json-schema")
+    try:
+        page.click("#clear")
+        page.check("#json")
+        page.fill("#json-schema", json.dumps(JSON_SCHEMA))
+        page.fill("#max-tokens", "40")
+        page.fill("#k", "fixed:3")
+        page.fill("#prompt", PROMPT)
+        page.click("#send")
+        page.wait_for_function(_SENT, timeout=1000 * TIMEOUT_S)
+        assert page.locator("#error").is_hidden(), page.locator("#error").text_content()
+        result = page.evaluate("() => pyspecApp.decoder().lastResult")
+        bubble = page.locator(".msg.assistant").last
+        text = bubble.text_content()
+        value = json.loads(text)
+        assert list(value) == ["ok", "sky"] and isinstance(value["ok"], bool)
+        assert value["sky"] in JSON_SCHEMA["properties"]["sky"]["enum"]
+        assert (text, result["tokens"], result["finish_reason"]) == \
+            (native.text, native.tokens, "stop")
+        assert result["stats"]["forced_tokens"] == native.stats["forced_tokens"]
+        forced = bubble.locator(".tok-forced")
+        assert forced.count() == native.stats["forced_tokens"]
+        assert '"sky":' in "".join(forced.all_text_contents())   # a key is forced
+
+        # Bad JSON in the box: the page's own message, and no request (no new bubble, the
+        # decoder's last result unchanged).
+        page.evaluate("() => { window.lastBeforeBadSchema = pyspecApp.decoder().lastResult; }")
+        bubbles = page.locator(".msg").count()
+        page.fill("#json-schema", '{"type": "object",')
+        page.click("#send")
+        error = page.locator("#error")
+        error.wait_for(state="visible", timeout=10_000)
+        assert "the JSON schema box does not hold valid JSON" in error.text_content()
+        assert page.locator(".msg").count() == bubbles
+        assert page.evaluate("() => pyspecApp.decoder().lastResult === window.lastBeforeBadSchema")
+        assert page.locator("#send").is_enabled()
+    finally:   # the module's other tests expect the page's defaults
+        page.uncheck("#json")
+        page.fill("#json-schema", schema_box)
+        page.fill("#max-tokens", "64")
+        page.fill("#k", "heuristic")
+        page.click("#clear")

@@ -54,6 +54,7 @@ Not here: the kernels (ops.py, sampling.py), the forward's dispatch list (model.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -140,6 +141,15 @@ def _device_processors(rule: Rule, on_device: bool) -> tuple | None:
     return found[JsonMask], found[Penalties], found[Filters]
 
 
+def _owning(step):
+    """A cycle step whose plans, built the first time they are needed, are the backend's own."""
+    @functools.wraps(step)
+    def run(self, *args, **kw):
+        with self.dev.owned(self._owned):
+            return step(self, *args, **kw)
+    return run
+
+
 class GPUBackend(Executor):
     """The champion on a GPU device and its drafter; see the module docstring."""
 
@@ -154,6 +164,14 @@ class GPUBackend(Executor):
 
     def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None):
         """`draft` is a --draft spec (drafters.parse_draft) or a CPU drafter object."""
+        # What this backend makes, here and in the plans its cycle steps build later (_owning),
+        # is its own, and `close` frees it; a model's plans stay the model's
+        # (GPUModel.forward_dispatches), so a champion lent to the next engine keeps its own.
+        self._owned: list = []
+        with champion.dev.owned(self._owned):
+            self._build(champion, draft, max_ctx)
+
+    def _build(self, champion: GPUModel, draft, max_ctx: int | None) -> None:
         champion.limit_context(max_ctx)
         self.champion = champion
         self.dev = dev = champion.dev
@@ -188,6 +206,20 @@ class GPUBackend(Executor):
         self._pending = (0, False)      # (drafts, drafted on the GPU) of the recorded cycle
         self.timing: dict = {}
         self._warm()
+
+    def close(self) -> None:
+        """Free now what this backend made for itself: its per-cycle buffers, its plans'
+        uniforms, a GPU draft's feed buffer, a draft model's weights, cache and plans, and the
+        plans a self:L draft had the champion build over that feed buffer. The champion's own
+        buffers and plans stay: another engine may be lent the model (web.make_engine). The
+        backend runs no cycle afterwards."""
+        owned, self._owned = self._owned, []
+        if self.dev.lost is not None:   # a lost device's buffers went with it
+            return
+        d = self.drafter
+        if isinstance(d, GPUDraft):
+            d.model.forget_plans(d.feed_tokens if d.shares_cache else None)
+        self.dev.free(owned)
 
     def _warm(self) -> None:
         """Build the plans a first cycle needs (compiling their pipelines) now, so that no
@@ -249,6 +281,7 @@ class GPUBackend(Executor):
             await self.dev.read(self.out, 16)
 
     # --- the cycle's steps (cycle.py) ---------------------------------------------------------
+    @_owning
     def draft(self, tokens: list[int], k: int, rule: Rule):
         self._t0 = time.perf_counter()
         self._commands = []
@@ -272,6 +305,7 @@ class GPUBackend(Executor):
         self._pass = (count_commands(self._commands), pos)
         self._commands.append(champ.forward_dispatches(SLOT_CHAMPION))  # a plan, built once
 
+    @_owning
     def accept(self, drafts, tokens: list[int], rule: Rule) -> None:
         on_device = isinstance(drafts, _OnDevice)
         k = drafts.k if on_device else len(drafts.tokens)

@@ -44,10 +44,12 @@ LOAD_FAULTS = {"opfs-truncate": "opfs_truncated", "opfs-flip": "opfs_corrupt",
 # Bounds of the memory check, after >= 20 faulted requests. Measured on SwiftShader after the
 # matrix (26 faulted requests): one live device, its buffers 0.91 -> 2.04 MB, the JS heap +0.11 MB,
 # the (replaced) worker's wasm heap 43.6 MB; after 20 loading and GPU faults without the worker
-# ones: no live device (the last request fell back to the CPU), the JS heap +0.8 MB. The GPU growth is known: an engine rebuilt around a
-# lent GPU model (a reload, a drafter change) leaves its backend's own buffers (about 85 KB here)
-# allocated; the bound allows it for the matrix's rebuilds and would catch a leaked model or
-# device (each is the whole `before`).
+# ones: no live device (the last request fell back to the CPU), the JS heap +0.8 MB. The GPU growth
+# measured then came from engines rebuilt around a lent GPU model (a reload, a drafter change),
+# which left their backends' own buffers (about 85 KB each) allocated; the session now closes the
+# engine it replaces (GPUBackend.close; natively 20 rebuilds leave 0 bytes, test_gpu_backend.py),
+# and the bound, set before that, would still catch a leaked model or device (each is the whole
+# `before`).
 GPU_GROWTH_MAX = 2.5            # x the bytes of the one device's buffers before
 HEAP_GROWTH_MAX = 16 << 20      # the page's JS heap, after a forced garbage collection
 WASM_GROWTH_MAX = 128 << 20     # the worker's wasm heap (only grows: its high-water mark)

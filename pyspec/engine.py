@@ -233,6 +233,9 @@ class Engine:
         # kv.committed tokens of the list are what the committed cache rows hold.
         self._held: tuple | None = None
         self._json: dict = {}    # jsonmask.constrain's vocabulary index and masks per schema
+        # The break-even guard's measured times, per (adapter, drafter), kept across requests
+        # (schedule.CostModel): a request need not measure champion-only and the draft again.
+        self._guard_timing: dict[tuple, dict] = {}
 
     @property
     def champion(self):
@@ -328,10 +331,10 @@ class Engine:
                 f"the prompt has {len(prompt)} tokens but the context holds {ctx}; shorten it "
                 f"(or raise the context length) so that at least one token can be generated")
         done = self._resumed(resume, prompt, ctx)
-        sched = schedule.Schedule(schedule.parse(opts.k))
+        policy = schedule.parse(opts.k)
         sampling = opts.sampling()
         sampling.check(self.tokenizer.vocab_size)
-        rule = Rule(mode, opts.temperature, opts.seed, sched.policy.conf_threshold,
+        rule = Rule(mode, opts.temperature, opts.seed, policy.conf_threshold,
                     sampling.chain(self.tokenizer.vocab_size, len(prompt), opts.temperature))
         self._unwrap()
         constraint = None
@@ -343,7 +346,10 @@ class Engine:
                                        + rule.processors)
             self.backend.drafter = ForcedDrafter(_host_drafter(self.backend), constraint,
                                                  given_back=self.backend.drafter)
-        sched.pipelined = constraint is None and self.backend.pipelines(rule)
+        pipelined = constraint is None and self.backend.pipelines(rule)
+        drafter = self.backend.drafter
+        sched = schedule.Schedule(policy, pipelined, self._guard_timing.setdefault(
+            (self.adapter, drafter.name if drafter else "none", pipelined), {}))
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()

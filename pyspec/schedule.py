@@ -46,15 +46,21 @@ class ScheduleError(PyspecError, ValueError):
 class CostModel:
     """Running estimates: verify time by rows, draft time per token, acceptance by position."""
 
-    def __init__(self, k_max: int = K_MAX):
+    def __init__(self, k_max: int = K_MAX, timing: dict | None = None):
         # Medians of the last WINDOW samples, not running means: one slow cycle (a first-use
         # shader compile, a GC pause, a busy neighbour) must not fool the guard for long.
-        self._verify_samples: dict[int, list[float]] = {}
-        self._draft_samples: list[float] = []
-        self.t_verify: dict[int, float] = {}    # k -> median seconds of a k-draft verify pass
-        self.t_draft: float | None = None       # median seconds per drafted token
-        self._ahead_samples: list[float] = []
-        self.t_ahead: float | None = None       # median seconds of a k = 0 cycle that went ahead
+        # `timing` holds the sample lists and may be shared: an engine keeps one per drafter and
+        # adapter, so a request starts from the times the last ones measured (the acceptance is
+        # the request's own: it depends on the text).
+        timing = {} if timing is None else timing
+        self._verify_samples: dict[int, list[float]] = timing.setdefault("verify", {})
+        self._draft_samples: list[float] = timing.setdefault("draft", [])
+        self._ahead_samples: list[float] = timing.setdefault("ahead", [])
+        med = lambda xs: statistics.median(xs) if xs else None
+        # k -> median seconds of a k-draft verify pass
+        self.t_verify: dict[int, float] = {k: med(v) for k, v in self._verify_samples.items() if v}
+        self.t_draft: float | None = med(self._draft_samples)   # median seconds per draft token
+        self.t_ahead: float | None = med(self._ahead_samples)   # ... of a k = 0 cycle gone ahead
         self.reached = [0] * k_max               # how often draft position i was verified
         self.accepted = [0] * k_max              # ... and accepted
 
@@ -187,11 +193,11 @@ def parse(spec: str) -> Policy:
 class Schedule:
     """A policy plus, when the policy is guarded, the break-even guard. One per request."""
 
-    def __init__(self, policy: Policy, pipelined: bool = False):
+    def __init__(self, policy: Policy, pipelined: bool = False, timing: dict | None = None):
         self.policy = policy
         self.pipelined = pipelined   # champion-only cycles go ahead: baselines are two cycles
         self._baseline_left = 0
-        self.cost = CostModel(max(policy.k_max, K_MAX))
+        self.cost = CostModel(max(policy.k_max, K_MAX), timing)
         self.cycle = 0
         self.since_probe = 0
         self.off = False

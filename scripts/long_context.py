@@ -4,7 +4,8 @@ on native WebGPU, written to bench/results/long-context.json. A measurement, not
 asserts nothing.
 
     .venv/bin/python scripts/long_context.py [--out bench/results/long-context.json]
-        [--max-tokens N] [--positions 0,4096,8176] [--backends numpy,wgpu]
+        [--max-tokens N] [--positions 0,4096,8176] [--backends numpy,wgpu,wgpu-e2e]
+        [--champion PATH]
 
 numpy: the CPU engine (`generate --backend cpu`: fastcpu.FastModel, n-gram drafts, greedy) prefills
 the prompt and generates to the end of the context (or --max-tokens): prompt and generated tokens,
@@ -71,18 +72,22 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
 
 
-def run_numpy(max_tokens: int) -> dict:
+def run_engine(kind: str, max_tokens: int, champion: str | None) -> dict:
+    """End to end on the engine: "numpy" (the CPU engine) or "wgpu-e2e" (native WebGPU, for a
+    real GPU: on lavapipe the prefill alone takes hours, hence run_wgpu's estimate)."""
     from pyspec.engine import Engine, Options
     from pyspec.load import backend, load_champion
 
     load = os.getloadavg()[0]
-    model, tokenizer = load_champion(None, "cpu", CTX)
+    model, tokenizer = load_champion(champion, "wgpu" if kind == "wgpu-e2e" else "cpu", CTX)
     prompt = tokenizer.encode_chat(long_messages(tokenizer))
     engine = Engine(backend(model, "ngram", CTX), tokenizer)
     result = engine.generate(prompt, Options(max_tokens=max_tokens))
     s = result.stats
     decode_s = s["wall_s"] - s["prefill_s"]
-    return {"engine": f"numpy ({s['adapter']}, {getattr(model, 'kernel', '?')} kernel), "
+    gpu = {"gpu_buffer_bytes": model.dev.allocated} if kind == "wgpu-e2e" else {}
+    return {**gpu,
+            "engine": f"{kind} ({s['adapter']}, {getattr(model, 'kernel', '?')} kernel), "
                       f"draft {s['drafter']}, greedy",
             "max_ctx": engine.kv.max_ctx, "prompt_tokens": len(prompt),
             "max_tokens": max_tokens, "generated_tokens": len(result.tokens),
@@ -179,11 +184,13 @@ def main() -> None:
     ap.add_argument("--positions", default="0,4096,8176",
                     help="WebGPU: positions of the timed passes")
     ap.add_argument("--backends", default="numpy,wgpu")
+    ap.add_argument("--champion", help="the champion GGUF (default: the installed package's)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     positions = [int(p) for p in args.positions.split(",")]
     if args.child:
-        out = run_numpy(args.max_tokens) if args.child == "numpy" else run_wgpu(positions)
+        out = (run_wgpu(positions) if args.child == "wgpu"
+               else run_engine(args.child, args.max_tokens, args.champion))
         print(json.dumps(out))
         return
     results = {"what": "an ~8,000-token prompt at max_ctx 8192 on the champion (SmolLM2-135M "
@@ -195,8 +202,11 @@ def main() -> None:
         t0 = time.perf_counter()
         child = subprocess.run([sys.executable, __file__, "--child", name,
                                 "--max-tokens", str(args.max_tokens),
-                                "--positions", args.positions],
-                               capture_output=True, text=True)
+                                "--positions", args.positions,
+                                *(["--champion", args.champion] if args.champion else [])],
+                               capture_output=True, text=True, cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                   [str(ROOT), os.environ.get("PYTHONPATH", "")])})
         if child.returncode:
             results[name] = {"error": child.stderr[-2000:]}
         else:

@@ -124,3 +124,18 @@ def test_a_pipelining_executor_measures_champion_only_ahead():
     assert piped.cost.rate(0) == pytest.approx(1 / 0.0025)
     assert piped.counts["guard_off"] > 0
     assert sum(v for k, v in piped.k_history.items() if k > 0) < 30      # only probes
+
+
+def test_a_schedule_sharing_timing_starts_from_the_times_measured_before():
+    """An engine keeps the guard's times across requests: the next request's schedule needs no
+    champion-only baseline or first-draft probe, only its own acceptance."""
+    timing: dict = {}
+    first = schedule.Schedule(schedule.Heuristic(), timing=timing)
+    assert first.next_k() == 0 and first.counts["baseline"] == 1
+    first.observe(0, 0, 0.0, 0.004)
+    assert first.next_k() == 1          # the first draft, measured cheaply
+    first.observe(1, 1, 0.0003, 0.0042)
+    second = schedule.Schedule(schedule.Heuristic(), timing=timing)
+    assert second.cost.t_verify == {0: 0.004, 1: 0.0042} and second.cost.t_draft == 0.0003
+    assert second.next_k() > 0 and second.counts["baseline"] == 0
+    assert second.cost.reached == [0] * len(second.cost.reached)   # acceptance starts afresh

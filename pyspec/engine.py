@@ -28,7 +28,7 @@ from .cycle import VERIFY_MODES, Executor, Rule
 from .drafters import NgramDrafter
 from .drafters.forced import ForcedDrafter
 from .errors import PyspecError
-from .kv import ContextOverflowError
+from .kv import ContextOverflowError, rows_kept
 from .model import ModelError
 from .jsonschema import compile_schema
 from .processors import Sampling
@@ -268,11 +268,7 @@ class Engine:
         if self._held is None:
             return 0
         kv, epoch, tokens = self._held
-        if kv is not self.kv or epoch != kv.epoch:
-            return 0
-        n = min(kv.committed, len(prompt) - 1, len(tokens))
-        same = np.asarray(tokens[:n]) == np.asarray(prompt[:n])
-        return n if same.all() else int(np.argmin(same))
+        return rows_kept(kv, epoch, tokens, prompt) if kv is self.kv else 0
 
     def forget(self) -> None:
         """Drop the conversation cache: the next request prefills its whole prompt."""

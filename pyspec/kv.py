@@ -90,3 +90,15 @@ class KVCache:
     def peak_bytes(self) -> int:
         """Logical bytes of the rows ever in use."""
         return self.nbytes * self.peak // self.max_ctx
+
+
+def rows_kept(kv: KVCache, epoch: int, held: list[int], tokens: list[int]) -> int:
+    """How many leading rows of `kv` a request for `tokens` may keep as they are: the common
+    prefix of tokens[:-1] and `held`, the tokens whose first kv.committed rows the cache holds
+    since `epoch` (0 once the cache was truncated since: another request started on it). Kept
+    rows are those a fresh prefill would write wherever the forward is batch-invariant."""
+    if epoch != kv.epoch:
+        return 0
+    n = min(kv.committed, len(tokens) - 1, len(held))
+    same = np.asarray(held[:n]) == np.asarray(tokens[:n])
+    return n if same.all() else int(np.argmin(same))

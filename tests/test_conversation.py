@@ -13,6 +13,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from conftest import requires_gpu
 from pyspec import conversation
 from pyspec.engine import Engine, Options, PromptTooLongError
 from pyspec.load import backend as backend_for
@@ -67,6 +68,34 @@ def test_follow_up_turns_reuse_the_cache_and_equal_a_fresh_prefill(tiny, backend
         messages.append({"role": "assistant", "content": r.text})
         # the fresh engine ran on the same cache (GPU) or its own (numpy): engine picks up again
         engine = fresh
+
+
+@requires_gpu
+def test_a_gpu_draft_model_keeps_its_cache_rows_across_turns(tiny):
+    """A draft model with its own cache on the GPU keeps the rows of the turns before, as the
+    champion does: the second turn feeds it only what is new, and its rows equal a fresh draft
+    prefill of the whole conversation (batch invariance), so the turn's text is unchanged."""
+    engine = new_engine(tiny, "gpu", tiny.close_path)
+    draft = engine.backend.drafter
+    opts = Options(max_tokens=12, k="fixed:3", stop_at_eos=False)
+    first = chat_ids(tiny, [{"role": "user", "content": TURNS[0]}])
+    r1 = engine.generate(first, opts)
+    follow = first + r1.tokens + tiny.tokenizer.encode(TURNS[1])
+    starts, prefill = [], draft.model.prefill
+    draft.model.prefill = lambda tokens, slot, start=0: (starts.append(start),
+                                                         prefill(tokens, slot, start))
+    r2 = engine.generate(follow, opts)
+    assert starts[0] >= len(first) - 1, "the first turn's rows were prefilled again"
+    fresh = new_engine(tiny, "gpu", tiny.close_path)
+    assert r2.tokens == fresh.generate(follow, opts).tokens
+    # A fresh prefill of the whole conversation into a draft cache gives the same rows.
+    n = draft.model.kv.committed
+    assert n >= len(first) - 1
+    kept = asyncio.run(draft.model.read_kv(n))
+    other = fresh.backend.drafter
+    other.model.prefill(follow + r2.tokens, 1)
+    again = asyncio.run(other.model.read_kv(n))
+    assert all(np.array_equal(a, b) for a, b in zip(kept, again))
 
 
 def test_an_edited_message_rolls_back_to_the_first_differing_token(tiny):

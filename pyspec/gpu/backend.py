@@ -63,6 +63,7 @@ from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
 from ..drafters import BridgedDrafter, DraftSpecError, Proposal, make_drafter, parse_draft
 from ..gguf import GGUFFile
+from ..kv import rows_kept
 from ..jsonmask import JsonMask
 from ..processors import Filters, Penalties
 from ..model import Model
@@ -96,11 +97,19 @@ class GPUDraft:
         self.fed_before = 0     # pending rows of committed tokens fed this cycle
         self.drafts_fed = 0     # ... and of drafts (k - 1: the last draft is never fed)
         self.feed_tokens = model.dev.buffer(ROWS_MAX * 4, label=f"{name}.feed")   # (R,) u32
+        self._held: tuple | None = None   # (cache epoch, tokens whose first rows it holds)
 
     def reset(self, tokens: list[int]) -> None:
+        """A new request for `tokens`: a draft with its own cache keeps the rows the last
+        request left that still hold a prefix of them (a conversation's earlier turns, a
+        repeated prompt; the forward is batch-invariant, so they are what a prefill would
+        write) and prefills the rest."""
         self.fed_before = self.drafts_fed = 0
-        if not self.shares_cache and len(tokens) <= self.model.kv.max_ctx:
-            self.model.prefill(tokens, _draft_slot(0))
+        kv = self.model.kv
+        if not self.shares_cache and len(tokens) <= kv.max_ctx:
+            start = rows_kept(kv, *self._held, tokens) if self._held else 0
+            self.model.prefill(tokens, _draft_slot(0), start)
+            self._held = (kv.epoch, tokens)   # the engine's list: it grows as tokens commit
 
     def confirm(self, n_accepted: int) -> None:
         if not self.shares_cache:  # self:L's rows are the champion's, rewritten by its pass

@@ -7,6 +7,8 @@ champion's 2 layers, perturbed; the champion's head as its tied Q4_1 embedding) 
 tiny champion, and the first two emitted tokens over 10,000 seeded runs must follow the champion's
 own distribution, on numpy and on native WebGPU. Bounds and teeth as in
 tests/test_engine.py::test_rejection_matches_champion_distribution, whose helpers this reuses.
+The WebGPU case is also the suite's GPU rejection test with a draft model of its own cache (the
+draft's samples, its q_draft rows, the residual and the bonus all kernels).
 """
 
 from __future__ import annotations

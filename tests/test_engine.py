@@ -13,7 +13,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from conftest import greedy_pick, reference_decode, requires_gpu
+from conftest import greedy_pick, reference_decode, requires_gpu, seeded_runs
 from pyspec import rng, verify
 from pyspec.drafters import Proposal
 from pyspec.engine import Engine, Options, OptionsError, PromptTooLongError
@@ -143,18 +143,16 @@ def ngram_friendly_prefix(model: Model, tokenizer) -> list[int]:
 
 @pytest.mark.parametrize("backend,draft,k", [
     ("cpu", "close", "fixed:2"), ("cpu", "ngram", "fixed:2"), ("cpu", "self:1", "confidence:0.5"),
-    ("fastcpu", "close", "fixed:2"),
-    # On the GPU the draft samples, the q_draft rows, the residual and the bonus are all kernels.
-    ("gpu", "close", "fixed:2")])
-def test_rejection_matches_champion_distribution(tiny, backend, draft, k, request):
+    ("fastcpu", "close", "fixed:2")])
+# On the GPU (the draft's samples, its q_draft rows, the residual and the bonus all kernels) the
+# same test runs with a draft model of the trained draft's shape: tests/test_draft_architecture.py.
+def test_rejection_matches_champion_distribution(tiny, backend, draft, k):
     """The first two emitted tokens over 10,000 seeded runs (max_tokens=3, so a cycle may draft
     2 tokens and reach the residual after an accepted draft, or the bonus after two).
 
     Stated bounds: TV(empirical, exact) of the joint of the first two tokens, and of the first
     token alone, must each be below the 99.9th percentile of the TV that 10,000 exact draws give
     (400 simulated trials). Teeth: the draft's own distribution is further than the bound."""
-    if backend == "gpu":
-        request.getfixturevalue("gpu")   # a native adapter (root conftest.py)
     # Short, so that 10,000 runs stay fast.
     prefix = (ngram_friendly_prefix(tiny.champion, tiny.tokenizer) if draft == "ngram"
               else tiny.tokenizer.encode("the cat. the cat. the"))
@@ -463,17 +461,20 @@ def test_a_cancelled_request_shows_a_prefix_of_the_full_text(tiny, backend):
         assert report["stats"]["generated_tokens"] == len(report["tokens"]) < 40
 
 
-def sample_two_tokens(engine, prefix, temperature, k, vocab, runs=N_RUNS):
+def sample_two_tokens(engine, prefix, temperature, k, vocab, runs=N_RUNS, **opts):
     """The first two tokens of `runs` seeded rejection-mode requests (max_tokens=3, so a cycle may
-    draft 2 tokens and reach the residual after an accepted draft, or the bonus after two):
-    counts (vocab, vocab), and the drafts accepted, drafted, and cycles that drafted two."""
+    draft 2 tokens and reach the residual after an accepted draft, or the bonus after two), with
+    `opts` as further Options: counts (vocab, vocab), and the drafts accepted, drafted, and
+    cycles that drafted two. On numpy the seeds run on both cores (conftest.seeded_runs)."""
+    def one(seed):
+        r = engine.generate(prefix, Options(max_tokens=3, temperature=temperature, seed=seed,
+                                            verify="rejection", k=k, stop_at_eos=False, **opts))
+        return (r.tokens[0], r.tokens[1], r.stats["accepted"], r.stats["drafted"],
+                r.stats["drafted_by_position"][1] > 0)
+
     counts = np.zeros((vocab, vocab))
     accepted = drafted = two_drafts = 0
-    for seed in range(runs):
-        r = engine.generate(prefix, Options(max_tokens=3, temperature=temperature, seed=seed,
-                                            verify="rejection", k=k, stop_at_eos=False))
-        counts[r.tokens[0], r.tokens[1]] += 1
-        accepted += r.stats["accepted"]
-        drafted += r.stats["drafted"]
-        two_drafts += r.stats["drafted_by_position"][1] > 0
+    for t0, t1, a, d, two in seeded_runs(one, runs, engine):
+        counts[t0, t1] += 1
+        accepted, drafted, two_drafts = accepted + a, drafted + d, two_drafts + two
     return counts, accepted, drafted, two_drafts

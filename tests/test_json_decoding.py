@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import seeded_runs
 from pyspec import testmodels, verify
 from pyspec.engine import Engine, Options, OptionsError
 from pyspec.jsonmask import Masker
@@ -165,15 +166,19 @@ def test_rejection_matches_the_masked_champion_distribution(tj, draft):
     bound = null_tv_quantile(exact, 10_000, 0.999)
     engine, counts = tj.engine(draft), np.zeros_like(exact)
     drafted = accepted = 0
-    for seed in range(10_000):
+
+    def one(seed):
         r = engine.generate(tj.prompt, Options(max_tokens=4, temperature=1.0, seed=seed,
                                                verify="rejection", k="fixed:3",
                                                json_schema=SCHEMA_BOOLS))
         seq = r.tokens + [tok.eos_id] * 2    # "[]" then EOS: the stop ended it (not in tokens)
-        assert seq[0] == first and (len(r.tokens) >= 3 or r.finish_reason == "stop")
+        return (seq[:3], len(r.tokens) >= 3 or r.finish_reason == "stop",
+                r.stats["drafted"], r.stats["accepted"])
+
+    for seq, complete, d, a in seeded_runs(one, 10_000, engine):   # on both cores
+        assert seq[0] == first and complete
         counts[seq[1], seq[2]] += 1
-        drafted += r.stats["drafted"]
-        accepted += r.stats["accepted"]
+        drafted, accepted = drafted + d, accepted + a
     tv = total_variation(counts, exact)
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} ({draft})"
     if draft == "close":   # the draft model's proposals are both accepted and rejected

@@ -20,7 +20,7 @@ from pyspec.model import Model
 from pyspec.processors import (N_CANDIDATES, Chain, Filters, Penalties, Sampling, SamplingError,
                                keep_top_k, keep_top_p)
 
-from test_engine import N_RUNS, null_tv_quantile, total_variation
+from test_engine import N_RUNS, null_tv_quantile, sample_two_tokens, total_variation
 
 DRAFTS = ["ngram", "self:1", "close", "far"]
 
@@ -197,7 +197,7 @@ def test_rejection_follows_the_processed_distribution(tiny):
     close draft (which drafts from the processed distribution: its q rows are processed too):
     the first two tokens' joint, and the first alone, within the 99.9th percentile of the TV that
     10,000 exact draws give (400 simulated trials). Teeth: the unprocessed distribution lies
-    further than three times the bound. (About 110 s on one core: one drafter only.)"""
+    further than three times the bound. (One drafter only, the seeds on both cores.)"""
     controls, temperature = dict(top_p=0.8, repetition_penalty=1.5, frequency_penalty=1.0), 1.0
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
     exact = processed_two_token_distribution(tiny.champion, prefix, temperature, controls)
@@ -206,15 +206,8 @@ def test_rejection_follows_the_processed_distribution(tiny):
     plain = processed_two_token_distribution(tiny.champion, prefix, temperature, {})
     assert 0.5 * np.abs(plain - exact).sum() > 3 * bound
     engine = engine_for(tiny, "close")
-    counts = np.zeros_like(exact)
-    accepted = drafted = 0
-    for seed in range(N_RUNS):
-        r = engine.generate(prefix, Options(max_tokens=3, temperature=temperature, seed=seed,
-                                            verify="rejection", k="fixed:2", stop_at_eos=False,
-                                            **controls))
-        counts[r.tokens[0], r.tokens[1]] += 1
-        accepted += r.stats["accepted"]
-        drafted += r.stats["drafted"]
+    counts, accepted, drafted, _ = sample_two_tokens(engine, prefix, temperature, "fixed:2",
+                                                     exact.shape[0], **controls)
     assert total_variation(counts, exact) < bound
     assert total_variation(counts.sum(axis=1), exact.sum(axis=1)) < bound_first
     assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
@@ -272,13 +265,14 @@ def test_gpu_equals_gpu_champion_only_under_processors(tiny, name):
 
 
 @requires_gpu
-@pytest.mark.parametrize("name", ["penalties+top_p", "penalties"])
+@pytest.mark.parametrize("name", ["penalties"])
 def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
     """As test_rejection_follows_the_processed_distribution, on the GPU with the self:1 draft
-    sampled on the device, every control on the device (penalize.wgsl with counts on the
-    device, filter.wgsl's top_p, the accept kernel). 10,000 runs each, the same bound (TV of the
-    joint under the 99.9th percentile of 10,000 exact draws); teeth: the unprocessed
-    distribution is further."""
+    sampled on the device, logit_bias and the penalties on the device (penalize.wgsl with counts
+    on the device, the accept kernel). 10,000 runs, the same bound (TV of the joint under the
+    99.9th percentile of 10,000 exact draws); teeth: the unprocessed distribution is further.
+    top_k, top_p and min_p on the device keep exactly the host's tokens (test_gpu_sampling), and
+    their sampled distribution is tested there with 10,240 draws a filter."""
     temperature, prefix = 1.0, tiny.tokenizer.encode("the cat. the cat. the")
     plain = processed_two_token_distribution(tiny.champion, prefix, temperature, {})
     controls = CONTROLS[name]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-
 import numpy as np
 import pytest
 
@@ -132,35 +129,3 @@ class Foreign:
 @pytest.fixture(scope="session")
 def foreign(tiny, tmp_path_factory) -> Foreign:
     return Foreign(tiny, tmp_path_factory.mktemp("foreign"))
-
-
-# --- seeded runs on both cores -----------------------------------------------------------------
-_SEEDED = None   # the function the forked workers run (inherited, never pickled)
-
-
-def _seeded_range(bounds: tuple[int, int]) -> list:
-    return [_SEEDED(seed) for seed in range(*bounds)]
-
-
-def seeded_runs(fn, runs: int, engine=None) -> list:
-    """[fn(seed) for seed in range(runs)], the seeds split over two forked worker processes
-    when `engine` runs on numpy and the machine has two cores (the rejection tests' 10,000
-    requests), results in seed order. Each request follows the same distribution whatever ran
-    before it (its random numbers are keyed by seed and position; what it keeps from earlier
-    requests, cache rows and the guard's times, changes no probability), so the split changes
-    nothing a distribution test checks. A WebGPU engine runs in this process: a forked device
-    is not usable. fn's results must pickle."""
-    global _SEEDED
-    from pyspec.cpu import CPUBackend
-
-    workers = min(2, os.cpu_count() or 1)
-    if workers < 2 or not isinstance(getattr(engine, "backend", None), CPUBackend):
-        return [fn(seed) for seed in range(runs)]
-    _SEEDED = fn
-    try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            parts = pool.map(_seeded_range, [(i * runs // workers, (i + 1) * runs // workers)
-                                             for i in range(workers)])
-    finally:
-        _SEEDED = None
-    return [x for part in parts for x in part]

@@ -13,7 +13,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from conftest import greedy_pick, reference_decode, requires_gpu, seeded_runs
+from conftest import greedy_pick, reference_decode, requires_gpu
 from pyspec import rng, verify
 from pyspec.drafters import Proposal
 from pyspec.engine import Engine, Options, OptionsError, PromptTooLongError
@@ -465,7 +465,7 @@ def sample_two_tokens(engine, prefix, temperature, k, vocab, runs=N_RUNS, **opts
     """The first two tokens of `runs` seeded rejection-mode requests (max_tokens=3, so a cycle may
     draft 2 tokens and reach the residual after an accepted draft, or the bonus after two), with
     `opts` as further Options: counts (vocab, vocab), and the drafts accepted, drafted, and
-    cycles that drafted two. On numpy the seeds run on both cores (conftest.seeded_runs)."""
+    cycles that drafted two."""
     def one(seed):
         r = engine.generate(prefix, Options(max_tokens=3, temperature=temperature, seed=seed,
                                             verify="rejection", k=k, stop_at_eos=False, **opts))
@@ -474,7 +474,7 @@ def sample_two_tokens(engine, prefix, temperature, k, vocab, runs=N_RUNS, **opts
 
     counts = np.zeros((vocab, vocab))
     accepted = drafted = two_drafts = 0
-    for t0, t1, a, d, two in seeded_runs(one, runs, engine):
+    for t0, t1, a, d, two in map(one, range(runs)):
         counts[t0, t1] += 1
         accepted, drafted, two_drafts = accepted + a, drafted + d, two_drafts + two
     return counts, accepted, drafted, two_drafts

@@ -197,7 +197,7 @@ def test_rejection_follows_the_processed_distribution(tiny):
     close draft (which drafts from the processed distribution: its q rows are processed too):
     the first two tokens' joint, and the first alone, within the 99.9th percentile of the TV that
     10,000 exact draws give (400 simulated trials). Teeth: the unprocessed distribution lies
-    further than three times the bound. (One drafter only, the seeds on both cores.)"""
+    further than three times the bound. (One drafter only, to keep it fast.)"""
     controls, temperature = dict(top_p=0.8, repetition_penalty=1.5, frequency_penalty=1.0), 1.0
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
     exact = processed_two_token_distribution(tiny.champion, prefix, temperature, controls)

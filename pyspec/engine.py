@@ -404,7 +404,7 @@ class Engine:
                     ahead = constraint.forced_ahead(tokens[len(prompt):], self.backend.k_max)
                     k = max(k, min(ahead, remaining - 1, ctx - n))
                 try:
-                    ahead = queued is not None
+                    went_ahead = queued is not None
                     handle, queued = queued or cycle.submit(self.backend, tokens, k, rule), None
                     if (k == 0 and remaining > 1 and n + 1 <= ctx and constraint is None
                             and self.backend.pipelines(rule)):
@@ -444,7 +444,7 @@ class Engine:
                                         "adapter": failed})
                     continue
                 verdict, k_real = out.verdict, out.k
-                sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify, ahead)
+                sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify, went_ahead)
                 st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
                 st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
 

@@ -2,8 +2,10 @@
 """pyspec's one entry point for humans and CI.
 
     python3 build.py setup            create or refresh .venv (quick when nothing changed)
-    python3 build.py test [ARGS]      setup, then run every test, browser e2e included
-                                      (extra ARGS go to pytest)
+    python3 build.py test [ARGS]      setup, then run every test, browser e2e included: tests/
+                                      on every core (pytest-xdist, one file a worker), then
+                                      e2e/ alone (its timings stay those of one page at a time);
+                                      with ARGS, one plain pytest run of ARGS
     python3 build.py site             setup, then build the static site into dist/site/
     python3 build.py demo [ARGS]      setup + site, then serve the demo page on localhost;
                                       `demo --headless --prompt TEXT [--draft D --k K --verify V
@@ -39,6 +41,10 @@ STAMP = os.path.join(VENV, ".pyspec-setup")
 PINS = [
     "numpy==2.0.2",       # runtime; the same version Pyodide 0.27.7 ships, so both run alike
     "pytest==9.2.0",      # test runner
+    # Runs tests/ on every core (build.py test): the 10,000-run rejection tests are CPU-bound,
+    # one process each. execnet is its transport (it starts fresh interpreters, no fork).
+    "pytest-xdist==3.8.0",
+    "execnet==2.1.2",
     "gguf==0.19.0",       # reference GGUF reader and dequantizer (tests only)
     "jinja2==3.1.6",      # renders the model's own chat template (tests only)
     "matplotlib==3.11.2", # bench plots
@@ -153,7 +159,13 @@ def main(argv: list[str]) -> int:
         return 0
     if cmd == "test":
         setup()
-        return subprocess.call([venv_python(), "-m", "pytest", "-q", *rest], cwd=ROOT)
+        pytest = [venv_python(), "-m", "pytest", "-q"]
+        if rest:
+            return subprocess.call([*pytest, *rest], cwd=ROOT)
+        units = subprocess.call([*pytest, "-n", str(min(os.cpu_count() or 1, 4)),
+                                 "--dist", "loadfile", "tests"], cwd=ROOT)
+        browser = subprocess.call([*pytest, "e2e"], cwd=ROOT)
+        return units or browser
     if cmd == "package":
         setup()
         return subprocess.call([venv_python(), "-m", "webtools.package", *rest], cwd=ROOT)

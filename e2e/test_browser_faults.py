@@ -208,6 +208,12 @@ _HOLD = """async (name) => {
 }"""
 
 
+# What a page shows while it loads: its progress label and notices, for a failure's message.
+_SHOWN = """() => ({ progress: document.getElementById("progress-label")?.textContent,
+  hidden: document.getElementById("progress")?.hidden,
+  notices: window.pyspecApp?.decoder()?.notices, error: document.getElementById("error")?.textContent })"""
+
+
 def test_two_pages_load_at_once(faults_page, site_root):
     """Two pages of the origin load the weights at once, while a third holder keeps the file's
     exclusive OPFS access handle for 5 s: the loads wait for it (a visible opfs_busy notice),
@@ -218,12 +224,19 @@ def test_two_pages_load_at_once(faults_page, site_root):
     p = faults_page
     manifest = json.loads((site_root / "manifest.json").read_text())
     sha = next(a for a in manifest["artifacts"] if a.get("model") == "tiny")["sha256"]
+    console: list[str] = []   # both pages' and their workers' console, for a failure's message
+    p.context.ctx.on("console", lambda m: console.append(f"{m.type}: {m.text}"[:300]))
     p.page.evaluate(_HOLD, f"{sha}.gguf")
     other = p.context.page("index.html?model=tiny&drills=1")
     try:
         p.page.evaluate("() => { window.reloading = pyspecApp.decoder().reload(); }")
-        ready(other)
-        p.page.evaluate("() => window.reloading")
+        try:
+            ready(other)
+            p.page.evaluate("() => window.reloading")
+        except Exception as e:
+            shown = {name: page.evaluate(_SHOWN) for name, page in (("this", p.page),
+                                                                      ("other", other))}
+            raise AssertionError(f"{e}\nthe pages show {shown}\nconsole: {console[-40:]}") from e
         notices = (p.page.evaluate("() => pyspecApp.decoder().notices")
                    + other.evaluate("() => pyspecApp.decoder().notices"))
         busy = [n for n in notices if n["code"] == "opfs_busy"]

@@ -343,3 +343,19 @@ def test_worker_js_knows_which_drafts_need_weights():
         except ValueError:   # not a spec pyspec knows: the worker resolves it as a model name
             needs = True
         assert (re.fullmatch(pattern, spec) is None) == needs, spec
+
+
+def test_an_unanswered_adapter_request_is_no_adapter_not_a_hang(monkeypatch):
+    """requestAdapter / requestDevice that never answer (a GPU process restarting) end in
+    NoAdapterError after ANSWER_TIMEOUT_S, which make_engine turns into the CPU fallback."""
+    from pyspec.gpu import browser
+    from pyspec.gpu.device import NoAdapterError
+
+    monkeypatch.setattr(browser, "ANSWER_TIMEOUT_S", 0.05)
+
+    async def go():
+        never = asyncio.get_running_loop().create_future()
+        return await browser._answer(never, "navigator.gpu.requestAdapter")
+
+    with pytest.raises(NoAdapterError, match="requestAdapter gave no answer in 0.05 s"):
+        asyncio.run(go())

@@ -133,7 +133,11 @@ function runtime(progress) {
 
 async function webgpuInfo() {
   try {
-    const adapter = await navigator.gpu?.requestAdapter();
+    // Unanswered (a GPU process restarting) is reported as unavailable, not waited for.
+    const answer = navigator.gpu?.requestAdapter();
+    const adapter = await Promise.race([answer, sleep(20000).then(() => {
+      throw new Error("navigator.gpu.requestAdapter gave no answer in 20 s");
+    })]);
     if (!adapter) return { available: false };
     const info = adapter.info ?? {};
     return { available: true, vendor: info.vendor, architecture: info.architecture,

@@ -65,6 +65,18 @@ async def _wait(promise):
     return await promise
 
 
+async def _answer(promise, what: str):
+    """An adapter or device request's answer; NoAdapterError when the browser gives none in
+    ANSWER_TIMEOUT_S (a GPU process that is restarting or wedged never answers: the page then
+    goes on without the GPU instead of waiting for ever)."""
+    try:
+        return await asyncio.wait_for(_wait(promise), ANSWER_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise NoAdapterError(f"{what} gave no answer in {ANSWER_TIMEOUT_S} s (the browser's GPU "
+                             "process may be restarting); reload the page to try the GPU "
+                             "again") from None
+
+
 def _adapter_name(adapter) -> str:
     """e.g. 'swiftshader (google, WebGPU)' or 'NVIDIA GeForce RTX 3060 (nvidia, WebGPU)'."""
     info = getattr(adapter, "info", None)
@@ -80,6 +92,9 @@ def _adapter_name(adapter) -> str:
 READBACK_FIRST_S = 300.0
 READBACK_FACTOR = 20
 READBACK_MIN_S = 5.0
+# How long requestAdapter / requestDevice may take to answer (they answer in milliseconds; a GPU
+# process that crashed and is restarting can leave them unanswered).
+ANSWER_TIMEOUT_S = 20.0
 
 
 # Every BrowserDevice not yet lost or destroyed: what `live` counts (a leak check: a device the
@@ -149,7 +164,10 @@ class BrowserDevice(Device):
             raise NoAdapterError("this browser has no WebGPU (navigator.gpu is undefined); use "
                                  "Chrome/Edge 113+ or enable WebGPU")
         try:
-            adapter = await gpu.requestAdapter(_desc({"powerPreference": power_preference}))
+            adapter = await _answer(gpu.requestAdapter(_desc({"powerPreference": power_preference})),
+                                    "navigator.gpu.requestAdapter")
+        except NoAdapterError:
+            raise
         except Exception as e:  # noqa: BLE001 - a JS error from the browser
             raise NoAdapterError(f"navigator.gpu.requestAdapter failed: {e}") from e
         if adapter is None:
@@ -157,8 +175,11 @@ class BrowserDevice(Device):
                                  "no usable GPU driver)")
         limits = {js_key: getattr(adapter.limits, js_key) for js_key in _LIMITS}
         try:
-            device = await adapter.requestDevice(_desc({"requiredLimits": limits,
-                                                        "label": "pyspec"}))
+            device = await _answer(adapter.requestDevice(_desc({"requiredLimits": limits,
+                                                                "label": "pyspec"})),
+                                   "adapter.requestDevice")
+        except NoAdapterError:
+            raise
         except Exception as e:  # noqa: BLE001
             raise NoAdapterError(f"adapter.requestDevice failed: {e}") from e
         return cls(adapter, device)

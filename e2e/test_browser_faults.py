@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .pageutil import TIMEOUT_S, Context, ready
+from .pageutil import Context, ready
 
 pytestmark = pytest.mark.browser
 

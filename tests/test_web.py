@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import gpu_device, requires_gpu
+from conftest import requires_gpu
 from pyspec import web
 from pyspec.drafters import parse_draft
 from pyspec.engine import Options

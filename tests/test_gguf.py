@@ -395,7 +395,8 @@ MALFORMED = {
     "non-utf8-key": (_file([_kv(b"\xff\xfekey", UINT8, b"\0")]), "UTF-8", KV_AT),
     "non-utf8-value": (_file([_kv("k", STRING, _s(b"ok\xc3("))]), "UTF-8", KV_AT + 8 + 1 + 4),
     "non-utf8-array-item": (_file([_kv("k", ARRAY, struct.pack("<IQ", STRING, 2) + _s("a")
-                                       + _s(b"\xed\xa0\x80"))]), "UTF-8", None),
+                                       + _s(b"\xed\xa0\x80"))]), "UTF-8",
+                            KV_AT + 8 + 1 + 4 + 4 + 8 + 8 + 1),   # the second item's start
     "non-utf8-tensor-name": (_file([], [_ti(b"w\x80", [8])], bytes(32)), "UTF-8", KV_AT),
     "n-dims-0": (_file([], [_ti("t", [])], bytes(32)), "dims", KV_AT),
     "n-dims-5": (_file([], [_ti("t", [1] * 5)], bytes(32)), "dims", KV_AT),

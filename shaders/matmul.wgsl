@@ -15,10 +15,13 @@
 // SwiftShader) every non-uniform storage load is a per-invocation scalar loop, so loads are
 // the cost to cut. x rows past step.rows are not loaded (they read as 0 and are never stored).
 // lanes = 1 (CPU adapters): a thread stores its sums directly, no barrier. lanes > 1: one
-// workgroup barrier, then the lanes' partials of each (output, row) are summed in lane order.
-// Batch invariance: `lanes` depends on (n_in, device) only; each row's accumulator sees the same
-// blocks in the same order through the same instructions whatever step.rows is and whichever
-// tile slot it sits in; rows never mix.
+// workgroup barrier, then the lanes' partials of each (output, row) are summed in lane order
+// (a pass of at most 4 rows parks its one tile compactly and is done, keep_one_tile; a longer
+// pass parks every tile first, reduce_store). Workgroup memory stays within the 16 KiB WebGPU
+// guarantees. Batch invariance: `lanes` depends on (n_out, n_in, device) only (ops._lanes; lanes
+// past the blocks hold zeros); each row's accumulator sees the same blocks in the same order
+// through the same instructions whatever step.rows is and whichever tile slot it sits in; rows
+// never mix; the lanes' sums are the same in both reductions.
 // Epilogues: outputs are stored in adjacent pairs (2i, 2i + 1), which one thread always holds.
 //   EPILOGUE_ROPE (the Q and K products): each pair is rotated by the angle of position
 //     step.pos + r (llama.cpp NORM mode, model.Model.rope) before it is stored.
@@ -40,7 +43,7 @@
 struct Params {
     n_out: u32,       // outputs (rows of W)
     n_in: u32,        // inputs (columns of W): a multiple of 32 (Q4_1, Q8_0) or of 4 (f32)
-    lanes: u32,       // threads sharing one output group's dot products: 1, 2, 4, 8 or 16
+    lanes: u32,       // threads sharing one output group's dot products: 1, 2, 4, ... 64 (WG)
     out_at_pos: u32,  // 1: pass row r goes to row step.pos + r of y (a KV cache); 0: to row r
     accumulate: u32,  // 1: y += W x (the residual add); 0: y = W x
     y_rows: u32,      // rows y holds (ROWS_MAX, or max_ctx for a KV cache); later rows are skipped
@@ -299,9 +302,9 @@ fn keep(t: u32, j0: u32, r0: u32, rows: u32, tile: Tile) {
 }
 
 // With lanes > 1: lane l takes the output pairs (o, o + 1) x rows r numbered l, l + lanes, ...
-// of its group and sums each entry over the lanes in lane order. With the folded norm the lanes'
-// sums of squares then go through `part` too (two more barriers), each row's in lane order, and
-// scale the pair before it is stored.
+// of its group (rows of the pass only) and sums each entry over the lanes in lane order. With the
+// folded norm the lanes' sums of squares then go through `part` too (two more barriers), each
+// row's in lane order, and scale the pair before it is stored.
 fn reduce_store(t: u32, j0: u32, rows: u32) {
     let lanes = params.lanes;
     if (lanes == 1u) {
@@ -311,9 +314,9 @@ fn reduce_store(t: u32, j0: u32, rows: u32) {
     let first = t - t % lanes;  // lane 0 of this group
     var sums: array<vec2<f32>, ROWS_MAX>;  // this lane's entries, (o, o + 1), at most ROWS_MAX
     var n = 0u;
-    for (var e = t % lanes; e < MATMUL_OUTS / 2u * ROWS_MAX; e += lanes) {
-        let o = e / ROWS_MAX * 2u;
-        let r = e % ROWS_MAX;
+    for (var e = t % lanes; e < MATMUL_OUTS / 2u * rows; e += lanes) {
+        let o = e / rows * 2u;
+        let r = e % rows;
         let at = o * 4u + r / 4u;  // output o's entry; output o + 1's is 4 further
         var s0 = part[first * MATMUL_OUTS * 4u + at][r % 4u];
         var s1 = part[first * MATMUL_OUTS * 4u + at + 4u][r % 4u];
@@ -334,9 +337,9 @@ fn reduce_store(t: u32, j0: u32, rows: u32) {
         workgroupBarrier();
     }
     n = 0u;
-    for (var e = t % lanes; e < MATMUL_OUTS / 2u * ROWS_MAX; e += lanes) {
-        let o = e / ROWS_MAX * 2u;
-        let r = e % ROWS_MAX;
+    for (var e = t % lanes; e < MATMUL_OUTS / 2u * rows; e += lanes) {
+        let o = e / rows * 2u;
+        let r = e % rows;
         var scale = 1.0;
         if (params.norm != 0u) {
             var ss = part[first * MATMUL_OUTS * 4u + r / 4u][r % 4u];
@@ -352,11 +355,55 @@ fn reduce_store(t: u32, j0: u32, rows: u32) {
     }
 }
 
+// A pass of at most 4 rows with lanes > 1: its one row tile, reduced at once. The partials go
+// to part[t * MATMUL_OUTS + o] (a vec4 per output: component k = row k) and the sums of squares
+// to part[WG * MATMUL_OUTS + t], one barrier; lane l then takes the output pairs (o, o + 1) x
+// rows k numbered l, l + lanes, ... of its group and sums each over the lanes in lane order, as
+// reduce_store does (the same sums in the same order: rows come out the same either way).
+fn keep_one_tile(t: u32, j0: u32, rows: u32, tile: Tile) {
+    let sq = tile.sq;
+    let at = t * MATMUL_OUTS;
+    part[at] = tile.acc[0];
+    part[at + 1u] = tile.acc[1];
+    part[at + 2u] = tile.acc[2];
+    part[at + 3u] = tile.acc[3];
+    part[WG * MATMUL_OUTS + t] = vec4<f32>(sq[0].x + sq[0].y + sq[0].z + sq[0].w,
+                                           sq[1].x + sq[1].y + sq[1].z + sq[1].w,
+                                           sq[2].x + sq[2].y + sq[2].z + sq[2].w,
+                                           sq[3].x + sq[3].y + sq[3].z + sq[3].w);
+    workgroupBarrier();
+    let lanes = params.lanes;
+    let first = t - t % lanes;  // lane 0 of this group
+    for (var e = t % lanes; e < MATMUL_OUTS / 2u * rows; e += lanes) {
+        let o = e / rows * 2u;
+        let k = e % rows;
+        var s0 = part[first * MATMUL_OUTS + o][k];
+        var s1 = part[first * MATMUL_OUTS + o + 1u][k];
+        for (var l = 1u; l < lanes; l++) {
+            s0 += part[(first + l) * MATMUL_OUTS + o][k];
+            s1 += part[(first + l) * MATMUL_OUTS + o + 1u][k];
+        }
+        var scale = 1.0;
+        if (params.norm != 0u) {
+            var ss = part[WG * MATMUL_OUTS + first][k];
+            for (var l = 1u; l < lanes; l++) {
+                ss += part[WG * MATMUL_OUTS + first + l][k];
+            }
+            scale = inv_rms(ss);
+        }
+        store_pair(j0 + o, k, s0 * scale, s1 * scale);
+    }
+}
+
 @compute @workgroup_size(WG)
 fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
+    if (params.lanes > 1u && rows <= 4u) {
+        keep_one_tile(t, j0, rows, tile_quant(Q4_1, j0, t % params.lanes, 0u, rows));
+        return;
+    }
     for (var r0 = 0u; r0 < rows; r0 += 4u) {
         keep(t, j0, r0, rows, tile_quant(Q4_1, j0, t % params.lanes, r0, rows));
     }
@@ -368,6 +415,10 @@ fn matmul_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
                @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
+    if (params.lanes > 1u && rows <= 4u) {
+        keep_one_tile(t, j0, rows, tile_quant(Q8_0, j0, t % params.lanes, 0u, rows));
+        return;
+    }
     for (var r0 = 0u; r0 < rows; r0 += 4u) {
         keep(t, j0, r0, rows, tile_quant(Q8_0, j0, t % params.lanes, r0, rows));
     }

@@ -80,7 +80,8 @@ fn row_exp_sum(tid: u32, base: u32, mx: f32, t: f32) -> f32 {
 // Per row: tokens[out_offset + r] = argmax_i score_i (ties to the lowest id), with
 // score = logits in greedy mode or at T = 0, and logits / T + gumbel(seed, position, i) in
 // replay mode (verify.sample_replay_rows with the noise of rng.gumbel); conf[conf_offset + r]
-// = max_i softmax(logits / T)_i, at T = 1 in greedy mode or at T = 0.
+// = max_i softmax(logits / T)_i, at T = 1 in greedy mode or at T = 0, unless conf_offset is
+// NONE (then the softmax's pass over the row is skipped).
 @compute @workgroup_size(WG_ROW)
 fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) tid: u32) {
@@ -121,6 +122,12 @@ fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
         workgroupBarrier();
     }
     let token = red_i[0];
+    if (params.conf_offset == NONE) {  // no confidence wanted (the champion's rows): done
+        if (tid == 0u) {
+            tokens[params.out_offset + r] = token;
+        }
+        return;
+    }
     let row_max = red_m[0];
     let sum = row_exp_sum(tid, base, row_max, select(1.0, t, step.mode != MODE_GREEDY && t > 0.0));
     if (tid == 0u) {

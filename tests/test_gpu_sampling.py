@@ -81,14 +81,14 @@ def test_rng_bits_equal_rng_py(dev):
 # ---------------------------------------------------------------------------------------------
 # argmax_rows, softmax_rows, sample_rows
 # ---------------------------------------------------------------------------------------------
-def argmax_pass(dev, logits, rows, mode, temperature, pos=POS):
+def argmax_pass(dev, logits, rows, mode, temperature, pos=POS, want_conf=True):
     """argmax_rows over the first `rows` rows of logits (rows_cap, vocab); returns tokens, conf."""
     rows_cap, vocab = logits.shape
     tokens = dev.upload(np.full(rows_cap, 7777, np.uint32))
     conf = dev.upload(np.full(rows_cap, -1.0, np.float32))
     step = one_step(dev, rows=rows, pos=pos, seed=SEED, temperature=temperature, mode=mode)
     d = sampling.argmax_rows(dev, dev.upload(logits), tokens, conf, step, vocab=vocab,
-                             rows_cap=rows_cap)
+                             rows_cap=rows_cap, want_conf=want_conf)
     return (run(dev, [d], tokens, np.uint32, (rows_cap,)),
             asyncio.run(dev.read_array(conf, np.float32, (rows_cap,))))
 
@@ -117,6 +117,11 @@ def test_argmax_rows(dev, vocab, mode, temperature):
     np.testing.assert_array_equal(tokens, expected)
     ref = probs.max(axis=-1)
     assert (np.abs(conf - ref) <= 1e-9 + 2e-5 * ref).all()
+
+    # Without the confidence (the champion's rows): the same tokens, conf left as it was.
+    tokens_nc, conf_nc = argmax_pass(dev, logits, ROWS_MAX, mode, temperature, want_conf=False)
+    np.testing.assert_array_equal(tokens_nc, tokens)
+    assert (conf_nc == -1.0).all()
 
     # Batch invariance and early exit: rows r < m of an m-row pass equal a 1-row pass at r.
     m = 5

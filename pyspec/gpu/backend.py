@@ -364,6 +364,7 @@ class GPUBackend(Executor):
         commands.append(readback.copy)
         self.champion.steps.upload()
         self.dev.submit(commands)
+        self.dev.expect(readback)
         # One submission gives one time. For GPU drafts split it by command count (encoding and
         # dispatch overhead dominate a small model's pass): the guard needs the draft's cost per
         # token apart from the champion's to predict an unmeasured k.
@@ -565,7 +566,7 @@ class GPUBackend(Executor):
                                               vocab=vocab)
             else:
                 first = sampling.argmax_rows(dev, champ.logits, self.choice, self.conf, step,
-                                             vocab=vocab)
+                                             vocab=vocab, want_conf=False)
             self._tail[key] = [first, sampling.accept(
                 dev, self.choice, self.p_target, self.q_draft, (champ.tokens, 1), self.draft_conf,
                 self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1)]

@@ -291,6 +291,10 @@ class Device:
             staging = self._create_buffer(max(size, 4096), "readback", "readback")
         return Readback(staging, int(nbytes), size, Copy(buffer, offset, staging, 0, size))
 
+    def expect(self, readback: Readback) -> None:
+        """Say, right after the submission holding `readback.copy`, that it will be redeemed:
+        an adapter that must ask for the map early does so here (native.py); elsewhere a no-op."""
+
     async def redeem(self, readback: Readback) -> bytes:
         """The bytes of a staged readback once its submission has run (the one await)."""
         try:

@@ -46,7 +46,8 @@ async def _round_trip_seconds(dev, buf, reps: int) -> float:
 
 
 def measure(model, reps: int | None = None, rows: list[int] | None = None) -> dict:
-    """{pass_s: {rows: s}, verify_cost_ratio: {rows: ratio}, round_trip_s, kernel_profile}.
+    """{pass_s: {rows: s}, verify_cost_ratio: {rows: ratio}, round_trip_s, kernel_profile,
+    gpu_pass_s: {rows: s}} (the last two with timestamps).
     A software adapter takes seconds per pass, so it gets fewer rows and repetitions."""
     if rows is None:
         rows = [1, 2, 4, 8, 16] if model.dev.is_cpu else list(range(1, ROWS_MAX + 1))
@@ -69,7 +70,20 @@ def measure(model, reps: int | None = None, rows: list[int] | None = None) -> di
     if getattr(model.dev, "timestamps", False):
         result["kernel_profile"] = {str(m): kernel_profile(model, m) for m in (1, 8, 16)
                                     if m in rows}
+        result["gpu_pass_s"] = {str(m): gpu_pass_seconds(model, m) for m in (1, 8, 16)
+                                if m in rows}
     return result
+
+
+def gpu_pass_seconds(model, rows: int) -> float:
+    """GPU seconds of one whole pass over `rows` tokens, its dispatches in one compute pass
+    (timestamps at its ends): the GPU time a cycle's forward costs."""
+    model.kv.truncate(0)
+    model.feed([5] * rows, SLOT)
+    model.steps.upload(SLOT + 1)
+    seconds = model.dev.time_pass(model.forward_dispatches(SLOT))
+    model.kv.truncate(0)
+    return seconds
 
 
 def kernel_profile(model, rows: int) -> dict:

@@ -20,8 +20,15 @@ from .device import Device, DeviceLostError, Dispatch, GPUError, NoAdapterError,
 
 try:  # wgpu-py is optional: the CPU engine and the browser build do not need it
     import wgpu
+    from wgpu.backends.wgpu_native._ffi import ffi as _ffi, lib as _raw
+    _NULL = _ffi.NULL
+    # A map for reading without wgpu-py's extra empty submission first ("READ_NOSYNC", its own
+    # mode name): that submission is for data written by queue.write_buffer, and it blocks while
+    # the GPU is busy (a map asked for behind a cycle in flight waited for the whole cycle).
+    # Staging buffers here are written only by copies in submissions already made.
+    _READ = "READ_NOSYNC"
 except ImportError:  # pragma: no cover - exercised where wgpu is not installed
-    wgpu = None
+    wgpu = _raw = _NULL = _READ = None
 
 
 def available() -> bool:
@@ -69,6 +76,7 @@ class NativeDevice(Device):
         self.device = adapter.request_device_sync(required_features=features,
                                                   required_limits=wanted)
         self.limits = dict(self.device.limits)
+        self._maps: dict[int, object] = {}   # id(staging buffer) -> its map promise (expect)
 
     # --- adapter primitives -------------------------------------------------------------------
     def _checked(self, what: str, make):
@@ -131,12 +139,20 @@ class NativeDevice(Device):
     def _begin_pass(self, encoder):
         return encoder.begin_compute_pass()
 
+    # A pass's commands go straight to wgpu-native's C functions, not through wgpu-py's
+    # wrappers (each wraps a call in error capture, and set_bind_group builds an offsets array):
+    # recording a champion cycle's dispatches took about 2.8x longer through them (measured on
+    # lavapipe with scripts/profile_cycle.py's host_submit_s). Recording reports no error:
+    # wgpu-native keeps a pass's errors for its end, and `end()` and `finish()` still go through
+    # wgpu-py, which raises them. The plans (Dispatch) keep each pipeline and bind group alive.
     def _set_pipeline(self, compute_pass, pipeline):
-        compute_pass.set_pipeline(pipeline)
+        _raw.wgpuComputePassEncoderSetPipeline(compute_pass._internal, pipeline._internal)
 
     def _dispatch(self, compute_pass, bind_group, workgroups):
-        compute_pass.set_bind_group(0, bind_group)
-        compute_pass.dispatch_workgroups(*workgroups)
+        handle = compute_pass._internal
+        _raw.wgpuComputePassEncoderSetBindGroup(handle, 0, bind_group._internal, 0, _NULL)
+        x, y, z = workgroups
+        _raw.wgpuComputePassEncoderDispatchWorkgroups(handle, x, y, z)
 
     def _end_pass(self, compute_pass):
         compute_pass.end()
@@ -147,12 +163,37 @@ class NativeDevice(Device):
     def _finish_and_submit(self, encoder):
         self.device.queue.submit([encoder.finish()])
 
+    def expect(self, readback) -> None:
+        """Ask for the map at once, right after the submission that fills the staging buffer.
+        wgpu-py settles a map by polling until every submission made so far has run, so a map
+        asked for only when the cycle is read would also wait for the cycle submitted after it
+        and undo the pipelining (scripts/profile_cycle.py measures both)."""
+        key = id(readback.staging)
+        if self.lost is None and key not in self._maps:
+            self._maps[key] = self._checked("a readback", lambda: readback.staging.map_async(
+                _READ, 0, readback.size))
+
+    def release(self, readback) -> None:
+        # A readback dropped unread with its map asked for: unmapped before the buffer is reused.
+        promise = self._maps.pop(id(readback.staging), None)
+        if promise is not None:
+            try:
+                promise.sync_wait()
+                readback.staging.unmap()
+            except Exception:  # noqa: BLE001 - a lost device: the buffer goes with it
+                pass
+        super().release(readback)
+
     async def _map_read(self, staging, size, nbytes):
+        promise = self._maps.pop(id(staging), None)
         if self.lost is not None:
             raise self._classify("a readback", RuntimeError("device lost"))
         try:
             await asyncio.sleep(0)
-            staging.map_sync(wgpu.MapMode.READ, 0, size)
+            if promise is not None:
+                promise.sync_wait()
+            else:
+                staging.map_sync(_READ, 0, size)
             try:
                 return bytes(staging.read_mapped(0, nbytes))
             finally:
@@ -194,6 +235,36 @@ class NativeDevice(Device):
             t = np.frombuffer(ticks, np.uint64).reshape(-1, 2).astype(np.float64)
             out += [(c.kernel, (b - a) * 1e-9) for c, (a, b) in zip(part, t)]
         return out
+
+    def time_pass(self, commands, reps: int = 20) -> float:
+        """Median GPU seconds of `commands`' dispatches as one compute pass (the barriers between
+        them included), from timestamps at the pass's two ends; copies are left out. What a
+        cycle's forward costs the GPU, where `profile`'s pass per dispatch adds each pass's own
+        overhead."""
+        if not self.timestamps:
+            raise GPUError("this device was opened without timestamp queries (or the adapter "
+                           "has none); open it with timestamps=True")
+        import numpy as np
+        dispatches = [c for c in flatten(commands) if isinstance(c, Dispatch)]
+        qs = self.device.create_query_set(type="timestamp", count=2)
+        U = wgpu.BufferUsage
+        resolve = self.device.create_buffer(size=16, usage=U.QUERY_RESOLVE | U.COPY_SRC)
+        times = []
+        for _ in range(reps + 1):   # one warm-up
+            encoder = self.device.create_command_encoder()
+            p = encoder.begin_compute_pass(timestamp_writes={
+                "query_set": qs, "beginning_of_pass_write_index": 0,
+                "end_of_pass_write_index": 1})
+            for c in dispatches:
+                p.set_pipeline(c.pipeline)
+                p.set_bind_group(0, c.bind_group)
+                p.dispatch_workgroups(*c.workgroups)
+            p.end()
+            encoder.resolve_query_set(qs, 0, 2, resolve, 0)
+            self.device.queue.submit([encoder.finish()])
+            a, b = np.frombuffer(self.device.queue.read_buffer(resolve), np.uint64)
+            times.append((float(b) - float(a)) * 1e-9)
+        return sorted(times[1:])[reps // 2]
 
     def destroy(self):
         self.lost = "destroyed"

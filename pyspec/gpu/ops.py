@@ -133,14 +133,22 @@ def _workgroups(threads: int) -> tuple[int, int, int]:
     return split_workgroups(-(-threads // WG))
 
 
-def _lanes(units: int) -> int:
-    """Threads sharing one output group's dot products on a GPU: the largest power of two
-    <= min(16, units), where units are the blocks (vec4 chunks for f32) of a weight row. It
-    depends on n_in only, never on the rows of a pass (batch invariance)."""
-    lanes = 1
-    while lanes * 2 <= min(16, units):
-        lanes *= 2
-    return lanes
+# Threads a GPU product aims for, (n_out / MATMUL_OUTS) x lanes: on the H200 more threads per
+# output shortened each thread's serial work up to about this many, beyond which they cost more
+# than they saved (scripts/bench_kernels.py; bench/results/h200-kernels.json).
+MATMUL_THREADS = 12288
+
+
+def _lanes(units: int, n_out: int) -> int:
+    """Threads sharing one output group's dot products on a GPU: a power of two, at most 64
+    (WG), no more than the power of two that covers the units (the blocks, or vec4 chunks for
+    f32, of a weight row: the lanes past them idle), and no more than MATMUL_THREADS allows, but
+    at least 4 (the head: fewer lanes were slower there). It depends on the weight's shape only,
+    never on the rows of a pass (batch invariance)."""
+    cover = 1 << max(0, (units - 1).bit_length())
+    share = max(1, MATMUL_THREADS // max(1, -(-n_out // MATMUL_OUTS)))
+    lanes = min(WG, cover, max(4, 1 << (share.bit_length() - 1)))
+    return max(1, lanes)
 
 
 # Adapters that run shaders on the CPU (Mesa's lavapipe, Chromium's SwiftShader), by adapter name.
@@ -213,7 +221,8 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
         need(dev, rope, max_ctx * head_dim * 4,
              f"rope table (max_ctx={max_ctx}, {head_dim // 2}, 2)")
     # lanes depends on the device and n_in only, never on rows (batch invariance).
-    lanes = 1 if _cpu_adapter(dev) else _lanes(n_in // 4 if weight.kind == "f32" else n_in // 32)
+    lanes = (1 if _cpu_adapter(dev) else
+             _lanes(n_in // 4 if weight.kind == "f32" else n_in // 32, n_out))
     epilogue = (EPILOGUE_ROPE if rope is not None else
                 EPILOGUE_SILU_GATE if silu_gate else EPILOGUE_NONE)
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,

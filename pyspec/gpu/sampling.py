@@ -64,12 +64,15 @@ def _whole(binding):
 
 
 def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = ROWS_MAX,
-                in_stride: int | None = None, pos_shift: int = 1) -> Dispatch:
+                in_stride: int | None = None, pos_shift: int = 1,
+                want_conf: bool = True) -> Dispatch:
     """tokens[r] = argmax of row r (greedy, T = 0) or its Gumbel replay sample; conf[r] = the top
     probability of softmax(logits / T) (T = 1 when greedy), for rows r < step.rows.
 
     logits (rows_cap, in_stride) f32 from its element offset; tokens (rows_cap,) u32 and
-    conf (rows_cap,) f32 from theirs. One workgroup per row.
+    conf (rows_cap,) f32 from theirs. One workgroup per row. want_conf=False leaves conf
+    unwritten and skips the softmax's second pass over each row (the champion's choices: only
+    a draft's confidence is ever read).
     """
     _check_rows(vocab, rows_cap)
     stride = in_stride or vocab
@@ -77,7 +80,8 @@ def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = 
     need(dev, tokens, 4 * rows_cap, "tokens")
     need(dev, conf, 4 * rows_cap, "conf")
     params = _sample_params(dev, vocab, rows_cap, in_offset=_split(logits)[1], in_stride=stride,
-                            out_offset=_split(tokens)[1], conf_offset=_split(conf)[1],
+                            out_offset=_split(tokens)[1],
+                            conf_offset=_split(conf)[1] if want_conf else NONE,
                             pos_shift=pos_shift)
     return dev.dispatch("sample", "argmax_rows",
                         [params, step, _whole(logits), _whole(tokens), _whole(conf)], rows_cap)

@@ -1,0 +1,191 @@
+"""GPU time per dispatch of matmul variants, as a forward pays it: N dispatches of one product in
+one compute pass (the barriers between them included), timed by timestamps at the pass's ends.
+
+Each variant is a directory holding its own matmul.wgsl (the other shaders come from shaders/);
+`shaders` itself is the variant "current". Products are the champion's shapes with random
+weights (no model needed), with the options the forward uses: the output projection and down
+accumulate, gate-up folds the norm and the SiLU gate, QKV-like folds the norm. Each variant's
+outputs are checked against the current kernel's (close) and for batch invariance (row 0 of a
+one-row pass equals row 0 of a 5-row pass, bit for bit) before it is timed.
+
+    .venv/bin/python scripts/bench_kernels.py [--n 200] [--runs 5] [--rows 1,8] [VARIANT_DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from pyspec.gpu import device as device_mod
+from pyspec.gpu import native, ops
+from pyspec.gpu.device import ROWS_MAX
+from pyspec.gpu.step import Steps
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def q4_1(rng, n_out: int, n_in: int) -> np.ndarray:
+    """Random Q4_1 blocks (20 bytes: f16 d, f16 m, 16 bytes of nibbles)."""
+    nb = n_in // 32
+    raw = rng.integers(0, 256, (n_out, nb, 20), dtype=np.uint8)
+    dm = np.stack([rng.uniform(0.002, 0.02, (n_out, nb)), rng.uniform(-0.15, -0.01, (n_out, nb))],
+                  -1).astype(np.float16)
+    raw[:, :, :4] = dm.view(np.uint8).reshape(n_out, nb, 4)
+    return raw.reshape(-1)
+
+
+def q8_0(rng, n_out: int, n_in: int) -> np.ndarray:
+    """Random Q8_0 blocks, repacked as the GPU takes them (36 bytes: f16 d, 0, 32 int8)."""
+    nb = n_in // 32
+    raw = rng.integers(0, 256, (n_out, nb, 36), dtype=np.uint8)
+    raw[:, :, :4] = 0
+    d = rng.uniform(0.001, 0.01, (n_out, nb)).astype(np.float16)
+    raw[:, :, :2] = d.view(np.uint8).reshape(n_out, nb, 2)
+    return raw.reshape(-1)
+
+
+CASES = {  # name: (kind, n_out, n_in, options)
+    "o 576x576 +=": ("q4_1", 576, 576, {"accumulate": True}),
+    "qkv 960x576 norm": ("q4_1", 960, 576, {"norm": True}),
+    "gateup 3072x576 norm silu": ("q4_1", 3072, 576, {"norm": True, "silu_gate": True}),
+    "down 576x1536 +=": ("q4_1", 576, 1536, {"accumulate": True}),
+    "head 49152x576 q8_0": ("q8_0", 49152, 576, {}),
+}
+
+
+class Case:
+    def __init__(self, dev, name: str, seed: int = 0):
+        kind, n_out, n_in, opts = CASES[name]
+        rng = np.random.default_rng(seed)
+        raw = (q4_1 if kind == "q4_1" else q8_0)(rng, n_out, n_in)
+        self.dev, self.name, self.opts = dev, name, dict(opts)
+        self.weight = ops.Weight(dev.upload(raw), kind, (n_out, n_in), name)
+        self.x = dev.upload(rng.standard_normal((ROWS_MAX, n_in)).astype(np.float32))
+        cols = n_out // 2 if opts.get("silu_gate") else n_out
+        self.cols = cols
+        self.y0 = rng.standard_normal((ROWS_MAX, cols)).astype(np.float32)
+        self.y = dev.upload(self.y0)
+        g = rng.uniform(0.5, 1.5, n_in).astype(np.float32)
+        self.norm = ops.Weight(dev.upload(g), "f32", (n_in,), "g") if opts.get("norm") else None
+        self.steps = Steps(dev, 2)
+
+    def dispatch(self, rows: int):
+        self.steps.set(0, rows=rows, pos=0)
+        self.steps.upload(1)
+        o = self.opts
+        return ops.matmul(self.dev, self.weight, self.x, self.y, self.steps.binding(0),
+                          accumulate=o.get("accumulate", False),
+                          silu_gate=o.get("silu_gate", False), norm=self.norm,
+                          eps=1e-5 if self.norm else 0.0)
+
+    def run(self, rows: int) -> np.ndarray:
+        self.dev.write(self.y, self.y0)
+        self.dev.submit([self.dispatch(rows)])
+        out = asyncio.run(self.dev.read_array(self.y, np.float32, (ROWS_MAX, self.cols)))
+        return out[:rows]
+
+    def gpu_s(self, rows: int, n: int, runs: int) -> float:
+        """Median GPU seconds per dispatch over `runs` passes of n dispatches."""
+        import wgpu
+        d = self.dispatch(rows)
+        dev = self.dev.device
+        qs = dev.create_query_set(type="timestamp", count=2)
+        U = wgpu.BufferUsage
+        resolve = dev.create_buffer(size=16, usage=U.QUERY_RESOLVE | U.COPY_SRC)
+        times = []
+        for _ in range(runs + 1):
+            enc = dev.create_command_encoder()
+            p = enc.begin_compute_pass(timestamp_writes={
+                "query_set": qs, "beginning_of_pass_write_index": 0,
+                "end_of_pass_write_index": 1})
+            for _ in range(n):
+                p.set_pipeline(d.pipeline)
+                p.set_bind_group(0, d.bind_group)
+                p.dispatch_workgroups(*d.workgroups)
+            p.end()
+            enc.resolve_query_set(qs, 0, 2, resolve, 0)
+            dev.queue.submit([enc.finish()])
+            a, b = np.frombuffer(dev.queue.read_buffer(resolve), np.uint64)
+            times.append((float(b) - float(a)) * 1e-9 / n)
+        return statistics.median(times[1:])
+
+
+def use(directory: Path):
+    """Make the next pipelines come from `directory`'s matmul.wgsl and shaders/ (the rest)."""
+    import shutil
+    import tempfile
+    tmp = Path(tempfile.mkdtemp(prefix="pyspec-variant-"))
+    for f in (HERE / "shaders").glob("*.wgsl"):
+        shutil.copy(f, tmp / f.name)
+    shutil.copy(directory / "matmul.wgsl", tmp / "matmul.wgsl")
+    device_mod.shader_dir = lambda: tmp
+    rule = (directory / "lanes").read_text().strip() if (directory / "lanes").is_file() else ""
+    if rule.startswith("up"):   # "upN": the power of two covering the units, at most N
+        cap = int(rule[2:])
+        ops._lanes = lambda units, n_out: min(cap, 1 << max(0, (units - 1).bit_length()))
+    elif rule:                  # "N": N lanes (at most the units' power of two)
+        cap = int(rule)
+        ops._lanes = lambda units, n_out: min(cap, 1 << max(0, (units - 1).bit_length()))
+    else:                       # ops' own rule
+        ops._lanes = _LANES
+
+
+_LANES = ops._lanes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="*", type=Path)
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rows", default="1,8")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--split", action="store_true",
+                        help="take the GPU work split on a CPU adapter (to check variants)")
+    args = parser.parse_args()
+    rows = [int(r) for r in args.rows.split(",")]
+    names = [c for c in CASES if any(c.startswith(p) for p in args.cases.split(","))]
+    variants = [HERE / "shaders"] + list(args.variants)
+    dev = native.NativeDevice(timestamps=True)
+    if args.split:
+        dev.is_cpu = False
+    print(f"adapter: {dev.name}; GPU us per dispatch, {args.n} per pass, median of {args.runs}")
+    result = {"adapter": dev.name, "n": args.n, "runs": args.runs, "us": {}}
+    reference = {}
+    for v in variants:
+        use(v)
+        dev._pipelines.clear()
+        label = "current" if v == HERE / "shaders" else v.name
+        result["us"][label] = {}
+        for name in names:
+            case = Case(dev, name)
+            one, five = case.run(1), case.run(5)
+            ok = "ok"
+            if name in reference and np.array_equal(five, reference[name]):
+                ok = "= current"
+            elif name in reference:
+                err = float(np.max(np.abs(five - reference[name])) /
+                            (np.max(np.abs(reference[name])) + 1e-30))
+                if err > 1e-4:
+                    ok = f"DIFFERS ({err:.1e})"
+            else:
+                reference[name] = five
+            if not np.array_equal(one[0], five[0]):
+                ok += " NOT BATCH-INVARIANT"
+            us = {r: case.gpu_s(r, args.n, args.runs) * 1e6 for r in rows}
+            result["us"][label][name] = us
+            cells = "".join(f"  rows={r}: {t:7.2f}" for r, t in us.items())
+            print(f"{label:<12}{name:<28}{cells}  {ok}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

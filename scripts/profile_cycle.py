@@ -7,7 +7,8 @@ of its last cycle, then replays that list:
   is never the bottleneck (the GPU's throughput per cycle, barriers between dispatches included);
 - per kernel: timestamps around each dispatch (one pass each: an upper bound per dispatch).
 
-    .venv/bin/python scripts/profile_cycle.py [--champion C.gguf] [--tokens 64] [--json F]
+    .venv/bin/python scripts/profile_cycle.py [--champion C.gguf] [--tokens 64] [--n 50] [--loop 200]
+        [--json F]
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def main() -> None:
     parser.add_argument("--champion", default=None)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--loop", type=int, default=200, help="cycles of each pipelined loop")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     champion, tok = load_champion(args.champion, "wgpu")
@@ -129,7 +131,8 @@ def main() -> None:
         gpu.append((time.perf_counter() - t0) / args.n)
 
     gpu_pass = dev.time_pass(commands) if hasattr(dev, "time_pass") and dev.timestamps else None
-    loops = {mode: pipelined_loop(dev, commands, mode) for mode in ("map_late", "map_early")}
+    loops = {mode: pipelined_loop(dev, commands, mode, args.loop)
+             for mode in ("map_late", "map_early")}
 
     by_kernel: dict[str, list] = defaultdict(lambda: [0, 0.0])
     dispatches = [c for c in commands if isinstance(c, Dispatch)]

@@ -60,6 +60,44 @@ CASES = {  # name: (kind, n_out, n_in, options)
 }
 
 
+ATTENTION = {  # name: (positions attended by row 0): the champion's heads, a 2064-row cache
+    "attn n=128": 128,
+    "attn n=1024": 1024,
+    "attn n=2048": 2048,
+}
+N_HEADS, N_KV, HEAD_DIM, MAX_CTX = 9, 3, 64, 2064
+
+
+class AttentionCase:
+    """ops.attention with the champion's heads; row 0 at position n - 1 (n positions)."""
+
+    def __init__(self, dev, name: str, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        self.dev, self.name, self.n = dev, name, ATTENTION[name]
+        width, kv = N_HEADS * HEAD_DIM, N_KV * HEAD_DIM
+        self.q = dev.upload(rng.standard_normal((ROWS_MAX, width)).astype(np.float32))
+        self.k = dev.upload(rng.standard_normal((MAX_CTX, kv)).astype(np.float32))
+        self.v = dev.upload(rng.standard_normal((MAX_CTX, kv)).astype(np.float32))
+        self.scratch = dev.buffer(ops.attention_scratch_bytes(N_HEADS, MAX_CTX))
+        self.out = dev.buffer(ROWS_MAX * width * 4)
+        self.cols = width
+        self.steps = Steps(dev, 2)
+
+    def dispatch(self, rows: int):
+        self.steps.set(0, rows=rows, pos=self.n - 1)
+        self.steps.upload(1)
+        return ops.attention(self.dev, self.q, self.k, self.v, self.scratch, self.out,
+                             self.steps.binding(0), n_heads=N_HEADS, n_kv_heads=N_KV,
+                             head_dim=HEAD_DIM, max_ctx=MAX_CTX)
+
+    def run(self, rows: int, shift: int = 0) -> np.ndarray:
+        self.dev.submit([self.dispatch(rows)])
+        out = asyncio.run(self.dev.read_array(self.out, np.float32, (ROWS_MAX, self.cols)))
+        return out[:rows]
+
+    gpu_s = None   # set below (Case's)
+
+
 class Case:
     def __init__(self, dev, name: str, seed: int = 0):
         kind, n_out, n_in, opts = CASES[name]
@@ -120,6 +158,9 @@ class Case:
         return statistics.median(times[1:])
 
 
+AttentionCase.gpu_s = Case.gpu_s
+
+
 def use(directory: Path):
     """Make the next pipelines come from `directory`'s matmul.wgsl and shaders/ (the rest)."""
     import shutil
@@ -127,7 +168,8 @@ def use(directory: Path):
     tmp = Path(tempfile.mkdtemp(prefix="pyspec-variant-"))
     for f in (HERE / "shaders").glob("*.wgsl"):
         shutil.copy(f, tmp / f.name)
-    shutil.copy(directory / "matmul.wgsl", tmp / "matmul.wgsl")
+    for f in directory.glob("*.wgsl"):   # the variant's own shaders replace the tree's
+        shutil.copy(f, tmp / f.name)
     device_mod.shader_dir = lambda: tmp
     rule = (directory / "lanes").read_text().strip() if (directory / "lanes").is_file() else ""
     if rule.startswith("up"):   # "upN": the power of two covering the units, at most N
@@ -149,13 +191,15 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rows", default="1,8")
-    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help="name prefixes: o, qkv, gateup, down, head, attn")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--split", action="store_true",
                         help="take the GPU work split on a CPU adapter (to check variants)")
     args = parser.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
-    names = [c for c in CASES if any(c.startswith(p) for p in args.cases.split(","))]
+    names = [c for c in list(CASES) + list(ATTENTION)
+             if any(c.startswith(p) for p in args.cases.split(","))]
     variants = [HERE / "shaders"] + list(args.variants)
     dev = native.NativeDevice(timestamps=True)
     if args.split:
@@ -169,7 +213,7 @@ def main() -> None:
         label = "current" if v == HERE / "shaders" else v.name
         result["us"][label] = {}
         for name in names:
-            case = Case(dev, name)
+            case = (AttentionCase if name in ATTENTION else Case)(dev, name)
             one, five = case.run(1), case.run(5)
             ok = "ok"
             if name in reference and np.array_equal(five, reference[name]):
@@ -181,9 +225,11 @@ def main() -> None:
                     ok = f"DIFFERS ({err:.1e})"
             else:
                 reference[name] = five
-            full = case.run(ROWS_MAX)
-            moved = [r for r in (0, 3, 4, 5, 8, 13) if not np.array_equal(
-                case.run(1 + r % 3, shift=r)[0], full[r])]
+            moved = []
+            if name in CASES:
+                full = case.run(ROWS_MAX)
+                moved = [r for r in (0, 3, 4, 5, 8, 13) if not np.array_equal(
+                    case.run(1 + r % 3, shift=r)[0], full[r])]
             if not np.array_equal(one[0], five[0]) or moved:
                 ok += f" NOT BATCH-INVARIANT (rows {moved})"
             us = {r: case.gpu_s(r, args.n, args.runs) * 1e6 for r in rows}

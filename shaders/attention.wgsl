@@ -15,6 +15,10 @@
 //      out = sum_g exp(m_g - M) o_g / sum_g exp(m_g - M) l_g.
 // No thread loops over every position: phase 1 takes p / threads positions a thread, phase 2
 // p / groups. Every split depends on p and the shapes only, never on step.rows: batch-invariant.
+// The loops over positions, dims and groups take several steps at a time, every load of a step
+// first and then the sums in the same order as one step at a time (the same results): on the
+// H200 a step's loads in flight together took 2,048 positions from 56 to 38 µs
+// (scripts/bench_kernels.py --cases attn; bench/results/h200-kernels.json).
 // The scores and partials go to a global scratch (ROWS_MAX, n_heads, max_ctx + ATTN_PARTS)
 // (ops.attention_scratch_bytes), because 8192 positions would not fit in the 16 KiB of workgroup
 // memory WebGPU guarantees; the partials sit there too, so one barrier kind (storage) suffices.
@@ -79,7 +83,18 @@ fn attend(t: u32, threads: u32, group_id: u32) {
     for (var s = t; s < n; s += threads) {
         let k_off = s * stride + kv_off;
         var d = 0.0;
-        for (var i = 0u; i < hd4; i++) {
+        var i = 0u;
+        for (; i + 3u < hd4; i += 4u) {   // four loads in flight, summed in order
+            let k0 = kcache[k_off + i];
+            let k1 = kcache[k_off + i + 1u];
+            let k2 = kcache[k_off + i + 2u];
+            let k3 = kcache[k_off + i + 3u];
+            d += dot(q[q_off + i], k0);
+            d += dot(q[q_off + i + 1u], k1);
+            d += dot(q[q_off + i + 2u], k2);
+            d += dot(q[q_off + i + 3u], k3);
+        }
+        for (; i < hd4; i++) {
             d += dot(q[q_off + i], kcache[k_off + i]);
         }
         let score = d * params.scale;
@@ -100,9 +115,55 @@ fn attend(t: u32, threads: u32, group_id: u32) {
         }
         var o = vec4<f32>(0.0);
         var sum = 0.0;
-        for (var s = g; s < n; s += groups) {
+        // Eight positions a step, their loads first, then summed in position order (the same
+        // sums as one at a time): the loads of a step are in flight together.
+        var s = g;
+        let v_at = kv_off + j;
+        for (; s + 7u * groups < n; s += 8u * groups) {
+            let x0 = scratch[scores + s];
+            let x1 = scratch[scores + s + 1u * groups];
+            let x2 = scratch[scores + s + 2u * groups];
+            let x3 = scratch[scores + s + 3u * groups];
+            let x4 = scratch[scores + s + 4u * groups];
+            let x5 = scratch[scores + s + 5u * groups];
+            let x6 = scratch[scores + s + 6u * groups];
+            let x7 = scratch[scores + s + 7u * groups];
+            let v0 = vcache[s * stride + v_at];
+            let v1 = vcache[(s + 1u * groups) * stride + v_at];
+            let v2 = vcache[(s + 2u * groups) * stride + v_at];
+            let v3 = vcache[(s + 3u * groups) * stride + v_at];
+            let v4 = vcache[(s + 4u * groups) * stride + v_at];
+            let v5 = vcache[(s + 5u * groups) * stride + v_at];
+            let v6 = vcache[(s + 6u * groups) * stride + v_at];
+            let v7 = vcache[(s + 7u * groups) * stride + v_at];
+            let e0 = exp(x0 - m_g);
+            o += e0 * v0;
+            sum += e0;
+            let e1 = exp(x1 - m_g);
+            o += e1 * v1;
+            sum += e1;
+            let e2 = exp(x2 - m_g);
+            o += e2 * v2;
+            sum += e2;
+            let e3 = exp(x3 - m_g);
+            o += e3 * v3;
+            sum += e3;
+            let e4 = exp(x4 - m_g);
+            o += e4 * v4;
+            sum += e4;
+            let e5 = exp(x5 - m_g);
+            o += e5 * v5;
+            sum += e5;
+            let e6 = exp(x6 - m_g);
+            o += e6 * v6;
+            sum += e6;
+            let e7 = exp(x7 - m_g);
+            o += e7 * v7;
+            sum += e7;
+        }
+        for (; s < n; s += groups) {
             let e = exp(scratch[scores + s] - m_g);
-            o += e * vcache[s * stride + kv_off + j];
+            o += e * vcache[s * stride + v_at];
             sum += e;
         }
         let o_off = part_o + (g * hd4 + j) * 4u;
@@ -125,7 +186,22 @@ fn attend(t: u32, threads: u32, group_id: u32) {
         }
         var o = vec4<f32>(0.0);
         var total = 0.0;
-        for (var l = 0u; l < groups; l++) {
+        var l = 0u;
+        for (; l + 1u < groups; l += 2u) {   // two groups' loads in flight, merged in order
+            let o_a = part_o + (l * hd4 + t) * 4u;
+            let o_b = part_o + ((l + 1u) * hd4 + t) * 4u;
+            let pa = vec4<f32>(scratch[o_a], scratch[o_a + 1u], scratch[o_a + 2u], scratch[o_a + 3u]);
+            let pb = vec4<f32>(scratch[o_b], scratch[o_b + 1u], scratch[o_b + 2u], scratch[o_b + 3u]);
+            let la = scratch[part_l + l];
+            let lb = scratch[part_l + l + 1u];
+            let wa = exp(scratch[part_m + l] - top);  // 0 for a group without positions
+            let wb = exp(scratch[part_m + l + 1u] - top);
+            o += wa * pa;
+            total += wa * la;
+            o += wb * pb;
+            total += wb * lb;
+        }
+        for (; l < groups; l++) {
             let w = exp(scratch[part_m + l] - top);  // 0 for a group without positions (m = LOWEST)
             let o_off = part_o + (l * hd4 + t) * 4u;
             o += w * vec4<f32>(scratch[o_off], scratch[o_off + 1u], scratch[o_off + 2u],

@@ -17,8 +17,8 @@
 // p / groups. Every split depends on p and the shapes only, never on step.rows: batch-invariant.
 // The loops over positions, dims and groups take several steps at a time, every load of a step
 // first and then the sums in the same order as one step at a time (the same results): on the
-// H200 a step's loads in flight together took 2,048 positions from 56 to 38 µs
-// (scripts/bench_kernels.py --cases attn; bench/results/h200-kernels.json).
+// H200 a step's loads in flight together took 2,048 positions from 56 to 34 µs, phase 1 scoring
+// two positions a step (scripts/bench_kernels.py --cases attn; bench/results/h200-kernels.json).
 // The scores and partials go to a global scratch (ROWS_MAX, n_heads, max_ctx + ATTN_PARTS)
 // (ops.attention_scratch_bytes), because 8192 positions would not fit in the 16 KiB of workgroup
 // memory WebGPU guarantees; the partials sit there too, so one barrier kind (storage) suffices.
@@ -80,26 +80,64 @@ fn attend(t: u32, threads: u32, group_id: u32) {
 
     // 1. scores
     var m = LOWEST;
-    for (var s = t; s < n; s += threads) {
-        let k_off = s * stride + kv_off;
-        var d = 0.0;
-        var i = 0u;
-        for (; i + 3u < hd4; i += 4u) {   // four loads in flight, summed in order
-            let k0 = kcache[k_off + i];
-            let k1 = kcache[k_off + i + 1u];
-            let k2 = kcache[k_off + i + 2u];
-            let k3 = kcache[k_off + i + 3u];
-            d += dot(q[q_off + i], k0);
-            d += dot(q[q_off + i + 1u], k1);
-            d += dot(q[q_off + i + 2u], k2);
-            d += dot(q[q_off + i + 3u], k3);
+    {
+        var s = t;
+        for (; s + threads < n; s += 2u * threads) {   // two positions a step: loads together
+            let k_a = s * stride + kv_off;
+            let k_b = (s + threads) * stride + kv_off;
+            var da = 0.0;
+            var db = 0.0;
+            var i = 0u;
+            for (; i + 3u < hd4; i += 4u) {
+                let a0 = kcache[k_a + i];
+                let a1 = kcache[k_a + i + 1u];
+                let a2 = kcache[k_a + i + 2u];
+                let a3 = kcache[k_a + i + 3u];
+                let b0 = kcache[k_b + i];
+                let b1 = kcache[k_b + i + 1u];
+                let b2 = kcache[k_b + i + 2u];
+                let b3 = kcache[k_b + i + 3u];
+                da += dot(q[q_off + i], a0);
+                da += dot(q[q_off + i + 1u], a1);
+                da += dot(q[q_off + i + 2u], a2);
+                da += dot(q[q_off + i + 3u], a3);
+                db += dot(q[q_off + i], b0);
+                db += dot(q[q_off + i + 1u], b1);
+                db += dot(q[q_off + i + 2u], b2);
+                db += dot(q[q_off + i + 3u], b3);
+            }
+            for (; i < hd4; i++) {
+                da += dot(q[q_off + i], kcache[k_a + i]);
+                db += dot(q[q_off + i], kcache[k_b + i]);
+            }
+            let sa = da * params.scale;
+            let sb = db * params.scale;
+            scratch[scores + s] = sa;
+            scratch[scores + s + threads] = sb;
+            m = max(m, sa);
+            m = max(m, sb);
         }
-        for (; i < hd4; i++) {
-            d += dot(q[q_off + i], kcache[k_off + i]);
+        for (; s < n; s += threads) {   // the last position, if odd
+            let k_off = s * stride + kv_off;
+            var d = 0.0;
+            var i = 0u;
+            for (; i + 3u < hd4; i += 4u) {   // four loads in flight, summed in order
+                let k0 = kcache[k_off + i];
+                let k1 = kcache[k_off + i + 1u];
+                let k2 = kcache[k_off + i + 2u];
+                let k3 = kcache[k_off + i + 3u];
+                d += dot(q[q_off + i], k0);
+                d += dot(q[q_off + i + 1u], k1);
+                d += dot(q[q_off + i + 2u], k2);
+                d += dot(q[q_off + i + 3u], k3);
+            }
+            for (; i < hd4; i++) {
+                d += dot(q[q_off + i], kcache[k_off + i]);
+            }
+            let score = d * params.scale;
+            scratch[scores + s] = score;
+            m = max(m, score);
         }
-        let score = d * params.scale;
-        scratch[scores + s] = score;
-        m = max(m, score);
     }
     scratch[maxima + t] = m;
     storageBarrier();

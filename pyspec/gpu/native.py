@@ -170,8 +170,13 @@ class NativeDevice(Device):
         and undo the pipelining (scripts/profile_cycle.py measures both)."""
         key = id(readback.staging)
         if self.lost is None and key not in self._maps:
-            self._maps[key] = self._checked("a readback", lambda: readback.staging.map_async(
+            promise = self._checked("a readback", lambda: readback.staging.map_async(
                 _READ, 0, readback.size))
+            # Waited for with sync_wait only: unbound from the running asyncio loop, which may be
+            # closed when a dropped or failed cycle's map settles (wgpu-py then reported
+            # "Event loop is closed" from its callback).
+            promise._call_soon_threadsafe = None
+            self._maps[key] = promise
 
     def release(self, readback) -> None:
         # A readback dropped unread with its map asked for: unmapped before the buffer is reused.

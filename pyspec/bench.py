@@ -246,11 +246,9 @@ def prefill_tok_s(engine: Engine, vocab: int, n: int = 1000) -> float | None:
     return (n - 1) / r.stats["prefill_s"]
 
 
-def cycle_seconds(engine, prompt: list[int], n: int = 50) -> float:
-    """GPU seconds per champion-only cycle: the last cycle of a short request (its forward, the
-    argmax, accept, the token copy and the readback copy) submitted n times back to back, then
-    one readback: wall / n, the host's encoding running while the GPU works. The denominator of
-    wall over GPU time per cycle."""
+def last_cycle(engine, prompt: list[int], max_tokens: int = 4) -> list:
+    """The commands of the last cycle of a champion-only request (its forward, the argmax,
+    accept, the token copy and the readback copy), flattened: what the GPU timings replay."""
     from .gpu.device import flatten
     dev, kept = engine.backend.dev, []
     submit = dev.submit
@@ -260,10 +258,18 @@ def cycle_seconds(engine, prompt: list[int], n: int = 50) -> float:
         submit(commands)
     dev.submit = recording
     try:
-        engine.generate(prompt, Options(max_tokens=4, k="fixed:0", stop_at_eos=False))
+        engine.generate(prompt, Options(max_tokens=max_tokens, k="fixed:0", stop_at_eos=False))
     finally:
         dev.submit = submit
-    commands, probe = kept[0], engine.backend.champion.logits
+    return kept[0]
+
+
+def cycle_seconds(engine, prompt: list[int], n: int = 50) -> float:
+    """GPU seconds per champion-only cycle: `last_cycle` submitted n times back to back, then one
+    readback: wall / n, the host's encoding running while the GPU works. The denominator of
+    wall over GPU time per cycle."""
+    dev, commands = engine.backend.dev, last_cycle(engine, prompt)
+    probe = engine.backend.champion.logits
 
     async def run():
         times = []

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -134,28 +133,7 @@ class Case:
 
     def gpu_s(self, rows: int, n: int, runs: int) -> float:
         """Median GPU seconds per dispatch over `runs` passes of n dispatches."""
-        import wgpu
-        d = self.dispatch(rows)
-        dev = self.dev.device
-        qs = dev.create_query_set(type="timestamp", count=2)
-        U = wgpu.BufferUsage
-        resolve = dev.create_buffer(size=16, usage=U.QUERY_RESOLVE | U.COPY_SRC)
-        times = []
-        for _ in range(runs + 1):
-            enc = dev.create_command_encoder()
-            p = enc.begin_compute_pass(timestamp_writes={
-                "query_set": qs, "beginning_of_pass_write_index": 0,
-                "end_of_pass_write_index": 1})
-            for _ in range(n):
-                p.set_pipeline(d.pipeline)
-                p.set_bind_group(0, d.bind_group)
-                p.dispatch_workgroups(*d.workgroups)
-            p.end()
-            enc.resolve_query_set(qs, 0, 2, resolve, 0)
-            dev.queue.submit([enc.finish()])
-            a, b = np.frombuffer(dev.queue.read_buffer(resolve), np.uint64)
-            times.append((float(b) - float(a)) * 1e-9 / n)
-        return statistics.median(times[1:])
+        return self.dev.time_pass([self.dispatch(rows)] * n, reps=runs) / n
 
 
 AttentionCase.gpu_s = Case.gpu_s

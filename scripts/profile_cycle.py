@@ -22,7 +22,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from pyspec.engine import Engine, Options
-from pyspec.gpu.device import Copy, Dispatch, flatten
+from pyspec.bench import last_cycle
+from pyspec.gpu.device import Copy, Dispatch
 from pyspec.load import backend, load_champion
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper who "
@@ -97,20 +98,12 @@ def main() -> None:
     dev = champion.dev
     engine = Engine(backend(champion, "none"), tok)
     ids = tok.encode_chat(PROMPT)
-    kept = []
-    submit = dev.submit
-
-    def recording(commands):
-        kept[:] = [list(flatten(commands))]
-        submit(commands)
-    dev.submit = recording
     engine.generate(ids, Options(max_tokens=8, k="fixed:0", stop_at_eos=False))   # warm-up
     runs = [engine.generate(ids, Options(max_tokens=args.tokens, k="fixed:0", stop_at_eos=False))
             for _ in range(3)]
-    dev.submit = submit
-    commands = kept[0]
+    timing = dict(engine.backend.timing)
+    commands = last_cycle(engine, ids, args.tokens)
     tok_s = statistics.median(r.stats["tokens_per_s"] for r in runs)
-    timing = engine.backend.timing
 
     host = []
     for _ in range(20):

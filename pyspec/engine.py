@@ -153,6 +153,23 @@ def _forced(constraint, generated: list[int], j: int) -> bool:
             and constraint.masker.mask(state).forced is not None)
 
 
+def _score_previews(previews: list[tuple[int, list[int]]], tokens: list[int],
+                    sched: schedule.Schedule) -> list[tuple[int, list[int]]]:
+    """Score each preview whose fate the committed tokens now decide (a disagreement, or all of
+    its drafts reached) with the schedule; return the rest."""
+    waiting = []
+    for at, draft in previews:
+        seen = tokens[at:at + len(draft)]
+        agree = 0
+        while agree < len(seen) and seen[agree] == draft[agree]:
+            agree += 1
+        if agree < len(seen) or len(seen) == len(draft):
+            sched.shadow(len(draft), agree)
+        else:
+            waiting.append((at, draft))
+    return waiting
+
+
 @dataclass
 class Resume:
     """Where an interrupted run of the same request got to (DESIGN §8): `ids`, the token ids its
@@ -344,8 +361,13 @@ class Engine:
                                                  given_back=self.backend.drafter)
         pipelined = constraint is None and self.backend.pipelines(rule)
         drafter = self.backend.drafter
+        # A drafter that is free to ask (n-gram) is scored in shadow while speculation is off:
+        # `previews` holds (position, what it would have drafted there) until the champion's
+        # tokens decide how many of them a speculative cycle would have kept.
+        shadowed = policy.guarded and hasattr(drafter, "preview")
+        previews: list[tuple[int, list[int]]] = []
         sched = schedule.Schedule(policy, pipelined, self._guard_timing.setdefault(
-            (self.adapter, drafter.name if drafter else "none", pipelined), {}))
+            (self.adapter, drafter.name if drafter else "none", pipelined), {}), shadowed)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
@@ -406,7 +428,7 @@ class Engine:
                 try:
                     went_ahead = queued is not None
                     handle, queued = queued or cycle.submit(self.backend, tokens, k, rule), None
-                    if (k == 0 and remaining > 1 and n + 1 <= ctx and constraint is None
+                    if (handle.k == 0 and remaining > 1 and n + 1 <= ctx and constraint is None
                             and self.backend.pipelines(rule)):
                         # This cycle emits exactly one token: the next one's caps are known.
                         k_next = min(sched.next_k() if self.drafter else 0, remaining - 2,
@@ -469,6 +491,11 @@ class Engine:
                             marks[at] = ("forced", marks[at][1])
                 tokens += new
                 unsent += new
+                if shadowed:
+                    previews = _score_previews(previews, tokens, sched)
+                    if k_real == 0 and stop is None:
+                        previews.append((len(tokens), drafter.preview(
+                            tokens, min(policy.k_max, self.backend.k_max))))
                 if stop is not None and not hit:   # end of generation: flush what was held
                     shown, hit = stops.feed(detok.flush())
                     text += shown if hit else shown + stops.flush()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from . import __version__
 
 SCHEMA = "pyspec.receipt/1"
-POLICY_VERSION = 1
+POLICY_VERSION = 2   # 2: the n-gram drafter is scored by previews instead of probes
 
 # Every value a receipt's `adapter` fields may hold.
 ADAPTER_CLASSES = ("gpu:nvidia", "gpu:amd", "gpu:intel", "gpu:apple", "gpu:other", "software",

@@ -16,6 +16,13 @@ drafts nothing, and probes with one draft token after a wait that doubles while 
 failing. While speculation runs, champion-only is re-measured every PROBE_EVERY cycles.
 Every decision is counted in `stats()`.
 
+A drafter that costs nothing to ask (n-gram: `preview`) needs no probes. The engine scores its
+previews against the tokens champion-only cycles emit (`shadow`), so the acceptance stays current
+while speculation is off, and the guard turns speculation on the cycle the previews say it pays.
+A request starts with SHADOW_MIN previews scored before its first draft. On a GPU that pipelines,
+each probe cost two cycles read one at a time (about 6% of a 64-token request); see
+bench/results/README.md for the measurement.
+
 On an executor that pipelines champion-only cycles (gpu/backend.py), champion-only runs faster
 than one cycle at a time: a cycle goes ahead while the one before is in flight. There the
 champion-only rate is measured on such cycles (`t_ahead`: readback to readback), so a baseline
@@ -33,6 +40,7 @@ K_MAX = 8
 PROBE_EVERY = 16    # cycles between champion-only re-measurements, and the first probe delay
 PROBE_MAX = 128     # longest wait between probes while speculation is off
 PROBE_K = 1         # drafts in a probe: enough to measure, cheap when it fails
+SHADOW_MIN = 4      # previews scored before a shadowed drafter first drafts
 WINDOW = 7          # timing samples kept per quantity; estimates are their median
 MARGIN = 1.02       # speculation must beat champion-only by 2% to be chosen
 
@@ -63,6 +71,7 @@ class CostModel:
         self.t_ahead: float | None = med(self._ahead_samples)   # ... of a k = 0 cycle gone ahead
         self.reached = [0] * k_max               # how often draft position i was verified
         self.accepted = [0] * k_max              # ... and accepted
+        self.previews = self.empty = 0           # previews scored, and those that drafted nothing
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
                 ahead: bool = False) -> None:
@@ -72,6 +81,10 @@ class CostModel:
         self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)
         if k:
             self.t_draft = _push_median(self._draft_samples, t_draft / k)
+        self.score(k, n_accepted)
+
+    def score(self, k: int, n_accepted: int) -> None:
+        """Acceptance by position from one proposal of k drafts, n_accepted of them kept."""
         for i in range(min(k, len(self.reached))):
             self.reached[i] += 1
             self.accepted[i] += i < n_accepted
@@ -81,6 +94,14 @@ class CostModel:
     def acceptance(self, i: int) -> float:
         """P(draft i accepted | drafts < i accepted), with a weak prior of 1/2."""
         return (self.accepted[i] + 1) / (self.reached[i] + 2)
+
+    def proposing(self) -> float:
+        """P(the drafter proposes anything), from previews (1 without them: a draft model always
+        proposes), with a weak prior of 1/2. A speculative cycle whose drafter comes up empty is
+        a champion-only cycle that could not go ahead."""
+        if not self.previews:
+            return 1.0
+        return (self.previews - self.empty + 1) / (self.previews + 2)
 
     def expected_tokens(self, k: int) -> float:
         """E(k) = 1 + sum_j prod_{i<=j} a_i: tokens per cycle (the +1 is the bonus/correction)."""
@@ -113,7 +134,11 @@ class CostModel:
         t_v = self.t_ahead if k == 0 and self.t_ahead is not None else self.verify_time(k)
         if t_v is None or (k and self.t_draft is None):
             return None
-        return self.expected_tokens(k) / (k * (self.t_draft or 0.0) + t_v)
+        tokens, seconds = self.expected_tokens(k), k * (self.t_draft or 0.0) + t_v
+        h = self.proposing() if k else 1.0
+        if h < 1.0:   # the cycles whose drafter has nothing emit one token at a one-row pass's cost
+            tokens, seconds = h * tokens + (1 - h), h * seconds + (1 - h) * self.t_verify.get(0, t_v)
+        return tokens / seconds
 
 
 def _push_median(samples: list[float], x: float) -> float:
@@ -193,16 +218,18 @@ def parse(spec: str) -> Policy:
 class Schedule:
     """A policy plus, when the policy is guarded, the break-even guard. One per request."""
 
-    def __init__(self, policy: Policy, pipelined: bool = False, timing: dict | None = None):
+    def __init__(self, policy: Policy, pipelined: bool = False, timing: dict | None = None,
+                 shadowed: bool = False):
         self.policy = policy
         self.pipelined = pipelined   # champion-only cycles go ahead: baselines are two cycles
+        self.shadowed = shadowed     # previews are scored (`shadow`): no probes needed
         self._baseline_left = 0
         self.cost = CostModel(max(policy.k_max, K_MAX), timing)
         self.cycle = 0
         self.since_probe = 0
         self.off = False
         self.probe_every = PROBE_EVERY // 2
-        self.counts = {"guard_off": 0, "probes": 0, "baseline": 0}
+        self.counts = {"guard_off": 0, "probes": 0, "baseline": 0, "previews": 0}
         self.k_history: dict[int, int] = {}
 
     def next_k(self) -> int:
@@ -213,6 +240,18 @@ class Schedule:
             k = self._guard(k)
         return k
 
+    def shadow(self, k: int, n_accepted: int) -> None:
+        """A preview: what the drafter would have proposed (k drafts, 0: nothing) at a
+        champion-only cycle,
+        scored against the tokens the champion then chose (n_accepted leading ones agree). It
+        teaches the acceptance what a probe would, without the probe's cost; under sampling the
+        chance that the champion's token equals a one-hot draft is the chance that rejection
+        sampling keeps it, so the estimate is the same."""
+        self.cost.previews += 1
+        self.cost.empty += k == 0
+        self.cost.score(k, n_accepted)
+        self.counts["previews"] += 1
+
     def _guard(self, k: int) -> int:
         cost = self.cost
         if self._baseline_left:
@@ -221,10 +260,16 @@ class Schedule:
         if 0 not in cost.t_verify or (self.pipelined and cost.t_ahead is None):
             # Measure champion-only first: one plain step, which also emits a token.
             return self._baseline()
+        if self.shadowed and (cost.reached[0] < SHADOW_MIN
+                              or (cost.t_draft is None and not self._could_pay(k))):
+            # Free evidence first; then one probe for the draft's time, and only if drafts at
+            # the champion-only pass's own cost would pay.
+            self.counts["guard_off"] += 1
+            return 0
         if cost.t_draft is None:
             return min(k, PROBE_K)  # first draft: measure it cheaply
         self.since_probe += 1
-        if self.off:
+        if self.off and not self.shadowed:
             if self.since_probe < self.probe_every:
                 self.counts["guard_off"] += 1
                 return 0
@@ -233,7 +278,7 @@ class Schedule:
             self.counts["probes"] += 1
             self.off = False
             return min(k, PROBE_K)
-        if self.since_probe >= PROBE_EVERY:
+        if not self.off and self.since_probe >= PROBE_EVERY:
             # Re-measure champion-only, so that a drifting machine does not fool the guard.
             self.since_probe = 0
             return self._baseline()
@@ -241,11 +286,14 @@ class Schedule:
         # E(k)/cost(k) is not monotone in k: take the best k that beats champion-only.
         paying = [j for j in range(1, k + 1) if (cost.rate(j) or 0) > MARGIN * base]
         if paying:
+            if self.off:   # shadowed: the previews say it pays now
+                self.off, self.since_probe = False, 0
             self.probe_every = PROBE_EVERY
             return k if k in paying else max(paying, key=cost.rate)
-        # Nothing pays: off, and wait twice as long before the next probe (up to PROBE_MAX);
-        # at once PROBE_MAX when even a draft that is always right would lose, as on a software
-        # GPU adapter, whose pass over k + 1 rows costs about k + 1 one-row passes.
+        # Nothing pays: off (shadowed: until the previews say otherwise), else wait twice as long
+        # before the next probe (up to PROBE_MAX); at once PROBE_MAX when even a draft that is
+        # always right would lose, as on a software GPU adapter, whose pass over k + 1 rows
+        # costs about k + 1 one-row passes.
         self.off = True
         self.since_probe = 0
         hopeless = all((j + 1) / (j * (cost.t_draft or 0.0) + cost.verify_time(j))
@@ -253,6 +301,13 @@ class Schedule:
         self.probe_every = PROBE_MAX if hopeless else min(2 * self.probe_every, PROBE_MAX)
         self.counts["guard_off"] += 1
         return 0
+
+    def _could_pay(self, k: int) -> bool:
+        """Whether some j <= k would beat champion-only if drafting were free and a pass over
+        j + 1 rows cost what a one-row pass costs: the measured acceptance's upper bound."""
+        cost, h = self.cost, self.cost.proposing()
+        return any((h * cost.expected_tokens(j) + 1 - h) / cost.t_verify[0]
+                   > MARGIN * cost.rate(0) for j in range(1, k + 1))
 
     def _baseline(self) -> int:
         """A champion-only measurement: one cycle, or two where the second goes ahead."""

@@ -32,6 +32,36 @@ def test_ngram_prefers_longer_suffixes():
     assert d.propose(seq, 1, GREEDY).tokens == [9]
 
 
+def _latest_match_oracle(seq: list[int], k: int) -> list[int]:
+    """The lookup by brute force: for n = 4..1, the latest earlier window equal to the last n
+    tokens that has a token after it."""
+    for n in range(min(4, len(seq) - 1), 0, -1):
+        for start in range(len(seq) - n - 1, -1, -1):
+            if seq[start:start + n] == seq[-n:]:
+                return seq[start + n:start + n + k]
+    return []
+
+
+def test_ngram_index_equals_a_brute_force_lookup_as_the_context_grows():
+    """The incremental index against the brute-force search: lists grown in place over small
+    vocabularies (many repeats), a fresh list, a shorter one and one changed in place."""
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        d, seq = NgramDrafter(), []
+        vocab = int(rng.choice([2, 3, 5, 40]))
+        for _ in range(int(rng.integers(1, 60))):
+            seq.extend(int(t) for t in rng.integers(0, vocab, int(rng.integers(1, 4))))
+            k = int(rng.integers(1, 9))
+            assert d.preview(seq, k) == _latest_match_oracle(seq, k), (seq, k)
+        other = list(seq[: len(seq) // 2])
+        assert d.preview(other, 4) == _latest_match_oracle(other, 4)
+        seq[-1] = (seq[-1] + 1) % vocab
+        assert d.preview(seq, 4) == _latest_match_oracle(seq, 4)
+    assert d.calls == 0, "a preview is not a call"
+    d.propose(seq, 2, GREEDY)
+    assert d.calls == 1
+
+
 def test_draft_specs(tiny):
     assert make_drafter("none", tiny.champion) is None
     for bad in ("self:0", "self:2", "self:x", "bogus"):

@@ -127,3 +127,30 @@ def test_the_schedule_decides_one_cycle_late_and_stays_exact(tiny, reference, mo
     assert sum(r.stats["schedule"]["k_histogram"].values()) == r.stats["champion_passes"]
     pairs = sum(a == b == 0 for a, b in zip(calls, calls[1:]))
     assert r.stats["backend_timing"]["ahead"] == pairs > 0
+
+
+def test_a_cycle_whose_drafter_had_nothing_lets_the_next_go_ahead(tiny, reference, monkeypatch):
+    """A host drafter (n-gram) that comes up empty makes its cycle champion-only: the next cycle,
+    if decided k = 0, goes ahead as after any champion-only cycle. With a drafter that never
+    proposes, every k = 0 decision after the first cycle goes ahead, including those after a
+    cycle decided k > 0."""
+    from pyspec import schedule
+    from pyspec.drafters import Proposal
+    from pyspec.drafters.ngram import NgramDrafter
+
+    script, calls = [2, 0, 0, 3, 0, 1, 1, 0], []
+
+    def next_k(self):
+        calls.append(script[len(calls) % len(script)])
+        return calls[-1]
+
+    monkeypatch.setattr(schedule.Schedule, "next_k", next_k)
+    monkeypatch.setattr(NgramDrafter, "propose", lambda self, tokens, k, rule: Proposal())
+    engine = Engine(backend_for(tiny.on("gpu"), "ngram"), tiny.tokenizer)
+    r = engine.generate(tiny.prompt, Options(max_tokens=40, k="heuristic", stop_at_eos=False))
+    assert r.tokens == reference
+    # Every cycle emits one token: cycle c (0-based) asks for call c + 1, capped at the tokens
+    # left after the next one (40 - c - 2).
+    expected = sum(min(calls[c + 1], 38 - c) == 0 for c in range(39))
+    assert r.stats["backend_timing"]["ahead"] == expected > script.count(0)
+    assert r.stats["drafted"] == 0

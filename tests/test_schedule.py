@@ -139,3 +139,65 @@ def test_a_schedule_sharing_timing_starts_from_the_times_measured_before():
     assert second.cost.t_verify == {0: 0.004, 1: 0.0042} and second.cost.t_draft == 0.0003
     assert second.next_k() > 0 and second.counts["baseline"] == 0
     assert second.cost.reached == [0] * len(second.cost.reached)   # acceptance starts afresh
+
+
+def drive_shadowed(agree_from: int, cycles: int = 120, empty_every: int = 0) -> list[int]:
+    """A pipelined GPU-like machine (2.7 ms a cycle read alone, 1.95 ms ahead, 0.05 ms a row)
+    with a free drafter whose previews are all wrong before cycle `agree_from` and all right
+    after it (every `empty_every`-th one proposes nothing). Returns the k of every cycle."""
+    sched = schedule.Schedule(schedule.Heuristic(), pipelined=True, shadowed=True)
+    ks, last = [], None
+    for c in range(cycles):
+        k = sched.next_k()
+        right = c >= agree_from
+        ahead = k == 0 and last == 0
+        sched.observe(k, k if right else 0, 1e-5 * k, 0.00195 if ahead else 0.0027 + 5e-5 * k,
+                      ahead)
+        if k == 0:
+            empty = empty_every and c % empty_every == 0
+            sched.shadow(0 if empty else 4, 4 if right and not empty else 0)
+        ks.append(k)
+        last = k
+    return ks, sched
+
+
+def test_a_shadowed_guard_needs_no_probes_while_previews_fail():
+    """Previews scored against the champion's tokens stand in for probes: while they fail, a
+    free drafter never drafts (beyond the first draft's one cheap timing probe) and no cycle
+    leaves the pipeline for a probe."""
+    ks, sched = drive_shadowed(agree_from=10 ** 9)
+    assert sched.counts["probes"] == 0 and sched.counts["previews"] > 100
+    assert sum(k > 0 for k in ks) == 0, ks
+
+
+def test_a_shadowed_guard_turns_on_as_soon_as_previews_agree():
+    """The first draft (a timing probe) waits for previews that say drafting could pay; after
+    that, speculation follows the previews within a few cycles."""
+    ks, sched = drive_shadowed(agree_from=40)
+    assert sum(k > 0 for k in ks[:40]) == 0
+    first = next(c for c, k in enumerate(ks) if k > 0)
+    assert 40 <= first <= 50, ks
+    assert sum(k > 0 for k in ks[60:]) > 40, ks
+    assert sched.counts["probes"] == 0
+
+
+def test_empty_previews_count_against_speculation():
+    """A speculative cycle whose drafter has nothing is a champion-only cycle that could not go
+    ahead: the rate the guard predicts falls with the share of empty previews."""
+    def cost_with(empty: int, full: int) -> schedule.CostModel:
+        sched = schedule.Schedule(schedule.Heuristic(), pipelined=True, shadowed=True)
+        sched.observe(0, 0, 0.0, 0.0027)
+        sched.observe(0, 0, 0.0, 0.00195, True)
+        sched.observe(2, 2, 2e-5, 0.0028)
+        for _ in range(empty):
+            sched.shadow(0, 0)
+        for _ in range(full):
+            sched.shadow(4, 4)
+        return sched.cost
+
+    assert cost_with(0, 20).proposing() == pytest.approx(21 / 22)
+    assert cost_with(0, 20).rate(2) > cost_with(20, 20).rate(2) > cost_with(60, 20).rate(2)
+    h, cost = 21 / 62, cost_with(40, 20)
+    tokens, seconds = cost.expected_tokens(2), 2 * 1e-5 + 0.0028
+    assert cost.rate(2) == pytest.approx((h * tokens + 1 - h) / (h * seconds + (1 - h) * 0.0027))
+    assert schedule.CostModel().proposing() == 1.0, "a draft model always proposes"

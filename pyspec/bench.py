@@ -73,6 +73,11 @@ def compare(item: dict, stats: dict, tokens: list[int], base_stats: dict,
             "pass_s": stats["verify_s"] / stats["champion_passes"]}
 
 
+def median_run(runs: list):
+    """The run with the median tokens/s (the lower middle one of an even count)."""
+    return sorted(runs, key=lambda r: r.stats["tokens_per_s"])[(len(runs) - 1) // 2]
+
+
 def drafter_tables(rows: dict[str, list[dict]], strata: list[str]) -> dict:
     """drafter -> {"overall": summary, "strata": {stratum: summary}} (strata with no row skipped)."""
     return {d: {"overall": summarize(rs),
@@ -83,7 +88,9 @@ def drafter_tables(rows: dict[str, list[dict]], strata: list[str]) -> dict:
 
 def prompt_lines(rows: dict[str, list[dict]]) -> dict:
     return {d: [{k: r[k] for k in ("id", "stratum", "identical", "speedup")} |
-                {"tokens_per_pass": r["stats"]["tokens_per_pass"]} for r in rs]
+                {"tokens_per_pass": r["stats"]["tokens_per_pass"],
+                 "guard": {k: v for k, v in r["stats"]["schedule"].items() if k != "policy"}}
+                for r in rs]
             for d, rs in rows.items()}
 
 
@@ -159,15 +166,18 @@ def run_bench(args) -> int:
         max_tokens = it.get("max_tokens", 128)
         if args.max_tokens:
             max_tokens = min(max_tokens, args.max_tokens)
-        # Alternate who runs first, so that drift or a warm cache favours neither side.
+        # Alternate who runs first, so that drift or a warm cache favours neither side. With
+        # --repeat, each side's median run (by tokens/s) stands for it.
         names = ["none", "serial", *drafts] if serial is not None else ["none", *drafts]
-        order = names if n % 2 else names[::-1]
-        runs = {}
+        tries: dict[str, list] = {d: [] for d in names}
         try:
-            for d in order:
-                engine = serial if d == "serial" else engines[d]
-                runs[d] = engine.generate(ids, Options(
-                    max_tokens=max_tokens, k="fixed:0" if d in ("none", "serial") else args.k))
+            for rep in range(max(1, args.repeat)):
+                for d in names if (n + rep) % 2 else names[::-1]:
+                    engine = serial if d == "serial" else engines[d]
+                    tries[d].append(engine.generate(ids, Options(
+                        max_tokens=max_tokens,
+                        k="fixed:0" if d in ("none", "serial") else args.k)))
+            runs = {d: median_run(rs) for d, rs in tries.items()}
         except PromptTooLongError as e:
             skipped.append({"id": it["id"], "reason": str(e)})
             print(f"[{n}/{len(items)}] {it['id']}: skipped ({e})", file=sys.stderr)
@@ -183,6 +193,7 @@ def run_bench(args) -> int:
             line.append(f"serial {one.stats['tokens_per_s']:.2f} tok/s")
         for d in drafts:
             row = compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens)
+            row["identical"] = all(t.tokens == base.tokens for t in tries[d] + tries["none"])
             rows[d].append(row)
             line.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} tok/pass)")
         print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
@@ -203,6 +214,7 @@ def run_bench(args) -> int:
         "workload": os.path.basename(args.workload),
         **headline(rows, gpu, champion, prefill),
         "k_policy": args.k,
+        "repeat": max(1, args.repeat),
         "max_tokens_cap": args.max_tokens,
         "drafters": drafter_tables(rows, strata),
         **({"pipelining": pipelining_table(pipelining)} if pipelining else {}),

@@ -462,6 +462,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default all)")
     p.add_argument("--backend", choices=["cpu", "numpy", "wgpu"], default="cpu")
     p.add_argument("--ctx", type=int, default=None, help="context positions to reserve")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs of each prompt per side; a row compares each side's median run")
     p.add_argument("--out", default="bench-out")
     p.set_defaults(func=cmd_bench)
     return ap

@@ -17,8 +17,11 @@ def test_bench_writes_json_and_plot(tiny, tmp_path):
     workload.write_text("\n".join(json.dumps(x) for x in lines))
     out = tmp_path / "out"
     assert cli.main(["bench", "--workload", str(workload), "--champion", tiny.champion_path,
-                     "--drafts", "ngram,self:1", "--out", str(out)]) == 0
+                     "--drafts", "ngram,self:1", "--repeat", "3", "--out", str(out)]) == 0
     result = json.loads((out / "bench-cpu.json").read_text())
+    assert result["repeat"] == 3
+    for row in result["prompts"]["ngram"]:   # the guard's decisions, per prompt
+        assert sum(row["guard"]["k_histogram"].values()) > 0 and "previews" in row["guard"]
     assert (out / "bench-cpu.png").stat().st_size > 1000
     assert result["champion_tok_s"] > 0 and result["ttft_s"] > 0
     assert result["champion_tok_s_long"] is None       # no `long` stratum in this workload

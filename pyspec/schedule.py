@@ -72,6 +72,7 @@ class CostModel:
         self.reached = [0] * k_max               # how often draft position i was verified
         self.accepted = [0] * k_max              # ... and accepted
         self.previews = self.empty = 0           # previews scored, and those that drafted nothing
+        self._verify_time: dict[int, float | None] = {}   # verify_time's answers until t_verify moves
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
                 ahead: bool = False) -> None:
@@ -79,6 +80,7 @@ class CostModel:
             self.t_ahead = _push_median(self._ahead_samples, t_verify)
             return
         self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)
+        self._verify_time.clear()
         if k:
             self.t_draft = _push_median(self._draft_samples, t_draft / k)
         self.score(k, n_accepted)
@@ -115,6 +117,11 @@ class CostModel:
         """Measured t_verify(k); else linear between the measured k around it, or along the line
         through the two largest measured k below it (a pass costs a fixed part plus a part per
         row); else the nearest measured smaller k."""
+        if k not in self._verify_time:
+            self._verify_time[k] = self._interpolate(k)
+        return self._verify_time[k]
+
+    def _interpolate(self, k: int) -> float | None:
         if k in self.t_verify:
             return self.t_verify[k]
         below = sorted(j for j in self.t_verify if j < k)
@@ -131,10 +138,22 @@ class CostModel:
     def rate(self, k: int) -> float | None:
         """Predicted tokens per second at length k, or None while unmeasured (champion-only:
         pipelined where measured so)."""
+        return self._rate(k, self.expected_tokens(k))
+
+    def rates(self, k: int) -> list[float | None]:
+        """[rate(0), ..., rate(k)] in one pass over the acceptance (the guard asks every cycle)."""
+        out, e, run = [self._rate(0, 1.0)], 1.0, 1.0
+        for i in range(k):
+            run *= self.acceptance(i)
+            e += run
+            out.append(self._rate(i + 1, e))
+        return out
+
+    def _rate(self, k: int, tokens: float) -> float | None:
         t_v = self.t_ahead if k == 0 and self.t_ahead is not None else self.verify_time(k)
         if t_v is None or (k and self.t_draft is None):
             return None
-        tokens, seconds = self.expected_tokens(k), k * (self.t_draft or 0.0) + t_v
+        seconds = k * (self.t_draft or 0.0) + t_v
         h = self.proposing() if k else 1.0
         if h < 1.0:   # the cycles whose drafter has nothing emit one token at a one-row pass's cost
             tokens, seconds = h * tokens + (1 - h), h * seconds + (1 - h) * self.t_verify.get(0, t_v)
@@ -282,23 +301,25 @@ class Schedule:
             # Re-measure champion-only, so that a drifting machine does not fool the guard.
             self.since_probe = 0
             return self._baseline()
-        base = cost.rate(0)
+        rates = cost.rates(k)
+        base = rates[0]
         # E(k)/cost(k) is not monotone in k: take the best k that beats champion-only.
-        paying = [j for j in range(1, k + 1) if (cost.rate(j) or 0) > MARGIN * base]
+        paying = [j for j in range(1, k + 1) if (rates[j] or 0) > MARGIN * base]
         if paying:
             if self.off:   # shadowed: the previews say it pays now
                 self.off, self.since_probe = False, 0
             self.probe_every = PROBE_EVERY
-            return k if k in paying else max(paying, key=cost.rate)
+            return k if k in paying else max(paying, key=rates.__getitem__)
         # Nothing pays: off (shadowed: until the previews say otherwise), else wait twice as long
         # before the next probe (up to PROBE_MAX); at once PROBE_MAX when even a draft that is
         # always right would lose, as on a software GPU adapter, whose pass over k + 1 rows
         # costs about k + 1 one-row passes.
-        self.off = True
-        self.since_probe = 0
-        hopeless = all((j + 1) / (j * (cost.t_draft or 0.0) + cost.verify_time(j))
-                       <= MARGIN * base for j in range(1, k + 1))
-        self.probe_every = PROBE_MAX if hopeless else min(2 * self.probe_every, PROBE_MAX)
+        if not self.off:
+            self.off = True
+            self.since_probe = 0
+            hopeless = all((j + 1) / (j * (cost.t_draft or 0.0) + cost.verify_time(j))
+                           <= MARGIN * base for j in range(1, k + 1))
+            self.probe_every = PROBE_MAX if hopeless else min(2 * self.probe_every, PROBE_MAX)
         self.counts["guard_off"] += 1
         return 0
 

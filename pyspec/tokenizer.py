@@ -65,6 +65,7 @@ class Tokenizer:
         self.model, self.pre = model, pre
         self._bos_id, self._eos_id, self.unk_id, self.pad_id = bos_id, eos_id, unk_id, pad_id
         self.add_bos = add_bos
+        self._fingerprint: str | None = None
         self.chat_template = chat_template
         self._token_to_id = {text: i for i, text in enumerate(tokens)}  # last duplicate wins, as in llama.cpp
         self._ranks: dict[tuple[str, str], int] = {}
@@ -145,7 +146,13 @@ class Tokenizer:
         return ids
 
     def fingerprint(self) -> str:
-        """sha256 over everything that decides ids: model, pre, tokens, types, merges, special ids."""
+        """sha256 over everything that decides ids: model, pre, tokens, types, merges, special ids.
+        Computed once (every receipt carries it; it costs about 16 ms natively, more in wasm)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._hash_ids()
+        return self._fingerprint
+
+    def _hash_ids(self) -> str:
         canonical = json.dumps(
             {"model": self.model, "pre": self.pre, "tokens": self.tokens,
              "token_types": self.token_types, "merges": self.merges,

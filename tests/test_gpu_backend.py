@@ -11,6 +11,9 @@ cache and plans too), and a self:L draft left its plans in the champion's plan c
 
 from __future__ import annotations
 
+import asyncio
+
+import numpy as np
 import pytest
 
 from pyspec.engine import Engine, Options
@@ -29,7 +32,7 @@ def test_engines_rebuilt_around_a_lent_model_free_their_buffers(tiny, draft):
     dev = model.dev
     spec = tiny.close_path if draft == "model" else draft
     # Device penalties: the plans a backend builds only when a request first needs them too.
-    opts = Options(max_tokens=6, repetition_penalty=1.1)
+    opts = Options(max_tokens=6, repetition_penalty=1.1, k="fixed:2")   # drafts, whatever the guard
 
     def rebuild(close: bool = True):
         engine = Engine(backend_for(model, spec, load_draft=Model.load), tiny.tokenizer)
@@ -55,3 +58,26 @@ def test_engines_rebuilt_around_a_lent_model_free_their_buffers(tiny, draft):
     assert dev.live_buffers > before[0] and dev.allocated > before[1]
     engine.close()
     assert (dev.live_buffers, dev.allocated) == before
+
+
+def test_prepared_plans_record_what_the_plain_loop_records(tiny, monkeypatch):
+    """Natively, a plan is recorded through its Prepared raw handles (native.py); the same
+    requests recorded dispatch by dispatch give the same tokens and the same cache rows."""
+    from pyspec.gpu.native import NativeDevice
+    model = tiny.on("gpu")
+    if not isinstance(model.dev, NativeDevice):
+        pytest.skip("Prepared plans are the native device's")
+
+    def run():
+        engine = Engine(backend_for(model, "self:1"), tiny.tokenizer)
+        r = engine.generate(tiny.prompt, Options(max_tokens=12, k="fixed:2", stop_at_eos=False))
+        rows = asyncio.run(model.read_kv(engine.kv.committed))
+        engine.close()
+        return r.tokens, rows
+
+    tokens, (k_rows, v_rows) = run()
+    assert model.dev._prepared_plans, "the plans went through Prepared"
+    monkeypatch.setattr(NativeDevice, "_prepared", lambda self, plan: plan)
+    plain_tokens, (k_plain, v_plain) = run()
+    assert tokens == plain_tokens
+    assert np.array_equal(k_rows, k_plain) and np.array_equal(v_rows, v_plain)

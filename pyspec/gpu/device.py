@@ -90,6 +90,15 @@ class Dispatch:
     workgroups: tuple[int, int, int]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A plan of dispatches (a list built once and replayed every cycle) with what an adapter
+    needs to record it in one tight loop (native.py: its raw handles), made once per plan.
+    Its first dispatch sets its pipeline whatever came before."""
+    plan: list
+    raw: tuple
+
+
 def flatten(commands: list):
     """The commands of a list that may hold plans (lists of commands), in order."""
     for c in commands:
@@ -222,6 +231,10 @@ class Device:
     def _end_pass(self, compute_pass) -> None:
         raise NotImplementedError
 
+    def _replay(self, compute_pass, prepared: "Prepared") -> None:
+        """Record a Prepared plan's dispatches (an adapter that makes them: native.py)."""
+        raise NotImplementedError
+
     def _copy(self, encoder, c: "Copy") -> None:
         raise NotImplementedError
 
@@ -271,6 +284,11 @@ class Device:
                     self._end_pass(compute)
                     compute = None
                 self._copy(encoder, c)
+            elif isinstance(c, Prepared):
+                if compute is None:
+                    compute = self._begin_pass(encoder)
+                self._replay(compute, c)
+                last_pipeline = c.plan[-1].pipeline
             else:
                 raise TypeError(f"cannot encode {c!r}")
         if compute is not None:

@@ -4,7 +4,11 @@ Every drafter has the same calls:
   reset(tokens)                      a new request whose prompt is `tokens` (champion prefilled)
   propose(tokens, k, rule) -> Proposal    up to k tokens continuing the committed `tokens`
   confirm(n_accepted)                the last proposal's verdict: keep the cache rows it proves
-and `name`, `kind`, `calls`, `weight_bytes`, `kv_bytes`. `rule` is the request's cycle.Rule:
+and `name`, `kind`, `calls`, `weight_bytes`, `kv_bytes`. A drafter that is free to ask (no
+device work, no state: n-gram) may also offer
+  preview(tokens, k) -> list[int]    what propose would draft, not counted as a call
+which the engine scores at champion-only cycles instead of the guard's probes (schedule.py).
+`rule` is the request's cycle.Rule:
 `rule.choose(logits, position, context)` turns draft logits into a token (argmax, Gumbel-coupled,
 or a sample from q_draft; through the request's processors when given the context) and `rule.stops(confidence)` ends drafting early.
 

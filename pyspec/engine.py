@@ -219,8 +219,11 @@ class _Stats:
 
 def _host_drafter(backend):
     """The drafter a schema request wraps. Its masks are host data, so drafts come from the
-    host: a CPU drafter as it is; a GPU draft (gpu/backend.GPUDraft, which never sends its
-    tokens to the host inside a cycle) gives way to n-gram lookup for the request."""
+    host: a CPU drafter as it is; on a GPU backend, what its schema_drafter says (a GPU draft
+    never sends its tokens to the host inside a cycle: n-gram lookup, or the draft read back in
+    a submission of its own)."""
+    if hasattr(backend, "schema_drafter"):
+        return backend.schema_drafter()
     d = backend.drafter
     return d if d is None or hasattr(d, "propose") else NgramDrafter()
 

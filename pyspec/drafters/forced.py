@@ -78,6 +78,15 @@ class ForcedDrafter:
         self._asked = True
         for t, q in zip(inner.tokens, inner.q_draft):
             if state is c.done or not c.masker.mask(state).allows(t):
+                if q is not None:
+                    # A draft sampled from q (a GPU draft read back never sees the mask) stays,
+                    # as the block's last: dropping it for its own value would leave verification
+                    # a draft that no longer follows q. The mask gives it p = 0, so it is
+                    # rejected and the residual is sampled, exactly.
+                    out.tokens.append(t)
+                    out.q_draft.append(q)
+                    self._inner_kept += 1
+                    return out
                 break
             out.tokens.append(t)
             out.q_draft.append(q)

@@ -62,6 +62,7 @@ import numpy as np
 from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
 from ..drafters import BridgedDrafter, DraftSpecError, Proposal, make_drafter, parse_draft
+from ..drafters.ngram import NgramDrafter
 from ..gguf import GGUFFile
 from ..kv import rows_kept
 from ..jsonmask import JsonMask
@@ -117,6 +118,34 @@ class GPUDraft:
         self.fed_before = self.drafts_fed = 0
 
 
+class ReadBackDraft:
+    """A GPU draft that proposes to the host (the drafter protocol), for a request whose masks
+    need the drafts on the host (a JSON schema): its k steps run in a submission of their own,
+    their tokens (confidences; q_draft rows under rejection) are read back, and the cycle's
+    verify pass is a second submission. The alternative is n-gram drafts (GPUBackend.
+    schema_drafter chooses; bench/results/README.md has the measurement)."""
+
+    def __init__(self, backend: "GPUBackend", draft: GPUDraft):
+        self.backend, self.draft = backend, draft
+        self.name, self.kind = draft.name, draft.kind
+        self.weight_bytes, self.kv_bytes = draft.weight_bytes, draft.kv_bytes
+        for attr in ("model", "layers"):   # what the receipt reads
+            setattr(self, attr, getattr(draft, attr))
+
+    @property
+    def calls(self) -> int:
+        return self.draft.calls
+
+    def reset(self, tokens: list[int]) -> None:
+        self.draft.reset(tokens)
+
+    def propose(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
+        return self.backend._read_back_proposal(self.draft, tokens, k, rule)
+
+    def confirm(self, n_accepted: int) -> None:
+        self.draft.confirm(n_accepted)
+
+
 class _OnDevice:
     """Drafts sampled on the GPU: their tokens are rows 1..k of the champion's token list."""
 
@@ -165,6 +194,8 @@ class GPUBackend(Executor):
     k_max = K_GPU_MAX
     device_penalties = True   # False: penalties take the host accept too (the benchmark's A/B)
     pipelined = True          # False: every cycle is read before the next is submitted (A/B)
+    read_back_drafts = False  # under a schema, a GPU draft read back (two submissions) instead
+                              # of n-gram drafts: off by measurement (bench/results/README.md)
     device_mask = True        # False: a JSON-schema mask takes the host accept (the A/B)
     # top_k / top_p / min_p on the device: True, False (the host accept), or None: on a GPU, not
     # on a software adapter, where the device's row searches measured slower than reading the
@@ -571,6 +602,48 @@ class GPUBackend(Executor):
                 dev, self.choice, self.p_target, self.q_draft, (champ.tokens, 1), self.draft_conf,
                 self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1)]
         return self._tail[key]
+
+    def schema_drafter(self):
+        """The drafter a schema request wraps (its masks are host data, so drafts must reach the
+        host before the verify pass): a host drafter as it is; a GPU draft read back in a
+        submission of its own where `read_back_drafts` is on and the device can wait for a
+        readback synchronously (natively; not in the page), else n-gram lookup."""
+        d = self.drafter
+        if d is None or not isinstance(d, GPUDraft):
+            return d
+        if self.read_back_drafts and self.dev.reads_now:
+            return ReadBackDraft(self, d)
+        return NgramDrafter()
+
+    @_owning
+    def _read_back_proposal(self, draft: GPUDraft, tokens: list[int], k: int,
+                            rule: Rule) -> Proposal:
+        """ReadBackDraft.propose: the draft's k steps, as in a cycle, in a submission that ends
+        with copies of the drafted tokens, their confidences and (rejection) their q rows; then
+        the one synchronous wait. The confidence stop is applied here, as the accept kernel
+        would."""
+        saved, self._commands = self._commands, []
+        try:
+            k = self._encode_draft(draft, tokens, min(k, self.k_max), rule)
+            if k == 0:
+                return Proposal()
+            reads = [self.dev.stage(self.champion.tokens, 4 * (k + 1)),
+                     self.dev.stage(self.draft_conf, 4 * k)]
+            if rule.mode == "rejection":
+                reads.append(self.dev.stage(self.q_draft, 4 * k * self.vocab))
+            self._commands += [r.copy for r in reads]
+            self.champion.steps.upload()
+            self.dev.submit(self._commands)
+            raw = [self.dev.redeem_now(r) for r in reads]
+        finally:
+            self._commands = saved
+        drafted = np.frombuffer(raw[0], np.uint32, k + 1)[1:].tolist()
+        conf = np.frombuffer(raw[1], np.float32, k)
+        n = next((i for i in range(k) if rule.stops(float(conf[i]))), k)
+        if rule.mode != "rejection":
+            return Proposal(drafted[:n], [None] * n)
+        q = np.frombuffer(raw[2], np.float32, k * self.vocab).reshape(k, self.vocab)
+        return Proposal(drafted[:n], [row.astype(np.float64) for row in q[:n]])
 
     def _encode_draft(self, draft: GPUDraft, tokens: list[int], k: int, rule: Rule) -> int:
         """Record the k draft steps; returns k (0 when the draft cannot run)."""

@@ -313,6 +313,12 @@ class Device:
         """Say, right after the submission holding `readback.copy`, that it will be redeemed:
         an adapter that must ask for the map early does so here (native.py); elsewhere a no-op."""
 
+    reads_now = False   # whether redeem_now can wait for a readback without an event loop
+
+    def redeem_now(self, readback: Readback) -> bytes:
+        """`redeem`, blocking: for an adapter that can wait synchronously (native.py)."""
+        raise GPUError("this adapter reads back only asynchronously")
+
     async def redeem(self, readback: Readback) -> bytes:
         """The bytes of a staged readback once its submission has run (the one await)."""
         try:

@@ -634,6 +634,8 @@ class GPUBackend(Executor):
             self._commands += [r.copy for r in reads]
             self.champion.steps.upload()
             self.dev.submit(self._commands)
+            for r in reads:   # all three maps asked for at once: one wait for the GPU
+                self.dev.expect(r)
             raw = [self.dev.redeem_now(r) for r in reads]
         finally:
             self._commands = saved

@@ -5,7 +5,8 @@ then accepts a draft with probability p_target(draft), which is exact). Strong o
 its context (summaries, rewrites, JSON extraction, repetition), useless on fresh prose.
 
 The lookup keeps an index of every n-gram's two latest starts, extended by the tokens appended
-since the last call, so a proposal costs a few dictionary reads however long the context is. That
+since the last call (the list a call passes may be a new one, such as the schema drafter's
+context plus forced tokens), so a proposal costs a few dictionary reads and one list comparison. That
 makes it free to ask: `preview` proposes without counting a call, and the engine scores previews
 against the champion's own tokens while speculation is off (schedule.Schedule.shadow).
 """
@@ -26,12 +27,11 @@ class NgramDrafter:
 
     def __init__(self):
         self.calls = 0
-        self._seq: list[int] | None = None   # the token list the index covers a prefix of
-        self._seen = 0
-        self._index: list[dict[tuple, tuple]] = []
+        self._indexed: list[int] = []        # the tokens the index covers, in order
+        self._index: list[dict[tuple, tuple]] = [{} for _ in range(MAX_N + 1)]
 
     def reset(self, tokens: list[int]) -> None:
-        self._seq = None
+        pass
 
     def propose(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
         self.calls += 1
@@ -55,18 +55,16 @@ class NgramDrafter:
         pass
 
     def _extend(self, tokens: list[int]) -> None:
-        """Index the windows ending at the tokens appended since the last call. The engine grows
-        one list in place during a request; another list, or a shorter or changed one, is
-        indexed afresh."""
-        seen = self._seen
-        if (tokens is not self._seq or len(tokens) < seen
-                or (seen and tokens[seen - 1] != self._last)):
-            self._seq, self._index, seen = tokens, [{} for _ in range(MAX_N + 1)], 0
+        """Index the windows ending at the tokens past those already indexed. A list that does
+        not start with them (another request, an edited conversation) is indexed afresh; the
+        check is one list comparison."""
+        seen = len(self._indexed)
+        if len(tokens) < seen or tokens[:seen] != self._indexed:
+            self._indexed, self._index, seen = [], [{} for _ in range(MAX_N + 1)], 0
         for j in range(seen, len(tokens)):
             for n in range(1, min(MAX_N, j + 1) + 1):
                 key = tuple(tokens[j - n + 1:j + 1])
                 index = self._index[n]
                 before = index.get(key)
                 index[key] = (j - n + 1, before[0] if before else None)
-        self._seen = len(tokens)
-        self._last = tokens[-1] if tokens else None
+        self._indexed += tokens[seen:]

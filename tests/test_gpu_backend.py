@@ -65,8 +65,7 @@ def test_prepared_plans_record_what_the_plain_loop_records(tiny, monkeypatch):
     requests recorded dispatch by dispatch give the same tokens and the same cache rows."""
     from pyspec.gpu.native import NativeDevice
     model = tiny.on("gpu")
-    if not isinstance(model.dev, NativeDevice):
-        pytest.skip("Prepared plans are the native device's")
+    assert isinstance(model.dev, NativeDevice)   # the tests' GPU is wgpu-py's
 
     def run():
         engine = Engine(backend_for(model, "self:1"), tiny.tokenizer)

@@ -201,3 +201,5 @@ def test_empty_previews_count_against_speculation():
     tokens, seconds = cost.expected_tokens(2), 2 * 1e-5 + 0.0028
     assert cost.rate(2) == pytest.approx((h * tokens + 1 - h) / (h * seconds + (1 - h) * 0.0027))
     assert schedule.CostModel().proposing() == 1.0, "a draft model always proposes"
+    # The guard's one-pass rates are rate() for every k.
+    assert cost.rates(6) == pytest.approx([cost.rate(j) for j in range(7)])

@@ -1,5 +1,6 @@
 """Weights in OPFS, keyed by sha256: downloaded once, checked on every load, fetched again when
-the stored file is corrupt."""
+the stored file is corrupt. The Pyodide snapshot beside them: made after the first load's ready,
+started from on the next load, made again when damaged, and neither when switched off."""
 
 from __future__ import annotations
 
@@ -11,9 +12,18 @@ from .pageutil import ready, run
 
 pytestmark = pytest.mark.browser
 
-CORRUPT = """async (name) => {
+# The snapshot's state once its worker is done (web/worker.js makeSnapshot), waited for.
+SNAPSHOT_DONE = """async () => {
+  for (;;) {
+    const s = await pyspecApp.decoder().startup();
+    if (s.snapshot !== "making") return s;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}"""
+
+CORRUPT = """async ([folder, name]) => {
   const root = await navigator.storage.getDirectory();
-  const dir = await root.getDirectoryHandle("pyspec-weights");
+  const dir = await root.getDirectoryHandle(folder);
   const file = await dir.getFileHandle(name);
   const w = await file.createWritable({ keepExistingData: true });
   await w.write({ type: "write", position: 4096, data: new Uint8Array(64).fill(7) });
@@ -30,17 +40,31 @@ def test_second_load_is_cached_and_corruption_is_refetched(context, site_root):
     first = ready(page)
     assert first["weights"]["downloaded"] == tiny["size"] and not first["weights"]["cached"]
     assert len(weight_requests()) == 1
+    assert first["startup"]["snapshot"] == "making", first["startup"]
+    assert page.evaluate(SNAPSHOT_DONE)["snapshot"] == "saved"
 
     page.reload()
     second = ready(page)
     assert second["weights"] == {"downloaded": 0, "cached": True, "corrupt": 0}
     assert len(weight_requests()) == 1, "the second load asked the server for the weights"
+    assert second["startup"]["snapshot"] == "restored", second["startup"]
     tokens = run(page, "the cat", {"max_tokens": 6})["tokens"]
 
-    page.evaluate(CORRUPT, f"{tiny['sha256']}.gguf")
+    page.evaluate(CORRUPT, ["pyspec-weights", f"{tiny['sha256']}.gguf"])
+    page.evaluate(CORRUPT, ["pyspec-runtime", "pyodide-0.27.7.snapshot"])
     page.reload()
     third = ready(page)
     assert third["weights"]["corrupt"] == 1
     assert third["weights"]["downloaded"] == tiny["size"]
     assert len(weight_requests()) == 2
+    assert third["startup"]["snapshot"] == "making"
+    assert "damaged" in third["startup"]["snapshot_error"]
+    assert run(page, "the cat", {"max_tokens": 6})["tokens"] == tokens
+    assert page.evaluate(SNAPSHOT_DONE)["snapshot"] == "saved"
+
+    page.goto(context.base + "index.html?model=tiny&snapshot=0")
+    fourth = ready(page)
+    assert fourth["startup"]["snapshot"] == "off"
+    assert set(fourth["startup"]["phases_ms"]) == {"pyodide", "packages", "import", "weights",
+                                                   "model"}
     assert run(page, "the cat", {"max_tokens": 6})["tokens"] == tokens

@@ -11,6 +11,7 @@ matching llama.cpp's quantizer bit for bit. Kernels for the GPU live in `shaders
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,9 +65,25 @@ def _float_nibbles(qs: np.ndarray) -> np.ndarray:
     return out
 
 
+# Faster dequantizers a host lends (by type id): kernel(raw uint8, out float32) fills `out`, bit for
+# bit as dequantize below would. The page lends web/dequant.js's (pyspec/web.py); natively none.
+_KERNELS: dict[int, Callable[[np.ndarray, np.ndarray], None]] = {}
+
+
+def use_kernels(kernels: dict[str, Callable[[np.ndarray, np.ndarray], None]]) -> None:
+    """Dequantize the named block formats ("Q4_1", ...) with these kernels from now on."""
+    _KERNELS.update({BY_NAME[name].type_id: k for name, k in kernels.items()})
+
+
 def dequantize(raw: np.ndarray, type_id: int, shape: tuple[int, ...]) -> np.ndarray:
     """Raw tensor bytes -> float32 array of `shape` (numpy order, last axis = GGUF ne[0])."""
     fmt = FORMATS[type_id]
+    kernel = _KERNELS.get(type_id)
+    if kernel is not None:
+        blocks = _blocks(raw, fmt)
+        out = np.empty(blocks.shape[0] * fmt.block_elems, np.float32)
+        kernel(blocks.reshape(-1), out)
+        return out.reshape(shape)
     if fmt is F32:
         out = np.ascontiguousarray(raw).view(np.float32)
     elif fmt is F16:

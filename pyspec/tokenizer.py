@@ -67,14 +67,18 @@ class Tokenizer:
         self.add_bos = add_bos
         self._fingerprint: str | None = None
         self.chat_template = chat_template
-        self._token_to_id = {text: i for i, text in enumerate(tokens)}  # last duplicate wins, as in llama.cpp
-        self._ranks: dict[tuple[str, str], int] = {}
-        for rank, merge in enumerate(merges):
-            pair = split_merge(merge)
-            if pair is None:
-                raise TokenizerError(f"merge {rank} ({merge!r}) has no space between its two parts; "
-                                     "the GGUF's tokenizer.ggml.merges is corrupt, re-export the model")
-            self._ranks.setdefault(pair, rank)
+        self._token_to_id = dict(zip(tokens, range(len(tokens))))  # last duplicate wins, as in llama.cpp
+        # Built with comprehensions, not a loop of calls: the page builds this on every start.
+        cuts = [merge.find(" ", 1) for merge in merges]   # split_merge's cut, inlined
+        if -1 in cuts:
+            rank = cuts.index(-1)
+            raise TokenizerError(f"merge {rank} ({merges[rank]!r}) has no space between its two "
+                                 "parts; the GGUF's tokenizer.ggml.merges is corrupt, re-export "
+                                 "the model")
+        pairs = [(merge[:cut], merge[cut + 1:]) for merge, cut in zip(merges, cuts)]
+        # The first rank of a repeated pair wins: later ranks are written first.
+        self._ranks: dict[tuple[str, str], int] = {
+            pair: rank for rank, pair in zip(range(len(pairs) - 1, -1, -1), reversed(pairs))}
         self._specials = special_tokens(tokens, token_types)  # (id, text, type), longest first
         self._word_cache: dict[str, tuple[int, ...]] = {}
         self._chatml_system = parse_chatml(chat_template)
@@ -100,8 +104,8 @@ class Tokenizer:
         token_types = get("token_type", [TOKEN_NORMAL] * len(tokens))
         for name, values, kind in (("tokens", tokens, str), ("merges", merges, str),
                                    ("token_type", token_types, int)):
-            if not isinstance(values, list) or not all(
-                    isinstance(v, kind) and not isinstance(v, bool) for v in values):
+            # Exact types (a bool is no int here), checked at C speed: 147,000 values.
+            if not isinstance(values, list) or not set(map(type, values)) <= {kind}:
                 raise TokenizerError(f"tokenizer.ggml.{name} must be a list of {kind.__name__}; "
                                      "the GGUF metadata is corrupt, re-export the model")
         if len(token_types) != len(tokens):
@@ -117,8 +121,8 @@ class Tokenizer:
                                      f"vocabulary of {len(tokens)} tokens; the GGUF metadata is corrupt")
             return int(value)
 
-        return cls(tokens=[str(t) for t in tokens], token_types=token_types,
-                   merges=[str(m) for m in merges], model=model, pre=pre,
+        return cls(tokens=list(tokens), token_types=token_types,
+                   merges=list(merges), model=model, pre=pre,
                    bos_id=special("bos"), eos_id=special("eos"), unk_id=special("unknown"),
                    pad_id=special("padding"), add_bos=bool(get("add_bos_token", False)),
                    chat_template=md.get("tokenizer.chat_template"))

@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import time
 import traceback
 
-from . import __version__, conversation
+from . import __version__, conversation, quant
 from .compat import check_pair
 from .cpu import CPUBackend
 from .drafters import BridgedModel, model_drafter, parse_draft
@@ -349,10 +350,21 @@ class _SoftwareAdapter(Exception):
 
 
 # --- the session ------------------------------------------------------------------------------
+def _lend_dequant_kernels() -> None:
+    """In the page, dequantize with web/dequant.js (worker.js registers it as `pyspec_dequant`):
+    bit-identical to quant.py's numpy, and ten times faster in wasm, the bulk of model load."""
+    try:
+        import pyspec_dequant
+    except ImportError:   # natively, and in tests: numpy's own
+        return
+    quant.use_kernels({"Q4_1": pyspec_dequant.q4_1, "Q8_0": pyspec_dequant.q8_0})
+
+
 class Session:
     """Models loaded from buffers, an engine per drafter choice, the last request's result."""
 
     def __init__(self, open_device=_browser_device):
+        _lend_dequant_kernels()
         self.open_device = open_device        # make_engine's WebGPU device (navigator.gpu's)
         self.file: GGUFFile | None = None     # the champion's GGUF (its buffer stays in wasm)
         self.config = None
@@ -368,7 +380,8 @@ class Session:
         self.running: int | None = None
         self.drills = False                # fault drills (lose_device, config.drill) allowed
         self.load_faults: list[dict] = []  # faults met loading the weights (receipt faults)
-        self.warming = None                # the warm-up task load() started (init option warm)
+        self.warming = None                # the warm-up task warm() started (init option warm)
+        self.warm_next = None              # (engine, prefix) load() left for warm() to start
 
     # --- loading --------------------------------------------------------------------------
     # What load() replaces; a failed load puts them back.
@@ -378,8 +391,9 @@ class Session:
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
         none | self:L | model, "max_ctx": int, "backend": auto | webgpu | cpu (make_engine),
-        "champion_name", "draft_name", "warm": prefill the chat template's system turn after
-        load returns, while the visitor types (the page sets it; generate waits for it)}. Returns
+        "champion_name", "draft_name", "warm": prefill the chat template's system turn when
+        warm() is called after load, while the visitor types (the page sets it; generate waits
+        for it)}. Returns
         {"adapter", "vocab", "context", "n_layers", "draft"} or an error."""
         if self.warming is not None:      # the last load's warm-up uses the engine replaced here
             warming, self.warming = self.warming, None
@@ -392,11 +406,14 @@ class Session:
                                    f"positions, got {opts['max_ctx']}")
             # The same champion bytes again (a reload): keep the file, so the engine's GPU
             # model is lent to the new one rather than uploaded (and compiled) again.
+            t0 = time.perf_counter()
             same = self.file is not None and self.file.buf == champion_buf
             file = self.file if same else GGUFFile(champion_buf,
                                                    opts.get("champion_name") or "champion")
             config = Config.from_metadata(file.metadata)
+            t1 = time.perf_counter()
             tokenizer = Tokenizer.from_metadata(file.metadata)
+            t2 = time.perf_counter()
             draft_model = None
             if draft_buf is not None:
                 draft_file = GGUFFile(draft_buf, opts.get("draft_name") or "draft")
@@ -416,14 +433,13 @@ class Session:
                                                                 before["max_ctx"])):
                 self.engine = None
             self.engine_draft = None     # a new engine (and cache); the champion may be lent
+            t3 = time.perf_counter()
             engine = await self._engine(self.default_draft)
+            t4 = time.perf_counter()
             old = getattr(getattr(before["engine"], "champion", None), "dev", None)
             if old is not None and old is not getattr(engine.champion, "dev", None):
                 old.destroy()            # the replaced engine's device, with its buffers
-            if opts.get("warm"):
-                # After `ready`: the chat template's system turn goes into the cache while the
-                # visitor types; the first request then prefills only its own message.
-                self.warming = asyncio.ensure_future(engine.warm(chat_prefix(tokenizer)))
+            self.warm_next = (engine, chat_prefix(tokenizer)) if opts.get("warm") else None
             return json.dumps({"adapter": engine.adapter, "pyspec_version": __version__,
                                "fallback": engine.fallback_reason,
                                "vocab": config.vocab_size, "context": self.max_ctx,
@@ -431,12 +447,27 @@ class Session:
                                "draft": self.default_draft,
                                "weight_bytes": engine.champion.weight_bytes,
                                # the CPU engine's row kernel (fastcpu.choose_kernel), else null
-                               "cpu_kernel": getattr(engine.champion, "kernel", None)})
+                               "cpu_kernel": getattr(engine.champion, "kernel", None),
+                               # where the load's time went (ms): the GGUF's header, the
+                               # tokenizer, the draft model, the engine (weights dequantized
+                               # or uploaded, kernels compiled)
+                               "load_ms": {name: round(1000 * dt) for name, dt in (
+                                   ("parse", t1 - t0), ("tokenizer", t2 - t1),
+                                   ("draft", t3 - t2), ("engine", t4 - t3))}})
         except Exception as e:  # noqa: BLE001 - every error becomes a typed message
             # A failed init leaves the session as it was: a model loaded before still serves.
             for name, value in before.items():
                 setattr(self, name, value)
             return _error(e)
+
+    def warm(self) -> None:
+        """Start the warm-up load's "warm" option asked for: the chat template's system turn goes
+        into the cache while the visitor types, and the first request prefills only its own
+        message. worker.js calls this once `ready` is posted: a task started inside load() ran
+        before the worker got back control (1.3 s of the champion's start on two cores)."""
+        pending, self.warm_next = self.warm_next, None
+        if pending is not None and pending[0] is self.engine and self.warming is None:
+            self.warming = asyncio.ensure_future(pending[0].warm(pending[1]))
 
     async def _engine(self, draft: str) -> Engine:
         """The engine for a drafter choice; rebuilt (with a fresh cache) when the choice changes."""
@@ -474,6 +505,7 @@ class Session:
         {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
         when cancel() stopped it: the engine checks before every cycle), or an error."""
         try:
+            self.warm_next = None           # a request came first: it prefills for itself
             if self.warming is not None:    # never two prefills on one cache at once
                 warming, self.warming = self.warming, None
                 await asyncio.gather(warming, return_exceptions=True)  # a failed warm-up: no rows

@@ -231,3 +231,29 @@ def test_formats_table_and_sizes():
 def test_quantize_refuses_partial_blocks(fmt):
     with pytest.raises(ValueError, match="multiple of 32"):
         quant.quantize(np.zeros(48, dtype=np.float32), fmt.type_id)
+
+
+def test_lent_kernels_are_used_and_their_output_is_returned():
+    """quant.use_kernels (the page lends web/dequant.js's; e2e/test_browser_dequant.py checks those
+    bit for bit): dequantize hands each lent format's blocks to its kernel and returns its out."""
+    rng = np.random.default_rng(3)
+    raw = quant.quantize(rng.standard_normal(64 * 32).astype(np.float32), quant.Q4_1.type_id)
+    want = quant.dequantize(raw, quant.Q4_1.type_id, (64, 32))
+    calls = []
+
+    def kernel(blocks, out):
+        calls.append((blocks.dtype, blocks.shape, out.dtype, out.shape))
+        out[:] = want.reshape(-1) + 1     # visibly not numpy's own result
+
+    saved = dict(quant._KERNELS)
+    try:
+        quant.use_kernels({"Q4_1": kernel})
+        got = quant.dequantize(raw, quant.Q4_1.type_id, (64, 32))
+        untouched = quant.dequantize(quant.quantize(want, quant.Q8_0.type_id),
+                                     quant.Q8_0.type_id, (64, 32))
+    finally:
+        quant._KERNELS.clear()
+        quant._KERNELS.update(saved)
+    assert calls == [(np.uint8, (64 * 20,), np.float32, (64 * 32,))]
+    np.testing.assert_array_equal(got, want + 1)
+    assert untouched.shape == (64, 32) and len(calls) == 1

@@ -159,17 +159,25 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
 
 def test_a_warm_session_prefills_the_chat_prefix_before_the_first_request(tiny, champion_bytes):
     """init option warm: the template's system turn is in the cache when the first request comes
-    (load returns first; generate waits for it), and the request gives the same tokens and the
-    same cache rows as a cold session."""
-    async def first_request(warm: bool):
+    (load returns first and starts nothing; warm(), which the worker calls once ready is posted,
+    starts it; generate waits for it), and the request gives the same tokens and the same cache
+    rows as a cold session. A request that comes before warm() prefills for itself."""
+    async def first_request(warm: bool, early: bool = False):
         s = web.Session(opener(NoAdapterError("none here")))
         await s.load(json.dumps({"max_ctx": 128, "warm": warm}), champion_bytes)
-        assert (s.warming is not None) == warm
+        assert s.warming is None and (s.warm_next is not None) == warm
+        if not early:
+            s.warm()
+        assert (s.warming is not None) == (warm and not early)
         done = await s.generate(1, MESSAGES, json.dumps({"max_tokens": 12}), lambda *a: None)
+        s.warm()   # too late: the request took the cache
+        assert s.warming is None and s.warm_next is None
         return s, json.loads(done)
 
     prefix = web.chat_prefix(tiny.tokenizer)
     (warm_s, warm), (cold_s, cold) = run(first_request(True)), run(first_request(False))
+    _, early = run(first_request(True, early=True))
+    assert early["tokens"] == cold["tokens"] and early["stats"]["reused_tokens"] == 0
     assert 0 < len(prefix) < warm["stats"]["prompt_tokens"]
     assert warm["tokens"] == cold["tokens"]
     assert warm["stats"]["reused_tokens"] == len(prefix) and cold["stats"]["reused_tokens"] == 0

@@ -70,7 +70,7 @@ async function ensureDecoder() {
     draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
     backend: params.get("backend") ?? "auto",
     onProgress: showProgress, onNotice: showNotice, drills: params.get("drills") === "1",
-    loadDrill: params.get("load_drill"),
+    loadDrill: params.get("load_drill"), snapshot: params.get("snapshot") !== "0",
   });
   decoder = d;
   decoderKey = key;

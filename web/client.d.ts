@@ -73,6 +73,9 @@ export interface SpecDecoderOptions {
   /** A loading fault drill for the first worker's load (drills: true): "opfs-truncate" |
    * "opfs-flip" | "opfs-quota" | "opfs-unavailable" | "download-drop". */
   loadDrill?: string | null;
+  /** Start Python from the Pyodide memory snapshot an earlier visit saved in OPFS (1 s instead
+   *  of 4), making one for the next visit when there is none; default true. false: neither. */
+  snapshot?: boolean;
 }
 
 /** The sampling controls, applied in this order (README "Sampling controls"): logit_bias,
@@ -178,7 +181,21 @@ export interface ReadyInfo {
   adapter: string;
   champion: string;
   context: number;
+  startup: Startup;
   [field: string]: unknown;
+}
+
+/** How the worker's runtime started. snapshot: "restored" (Python started from the Pyodide
+ *  snapshot a visit before saved in OPFS), "making" (none was usable: started the ordinary way,
+ *  and a worker of its own is making one for the next visit; `startup()` shows "saved" or
+ *  "failed" when it is done), "off" (snapshot: false), "unavailable" (no OPFS);
+ *  snapshot_error says why a saved one was not used or none could be made. */
+export interface Startup {
+  snapshot: "restored" | "making" | "saved" | "failed" | "off" | "unavailable";
+  snapshot_error?: string;
+  /** Milliseconds: Python's start, the wheels unpacked, numpy and pyspec imported, the weights
+   *  read from OPFS (or the network) and checked, the model built (parse, tokenizer, dequantize). */
+  phases_ms: { pyodide: number; packages: number; import: number; weights: number; model: number };
 }
 
 // --- the OpenAI-style facade -----------------------------------------------------------------
@@ -272,6 +289,8 @@ export declare class SpecDecoder {
   /** Stop the running generation after its current cycle; resolves with whether one ran. */
   cancel(): Promise<boolean>;
   stats(): Promise<Stats | null>;
+  /** info.startup as of now: the snapshot's state moves from "making" to "saved" or "failed". */
+  startup(): Promise<Startup>;
   receipt(): Promise<Receipt | null>;
   loseDevice(): Promise<boolean>;
   /** Load the weights again in the same worker; another champion or maxCtx instead when given

@@ -130,9 +130,9 @@ export class SpecDecoder {
   constructor({ workerUrl = new URL("./worker.js", import.meta.url), champion = "smollm2",
                 draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
                 maxRestarts = 1, stallTimeoutMs = 60000, onNotice = null, drills = false,
-                loadDrill = null } = {}) {
+                loadDrill = null, snapshot = true } = {}) {
     this.#opts = { workerUrl, champion, draft, maxCtx, backend, onProgress, maxRestarts,
-                   stallTimeoutMs, onNotice, drills, loadDrill };
+                   stallTimeoutMs, onNotice, drills, loadDrill, snapshot };
   }
 
   // --- plumbing -----------------------------------------------------------------------------
@@ -219,10 +219,12 @@ export class SpecDecoder {
   }
 
   async #init() {
-    const { champion, draft, maxCtx, backend, onProgress, drills, loadDrill } = this.#opts;
+    const { champion, draft, maxCtx, backend, onProgress, drills, loadDrill,
+            snapshot } = this.#opts;
     this.#opts.loadDrill = null;   // the first worker's load only
     this.info = await this.#request("init", { champion, draft, maxCtx, backend, drills,
-                                              drill: loadDrill }, { onEvent: onProgress });
+                                              drill: loadDrill, snapshot },
+                                    { onEvent: onProgress });
     for (const n of this.info.notices ?? []) this.#notice({ ...n, at_token: 0 });
   }
 
@@ -348,6 +350,9 @@ export class SpecDecoder {
   /** The worker's memory: {gpu_devices, gpu_bytes, wasm_bytes} (WebGPU devices alive, the bytes
    *  of their buffers, the wasm heap), for leak checks. */
   async memory() { return (await this.#request("stats")).memory; }
+  /** How the worker's runtime started (info.startup as of now): its snapshot's state moves from
+   *  "making" to "saved" or "failed" after ready. */
+  async startup() { return (await this.#request("stats")).startup; }
   async receipt() { return (await this.#request("receipt")).receipt; }
   // A fault drill (drills: true only): destroy the worker's WebGPU device, as a GPU reset would.
   // A running request finishes on the CPU from its committed tokens (the receipt records it).

@@ -5,14 +5,17 @@
 // models as listed in ./manifest.json (sha256 checked here).
 //
 // Requests (each carries an `id`; every reply carries the same id):
-//   {type:'init', id, champion, draft, maxCtx, backend, drills, drill}
+//   {type:'init', id, champion, draft, maxCtx, backend, drills, drill, snapshot}
 //                                                -> {type:'progress', id, phase, loaded, total}*
 //                                                   then {type:'ready', id, adapter, webgpu,
-//                                                   notices, ...}
+//                                                   notices, startup, ...}
 //       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?}
 //       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?} (a draft model)
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
 //       drill: a loading fault drill (drills on), LOAD_DRILLS below
+//       snapshot: false starts Python without the saved Pyodide snapshot (startPyodide below)
+//       startup: {snapshot, snapshot_error?, phases_ms: {pyodide, packages, import, weights,
+//       model}}: how the runtime started (startPyodide below), and where the time went
 //       notices: [{code, message}] of faults met while loading, recovered from (a damaged
 //       cache downloaded again, no OPFS, a dropped download resumed, ...); the receipt's faults
 //       record them too (web.py LOAD_FAULTS)
@@ -34,7 +37,8 @@
 //       start at the offset after their text. drill 'device-lost@C' (drills on) destroys the
 //       WebGPU device once C cycles have run.
 //   {type:'cancel', id, target}  (target: the id of a generate)  -> {type:'cancel_ack', id, cancelled}
-//   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats, memory} / {type:'receipt', ...}
+//   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats, memory, startup} /
+//                                                   {type:'receipt', ...}
 //       memory: {gpu_devices, gpu_bytes, wasm_bytes}: WebGPU devices alive, their buffers' bytes,
 //       the wasm heap
 //   {type:'lose_device', id}  (a fault drill, drills on: destroys the WebGPU device mid-request)
@@ -52,6 +56,8 @@
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import * as webgpuHelpers from "./webgpu.js";
+import * as dequantKernels from "./dequant.js";
+import { readSnapshot, snapshotDir } from "./snapshot.js";
 
 const SITE = new URL("./", import.meta.url);
 const OPFS_DIR = "pyspec-weights";
@@ -99,34 +105,106 @@ async function sha256Hex(bytes) {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-function runtime(progress) {
+// How this worker's runtime started (the ready message's `startup`): the snapshot's fate and
+// each phase's milliseconds; the phases of the weights and the model are each init's own.
+let runtimeStartup = null;
+
+function runtime(progress, { snapshot = true, drill = null } = {}) {
   runtimePromise ??= (async () => {
+    const startup = runtimeStartup = {
+      snapshot: !snapshot ? "off" : drill === "opfs-unavailable" ? "unavailable" : null,
+      phases_ms: {} };
     const m = await manifest();
     progress("runtime", 0, 3);
-    const pyodide = await loadPyodide({ indexURL: new URL("pyodide/", SITE).href });
+    let t = performance.now();
+    const lap = (phase) => {
+      const now = performance.now();
+      startup.phases_ms[phase] = Math.round(now - t);
+      t = now;
+    };
+    // The wheels download (and are checked) while Python starts.
+    const wheels = Promise.all(m.artifacts.filter((a) => a.kind === "pyodide-wheel" ||
+                                                         a.kind === "pyspec-wheel").map(wheel));
+    wheels.catch(() => {});   // a failure is reported where they are awaited, not before
+    const pyodide = await startPyodide(startup);
     pyodide.registerJsModule("pyspec_webgpu", webgpuHelpers);   // pyspec/gpu/browser.py's
+    pyodide.registerJsModule("pyspec_dequant", dequantKernels); // pyspec/web.py's
+    lap("pyodide");
     progress("runtime", 1, 3);
-    // Resolved from indexURL + the lock file's file_name, with its sha256 as SRI; no CDN.
-    await pyodide.loadPackage(m.pyodide_packages, { messageCallback: () => {} });
-    progress("runtime", 2, 3);
-    const wheel = m.artifacts.find((a) => a.kind === "pyspec-wheel");
-    const resp = await fetch(new URL(wheel.url, SITE));
-    if (!resp.ok) throw new WorkerError("download_failed", `${wheel.url}: HTTP ${resp.status}`);
-    const data = new Uint8Array(await resp.arrayBuffer());
-    if ((await sha256Hex(data)) !== wheel.sha256) {
-      throw new WorkerError("corrupt_download", `${wheel.url} does not match its sha256`);
-    }
-    // A pure-Python wheel is installed by unzipping it into site-packages (its dist-info
-    // included); its one dependency, numpy, came with loadPackage above. No micropip: loading
-    // it and packaging, and its resolver, cost about a second of every start.
+    // numpy (Pyodide's own build, its sha256 checked against pyodide-lock.json when the site was
+    // built, and against the manifest here) and pyspec are unpacked into site-packages, dist-info
+    // included. Not loadPackage: it loads all 19 of numpy's shared libraries at once, 7.4 MB of
+    // wasm; unpacked, an import loads the ones it needs (numpy.random's 2 MB are never loaded),
+    // a second faster. No micropip: loading it, packaging and its resolver, another second.
     const sitePackages = pyodide.runPython("import sysconfig\nsysconfig.get_path('purelib')");
-    pyodide.unpackArchive(data, "zip", { extractDir: sitePackages });
+    for (const data of await wheels) pyodide.unpackArchive(data, "zip", { extractDir: sitePackages });
+    lap("packages");
+    progress("runtime", 2, 3);
     const session = pyodide.runPython("from pyspec.web import Session\nSession()");
+    lap("import");
     progress("runtime", 3, 3);
     return { pyodide, session };
   })();
   runtimePromise.catch(() => { runtimePromise = null; });
   return runtimePromise;
+}
+
+// A wheel of the manifest, its bytes checked against the manifest's sha256.
+async function wheel(artifact) {
+  const resp = await fetch(new URL(artifact.url, SITE));
+  if (!resp.ok) throw new WorkerError("download_failed", `${artifact.url}: HTTP ${resp.status}`);
+  const data = new Uint8Array(await resp.arrayBuffer());
+  if ((await sha256Hex(data)) !== artifact.sha256) {
+    throw new WorkerError("corrupt_download", `${artifact.url} does not match its sha256`);
+  }
+  return data;
+}
+
+// --- the Pyodide snapshot (snapshot.js) -------------------------------------------------------
+// startup.snapshot, in the ready message (and in stats replies, as it changes):
+//   "restored"   Python started from the snapshot a visit before saved
+//   "making"     none was usable: Python started the ordinary way, and once ready is posted
+//                snapshot-worker.js makes one for the next visit ("saved" when it has, "failed"
+//                with snapshot_error when it could not)
+//   "off"        init's snapshot: false;  "unavailable": no OPFS (a private window)
+async function startPyodide(startup) {
+  const indexURL = new URL("pyodide/", SITE).href;
+  const dir = startup.snapshot === null ? await snapshotDir() : null;
+  if (startup.snapshot === null && !dir) startup.snapshot = "unavailable";
+  if (!dir) return loadPyodide({ indexURL });
+  const problem = (why) => { startup.snapshot_error = why; };
+  const memory = await readSnapshot(dir, problem);
+  if (memory) {
+    try {
+      const pyodide = await loadPyodide({ indexURL, _loadSnapshot: memory });
+      startup.snapshot = "restored";
+      return pyodide;
+    } catch (e) {
+      problem(`the saved snapshot did not start: ${e}`);   // another one replaces it
+    }
+  }
+  startup.snapshot = "making";
+  return loadPyodide({ indexURL });
+}
+
+// The snapshot for the next visit, made by a worker of its own; once per worker.
+let snapshotMaker = null;
+
+function makeSnapshot(startup) {
+  snapshotMaker ??= new Promise((resolve) => {
+    const maker = new Worker(new URL("./snapshot-worker.js", import.meta.url),
+                             { type: "module", name: "pyspec-snapshot" });
+    const done = (outcome, error) => {
+      startup.snapshot = outcome;
+      if (error) startup.snapshot_error = error;
+      maker.terminate();
+      resolve();
+    };
+    maker.onmessage = (e) => (e.data?.saved ? done("saved") : done("failed", e.data?.error));
+    maker.onerror = (e) => done("failed", `the snapshot worker failed: ${e.message ?? e}`);
+    maker.postMessage({ make: true });
+  });
+  return snapshotMaker;
 }
 
 async function webgpuInfo() {
@@ -430,7 +508,8 @@ const REQUESTS = {
           maxCtx: [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"],
           backend: [(v) => typeof v === "string", "a string"],
           drills: [(v) => typeof v === "boolean", "true or false"],
-          drill: [(v) => typeof v === "string", "a loading fault drill"] },
+          drill: [(v) => typeof v === "string", "a loading fault drill"],
+          snapshot: [(v) => typeof v === "boolean", "true or false"] },
   generate: { messages: [Array.isArray, "an array of {role, content}"],
               config: [isObject, "an object"],
               resume: [(v) => isObject(v) && Array.isArray(v.ids), "{ids: [token ids], fault}"] },
@@ -490,12 +569,15 @@ async function init(msg) {
                  } };
   // Downloads run while Pyodide loads; a bad URL fails here without waiting for the runtime.
   const [{ pyodide, session }, champFetched, draftFetched] = await Promise.all([
-    runtime(progress), fetchWeights(champion, progress, weights, load),
+    runtime(progress, { snapshot: msg.snapshot ?? true, drill: load.drill }),
+    fetchWeights(champion, progress, weights, load),
     draft && fetchWeights(draft, progress, weights, load)]);
+  const t1 = performance.now();
   const champBuf = await readWeights(pyodide, champFetched, progress, weights, load);
   let draftBuf = null;
   try {
     if (draft) draftBuf = await readWeights(pyodide, draftFetched, progress, weights, load);
+    const t2 = performance.now();
     progress("load", 0, 1, champion.name);
     // backend: "auto" (web.make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
     const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
@@ -505,11 +587,18 @@ async function init(msg) {
                       warm: true };   // the system turn is prefilled after ready (web.py)
     const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
     if (info.error) throw new WorkerError(info.error.code, info.error.message);
+    Object.assign(runtimeStartup.phases_ms, { weights: Math.round(t2 - t1),
+                                              model: Math.round(performance.now() - t2) });
     progress("load", 1, 1, champion.name);
-    return { type: "ready", id: msg.id, ...info, webgpu: await webgpuInfo(),
-             champion: champion.name, draft_model: draft?.name ?? null, weights,
-             notices: load.notices,
-             init_ms: performance.now() - t0 };
+    post({ type: "ready", id: msg.id, ...info, webgpu: await webgpuInfo(),
+           champion: champion.name, draft_model: draft?.name ?? null, weights,
+           notices: load.notices, startup: structuredClone(runtimeStartup),
+           init_ms: performance.now() - t0 });
+    // Once ready is out: the system turn's prefill (web.py Session.warm), and the snapshot for
+    // the next visit, on another core.
+    session.warm();
+    if (runtimeStartup.snapshot === "making") makeSnapshot(runtimeStartup);
+    return null;      // posted above
   } finally {
     champBuf.destroy();           // Python keeps its own reference; drop the JS handle
     draftBuf?.destroy();
@@ -551,6 +640,7 @@ async function handle(msg) {
     case "receipt": {
       const { pyodide, session } = await requireRuntime();
       const out = { type: msg.type, id: msg.id, ...JSON.parse(session[msg.type]()) };
+      if (msg.type === "stats") out.startup = runtimeStartup;   // the snapshot's progress
       // stats.memory adds the wasm heap (it only grows: its high-water mark).
       if (out.memory) out.memory.wasm_bytes = pyodide._module.HEAP8.buffer.byteLength;
       return out;
@@ -576,7 +666,7 @@ if (self.name && navigator.locks) {
 
 self.onmessage = (event) => {
   const msg = event.data;
-  handle(msg).then(post, (e) => {
+  handle(msg).then((reply) => reply && post(reply), (e) => {
     // A PythonError after a fatal error, or a wasm abort, leaves Pyodide unusable.
     // worker_oom: the wasm heap ran out (web.py); a new worker is the only safe place to go on.
     const fatal = e?.code === "worker_oom" ||

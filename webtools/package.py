@@ -3,7 +3,7 @@
     dist/package/
       package.json    name "pyspec", ES module, exports "." (client.js + client.d.ts) and
                       "./worker.js"; no dependencies, so `npm install ./pyspec-X.tgz` is offline
-      client.js client.d.ts worker.js webgpu.js
+      client.js client.d.ts worker.js webgpu.js dequant.js snapshot.js snapshot-worker.js
       manifest.json   the site's manifest without models
       pyodide/        Pyodide 0.27.7 core + its numpy wheel (as the site)
       wheels/         the pyspec wheel
@@ -35,7 +35,8 @@ from . import site
 
 ROOT = site.ROOT
 PACKAGE = ROOT / "dist" / "package"
-RUNTIME_FILES = ("client.js", "client.d.ts", "worker.js", "webgpu.js")
+RUNTIME_FILES = ("client.js", "client.d.ts", "worker.js", "webgpu.js", "dequant.js",
+                 "snapshot.js", "snapshot-worker.js")
 
 # The Content-Security-Policy the runtime needs, and no more: Pyodide compiles WebAssembly
 # ('wasm-unsafe-eval'); the worker, its module imports, the wheels and the weights all come from

@@ -1,0 +1,72 @@
+// The Pyodide snapshot (DESIGN §8, start-up): Python's start-up, saved once in OPFS.
+//
+// Python's initialisation and Pyodide's bootstrap imports take 3-4 s of every start on two cores.
+// Pyodide 0.27 can save its wasm memory right after start-up (the experimental `_makeSnapshot`,
+// `makeMemorySnapshot`) and start from that memory instead (`_loadSnapshot`), in about a second.
+// The snapshot is taken before numpy or any other shared library loads (the memory holds no
+// library code, so a snapshot taken after one would not run), and holds nothing of pyspec's: a
+// new pyspec wheel does not stale it. Pyodide refuses a snapshot of another Pyodide build (its
+// build id); a sha256 ahead of the memory refuses a damaged file.
+//
+// Who makes it: not the page's own worker. The instance that makes a snapshot wraps the JS
+// globals it gives Python in proxies that record what Python touched, and calls their getters
+// through those proxies, which the browser refuses (navigator.gpu: "Illegal invocation"); and
+// making one costs the 3-4 s start-up again. So when there is none, worker.js starts Python the
+// ordinary way and, once ready is posted, starts snapshot-worker.js, a worker of its own on the
+// other core, which starts a second Python, makes the snapshot and saves it for the next visit.
+//
+// Not here: using it (worker.js startPyodide), making it (snapshot-worker.js).
+
+export const SNAPSHOT_DIR = "pyspec-runtime";
+export const SNAPSHOT_NAME = "pyodide-0.27.7.snapshot";
+// The standard library's modules that numpy, Pyodide's package loader and pyspec import: imported
+// before the snapshot is taken, they are in it, which saves half a second of every later start.
+// None holds per-start state (random's seed, a temp dir) or a shared library. A module that fails
+// to import is left out (e2e: test_browser_opfs.py starts from such a snapshot).
+export const SNAPSHOT_IMPORTS = [
+  "__future__", "_blake2", "_compat_pickle", "_csv", "_ctypes", "_datetime", "_decimal", "_json",
+  "_md5", "_pickle", "_sha1", "_sha3", "_statistics",
+  "_sysconfigdata__emscripten_wasm32-emscripten", "base64", "calendar", "csv", "ctypes",
+  "ctypes._endian", "dataclasses", "datetime", "decimal", "email", "email._encoded_words",
+  "email._parseaddr", "email._policybase", "email.base64mime", "email.charset", "email.encoders",
+  "email.errors", "email.header", "email.iterators", "email.message", "email.quoprimime",
+  "email.utils", "encodings.cp437", "fractions", "glob", "hashlib", "importlib.metadata",
+  "importlib.metadata._adapters", "importlib.metadata._collections",
+  "importlib.metadata._functools", "importlib.metadata._itertools", "importlib.metadata._meta",
+  "importlib.metadata._text", "mmap", "numbers", "pickle", "platform", "quopri", "statistics",
+  "sysconfig", "tarfile", "unicodedata"
+];
+
+export async function snapshotDir() {
+  try {
+    const root = await navigator.storage.getDirectory();
+    return await root.getDirectoryHandle(SNAPSHOT_DIR, { create: true });
+  } catch {
+    return null;   // no OPFS (a private window)
+  }
+}
+
+// The saved snapshot's memory, or null (none yet, or `problem` says why it is unusable).
+export async function readSnapshot(dir, problem) {
+  try {
+    const file = await (await dir.getFileHandle(SNAPSHOT_NAME)).getFile();
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    const memory = bytes.subarray(32);
+    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", memory));
+    if (bytes.length > 32 && digest.every((b, i) => b === bytes[i])) return memory;
+    problem("the saved snapshot is damaged (its sha256 does not match)");
+  } catch (e) {
+    if (e?.name !== "NotFoundError") problem(`cannot read the snapshot: ${e}`);
+  }
+  return null;
+}
+
+export async function saveSnapshot(dir, memory) {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", memory));
+  // createWritable writes a temporary file and swaps it in on close: another page reading the
+  // snapshot meanwhile sees the old file or the new one, never half of one.
+  const out = await (await dir.getFileHandle(SNAPSHOT_NAME, { create: true })).createWritable();
+  await out.write(digest);
+  await out.write(memory);
+  await out.close();
+}

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.browser
 SNAPSHOT_DONE = """async () => {
   for (;;) {
     const s = await pyspecApp.decoder().startup();
-    if (s.snapshot !== "making") return s;
+    if (s.snapshot !== "making" && s.bytecode !== "making") return s;
     await new Promise((r) => setTimeout(r, 200));
   }
 }"""
@@ -33,6 +33,8 @@ CORRUPT = """async ([folder, name]) => {
 
 def test_second_load_is_cached_and_corruption_is_refetched(context, site_root):
     manifest = json.loads((site_root / "manifest.json").read_text())
+    wheels = [a for a in manifest["artifacts"] if a["kind"] in ("pyodide-wheel", "pyspec-wheel")]
+    BYTECODE = "bytecode-" + "-".join(a["sha256"][:16] for a in wheels) + ".zip"  # snapshot.js
     tiny = next(a for a in manifest["artifacts"] if a.get("model") == "tiny")
     weight_requests = lambda: [u for u in context.requests if u.endswith(tiny["url"])]  # noqa: E731
 
@@ -40,31 +42,35 @@ def test_second_load_is_cached_and_corruption_is_refetched(context, site_root):
     first = ready(page)
     assert first["weights"]["downloaded"] == tiny["size"] and not first["weights"]["cached"]
     assert len(weight_requests()) == 1
-    assert first["startup"]["snapshot"] == "making", first["startup"]
-    assert page.evaluate(SNAPSHOT_DONE)["snapshot"] == "saved"
+    assert first["startup"]["snapshot"] == first["startup"]["bytecode"] == "making"
+    done = page.evaluate(SNAPSHOT_DONE)
+    assert done["snapshot"] == done["bytecode"] == "saved", done
 
     page.reload()
     second = ready(page)
     assert second["weights"] == {"downloaded": 0, "cached": True, "corrupt": 0}
     assert len(weight_requests()) == 1, "the second load asked the server for the weights"
     assert second["startup"]["snapshot"] == "restored", second["startup"]
+    assert second["startup"]["bytecode"] == "cached", second["startup"]
     tokens = run(page, "the cat", {"max_tokens": 6})["tokens"]
 
     page.evaluate(CORRUPT, ["pyspec-weights", f"{tiny['sha256']}.gguf"])
     page.evaluate(CORRUPT, ["pyspec-runtime", "pyodide-0.27.7.snapshot"])
+    page.evaluate(CORRUPT, ["pyspec-runtime", BYTECODE])
     page.reload()
     third = ready(page)
     assert third["weights"]["corrupt"] == 1
     assert third["weights"]["downloaded"] == tiny["size"]
     assert len(weight_requests()) == 2
-    assert third["startup"]["snapshot"] == "making"
+    assert third["startup"]["snapshot"] == third["startup"]["bytecode"] == "making"
     assert "damaged" in third["startup"]["snapshot_error"]
     assert run(page, "the cat", {"max_tokens": 6})["tokens"] == tokens
-    assert page.evaluate(SNAPSHOT_DONE)["snapshot"] == "saved"
+    done = page.evaluate(SNAPSHOT_DONE)
+    assert done["snapshot"] == done["bytecode"] == "saved", done
 
     page.goto(context.base + "index.html?model=tiny&snapshot=0")
     fourth = ready(page)
-    assert fourth["startup"]["snapshot"] == "off"
+    assert fourth["startup"]["snapshot"] == fourth["startup"]["bytecode"] == "off"
     assert set(fourth["startup"]["phases_ms"]) == {"pyodide", "packages", "import", "weights",
                                                    "model"}
     assert run(page, "the cat", {"max_tokens": 6})["tokens"] == tokens

@@ -186,12 +186,14 @@ export interface ReadyInfo {
 }
 
 /** How the worker's runtime started. snapshot: "restored" (Python started from the Pyodide
- *  snapshot a visit before saved in OPFS), "making" (none was usable: started the ordinary way,
- *  and a worker of its own is making one for the next visit; `startup()` shows "saved" or
- *  "failed" when it is done), "off" (snapshot: false), "unavailable" (no OPFS);
+ *  snapshot a visit before saved in OPFS: 1 s instead of 4), "making" (none was usable: started
+ *  the ordinary way, and a worker of its own is making one for the next visit; `startup()`
+ *  shows "saved" or "failed" when it is done), "off" (snapshot: false), "unavailable" (no OPFS).
+ *  bytecode: the same for the compiled numpy and pyspec modules ("cached" when used);
  *  snapshot_error says why a saved one was not used or none could be made. */
 export interface Startup {
   snapshot: "restored" | "making" | "saved" | "failed" | "off" | "unavailable";
+  bytecode: "cached" | "making" | "saved" | "failed" | "off" | "unavailable";
   snapshot_error?: string;
   /** Milliseconds: Python's start, the wheels unpacked, numpy and pyspec imported, the weights
    *  read from OPFS (or the network) and checked, the model built (parse, tokenizer, dequantize). */

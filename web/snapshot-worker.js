@@ -1,11 +1,26 @@
-// Makes the Pyodide snapshot for the next visit and saves it in OPFS (snapshot.js says why it
-// is its own worker). worker.js starts it once its own ready is posted and ends it when it
-// answers {saved: true} or {saved: false, error}.
+// Makes the Pyodide snapshot and the bytecode cache for the next visit and saves them in OPFS
+// (snapshot.js says why it is its own worker). worker.js starts it once its own ready is posted,
+// sends {wheels: [{sha256}], data: [Uint8Array]} (the wheels it unpacked, already checked) and
+// ends it when it answers {saved: true} or {saved: false, error}.
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
-import { SNAPSHOT_IMPORTS, saveSnapshot, snapshotDir } from "./snapshot.js";
+import { SNAPSHOT_IMPORTS, saveBytecode, saveSnapshot, snapshotDir } from "./snapshot.js";
 
-self.onmessage = async () => {
+// Compile numpy's and pyspec's modules (unchecked-hash .pyc) and zip the __pycache__ folders.
+const COMPILE = `
+import compileall, os, py_compile, sysconfig, zipfile
+site = sysconfig.get_path("purelib")
+unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
+with zipfile.ZipFile("/tmp/bytecode.zip", "w", zipfile.ZIP_STORED) as z:
+    for top in ("numpy", "pyspec"):
+        compileall.compile_dir(os.path.join(site, top), quiet=2, invalidation_mode=unchecked)
+        for folder, _, files in os.walk(os.path.join(site, top)):
+            if os.path.basename(folder) == "__pycache__":
+                for f in files:
+                    z.write(os.path.join(folder, f), os.path.relpath(os.path.join(folder, f), site))
+`;
+
+self.onmessage = async ({ data: { wheels, data } }) => {
   try {
     const dir = await snapshotDir();
     if (!dir) throw new Error("no OPFS");
@@ -14,6 +29,11 @@ self.onmessage = async () => {
     pyodide.runPython(`import importlib\nfor m in ${JSON.stringify(SNAPSHOT_IMPORTS)}:\n` +
                       "    try: importlib.import_module(m)\n    except Exception: pass");
     await saveSnapshot(dir, pyodide.makeMemorySnapshot());
+    // The snapshot is taken: this Python may go on to unpack the wheels and compile them.
+    const site = pyodide.runPython("import sysconfig\nsysconfig.get_path('purelib')");
+    for (const bytes of data) pyodide.unpackArchive(bytes, "zip", { extractDir: site });
+    pyodide.runPython(COMPILE);
+    await saveBytecode(dir, wheels, pyodide.FS.readFile("/tmp/bytecode.zip"));
     self.postMessage({ saved: true });
   } catch (e) {
     self.postMessage({ saved: false, error: `cannot make the snapshot: ${e?.message ?? e}` });

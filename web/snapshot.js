@@ -15,7 +15,13 @@
 // ordinary way and, once ready is posted, starts snapshot-worker.js, a worker of its own on the
 // other core, which starts a second Python, makes the snapshot and saves it for the next visit.
 //
-// Not here: using it (worker.js startPyodide), making it (snapshot-worker.js).
+// The same worker then saves the bytecode cache: numpy's wheel ships Python source only, so
+// every start compiled the numpy and pyspec modules it imports (about a second in wasm). The
+// maker compiles them all once (unchecked-hash .pyc files: Python loads them without looking at
+// the source) and saves them in one zip, named after the two wheels' sha256, so another wheel
+// never meets a stale cache. worker.js unpacks it beside the wheels' source.
+//
+// Not here: using them (worker.js startPyodide, runtime), making them (snapshot-worker.js).
 
 export const SNAPSHOT_DIR = "pyspec-runtime";
 export const SNAPSHOT_NAME = "pyodide-0.27.7.snapshot";
@@ -69,4 +75,29 @@ export async function saveSnapshot(dir, memory) {
   await out.write(digest);
   await out.write(memory);
   await out.close();
+}
+
+// The bytecode cache's file for these wheels (their manifest artifacts).
+export function bytecodeName(wheels) {
+  return `bytecode-${wheels.map((w) => w.sha256.slice(0, 16)).join("-")}.zip`;
+}
+
+// The cached bytecode for these wheels, or null.
+export async function readBytecode(dir, wheels) {
+  try {
+    const file = await (await dir.getFileHandle(bytecodeName(wheels))).getFile();
+    return new Uint8Array(await file.arrayBuffer());
+  } catch {
+    return null;
+  }
+}
+
+export async function saveBytecode(dir, wheels, bytes) {
+  const name = bytecodeName(wheels);
+  const out = await (await dir.getFileHandle(name, { create: true })).createWritable();
+  await out.write(bytes);
+  await out.close();
+  for await (const other of dir.keys()) {   // an older wheel's cache is of no more use
+    if (other.startsWith("bytecode-") && other !== name) await dir.removeEntry(other);
+  }
 }

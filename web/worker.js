@@ -14,8 +14,8 @@
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
 //       drill: a loading fault drill (drills on), LOAD_DRILLS below
 //       snapshot: false starts Python without the saved Pyodide snapshot (startPyodide below)
-//       startup: {snapshot, snapshot_error?, phases_ms: {pyodide, packages, import, weights,
-//       model}}: how the runtime started (startPyodide below), and where the time went
+//       startup: {snapshot, bytecode, snapshot_error?, phases_ms: {pyodide, packages, import,
+//       weights, model}}: how the runtime started (startPyodide below), where the time went
 //       notices: [{code, message}] of faults met while loading, recovered from (a damaged
 //       cache downloaded again, no OPFS, a dropped download resumed, ...); the receipt's faults
 //       record them too (web.py LOAD_FAULTS)
@@ -57,7 +57,7 @@
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import * as webgpuHelpers from "./webgpu.js";
 import * as dequantKernels from "./dequant.js";
-import { readSnapshot, snapshotDir } from "./snapshot.js";
+import { readBytecode, readSnapshot, snapshotDir } from "./snapshot.js";
 
 const SITE = new URL("./", import.meta.url);
 const OPFS_DIR = "pyspec-weights";
@@ -105,15 +105,16 @@ async function sha256Hex(bytes) {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-// How this worker's runtime started (the ready message's `startup`): the snapshot's fate and
-// each phase's milliseconds; the phases of the weights and the model are each init's own.
+// How this worker's runtime started (the ready message's `startup`): the snapshot's and the
+// bytecode cache's fate and each phase's milliseconds; the phases of the weights and the model
+// are each init's own.
 let runtimeStartup = null;
+let runtimeWheels = null;      // {artifacts, data}: what the caches' maker unpacks, until it runs
 
 function runtime(progress, { snapshot = true, drill = null } = {}) {
   runtimePromise ??= (async () => {
-    const startup = runtimeStartup = {
-      snapshot: !snapshot ? "off" : drill === "opfs-unavailable" ? "unavailable" : null,
-      phases_ms: {} };
+    const caches = !snapshot ? "off" : drill === "opfs-unavailable" ? "unavailable" : null;
+    const startup = runtimeStartup = { snapshot: caches, bytecode: caches, phases_ms: {} };
     const m = await manifest();
     progress("runtime", 0, 3);
     let t = performance.now();
@@ -122,11 +123,15 @@ function runtime(progress, { snapshot = true, drill = null } = {}) {
       startup.phases_ms[phase] = Math.round(now - t);
       t = now;
     };
-    // The wheels download (and are checked) while Python starts.
-    const wheels = Promise.all(m.artifacts.filter((a) => a.kind === "pyodide-wheel" ||
-                                                         a.kind === "pyspec-wheel").map(wheel));
+    // The wheels download (and are checked), and the caches are read, while Python starts.
+    const artifacts = m.artifacts.filter((a) => a.kind === "pyodide-wheel" ||
+                                                a.kind === "pyspec-wheel");
+    const wheels = Promise.all(artifacts.map(wheel));
     wheels.catch(() => {});   // a failure is reported where they are awaited, not before
-    const pyodide = await startPyodide(startup);
+    const dir = caches === null ? await snapshotDir() : null;
+    if (caches === null && !dir) startup.snapshot = startup.bytecode = "unavailable";
+    const bytecode = dir ? readBytecode(dir, artifacts) : null;
+    const pyodide = await startPyodide(startup, dir);
     pyodide.registerJsModule("pyspec_webgpu", webgpuHelpers);   // pyspec/gpu/browser.py's
     pyodide.registerJsModule("pyspec_dequant", dequantKernels); // pyspec/web.py's
     lap("pyodide");
@@ -137,7 +142,12 @@ function runtime(progress, { snapshot = true, drill = null } = {}) {
     // wasm; unpacked, an import loads the ones it needs (numpy.random's 2 MB are never loaded),
     // a second faster. No micropip: loading it, packaging and its resolver, another second.
     const sitePackages = pyodide.runPython("import sysconfig\nsysconfig.get_path('purelib')");
-    for (const data of await wheels) pyodide.unpackArchive(data, "zip", { extractDir: sitePackages });
+    const data = await wheels;
+    for (const bytes of data) pyodide.unpackArchive(bytes, "zip", { extractDir: sitePackages });
+    if (dir) {
+      startup.bytecode = unpackBytecode(pyodide, await bytecode, sitePackages, startup);
+      if (startup.bytecode === "making") runtimeWheels = { artifacts, data };
+    }
     lap("packages");
     progress("runtime", 2, 3);
     const session = pyodide.runPython("from pyspec.web import Session\nSession()");
@@ -160,17 +170,35 @@ async function wheel(artifact) {
   return data;
 }
 
-// --- the Pyodide snapshot (snapshot.js) -------------------------------------------------------
-// startup.snapshot, in the ready message (and in stats replies, as it changes):
-//   "restored"   Python started from the snapshot a visit before saved
-//   "making"     none was usable: Python started the ordinary way, and once ready is posted
-//                snapshot-worker.js makes one for the next visit ("saved" when it has, "failed"
-//                with snapshot_error when it could not)
+// The bytecode cache (snapshot.js) unpacked beside the wheels' source: "cached", or "making"
+// when there is none for these wheels or it is damaged (its __pycache__ folders are removed
+// then, so Python compiles the source as without a cache).
+function unpackBytecode(pyodide, zip, sitePackages, startup) {
+  if (!zip) return "making";
+  try {
+    pyodide.unpackArchive(zip, "zip", { extractDir: sitePackages });
+    return "cached";
+  } catch (e) {
+    startup.snapshot_error = `the bytecode cache is damaged: ${e.message ?? e}`;
+    pyodide.runPython("import os, shutil, sysconfig\nsite = sysconfig.get_path('purelib')\n" +
+                      "for top in ('numpy', 'pyspec'):\n" +
+                      "    for folder, _, _ in list(os.walk(os.path.join(site, top))):\n" +
+                      "        if folder.endswith('__pycache__'): shutil.rmtree(folder)");
+    return "making";
+  }
+}
+
+// --- the Pyodide snapshot and the bytecode cache (snapshot.js) --------------------------------
+// startup.snapshot and startup.bytecode, in the ready message (and in stats replies, as they
+// change):
+//   "restored" / "cached"  Python started from the snapshot, and imported from the bytecode,
+//                          that a visit before saved
+//   "making"     none was usable: Python started the ordinary way (compiled the source), and
+//                once ready is posted snapshot-worker.js makes both for the next visit ("saved"
+//                when it has, "failed" with snapshot_error when it could not)
 //   "off"        init's snapshot: false;  "unavailable": no OPFS (a private window)
-async function startPyodide(startup) {
+async function startPyodide(startup, dir) {
   const indexURL = new URL("pyodide/", SITE).href;
-  const dir = startup.snapshot === null ? await snapshotDir() : null;
-  if (startup.snapshot === null && !dir) startup.snapshot = "unavailable";
   if (!dir) return loadPyodide({ indexURL });
   const problem = (why) => { startup.snapshot_error = why; };
   const memory = await readSnapshot(dir, problem);
@@ -187,24 +215,28 @@ async function startPyodide(startup) {
   return loadPyodide({ indexURL });
 }
 
-// The snapshot for the next visit, made by a worker of its own; once per worker.
-let snapshotMaker = null;
+// The snapshot and bytecode for the next visit, made by a worker of its own; once per worker.
+let cacheMaker = null;
 
-function makeSnapshot(startup) {
-  snapshotMaker ??= new Promise((resolve) => {
+function makeCaches(startup) {
+  cacheMaker ??= new Promise((resolve) => {
+    const { artifacts, data } = runtimeWheels ?? { artifacts: [], data: [] };
+    runtimeWheels = null;
     const maker = new Worker(new URL("./snapshot-worker.js", import.meta.url),
                              { type: "module", name: "pyspec-snapshot" });
     const done = (outcome, error) => {
-      startup.snapshot = outcome;
+      for (const key of ["snapshot", "bytecode"]) {
+        if (startup[key] === "making") startup[key] = outcome;
+      }
       if (error) startup.snapshot_error = error;
       maker.terminate();
       resolve();
     };
     maker.onmessage = (e) => (e.data?.saved ? done("saved") : done("failed", e.data?.error));
     maker.onerror = (e) => done("failed", `the snapshot worker failed: ${e.message ?? e}`);
-    maker.postMessage({ make: true });
+    maker.postMessage({ wheels: artifacts.map((a) => ({ sha256: a.sha256 })), data });
   });
-  return snapshotMaker;
+  return cacheMaker;
 }
 
 async function webgpuInfo() {
@@ -594,10 +626,12 @@ async function init(msg) {
            champion: champion.name, draft_model: draft?.name ?? null, weights,
            notices: load.notices, startup: structuredClone(runtimeStartup),
            init_ms: performance.now() - t0 });
-    // Once ready is out: the system turn's prefill (web.py Session.warm), and the snapshot for
-    // the next visit, on another core.
+    // Once ready is out: the system turn's prefill (web.py Session.warm), and the snapshot and
+    // bytecode for the next visit, on another core.
     session.warm();
-    if (runtimeStartup.snapshot === "making") makeSnapshot(runtimeStartup);
+    if ([runtimeStartup.snapshot, runtimeStartup.bytecode].includes("making")) {
+      makeCaches(runtimeStartup);
+    }
     return null;      // posted above
   } finally {
     champBuf.destroy();           // Python keeps its own reference; drop the JS handle

@@ -99,7 +99,9 @@ def test_a_worker_that_dies_of_an_error_is_restarted_and_resumes(context):
 
     page.click("#go")
     page.wait_for_function("() => embed.chunks.length >= 3")
-    page.workers[-1].evaluate("() => { setTimeout(() => { throw new Error('boom'); }); }")
+    # The decoder's worker (worker.js), not the one that makes the start-up caches beside it.
+    [decoder_worker] = [w for w in page.workers if w.url.endswith("/worker.js")]
+    decoder_worker.evaluate("() => { setTimeout(() => { throw new Error('boom'); }); }")
     page.wait_for_function("() => embed.result || embed.error")
     assert page.evaluate("() => embed.error && embed.error.message") is None
     assert page.evaluate("() => embed.decoder.restarts") == 1

@@ -122,7 +122,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = list(result["summary"])
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, ax = plt.subplots(figsize=(9.5, 3.5))
     left = [0.0] * len(names)
     for p in PHASES:
         widths = [result["summary"][n]["phases_ms"][p]["median"] / 1000 for n in names]
@@ -133,7 +133,7 @@ def plot(result: dict, path: Path) -> None:
     ax.set_xlabel("seconds (medians)")
     ax.set_title(f"page start-up, {result['model']}, backend={result['backend']}, "
                  f"{result['cpus']} cores")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -1,6 +1,8 @@
 """Weights in OPFS, keyed by sha256: downloaded once, checked on every load, fetched again when
-the stored file is corrupt. The Pyodide snapshot beside them: made after the first load's ready,
-started from on the next load, made again when damaged, and neither when switched off."""
+the stored file is corrupt. The start-up caches beside them (web/snapshot.js): Python starts
+from the snapshot the site ships; the bytecode is made after the first load's ready, used on the
+next, made again when damaged. A damaged shipped snapshot gives way to one the page makes and
+saves. snapshot: false uses neither."""
 
 from __future__ import annotations
 
@@ -42,35 +44,62 @@ def test_second_load_is_cached_and_corruption_is_refetched(context, site_root):
     first = ready(page)
     assert first["weights"]["downloaded"] == tiny["size"] and not first["weights"]["cached"]
     assert len(weight_requests()) == 1
-    assert first["startup"]["snapshot"] == first["startup"]["bytecode"] == "making"
+    assert first["startup"]["snapshot"] == "shipped", first["startup"]
+    assert first["startup"]["bytecode"] == "making"
     done = page.evaluate(SNAPSHOT_DONE)
-    assert done["snapshot"] == done["bytecode"] == "saved", done
+    assert (done["snapshot"], done["bytecode"]) == ("shipped", "saved"), done
 
     page.reload()
     second = ready(page)
     assert second["weights"] == {"downloaded": 0, "cached": True, "corrupt": 0}
     assert len(weight_requests()) == 1, "the second load asked the server for the weights"
-    assert second["startup"]["snapshot"] == "restored", second["startup"]
-    assert second["startup"]["bytecode"] == "cached", second["startup"]
+    assert (second["startup"]["snapshot"], second["startup"]["bytecode"]) == ("shipped", "cached")
     tokens = run(page, "the cat", {"max_tokens": 6})["tokens"]
 
     page.evaluate(CORRUPT, ["pyspec-weights", f"{tiny['sha256']}.gguf"])
-    page.evaluate(CORRUPT, ["pyspec-runtime", "pyodide-0.27.7.snapshot"])
     page.evaluate(CORRUPT, ["pyspec-runtime", BYTECODE])
     page.reload()
     third = ready(page)
     assert third["weights"]["corrupt"] == 1
     assert third["weights"]["downloaded"] == tiny["size"]
     assert len(weight_requests()) == 2
-    assert third["startup"]["snapshot"] == third["startup"]["bytecode"] == "making"
-    assert "damaged" in third["startup"]["snapshot_error"]
+    assert third["startup"]["bytecode"] == "making"
+    assert "bytecode cache is damaged" in third["startup"]["snapshot_error"]
     assert run(page, "the cat", {"max_tokens": 6})["tokens"] == tokens
-    done = page.evaluate(SNAPSHOT_DONE)
-    assert done["snapshot"] == done["bytecode"] == "saved", done
+    assert page.evaluate(SNAPSHOT_DONE)["bytecode"] == "saved"
 
     page.goto(context.base + "index.html?model=tiny&snapshot=0")
     fourth = ready(page)
     assert fourth["startup"]["snapshot"] == fourth["startup"]["bytecode"] == "off"
     assert set(fourth["startup"]["phases_ms"]) == {"pyodide", "packages", "import", "weights",
                                                    "model"}
+    assert run(page, "the cat", {"max_tokens": 6})["tokens"] == tokens
+
+
+def test_a_damaged_shipped_snapshot_gives_way_to_one_the_page_saves(context, site_root):
+    manifest = json.loads((site_root / "manifest.json").read_text())
+    [shipped] = [a for a in manifest["artifacts"] if a["kind"] == "pyodide-snapshot"]
+    body = bytearray((site_root / shipped["url"]).read_bytes())
+    body[1 << 20] ^= 0xFF   # one byte of the memory: its sha256 no longer matches
+    context.ctx.route(f"**/{shipped['url']}", lambda route: route.fulfill(
+        status=200, body=bytes(body), headers={"Content-Type": "application/octet-stream",
+                                               "Cross-Origin-Resource-Policy": "same-origin"}))
+
+    page = context.page("index.html?model=tiny")
+    first = ready(page)
+    assert first["startup"]["snapshot"] == "making", first["startup"]
+    assert "shipped snapshot" in first["startup"]["snapshot_error"]
+    tokens = run(page, "the cat", {"max_tokens": 6})["tokens"]
+    done = page.evaluate(SNAPSHOT_DONE)
+    assert done["snapshot"] == done["bytecode"] == "saved", done
+
+    page.reload()
+    second = ready(page)
+    assert (second["startup"]["snapshot"], second["startup"]["bytecode"]) == ("restored", "cached")
+    assert run(page, "the cat", {"max_tokens": 6})["tokens"] == tokens
+
+    page.evaluate(CORRUPT, ["pyspec-runtime", "pyodide-0.27.7.snapshot"])
+    page.reload()
+    third = ready(page)
+    assert third["startup"]["snapshot"] == "making"   # the saved one damaged, the shipped too
     assert run(page, "the cat", {"max_tokens": 6})["tokens"] == tokens

@@ -185,14 +185,15 @@ export interface ReadyInfo {
   [field: string]: unknown;
 }
 
-/** How the worker's runtime started. snapshot: "restored" (Python started from the Pyodide
- *  snapshot a visit before saved in OPFS: 1 s instead of 4), "making" (none was usable: started
- *  the ordinary way, and a worker of its own is making one for the next visit; `startup()`
- *  shows "saved" or "failed" when it is done), "off" (snapshot: false), "unavailable" (no OPFS).
- *  bytecode: the same for the compiled numpy and pyspec modules ("cached" when used);
- *  snapshot_error says why a saved one was not used or none could be made. */
+/** How the worker's runtime started. snapshot: "shipped" (Python started from the Pyodide
+ *  snapshot the site ships: 1 s instead of 4), "restored" (from one a visit before saved in
+ *  OPFS, when the shipped one was missing or unusable), "making" (none was usable: started the
+ *  ordinary way, and a worker of its own is making one for the next visit; `startup()` shows
+ *  "saved" or "failed" when it is done), "off" (snapshot: false), "unavailable" (no OPFS and
+ *  no shipped snapshot). bytecode: the same for the compiled numpy and pyspec modules, saved
+ *  in OPFS ("cached" when used); snapshot_error says why a snapshot or cache was not used. */
 export interface Startup {
-  snapshot: "restored" | "making" | "saved" | "failed" | "off" | "unavailable";
+  snapshot: "shipped" | "restored" | "making" | "saved" | "failed" | "off" | "unavailable";
   bytecode: "cached" | "making" | "saved" | "failed" | "off" | "unavailable";
   snapshot_error?: string;
   /** Milliseconds: Python's start, the wheels unpacked, numpy and pyspec imported, the weights

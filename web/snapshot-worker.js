@@ -1,6 +1,7 @@
 // Makes the Pyodide snapshot and the bytecode cache for the next visit and saves them in OPFS
 // (snapshot.js says why it is its own worker). worker.js starts it once its own ready is posted,
-// sends {wheels: [{sha256}], data: [Uint8Array]} (the wheels it unpacked, already checked) and
+// sends {snapshot: whether one is needed, wheels: [{sha256}], data: [Uint8Array]} (the wheels
+// it unpacked, already checked) and
 // ends it when it answers {saved: true} or {saved: false, error}.
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
@@ -20,15 +21,17 @@ with zipfile.ZipFile("/tmp/bytecode.zip", "w", zipfile.ZIP_STORED) as z:
                     z.write(os.path.join(folder, f), os.path.relpath(os.path.join(folder, f), site))
 `;
 
-self.onmessage = async ({ data: { wheels, data } }) => {
+self.onmessage = async ({ data: { snapshot, wheels, data } }) => {
   try {
     const dir = await snapshotDir();
     if (!dir) throw new Error("no OPFS");
     const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href,
-                                        _makeSnapshot: true });
-    pyodide.runPython(`import importlib\nfor m in ${JSON.stringify(SNAPSHOT_IMPORTS)}:\n` +
-                      "    try: importlib.import_module(m)\n    except Exception: pass");
-    await saveSnapshot(dir, pyodide.makeMemorySnapshot());
+                                        _makeSnapshot: snapshot });
+    if (snapshot) {
+      pyodide.runPython(`import importlib\nfor m in ${JSON.stringify(SNAPSHOT_IMPORTS)}:\n` +
+                        "    try: importlib.import_module(m)\n    except Exception: pass");
+      await saveSnapshot(dir, pyodide.makeMemorySnapshot());
+    }
     // The snapshot is taken: this Python may go on to unpack the wheels and compile them.
     const site = pyodide.runPython("import sysconfig\nsysconfig.get_path('purelib')");
     for (const bytes of data) pyodide.unpackArchive(bytes, "zip", { extractDir: site });

@@ -8,7 +8,9 @@
 // new pyspec wheel does not stale it. Pyodide refuses a snapshot of another Pyodide build (its
 // build id); a sha256 ahead of the memory refuses a damaged file.
 //
-// Who makes it: not the page's own worker. The instance that makes a snapshot wraps the JS
+// Who makes it: the site build, with Node (webtools/snapshot.mjs), ships one beside Pyodide; a
+// page that cannot use it (no such file, damaged, or it fails to start) makes its own, saved in
+// OPFS and tried first from then on. Not the page's own worker, though. The instance that makes a snapshot wraps the JS
 // globals it gives Python in proxies that record what Python touched, and calls their getters
 // through those proxies, which the browser refuses (navigator.gpu: "Illegal invocation"); and
 // making one costs the 3-4 s start-up again. So when there is none, worker.js starts Python the
@@ -52,14 +54,19 @@ export async function snapshotDir() {
   }
 }
 
+// A snapshot file's memory (sha256(memory) + memory), or null when it is damaged.
+export async function checkSnapshot(bytes) {
+  const memory = bytes.subarray(32);
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", memory));
+  return bytes.length > 32 && digest.every((b, i) => b === bytes[i]) ? memory : null;
+}
+
 // The saved snapshot's memory, or null (none yet, or `problem` says why it is unusable).
 export async function readSnapshot(dir, problem) {
   try {
     const file = await (await dir.getFileHandle(SNAPSHOT_NAME)).getFile();
-    const bytes = new Uint8Array(await file.arrayBuffer());
-    const memory = bytes.subarray(32);
-    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", memory));
-    if (bytes.length > 32 && digest.every((b, i) => b === bytes[i])) return memory;
+    const memory = await checkSnapshot(new Uint8Array(await file.arrayBuffer()));
+    if (memory) return memory;
     problem("the saved snapshot is damaged (its sha256 does not match)");
   } catch (e) {
     if (e?.name !== "NotFoundError") problem(`cannot read the snapshot: ${e}`);

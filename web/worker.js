@@ -57,7 +57,7 @@
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import * as webgpuHelpers from "./webgpu.js";
 import * as dequantKernels from "./dequant.js";
-import { readBytecode, readSnapshot, snapshotDir } from "./snapshot.js";
+import { checkSnapshot, readBytecode, readSnapshot, snapshotDir } from "./snapshot.js";
 
 const SITE = new URL("./", import.meta.url);
 const OPFS_DIR = "pyspec-weights";
@@ -131,7 +131,8 @@ function runtime(progress, { snapshot = true, drill = null } = {}) {
     const dir = caches === null ? await snapshotDir() : null;
     if (caches === null && !dir) startup.snapshot = startup.bytecode = "unavailable";
     const bytecode = dir ? readBytecode(dir, artifacts) : null;
-    const pyodide = await startPyodide(startup, dir);
+    const shipped = m.artifacts.find((a) => a.kind === "pyodide-snapshot");
+    const pyodide = await startPyodide(startup, dir, shipped);
     pyodide.registerJsModule("pyspec_webgpu", webgpuHelpers);   // pyspec/gpu/browser.py's
     pyodide.registerJsModule("pyspec_dequant", dequantKernels); // pyspec/web.py's
     lap("pyodide");
@@ -191,28 +192,48 @@ function unpackBytecode(pyodide, zip, sitePackages, startup) {
 // --- the Pyodide snapshot and the bytecode cache (snapshot.js) --------------------------------
 // startup.snapshot and startup.bytecode, in the ready message (and in stats replies, as they
 // change):
-//   "restored" / "cached"  Python started from the snapshot, and imported from the bytecode,
-//                          that a visit before saved
-//   "making"     none was usable: Python started the ordinary way (compiled the source), and
-//                once ready is posted snapshot-worker.js makes both for the next visit ("saved"
+//   "restored"   Python started from the snapshot a visit before saved in OPFS
+//   "shipped"    ... from the one the site ships (pyodide/, made at build), none saved here
+//   "cached"     (bytecode) numpy and pyspec imported from the bytecode a visit before saved
+//   "making"     none was usable: Python started the ordinary way (or compiled the source), and
+//                once ready is posted snapshot-worker.js makes it for the next visit ("saved"
 //                when it has, "failed" with snapshot_error when it could not)
-//   "off"        init's snapshot: false;  "unavailable": no OPFS (a private window)
-async function startPyodide(startup, dir) {
+//   "off"        init's snapshot: false;  "unavailable": no OPFS (a private window), where the
+//                shipped snapshot still serves
+async function startPyodide(startup, dir, shipped) {
   const indexURL = new URL("pyodide/", SITE).href;
-  if (!dir) return loadPyodide({ indexURL });
+  if (startup.snapshot === "off") return loadPyodide({ indexURL });
   const problem = (why) => { startup.snapshot_error = why; };
-  const memory = await readSnapshot(dir, problem);
-  if (memory) {
+  const sources = [];
+  if (dir) sources.push(["restored", "saved", () => readSnapshot(dir, problem)]);
+  if (shipped) sources.push(["shipped", "shipped", () => fetchSnapshot(shipped, problem)]);
+  for (const [state, which, read] of sources) {
+    const memory = await read();
+    if (!memory) continue;
     try {
       const pyodide = await loadPyodide({ indexURL, _loadSnapshot: memory });
-      startup.snapshot = "restored";
+      startup.snapshot = state;
       return pyodide;
     } catch (e) {
-      problem(`the saved snapshot did not start: ${e}`);   // another one replaces it
+      problem(`the ${which} snapshot did not start: ${e}`);
     }
   }
-  startup.snapshot = "making";
+  if (dir) startup.snapshot = "making";   // else it stays "unavailable": nowhere to save one
   return loadPyodide({ indexURL });
+}
+
+// The site's snapshot (its manifest artifact), or null.
+async function fetchSnapshot(artifact, problem) {
+  try {
+    const resp = await fetch(new URL(artifact.url, SITE));
+    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+    const memory = await checkSnapshot(new Uint8Array(await resp.arrayBuffer()));
+    if (memory) return memory;
+    problem(`the shipped snapshot ${artifact.url} is damaged (its sha256 does not match)`);
+  } catch (e) {
+    problem(`cannot fetch the shipped snapshot ${artifact.url}: ${e.message ?? e}`);
+  }
+  return null;
 }
 
 // The snapshot and bytecode for the next visit, made by a worker of its own; once per worker.
@@ -234,7 +255,8 @@ function makeCaches(startup) {
     };
     maker.onmessage = (e) => (e.data?.saved ? done("saved") : done("failed", e.data?.error));
     maker.onerror = (e) => done("failed", `the snapshot worker failed: ${e.message ?? e}`);
-    maker.postMessage({ wheels: artifacts.map((a) => ({ sha256: a.sha256 })), data });
+    maker.postMessage({ snapshot: startup.snapshot === "making",
+                        wheels: artifacts.map((a) => ({ sha256: a.sha256 })), data });
   });
   return cacheMaker;
 }

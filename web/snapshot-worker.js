@@ -9,16 +9,18 @@ import { SNAPSHOT_IMPORTS, saveBytecode, saveSnapshot, snapshotDir } from "./sna
 
 // Compile numpy's and pyspec's modules (unchecked-hash .pyc) and zip the __pycache__ folders.
 const COMPILE = `
-import compileall, os, py_compile, sysconfig, zipfile
+import compileall, io, os, py_compile, sysconfig, zipfile
 site = sysconfig.get_path("purelib")
 unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
-with zipfile.ZipFile("/tmp/bytecode.zip", "w", zipfile.ZIP_STORED) as z:
+out = io.BytesIO()
+with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
     for top in ("numpy", "pyspec"):
         compileall.compile_dir(os.path.join(site, top), quiet=2, invalidation_mode=unchecked)
         for folder, _, files in os.walk(os.path.join(site, top)):
             if os.path.basename(folder) == "__pycache__":
                 for f in files:
                     z.write(os.path.join(folder, f), os.path.relpath(os.path.join(folder, f), site))
+out.getvalue()
 `;
 
 self.onmessage = async ({ data: { snapshot, wheels, data } }) => {
@@ -35,8 +37,10 @@ self.onmessage = async ({ data: { snapshot, wheels, data } }) => {
     // The snapshot is taken: this Python may go on to unpack the wheels and compile them.
     const site = pyodide.runPython("import sysconfig\nsysconfig.get_path('purelib')");
     for (const bytes of data) pyodide.unpackArchive(bytes, "zip", { extractDir: site });
-    pyodide.runPython(COMPILE);
-    await saveBytecode(dir, wheels, pyodide.FS.readFile("/tmp/bytecode.zip"));
+    const zipped = pyodide.runPython(COMPILE);
+    const bytes = zipped.toJs();
+    zipped.destroy();
+    await saveBytecode(dir, wheels, bytes);
     self.postMessage({ saved: true });
   } catch (e) {
     self.postMessage({ saved: false, error: `cannot make the snapshot: ${e?.message ?? e}` });

@@ -1,8 +1,9 @@
 // pyspec worker (DESIGN §8): Pyodide + the pyspec wheel, weights in OPFS, a typed message protocol.
 //
-// Everything comes from this worker's own origin: Pyodide's core and its numpy wheel from
-// ./pyodide/ (checked by Pyodide against pyodide-lock.json's sha256), the pyspec wheel and the
-// models as listed in ./manifest.json (sha256 checked here).
+// Everything comes from this worker's own origin: Pyodide's core, its numpy wheel and the
+// snapshot of its start-up from ./pyodide/, the pyspec wheel and the models, as listed in
+// ./manifest.json (sha256 checked here; the site build checked numpy's against Pyodide's own
+// pyodide-lock.json).
 //
 // Requests (each carries an `id`; every reply carries the same id):
 //   {type:'init', id, champion, draft, maxCtx, backend, drills, drill, snapshot}
@@ -13,7 +14,8 @@
 //       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?} (a draft model)
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
 //       drill: a loading fault drill (drills on), LOAD_DRILLS below
-//       snapshot: false starts Python without the saved Pyodide snapshot (startPyodide below)
+//       snapshot: false starts Python without a Pyodide snapshot (shipped or saved) and imports
+//       without the bytecode cache (startPyodide below)
 //       startup: {snapshot, bytecode, snapshot_error?, phases_ms: {pyodide, packages, import,
 //       weights, model}}: how the runtime started (startPyodide below), where the time went
 //       notices: [{code, message}] of faults met while loading, recovered from (a damaged

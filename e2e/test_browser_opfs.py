@@ -23,6 +23,22 @@ SNAPSHOT_DONE = """async () => {
   }
 }"""
 
+# A file of junk in the page's OPFS; EXISTS says whether a file is there.
+JUNK = """async ([folder, name]) => {
+  const root = await navigator.storage.getDirectory();
+  const dir = await root.getDirectoryHandle(folder, { create: true });
+  const w = await (await dir.getFileHandle(name, { create: true })).createWritable();
+  await w.write(new Uint8Array(4096).fill(7));
+  await w.close();
+}"""
+EXISTS = """async ([folder, name]) => {
+  const root = await navigator.storage.getDirectory();
+  try {
+    await (await root.getDirectoryHandle(folder)).getFileHandle(name);
+    return true;
+  } catch { return false; }
+}"""
+
 CORRUPT = """async ([folder, name]) => {
   const root = await navigator.storage.getDirectory();
   const dir = await root.getDirectoryHandle(folder);
@@ -58,8 +74,12 @@ def test_second_load_is_cached_and_corruption_is_refetched(context, site_root):
 
     page.evaluate(CORRUPT, ["pyspec-weights", f"{tiny['sha256']}.gguf"])
     page.evaluate(CORRUPT, ["pyspec-runtime", BYTECODE])
+    saved = ["pyspec-runtime", "pyodide-0.27.7.snapshot"]
+    page.evaluate(JUNK, saved)   # a damaged saved snapshot: tried first, refused, removed
     page.reload()
     third = ready(page)
+    assert third["startup"]["snapshot"] == "shipped"
+    assert not page.evaluate(EXISTS, saved)
     assert third["weights"]["corrupt"] == 1
     assert third["weights"]["downloaded"] == tiny["size"]
     assert len(weight_requests()) == 2

@@ -59,7 +59,8 @@
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import * as webgpuHelpers from "./webgpu.js";
 import * as dequantKernels from "./dequant.js";
-import { checkSnapshot, readBytecode, readSnapshot, snapshotDir } from "./snapshot.js";
+import { SNAPSHOT_NAME, checkSnapshot, readBytecode, readSnapshot, snapshotDir }
+  from "./snapshot.js";
 
 const SITE = new URL("./", import.meta.url);
 const OPFS_DIR = "pyspec-weights";
@@ -205,20 +206,28 @@ function unpackBytecode(pyodide, zip, sitePackages, startup) {
 async function startPyodide(startup, dir, shipped) {
   const indexURL = new URL("pyodide/", SITE).href;
   if (startup.snapshot === "off") return loadPyodide({ indexURL });
-  const problem = (why) => { startup.snapshot_error = why; };
+  // A saved snapshot that is damaged or does not start is removed, so later visits do not read
+  // it again (the shipped one serves, or a new one is made).
   const sources = [];
-  if (dir) sources.push(["restored", "saved", () => readSnapshot(dir, problem)]);
-  if (shipped) sources.push(["shipped", "shipped", () => fetchSnapshot(shipped, problem)]);
-  for (const [state, which, read] of sources) {
-    const memory = await read();
-    if (!memory) continue;
-    try {
-      const pyodide = await loadPyodide({ indexURL, _loadSnapshot: memory });
-      startup.snapshot = state;
-      return pyodide;
-    } catch (e) {
-      problem(`the ${which} snapshot did not start: ${e}`);
+  if (dir) {
+    sources.push(["restored", "saved", (fail) => readSnapshot(dir, fail),
+                  () => dir.removeEntry(SNAPSHOT_NAME).catch(() => {})]);
+  }
+  if (shipped) sources.push(["shipped", "shipped", (fail) => fetchSnapshot(shipped, fail), null]);
+  for (const [state, which, read, discard] of sources) {
+    let failed = false;
+    const fail = (why) => { failed = true; startup.snapshot_error = why; };
+    const memory = await read(fail);
+    if (memory) {
+      try {
+        const pyodide = await loadPyodide({ indexURL, _loadSnapshot: memory });
+        startup.snapshot = state;
+        return pyodide;
+      } catch (e) {
+        fail(`the ${which} snapshot did not start: ${e}`);
+      }
     }
+    if (failed) await discard?.();
   }
   if (dir) startup.snapshot = "making";   // else it stays "unavailable": nowhere to save one
   return loadPyodide({ indexURL });

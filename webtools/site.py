@@ -181,8 +181,14 @@ def build_snapshot(out: Path) -> Path | None:
     if not cached.exists():
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([node, str(ROOT / "webtools" / "snapshot.mjs"), str(out), str(tmp)],
-                       check=True, timeout=300)
+        made = subprocess.run([node, str(ROOT / "webtools" / "snapshot.mjs"), str(out), str(tmp)],
+                              capture_output=True, text=True, timeout=300)
+        if made.returncode != 0:   # an old Node, say: the page then makes its own snapshot
+            print(f"note: {node} could not make the Pyodide snapshot, so the site ships none:\n"
+                  f"{made.stderr.strip()[-2000:]}", flush=True)
+            tmp.unlink(missing_ok=True)
+            dst.unlink(missing_ok=True)
+            return None
         os.replace(tmp, cached)
     copy_if_changed(cached, dst)
     return dst

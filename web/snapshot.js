@@ -10,12 +10,13 @@
 //
 // Who makes it: the site build, with Node (webtools/snapshot.mjs), ships one beside Pyodide; a
 // page that cannot use it (no such file, damaged, or it fails to start) makes its own, saved in
-// OPFS and tried first from then on. Not the page's own worker, though. The instance that makes a snapshot wraps the JS
-// globals it gives Python in proxies that record what Python touched, and calls their getters
-// through those proxies, which the browser refuses (navigator.gpu: "Illegal invocation"); and
-// making one costs the 3-4 s start-up again. So when there is none, worker.js starts Python the
-// ordinary way and, once ready is posted, starts snapshot-worker.js, a worker of its own on the
-// other core, which starts a second Python, makes the snapshot and saves it for the next visit.
+// OPFS and tried first from then on. Not the page's own worker, though: the instance that makes
+// a snapshot wraps the JS globals it gives Python in proxies that record what Python touched,
+// and calls their getters through those proxies, which the browser refuses (navigator.gpu:
+// "Illegal invocation"); and making one costs the 3-4 s start-up again. So when there is none,
+// worker.js starts Python the ordinary way and, once ready is posted and it has been idle 2 s,
+// starts snapshot-worker.js, a worker of its own on the other core, which starts a second
+// Python, makes the snapshot and saves it for the next visit.
 //
 // The same worker then saves the bytecode cache: numpy's wheel ships Python source only, so
 // every start compiled the numpy and pyspec modules it imports (about a second in wasm). The

@@ -247,6 +247,21 @@ async function fetchSnapshot(artifact, problem) {
   return null;
 }
 
+// Requests (init, generate) queued or running, and when the last one ended: the caches' maker
+// waits for the worker to be idle IDLE_MS, so it does not compete with a first request for the
+// two cores (a visitor usually reads or types for a while after ready).
+let busy = 0;
+let lastBusy = 0;
+const IDLE_MS = 2000;
+
+function whenIdle(task) {
+  const poll = () => {
+    if (busy === 0 && performance.now() - lastBusy >= IDLE_MS) task();
+    else setTimeout(poll, 250);
+  };
+  poll();
+}
+
 // The snapshot and bytecode for the next visit, made by a worker of its own; once per worker.
 let cacheMaker = null;
 
@@ -659,11 +674,11 @@ async function init(msg) {
            champion: champion.name, draft_model: draft?.name ?? null, weights,
            notices: load.notices, startup: structuredClone(runtimeStartup),
            init_ms: performance.now() - t0 });
-    // Once ready is out: the system turn's prefill (web.py Session.warm), and the snapshot and
-    // bytecode for the next visit, on another core.
+    // Once ready is out: the system turn's prefill (web.py Session.warm), and, once this worker
+    // has been idle a while, the snapshot and bytecode for the next visit, on another core.
     session.warm();
     if ([runtimeStartup.snapshot, runtimeStartup.bytecode].includes("making")) {
-      makeCaches(runtimeStartup);
+      whenIdle(() => makeCaches(runtimeStartup));
     }
     return null;      // posted above
   } finally {
@@ -695,8 +710,10 @@ async function handle(msg) {
     case "init":
     case "generate": {
       // One at a time, in arrival order: a request waits for the one before it to finish.
+      busy += 1;
       const run = queue.then(() => (msg.type === "init" ? init(msg) : generate(msg)));
       queue = run.catch(() => {});
+      run.finally(() => { busy -= 1; lastBusy = performance.now(); }).catch(() => {});
       return run;
     }
     case "cancel": {

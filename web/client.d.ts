@@ -137,6 +137,24 @@ export interface Chunk {
 
 export type EngineFinishReason = "stop" | "length" | "context" | "cancelled";
 
+/** How a request's decode cycles spent their time on the WebGPU engine (an empty object on the
+ *  CPU engine). */
+export interface BackendTiming {
+  cycles: number;
+  /** Seconds of host work: encoding and submitting the cycles (and a host accept's rule). */
+  host_s: number;
+  /** Each cycle's own host seconds, for the first 256 cycles: for medians, since a software
+   *  adapter's threads interrupt some cycles' encoding. */
+  host_s_cycles: number[];
+  /** Seconds awaiting readbacks. */
+  wait_s: number;
+  readbacks: number;
+  /** Cycles submitted before the one in flight was read (pipelined). */
+  ahead: number;
+  host_accept_s?: number;
+  mask_s?: number;
+}
+
 export interface Stats {
   adapter: string;
   drafter: string;
@@ -155,6 +173,7 @@ export interface Stats {
   forced_tokens: number;
   tokens_per_s: number;
   ttft_s: number | null;
+  backend_timing: Partial<BackendTiming>;
   [field: string]: unknown;
 }
 

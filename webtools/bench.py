@@ -332,8 +332,10 @@ def report(result: dict) -> None:
               f"baseline {o['baseline']}")
     for side, o in result["pyodide_overhead"].items():
         if o["cycles"]:
+            h = o["host_s_cycle"]
             print(f"per cycle ({side}): host (Python encode+submit) {1000 * o['host_s_per_cycle']:.1f}"
-                  f" ms, waiting on the GPU {1000 * o['wait_s_per_cycle']:.1f} ms, "
+                  f" ms mean, median {1000 * h['median']:.1f} [{1000 * h['min']:.1f}, "
+                  f"{1000 * h['max']:.1f}], waiting on the GPU {1000 * o['wait_s_per_cycle']:.1f} ms, "
                   f"{o['readbacks_per_cycle']:.2f} readbacks ({o['cycles']} cycles)")
 
 

@@ -75,6 +75,7 @@ from .step import N_SLOTS, SLOT_CHAMPION
 
 K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
 PREFILL_BLOCK = 8 * ROWS_MAX  # prompt rows between cancel checks (a readback each)
+HOST_SAMPLES = 256   # cycles per request whose host time the timing keeps one by one (_count)
 
 
 def _draft_slot(i: int) -> int:
@@ -302,7 +303,8 @@ class GPUBackend(Executor):
         contract). With should_stop, it waits for each PREFILL_BLOCK rows and asks between
         blocks; when told to stop, the rows committed so far stay valid."""
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
-        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0, "ahead": 0}
+        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0, "ahead": 0,
+                       "host_s_cycles": []}
         self.kv.truncate(start)
         end = len(prompt) - 1
         submitted = self.dev.submissions
@@ -430,11 +432,16 @@ class GPUBackend(Executor):
     def _count(self, c: _Cycle, wait_s: float, host_after_s: float = 0.0) -> None:
         """Per-request timing: host time encoding and submitting (and, for host accept, the rule)
         vs time blocked on the readback (with pipelining the GPU runs the cycle before while the
-        host encodes, so the two need not add up to the wall time)."""
+        host encodes, so the two need not add up to the wall time). The first HOST_SAMPLES
+        cycles' host times are kept one by one, for medians: on a software adapter the GPU's
+        own threads share the cores with the host and interrupt some cycles' encoding."""
         self.timing["cycles"] += 1
         self.timing["readbacks"] += 1
         self.timing["wait_s"] += wait_s
-        self.timing["host_s"] += c.t_submit - c.t0 + host_after_s
+        host_s = c.t_submit - c.t0 + host_after_s
+        self.timing["host_s"] += host_s
+        if len(self.timing["host_s_cycles"]) < HOST_SAMPLES:
+            self.timing["host_s_cycles"].append(host_s)
 
     # --- pipelined decoding (see the module docstring) ------------------------------------------
     def pipelines(self, rule: Rule) -> bool:

@@ -15,6 +15,8 @@ device, whatever wgpu named it; anything else stays a GPUError (gpu_error).
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 
 from .device import (Device, DeviceLostError, Dispatch, GPUError, NoAdapterError, Prepared,
                      flatten)
@@ -28,8 +30,20 @@ try:  # wgpu-py is optional: the CPU engine and the browser build do not need it
     # the GPU is busy (a map asked for behind a cycle in flight waited for the whole cycle).
     # Staging buffers here are written only by copies in submissions already made.
     _READ = "READ_NOSYNC"
+    from wgpu.backends.wgpu_native._api import libf as _checked_raw, new_struct as _new_struct
+
+    # The readback maps of `expect` (see there): key -> WGPUMapAsyncStatus, filled by this one
+    # callback (userdata1 carries the key) whichever thread's poll settles the map.
+    _SETTLED: dict[int, int] = {}
+    _MAP_KEYS = itertools.count(1)   # one sequence for every device: keys never collide
+
+    @_ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+    def _on_mapped(status, _message, key, _userdata2):
+        _SETTLED[int(_ffi.cast("uintptr_t", key))] = int(status)
 except ImportError:  # pragma: no cover - exercised where wgpu is not installed
     wgpu = _raw = _NULL = _READ = None
+
+_MAP_WAIT_S = 120.0   # a readback whose submission has not run in this long: the GPU is hung
 
 
 def available() -> bool:
@@ -78,7 +92,9 @@ class NativeDevice(Device):
         self.device = adapter.request_device_sync(required_features=features,
                                                   required_limits=wanted)
         self.limits = dict(self.device.limits)
-        self._maps: dict[int, object] = {}   # id(staging buffer) -> its map promise (expect)
+        # id(staging buffer) -> (key in _SETTLED, the submission index to wait for): `expect`
+        self._maps: dict[int, tuple[int, int]] = {}
+        self._submitted = 0   # the index of the last submission (wgpuQueueSubmitForIndex)
 
     # --- adapter primitives -------------------------------------------------------------------
     def _checked(self, what: str, make):
@@ -193,30 +209,53 @@ class NativeDevice(Device):
         encoder.copy_buffer_to_buffer(c.src, c.src_offset, c.dst, c.dst_offset, c.nbytes)
 
     def _finish_and_submit(self, encoder):
-        self.device.queue.submit([encoder.finish()])
+        commands = encoder.finish()   # held until submitted: its release frees the handle
+        buffers = _ffi.new("WGPUCommandBuffer[1]", [commands._internal])
+        self._submitted = _checked_raw.wgpuQueueSubmitForIndex(
+            self.device.queue._internal, 1, buffers)
 
+    # Readbacks. wgpu-py settles a map on its poll thread, which waits in wgpuDevicePoll for
+    # every submission made so far; while it waits it holds the device's fence, and a
+    # queue.submit from this thread blocks until the GPU is idle. In a pipelined decode
+    # (cycle n+1 submitted before cycle n is read) that made each submission wait for the
+    # cycle before it, so the host never ran ahead of the GPU. Here a map is asked for at once
+    # (`expect`, right after its submission) with no poll thread involved, and `_map_read_now`
+    # polls on this thread for that submission's index only, after the next cycle is submitted.
     def expect(self, readback) -> None:
-        """Ask for the map at once, right after the submission that fills the staging buffer.
-        wgpu-py settles a map by polling until every submission made so far has run, so a map
-        asked for only when the cycle is read would also wait for the cycle submitted after it
-        and undo the pipelining (scripts/profile_cycle.py measures both)."""
         key = id(readback.staging)
-        if self.lost is None and key not in self._maps:
-            promise = self._checked("a readback", lambda: readback.staging.map_async(
-                _READ, 0, readback.size))
-            # Waited for with sync_wait only: unbound from the running asyncio loop, which may be
-            # closed when a dropped or failed cycle's map settles (wgpu-py then reported
-            # "Event loop is closed" from its callback).
-            promise._call_soon_threadsafe = None
-            self._maps[key] = promise
+        if self.lost is not None or key in self._maps:
+            return
+        token = next(_MAP_KEYS)
+        info = _new_struct("WGPUBufferMapCallbackInfo",
+                           mode=_raw.WGPUCallbackMode_AllowProcessEvents, callback=_on_mapped,
+                           userdata1=_ffi.cast("void *", token))
+        self._checked("a readback", lambda: _checked_raw.wgpuBufferMapAsync(
+            readback.staging._internal, _raw.WGPUMapMode_Read, 0, readback.size, info))
+        self._maps[key] = (token, self._submitted)
+
+    def _settle(self, staging, token: int, index: int) -> None:
+        """Wait until the map of `expect` settles: polls for its submission only, on this thread.
+        Raises GPUError (a lost device: DeviceLostError) when it did not map."""
+        wanted = _ffi.new("WGPUSubmissionIndex *", index)
+        deadline = time.perf_counter() + _MAP_WAIT_S
+        device = self.device._internal
+        while token not in _SETTLED:
+            if self.lost is not None:
+                raise self._classify("a readback", RuntimeError("device lost"))
+            self._checked("a readback", lambda: _checked_raw.wgpuDevicePoll(device, True, wanted))
+            if token not in _SETTLED and time.perf_counter() > deadline:
+                raise GPUError(f"a readback did not map in {_MAP_WAIT_S:.0f} s; the GPU seems hung")
+        status = _SETTLED.pop(token)
+        if status != _raw.WGPUMapAsyncStatus_Success:
+            raise self._classify("a readback", RuntimeError(f"the map failed (status {status})"))
 
     def release(self, readback) -> None:
         # A readback dropped unread with its map asked for: unmapped before the buffer is reused.
-        promise = self._maps.pop(id(readback.staging), None)
-        if promise is not None:
+        entry = self._maps.pop(id(readback.staging), None)
+        if entry is not None:
             try:
-                promise.sync_wait()
-                readback.staging.unmap()
+                self._settle(readback.staging, *entry)
+                _raw.wgpuBufferUnmap(readback.staging._internal)
             except Exception:  # noqa: BLE001 - a lost device: the buffer goes with it
                 pass
         super().release(readback)
@@ -236,14 +275,18 @@ class NativeDevice(Device):
         return self._map_read_now(staging, size, nbytes)
 
     def _map_read_now(self, staging, size, nbytes):
-        promise = self._maps.pop(id(staging), None)
+        entry = self._maps.pop(id(staging), None)
         if self.lost is not None:
             raise self._classify("a readback", RuntimeError("device lost"))
+        if entry is not None:
+            self._settle(staging, *entry)
+            try:
+                mapped = _raw.wgpuBufferGetConstMappedRange(staging._internal, 0, size)
+                return bytes(_ffi.buffer(mapped, nbytes))
+            finally:
+                _raw.wgpuBufferUnmap(staging._internal)
         try:
-            if promise is not None:
-                promise.sync_wait()
-            else:
-                staging.map_sync(_READ, 0, size)
+            staging.map_sync(_READ, 0, size)
             try:
                 return bytes(staging.read_mapped(0, nbytes))
             finally:

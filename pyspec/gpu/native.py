@@ -233,7 +233,7 @@ class NativeDevice(Device):
             readback.staging._internal, _raw.WGPUMapMode_Read, 0, readback.size, info))
         self._maps[key] = (token, self._submitted)
 
-    def _settle(self, staging, token: int, index: int) -> None:
+    def _settle(self, token: int, index: int) -> None:
         """Wait until the map of `expect` settles: polls for its submission only, on this thread.
         Raises GPUError (a lost device: DeviceLostError) when it did not map."""
         wanted = _ffi.new("WGPUSubmissionIndex *", index)
@@ -254,7 +254,7 @@ class NativeDevice(Device):
         entry = self._maps.pop(id(readback.staging), None)
         if entry is not None:
             try:
-                self._settle(readback.staging, *entry)
+                self._settle(*entry)
                 _raw.wgpuBufferUnmap(readback.staging._internal)
             except Exception:  # noqa: BLE001 - a lost device: the buffer goes with it
                 pass
@@ -279,7 +279,7 @@ class NativeDevice(Device):
         if self.lost is not None:
             raise self._classify("a readback", RuntimeError("device lost"))
         if entry is not None:
-            self._settle(staging, *entry)
+            self._settle(*entry)
             try:
                 mapped = _raw.wgpuBufferGetConstMappedRange(staging._internal, 0, size)
                 return bytes(_ffi.buffer(mapped, nbytes))

@@ -12,11 +12,13 @@
 # .h200c in turn, then `setup train bench` (or `setup bench`) with .h200d (which also holds
 # public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
 #   bash train/device.sh train     # generate (resumable) + distill + export $W/models/$NAME.gguf
+#                                  # (the two phases alone: gen, distill)
 #   bash train/device.sh bench     # acceptance (--k fixed:4) and speed (heuristic) on the public
 #                                  # workload, native WebGPU, champion-only side by side
 #
 # Settings (environment): NAME (draft-l4), LAYERS (0,10,20,29), MATRIX (Q4_1), GEN_MIN (3.4),
-# TRAIN_MIN (4.0), STEPS (1300). What should come back is copied under $OUT.
+# TRAIN_MIN (4.0), STEPS (1300); REFERENCE (a KL-distilled draft: token-selective distillation
+# against it) and KEEP (0.8). What should come back is copied under $OUT.
 set -euo pipefail
 # The device machine's scratch folder (kept only while the machine stays warm).
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}
@@ -26,6 +28,7 @@ MATRIX=${MATRIX:-Q4_1}
 GEN_MIN=${GEN_MIN:-3.4}
 TRAIN_MIN=${TRAIN_MIN:-4.0}
 STEPS=${STEPS:-1300}
+KEEP=${KEEP:-0.8}
 OUT=${OUT:-$W/out}
 export PYTHONPATH=$W/site VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export PYTHONUNBUFFERED=1
@@ -47,19 +50,25 @@ setup() {
     if [ -f $W/champ.gguf ]; then sha256sum $W/champ.gguf; fi
 }
 
-train() {
+gen() {
     python3 train/generate.py --champion $W/champ.gguf --out $W/gen --minutes "$GEN_MIN" \
-        2>&1 | tee "$OUT/train.log"
-    (cd /tmp && tar cf - gen) | gzip -1 > "$OUT/gen.tar.gz"
+        2>&1 | tee -a "$OUT/train.log"
+    (cd $W && tar cf - gen) | gzip -1 > "$OUT/gen.tar.gz"
+}
+
+distill() {
     mkdir -p $W/models
     python3 train/distill.py --champion $W/champ.gguf --data $W/gen --layers "$LAYERS" \
         --work $W/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
+        ${REFERENCE:+--reference "$REFERENCE" --keep "$KEEP"} \
         --gguf $W/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
     cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
     if [ -f $W/models/$NAME.gguf ]; then
         split -b 15M -d $W/models/$NAME.gguf "$OUT/$NAME.gguf.part"
     fi
 }
+
+train() { gen; distill; }
 
 bench() {
     # the draft just trained, else the shipped one; the plots are redrawn from the JSON at home

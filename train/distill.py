@@ -14,6 +14,12 @@ probabilities. Verification accepts a drafted token with probability min(1, p/q)
 is the champion's argmax), and forward KL is the mass-covering choice that makes q spread where p
 does. Prompt positions carry no loss: the draft never proposes inside a prompt.
 
+`--reference R.gguf --keep F` selects tokens instead (AdaSPEC-style): R is a draft of the same
+architecture already distilled with forward KL, and each batch trains on the fraction F of its
+positions where the draft's KL exceeds R's by most. Positions where even R stays far from the
+champion (text neither draft can fit at its size) carry no loss, so the capacity goes to tokens a
+draft can learn to propose.
+
 Resumable: the full training state is saved to --work every 100 steps and at the end; a run with
 the same --work goes on from there. Every run stops cleanly after --minutes.
 Evaluation on the held-out 5% of seed prompts (train/generate.py's split) reports, for greedy
@@ -157,6 +163,21 @@ def kl_loss(teacher, draft, tokens, mask):
     return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
 
 
+def selective_kl_loss(teacher, reference, draft, tokens, mask, keep: float):
+    """Forward KL on the `keep` fraction of positions with the largest gap between the draft's
+    KL and the reference draft's (see the module docstring)."""
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
+        log_p = torch.log_softmax(logits_at(teacher, tokens, mask), -1)
+        log_r = torch.log_softmax(logits_at(reference, tokens, mask), -1)
+        kl_ref = (log_p.exp() * (log_p - log_r)).sum(-1)
+    with torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
+        log_q = torch.log_softmax(logits_at(draft, tokens, mask), -1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)
+    n = max(1, int(keep * kl.shape[0]))
+    chosen = torch.topk(kl.detach() - kl_ref, n).indices
+    return kl[chosen].mean()
+
+
 @torch.no_grad()
 def evaluate(teacher, draft, held: list, dev, k: int = 4) -> dict:
     """Greedy answers: argmax agreement and K-block acceptance; sampled: mean sum(min(p, q))."""
@@ -221,6 +242,10 @@ def main(argv=None) -> int:
                     help="the GGUF type of the layers' matrices (Q4_1 is the champion's own)")
     ap.add_argument("--eval-limit", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reference", default="",
+                    help="a KL-distilled draft GGUF: train on the tokens selected against it")
+    ap.add_argument("--keep", type=float, default=0.8,
+                    help="with --reference: the fraction of each batch's positions kept")
     args = ap.parse_args(argv)
     t0 = time.time()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -250,13 +275,27 @@ def main(argv=None) -> int:
         t_mark = time.time()
         torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
 
-    train_steps(state, train, args, dev, lambda t, m: kl_loss(teacher, draft, t, m), opt, params,
-                t0 + args.minutes * 60, save, seed=args.seed)
+    if args.reference:
+        reference = from_gguf(args.reference, device=dev)[0].eval().requires_grad_(False)
+        objective = (f"token-selective forward KL: the {args.keep:.0%} of each batch's positions "
+                     f"where the draft's KL exceeds the reference draft's most (AdaSPEC-style; "
+                     f"reference sha256 "
+                     f"{hashlib.sha256(Path(args.reference).read_bytes()).hexdigest()})")
+
+        def loss_of(t, m):
+            return selective_kl_loss(teacher, reference, draft, t, m, args.keep)
+    else:
+        objective = "forward KL(p_champion || q_draft), full vocabulary"
+
+        def loss_of(t, m):
+            return kl_loss(teacher, draft, t, m)
+    train_steps(state, train, args, dev, loss_of, opt, params, t0 + args.minutes * 60, save,
+                seed=args.seed)
     save()
     report = {"layers": layers, "steps": state["step"], "epochs": state["epoch"],
               "train_seconds": round(state["seconds"], 1),
               "final_loss": float(np.mean(state["losses"][-50:])) if state["losses"] else None,
-              "objective": "forward KL(p_champion || q_draft), full vocabulary",
+              "objective": objective,
               "trainable_params": n_params(draft), "batch_tokens": args.batch_tokens,
               "lr": args.lr, **info}
     report["matrix_type"] = args.matrix_type

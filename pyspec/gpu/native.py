@@ -43,7 +43,10 @@ try:  # wgpu-py is optional: the CPU engine and the browser build do not need it
 except ImportError:  # pragma: no cover - exercised where wgpu is not installed
     wgpu = _raw = _NULL = _READ = None
 
-_MAP_WAIT_S = 120.0   # a readback whose submission has not run in this long: the GPU is hung
+# How long `_settle` goes on polling while polls return with the map still unsettled. It does not
+# bound one poll: wgpuDevicePoll(wait) returns when the submission has run, and a hung GPU blocks
+# it as long as the driver lets it (as wgpu-py's own wait did).
+_MAP_WAIT_S = 120.0
 
 
 def available() -> bool:

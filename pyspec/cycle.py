@@ -158,6 +158,11 @@ class Executor:
         read (`submit_after(handle, rule)`, and `drop(handle)` for one never read)."""
         return False
 
+    def drafts_ahead(self, rule: Rule) -> bool:
+        """Whether this executor drafts on the device, so that a speculative cycle too can be
+        submitted before the one in flight is read (`submit_ahead(tokens, k, rule, limit)`)."""
+        return False
+
     async def read(self, handle) -> Outcome:
         """Await the verdict of a submitted cycle."""
         raise NotImplementedError

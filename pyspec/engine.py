@@ -364,13 +364,17 @@ class Engine:
                                                  given_back=self.backend.drafter)
         pipelined = constraint is None and self.backend.pipelines(rule)
         drafter = self.backend.drafter
+        # Drafts looked up on the device (n-gram on a GPU): every cycle goes ahead, speculative or
+        # not, so the schedule measures them all alike (no separate champion-only rate).
+        ahead = pipelined and drafter is not None and self.backend.drafts_ahead(rule)
         # A drafter that is free to ask (n-gram) is scored in shadow while speculation is off:
         # `previews` holds (position, what it would have drafted there) until the champion's
         # tokens decide how many of them a speculative cycle would have kept.
         shadowed = policy.guarded and hasattr(drafter, "preview")
         previews: list[tuple[int, list[int]]] = []
-        sched = schedule.Schedule(policy, pipelined, self._guard_timing.setdefault(
-            (self.adapter, drafter.name if drafter else "none", pipelined), {}), shadowed)
+        sched = schedule.Schedule(policy, pipelined and not ahead, self._guard_timing.setdefault(
+            (self.adapter, drafter.name if drafter else "none", "ahead" if ahead else pipelined),
+            {}), shadowed)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
@@ -403,7 +407,11 @@ class Engine:
         # It is read next iteration, or dropped unread when the request ends here. The schedule
         # then decides a cycle's k before it has observed the cycle in flight (it observes every
         # cycle, in order, one cycle late): `decided` keeps a k > 0 so decided for the next one.
+        # With drafts looked up on the device (`ahead`), any cycle goes ahead, and is fed on the
+        # device by the verdict of the one before: the next is submitted unless the cycle in
+        # flight might reach the end of the budget (`limit` tokens) or of the context.
         queued, decided = None, None
+        limit = len(prompt) + opts.max_tokens
         try:
             while finish != "cancelled" and len(tokens) - len(prompt) < opts.max_tokens:
                 n = len(tokens)
@@ -430,8 +438,15 @@ class Engine:
                     k = max(k, min(ahead, remaining - 1, ctx - n))
                 try:
                     went_ahead = queued is not None
-                    handle, queued = queued or cycle.submit(self.backend, tokens, k, rule), None
-                    if (handle.k == 0 and remaining > 1 and n + 1 <= ctx and constraint is None
+                    if ahead:
+                        handle = queued or self.backend.submit_ahead(tokens, k, rule, limit)
+                        end, queued = n + handle.k + 1, None
+                        if end <= ctx and end < limit:
+                            queued = self.backend.submit_ahead(
+                                None, sched.next_k() if self.drafter else 0, rule, limit)
+                    else:
+                        handle, queued = queued or cycle.submit(self.backend, tokens, k, rule), None
+                    if (not ahead and handle.k == 0 and remaining > 1 and n + 1 <= ctx and constraint is None
                             and self.backend.pipelines(rule)):
                         # This cycle emits exactly one token: the next one's caps are known.
                         k_next = min(sched.next_k() if self.drafter else 0, remaining - 2,
@@ -462,14 +477,17 @@ class Engine:
                     self._held = None
                     await self.backend.prefill(tokens)
                     self._held = (self.kv, self.kv.epoch, tokens)
-                    sched.pipelined, decided = self.backend.pipelines(rule), None
+                    ahead = ahead and self.backend.drafts_ahead(rule)
+                    sched.pipelined = self.backend.pipelines(rule) and not ahead
+                    decided = None
                     self.faults.append({"kind": e.code, "at_token": n - len(prompt),
                                         "cycle": st.champion_passes,
                                         "recovery_s": time.perf_counter() - t_fault,
                                         "adapter": failed})
                     continue
                 verdict, k_real = out.verdict, out.k
-                sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify, went_ahead)
+                sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify,
+                              went_ahead and not ahead)
                 st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
                 st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
 

@@ -101,21 +101,24 @@ def test_device_loss_mid_generation_recovers_to_the_switched_reference(tiny, mod
     check_recovered(report, chunks, reference, dev.adapter_class)
 
 
-def test_device_loss_with_two_cycles_in_flight(tiny):
-    """Champion-only decoding is pipelined: when the device is lost after the third chunk, the
-    next cycle is already submitted and unread. Both are dropped; the request finishes on the
-    CPU from the committed tokens, with no text twice and none missing."""
-    opts = lambda: Options(max_tokens=30, stop_at_eos=False)
+@pytest.mark.parametrize("draft", ["none", "ngram"])
+def test_device_loss_with_two_cycles_in_flight(tiny, draft):
+    """Champion-only decoding is pipelined, and so are n-gram cycles whose drafts the device
+    looks up: when the device is lost after the third chunk, the next cycle is already submitted
+    and unread. Both are dropped; the request finishes on the CPU from the committed tokens, with
+    no text twice and none missing."""
+    opts = lambda: Options(max_tokens=30, stop_at_eos=False,
+                           k="fixed:3" if draft == "ngram" else "heuristic")
     recover = lambda: CPUBackend(tiny.champion, "none")
     dev = open_device()
-    engine = Engine(backend_for(load_model(dev, GGUFFile.open(tiny.champion_path)), "none"),
+    engine = Engine(backend_for(load_model(dev, GGUFFile.open(tiny.champion_path)), draft),
                     tiny.tokenizer, recover=recover)
     gpu = engine.backend
     report, chunks = lose_device_mid_stream(engine, dev, tiny.prompt, opts(), after_chunks=3)
-    assert gpu.timing["ahead"] >= 3, "the cycles went ahead of their readbacks"
+    assert gpu.timing["ahead"] >= 2, "the cycles went ahead of their readbacks"
     at = report["receipt"]["faults"][0]["at_token"]
     assert 0 < at < 30
-    undisturbed = Engine(backend_for(tiny.on("gpu"), "none"), tiny.tokenizer)
+    undisturbed = Engine(backend_for(tiny.on("gpu"), draft), tiny.tokenizer)
     reference = switched_reference(undisturbed, Engine(recover(), tiny.tokenizer), tiny.prompt,
                                    opts(), at)
     check_recovered(report, chunks, reference, dev.adapter_class)

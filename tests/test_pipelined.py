@@ -1,13 +1,16 @@
 """Pipelined decoding on the GPU (gpu/backend.py): a champion-only cycle is submitted before the
-one in flight is read, fed on the device by that cycle's token. Whatever ends the request in the
-middle of the pipeline (max_tokens, an end token, a stop string, a cancel), the text, the tokens,
-the finish reason and the cache left behind are those of the same request read cycle by cycle.
-A lost device with two cycles in flight is in tests/test_gpu_faults.py.
+one in flight is read, fed on the device by that cycle's token; with n-gram drafts looked up on
+the device, a speculative cycle too, fed by the verdict of the one before. Whatever ends the
+request in the middle of the pipeline (max_tokens, an end token, a stop string, a cancel), the
+text, the tokens, the finish reason and the cache left behind are those of the same request read
+cycle by cycle. A lost device with two cycles in flight is in tests/test_gpu_faults.py; the
+device lookup's proposals against the host's in tests/test_gpu_ngram.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -50,15 +53,24 @@ def ends(tiny, reference) -> dict:
         "stop_string": (Options(max_tokens=40, stop_at_eos=False, stop=[stop_text]), None),
         "cancel": (Options(max_tokens=40, stop_at_eos=False), 7),
         "sampled": (Options(max_tokens=23, temperature=0.9, seed=5, stop_at_eos=False), None),
+        "rejection": (Options(max_tokens=23, temperature=0.9, seed=5, stop_at_eos=False,
+                              verify="rejection"), None),
     }
 
 
-@pytest.mark.parametrize("end", ["max_tokens", "end_token", "stop_string", "cancel", "sampled"])
-def test_a_pipelined_request_ends_where_an_unpipelined_one_does(tiny, reference, end):
+@pytest.mark.parametrize("draft", ["none", "ngram"])
+@pytest.mark.parametrize("end", ["max_tokens", "end_token", "stop_string", "cancel", "sampled",
+                                 "rejection"])
+def test_a_pipelined_request_ends_where_an_unpipelined_one_does(tiny, reference, end, draft):
+    """Champion-only cycles, and n-gram cycles of three drafts (the same drafts either way: the
+    device lookup proposes what the host's does), so the two runs verify the same rows and even
+    rejection sampling gives the same bytes."""
     opts, cancel_after = ends(tiny, reference)[end]
+    if draft == "ngram":
+        opts = dataclasses.replace(opts, k="fixed:3")
     results = {}
     for pipelined in (True, False):
-        engine = Engine(backend_for(tiny.on("gpu"), "none"), tiny.tokenizer)
+        engine = Engine(backend_for(tiny.on("gpu"), draft), tiny.tokenizer)
         engine.backend.pipelined = pipelined
         report, chunks = run(engine, tiny.prompt, opts, cancel_after)
         timing = report["stats"]["backend_timing"]
@@ -77,31 +89,54 @@ def test_a_pipelined_request_ends_where_an_unpipelined_one_does(tiny, reference,
                               kv.committed, more.tokens)
     assert results[True] == results[False]
     text, tokens, finish, _, _ = results[True]
-    if end != "sampled":
+    if end not in ("sampled", "rejection"):
         assert tokens == reference[:len(tokens)]
-    expected = {"max_tokens": (17, "length"), "end_token": (12, "stop"),
-                "cancel": (7, "cancelled"), "sampled": (23, "length")}
+    expected = {"max_tokens": (17, "length"), "end_token": (12, "stop"), "sampled": (23, "length"),
+                "rejection": (23, "length")}
+    if draft == "none":   # a question per cycle; n-gram cycles emit several tokens
+        expected["cancel"] = (7, "cancelled")
     if end in expected:
         assert (len(tokens), finish) == expected[end]
+    elif end == "cancel":
+        assert finish == "cancelled" and len(tokens) < 40
     else:   # the stop string is in tokens 9..10 (or earlier, by chance): never past them
         assert finish == "stop" and len(tokens) <= 11
 
 
 def test_which_cycles_go_ahead(tiny):
-    """Only champion-only cycles (k = 0) go ahead, and only when nothing of the request runs on
-    the host between cycles: with drafts every cycle (fixed:3) or a host processor (top_k on the
-    host) none does; with a drafter held at k = 0, top_k on the device, or device penalties,
-    all but the first do."""
+    """Cycles go ahead only when nothing of the request runs on the host between cycles:
+    champion-only ones, and n-gram ones whose drafts are looked up on the device. With drafts
+    from the host every cycle (fixed:3, the device lookup off) or a host processor (top_k on
+    the host) none does; with a drafter held at k = 0, top_k on the device, or device
+    penalties, all but the first do; with the device lookup, every cycle but the first and those
+    after a cycle that might reach max_tokens."""
     top_k = Options(max_tokens=12, stop_at_eos=False, top_k=3, temperature=0.8)
-    cases = [("ngram", Options(max_tokens=12, stop_at_eos=False, k="fixed:3"), False, 0),
-             ("none", top_k, False, 0),
-             ("none", top_k, True, 11),
-             ("ngram", Options(max_tokens=12, stop_at_eos=False, k="fixed:0"), False, 11),
-             ("none", Options(max_tokens=12, stop_at_eos=False, presence_penalty=0.5), False, 11)]
-    for draft, opts, device_filters, ahead in cases:
+    drafts = Options(max_tokens=12, stop_at_eos=False, k="fixed:3")
+    cases = [("ngram", drafts, False, False, 0),
+             ("none", top_k, False, True, 0),
+             ("none", top_k, True, True, 11),
+             ("ngram", Options(max_tokens=12, stop_at_eos=False, k="fixed:0"), False, True, 11),
+             ("none", Options(max_tokens=12, stop_at_eos=False, presence_penalty=0.5), False,
+              True, 11),
+             ("ngram", drafts, False, True, None)]
+    for draft, opts, device_filters, device_ngram, ahead in cases:
         engine = Engine(backend_for(tiny.on("gpu"), draft), tiny.tokenizer)
         engine.backend.device_filters = device_filters   # top_k on the device or the host
+        engine.backend.device_ngram = device_ngram
+        emitted, read = [], engine.backend.read
+
+        async def counted(c):
+            out = await read(c)
+            emitted.append(out.verdict.n_accepted + 1)
+            return out
+
+        engine.backend.read = counted
         r = engine.generate(tiny.prompt, opts)
+        if ahead is None:   # a cycle of up to 3 drafts goes ahead unless the one before could
+            # reach the 12th token: it started at s generated tokens with s + 4 >= 12
+            starts = [sum(emitted[:i]) for i in range(len(emitted))]
+            ahead = sum(s + 4 < 12 for s in starts)
+            assert r.stats["drafted"] > 0 and ahead > 0
         assert r.stats["backend_timing"]["ahead"] == ahead, (draft, opts, device_filters)
 
 
@@ -147,6 +182,7 @@ def test_a_cycle_whose_drafter_had_nothing_lets_the_next_go_ahead(tiny, referenc
     monkeypatch.setattr(schedule.Schedule, "next_k", next_k)
     monkeypatch.setattr(NgramDrafter, "propose", lambda self, tokens, k, rule: Proposal())
     engine = Engine(backend_for(tiny.on("gpu"), "ngram"), tiny.tokenizer)
+    engine.backend.device_ngram = False   # the host's drafter, which the patch empties
     r = engine.generate(tiny.prompt, Options(max_tokens=40, k="heuristic", stop_at_eos=False))
     assert r.tokens == reference
     # Every cycle emits one token: cycle c (0-based) asks for call c + 1, capped at the tokens
@@ -154,3 +190,39 @@ def test_a_cycle_whose_drafter_had_nothing_lets_the_next_go_ahead(tiny, referenc
     expected = sum(min(calls[c + 1], 38 - c) == 0 for c in range(39))
     assert r.stats["backend_timing"]["ahead"] == expected > script.count(0)
     assert r.stats["drafted"] == 0
+
+
+def test_speculative_cycles_are_decided_one_cycle_late(tiny, reference, monkeypatch):
+    """With n-gram drafts looked up on the device, the schedule decides cycle c + 1's k while
+    cycle c is in flight, before it observes cycle c: at most two decisions are ever outstanding,
+    and two are whenever a cycle went ahead. Scripted decisions (a guard turning speculation off
+    and on, k changing) make it exact to count. Each cycle is observed once, in order, with at
+    most the drafts decided for it, and the output is the champion's."""
+    from pyspec import schedule
+
+    script, events = [0, 0, 3, 2, 0, 5, 1, 0, 4, 4], []
+    observe = schedule.Schedule.observe
+
+    def next_k(self):
+        events.append(("decide", script[sum(e == "decide" for e, _ in events) % len(script)]))
+        return events[-1][1]
+
+    def observed(self, k, n_accepted, *args):
+        events.append(("observe", k))
+        observe(self, k, n_accepted, *args)
+
+    monkeypatch.setattr(schedule.Schedule, "next_k", next_k)
+    monkeypatch.setattr(schedule.Schedule, "observe", observed)
+    engine = Engine(backend_for(tiny.on("gpu"), "ngram"), tiny.tokenizer)
+    r = engine.generate(tiny.prompt, Options(max_tokens=40, k="heuristic", stop_at_eos=False))
+    assert r.tokens == reference
+    decided = [k for e, k in events if e == "decide"]
+    seen = [k for e, k in events if e == "observe"]
+    assert len(seen) == len(decided) == r.stats["champion_passes"]   # none dropped at a length end
+    assert all(s <= d for s, d in zip(seen, decided)) and sum(seen) == r.stats["drafted"] > 0
+    outstanding, went_ahead = 0, 0   # a cycle went ahead when decided with another outstanding
+    for e, _ in events:
+        went_ahead += e == "decide" and outstanding == 1
+        outstanding += 1 if e == "decide" else -1
+        assert 0 <= outstanding <= 2
+    assert r.stats["backend_timing"]["ahead"] == went_ahead > len(seen) // 2

@@ -49,6 +49,18 @@ values for cycle n). A champion-only cycle keeps exactly one row whatever its ve
 n's row is committed when n + 1 is submitted; a cycle never read (the request ended at cycle n:
 EOS, a stop string, max_tokens, a cancel or a fault) is dropped with its pending row (`drop`).
 The host encodes cycle n + 1 while the GPU runs cycle n.
+
+Pipelined speculative cycles (`drafts_ahead`, `submit_ahead`): with the n-gram drafter, a cycle's
+drafts are looked up on the device (gpu/ngram.py, shaders/ngram.wgsl) in a token history the
+cycles before appended there from their accept words, so a speculative cycle needs nothing from
+the host either and goes ahead like a champion-only one. Its first dispatch appends the tokens
+the cycle before emitted, drafts up to the schedule's k (fewer at the budget and the context's
+end), and writes the pass's token list and Step, which a copy puts in the champion's step slot:
+positions and row counts follow the GPU's verdict, never the host's guess. The host learns a
+cycle's position and length when it reads it, and commits its cache rows then; a cycle dropped
+unread leaves no rows on the host's books (its device rows lie past the committed ones, never
+read). A cycle goes ahead only when the one in flight cannot reach the end of the budget or the
+context, so no cycle runs past either.
 Not here: the kernels (ops.py, sampling.py), the forward's dispatch list (model.py).
 """
 
@@ -71,6 +83,7 @@ from ..model import Model
 from . import sampling
 from .device import ROWS_MAX, Copy, count_commands
 from .model import GPUModel
+from .ngram import DeviceNgram
 from .step import N_SLOTS, SLOT_CHAMPION
 
 K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
@@ -154,6 +167,14 @@ class _OnDevice:
         self.k = k
 
 
+class _LookedUp:
+    """Up to k n-gram drafts looked up on the GPU (gpu/ngram.py): rows 1.. of the champion's
+    token list, with the pass's Step, written by the cycle's first dispatch."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+
 class _Cycle:
     """A submitted cycle: what `read` needs to time and decode it."""
 
@@ -164,6 +185,7 @@ class _Cycle:
         self.readback = readback   # device.Readback: its copy ended the cycle's submission
         self.host = None   # (drafts, tokens, rule) when the rule runs on the host
         self.committed = False     # its row was committed when the next cycle was submitted
+        self.looked_up = False     # drafts and position from the device: rows appended on read
 
 
 def _device_processors(rule: Rule, on_device: bool) -> tuple | None:
@@ -198,6 +220,7 @@ class GPUBackend(Executor):
     read_back_drafts = False  # under a schema, a GPU draft read back (two submissions) instead
                               # of n-gram drafts: off by measurement (bench/results/README.md)
     device_mask = True        # False: a JSON-schema mask takes the host accept (the A/B)
+    device_ngram = True       # False: n-gram cycles draft on the host, read one at a time (A/B)
     # top_k / top_p / min_p on the device: True, False (the host accept), or None: on a GPU, not
     # on a software adapter, where the device's row searches measured slower than reading the
     # rows back (bench/results/mask-lavapipe.json)
@@ -245,6 +268,7 @@ class GPUBackend(Executor):
         self._t_read = 0.0              # when the last cycle's readback ended
         self._pass = (0, 0)             # (commands before it, first position): the champion pass
         self._pending = (0, False)      # (drafts, drafted on the GPU) of the recorded cycle
+        self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
         self.timing: dict = {}
         self._warm()
 
@@ -350,7 +374,7 @@ class GPUBackend(Executor):
     @_owning
     def accept(self, drafts, tokens: list[int], rule: Rule) -> None:
         on_device = isinstance(drafts, _OnDevice)
-        k = drafts.k if on_device else len(drafts.tokens)
+        k = drafts.k if isinstance(drafts, (_OnDevice, _LookedUp)) else len(drafts.tokens)
         self._host = None
         on_gpu = self._device_plan(rule, on_device)
         if on_gpu is None:
@@ -365,10 +389,11 @@ class GPUBackend(Executor):
         if rule.mode == "rejection":
             if on_device:
                 one_hot = False  # the draft steps copied their q_draft rows on the GPU
-            elif any(q is not None for q in drafts.q_draft):
+            elif not isinstance(drafts, _LookedUp) and any(q is not None for q in drafts.q_draft):
                 one_hot = False  # a sampling CPU drafter: its q_draft rows go up now
                 self.dev.write(self.q_draft, drafts.q_matrix(self.vocab).astype(np.float32))
-        self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=self._pass[1], seed=rule.seed,
+        # (A looked-up cycle's Step is the lookup's: a copy overwrites the slot on the device.)
+        self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=self._pass[1] or 0, seed=rule.seed,
                                 temperature=rule.temperature, n_draft=k, mode=rule.mode,
                                 one_hot=one_hot)
         # The confidence stop of GPU drafts is applied by the accept kernel (drafts past the
@@ -420,6 +445,8 @@ class GPUBackend(Executor):
         t_draft = (t_end - t0) * c.share if c.gpu_draft else c.t_draft
         result = sampling.decode_accept(words)
         verdict = verify.Verdict(result["n_accepted"], result["tokens"])
+        if c.looked_up:   # its rows, where the device put them: right after the committed ones
+            self.kv.append(result["k_eff"] + 1)
         return Outcome(verdict, result["k_eff"], t_draft, t_end - t0 - t_draft, c.committed)
 
     def _cycle_start(self, c: _Cycle, t_end: float) -> float:
@@ -472,8 +499,42 @@ class GPUBackend(Executor):
     def drop(self, c: _Cycle) -> None:
         """A submitted cycle that will never be read: its staging buffer back, its row gone."""
         self.dev.release(c.readback)
-        if not c.committed:
+        if not c.committed and not c.looked_up:
             self.kv.rollback()
+
+    # --- pipelined speculative cycles (see the module docstring) --------------------------------
+    def drafts_ahead(self, rule: Rule) -> bool:
+        """Whether cycles under `rule` draft on the device and go ahead (`submit_ahead`): the
+        drafter is n-gram lookup and the cycles pipeline."""
+        return (self.device_ngram and isinstance(self.drafter, NgramDrafter)
+                and self.pipelines(rule))
+
+    @_owning
+    def submit_ahead(self, tokens: list[int] | None, k: int, rule: Rule, limit: int) -> _Cycle:
+        """A cycle of up to k drafts looked up on the device. `tokens`: the committed ones, when
+        no cycle is in flight (the device's history starts from them); None: after the cycle in
+        flight, from the history it extends. `limit`: the most tokens the request may hold
+        (prompt + max_tokens); the drafts stop there and at the context's end."""
+        if self._lookup is None:
+            self._lookup = DeviceNgram(self.dev, self.kv.max_ctx, self.out, self.champion.tokens)
+        lookup = self._lookup
+        self._t0, self._t_draft, self._commands = time.perf_counter(), 0.0, []
+        if tokens is not None:
+            self.kv.rollback()
+            lookup.start(tokens)
+        else:
+            self.timing["ahead"] += 1
+        k = min(k, self.k_max)
+        if k:
+            self.drafter.calls += 1
+        lookup.set(k, limit, rule.seed, rule.temperature, rule.mode)
+        self._commands += [lookup.plan, lookup.step_copy(self.champion.steps, SLOT_CHAMPION)]
+        self._pass = (count_commands(self._commands), None)
+        self._commands.append(self.champion.forward_dispatches(SLOT_CHAMPION))
+        self.accept(_LookedUp(k), tokens or [], rule)
+        c = self.submit()
+        c.looked_up = True
+        return c
 
     # --- device processors --------------------------------------------------------------------
     def _device_plan(self, rule: Rule, on_device: bool) -> tuple | None:

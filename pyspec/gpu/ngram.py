@@ -1,0 +1,67 @@
+"""The n-gram drafter on the device (shaders/ngram.wgsl), which lets speculative cycles go ahead:
+a cycle whose drafts are looked up on the GPU, in the history the cycles before appended there,
+needs nothing from the host, so it is submitted before the one in flight is read
+(gpu/backend.py, "Pipelined speculative cycles").
+
+`DeviceNgram` owns the history, the state (its length and the pass's Step) and the parameters;
+`advance` is the dispatch that starts each such cycle. Its proposals are those of
+drafters/ngram.py's NgramDrafter for the same tokens (tests/test_gpu_ngram.py), so the schedule's
+shadow previews, scored on the host, still predict what a cycle would draft.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..drafters import ngram
+from .constants import ROWS_MAX
+from .device import Copy
+from .step import MODES, STEP_BYTES
+
+STATE_WORDS = 16          # n, fresh, 6 words of padding, then the Step (shaders/ngram.wgsl State)
+STEP_OFFSET = 32          # the Step's byte offset in the state
+MAX_SUFFIX = 8            # the kernel's longest suffix (shaders/ngram.wgsl)
+
+
+class DeviceNgram:
+    """The device side of n-gram drafting for one cache of `max_ctx` positions."""
+
+    def __init__(self, dev, max_ctx: int, words, tokens):
+        """`words`: the accept kernel's output buffer (the cycle before's verdict); `tokens`: the
+        champion's token list (the pass's rows)."""
+        if not 1 <= ngram.MIN_N <= ngram.MAX_N <= MAX_SUFFIX:
+            raise ValueError(f"the device lookup tries suffixes of 1..{MAX_SUFFIX} tokens")
+        self.dev, self.max_ctx = dev, max_ctx
+        self.state = dev.buffer(4 * STATE_WORDS, label="ngram.state")
+        # A cycle that goes ahead past the end (then dropped) may append up to ROWS_MAX more.
+        self.hist = dev.buffer(4 * (max_ctx + 2 * ROWS_MAX), label="ngram.hist")
+        self.params = dev.buffer(48, "uniform", "ngram.params")
+        self.plan = dev.dispatch("ngram", "advance",
+                                 [self.params, words, self.state, self.hist, tokens], 1)
+        self._written: tuple | None = None
+
+    def start(self, tokens: list[int]) -> None:
+        """The history is `tokens` (the committed ones): written now, for the next cycle, whose
+        lookup then appends nothing."""
+        if len(tokens) > self.max_ctx + ROWS_MAX:
+            raise ValueError(f"{len(tokens)} tokens do not fit the history")
+        self.dev.write(self.hist, np.asarray(tokens, np.uint32))
+        self.dev.write(self.state, np.array([len(tokens), 1], np.uint32))
+
+    def set(self, k_cap: int, limit: int, seed: int, temperature: float, mode: str) -> None:
+        """The next cycle's parameters (written only when they change: the queue orders a write
+        after the cycles submitted before it)."""
+        key = (k_cap, limit, seed, temperature, mode)
+        if key == self._written:
+            return
+        fields = np.array([min(k_cap, ROWS_MAX - 1), limit, self.max_ctx, ngram.MAX_N,
+                           ngram.MIN_N, seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, 0,
+                           MODES[mode], 0, 0, 0], np.uint32)
+        fields[7] = np.float32(temperature).view(np.uint32)
+        self.dev.write(self.params, fields)
+        self._written = key
+
+    def step_copy(self, steps, slot: int):
+        """The copy that puts the Step the lookup wrote into `steps`' slot."""
+        buffer, offset, _ = steps.binding(slot)
+        return Copy(self.state, STEP_OFFSET, buffer, offset, STEP_BYTES)

@@ -1,0 +1,122 @@
+"""The n-gram drafter on the device (shaders/ngram.wgsl, pyspec/gpu/ngram.py) against the host's
+(drafters/ngram.py): for the same tokens it proposes the same drafts, appends the cycle before's
+emitted tokens to its history, caps the drafts at the budget and the context, and writes the
+pass's token list and Step. Skipped where no WebGPU adapter exists."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import numpy as np
+import pytest
+
+from pyspec.drafters.ngram import NgramDrafter
+from pyspec.gpu import native, sampling
+from pyspec.gpu.constants import ACCEPT_N_ACCEPTED, ACCEPT_TOKENS, ACCEPT_WORDS, FLAG_ONE_HOT
+from pyspec.gpu.device import ROWS_MAX
+from pyspec.gpu.ngram import STEP_OFFSET, DeviceNgram
+from pyspec.gpu.step import MODES, pack_step
+
+pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.py)
+
+CTX = 512
+
+
+@pytest.fixture(scope="module")
+def dev():
+    device = native.NativeDevice()
+    yield device
+    device.destroy()
+
+
+@pytest.fixture(scope="module")
+def lookup(dev):
+    words = dev.buffer(4 * ACCEPT_WORDS, label="words")
+    tokens = dev.buffer(4 * ROWS_MAX, label="tokens")
+    return DeviceNgram(dev, CTX, words, tokens), words, tokens
+
+
+def advance(dev, lookup, k_cap: int, limit: int = 10**6, seed: int = 7, temperature=0.0,
+            mode="greedy") -> tuple[list[int], np.ndarray, int]:
+    """One advance dispatch: (the pass's drafts, its Step words, the history's length)."""
+    ng, words, tokens = lookup
+    ng.set(k_cap, limit, seed, temperature, mode)
+    dev.submit([ng.plan])
+    row = asyncio.run(dev.read_array(tokens, np.uint32, (ROWS_MAX,)))
+    state = asyncio.run(dev.read_array(ng.state, np.uint32, (16,)))
+    step = state[STEP_OFFSET // 4:STEP_OFFSET // 4 + 8]
+    k = int(step[5])
+    return [int(t) for t in row[:k + 1]], step, int(state[0])
+
+
+def sequences():
+    """Token lists where suffixes recur at several lengths, and some where none does."""
+    rnd = random.Random(3)
+    out = [[5], [5, 5], [1, 2, 3], [1, 2, 1], [4, 4, 4, 4, 4], [9, 8, 7, 9, 8, 7, 9, 8]]
+    for _ in range(60):
+        alphabet = rnd.choice([2, 3, 5, 40, 50_000])
+        n = rnd.choice([2, 7, 30, 200, CTX - ROWS_MAX])   # room for every k after it
+        out.append([rnd.randrange(alphabet) for _ in range(n)])
+    return out
+
+
+def test_it_proposes_what_the_host_drafter_proposes(dev, lookup):
+    ng = lookup[0]
+    checked = 0
+    for seq in sequences():
+        for k in (1, 4, ROWS_MAX - 1):
+            ng.start(seq)
+            row, step, n = advance(dev, lookup, k)
+            expected = NgramDrafter().preview(seq, k)
+            assert row == [seq[-1]] + expected, (seq[-12:], k)
+            assert n == len(seq)
+            assert list(step) == list(pack_step(len(expected) + 1, len(seq) - 1, 7, 0.0,
+                                                len(expected), "greedy", one_hot=True))
+            checked += bool(expected)
+    assert checked > 100   # most cases drafted something
+
+
+def test_it_appends_the_tokens_the_cycle_before_emitted(dev, lookup):
+    """After a fresh start, each advance appends the words' n_accepted + 1 tokens, then looks
+    up in the longer history: the same as the host drafter on the host's tokens."""
+    ng, words, _ = lookup
+    rnd = random.Random(11)
+    seq = [rnd.randrange(6) for _ in range(40)]
+    ng.start(seq)
+    advance(dev, lookup, 4)
+    for _ in range(20):
+        emitted = [rnd.randrange(6) for _ in range(rnd.randrange(1, 6))]
+        w = np.full(ACCEPT_WORDS, sampling.NONE, np.uint32)
+        w[ACCEPT_N_ACCEPTED] = len(emitted) - 1
+        w[ACCEPT_TOKENS:ACCEPT_TOKENS + len(emitted)] = emitted
+        dev.write(words, w)
+        seq += emitted
+        row, step, n = advance(dev, lookup, 5)
+        assert n == len(seq)
+        assert row == [seq[-1]] + NgramDrafter().preview(seq, 5)
+        assert step[1] == len(seq) - 1
+
+
+def test_the_drafts_stop_at_the_budget_and_the_context(dev, lookup):
+    """k + 1 emitted tokens never pass `limit` (prompt + max_tokens), and the pass's rows never
+    pass the cache's last position."""
+    ng = lookup[0]
+    seq = list(range(12)) * 4                      # the lookup finds 12 tokens to copy
+    for limit, k in [(len(seq) + 1, 0), (len(seq) + 3, 2), (len(seq) + 40, 8)]:
+        ng.start(seq)
+        row, _, _ = advance(dev, lookup, 8, limit=limit)
+        assert len(row) - 1 == k
+    near = [1, 2, 3, 4] * (CTX // 4 - 1) + [1, 2]   # CTX - 2 tokens: 2 rows left
+    ng.start(near)
+    row, step, _ = advance(dev, lookup, 8)
+    assert len(row) - 1 == 2 and step[1] + step[0] - 1 <= CTX - 1
+
+
+def test_the_step_carries_the_request(dev, lookup):
+    ng = lookup[0]
+    ng.start([3, 1, 3])
+    _, step, _ = advance(dev, lookup, 4, seed=2**40 + 9, temperature=0.75, mode="rejection")
+    assert step[2] == 9 and step[3] == 2**8
+    assert step[4] == np.float32(0.75).view(np.uint32)
+    assert step[6] == MODES["rejection"] and step[7] == FLAG_ONE_HOT

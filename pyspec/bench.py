@@ -144,12 +144,21 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
+HOST_LOOKUP = "ngram@host"   # the bench's name for n-gram drafting with the device lookup off
+
+
 def run_bench(args) -> int:
     items = first_per_stratum(read_workload(args.workload), args.per_stratum)
     drafts = [d for d in args.drafts.split(",") if d]
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     engines = {d: Engine(backend(champion, d), tok)
                for d in ["none", *drafts]}
+    if args.backend == "wgpu" and "ngram" in drafts:
+        # The A/B of pipelined speculative cycles: n-gram drafts from the host, each cycle read
+        # before the next is submitted (gpu/backend.py), next to the device lookup's.
+        engines[HOST_LOOKUP] = Engine(backend(champion, "ngram"), tok)
+        engines[HOST_LOOKUP].backend.device_ngram = False
+        drafts.append(HOST_LOOKUP)
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     skipped: list[dict] = []
     gpu = None

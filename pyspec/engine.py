@@ -374,7 +374,7 @@ class Engine:
         previews: list[tuple[int, list[int]]] = []
         sched = schedule.Schedule(policy, pipelined and not ahead, self._guard_timing.setdefault(
             (self.adapter, drafter.name if drafter else "none", "ahead" if ahead else pipelined),
-            {}), shadowed)
+            {}), shadowed, in_cycle=ahead)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
@@ -479,6 +479,7 @@ class Engine:
                     self._held = (self.kv, self.kv.epoch, tokens)
                     ahead = ahead and self.backend.drafts_ahead(rule)
                     sched.pipelined = self.backend.pipelines(rule) and not ahead
+                    sched.in_cycle = ahead
                     decided = None
                     self.faults.append({"kind": e.code, "at_token": n - len(prompt),
                                         "cycle": st.champion_passes,

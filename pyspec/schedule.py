@@ -28,6 +28,12 @@ than one cycle at a time: a cycle goes ahead while the one before is in flight. 
 champion-only rate is measured on such cycles (`t_ahead`: readback to readback), so a baseline
 measurement is two k = 0 cycles, and the schedule decides each cycle's k while the cycle before
 is still in flight (the engine observes every cycle, in order, one cycle late).
+
+Where the drafts are looked up inside the cycle on the device (n-gram on a GPU: gpu/ngram.py),
+every cycle goes ahead, speculative or not, and drafting costs no host time: all cycles are
+measured alike (readback to readback), and the guard needs no previews before the first draft
+(`in_cycle`): its rates decide from the first cycle, with the acceptance's prior, and the
+previews and cycles then correct them. A wrong draft there costs only its verify row.
 """
 
 from __future__ import annotations
@@ -238,10 +244,11 @@ class Schedule:
     """A policy plus, when the policy is guarded, the break-even guard. One per request."""
 
     def __init__(self, policy: Policy, pipelined: bool = False, timing: dict | None = None,
-                 shadowed: bool = False):
+                 shadowed: bool = False, in_cycle: bool = False):
         self.policy = policy
         self.pipelined = pipelined   # champion-only cycles go ahead: baselines are two cycles
         self.shadowed = shadowed     # previews are scored (`shadow`): no probes needed
+        self.in_cycle = in_cycle     # drafts looked up in the cycle: no previews needed first
         self._baseline_left = 0
         self.cost = CostModel(max(policy.k_max, K_MAX), timing)
         self.cycle = 0
@@ -279,7 +286,7 @@ class Schedule:
         if 0 not in cost.t_verify or (self.pipelined and cost.t_ahead is None):
             # Measure champion-only first: one plain step, which also emits a token.
             return self._baseline()
-        if self.shadowed and (cost.reached[0] < SHADOW_MIN
+        if self.shadowed and ((cost.reached[0] < SHADOW_MIN and not self.in_cycle)
                               or (cost.t_draft is None and not self._could_pay(k))):
             # Free evidence first; then one probe for the draft's time, and only if drafts at
             # the champion-only pass's own cost would pay.

@@ -4,7 +4,8 @@
 //   advance  appends the emitted tokens of the cycle before (the accept kernel's words) to the
 //            token history; proposes up to k_cap drafts by drafters/ngram.py's rule (the tokens
 //            after the latest earlier occurrence of the longest suffix, max_n down to min_n
-//            tokens, that occurred before); writes the pass's token list [t_{n-1}, d_1..d_k] and
+//            tokens, that occurred before; at most caps[n] of them for a match of n tokens);
+//            writes the pass's token list [t_{n-1}, d_1..d_k] and
 //            its Step (rows k + 1 at position n - 1), which a copy then puts in the champion's
 //            step slot. The drafts stop at the request's budget and at the context, so a cycle
 //            never emits past max_tokens nor writes a cache row past the last.
@@ -27,6 +28,7 @@ struct Params {
     pad0: u32,
     pad1: u32,
     pad2: u32,
+    caps: array<vec4<u32>, 3>,   // [n]: the most drafts a match of n tokens proposes (n <= 8)
 }
 
 struct State {
@@ -90,7 +92,7 @@ fn advance(@builtin(local_invocation_index) t: u32) {
         let e = atomicLoad(&best[j]);
         if (e >= 0) {
             start = u32(e) + 1u;
-            k = n - start;
+            k = min(n - start, params.caps[j / 4][j % 4]);
             break;
         }
     }

@@ -20,7 +20,8 @@ def test_ngram_proposes_what_followed_the_latest_match():
     # suffix [6, 7] last occurred followed by 3, 4, 6
     assert d.propose(seq, 3, GREEDY).tokens == [3, 4, 6]
     assert d.propose([1, 2, 3], 4, GREEDY).tokens == []
-    assert d.propose([9, 1, 9], 5, GREEDY).tokens == [1, 9]
+    assert d.propose([9, 1, 9], 5, GREEDY).tokens == [1], "a 1-token match drafts one"
+    assert d.propose([4, 9, 1, 4, 9], 5, GREEDY).tokens == [1, 4, 9], "2 tokens: three"
     p = d.propose(seq, 2, GREEDY)
     assert np.array_equal(p.q_matrix(10)[0], np.eye(10)[3]), "n-gram drafts are one-hot"
 
@@ -34,11 +35,11 @@ def test_ngram_prefers_longer_suffixes():
 
 def _latest_match_oracle(seq: list[int], k: int) -> list[int]:
     """The lookup by brute force: for n = 4..1, the latest earlier window equal to the last n
-    tokens that has a token after it."""
+    tokens that has a token after it; at most 1, 3, 7, 15 drafts for n = 1, 2, 3, 4."""
     for n in range(min(4, len(seq) - 1), 0, -1):
         for start in range(len(seq) - n - 1, -1, -1):
             if seq[start:start + n] == seq[-n:]:
-                return seq[start + n:start + n + k]
+                return seq[start + n:start + n + min(k, 2 ** n - 1)]
     return []
 
 

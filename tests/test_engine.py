@@ -156,13 +156,14 @@ def null_tv_quantile(probs: np.ndarray, n: int, q: float, trials: int = 400) -> 
 
 
 def ngram_friendly_prefix(model: Model, tokenizer) -> list[int]:
-    """A prefix `A u B u` whose n-gram proposal (B[0], what followed u before) has champion
-    probability in [0.2, 0.8], so one-hot drafts are both accepted and rejected often."""
+    """A prefix `A u v B u v` whose n-gram proposal (B, what followed u v before: a two-token
+    match drafts up to three) starts with a token of champion probability in [0.2, 0.8], so
+    one-hot drafts are both accepted and rejected often."""
     gen = np.random.default_rng(5)
     base = tokenizer.encode("the cat. the")
     for _ in range(500):
-        u, b0, b1 = (int(t) for t in gen.integers(3, model.config.vocab_size, 3))
-        prefix = base + [u, b0, b1, u]
+        u, v, b0, b1 = (int(t) for t in gen.integers(3, model.config.vocab_size, 4))
+        prefix = base + [u, v, b0, b1, u, v]
         kv = model.new_cache()
         p = verify.softmax(model.forward(prefix, kv)[-1], PREFIX_TEMPERATURE)
         if 0.2 <= p[b0] <= 0.8:

@@ -203,3 +203,40 @@ def test_empty_previews_count_against_speculation():
     assert schedule.CostModel().proposing() == 1.0, "a draft model always proposes"
     # The guard's one-pass rates are rate() for every k.
     assert cost.rates(6) == pytest.approx([cost.rate(j) for j in range(7)])
+
+
+def drive_in_cycle(right: bool, per_row: float, cycles: int = 80) -> tuple[list[int], object]:
+    """Drafts looked up inside the cycle (n-gram on a GPU, every cycle ahead): a cycle costs
+    1.95 ms plus `per_row` a verify row, drafting nothing on the host. The drafts are all right
+    or all wrong; a champion-only cycle's preview says the same. Returns the k of every cycle."""
+    sched = schedule.Schedule(schedule.Heuristic(), shadowed=True, in_cycle=True)
+    ks = []
+    for c in range(cycles):
+        k = sched.next_k()
+        sched.observe(k, k if right else 0, 0.0, 0.00195 + per_row * k)
+        if k == 0:
+            sched.shadow(4, 4 if right else 0)
+        ks.append(k)
+    return ks, sched
+
+
+def test_drafts_in_the_cycle_need_no_previews_first():
+    """With drafts looked up in the cycle, the guard drafts from its second cycle (after one
+    champion-only measurement) on the acceptance's prior, without waiting for SHADOW_MIN
+    previews; drafts that keep failing turn it off; and where each verify row costs as much as
+    a pass (a software adapter), it never drafts beyond the first probe."""
+    ks, _ = drive_in_cycle(right=True, per_row=5e-5)
+    assert ks[0] == 0 and ks[1] > 0 and sum(k > 0 for k in ks) > 70, ks
+    ks, _ = drive_in_cycle(right=False, per_row=5e-5)
+    assert sum(k > 0 for k in ks[20:]) <= 3, ks
+    ks, _ = drive_in_cycle(right=True, per_row=0.00195)
+    assert sum(k > 0 for k in ks) <= 1, ks
+    # Without in_cycle, the same machine waits for previews first.
+    sched = schedule.Schedule(schedule.Heuristic(), shadowed=True)
+    first = []
+    for c in range(12):
+        first.append(sched.next_k())
+        sched.observe(first[-1], first[-1], 0.0, 0.00195)
+        if first[-1] == 0:
+            sched.shadow(4, 4)
+    assert first[:schedule.SHADOW_MIN] == [0] * schedule.SHADOW_MIN, first

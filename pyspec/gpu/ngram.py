@@ -29,13 +29,15 @@ class DeviceNgram:
     def __init__(self, dev, max_ctx: int, words, tokens):
         """`words`: the accept kernel's output buffer (the cycle before's verdict); `tokens`: the
         champion's token list (the pass's rows)."""
-        if not 1 <= ngram.MIN_N <= ngram.MAX_N <= MAX_SUFFIX:
-            raise ValueError(f"the device lookup tries suffixes of 1..{MAX_SUFFIX} tokens")
+        if not (1 <= ngram.MIN_N <= ngram.MAX_N <= MAX_SUFFIX
+                and len(ngram.DRAFTS_BY_MATCH) == ngram.MAX_N + 1):
+            raise ValueError(f"the device lookup tries suffixes of 1..{MAX_SUFFIX} tokens, "
+                             "with a cap for each length")
         self.dev, self.max_ctx = dev, max_ctx
         self.state = dev.buffer(4 * STATE_WORDS, label="ngram.state")
         # A cycle that goes ahead past the end (then dropped) may append up to ROWS_MAX more.
         self.hist = dev.buffer(4 * (max_ctx + 2 * ROWS_MAX), label="ngram.hist")
-        self.params = dev.buffer(48, "uniform", "ngram.params")
+        self.params = dev.buffer(96, "uniform", "ngram.params")
         self.plan = dev.dispatch("ngram", "advance",
                                  [self.params, words, self.state, self.hist, tokens], 1)
         self._written: tuple | None = None
@@ -54,9 +56,12 @@ class DeviceNgram:
         key = (k_cap, limit, seed, temperature, mode)
         if key == self._written:
             return
-        fields = np.array([min(k_cap, ROWS_MAX - 1), limit, self.max_ctx, ngram.MAX_N,
-                           ngram.MIN_N, seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, 0,
-                           MODES[mode], 0, 0, 0], np.uint32)
+        caps = np.zeros(12, np.uint32)   # [n]: the most drafts a match of n tokens proposes
+        caps[:len(ngram.DRAFTS_BY_MATCH)] = ngram.DRAFTS_BY_MATCH
+        fields = np.concatenate([np.array(
+            [min(k_cap, ROWS_MAX - 1), limit, self.max_ctx, ngram.MAX_N, ngram.MIN_N,
+             seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, 0, MODES[mode], 0, 0, 0], np.uint32),
+            caps])
         fields[7] = np.float32(temperature).view(np.uint32)
         self.dev.write(self.params, fields)
         self._written = key

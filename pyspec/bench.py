@@ -8,6 +8,11 @@ of decoding (tokens/s after prefill, speculative over champion-only, prompt by p
 prefill is the same pass on both sides and shows in time to first token). It also records whether each
 greedy output was identical to the baseline. Writes `<out>/bench-<backend>.json` and a PNG plot.
 Timing targets belong here, never in tests.
+
+On a GPU (`--backend wgpu`) two A/B rows come with it: champion-only read cycle by cycle next to
+the pipelined run (`pipelining`), and, when n-gram is among the drafters, `ngram@host`: n-gram
+drafts from the host, each cycle read before the next is encoded, next to the device lookup
+whose cycles go ahead (gpu/backend.py).
 """
 
 from __future__ import annotations

@@ -366,15 +366,17 @@ class Engine:
         drafter = self.backend.drafter
         # Drafts looked up on the device (n-gram on a GPU): every cycle goes ahead, speculative or
         # not, so the schedule measures them all alike (no separate champion-only rate).
-        ahead = pipelined and drafter is not None and self.backend.drafts_ahead(rule)
+        in_cycle = pipelined and drafter is not None and self.backend.drafts_ahead(rule)
         # A drafter that is free to ask (n-gram) is scored in shadow while speculation is off:
         # `previews` holds (position, what it would have drafted there) until the champion's
         # tokens decide how many of them a speculative cycle would have kept.
         shadowed = policy.guarded and hasattr(drafter, "preview")
         previews: list[tuple[int, list[int]]] = []
-        sched = schedule.Schedule(policy, pipelined and not ahead, self._guard_timing.setdefault(
-            (self.adapter, drafter.name if drafter else "none", "ahead" if ahead else pipelined),
-            {}), shadowed, in_cycle=ahead)
+        timing = self._guard_timing.setdefault(
+            (self.adapter, drafter.name if drafter else "none",
+             "in_cycle" if in_cycle else pipelined), {})
+        sched = schedule.Schedule(policy, pipelined and not in_cycle, timing, shadowed,
+                                  in_cycle=in_cycle)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
@@ -407,7 +409,7 @@ class Engine:
         # It is read next iteration, or dropped unread when the request ends here. The schedule
         # then decides a cycle's k before it has observed the cycle in flight (it observes every
         # cycle, in order, one cycle late): `decided` keeps a k > 0 so decided for the next one.
-        # With drafts looked up on the device (`ahead`), any cycle goes ahead, and is fed on the
+        # With drafts looked up on the device (`in_cycle`), any cycle goes ahead, fed on the
         # device by the verdict of the one before: the next is submitted unless the cycle in
         # flight might reach the end of the budget (`limit` tokens) or of the context.
         queued, decided = None, None
@@ -438,7 +440,7 @@ class Engine:
                     k = max(k, min(ahead, remaining - 1, ctx - n))
                 try:
                     went_ahead = queued is not None
-                    if ahead:
+                    if in_cycle:
                         handle = queued or self.backend.submit_ahead(tokens, k, rule, limit)
                         end, queued = n + handle.k + 1, None
                         if end <= ctx and end < limit:
@@ -446,8 +448,8 @@ class Engine:
                                 None, sched.next_k() if self.drafter else 0, rule, limit)
                     else:
                         handle, queued = queued or cycle.submit(self.backend, tokens, k, rule), None
-                    if (not ahead and handle.k == 0 and remaining > 1 and n + 1 <= ctx and constraint is None
-                            and self.backend.pipelines(rule)):
+                    if (not in_cycle and handle.k == 0 and remaining > 1 and n + 1 <= ctx
+                            and constraint is None and self.backend.pipelines(rule)):
                         # This cycle emits exactly one token: the next one's caps are known.
                         k_next = min(sched.next_k() if self.drafter else 0, remaining - 2,
                                      ctx - n - 1)
@@ -477,9 +479,9 @@ class Engine:
                     self._held = None
                     await self.backend.prefill(tokens)
                     self._held = (self.kv, self.kv.epoch, tokens)
-                    ahead = ahead and self.backend.drafts_ahead(rule)
-                    sched.pipelined = self.backend.pipelines(rule) and not ahead
-                    sched.in_cycle = ahead
+                    in_cycle = in_cycle and self.backend.drafts_ahead(rule)
+                    sched.pipelined = self.backend.pipelines(rule) and not in_cycle
+                    sched.in_cycle = in_cycle
                     decided = None
                     self.faults.append({"kind": e.code, "at_token": n - len(prompt),
                                         "cycle": st.champion_passes,
@@ -488,7 +490,7 @@ class Engine:
                     continue
                 verdict, k_real = out.verdict, out.k
                 sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify,
-                              went_ahead and not ahead)
+                              went_ahead and not in_cycle)
                 st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
                 st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
 

@@ -280,6 +280,25 @@ def test_gpu_schema_requests_equal_constrained_champion_only(tj, gpu, draft):
         assert "host_accept_s" not in on_device.stats["backend_timing"]
 
 
+def test_gpu_schema_requests_under_the_guard_run_cycle_by_cycle(tj, gpu):
+    """A schema's mask follows the tokens on the host, so under the guard (heuristic, which
+    drafts every run of forced tokens) an n-gram request on WebGPU neither looks its drafts up
+    on the device nor lets a cycle go ahead, and its tokens are constrained champion-only's."""
+    from conftest import gpu_device
+    from pyspec.gguf import GGUFFile
+    from pyspec.gpu import load_model
+
+    if not hasattr(tj, "gpu_model"):
+        tj.gpu_model = load_model(gpu_device(), GGUFFile.open(tj.path))
+    schema = SCHEMAS["order"]
+    ref = Engine(backend_for(tj.gpu_model, "none"), tj.tokenizer).generate(
+        tj.prompt, Options(max_tokens=120, k="fixed:0", json_schema=schema))
+    r = Engine(backend_for(tj.gpu_model, "ngram"), tj.tokenizer).generate(
+        tj.prompt, Options(max_tokens=120, k="heuristic", json_schema=schema))
+    assert r.tokens == ref.tokens and r.stats["forced_tokens"] > 0
+    assert r.stats["backend_timing"]["ahead"] == 0
+
+
 def test_the_guard_never_leaves_out_forced_tokens(tj):
     """Under the heuristic policy the break-even guard may choose k = 0 (verify rows cost on the
     CPU), but forced tokens are free: every run of them is still drafted, so a constrained

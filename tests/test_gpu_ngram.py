@@ -11,8 +11,9 @@ import random
 import numpy as np
 import pytest
 
+from conftest import gpu_device
 from pyspec.drafters.ngram import NgramDrafter
-from pyspec.gpu import native, sampling
+from pyspec.gpu import sampling
 from pyspec.gpu.constants import ACCEPT_N_ACCEPTED, ACCEPT_TOKENS, ACCEPT_WORDS, FLAG_ONE_HOT
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.ngram import STEP_OFFSET, DeviceNgram
@@ -25,9 +26,7 @@ CTX = 512
 
 @pytest.fixture(scope="module")
 def dev():
-    device = native.NativeDevice()
-    yield device
-    device.destroy()
+    return gpu_device()   # the session's native device (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -269,6 +269,7 @@ class GPUBackend(Executor):
         self._pass = (0, 0)             # (commands before it, first position): the champion pass
         self._pending = (0, False)      # (drafts, drafted on the GPU) of the recorded cycle
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
+        self._slots = 1                 # step slots the recorded cycle reads from the host
         self.timing: dict = {}
         self._warm()
 
@@ -350,7 +351,7 @@ class GPUBackend(Executor):
     @_owning
     def draft(self, tokens: list[int], k: int, rule: Rule):
         self._t0 = time.perf_counter()
-        self._commands = []
+        self._commands, self._slots = [], 1
         if isinstance(self.drafter, GPUDraft) and k > 0:
             return _OnDevice(self._encode_draft(self.drafter, tokens, k, rule))
         # A CPU drafter (n-gram, or any drafter object a caller brings).
@@ -420,7 +421,8 @@ class GPUBackend(Executor):
         else:
             readback = self.dev.stage(self.out, 4 * sampling.ACCEPT_WORDS)
         commands.append(readback.copy)
-        self.champion.steps.upload()
+        if self._slots:   # only the slots this cycle reads (one queue write: in the page, a call)
+            self.champion.steps.upload(self._slots)
         self.dev.submit(commands)
         self.dev.expect(readback)
         # One submission gives one time. For GPU drafts split it by command count (encoding and
@@ -487,7 +489,7 @@ class GPUBackend(Executor):
         self.kv.commit(1)
         prev.committed = True
         self.timing["ahead"] += 1
-        self._t0, self._t_draft, self._commands = time.perf_counter(), 0.0, []
+        self._t0, self._t_draft, self._commands, self._slots = time.perf_counter(), 0.0, [], 1
         pos = self.kv.append(1)
         self._commands.append(Copy(self.out, 4 * sampling.ACCEPT_TOKENS,
                                    self.champion.tokens, 0, 4))
@@ -518,7 +520,8 @@ class GPUBackend(Executor):
         if self._lookup is None:
             self._lookup = DeviceNgram(self.dev, self.kv.max_ctx, self.out, self.champion.tokens)
         lookup = self._lookup
-        self._t0, self._t_draft, self._commands = time.perf_counter(), 0.0, []
+        # No step slot from the host: the lookup writes the champion's (the copy below).
+        self._t0, self._t_draft, self._commands, self._slots = time.perf_counter(), 0.0, [], 0
         if tokens is not None:
             self.kv.rollback()
             lookup.start(tokens)
@@ -729,6 +732,7 @@ class GPUBackend(Executor):
                 return 0  # the draft has fallen behind or is full: the champion goes on alone
         draft.calls += k
         draft.fed_before, draft.drafts_fed = len(feed), k - 1
+        self._slots = max(self._slots, _draft_slot(k - 1) + 1)
         dev.write(draft.feed_tokens, np.asarray(feed, np.uint32))
         for i in range(k):
             rows = len(feed) if i == 0 else 1

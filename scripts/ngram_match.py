@@ -51,16 +51,10 @@ def answers(args) -> list[dict]:
     return out
 
 
-def lookup(tokens: list[int]) -> tuple[list[int], int]:
+def lookup(drafter: ngram.NgramDrafter, tokens: list[int]) -> tuple[list[int], int]:
     """(the drafts, uncapped, and the matched suffix length) by the drafter's rule."""
-    d = ngram.NgramDrafter()
-    d._extend(tokens)
-    for n in range(min(ngram.MAX_N, len(tokens) - 1), ngram.MIN_N - 1, -1):
-        entry = d._index[n].get(tuple(tokens[-n:]))
-        if entry is not None and entry[1] is not None:
-            start = entry[1] + n
-            return tokens[start:start + LONGEST], n
-    return [], 0
+    start, n = drafter.match(tokens)
+    return (tokens[start:start + LONGEST] if n else []), n
 
 
 def main() -> int:
@@ -75,9 +69,9 @@ def main() -> int:
     rows = answers(args)
     stats: dict[int, list] = defaultdict(lambda: [0, 0, 0])   # n -> positions, first right, right
     for row in rows:
-        prompt, out = row["prompt"], row["out"]
+        prompt, out, drafter = row["prompt"], row["out"], ngram.NgramDrafter()
         for p in range(len(out)):
-            drafts, n = lookup(prompt + out[:p])
+            drafts, n = lookup(drafter, prompt + out[:p])   # the index grows with the answer
             right = 0
             for i, t in enumerate(drafts):
                 if p + i >= len(out) or out[p + i] != t:

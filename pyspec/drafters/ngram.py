@@ -49,15 +49,20 @@ class NgramDrafter:
         """What `propose` would draft for `tokens`: the k tokens (at most DRAFTS_BY_MATCH[n])
         after the latest earlier occurrence of the longest suffix (MAX_N down to MIN_N tokens,
         n of them) that occurred before."""
+        start, n = self.match(tokens)
+        return tokens[start:start + min(k, DRAFTS_BY_MATCH[n])] if n else []
+
+    def match(self, tokens: list[int]) -> tuple[int, int]:
+        """(where the continuation starts, n) for the longest suffix of n tokens that occurred
+        before (the latest earlier occurrence); (0, 0) when none did."""
         self._extend(tokens)
         for n in range(min(MAX_N, len(tokens) - 1), MIN_N - 1, -1):
             entry = self._index[n].get(tuple(tokens[-n:]))
             # entry[0] is the suffix itself (the latest window indexed); entry[1] the occurrence
             # before it, which ends at least one token before the end: something follows it.
             if entry is not None and entry[1] is not None:
-                start = entry[1] + n
-                return tokens[start:start + min(k, DRAFTS_BY_MATCH[n])]
-        return []
+                return entry[1] + n, n
+        return 0, 0
 
     def confirm(self, n_accepted: int) -> None:
         pass

@@ -16,7 +16,7 @@ import numpy as np
 from ..drafters import ngram
 from .constants import ROWS_MAX
 from .device import Copy
-from .step import MODES, STEP_BYTES
+from .step import STEP_BYTES, pack_step
 
 STATE_WORDS = 16          # n, fresh, 6 words of padding, then the Step (shaders/ngram.wgsl State)
 STEP_OFFSET = 32          # the Step's byte offset in the state
@@ -58,11 +58,11 @@ class DeviceNgram:
             return
         caps = np.zeros(12, np.uint32)   # [n]: the most drafts a match of n tokens proposes
         caps[:len(ngram.DRAFTS_BY_MATCH)] = ngram.DRAFTS_BY_MATCH
+        # The Step fields the host knows, packed as every Step is (step.pack_step's words 2-4, 6).
+        step = pack_step(0, 0, seed, temperature, 0, mode)
         fields = np.concatenate([np.array(
-            [min(k_cap, ROWS_MAX - 1), limit, self.max_ctx, ngram.MAX_N, ngram.MIN_N,
-             seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, 0, MODES[mode], 0, 0, 0], np.uint32),
-            caps])
-        fields[7] = np.float32(temperature).view(np.uint32)
+            [min(k_cap, ROWS_MAX - 1), limit, self.max_ctx, ngram.MAX_N, ngram.MIN_N],
+            np.uint32), step[[2, 3, 4, 6]], np.zeros(3, np.uint32), caps])
         self.dev.write(self.params, fields)
         self._written = key
 

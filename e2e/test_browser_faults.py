@@ -40,7 +40,7 @@ REQUEST_FAULTS = {"device-lost": "device_lost", "gpu-oom": "gpu_error",
                   "device-lost-repeat": None}
 LOAD_FAULTS = {"opfs-truncate": "opfs_truncated", "opfs-flip": "opfs_corrupt",
                "opfs-quota": "opfs_quota", "opfs-unavailable": "opfs_unavailable",
-               "download-drop": "download_dropped"}
+               "download-drop": "download_dropped", "opfs-stall": "opfs_busy"}
 # Bounds of the memory check, after >= 20 faulted requests. Measured on SwiftShader after the
 # matrix (26 faulted requests): one live device, its buffers 0.91 -> 2.04 MB, the JS heap +0.11 MB,
 # the (replaced) worker's wasm heap 43.6 MB; after 20 loading and GPU faults without the worker
@@ -239,8 +239,11 @@ def test_two_pages_load_at_once(faults_page, site_root):
             raise AssertionError(f"{e}\nthe pages show {shown}\nconsole: {console[-40:]}") from e
         notices = (p.page.evaluate("() => pyspecApp.decoder().notices")
                    + other.evaluate("() => pyspecApp.decoder().notices"))
+        # (A try at the handle that Chromium left unanswered says so instead: see tryAccess.)
         busy = [n for n in notices if n["code"] == "opfs_busy"]
-        assert busy and all("another page" in n["message"] for n in busy), notices
+        assert any("another page" in n["message"] for n in busy), notices
+        assert all("another page" in n["message"] or "unanswered" in n["message"]
+                   for n in busy), notices
         assert p.page.get_attribute("#notice", "data-code") == "opfs_busy"
         for mode, config in MODES.items():
             out = p.run(config)

@@ -102,12 +102,15 @@ def prompt_lines(rows: dict[str, list[dict]]) -> dict:
 def per_cycle(timings: list[dict]) -> dict:
     """GPU backend_timing dicts ({cycles, host_s, wait_s, readbacks} per request) -> seconds of
     host work (encode + submit) and of waiting for the readback per decode cycle: means, and the
-    median and range of the cycles' own host times (`host_s_cycle`)."""
+    median and range of the cycles' own host times (`host_s_cycle`), and of those encoded while
+    no other cycle was in flight (`host_s_cycle_alone`: on a software adapter, whose threads run
+    on the host's cores, the host's own cost; the others share the cores with the GPU's work)."""
     cycles = sum(t.get("cycles", 0) for t in timings)
     return {"cycles": cycles,
             "readbacks_per_cycle": sum(t.get("readbacks", 0) for t in timings) / max(cycles, 1),
             "host_s_per_cycle": sum(t.get("host_s", 0.0) for t in timings) / max(cycles, 1),
             "host_s_cycle": spread([h for t in timings for h in t.get("host_s_cycles", [])]),
+            "host_s_cycle_alone": spread([h for t in timings for h in t.get("host_s_alone", [])]),
             "wait_s_per_cycle": sum(t.get("wait_s", 0.0) for t in timings) / max(cycles, 1)}
 
 
@@ -354,6 +357,7 @@ def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,
                                  if m in gpu["pass_s"]},
             "host_s_per_cycle": gpu["host_s_per_cycle"],
             "host_s_cycle": gpu["host_s_cycle"],
+            "host_s_cycle_alone": gpu["host_s_cycle_alone"],
             "readbacks_per_cycle": gpu["readbacks_per_cycle"],
             "gpu_ms_per_cycle": gpu["cycle_s"] * 1e3 if "cycle_s" in gpu else None,
             "wall_over_gpu": (statistics.median(pass_s) / cycle if pass_s and cycle else None)}

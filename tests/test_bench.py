@@ -57,6 +57,8 @@ def test_bench_on_the_gpu_reports_the_pass_fields(tiny, tmp_path):
     assert result["host_s_per_cycle"] > 0 and result["readbacks_per_cycle"] == 1.0
     host = result["host_s_cycle"]     # each cycle's own host time: median and range
     assert host["n"] > 0 and 0 < host["min"] <= host["median"] <= host["max"]
+    alone = result["host_s_cycle_alone"]   # a request's first cycle; pipelined ones follow
+    assert 0 < alone["n"] < host["n"] and host["min"] <= alone["min"]
     if result["gpu"].get("gpu_pass_s"):     # timestamps: the whole pass, at 1 and 8 rows
         assert set(result["gpu_ms_per_pass"]) == {"1", "8"}
     assert result["pipelining"]["identical"] == result["pipelining"]["prompts"] == 2

@@ -71,7 +71,7 @@ export interface SpecDecoderOptions {
   onNotice?: ((n: Notice) => void) | null;
   drills?: boolean;                  // fault drills (config.drill, loseDevice); default false
   /** A loading fault drill for the first worker's load (drills: true): "opfs-truncate" |
-   * "opfs-flip" | "opfs-quota" | "opfs-unavailable" | "download-drop". */
+   * "opfs-flip" | "opfs-quota" | "opfs-unavailable" | "download-drop" | "opfs-stall". */
   loadDrill?: string | null;
   /** Start Python from the Pyodide memory snapshot an earlier visit saved in OPFS (1 s instead
    *  of 4), making one for the next visit when there is none; default true. false: neither. */

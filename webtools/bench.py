@@ -332,11 +332,14 @@ def report(result: dict) -> None:
               f"baseline {o['baseline']}")
     for side, o in result["pyodide_overhead"].items():
         if o["cycles"]:
-            h = o["host_s_cycle"]
+            h, a = o["host_s_cycle"], o["host_s_cycle_alone"]
+            alone = (f"; {1000 * a['median']:.1f} [{1000 * a['min']:.1f}, {1000 * a['max']:.1f}] "
+                     f"over the {a['n']} cycles encoded with none in flight" if a["n"] else "")
             print(f"per cycle ({side}): host (Python encode+submit) {1000 * o['host_s_per_cycle']:.1f}"
                   f" ms mean, median {1000 * h['median']:.1f} [{1000 * h['min']:.1f}, "
-                  f"{1000 * h['max']:.1f}], waiting on the GPU {1000 * o['wait_s_per_cycle']:.1f} ms, "
-                  f"{o['readbacks_per_cycle']:.2f} readbacks ({o['cycles']} cycles)")
+                  f"{1000 * h['max']:.1f}]{alone}, waiting on the GPU "
+                  f"{1000 * o['wait_s_per_cycle']:.1f} ms, {o['readbacks_per_cycle']:.2f} readbacks "
+                  f"({o['cycles']} cycles)")
 
 
 def interrupted(signum, frame):

@@ -38,7 +38,8 @@ FLAGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-vulkan=swi
 # Fault drills the demo can run: client.js runs worker-terminate, pyspec/web.py the request's
 # (GPU_FAULTS need the WebGPU engine, worker-oom does not), worker.js the loading ones.
 GPU_FAULTS = ("device-lost", "device-lost-repeat", "gpu-oom", "readback-throw", "readback-hang")
-LOAD_FAULTS = ("opfs-truncate", "opfs-flip", "opfs-quota", "opfs-unavailable", "download-drop")
+LOAD_FAULTS = ("opfs-truncate", "opfs-flip", "opfs-quota", "opfs-unavailable", "download-drop",
+               "opfs-stall")
 FAULTS = (*GPU_FAULTS, "worker-terminate", "worker-oom", *LOAD_FAULTS, "two-pages")
 
 

@@ -186,6 +186,8 @@ class _Cycle:
         self.host = None   # (drafts, tokens, rule) when the rule runs on the host
         self.committed = False     # its row was committed when the next cycle was submitted
         self.looked_up = False     # drafts and position from the device: rows appended on read
+        self.ahead = False         # submitted while the cycle before was in flight (its host
+                                   # time overlapped that cycle's GPU work)
 
 
 def _device_processors(rule: Rule, on_device: bool) -> tuple | None:
@@ -329,7 +331,7 @@ class GPUBackend(Executor):
         blocks; when told to stop, the rows committed so far stay valid."""
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
         self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0, "ahead": 0,
-                       "host_s_cycles": []}
+                       "host_s_cycles": [], "host_s_alone": []}
         self.kv.truncate(start)
         end = len(prompt) - 1
         submitted = self.dev.submissions
@@ -462,8 +464,9 @@ class GPUBackend(Executor):
         """Per-request timing: host time encoding and submitting (and, for host accept, the rule)
         vs time blocked on the readback (with pipelining the GPU runs the cycle before while the
         host encodes, so the two need not add up to the wall time). The first HOST_SAMPLES
-        cycles' host times are kept one by one, for medians: on a software adapter the GPU's
-        own threads share the cores with the host and interrupt some cycles' encoding."""
+        cycles' host times are kept one by one, for medians, and apart those of the cycles
+        encoded while no other was in flight (`host_s_alone`): on a software adapter the GPU is
+        threads on the same cores, and while it runs the cycle before they take the host's."""
         self.timing["cycles"] += 1
         self.timing["readbacks"] += 1
         self.timing["wait_s"] += wait_s
@@ -471,6 +474,8 @@ class GPUBackend(Executor):
         self.timing["host_s"] += host_s
         if len(self.timing["host_s_cycles"]) < HOST_SAMPLES:
             self.timing["host_s_cycles"].append(host_s)
+            if not c.ahead:
+                self.timing["host_s_alone"].append(host_s)
 
     # --- pipelined decoding (see the module docstring) ------------------------------------------
     def pipelines(self, rule: Rule) -> bool:
@@ -496,7 +501,9 @@ class GPUBackend(Executor):
         self._pass = (count_commands(self._commands), pos)
         self._commands.append(self.champion.forward_dispatches(SLOT_CHAMPION))
         self.accept(Proposal(), [], rule)   # the context matters only at a request's first cycle
-        return self.submit()
+        c = self.submit()
+        c.ahead = True
+        return c
 
     def drop(self, c: _Cycle) -> None:
         """A submitted cycle that will never be read: its staging buffer back, its row gone."""
@@ -536,7 +543,7 @@ class GPUBackend(Executor):
         self._commands.append(self.champion.forward_dispatches(SLOT_CHAMPION))
         self.accept(_LookedUp(k), tokens or [], rule)
         c = self.submit()
-        c.looked_up = True
+        c.looked_up, c.ahead = True, tokens is None
         return c
 
     # --- device processors --------------------------------------------------------------------

@@ -153,20 +153,20 @@ def _forced(constraint, generated: list[int], j: int) -> bool:
             and constraint.masker.mask(state).forced is not None)
 
 
-def _score_previews(previews: list[tuple[int, list[int]]], tokens: list[int],
-                    sched: schedule.Schedule) -> list[tuple[int, list[int]]]:
-    """Score each preview whose fate the committed tokens now decide (a disagreement, or all of
-    its drafts reached) with the schedule; return the rest."""
+def _score_previews(previews: list[tuple[int, list[int], int | None]], tokens: list[int],
+                    sched: schedule.Schedule) -> list[tuple[int, list[int], int | None]]:
+    """Score each preview (position, drafts, class) whose fate the committed tokens now decide (a
+    disagreement, or all of its drafts reached) with the schedule; return the rest."""
     waiting = []
-    for at, draft in previews:
+    for at, draft, cls in previews:
         seen = tokens[at:at + len(draft)]
         agree = 0
         while agree < len(seen) and seen[agree] == draft[agree]:
             agree += 1
         if agree < len(seen) or len(seen) == len(draft):
-            sched.shadow(len(draft), agree)
+            sched.shadow(len(draft), agree, cls)
         else:
-            waiting.append((at, draft))
+            waiting.append((at, draft, cls))
     return waiting
 
 
@@ -371,7 +371,10 @@ class Engine:
         # `previews` holds (position, what it would have drafted there) until the champion's
         # tokens decide how many of them a speculative cycle would have kept.
         shadowed = policy.guarded and hasattr(drafter, "preview")
-        previews: list[tuple[int, list[int]]] = []
+        previews: list[tuple[int, list[int], int | None]] = []
+        # A drafter that classifies its next proposal (n-gram: the match's length) has the guard
+        # decide by that class's acceptance (schedule.py), where the host drafts.
+        classify = None if in_cycle else getattr(drafter, "classify", None)
         timing = self._guard_timing.setdefault(
             (self.adapter, drafter.name if drafter else "none",
              "in_cycle" if in_cycle else pipelined), {})
@@ -426,12 +429,15 @@ class Engine:
                 remaining = opts.max_tokens - (n - len(prompt))
                 # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
                 # block never needs cutting at max_tokens; and never past the context.
+                cls = None   # the class of this cycle's proposal, where the guard used one
                 if queued is not None:
                     k = 0
                 elif decided is not None:
                     k, decided = decided, None
                 else:
-                    k = min(sched.next_k() if self.drafter else 0, remaining - 1, ctx - n)
+                    if classify is not None and self.drafter:
+                        cls = classify(tokens)
+                    k = min(sched.next_k(cls) if self.drafter else 0, remaining - 1, ctx - n)
                 if constraint is not None and type(sched.policy) is not schedule.Policy:
                     # Forced tokens cost no drafting and are always accepted: the break-even guard's
                     # k (0 where verify rows cost, as on the CPU) must not leave them out. A fixed:K
@@ -480,6 +486,7 @@ class Engine:
                     await self.backend.prefill(tokens)
                     self._held = (self.kv, self.kv.epoch, tokens)
                     in_cycle = in_cycle and self.backend.drafts_ahead(rule)
+                    classify = None if in_cycle else getattr(drafter, "classify", None)
                     sched.pipelined = self.backend.pipelines(rule) and not in_cycle
                     sched.in_cycle = in_cycle
                     decided = None
@@ -490,7 +497,7 @@ class Engine:
                     continue
                 verdict, k_real = out.verdict, out.k
                 sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify,
-                              went_ahead and not in_cycle)
+                              went_ahead and not in_cycle, cls)
                 st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
                 st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
 
@@ -519,7 +526,8 @@ class Engine:
                     previews = _score_previews(previews, tokens, sched)
                     if k_real == 0 and stop is None:
                         previews.append((len(tokens), drafter.preview(
-                            tokens, min(policy.k_max, self.backend.k_max))))
+                            tokens, min(policy.k_max, self.backend.k_max)),
+                            classify(tokens) if classify is not None else None))
                 if stop is not None and not hit:   # end of generation: flush what was held
                     shown, hit = stops.feed(detok.flush())
                     text += shown if hit else shown + stops.flush()

@@ -34,6 +34,15 @@ every cycle goes ahead, speculative or not, and drafting costs no host time: all
 measured alike (readback to readback), and the guard needs no previews before the first draft
 (`in_cycle`): its rates decide from the first cycle, with the acceptance's prior, and the
 previews and cycles then correct them. A wrong draft there costs only its verify row.
+
+A drafter that can say how good its next proposal is before making it (n-gram: `classify`, the
+length of the suffix it matched; a match of 4 tokens is right 4 times as often as one of 1,
+bench/results/ngram-match.json) has its acceptance kept per class as well: the guard decides a
+cycle by the acceptance of the class at hand (each class's counts, drawn toward the pooled
+estimate by CLASS_PRIOR pseudo-counts), so a long match is drafted where extra rows cost (the
+CPU engine: a pass over 4 rows costs 2 one-row passes) and a one-token match is not, where the
+pooled acceptance would decide both alike. Class 0 (nothing matched) drafts nothing. Only where
+drafts come from the host: the device lookup decides by the match itself (gpu/ngram.py).
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ PROBE_K = 1         # drafts in a probe: enough to measure, cheap when it fails
 SHADOW_MIN = 4      # previews scored before a shadowed drafter first drafts
 WINDOW = 7          # timing samples kept per quantity; estimates are their median
 MARGIN = 1.02       # speculation must beat champion-only by 2% to be chosen
+CLASS_PRIOR = 2.0   # pseudo-counts of the pooled acceptance in a class's own (see above)
 
 
 class ScheduleError(PyspecError, ValueError):
@@ -77,11 +87,12 @@ class CostModel:
         self.t_ahead: float | None = med(self._ahead_samples)   # ... of a k = 0 cycle gone ahead
         self.reached = [0] * k_max               # how often draft position i was verified
         self.accepted = [0] * k_max              # ... and accepted
+        self.by_class: dict[int, tuple[list[int], list[int]]] = {}   # class -> (reached, accepted)
         self.previews = self.empty = 0           # previews scored, and those that drafted nothing
         self._verify_time: dict[int, float | None] = {}   # verify_time's answers until t_verify moves
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
-                ahead: bool = False) -> None:
+                ahead: bool = False, cls: int | None = None) -> None:
         if ahead:   # pipelined champion-only: its own estimate, the champion-only rate's
             self.t_ahead = _push_median(self._ahead_samples, t_verify)
             return
@@ -89,33 +100,47 @@ class CostModel:
         self._verify_time.clear()
         if k:
             self.t_draft = _push_median(self._draft_samples, t_draft / k)
-        self.score(k, n_accepted)
+        self.score(k, n_accepted, cls)
 
-    def score(self, k: int, n_accepted: int) -> None:
-        """Acceptance by position from one proposal of k drafts, n_accepted of them kept."""
-        for i in range(min(k, len(self.reached))):
-            self.reached[i] += 1
-            self.accepted[i] += i < n_accepted
-            if i >= n_accepted:
-                break
+    def score(self, k: int, n_accepted: int, cls: int | None = None) -> None:
+        """Acceptance by position from one proposal of k drafts, n_accepted of them kept (pooled,
+        and in its class's counts when the drafter classified it)."""
+        tables = [(self.reached, self.accepted)]
+        if cls is not None:
+            n = len(self.reached)
+            tables.append(self.by_class.setdefault(cls, ([0] * n, [0] * n)))
+        for reached, accepted in tables:
+            for i in range(min(k, len(reached))):
+                reached[i] += 1
+                accepted[i] += i < n_accepted
+                if i >= n_accepted:
+                    break
 
-    def acceptance(self, i: int) -> float:
-        """P(draft i accepted | drafts < i accepted), with a weak prior of 1/2."""
-        return (self.accepted[i] + 1) / (self.reached[i] + 2)
+    def acceptance(self, i: int, cls: int | None = None) -> float:
+        """P(draft i accepted | drafts < i accepted): pooled, with a weak prior of 1/2; for a
+        class, its own counts with CLASS_PRIOR pseudo-counts of the pooled estimate."""
+        pooled = (self.accepted[i] + 1) / (self.reached[i] + 2)
+        if cls is None:
+            return pooled
+        reached, accepted = self.by_class.get(cls, (self.reached, self.accepted))
+        if reached is self.reached:
+            return pooled
+        return (accepted[i] + CLASS_PRIOR * pooled) / (reached[i] + CLASS_PRIOR)
 
-    def proposing(self) -> float:
+    def proposing(self, cls: int | None = None) -> float:
         """P(the drafter proposes anything), from previews (1 without them: a draft model always
-        proposes), with a weak prior of 1/2. A speculative cycle whose drafter comes up empty is
-        a champion-only cycle that could not go ahead."""
-        if not self.previews:
+        proposes; 1 for a class, which is one that matched), with a weak prior of 1/2. A
+        speculative cycle whose drafter comes up empty is a champion-only cycle that could not go
+        ahead."""
+        if not self.previews or cls is not None:
             return 1.0
         return (self.previews - self.empty + 1) / (self.previews + 2)
 
-    def expected_tokens(self, k: int) -> float:
+    def expected_tokens(self, k: int, cls: int | None = None) -> float:
         """E(k) = 1 + sum_j prod_{i<=j} a_i: tokens per cycle (the +1 is the bonus/correction)."""
         e, run = 1.0, 1.0
         for i in range(k):
-            run *= self.acceptance(i)
+            run *= self.acceptance(i, cls)
             e += run
         return e
 
@@ -141,26 +166,26 @@ class CostModel:
             return max(tb, tb + (tb - ta) * (k - b) / (b - a))
         return self.t_verify[below[-1]] if below else None
 
-    def rate(self, k: int) -> float | None:
+    def rate(self, k: int, cls: int | None = None) -> float | None:
         """Predicted tokens per second at length k, or None while unmeasured (champion-only:
         pipelined where measured so)."""
-        return self._rate(k, self.expected_tokens(k))
+        return self._rate(k, self.expected_tokens(k, cls), cls)
 
-    def rates(self, k: int) -> list[float | None]:
+    def rates(self, k: int, cls: int | None = None) -> list[float | None]:
         """[rate(0), ..., rate(k)] in one pass over the acceptance (the guard asks every cycle)."""
         out, e, run = [self._rate(0, 1.0)], 1.0, 1.0
         for i in range(k):
-            run *= self.acceptance(i)
+            run *= self.acceptance(i, cls)
             e += run
-            out.append(self._rate(i + 1, e))
+            out.append(self._rate(i + 1, e, cls))
         return out
 
-    def _rate(self, k: int, tokens: float) -> float | None:
+    def _rate(self, k: int, tokens: float, cls: int | None = None) -> float | None:
         t_v = self.t_ahead if k == 0 and self.t_ahead is not None else self.verify_time(k)
         if t_v is None or (k and self.t_draft is None):
             return None
         seconds = k * (self.t_draft or 0.0) + t_v
-        h = self.proposing() if k else 1.0
+        h = self.proposing(cls) if k else 1.0
         if h < 1.0:   # the cycles whose drafter has nothing emit one token at a one-row pass's cost
             tokens, seconds = h * tokens + (1 - h), h * seconds + (1 - h) * self.t_verify.get(0, t_v)
         return tokens / seconds
@@ -258,15 +283,16 @@ class Schedule:
         self.counts = {"guard_off": 0, "probes": 0, "baseline": 0, "previews": 0}
         self.k_history: dict[int, int] = {}
 
-    def next_k(self) -> int:
-        """The k for this cycle."""
+    def next_k(self, cls: int | None = None) -> int:
+        """The k for this cycle; `cls`: the class of the drafter's proposal at hand, where it
+        classifies (0: it has nothing to propose)."""
         self.cycle += 1
         k = self.policy.next_k()
         if self.policy.guarded and k > 0:
-            k = self._guard(k)
+            k = 0 if cls == 0 else self._guard(k, cls)
         return k
 
-    def shadow(self, k: int, n_accepted: int) -> None:
+    def shadow(self, k: int, n_accepted: int, cls: int | None = None) -> None:
         """A preview: what the drafter would have proposed (k drafts, 0: nothing) at a
         champion-only cycle,
         scored against the tokens the champion then chose (n_accepted leading ones agree). It
@@ -275,10 +301,10 @@ class Schedule:
         sampling keeps it, so the estimate is the same."""
         self.cost.previews += 1
         self.cost.empty += k == 0
-        self.cost.score(k, n_accepted)
+        self.cost.score(k, n_accepted, cls)
         self.counts["previews"] += 1
 
-    def _guard(self, k: int) -> int:
+    def _guard(self, k: int, cls: int | None) -> int:
         cost = self.cost
         if self._baseline_left:
             self._baseline_left -= 1
@@ -287,7 +313,7 @@ class Schedule:
             # Measure champion-only first: one plain step, which also emits a token.
             return self._baseline()
         if self.shadowed and ((cost.reached[0] < SHADOW_MIN and not self.in_cycle)
-                              or (cost.t_draft is None and not self._could_pay(k))):
+                              or (cost.t_draft is None and not self._could_pay(k, cls))):
             # Free evidence first; then one probe for the draft's time, and only if drafts at
             # the champion-only pass's own cost would pay.
             self.counts["guard_off"] += 1
@@ -308,7 +334,7 @@ class Schedule:
             # Re-measure champion-only, so that a drifting machine does not fool the guard.
             self.since_probe = 0
             return self._baseline()
-        rates = cost.rates(k)
+        rates = cost.rates(k, cls)
         base = rates[0]
         # E(k)/cost(k) is not monotone in k: take the best k that beats champion-only.
         paying = [j for j in range(1, k + 1) if (rates[j] or 0) > MARGIN * base]
@@ -330,11 +356,11 @@ class Schedule:
         self.counts["guard_off"] += 1
         return 0
 
-    def _could_pay(self, k: int) -> bool:
+    def _could_pay(self, k: int, cls: int | None = None) -> bool:
         """Whether some j <= k would beat champion-only if drafting were free and a pass over
         j + 1 rows cost what a one-row pass costs: the measured acceptance's upper bound."""
-        cost, h = self.cost, self.cost.proposing()
-        return any((h * cost.expected_tokens(j) + 1 - h) / cost.t_verify[0]
+        cost, h = self.cost, self.cost.proposing(cls)
+        return any((h * cost.expected_tokens(j, cls) + 1 - h) / cost.t_verify[0]
                    > MARGIN * cost.rate(0) for j in range(1, k + 1))
 
     def _baseline(self) -> int:
@@ -344,11 +370,11 @@ class Schedule:
         return 0
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
-                ahead: bool = False) -> None:
+                ahead: bool = False, cls: int | None = None) -> None:
         """k is what ran: after the engine's caps and any drafter shortfall; `ahead`: a k = 0
-        cycle submitted while the one before was in flight."""
+        cycle submitted while the one before was in flight; `cls`: its proposal's class."""
         self.k_history[k] = self.k_history.get(k, 0) + 1
-        self.cost.observe(k, n_accepted, t_draft, t_verify, ahead)
+        self.cost.observe(k, n_accepted, t_draft, t_verify, ahead, cls)
         self.policy.observe(k, n_accepted)
 
     def stats(self) -> dict:

@@ -83,7 +83,7 @@ def replay(item: dict, timing: dict, shadowed: bool, t: dict) -> dict:
         if shadowed:
             previews = _score_previews(previews, tokens, sched)
             if not drafts:
-                previews.append((len(tokens), drafter.preview(tokens, schedule.K_MAX)))
+                previews.append((len(tokens), drafter.preview(tokens, schedule.K_MAX), None))
     base = t["ahead"] * (len(out) - 1) + t["alone"]
     return {"speedup": base / seconds, "bubbles": bubbles, **sched.stats()}
 

@@ -68,13 +68,14 @@ def test_previews_are_scored_against_the_tokens_that_follow():
     seen = []
 
     class Sched:
-        def shadow(self, k, n):
-            seen.append((k, n))
+        def shadow(self, k, n, cls):
+            seen.append((k, n, cls))
 
     tokens = [1, 2, 3, 4]
-    waiting = _score_previews([(2, [3, 9]), (2, [3, 4, 5]), (4, []), (3, [4])], tokens, Sched())
-    assert seen == [(2, 1), (0, 0), (1, 1)] and waiting == [(2, [3, 4, 5])]
-    assert _score_previews(waiting, tokens + [5], Sched()) == [] and seen[-1] == (3, 3)
+    waiting = _score_previews([(2, [3, 9], 1), (2, [3, 4, 5], 4), (4, [], 0), (3, [4], None)],
+                              tokens, Sched())
+    assert seen == [(2, 1, 1), (0, 0, 0), (1, 1, None)] and waiting == [(2, [3, 4, 5], 4)]
+    assert _score_previews(waiting, tokens + [5], Sched()) == [] and seen[-1] == (3, 3, 4)
 
 
 def test_a_guarded_ngram_request_learns_from_previews(tiny, greedy_reference, backend):

@@ -240,3 +240,42 @@ def test_drafts_in_the_cycle_need_no_previews_first():
         if first[-1] == 0:
             sched.shadow(4, 4)
     assert first[:schedule.SHADOW_MIN] == [0] * schedule.SHADOW_MIN, first
+
+
+def drive_classes(classed: bool, cycles: int = 200) -> tuple[list[tuple[int, int]], object]:
+    """A CPU-engine-like machine (a pass over k + 1 rows costs 1 + 0.45 k one-row passes, as the
+    numpy engine's rows measured: bench/results/README.md) with a free drafter whose proposals
+    alternate between two classes: class 4 (a long n-gram match) always right, class 1 always
+    wrong. `classed`: the engine passes the class (else the guard pools them). Returns (class, k)
+    of every cycle."""
+    sched = schedule.Schedule(schedule.Heuristic(), shadowed=True)
+    out = []
+    for c in range(cycles):
+        cls = 4 if c % 2 else 1
+        seen = cls if classed else None
+        k = sched.next_k(seen)
+        right = cls == 4
+        sched.observe(k, k if right else 0, 1e-6 * k, 0.07 * (1 + 0.45 * k), cls=seen)
+        if k == 0:
+            sched.shadow(4 if right else 1, 4 if right else 0, seen)
+        out.append((cls, k))
+    return out, sched
+
+
+def test_the_guard_decides_by_the_class_of_the_proposal_at_hand():
+    """Where a verify row costs half a pass, drafts pay only when they are likely right: with
+    the drafter's class, the guard drafts on the always-right class and never on the
+    always-wrong one; pooled, it cannot tell them apart and decides both alike. Class 0
+    (nothing matched) never drafts."""
+    ks, sched = drive_classes(classed=True)
+    late = ks[40:]
+    assert all(k == 0 for cls, k in late if cls == 1), late
+    assert sum(k > 0 for cls, k in late if cls == 4) >= 0.9 * len(late) / 2, late
+    assert sched.cost.acceptance(0, 4) > 0.9 > 0.1 > sched.cost.acceptance(0, 1)
+    pooled, _ = drive_classes(classed=False)
+    share = [sum(k > 0 for c, k in pooled[40:] if c == cls) / (len(pooled[40:]) / 2)
+             for cls in (1, 4)]
+    assert abs(share[0] - share[1]) < 0.2, share
+    assert sched.next_k(0) == 0
+    # A class never seen yet starts from the pooled estimate.
+    assert sched.cost.acceptance(2, 7) == sched.cost.acceptance(2)

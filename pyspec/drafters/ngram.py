@@ -64,6 +64,11 @@ class NgramDrafter:
                 return entry[1] + n, n
         return 0, 0
 
+    def classify(self, tokens: list[int]) -> int:
+        """How good the proposal for `tokens` will be, before it is made: the length of the
+        suffix it matches (0: it proposes nothing). The schedule keeps acceptance per class."""
+        return self.match(tokens)[1]
+
     def confirm(self, n_accepted: int) -> None:
         pass
 

@@ -151,7 +151,7 @@ def test_the_schedule_decides_one_cycle_late_and_stays_exact(tiny, reference, mo
 
     script, calls = [0, 0, 0, 2, 0, 1, 0, 0, 3, 3, 0], []
 
-    def next_k(self):
+    def next_k(self, cls=None):
         calls.append(script[len(calls) % len(script)])
         return calls[-1]
 
@@ -175,7 +175,7 @@ def test_a_cycle_whose_drafter_had_nothing_lets_the_next_go_ahead(tiny, referenc
 
     script, calls = [2, 0, 0, 3, 0, 1, 1, 0], []
 
-    def next_k(self):
+    def next_k(self, cls=None):
         calls.append(script[len(calls) % len(script)])
         return calls[-1]
 
@@ -203,7 +203,7 @@ def test_speculative_cycles_are_decided_one_cycle_late(tiny, reference, monkeypa
     script, events = [0, 0, 3, 2, 0, 5, 1, 0, 4, 4], []
     observe = schedule.Schedule.observe
 
-    def next_k(self):
+    def next_k(self, cls=None):
         events.append(("decide", script[sum(e == "decide" for e, _ in events) % len(script)]))
         return events[-1][1]
 

@@ -32,7 +32,7 @@
 // once C cycles have run (here, for real, found by the checks above); the other KIND@C
 // (device-lost, device-lost-repeat, gpu-oom, readback-throw, readback-hang, worker-oom) go to
 // the worker (web.py SESSION_DRILLS); the create option loadDrill (opfs-truncate, opfs-flip,
-// opfs-quota, opfs-unavailable, download-drop) strikes while the first worker loads (worker.js
+// opfs-quota, opfs-unavailable, download-drop, opfs-stall) strikes while the first worker loads (worker.js
 // LOAD_DRILLS); loseDevice() destroys the WebGPU device now. A worker that ran out of memory
 // (code worker_oom) is replaced and resumed like a dead one. Faults met while loading arrive
 // as notices too (the `ready` message's notices).

@@ -39,6 +39,10 @@ class KVCache:
                 f"a KV cache of {max_ctx} positions needs {self._nbytes:,} bytes, more than this "
                 "machine can allocate; reserve fewer positions (--ctx, max_ctx)") from e
         self.max_ctx = max_ctx
+        # (max_ctx, d) the final residual state of each row, kept only when a drafter reads the
+        # model's own states (an EAGLE-style head, drafters/eagle.py): keep_states(d) starts it.
+        # Written by the same passes as K and V, so it follows the same transactions.
+        self.states: np.ndarray | None = None
         self.committed = 0                # rows of accepted tokens
         self.pending = 0                  # rows appended since the last commit / rollback
         self.peak = 0                     # most rows ever in use (committed + pending)
@@ -46,6 +50,12 @@ class KVCache:
         # engine's conversation cache) checks it, so that another engine sharing this cache
         # (engines over one GPU model) and starting a request of its own invalidates the memory.
         self.epoch = 0
+
+    def keep_states(self, d: int, dtype=np.float32) -> None:
+        """Keep each row's final residual state (d floats) from now on."""
+        if self.states is None:
+            self.states = np.zeros((self.max_ctx, d), dtype)
+            self._nbytes += self.states.nbytes
 
     @property
     def length(self) -> int:

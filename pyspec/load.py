@@ -16,6 +16,7 @@ from .compat import check_pair
 from .cpu import CPUBackend
 from .fastcpu import FastModel
 from .drafters import BridgedModel
+from .drafters.eagle import EagleHead, is_eagle
 from .gguf import GGUFFile
 from .model import Model
 from .tokenizer import Tokenizer
@@ -46,6 +47,8 @@ def load_draft_checked(champion):
         draft_file = GGUFFile.open(path)
         report = check_pair(champion.metadata, draft_file.metadata)
         report.raise_if_bad()
+        if is_eagle(draft_file.metadata):
+            return EagleHead(draft_file, champion)
         model = Model(draft_file)
         return model if report.bridge is None else BridgedModel(model, report.bridge)
     return load

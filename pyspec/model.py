@@ -85,15 +85,20 @@ LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                  "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 
 
+def layer_shapes(cfg: Config) -> dict[str, tuple]:
+    """The shape of each of a layer's tensors (LAYER_TENSORS), in the GGUF's (n_out, n_in)."""
+    d, hd = cfg.d_model, cfg.head_dim
+    return {"attn_norm": (d,), "attn_q": (cfg.n_heads * hd, d),
+            "attn_k": (cfg.n_kv_heads * hd, d), "attn_v": (cfg.n_kv_heads * hd, d),
+            "attn_output": (d, cfg.n_heads * hd), "ffn_norm": (d,),
+            "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
+
+
 def load_tensors(f: GGUFFile, cfg: Config, load):
     """(tok_embd, out_norm, head, layers) of a Llama GGUF, each made by `load(name, shape)`;
     the CPU model dequantizes there, the GPU model uploads. A missing output.weight means the
     head is tied to the embedding."""
-    d, hd = cfg.d_model, cfg.head_dim
-    shapes = {"attn_norm": (d,), "attn_q": (cfg.n_heads * hd, d),
-              "attn_k": (cfg.n_kv_heads * hd, d), "attn_v": (cfg.n_kv_heads * hd, d),
-              "attn_output": (d, cfg.n_heads * hd), "ffn_norm": (d,),
-              "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
+    d, shapes = cfg.d_model, layer_shapes(cfg)
     try:
         tok_embd = load("token_embd.weight", (cfg.vocab_size, d))                 # (vocab, d)
         out_norm = load("output_norm.weight", (d,))
@@ -163,23 +168,28 @@ class Model(LoadedWeights):
     """Weights + config. `forward` runs any prefix of the layers (the self:L draft uses the first L)."""
 
     def __init__(self, f: GGUFFile, dtype=np.float32):
+        self._open(f, dtype)
+        self.tok_embd, self.out_norm, self.head, self.layers = load_tensors(f, self.config,
+                                                                            self._load)
+
+    def _open(self, f: GGUFFile, dtype) -> None:
+        """Everything but the tensors: config, dtype, metadata, RoPE frequencies."""
         self.config = cfg = Config.from_metadata(f.metadata)
         self.dtype = np.dtype(dtype)
         self.metadata = f.metadata
         self.source = f.source
         self.file = f
         self._sha256: str | None = None
-
-        def load(name, shape):
-            w = f.dequantize(name)
-            if w.shape != shape:
-                raise ModelError(f"tensor {name!r} has shape {w.shape}, expected {shape}")
-            return w.astype(self.dtype, copy=False)
-
-        self.tok_embd, self.out_norm, self.head, self.layers = load_tensors(f, cfg, load)
         hd = cfg.head_dim
         half = hd // 2
         self.inv_freq = (cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2 / hd))  # (hd/2,)
+
+    def _load(self, name: str, shape: tuple) -> np.ndarray:
+        """Tensor `name` dequantized to the model's dtype, checked to have `shape`."""
+        w = self.file.dequantize(name)
+        if w.shape != shape:
+            raise ModelError(f"tensor {name!r} has shape {w.shape}, expected {shape}")
+        return w.astype(self.dtype, copy=False)
 
     @classmethod
     def load(cls, path, dtype=np.float32) -> "Model":
@@ -233,10 +243,12 @@ class Model(LoadedWeights):
 
     def forward(self, tokens, kv: KVCache, n_layers: int | None = None,
                 last_only: bool = False, exact: bool = True,
-                logits_from: int = 0) -> np.ndarray:
+                logits_from: int = 0, inputs: np.ndarray | None = None) -> np.ndarray:
         """Feed tokens at the next positions of `kv` (appending their rows) -> logits of rows
         [logits_from, m) (m - logits_from, vocab); last_only is logits_from = m - 1.
-        `n_layers` runs only the first layers.
+        `n_layers` runs only the first layers. `inputs` (m, d) replaces the token embeddings as
+        the first residual (an EAGLE-style head's input products). When kv keeps states, each
+        row's final residual state (before the final norm) is stored there.
 
         exact=False uses plain BLAS products (a one-token pass becomes a matrix-vector product,
         several times faster) and gives up batch invariance: for drafts, whose numbers only ever
@@ -251,7 +263,7 @@ class Model(LoadedWeights):
         m = tokens.size
         start = kv.append(m)
         positions = np.arange(start, start + m)
-        x = self.tok_embd[tokens]                                          # (m, d)
+        x = self.tok_embd[tokens] if inputs is None else inputs            # (m, d)
         eps = cfg.rms_eps
         for li, w in enumerate(self.layers[:n_layers or cfg.n_layers]):
             h = rms_norm(x, w["attn_norm"], eps)                            # (m, d)
@@ -265,5 +277,7 @@ class Model(LoadedWeights):
             h = rms_norm(x, w["ffn_norm"], eps)
             g = mm(h, w["ffn_gate"])                                        # (m, d_ff)
             x = x + mm(g / (1 + np.exp(-g)) * mm(h, w["ffn_up"]), w["ffn_down"])
+        if kv.states is not None and len(self.layers[:n_layers or cfg.n_layers]) == cfg.n_layers:
+            kv.states[start:start + m] = x   # (a self:L draft's rows are rewritten by the pass after)
         x = x[m - 1:] if last_only else x[logits_from:]
         return mm(rms_norm(x, self.out_norm, eps), self.head)                # (rows, vocab)

@@ -162,3 +162,27 @@ def reindex(weights: dict[str, np.ndarray], rows: np.ndarray, seed: int,
         fresh = (rng.standard_normal((len(rows), w.shape[1])) * w.std() * gain).astype(np.float32)
         out[name] = np.where(np.asarray(rows)[:, None] >= 0, w[np.maximum(rows, 0)], fresh)
     return out
+
+
+def write_eagle_head(path, champion_path, *, noise: float = 0.1, seed: int = 0,
+                     champion_sha256: str | None = None,
+                     matrix_type: int = quant.Q8_0.type_id) -> None:
+    """An EAGLE-style head (drafters/eagle.py) for the champion GGUF at `champion_path`, bound to
+    its sha256 (or `champion_sha256`): W_f = W_e = I and the champion's last layer, each plus
+    `noise` times its std of Gaussian noise, the shape train/eagle.py starts from."""
+    from .drafters.eagle import EAGLE_TENSORS
+
+    f = gguf.GGUFFile.open(champion_path)
+    n = f.metadata["llama.block_count"]
+    d = f.metadata["llama.embedding_length"]
+    eye = np.eye(d, dtype=np.float32)
+    w = {EAGLE_TENSORS[0]: eye, EAGLE_TENSORS[1]: eye}
+    w |= {name.replace(f"blk.{n - 1}.", "blk.0."): f.dequantize(name)
+          for name in f.tensors if name.startswith(f"blk.{n - 1}.")}
+    w = perturb(w, noise, seed)
+    md = {k: v for k, v in f.metadata.items() if not k.startswith("general.name")}
+    md |= {"general.name": "pyspec-tiny-eagle", "llama.block_count": 1,
+           "pyspec.draft.kind": "eagle",
+           "pyspec.eagle.champion_sha256": champion_sha256 or f.sha256()}
+    gguf.write(path, md, {name: (v, quant.F32.type_id if name.endswith("norm.weight")
+                                 else matrix_type) for name, v in w.items()})

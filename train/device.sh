@@ -13,6 +13,7 @@
 # public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
 #   bash train/device.sh train     # generate (resumable) + distill + export $W/models/$NAME.gguf
 #                                  # (the two phases alone: gen, distill)
+#   NAME=eagle-h1 STEPS=3000 bash train/device.sh eagle   # the EAGLE-style head instead
 #   bash train/device.sh bench     # acceptance (--k fixed:4) and speed (heuristic) on the public
 #                                  # workload, native WebGPU, champion-only side by side
 #
@@ -52,6 +53,7 @@ setup() {
 
 gen() {
     python3 train/generate.py --champion $W/champ.gguf --out $W/gen --minutes "$GEN_MIN" \
+        --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" \
         2>&1 | tee -a "$OUT/train.log"
     (cd $W && tar cf - gen) | gzip -1 > "$OUT/gen.tar.gz"
 }
@@ -66,6 +68,16 @@ distill() {
     if [ -f $W/models/$NAME.gguf ]; then
         split -b 15M -d $W/models/$NAME.gguf "$OUT/$NAME.gguf.part"
     fi
+}
+
+eagle() {
+    # the EAGLE-style head over the champion's states (train/eagle.py), Q8_0, about 4.5 MB
+    mkdir -p $W/models
+    python3 train/eagle.py --champion $W/champ.gguf --data $W/gen --work $W/work-$NAME \
+        --steps "$STEPS" --minutes "$TRAIN_MIN" --gguf $W/models/$NAME.gguf 2>&1 \
+        | tee -a "$OUT/train.log"
+    cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
+    if [ -f $W/models/$NAME.gguf ]; then cp $W/models/$NAME.gguf "$OUT/"; fi
 }
 
 train() { gen; distill; }

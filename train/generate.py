@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new", type=int, default=160)
     ap.add_argument("--batch-tokens", type=int, default=96_000, help="prompt+answer tokens per batch")
     ap.add_argument("--minutes", type=float, default=6.0)
+    ap.add_argument("--max-batch", type=int, default=512, help="answers decoded together at most")
     ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (smoke test)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
         answers, i = [], 0
         while i < len(chunk):
             n = max(1, args.batch_tokens // (len(chunk[i][1]) + args.max_new))
-            n = min(n, 512)
+            n = min(n, args.max_batch)
             batch = chunk[i:i + n]
             # Why the longest prompt sets the batch: batches are sorted by length, so the last
             # prompt is the longest and the batch stays within --batch-tokens.

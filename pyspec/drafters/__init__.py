@@ -14,7 +14,8 @@ or a sample from q_draft; through the request's processors when given the contex
 
 Drafters never decide what is emitted: that is verify.py's job, so a bad draft only costs speed.
 Modules: proposal.py (Proposal), spec.py (parse_draft), ngram.py, model_draft.py, bridge.py (a
-draft model with another vocabulary); here the CPU drafter for a spec.
+draft model with another vocabulary), eagle.py (a head over the champion's states); here the CPU
+drafter for a spec.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 
 from .bridge import BridgedDrafter, BridgedModel
+from .eagle import EagleDrafter, EagleHead
 from .model_draft import ModelDrafter, SelfDrafter
 from .ngram import NgramDrafter
 from .proposal import Proposal
@@ -47,12 +49,19 @@ def make_drafter(spec: str, champion, champion_cache=None, load_model=None):
     if load_model is None or d.path is None or not os.path.exists(d.path):
         raise DraftSpecError(f"--draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
                              f"path of a GGUF draft model, or use ngram, none or self:L")
-    return model_drafter(load_model(d.path), champion_cache.max_ctx if champion_cache else None)
+    return model_drafter(load_model(d.path), champion_cache.max_ctx if champion_cache else None,
+                         champion_cache)
 
 
-def model_drafter(loaded, max_ctx: int | None = None):
+def model_drafter(loaded, max_ctx: int | None = None, champion_cache=None):
     """The drafter for a loaded draft model: a ModelDrafter for the champion's own vocabulary, a
-    BridgedDrafter for a BridgedModel."""
+    BridgedDrafter for a BridgedModel, an EagleDrafter for an EagleHead (it reads the states
+    `champion_cache` keeps)."""
     if isinstance(loaded, BridgedModel):
         return BridgedDrafter(loaded.model, loaded.bridge, max_ctx)
+    if isinstance(loaded, EagleHead):
+        if champion_cache is None:
+            raise DraftSpecError(f"{loaded.source}: an EAGLE-style head reads the champion's "
+                                 "states, and this engine does not keep them")
+        return EagleDrafter(loaded, champion_cache, max_ctx)
     return ModelDrafter(loaded, max_ctx)

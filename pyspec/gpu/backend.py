@@ -74,6 +74,7 @@ import numpy as np
 from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
 from ..drafters import BridgedDrafter, DraftSpecError, Proposal, make_drafter, parse_draft
+from ..drafters.eagle import is_eagle
 from ..drafters.ngram import NgramDrafter
 from ..gguf import GGUFFile
 from ..kv import rows_kept
@@ -313,6 +314,10 @@ class GPUBackend(Executor):
                                  ) from None
         report = compat.check_pair(champ.metadata, f.metadata)
         report.raise_if_bad()
+        if is_eagle(f.metadata):
+            raise DraftSpecError(f"--draft {spec!r} is an EAGLE-style head: it reads the "
+                                 "champion's states, which only the numpy engine keeps so far "
+                                 "(--backend cpu); on a GPU use ngram or a draft model")
         if report.bridge is not None:
             # Another vocabulary: the GPU draft steps sample champion ids directly, so a bridged
             # draft runs on the host (numpy), like n-gram: its tokens and q rows go up per cycle.

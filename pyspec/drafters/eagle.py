@@ -1,0 +1,136 @@
+"""The EAGLE-style draft: a one-layer head that reads the champion's own final residual states.
+
+Row s of the head takes f_s, the champion's final residual state at position s (before its final
+norm), and the embedding of token s + 1: u_s = W_f f_s + W_e e(y_{s+1}). One Llama layer over the
+rows (its own cache, RoPE at position s) gives z_s, a guess of f_{s+1}; the champion's final norm
+and head turn z_s into the draft's logits for token s + 2. So a draft token costs the two input
+products, one layer and the champion's head, and the head brings no embedding or output matrix
+of its own: it is bound to the champion it was trained on (its GGUF names that champion's
+sha256; `EagleHead` refuses another).
+
+Drafting from the committed y_0..y_c: the champion's cache holds rows 0..c-1 and, kept by
+`KVCache.keep_states`, their states f. Each proposal first feeds the head every row it has not
+seen with true states (the rows the last verify pass committed, or the whole prompt at the first
+cycle); the last of them, row c - 1, gives the first draft. Each further draft feeds a row made of
+the head's own guess z and the drafted token. Those guess rows stay pending and are always
+dropped: the next proposal feeds the same positions again with the champion's true states.
+`train/eagle.py` trains the head for exactly this (its training-time test).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..compat import IncompatiblePairError
+from ..cycle import Rule
+from ..gguf import GGUFError, GGUFFile
+from ..model import LAYER_TENSORS, Model, ModelError, layer_shapes
+from .proposal import Proposal
+
+EAGLE_TENSORS = ("eagle.fc_feat.weight", "eagle.fc_embd.weight")   # W_f, W_e: (d, d) each
+
+
+def is_eagle(metadata: dict) -> bool:
+    """Is this GGUF an EAGLE-style head (not a standalone model)?"""
+    return metadata.get("pyspec.draft.kind") == "eagle"
+
+
+class EagleHead(Model):
+    """The head's own weights (one layer, W_f, W_e) with the champion's embedding, final norm and
+    head shared, not copied. `forward(..., inputs=u)` runs the layer over rows u."""
+
+    def __init__(self, f: GGUFFile, champion: Model):
+        self._open(f, champion.dtype)
+        cfg, ch = self.config, champion.config
+        if not is_eagle(f.metadata):
+            raise ModelError(f"{f.source} is not an EAGLE-style head (pyspec.draft.kind)")
+        for key in ("d_model", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
+            if getattr(cfg, key) != getattr(ch, key):
+                raise IncompatiblePairError(
+                    f"{f.source}: the head has {key} = {getattr(cfg, key)} but the champion "
+                    f"{getattr(ch, key)}; a head only serves the champion it was trained on")
+        bound = f.metadata.get("pyspec.eagle.champion_sha256")
+        if bound != champion.sha256():
+            raise IncompatiblePairError(
+                f"{f.source} was trained on the champion with sha256 {bound}, not on "
+                f"{champion.source} ({champion.sha256()}): use the champion it names, or a draft "
+                f"model / ngram with this one")
+        if cfg.n_layers != 1:
+            raise ModelError(f"{f.source}: an EAGLE-style head has one layer, not {cfg.n_layers}")
+        d, shapes = cfg.d_model, layer_shapes(cfg)
+        try:
+            self.fc_feat, self.fc_embd = (self._load(n, (d, d)) for n in EAGLE_TENSORS)
+            self.layers = [{n: self._load(f"blk.0.{n}.weight", shapes[n])
+                            for n in LAYER_TENSORS}]
+        except GGUFError as e:
+            raise ModelError(f"{f.source} is not a complete EAGLE-style head: {e.reason}") from e
+        self.tok_embd, self.out_norm, self.head = champion.tok_embd, champion.out_norm, champion.head
+
+    @property
+    def weight_bytes(self) -> int:
+        """Its own weights only: the embedding, norm and head are the champion's."""
+        return (self.fc_feat.nbytes + self.fc_embd.nbytes
+                + sum(w.nbytes for layer in self.layers for w in layer.values()))
+
+    def inputs(self, states: np.ndarray, next_tokens) -> np.ndarray:
+        """u = W_f f + W_e e(y): states (m, d), next_tokens (m,) -> (m, d)."""
+        e = self.tok_embd[np.asarray(next_tokens, dtype=np.int64)]
+        return (self.product(states, self.fc_feat, exact=False)
+                + self.product(e, self.fc_embd, exact=False))
+
+
+class EagleDrafter:
+    """Drafts with an EagleHead over the champion's states (module docstring)."""
+
+    kind = "eagle"
+
+    def __init__(self, head: EagleHead, champion_cache, max_ctx: int | None = None):
+        self.head = head
+        self.name = f"eagle:{head.source}"
+        self.champion_kv = champion_cache
+        champion_cache.keep_states(head.config.d_model, head.dtype)
+        self.kv = head.new_cache(max_ctx or champion_cache.max_ctx)
+        self.kv.keep_states(head.config.d_model, head.dtype)
+        self.fed = 0           # true rows fed by the last proposal (pending until confirm)
+        self.calls = 0
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.head.weight_bytes
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes
+
+    def reset(self, tokens: list[int]) -> None:
+        self.kv.truncate(0)    # the first proposal feeds the prompt's rows
+        self.fed = 0
+
+    def propose(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
+        self.kv.rollback()
+        self.fed = 0
+        c, start = len(tokens) - 1, self.kv.committed
+        if start >= c or self.champion_kv.committed < c or c + k - 1 > self.kv.max_ctx:
+            return Proposal()  # nothing to read (no state yet), or the context is full
+        head, out = self.head, Proposal()
+        nxt = tokens[start + 1:c + 1]
+        logits = head.forward(nxt, self.kv, last_only=True, exact=False,
+                              inputs=head.inputs(self.champion_kv.states[start:c], nxt))[0]
+        self.fed = c - start
+        for i in range(k):
+            token, q_row, confidence = rule.choose(logits, c + 1 + i, tokens + out.tokens)
+            if rule.stops(confidence):
+                break
+            out.tokens.append(token)
+            out.q_draft.append(q_row)
+            if i + 1 < k:  # the last draft token is never fed: its logits would not be used
+                z = self.kv.states[self.kv.length - 1:self.kv.length]        # (1, d) the guess
+                logits = head.forward([token], self.kv, exact=False,
+                                      inputs=head.inputs(z, [token]))[0]
+        self.calls += 1 + min(len(out.tokens), k - 1)
+        return out
+
+    def confirm(self, n_accepted: int) -> None:
+        # Only the true rows stay; the guess rows are fed again with true states next time.
+        self.kv.commit(self.fed)
+        self.fed = 0

@@ -1,0 +1,140 @@
+"""The EAGLE-style draft (drafters/eagle.py): a one-layer head over the champion's own states.
+
+Exactness as for every drafter, on the tiny champion with a tiny random head of the trained
+head's shape (testmodels.write_eagle_head: W_f, W_e, one layer, the champion's embedding, norm and
+head shared): greedy output equal to champion-only for every K and for the guarded policies,
+replay identity for a seed, and the rejection-mode distribution of the first two tokens over
+10,000 seeded runs (bounds as in tests/test_engine.py). Then the head's own contract: it reads the
+champion's states (KVCache.keep_states) and keeps only rows fed with true states, and a head is
+refused for a champion it was not trained on. train/check_eagle.py checks (with PyTorch) that
+training computes what this drafter drafts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import greedy_pick, reference_decode
+from pyspec import rng, testmodels, verify
+from pyspec.compat import IncompatiblePairError
+from pyspec.drafters import DraftSpecError
+from pyspec.drafters.eagle import EagleDrafter
+from pyspec.engine import Engine, Options
+from pyspec.load import backend as backend_for
+from pyspec.model import ModelError
+from test_engine import (N_RUNS, PREFIX_TEMPERATURE, exact_two_token_distribution,
+                         null_tv_quantile, sample_two_tokens, total_variation)
+
+BACKENDS = ["cpu", "fastcpu"]
+
+
+@pytest.fixture(scope="module")
+def head_path(tiny, tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("eagle") / "head.gguf")
+    testmodels.write_eagle_head(path, tiny.champion_path, noise=0.1, seed=3)
+    return path
+
+
+def engine_for(tiny, head_path, backend="cpu") -> Engine:
+    return Engine(backend_for(tiny.on(backend), head_path), tiny.tokenizer)
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(tiny):
+    return reference_decode(tiny.champion, tiny.prompt, 40, greedy_pick)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_greedy_with_an_eagle_head_equals_champion_only(tiny, head_path, greedy_reference,
+                                                        backend):
+    engine = engine_for(tiny, head_path, backend)
+    assert isinstance(engine.backend.drafter, EagleDrafter)
+    drafted = accepted = 0
+    for k in ("fixed:1", "fixed:2", "fixed:4", "fixed:7", "heuristic", "confidence:0.3"):
+        r = engine.generate(tiny.prompt, Options(max_tokens=40, k=k, stop_at_eos=False))
+        assert r.tokens == greedy_reference, k
+        assert r.stats["drafter"].startswith("eagle:")
+        drafted, accepted = drafted + r.stats["drafted"], accepted + r.stats["accepted"]
+    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
+
+
+@pytest.mark.parametrize("temperature", [0.6, 1.0])
+def test_replay_with_an_eagle_head_equals_champion_only_sampling(tiny, head_path, temperature):
+    seed = 1234
+
+    def pick(logits, position):
+        return verify.sample_replay(logits, temperature, rng.gumbel(seed, position, len(logits)))
+
+    expected = reference_decode(tiny.champion, tiny.prompt, 30, pick)
+    engine = engine_for(tiny, head_path)
+    for k in range(1, 6):
+        r = engine.generate(tiny.prompt, Options(max_tokens=30, temperature=temperature,
+                                                 seed=seed, k=f"fixed:{k}", stop_at_eos=False))
+        assert r.tokens == expected, f"K={k}, T={temperature}"
+        assert r.stats["drafted"] > 0
+
+
+def test_rejection_with_an_eagle_head_matches_the_champion(tiny, head_path):
+    prefix = tiny.tokenizer.encode("the cat. the cat. the")
+    exact = exact_two_token_distribution(tiny.champion, prefix, PREFIX_TEMPERATURE)
+    bound = null_tv_quantile(exact, N_RUNS, 0.999)
+    bound_first = null_tv_quantile(exact.sum(axis=1), N_RUNS, 0.999)
+    counts, accepted, drafted, two_drafts = sample_two_tokens(
+        engine_for(tiny, head_path), prefix, PREFIX_TEMPERATURE, "fixed:2", exact.shape[0])
+    tv = total_variation(counts, exact)
+    tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
+    assert tv_first < bound_first, f"first-token TV {tv_first:.4f} >= {bound_first:.4f}"
+    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
+    assert two_drafts > 0, "no cycle drafted two tokens: the bonus after K=2 went untested"
+
+
+def test_the_head_reads_the_champions_states_and_keeps_only_true_rows(tiny, head_path):
+    engine = engine_for(tiny, head_path)
+    champion_kv, drafter = engine.backend.kv, engine.backend.drafter
+    r = engine.generate(tiny.prompt, Options(max_tokens=20, k="fixed:3", stop_at_eos=False))
+    n = champion_kv.committed
+    # The states kept are the champion's final residual rows: a fresh pass over the same tokens
+    # gives them again.
+    fresh = tiny.champion.new_cache()
+    fresh.keep_states(tiny.champion.config.d_model)
+    tiny.champion.forward((tiny.prompt + r.tokens)[:n], fresh)
+    np.testing.assert_allclose(champion_kv.states[:n], fresh.states[:n], rtol=1e-5, atol=1e-5)
+    # The head's rows all came from true states: at most the rows the last cycle committed are
+    # still to be fed, and no guess row is left behind.
+    assert n - 1 - 4 <= drafter.kv.committed <= n and drafter.kv.pending == 0
+    assert drafter.weight_bytes < tiny.champion.weight_bytes
+
+
+def test_a_head_for_another_champion_is_refused(tiny, tmp_path):
+    path = str(tmp_path / "other.gguf")
+    testmodels.write_eagle_head(path, tiny.champion_path, champion_sha256="0" * 64)
+    with pytest.raises(IncompatiblePairError, match="trained on the champion"):
+        engine_for(tiny, path)
+    narrow = str(tmp_path / "narrow.gguf")
+    testmodels.write_eagle_head(narrow, tiny.far_path)   # another width (d = 32)
+    with pytest.raises(IncompatiblePairError, match="d_model"):
+        engine_for(tiny, narrow)
+
+
+def test_an_incomplete_head_is_a_clear_error(tiny, tmp_path):
+    from pyspec import gguf
+    src = gguf.GGUFFile.open(testmodels_head(tiny, tmp_path))
+    tensors = {n: (src.dequantize(n), 0) for n in src.tensors if "fc_embd" not in n}
+    path = str(tmp_path / "incomplete.gguf")
+    gguf.write(path, dict(src.metadata), tensors)
+    with pytest.raises(ModelError, match="not a complete EAGLE-style head"):
+        engine_for(tiny, path)
+
+
+def testmodels_head(tiny, tmp_path) -> str:
+    path = str(tmp_path / "head.gguf")
+    testmodels.write_eagle_head(path, tiny.champion_path)
+    return path
+
+
+def test_the_gpu_engine_says_it_cannot_run_a_head_yet(tiny, tmp_path, request):
+    request.getfixturevalue("gpu")
+    with pytest.raises(DraftSpecError, match="numpy"):
+        engine_for(tiny, testmodels_head(tiny, tmp_path), "gpu")

@@ -1,0 +1,96 @@
+"""Check that train/eagle.py trains what pyspec drafts: the unroll's step j at row s must give the
+logits pyspec's EagleDrafter computes at its j-th draft from the start s - j + 1.
+
+    python train/check_eagle.py --champion C.gguf [--prompt TEXT] [--tokens 24]
+
+A head with random weights (so that nothing lines up by accident) is written as an F32 GGUF; the
+champion answers the prompt greedily (numpy); then at every start the drafter proposes K tokens
+(fed the true tokens, as the unroll is) and each step's logits are compared with the unroll's.
+Exits 1 on a mismatch (max |logit difference| above 2e-3 or another argmax).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from eagle import K, Head, to_gguf, unroll  # noqa: E402
+from llama_torch import from_gguf  # noqa: E402
+
+from pyspec import quant  # noqa: E402
+from pyspec.drafters.eagle import EagleDrafter, EagleHead  # noqa: E402
+from pyspec.gguf import GGUFFile  # noqa: E402
+from pyspec.model import Model  # noqa: E402
+from pyspec.tokenizer import Tokenizer  # noqa: E402
+
+
+class Teacher:
+    """A cycle.Rule stand-in: records each draft's logits and feeds the true next token."""
+
+    def __init__(self, seq):
+        self.seq, self.logits = seq, []
+
+    def choose(self, logits, position, context):
+        self.logits.append(np.array(logits))
+        return self.seq[position], None, 1.0
+
+    def stops(self, confidence):
+        return False
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--champion", required=True)
+    ap.add_argument("--prompt", default="Name three rivers in Europe and say where each one ends.")
+    ap.add_argument("--tokens", type=int, default=24)
+    args = ap.parse_args(argv)
+    torch.manual_seed(1)
+    ch = Model.load(args.champion)
+    tok = Tokenizer.from_metadata(ch.metadata)
+    seq = tok.encode_chat([{"role": "user", "content": args.prompt}])
+    p = len(seq)
+    kv = ch.new_cache(p + args.tokens + 8)
+    for _ in range(args.tokens):   # greedy, recomputed each step (a check, not a server)
+        kv.truncate(0)
+        seq.append(int(ch.forward(seq, kv, last_only=True)[0].argmax()))
+
+    tch, md = from_gguf(args.champion)
+    head = Head(tch.eval().requires_grad_(False))
+    with torch.no_grad():
+        for prm in head.parameters():
+            prm.add_(0.02 * torch.randn_like(prm))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "head.gguf"
+        to_gguf(head, md, ch.sha256(), path, quant.F32.type_id, {})
+        eh = EagleHead(GGUFFile.open(path), ch)
+        with torch.no_grad():
+            zs, _, _ = unroll(head, tch, torch.tensor([seq]))
+            want = [head.logits(z[0]).numpy() for z in zs]      # step j at row s
+
+    worst, bad = 0.0, 0
+    champion_kv = ch.new_cache(len(seq) + 8)
+    drafter = EagleDrafter(eh, champion_kv)
+    ch.forward(seq[:-1], champion_kv)                           # the states of every row
+    champion_kv.commit(len(seq) - 1)
+    for t in range(p - 2, len(seq) - K - 2):
+        drafter.reset(seq)
+        teacher = Teacher(seq)
+        drafter.propose(seq[:t + 2], K, teacher)                 # committed y_0..y_{t+1}
+        for j, got in enumerate(teacher.logits):
+            ref = want[j][t + j]
+            worst = max(worst, float(np.abs(got - ref).max()))
+            bad += int(got.argmax() != ref.argmax())
+    print(f"max |logit difference| {worst:.2e}; argmax differs at {bad} draft steps")
+    return 0 if worst < 2e-3 and bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

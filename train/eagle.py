@@ -3,9 +3,10 @@
     python train/eagle.py --champion C.gguf --data DIR --work DIR [--steps 2500] [--minutes 6]
                           [--gguf OUT.gguf]
 
-Row s of the head reads f_s, the champion's final residual state at position s (before its final
-norm; it is what the champion's head turns into the distribution of token s + 1), and the
-embedding of token s + 1: u_s = W_f f_s + W_e e(y_{s+1}). One Llama layer over the rows (its own
+Row s of the head reads f_s, the champion's final residual state at position s, through the
+champion's final norm (the hidden state its head turns into the distribution of token s + 1; the
+raw residual has a few dimensions hundreds of times larger than the rest), and the embedding of
+token s + 1: u_s = W_f norm(f_s) + W_e e(y_{s+1}). One Llama layer over the rows (its own
 causal attention, RoPE and cache) gives z_s, a guess of f_{s+1}; the champion's own final norm
 and head turn z_s into q for token s + 2. Drafting from a committed sequence y_0..y_c: the rows
 s < c hold true states (the champion computed f_s when it verified y_s); the first draft comes
@@ -18,7 +19,8 @@ row s - 1, and its attention sees the true rows up to t and the guess rows t + 1
 exactly the drafts the engine makes, and the held-out acceptance below is what drafting gets on
 that text (greedy, K = 4), not an estimate. Loss per step: forward KL(p_champion || q) at the
 rows whose drafted token is an answer token, plus `--feature-loss` x smooth-L1 of z against
-f_{s+1}, which keeps z in the space of the states the first step reads.
+f_{s+1} (both through the final norm), which keeps z in the space of the states the first step
+reads.
 
 Resumable (--work holds the state); the report has the held-out acceptance in pyspec's terms;
 --gguf writes the head (its layer and the two input products, Q8_0; the champion's embedding,
@@ -77,7 +79,8 @@ class Head(torch.nn.Module):
         1 .. j-1, (B, n_kv, T, hd) each. -> z (B, T, d), this step's (k, v)."""
         s, layer = self.s, self.layer
         c = self.champion[0]
-        u = self.fc_feat(g) + self.fc_embd(c.tok_embd(next_tokens).to(g.dtype))
+        u = (self.fc_feat(rms_norm(g, c.out_norm, s.eps))
+             + self.fc_embd(c.tok_embd(next_tokens).to(g.dtype)))
         h = rms_norm(u, layer.attn_norm, s.eps)
         B, T, _ = h.shape
         q = rope(layer.attn_q(h).view(B, T, s.n_heads, s.hd).transpose(1, 2), cos, sin)
@@ -153,7 +156,8 @@ def loss_fn(head, champion, tokens, mask, feature_weight: float):
         log_q = torch.log_softmax(head.logits(z[m]).float(), -1)
         total = total + (target.exp() * (target - log_q)).sum(-1).mean()
         if feature_weight:
-            total = total + feature_weight * F.smooth_l1_loss(z[m].float(), f[:, 1:][m].float())
+            norm = lambda x: rms_norm(x.float(), champion.out_norm, champion.s.eps)  # noqa: E731
+            total = total + feature_weight * F.smooth_l1_loss(norm(z[m]), norm(f[:, 1:][m]))
     return total / K
 
 

@@ -1,7 +1,7 @@
 """The EAGLE-style draft: a one-layer head that reads the champion's own final residual states.
 
-Row s of the head takes f_s, the champion's final residual state at position s (before its final
-norm), and the embedding of token s + 1: u_s = W_f f_s + W_e e(y_{s+1}). One Llama layer over the
+Row s of the head takes f_s, the champion's final residual state at position s, through the
+champion's final norm, and the embedding of token s + 1: u_s = W_f norm(f_s) + W_e e(y_{s+1}). One Llama layer over the
 rows (its own cache, RoPE at position s) gives z_s, a guess of f_{s+1}; the champion's final norm
 and head turn z_s into the draft's logits for token s + 2. So a draft token costs the two input
 products, one layer and the champion's head, and the head brings no embedding or output matrix
@@ -24,7 +24,7 @@ import numpy as np
 from ..compat import IncompatiblePairError
 from ..cycle import Rule
 from ..gguf import GGUFError, GGUFFile
-from ..model import LAYER_TENSORS, Model, ModelError, layer_shapes
+from ..model import LAYER_TENSORS, Model, ModelError, layer_shapes, rms_norm
 from .proposal import Proposal
 
 EAGLE_TENSORS = ("eagle.fc_feat.weight", "eagle.fc_embd.weight")   # W_f, W_e: (d, d) each
@@ -73,9 +73,11 @@ class EagleHead(Model):
                 + sum(w.nbytes for layer in self.layers for w in layer.values()))
 
     def inputs(self, states: np.ndarray, next_tokens) -> np.ndarray:
-        """u = W_f f + W_e e(y): states (m, d), next_tokens (m,) -> (m, d)."""
+        """u = W_f norm(f) + W_e e(y), norm the champion's final norm: states (m, d),
+        next_tokens (m,) -> (m, d)."""
         e = self.tok_embd[np.asarray(next_tokens, dtype=np.int64)]
-        return (self.product(states, self.fc_feat, exact=False)
+        h = rms_norm(states, self.out_norm, self.config.rms_eps)
+        return (self.product(h, self.fc_feat, exact=False)
                 + self.product(e, self.fc_embd, exact=False))
 
 

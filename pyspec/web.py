@@ -26,7 +26,8 @@ import traceback
 from . import __version__, conversation, quant
 from .compat import check_pair
 from .cpu import CPUBackend
-from .drafters import BridgedModel, model_drafter, parse_draft
+from .drafters import BridgedModel, DraftSpecError, model_drafter, parse_draft
+from .drafters.eagle import is_eagle
 from .engine import Engine, Options, Resume
 from .fastcpu import FastModel
 from .errors import PyspecError, error_code
@@ -419,6 +420,10 @@ class Session:
                 draft_file = GGUFFile(draft_buf, opts.get("draft_name") or "draft")
                 pair = check_pair(file.metadata, draft_file.metadata)   # its class (compat.py)
                 pair.raise_if_bad()
+                if is_eagle(draft_file.metadata):
+                    raise DraftSpecError(f"{draft_file.source} is an EAGLE-style head: it runs "
+                                         "in the numpy engine of the CLI so far, not in the "
+                                         "page; give a draft model, or use ngram")
                 draft_model = Model(draft_file)
                 if pair.bridge is not None:   # another vocabulary: drafts through the bridge
                     draft_model = BridgedModel(draft_model, pair.bridge)

@@ -4,7 +4,7 @@ Exactness as for every drafter, on the tiny champion with a tiny random head of 
 head's shape (testmodels.write_eagle_head: W_f, W_e, one layer, the champion's embedding, norm and
 head shared): greedy output equal to champion-only for every K and for the guarded policies,
 replay identity for a seed, and the rejection-mode distribution of the first two tokens over
-10,000 seeded runs (bounds as in tests/test_engine.py). Then the head's own contract: it reads the
+30,000 seeded runs (bounds as in tests/test_engine.py). Then the head's own contract: it reads the
 champion's states (KVCache.keep_states) and keeps only rows fed with true states, and a head is
 refused for a champion it was not trained on. train/check_eagle.py checks (with PyTorch) that
 training computes what this drafter drafts.
@@ -75,13 +75,22 @@ def test_replay_with_an_eagle_head_equals_champion_only_sampling(tiny, head_path
         assert r.stats["drafted"] > 0
 
 
+# Why three times test_engine's N_RUNS: with seeds 0..9,999 this head's TV landed at the null's
+# 0.999 quantile (0.0685 against 0.0684; the heads of noise seeds 4 and 5 at 0.0666 and 0.0682,
+# all on the same seeds, so not independent evidence). 30,000 runs gave 0.0392 against a null
+# median of 0.0377 and a bound of 0.0430, as a draft model of its own cache does (0.0375): no
+# bias that 3x the samples would show. The bounds below are for 30,000 runs.
+RUNS = 3 * N_RUNS
+
+
 def test_rejection_with_an_eagle_head_matches_the_champion(tiny, head_path):
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
     exact = exact_two_token_distribution(tiny.champion, prefix, PREFIX_TEMPERATURE)
-    bound = null_tv_quantile(exact, N_RUNS, 0.999)
-    bound_first = null_tv_quantile(exact.sum(axis=1), N_RUNS, 0.999)
+    bound = null_tv_quantile(exact, RUNS, 0.999)
+    bound_first = null_tv_quantile(exact.sum(axis=1), RUNS, 0.999)
     counts, accepted, drafted, two_drafts = sample_two_tokens(
-        engine_for(tiny, head_path), prefix, PREFIX_TEMPERATURE, "fixed:2", exact.shape[0])
+        engine_for(tiny, head_path), prefix, PREFIX_TEMPERATURE, "fixed:2", exact.shape[0],
+        runs=RUNS)
     tv = total_variation(counts, exact)
     tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
     assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
@@ -120,7 +129,7 @@ def test_a_head_for_another_champion_is_refused(tiny, tmp_path):
 
 def test_an_incomplete_head_is_a_clear_error(tiny, tmp_path):
     from pyspec import gguf
-    src = gguf.GGUFFile.open(testmodels_head(tiny, tmp_path))
+    src = gguf.GGUFFile.open(tiny_head(tiny, tmp_path))
     tensors = {n: (src.dequantize(n), 0) for n in src.tensors if "fc_embd" not in n}
     path = str(tmp_path / "incomplete.gguf")
     gguf.write(path, dict(src.metadata), tensors)
@@ -128,7 +137,7 @@ def test_an_incomplete_head_is_a_clear_error(tiny, tmp_path):
         engine_for(tiny, path)
 
 
-def testmodels_head(tiny, tmp_path) -> str:
+def tiny_head(tiny, tmp_path) -> str:
     path = str(tmp_path / "head.gguf")
     testmodels.write_eagle_head(path, tiny.champion_path)
     return path
@@ -137,4 +146,4 @@ def testmodels_head(tiny, tmp_path) -> str:
 def test_the_gpu_engine_says_it_cannot_run_a_head_yet(tiny, tmp_path, request):
     request.getfixturevalue("gpu")
     with pytest.raises(DraftSpecError, match="numpy"):
-        engine_for(tiny, testmodels_head(tiny, tmp_path), "gpu")
+        engine_for(tiny, tiny_head(tiny, tmp_path), "gpu")

@@ -6,7 +6,8 @@ trained draft), on the numpy engine and on a native WebGPU adapter (lavapipe her
 numpy: the champion's one-token pass as the CPU engine runs it (fastcpu.FastModel, exact) against
 the draft's as model_draft runs it (model.Model, exact=False, one token after a short prefix),
 timed alternately, medians. WebGPU: gpu.measure's one-row pass (encode, submit, 4-byte readback)
-for each model. A benchmark, never a test: it asserts nothing.
+for each model (not for an EAGLE-style head: the GPU engine does not run one). A benchmark,
+never a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import platform
 import statistics
 import time
 
+import numpy as np
+
 from pyspec import champion_path, trained_draft_path
+from pyspec.drafters.eagle import EagleHead, is_eagle
 from pyspec.fastcpu import FastModel
 from pyspec.gguf import GGUFFile
 from pyspec.model import Model
@@ -26,13 +30,18 @@ PREFIX = [1, 330, 2391, 314, 253, 1092, 30, 441]   # a short prefix of token ids
 
 
 def numpy_step_s(champion: FastModel, draft: Model, reps: int) -> tuple[float, float]:
-    """Median seconds of one one-token step at position len(PREFIX): champion, draft."""
+    """Median seconds of one one-token step at position len(PREFIX): champion, draft. An EAGLE
+    head's step includes its input products (drafters/eagle.py: W_f norm(z) + W_e e(y))."""
     def step(model, **kw):
         kv = model.new_cache(64)
-        model.forward(PREFIX, kv, **kw)
+        eagle = isinstance(model, EagleHead)
+        feed = (lambda ids: dict(inputs=model.inputs(np.ones((len(ids), model.config.d_model),
+                                                             np.float32), ids))
+                ) if eagle else (lambda ids: {})
+        model.forward(PREFIX, kv, **kw, **feed(PREFIX))
         kv.commit(len(PREFIX))
         t0 = time.perf_counter()
-        model.forward([42], kv, **kw)
+        model.forward([42], kv, **kw, **feed([42]))
         return time.perf_counter() - t0
 
     c, d = [], []
@@ -50,11 +59,14 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     draft_path = args.draft or trained_draft_path()
-    champion, draft = FastModel.load(champion_path()), Model.load(draft_path)
+    champion = FastModel.load(champion_path())
+    draft_file = GGUFFile.open(draft_path)
+    eagle = is_eagle(draft_file.metadata)
+    draft = EagleHead(draft_file, champion) if eagle else Model(draft_file)
     c, d = numpy_step_s(champion, draft, args.reps)
     result = {"draft": draft_path.rsplit("/", 1)[-1], "machine": platform.platform(),
               "numpy": {"champion_pass_s": c, "draft_step_s": d, "draft_over_champion": d / c}}
-    if not args.no_gpu:
+    if not args.no_gpu and not eagle:   # the GPU engine does not run an EAGLE head (yet)
         from pyspec.gpu import load_model, open_device
         from pyspec.gpu.measure import measure
         dev = open_device()

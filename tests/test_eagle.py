@@ -23,8 +23,7 @@ from pyspec.drafters.eagle import EagleDrafter
 from pyspec.engine import Engine, Options
 from pyspec.load import backend as backend_for
 from pyspec.model import ModelError
-from test_engine import (N_RUNS, PREFIX_TEMPERATURE, exact_two_token_distribution,
-                         null_tv_quantile, sample_two_tokens, total_variation)
+from test_engine import N_RUNS, assert_two_token_distribution
 
 BACKENDS = ["cpu", "fastcpu"]
 
@@ -85,18 +84,8 @@ RUNS = 3 * N_RUNS
 
 def test_rejection_with_an_eagle_head_matches_the_champion(tiny, head_path):
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
-    exact = exact_two_token_distribution(tiny.champion, prefix, PREFIX_TEMPERATURE)
-    bound = null_tv_quantile(exact, RUNS, 0.999)
-    bound_first = null_tv_quantile(exact.sum(axis=1), RUNS, 0.999)
-    counts, accepted, drafted, two_drafts = sample_two_tokens(
-        engine_for(tiny, head_path), prefix, PREFIX_TEMPERATURE, "fixed:2", exact.shape[0],
-        runs=RUNS)
-    tv = total_variation(counts, exact)
-    tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
-    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f}"
-    assert tv_first < bound_first, f"first-token TV {tv_first:.4f} >= {bound_first:.4f}"
-    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
-    assert two_drafts > 0, "no cycle drafted two tokens: the bonus after K=2 went untested"
+    assert_two_token_distribution(engine_for(tiny, head_path), tiny.champion, prefix, "fixed:2",
+                                  runs=RUNS)
 
 
 def test_the_head_reads_the_champions_states_and_keeps_only_true_rows(tiny, head_path):

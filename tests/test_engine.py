@@ -190,19 +190,10 @@ def test_rejection_matches_champion_distribution(tiny, backend, draft, k, monkey
     # Short, so that 10,000 runs stay fast.
     prefix = (ngram_friendly_prefix(tiny.champion, tiny.tokenizer) if draft == "ngram"
               else tiny.tokenizer.encode("the cat. the cat. the"))
-    exact = exact_two_token_distribution(tiny.champion, prefix, PREFIX_TEMPERATURE)
-    bound = null_tv_quantile(exact, N_RUNS, 0.999)
-    bound_first = null_tv_quantile(exact.sum(axis=1), N_RUNS, 0.999)
-    engine = engine_for(tiny, draft, backend)
-    counts, accepted, drafted, two_drafts = sample_two_tokens(
-        engine, prefix, PREFIX_TEMPERATURE, k, exact.shape[0])
-    tv = total_variation(counts, exact)
-    tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
-    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} (draft {draft}, {k})"
-    assert tv_first < bound_first, f"first-token TV {tv_first:.4f} >= {bound_first:.4f}"
-    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
-    if k.startswith("fixed"):  # guarded policies spend the first cycle measuring k = 0
-        assert two_drafts > 0, "no cycle drafted two tokens: the bonus after K=2 went untested"
+    exact, bound = assert_two_token_distribution(
+        engine_for(tiny, draft, backend), tiny.champion, prefix, k,
+        # guarded policies spend the first cycle measuring k = 0
+        two_drafts=k.startswith("fixed"))
     if draft == "close":  # teeth: sampling from the draft instead would fail the same bound
         draft_model = Model.load(tiny.close_path)
         assert 0.5 * np.abs(exact_two_token_distribution(draft_model, prefix, 1.0)
@@ -493,6 +484,28 @@ def test_a_cancelled_request_shows_a_prefix_of_the_full_text(tiny, backend):
         assert full.text.startswith(report["text"]), cycles
         assert full.tokens[:len(report["tokens"])] == report["tokens"]
         assert report["stats"]["generated_tokens"] == len(report["tokens"]) < 40
+
+
+def assert_two_token_distribution(engine, champion: Model, prefix: list[int], k: str,
+                                  runs: int = N_RUNS, two_drafts: bool = True):
+    """The rejection-mode check every drafter gets: the first two tokens of `runs` seeded
+    requests (sample_two_tokens) against the champion's exact joint at PREFIX_TEMPERATURE, as
+    TV of the joint and of the first token, each below the 99.9th percentile of the TV that
+    `runs` exact draws give; drafts must be both accepted and rejected, and (two_drafts) some
+    cycle must draft two. Returns (exact joint, joint bound) for the caller's teeth."""
+    exact = exact_two_token_distribution(champion, prefix, PREFIX_TEMPERATURE)
+    bound = null_tv_quantile(exact, runs, 0.999)
+    bound_first = null_tv_quantile(exact.sum(axis=1), runs, 0.999)
+    counts, accepted, drafted, n_two = sample_two_tokens(
+        engine, prefix, PREFIX_TEMPERATURE, k, exact.shape[0], runs)
+    tv = total_variation(counts, exact)
+    tv_first = total_variation(counts.sum(axis=1), exact.sum(axis=1))
+    assert tv < bound, f"TV {tv:.4f} >= bound {bound:.4f} ({k})"
+    assert tv_first < bound_first, f"first-token TV {tv_first:.4f} >= {bound_first:.4f}"
+    assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
+    if two_drafts:
+        assert n_two > 0, "no cycle drafted two tokens: the bonus after K=2 went untested"
+    return exact, bound
 
 
 def sample_two_tokens(engine, prefix, temperature, k, vocab, runs=N_RUNS, **opts):

@@ -118,6 +118,18 @@ def optimizer_state(model, key: str, work: Path, dev, lr: float):
     return params, opt, state, ckpt
 
 
+def checkpointer(model, key: str, opt, state: dict, ckpt: Path):
+    """save(): the model's weights (under `key`), the optimizer and `state` to ckpt, adding the
+    seconds since the last save to state["seconds"] (training time, not loading)."""
+    mark = [time.time()]
+
+    def save():
+        state["seconds"] += time.time() - mark[0]
+        mark[0] = time.time()
+        torch.save({key: model.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+    return save
+
+
 def train_steps(state: dict, train: list, args, dev, loss_of, opt, params, deadline: float,
                 save=None, every: int = 100, seed: int = 0) -> None:
     """The resumable training loop both candidates share: epochs of shuffled length-grouped
@@ -267,13 +279,7 @@ def main(argv=None) -> int:
     held = held[:args.eval_limit]
     print(json.dumps({"layers": layers, "trainable_params": n_params(draft), **info}), flush=True)
 
-    t_mark = time.time()
-
-    def save():
-        nonlocal t_mark
-        state["seconds"] += time.time() - t_mark
-        t_mark = time.time()
-        torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+    save = checkpointer(draft, "draft", opt, state, ckpt)
 
     if args.reference:
         reference = from_gguf(args.reference, device=dev)[0].eval().requires_grad_(False)

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from distill import collate, load_sequences, optimizer_state, train_steps  # noqa: E402
+from distill import checkpointer, collate, load_sequences, optimizer_state, train_steps  # noqa: E402
 from generate import SEEDS  # noqa: E402
 from llama_torch import Layer, from_gguf, n_params, quantized_like, rms_norm, rope  # noqa: E402
 
@@ -250,13 +250,7 @@ def main(argv=None) -> int:
     train, held, info = load_sequences(args.data)
     held = held[:args.eval_limit]
     print(json.dumps({"trainable_params": n_params(head), **info}), flush=True)
-    t_mark = time.time()
-
-    def save():
-        nonlocal t_mark
-        state["seconds"] += time.time() - t_mark
-        t_mark = time.time()
-        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+    save = checkpointer(head, "head", opt, state, ckpt)
 
     def loss_of(tokens, mask):
         with torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):

@@ -17,6 +17,7 @@ import numpy as np
 from . import champion_path, conversation, receipts
 from .conversation import Fitted
 from .compat import check_pair
+from .drafters.eagle import binding_problem, is_eagle
 from .cpu import CPUBackend
 from .drafters import parse_draft
 from .engine import Engine, Options
@@ -300,8 +301,16 @@ def score(model: Model, prompt: list[int], continuation: list[int], top: int) ->
 
 def cmd_check_pair(args) -> int:
     draft = parse_draft(args.draft).path if args.draft == "trained" else args.draft
-    report = check_pair(GGUFFile.open(args.champion or champion_path()).metadata,
-                        GGUFFile.open(draft).metadata)
+    champion_file, draft_file = GGUFFile.open(args.champion or champion_path()), GGUFFile.open(draft)
+    report = check_pair(champion_file.metadata, draft_file.metadata)
+    if report.ok and is_eagle(draft_file.metadata):   # a head is bound to one champion file
+        problem = binding_problem(draft_file.metadata, champion_file.metadata,
+                                  champion_file.sha256())
+        if problem:
+            report.ok, report.reasons = False, [problem]
+        else:
+            report.notes.append("an EAGLE-style head over this champion's states (the numpy "
+                                "engine runs it: --backend cpu)")
     if args.json:
         print(json.dumps(report.to_json()))
     else:

@@ -136,3 +136,14 @@ def test_the_gpu_engine_says_it_cannot_run_a_head_yet(tiny, tmp_path, request):
     request.getfixturevalue("gpu")
     with pytest.raises(DraftSpecError, match="numpy"):
         engine_for(tiny, tiny_head(tiny, tmp_path), "gpu")
+
+
+def test_check_pair_says_whether_a_head_serves_this_champion(tiny, tmp_path, capsys):
+    from test_cli import run
+    code, out, _ = run(capsys, "check-pair", "--champion", tiny.champion_path, "--draft",
+                       tiny_head(tiny, tmp_path))
+    assert code == 0 and "EAGLE-style head" in out, out
+    other = str(tmp_path / "other.gguf")
+    testmodels.write_eagle_head(other, tiny.champion_path, champion_sha256="0" * 64)
+    code, out, _ = run(capsys, "check-pair", "--champion", tiny.champion_path, "--draft", other)
+    assert code == 1 and "NOT compatible" in out and "trained on the champion" in out, out

@@ -24,7 +24,7 @@ import numpy as np
 from ..compat import IncompatiblePairError
 from ..cycle import Rule
 from ..gguf import GGUFError, GGUFFile
-from ..model import LAYER_TENSORS, Model, ModelError, layer_shapes, rms_norm
+from ..model import LAYER_TENSORS, Config, Model, ModelError, layer_shapes, rms_norm
 from .proposal import Proposal
 
 EAGLE_TENSORS = ("eagle.fc_feat.weight", "eagle.fc_embd.weight")   # W_f, W_e: (d, d) each
@@ -35,26 +35,33 @@ def is_eagle(metadata: dict) -> bool:
     return metadata.get("pyspec.draft.kind") == "eagle"
 
 
+def binding_problem(head_md: dict, champion_md: dict, champion_sha256: str) -> str | None:
+    """Why a head cannot serve this champion (another shape, or trained on another champion:
+    its GGUF names that champion's sha256), or None."""
+    head, champion = Config.from_metadata(head_md), Config.from_metadata(champion_md)
+    for key in ("d_model", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
+        if getattr(head, key) != getattr(champion, key):
+            return (f"the head has {key} = {getattr(head, key)} but the champion "
+                    f"{getattr(champion, key)}; a head only serves the champion it was trained on")
+    bound = head_md.get("pyspec.eagle.champion_sha256")
+    if bound != champion_sha256:
+        return (f"the head was trained on the champion with sha256 {bound}, not on this one "
+                f"({champion_sha256}): use the champion it names, or a draft model / ngram")
+    return None
+
+
 class EagleHead(Model):
     """The head's own weights (one layer, W_f, W_e) with the champion's embedding, final norm and
     head shared, not copied. `forward(..., inputs=u)` runs the layer over rows u."""
 
     def __init__(self, f: GGUFFile, champion: Model):
         self._open(f, champion.dtype)
-        cfg, ch = self.config, champion.config
+        cfg = self.config
         if not is_eagle(f.metadata):
             raise ModelError(f"{f.source} is not an EAGLE-style head (pyspec.draft.kind)")
-        for key in ("d_model", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
-            if getattr(cfg, key) != getattr(ch, key):
-                raise IncompatiblePairError(
-                    f"{f.source}: the head has {key} = {getattr(cfg, key)} but the champion "
-                    f"{getattr(ch, key)}; a head only serves the champion it was trained on")
-        bound = f.metadata.get("pyspec.eagle.champion_sha256")
-        if bound != champion.sha256():
-            raise IncompatiblePairError(
-                f"{f.source} was trained on the champion with sha256 {bound}, not on "
-                f"{champion.source} ({champion.sha256()}): use the champion it names, or a draft "
-                f"model / ngram with this one")
+        problem = binding_problem(f.metadata, champion.metadata, champion.sha256())
+        if problem:
+            raise IncompatiblePairError(f"{f.source}: {problem}")
         if cfg.n_layers != 1:
             raise ModelError(f"{f.source}: an EAGLE-style head has one layer, not {cfg.n_layers}")
         d, shapes = cfg.d_model, layer_shapes(cfg)

@@ -277,7 +277,7 @@ class Model(LoadedWeights):
             h = rms_norm(x, w["ffn_norm"], eps)
             g = mm(h, w["ffn_gate"])                                        # (m, d_ff)
             x = x + mm(g / (1 + np.exp(-g)) * mm(h, w["ffn_up"]), w["ffn_down"])
-        if kv.states is not None and len(self.layers[:n_layers or cfg.n_layers]) == cfg.n_layers:
-            kv.states[start:start + m] = x   # (a self:L draft's rows are rewritten by the pass after)
+        if kv.states is not None and (n_layers or cfg.n_layers) >= cfg.n_layers:
+            kv.states[start:start + m] = x   # final states only, never a self:L draft's
         x = x[m - 1:] if last_only else x[logits_from:]
         return mm(rms_norm(x, self.out_norm, eps), self.head)                # (rows, vocab)

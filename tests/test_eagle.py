@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from conftest import greedy_pick, reference_decode
-from pyspec import rng, testmodels, verify
+from pyspec import testmodels
 from pyspec.compat import IncompatiblePairError
 from pyspec.drafters import DraftSpecError
 from pyspec.drafters.eagle import EagleDrafter
 from pyspec.engine import Engine, Options
 from pyspec.load import backend as backend_for
 from pyspec.model import ModelError
-from test_engine import N_RUNS, assert_two_token_distribution
+from test_engine import N_RUNS, assert_two_token_distribution, replay_reference
 
 BACKENDS = ["cpu", "fastcpu"]
 
@@ -61,11 +61,7 @@ def test_greedy_with_an_eagle_head_equals_champion_only(tiny, head_path, greedy_
 @pytest.mark.parametrize("temperature", [0.6, 1.0])
 def test_replay_with_an_eagle_head_equals_champion_only_sampling(tiny, head_path, temperature):
     seed = 1234
-
-    def pick(logits, position):
-        return verify.sample_replay(logits, temperature, rng.gumbel(seed, position, len(logits)))
-
-    expected = reference_decode(tiny.champion, tiny.prompt, 30, pick)
+    expected = replay_reference(tiny, temperature, seed)
     engine = engine_for(tiny, head_path)
     for k in range(1, 6):
         r = engine.generate(tiny.prompt, Options(max_tokens=30, temperature=temperature,

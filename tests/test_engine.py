@@ -102,14 +102,19 @@ def test_drafts_are_actually_accepted(tiny, backend):
     assert r.stats["champion_passes"] < 30
 
 
-@pytest.mark.parametrize("temperature", [0.6, 1.0])
-def test_replay_equals_champion_only_sampling(tiny, temperature, backend):
-    seed = 1234
-
+def replay_reference(tiny, temperature: float, seed: int, n: int = 30) -> list[int]:
+    """Champion-only replay sampling written plainly (conftest.reference_decode): at each
+    position the Gumbel-max sample with the noise rng.py keys by (seed, position)."""
     def pick(logits, position):
         return verify.sample_replay(logits, temperature, rng.gumbel(seed, position, len(logits)))
 
-    expected = reference_decode(tiny.champion, tiny.prompt, 30, pick)
+    return reference_decode(tiny.champion, tiny.prompt, n, pick)
+
+
+@pytest.mark.parametrize("temperature", [0.6, 1.0])
+def test_replay_equals_champion_only_sampling(tiny, temperature, backend):
+    seed = 1234
+    expected = replay_reference(tiny, temperature, seed)
     if backend == "gpu":  # champion-only replay on the GPU is the reference there
         expected = engine_for(tiny, "none", "gpu").generate(
             tiny.prompt, Options(max_tokens=30, temperature=temperature, seed=seed,

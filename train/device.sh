@@ -13,6 +13,8 @@
 # public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
 #   bash train/device.sh train     # generate (resumable) + distill + export $W/models/$NAME.gguf
 #                                  # (the two phases alone: gen, distill)
+#   bash train/device.sh selfprompts  # the champion writes SELF_N (10000) user messages; `gen`
+#                                  # then answers them together with the templated seed set
 #   NAME=eagle-h1 STEPS=3000 bash train/device.sh eagle   # the EAGLE-style head instead
 #   bash train/device.sh bench     # acceptance (--k fixed:4) and speed (heuristic) on the public
 #                                  # workload, native WebGPU, champion-only side by side
@@ -51,11 +53,23 @@ setup() {
     if [ -f $W/champ.gguf ]; then sha256sum $W/champ.gguf; fi
 }
 
+selfprompts() {
+    # the champion writes free-form user messages (train/self_prompts.py); they come back to be
+    # committed as train/data/self_prompts.jsonl, and `gen` answers them with the seed set
+    python3 train/self_prompts.py --champion $W/champ.gguf --n "${SELF_N:-10000}" \
+        --out $W/self_prompts.jsonl --workload $W/public.jsonl 2>&1 | tail -25 | tee -a "$OUT/train.log"
+    cp $W/self_prompts.jsonl "$OUT/"
+}
+
 gen() {
+    local prompts=""
+    if [ -f $W/self_prompts.jsonl ]; then
+        prompts="--prompts train/data/seed_prompts.jsonl --prompts $W/self_prompts.jsonl"
+    fi
     python3 train/generate.py --champion $W/champ.gguf --out $W/gen --minutes "$GEN_MIN" \
-        --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" \
+        --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" $prompts \
         2>&1 | tee -a "$OUT/train.log"
-    (cd $W && tar cf - gen) | gzip -1 > "$OUT/gen.tar.gz"
+    (cd $W && tar cf - gen) | gzip -1 | split -b 15M -d - "$OUT/gen.tar.gz.part"
 }
 
 distill() {

@@ -53,9 +53,11 @@ from pyspec.model import LAYER_TENSORS  # noqa: E402
 MAX_LEN = 1152
 
 
-def load_sequences(data: str) -> tuple[list[tuple[np.ndarray, int, float]], list, dict]:
+def load_sequences(data: str, by_set: dict | None = None
+                   ) -> tuple[list[tuple[np.ndarray, int, float]], list, dict]:
     """(train, held, info): (ids, prompt length, temperature) per answer; held are the held-out
-    prompts' answers."""
+    prompts' answers. `by_set`, when given, also gets the held answers by prompt set (the id's
+    prefix: "seed", "self")."""
     ids = [json.loads(line)["id"] for line in SEEDS.read_text().splitlines()]
     train, held, h = [], [], hashlib.sha256()
     for path in sorted(glob.glob(f"{data}/gen-*.npz")):
@@ -69,10 +71,17 @@ def load_sequences(data: str) -> tuple[list[tuple[np.ndarray, int, float]], list
             if len(seq) <= len(p) or len(a) == 0:
                 continue
             item = (seq, len(p), float(z["temperature"][i]))
-            (held if held_out(ids[z["prompt_index"][i]]) else train).append(item)
+            # Why the fallback: shards made before prompt ids were stored index the seed set.
+            pid = str(z["prompt_id"][i]) if "prompt_id" in z else ids[z["prompt_index"][i]]
+            (held if held_out(pid) else train).append(item)
+            if by_set is not None and held_out(pid):
+                by_set.setdefault(pid.split("-")[0], []).append(item)
     info = {"answers": len(train) + len(held), "held_out_answers": len(held),
             "answer_tokens": int(sum(len(s) - p for s, p, _ in train + held)),
             "data_sha256": h.hexdigest()}
+    listing = Path(data) / "prompts.json"
+    if listing.exists():
+        info["prompt_files"] = json.loads(listing.read_text())["files"]
     return train, held, info
 
 
@@ -275,7 +284,8 @@ def main(argv=None) -> int:
     draft.tok_embd.weight.requires_grad_(False)
     params, opt, state, ckpt = optimizer_state(draft, "draft", work, dev, args.lr)
 
-    train, held, info = load_sequences(args.data)
+    held_sets: dict[str, list] = {}
+    train, held, info = load_sequences(args.data, held_sets)
     held = held[:args.eval_limit]
     print(json.dumps({"layers": layers, "trainable_params": n_params(draft), **info}), flush=True)
 
@@ -311,6 +321,10 @@ def main(argv=None) -> int:
         matrix_type = quant.BY_NAME[args.matrix_type].type_id
         quantize_layers(draft, matrix_type)  # score what the GGUF will hold, not the float weights
         report["held_out"] = evaluate(teacher, draft, held, dev)
+        if len(held_sets) > 1:
+            report["held_out_by_prompt_set"] = {
+                name: evaluate(teacher, draft, items[:args.eval_limit], dev)
+                for name, items in sorted(held_sets.items())}
         if args.gguf:
             to_gguf(draft.float(), md, args.gguf, f"pyspec-draft-L{len(layers)}",
                     {"pyspec.draft.init_layers": layers}, matrix_type=matrix_type)

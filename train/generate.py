@@ -2,11 +2,14 @@
 
     python train/generate.py --champion CHAMPION.gguf --out DIR [--max-new 160] [--minutes 6]
 
-Each seed prompt (train/data/seed_prompts.jsonl) is answered once greedily and twice sampled, at
-a temperature drawn from [0.7, 1.0] (the temperatures pyspec serves). The answers are written as
-shards DIR/gen-NNN.npz (prompt ids, answer ids, temperature, prompt id) of a few megabytes each.
-Resumable: a shard already in DIR is skipped, and the run stops cleanly after `--minutes` so that
-it fits a slice of GPU time; run it again to go on. Logits are not stored: distillation runs the
+Each prompt of the frozen prompt files (--prompts, repeatable; default the templated seed set
+train/data/seed_prompts.jsonl) is answered once greedily and twice sampled, at a temperature drawn
+from [0.7, 1.0] (the temperatures pyspec serves). With more than one file the prompts are shuffled
+together (a fixed permutation), so that a run stopped for time has answered every file alike.
+The answers are written as shards DIR/gen-NNN.npz (prompt ids, answer ids, temperature, prompt
+index and id) of a few megabytes each, and DIR/prompts.json names the prompt files and their
+sha256. Resumable: a shard already in DIR is skipped, and the run stops cleanly after
+`--minutes` so that it fits a slice of GPU time; run it again to go on. Logits are not stored: distillation runs the
 champion again on the same text (cheap on the GPU, and exact full distributions instead of a
 top-k cut).
 """
@@ -40,6 +43,19 @@ def held_out(prompt_id: str) -> bool:
     return hashlib.sha256(prompt_id.encode()).digest()[0] < 13
 
 
+def read_prompts(paths: list[Path], seed: int) -> list[dict]:
+    """The prompt files' rows; more than one file is shuffled together by `seed`."""
+    rows = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+    if len(paths) > 1:
+        rows = [rows[i] for i in np.random.default_rng(seed).permutation(len(rows))]
+    return rows
+
+
+def prompt_files(paths: list[Path]) -> list[dict]:
+    return [{"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+             "prompts": len(path.read_text().splitlines())} for path in paths]
+
+
 def jobs(tok: Tokenizer, rows: list[dict], seed: int) -> list[tuple[int, list[int], float]]:
     """(prompt index, prompt ids, temperature) for every answer to make, longest prompts last."""
     rng = np.random.default_rng(seed)
@@ -61,7 +77,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max-batch", type=int, default=512, help="answers decoded together at most")
     ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (smoke test)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompts", action="append", type=Path,
+                    help="a frozen prompt file (repeatable); default train/data/seed_prompts.jsonl")
     args = ap.parse_args(argv)
+    paths = args.prompts or [SEEDS]
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +88,8 @@ def main(argv=None) -> int:
     model, md = from_gguf(args.champion, device=dev)
     model = model.to(torch.bfloat16 if dev == "cuda" else torch.float32).eval()
     tok = Tokenizer.from_metadata(md)
-    rows = [json.loads(line) for line in SEEDS.read_text().splitlines()]
+    rows = read_prompts(paths, args.seed)
+    (out / "prompts.json").write_text(json.dumps({"files": prompt_files(paths)}, indent=1))
     if args.limit:
         rows = rows[:args.limit]
     work = jobs(tok, rows, args.seed)
@@ -102,7 +122,8 @@ def main(argv=None) -> int:
         a_ids, a_len = flat(answers)
         np.savez(path, prompt_ids=p_ids, prompt_len=p_len, answer_ids=a_ids, answer_len=a_len,
                  temperature=np.asarray([j[2] for j in chunk], np.float32),
-                 prompt_index=np.asarray([j[0] for j in chunk], np.int32))
+                 prompt_index=np.asarray([j[0] for j in chunk], np.int32),
+                 prompt_id=np.asarray([rows[j[0]]["id"] for j in chunk]))
         print(json.dumps({"shard": s, "of": n_shards, "answers": len(chunk),
                           "answer_tokens": int(a_len.sum()), "elapsed_s": round(time.time() - t0, 1)}),
               flush=True)

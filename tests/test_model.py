@@ -182,6 +182,27 @@ def test_batch_invariance_tiny(tmp_path, shape):
     check_batch_invariance(model, tokens, starts=(0, 3, 13))
 
 
+@pytest.mark.parametrize("shape", [dict(d=64, n_heads=4, n_kv=2, d_ff=128, n_layers=2),
+                                   dict(d=64, n_heads=8, n_kv=8, d_ff=64, n_layers=2)])
+def test_draft_attention_in_blocks_sees_what_the_row_loop_sees(tmp_path, shape):
+    """exact=False (drafts) attends blocks of rows under a causal mask: the same keys as the exact
+    row loop, up to float32 rounding, across block boundaries and after cached rows."""
+    path = tmp_path / "tiny.gguf"
+    write_model(path, seed=7, ctx=1024, **shape)
+    model = Model.load(path)
+    tokens = np.random.default_rng(2).integers(0, model.config.vocab_size, 600).tolist()
+    for start in (0, 37):
+        exact, fast = model.new_cache(1024), model.new_cache(1024)
+        for kv, ex in ((exact, True), (fast, False)):
+            if start:
+                model.forward(tokens[:start], kv, exact=ex)
+        want = model.forward(tokens[start:], exact, exact=True)
+        got = model.forward(tokens[start:], fast, exact=False)
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-4), np.abs(got - want).max()
+        # a masked key leaking into a row would move its logits by far more than rounding
+        assert np.abs(got - want).max() < 1e-3
+
+
 # --- KV transactions ---------------------------------------------------------------------------
 
 def random_transactions(model: Model, rng: np.random.Generator, n_cycles: int, max_ctx: int):

@@ -196,6 +196,17 @@ def line(item: dict, side: str, out: dict) -> dict:
 
 
 # --- the run --------------------------------------------------------------------------------
+def draft_model(drafts: list[str]) -> str | None:
+    """The site model a drafter list names as its draft model ("trained": the site's trained
+    draft), or None; the page holds one draft model at a time."""
+    named = [site.TRAINED_DRAFT if d == "trained" else d for d in drafts
+             if d != "ngram" and not d.startswith("self:")]
+    if len(set(named)) > 1:
+        raise SystemExit(f"error: --drafts names {len(set(named))} draft models "
+                         f"({', '.join(sorted(set(named)))}); the page holds one at a time")
+    return named[0] if named else None
+
+
 def run(args, base_url: str) -> int:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -208,7 +219,8 @@ def run(args, base_url: str) -> int:
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     baselines: list[dict] = []
     skipped: list[dict] = []
-    url = f"{base_url}index.html?model={args.model}&draft=ngram"
+    model_draft = draft_model(drafts)
+    url = f"{base_url}index.html?model={args.model}&draft={model_draft or 'ngram'}"
     if args.max_ctx:
         url += f"&max_ctx={args.max_ctx}"
     url += f"&backend={args.backend}"
@@ -279,7 +291,9 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
         runs = {}
         try:
             for d in order:
-                config = {"draft": d, "k": "fixed:0" if d == "none" else args.k,
+                # A draft model is the one the page loaded; the request names it "model".
+                spec = d if d == "none" or d == "ngram" or d.startswith("self:") else "model"
+                config = {"draft": spec, "k": "fixed:0" if d == "none" else args.k,
                           "temperature": 0.0, "seed": 0, "verify": None, "max_tokens": max_tokens}
                 out = page.evaluate(GENERATE, [it["messages"], config])
                 if "error" in out:
@@ -356,7 +370,9 @@ def parser() -> argparse.ArgumentParser:
                     help="prompts per stratum (default 1: the software adapter is slow; 0 = all)")
     ap.add_argument("--strata", default=None, help="comma-separated strata to keep (default all)")
     ap.add_argument("--max-tokens", type=int, default=16, help="cap each prompt's max_tokens")
-    ap.add_argument("--drafts", default="ngram", help="comma-separated drafters (ngram, self:L)")
+    ap.add_argument("--drafts", default="ngram",
+                    help="comma-separated drafters: ngram, self:L, and at most one draft model "
+                         "(a site model name, or trained: the site's trained draft)")
     ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
     ap.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
     ap.add_argument("--max-ctx", type=int, default=None)

@@ -1,6 +1,6 @@
 """User messages written by the champion itself: free-form prompts for the draft's training text.
 
-    python train/self_prompts.py --champion CHAMPION.gguf [--n 12000] [--seed 0]
+    python train/self_prompts.py --champion CHAMPION.gguf [--n 10000] [--seed 0]
 
 The templated seed set (seed_prompts.py) gives templated answers: a draft trained on them agrees
 with the champion far more on held-out seed prompts than on the workload. Here the champion is
@@ -58,7 +58,7 @@ def fold(text: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--champion", required=True)
-    ap.add_argument("--n", type=int, default=12_000, help="prompts to keep")
+    ap.add_argument("--n", type=int, default=10_000, help="prompts to keep")
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)

@@ -9,9 +9,9 @@ together (a fixed permutation), so that a run stopped for time has answered ever
 The answers are written as shards DIR/gen-NNN.npz (prompt ids, answer ids, temperature, prompt
 index and id) of a few megabytes each, and DIR/prompts.json names the prompt files and their
 sha256. Resumable: a shard already in DIR is skipped, and the run stops cleanly after
-`--minutes` so that it fits a slice of GPU time; run it again to go on. Logits are not stored: distillation runs the
-champion again on the same text (cheap on the GPU, and exact full distributions instead of a
-top-k cut).
+`--minutes` so that it fits a slice of GPU time; run it again to go on. Logits are not stored:
+distillation runs the champion again on the same text (cheap on the GPU, and exact full
+distributions instead of a top-k cut).
 """
 
 from __future__ import annotations

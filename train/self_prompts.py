@@ -5,11 +5,11 @@
 The templated seed set (seed_prompts.py) gives templated answers: a draft trained on them agrees
 with the champion far more on held-out seed prompts than on the workload. Here the champion is
 given its chat template up to the start of a user turn (the default system message, then
-`<|im_start|>user\\n`) and samples the user's message; half the time the message is started with
-a common opening word, so that requests, questions and tasks all appear. A message is kept when
-the champion closed it (`<|im_end|>`) within --max-new tokens, it has 3 words or more, it is not
-a duplicate (case and spacing folded) and it shares no word 8-gram with the workload
-(../shared/workloads/public.jsonl, read only for that check). The kept set is written to
+`<|im_start|>user\\n`) and samples the user's message; in 33 of the 39 draws of OPENERS (85%)
+the message is started with a common opening word, so that requests, questions and tasks all
+appear. A message is kept when the champion closed it (`<|im_end|>`) within --max-new tokens, it
+has 3 words or more, it is not a duplicate (case and spacing folded) and it shares no word 8-gram
+with the workload (../shared/workloads/public.jsonl, read only for that check). The kept set is written to
 train/data/self_prompts.jsonl ({"id", "kind": "self", "messages"}) and committed: like the seed
 set it is frozen before the champion answers it, and models/MANIFEST.json records its sha256.
 """

@@ -1,8 +1,11 @@
-"""`python -m pyspec bench` end to end on a tiny model and a two-stratum workload."""
+"""`python -m pyspec bench` end to end on a tiny model and a two-stratum workload; the page
+bench's --drafts parsing."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from pyspec import cli
 
@@ -62,3 +65,17 @@ def test_bench_on_the_gpu_reports_the_pass_fields(tiny, tmp_path):
     if result["gpu"].get("gpu_pass_s"):     # timestamps: the whole pass, at 1 and 8 rows
         assert set(result["gpu_ms_per_pass"]) == {"1", "8"}
     assert result["pipelining"]["identical"] == result["pipelining"]["prompts"] == 2
+
+
+def test_the_page_bench_names_at_most_one_draft_model():
+    """`build.py bench --drafts`: ngram and self:L are drafters; anything else is the one draft
+    model the page loads ("trained": the site's trained draft), and two are refused."""
+    from webtools.bench import draft_model, names_a_model
+    from webtools.site import TRAINED_DRAFT
+
+    assert [names_a_model(d) for d in ("none", "ngram", "self:20", "trained", "tiny-close")] == \
+        [False, False, False, True, True]
+    assert draft_model(["ngram", "self:20"]) is None
+    assert draft_model(["ngram", "trained"]) == TRAINED_DRAFT
+    with pytest.raises(SystemExit, match="2 draft models"):
+        draft_model(["trained", "tiny-close"])

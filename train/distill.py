@@ -73,8 +73,9 @@ def load_sequences(data: str, by_set: dict | None = None
             item = (seq, len(p), float(z["temperature"][i]))
             # Why the fallback: shards made before prompt ids were stored index the seed set.
             pid = str(z["prompt_id"][i]) if "prompt_id" in z else ids[z["prompt_index"][i]]
-            (held if held_out(pid) else train).append(item)
-            if by_set is not None and held_out(pid):
+            is_held = held_out(pid)
+            (held if is_held else train).append(item)
+            if is_held and by_set is not None:
                 by_set.setdefault(pid.split("-")[0], []).append(item)
     info = {"answers": len(train) + len(held), "held_out_answers": len(held),
             "answer_tokens": int(sum(len(s) - p for s, p, _ in train + held)),

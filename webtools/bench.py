@@ -196,11 +196,15 @@ def line(item: dict, side: str, out: dict) -> dict:
 
 
 # --- the run --------------------------------------------------------------------------------
+def names_a_model(draft: str) -> bool:
+    """Whether a --drafts entry is a draft model (a site model name, or "trained")."""
+    return draft not in ("none", "ngram") and not draft.startswith("self:")
+
+
 def draft_model(drafts: list[str]) -> str | None:
     """The site model a drafter list names as its draft model ("trained": the site's trained
     draft), or None; the page holds one draft model at a time."""
-    named = [site.TRAINED_DRAFT if d == "trained" else d for d in drafts
-             if d != "ngram" and not d.startswith("self:")]
+    named = [site.TRAINED_DRAFT if d == "trained" else d for d in drafts if names_a_model(d)]
     if len(set(named)) > 1:
         raise SystemExit(f"error: --drafts names {len(set(named))} draft models "
                          f"({', '.join(sorted(set(named)))}); the page holds one at a time")
@@ -292,7 +296,7 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
         try:
             for d in order:
                 # A draft model is the one the page loaded; the request names it "model".
-                spec = d if d == "none" or d == "ngram" or d.startswith("self:") else "model"
+                spec = "model" if names_a_model(d) else d
                 config = {"draft": spec, "k": "fixed:0" if d == "none" else args.k,
                           "temperature": 0.0, "seed": 0, "verify": None, "max_tokens": max_tokens}
                 out = page.evaluate(GENERATE, [it["messages"], config])

@@ -6,10 +6,10 @@
 #   bash train/device.sh setup     # champion parts, Vulkan loaders (.gl), wgpu wheels (.whl)
 #                                  # into $W/site: whatever the call carried
 #
-# The champion (98 MB) travels in four parts of 24.6 MB, .h200a/champ.a ... .h200d/champ.d
-# (`split -b 24600000 -a 1 CHAMPION champ.`), one carried folder per call: the tree with
-# models/draft-l4.gguf is 34 MB of the 64 MiB a call carries. Call `setup` with .h200a, .h200b,
-# .h200c in turn, then `setup train bench` (or `setup bench`) with .h200d (which also holds
+# The champion (98 MB) travels in five parts of 20 MB, .h200a/champ.a ... .h200e/champ.e
+# (`split -b 20000000 -a 1 CHAMPION champ.`), one carried folder per call: the tree with
+# models/draft-l4.gguf and the prompt sets is 40 MB of the 64 MiB a call carries. Call `setup`
+# with .h200a ... .h200d in turn, then `setup PHASE...` with .h200e (which also holds
 # public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
 #   bash train/device.sh train     # generate (resumable) + distill + export $W/models/$NAME.gguf
 #                                  # (the two phases alone: gen, distill)
@@ -38,13 +38,15 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
 setup() {
-    for part in a b c d; do
-        if [ -f .h200$part/champ.$part ]; then cp .h200$part/champ.$part $W/; fi
+    local part
+    for part in .h200?/champ.?; do
+        if [ -f "$part" ]; then cp "$part" $W/; fi
     done
-    if [ -f $W/champ.d ] && [ ! -f $W/champ.gguf ]; then
-        cat $W/champ.a $W/champ.b $W/champ.c $W/champ.d > $W/champ.gguf
+    # the last part's folder also holds public.jsonl: every part is there by then
+    if [ -f .h200?/public.jsonl ] && [ ! -f $W/champ.gguf ]; then
+        cat $W/champ.? > $W/champ.gguf
     fi
-    if [ -f .h200d/public.jsonl ]; then cp .h200d/public.jsonl $W/public.jsonl; fi
+    if [ -f .h200?/public.jsonl ]; then cp .h200?/public.jsonl $W/public.jsonl; fi
     if [ -d .gl ]; then for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
     if [ -d .whl ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -54,20 +56,33 @@ setup() {
 }
 
 selfprompts() {
-    # the champion writes free-form user messages (train/self_prompts.py); they come back to be
-    # committed as train/data/self_prompts.jsonl, and `gen` answers them with the seed set
+    # the champion writes SELF_N user messages (train/self_prompts.py) into $W/$SELF_FILE; they
+    # come back to be committed under train/data/, and `gen` answers them with the seed set. A
+    # later set (SELF_FILE=self_prompts_2.jsonl SELF_SEED=1) excludes the sets already committed
+    # and continues their ids.
+    local file=${SELF_FILE:-self_prompts.jsonl} earlier=() first=0
+    for f in train/data/self_prompts*.jsonl; do
+        if [ -f "$f" ] && [ "$(basename "$f")" != "$file" ]; then
+            earlier+=(--exclude "$f"); first=$((first + $(wc -l < "$f")))
+        fi
+    done
     python3 train/self_prompts.py --champion $W/champ.gguf --n "${SELF_N:-10000}" \
-        --out $W/self_prompts.jsonl --workload $W/public.jsonl 2>&1 | tail -25 | tee -a "$OUT/train.log"
-    cp $W/self_prompts.jsonl "$OUT/"
+        --seed "${SELF_SEED:-0}" --first-id $first "${earlier[@]}" \
+        --out $W/$file --workload $W/public.jsonl 2>&1 | tail -25 | tee -a "$OUT/train.log"
+    cp $W/$file "$OUT/"
 }
 
 gen() {
-    local prompts=""
-    if [ -f $W/self_prompts.jsonl ]; then
-        prompts="--prompts train/data/seed_prompts.jsonl --prompts $W/self_prompts.jsonl"
-    fi
+    # the seed set and every self-written set, committed or just written in $W
+    local prompts=() f
+    for f in train/data/self_prompts*.jsonl $W/self_prompts*.jsonl; do
+        if [ -f "$f" ] && { [[ $f == train/* ]] || [ ! -f "train/data/$(basename "$f")" ]; }; then
+            prompts+=(--prompts "$f")
+        fi
+    done
+    if [ ${#prompts[@]} -gt 0 ]; then prompts=(--prompts train/data/seed_prompts.jsonl "${prompts[@]}"); fi
     python3 train/generate.py --champion $W/champ.gguf --out $W/gen --minutes "$GEN_MIN" \
-        --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" $prompts \
+        --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" "${prompts[@]}" \
         2>&1 | tee -a "$OUT/train.log"
     (cd $W && tar cf - gen) | gzip -1 | split -b 15M -d - "$OUT/gen.tar.gz.part"
 }

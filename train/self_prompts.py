@@ -1,6 +1,7 @@
 """User messages written by the champion itself: free-form prompts for the draft's training text.
 
     python train/self_prompts.py --champion CHAMPION.gguf [--n 10000] [--seed 0]
+        [--exclude EARLIER.jsonl ...] [--first-id 0] [--out FILE]
 
 The templated seed set (seed_prompts.py) gives templated answers: a draft trained on them agrees
 with the champion far more on held-out seed prompts than on the workload. Here the champion is
@@ -12,6 +13,9 @@ has 3 words or more, it is not a duplicate (case and spacing folded) and it shar
 with the workload (../shared/workloads/public.jsonl, read only for that check). The kept set is written to
 train/data/self_prompts.jsonl ({"id", "kind": "self", "messages"}) and committed: like the seed
 set it is frozen before the champion answers it, and models/MANIFEST.json records its sha256.
+A later set is drawn with another --seed, --exclude names the sets already committed (their
+messages count as duplicates) and --first-id continues their ids, so that the sets can be answered
+together.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--workload", type=Path, default=WORKLOAD, help="for the 8-gram check only")
+    ap.add_argument("--exclude", action="append", type=Path, default=[],
+                    help="an earlier prompt set (repeatable): its messages count as duplicates")
+    ap.add_argument("--first-id", type=int, default=0, help="the first id's number (self-N)")
     args = ap.parse_args(argv)
     t0 = time.time()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -78,7 +85,9 @@ def main(argv=None) -> int:
             held |= eight_grams(m["content"])
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
-    kept, seen = [], set()
+    kept = []
+    seen = {fold(m["content"]) for path in args.exclude for line in path.read_text().splitlines()
+            for m in json.loads(line)["messages"]}
     counts = {"sampled": 0, "unclosed": 0, "short": 0, "control_text": 0, "duplicate": 0,
               "workload_8gram": 0}
     while len(kept) < args.n:
@@ -106,14 +115,15 @@ def main(argv=None) -> int:
                 kept.append(text)
         print(json.dumps({"kept": len(kept), **counts, "elapsed_s": round(time.time() - t0, 1)}),
               flush=True)
-    rows = [{"id": f"self-{i}", "kind": "self", "messages": [{"role": "user", "content": text}]}
-            for i, text in enumerate(kept[:args.n])]
+    rows = [{"id": f"self-{args.first_id + i}", "kind": "self",
+             "messages": [{"role": "user", "content": text}]} for i, text in enumerate(kept[:args.n])]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     print(json.dumps({"file": str(out), "prompts": len(rows),
                       "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
                       "workload_8grams": len(held), "filtered": counts,
+                      "excluded_sets": [path.name for path in args.exclude],
                       "seconds": round(time.time() - t0, 1)}, indent=1), flush=True)
     return 0
 

@@ -58,7 +58,7 @@ def load_sequences(data: str, by_set: dict | None = None
     """(train, held, info): (ids, prompt length, temperature) per answer; held are the held-out
     prompts' answers. `by_set`, when given, also gets the held answers by prompt set (the id's
     prefix: "seed", "self")."""
-    ids = [json.loads(line)["id"] for line in SEEDS.read_text().splitlines()]
+    ids = [json.loads(line)["id"] for line in SEEDS.read_text(encoding="utf-8").splitlines()]
     train, held, h = [], [], hashlib.sha256()
     for path in sorted(glob.glob(f"{data}/gen-*.npz")):
         h.update(Path(path).read_bytes())
@@ -82,7 +82,7 @@ def load_sequences(data: str, by_set: dict | None = None
             "data_sha256": h.hexdigest()}
     listing = Path(data) / "prompts.json"
     if listing.exists():
-        info["prompt_files"] = json.loads(listing.read_text())["files"]
+        info["prompt_files"] = json.loads(listing.read_text(encoding="utf-8"))["files"]
     return train, held, info
 
 

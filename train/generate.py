@@ -45,7 +45,7 @@ def held_out(prompt_id: str) -> bool:
 
 def read_prompts(paths: list[Path], seed: int) -> list[dict]:
     """The prompt files' rows; more than one file is shuffled together by `seed`."""
-    rows = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+    rows = [json.loads(line) for path in paths for line in path.read_text(encoding="utf-8").splitlines()]
     if len(paths) > 1:
         rows = [rows[i] for i in np.random.default_rng(seed).permutation(len(rows))]
     return rows
@@ -53,7 +53,7 @@ def read_prompts(paths: list[Path], seed: int) -> list[dict]:
 
 def prompt_files(paths: list[Path]) -> list[dict]:
     return [{"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-             "prompts": len(path.read_text().splitlines())} for path in paths]
+             "prompts": len(path.read_text(encoding="utf-8").splitlines())} for path in paths]
 
 
 def jobs(tok: Tokenizer, rows: list[dict], seed: int) -> list[tuple[int, list[int], float]]:

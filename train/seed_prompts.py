@@ -268,7 +268,7 @@ def eight_grams(text: str) -> set[tuple[str, ...]]:
 def overlap(rows: list[dict], workload: Path = WORKLOAD) -> dict:
     """Share of seed prompts that contain any word 8-gram of a workload prompt."""
     held = set()
-    for line in workload.read_text().splitlines():
+    for line in workload.read_text(encoding="utf-8").splitlines():
         for m in json.loads(line)["messages"]:
             held |= eight_grams(m["content"])
     hits = sum(1 for row in rows if eight_grams(row["messages"][-1]["content"]) & held)
@@ -279,7 +279,7 @@ def overlap(rows: list[dict], workload: Path = WORKLOAD) -> dict:
 def main() -> int:
     rows = prompts()
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    OUT.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
     report = {"file": str(OUT.relative_to(HERE.parent)), "prompts": len(rows),
               "sha256": hashlib.sha256(OUT.read_bytes()).hexdigest(), "overlap": overlap(rows)}
     print(json.dumps(report, indent=1))

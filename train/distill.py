@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate import SEEDS, held_out  # noqa: E402
+from seed_prompts import read_jsonl  # noqa: E402
 from llama_torch import cosine, from_gguf, n_params, quantized_like, to_gguf  # noqa: E402
 
 from pyspec import quant  # noqa: E402
@@ -58,7 +59,7 @@ def load_sequences(data: str, by_set: dict | None = None
     """(train, held, info): (ids, prompt length, temperature) per answer; held are the held-out
     prompts' answers. `by_set`, when given, also gets the held answers by prompt set (the id's
     prefix: "seed", "self")."""
-    ids = [json.loads(line)["id"] for line in SEEDS.read_text(encoding="utf-8").splitlines()]
+    ids = [row["id"] for row in read_jsonl(SEEDS)]
     train, held, h = [], [], hashlib.sha256()
     for path in sorted(glob.glob(f"{data}/gen-*.npz")):
         h.update(Path(path).read_bytes())

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_torch import from_gguf  # noqa: E402
+from seed_prompts import read_jsonl  # noqa: E402
 
 from pyspec.tokenizer import Tokenizer  # noqa: E402
 
@@ -45,7 +46,7 @@ def held_out(prompt_id: str) -> bool:
 
 def read_prompts(paths: list[Path], seed: int) -> list[dict]:
     """The prompt files' rows; more than one file is shuffled together by `seed`."""
-    rows = [json.loads(line) for path in paths for line in path.read_text(encoding="utf-8").splitlines()]
+    rows = [row for path in paths for row in read_jsonl(path)]
     if len(paths) > 1:
         rows = [rows[i] for i in np.random.default_rng(seed).permutation(len(rows))]
     return rows
@@ -53,7 +54,7 @@ def read_prompts(paths: list[Path], seed: int) -> list[dict]:
 
 def prompt_files(paths: list[Path]) -> list[dict]:
     return [{"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-             "prompts": len(path.read_text(encoding="utf-8").splitlines())} for path in paths]
+             "prompts": len(read_jsonl(path))} for path in paths]
 
 
 def jobs(tok: Tokenizer, rows: list[dict], seed: int) -> list[tuple[int, list[int], float]]:

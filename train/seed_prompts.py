@@ -260,6 +260,12 @@ def prompts(n: int = N_PROMPTS, seed: int = SEED) -> list[dict]:
     return out
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """A JSON-lines file's rows. Why not str.splitlines: it also splits at U+2028, U+0085 and the
+    like, which a message may hold (json.dumps(ensure_ascii=False) leaves them raw)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+
+
 def eight_grams(text: str) -> set[tuple[str, ...]]:
     words = re.findall(r"\w+", text.lower())
     return {tuple(words[i:i + 8]) for i in range(len(words) - 7)}
@@ -268,8 +274,8 @@ def eight_grams(text: str) -> set[tuple[str, ...]]:
 def overlap(rows: list[dict], workload: Path = WORKLOAD) -> dict:
     """Share of seed prompts that contain any word 8-gram of a workload prompt."""
     held = set()
-    for line in workload.read_text(encoding="utf-8").splitlines():
-        for m in json.loads(line)["messages"]:
+    for row in read_jsonl(workload):
+        for m in row["messages"]:
             held |= eight_grams(m["content"])
     hits = sum(1 for row in rows if eight_grams(row["messages"][-1]["content"]) & held)
     return {"workload_8grams": len(held), "prompts_with_shared_8gram": hits,
@@ -279,7 +285,8 @@ def overlap(rows: list[dict], workload: Path = WORKLOAD) -> dict:
 def main() -> int:
     rows = prompts()
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    OUT.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+                   encoding="utf-8")
     report = {"file": str(OUT.relative_to(HERE.parent)), "prompts": len(rows),
               "sha256": hashlib.sha256(OUT.read_bytes()).hexdigest(), "overlap": overlap(rows)}
     print(json.dumps(report, indent=1))

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_torch import from_gguf  # noqa: E402
-from seed_prompts import WORKLOAD, eight_grams  # noqa: E402
+from seed_prompts import WORKLOAD, eight_grams, read_jsonl  # noqa: E402
 
 from pyspec.tokenizer import Tokenizer  # noqa: E402
 
@@ -80,14 +80,14 @@ def main(argv=None) -> int:
     prefix = user_turn_prefix(tok)
     end = tok.encode("<|im_end|>", special=True, add_bos=False)
     held = set()
-    for line in args.workload.read_text(encoding="utf-8").splitlines():
-        for m in json.loads(line)["messages"]:
+    for row in read_jsonl(args.workload):
+        for m in row["messages"]:
             held |= eight_grams(m["content"])
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     kept = []
-    seen = {fold(m["content"]) for path in args.exclude for line in path.read_text(encoding="utf-8").splitlines()
-            for m in json.loads(line)["messages"]}
+    seen = {fold(m["content"]) for path in args.exclude for row in read_jsonl(path)
+            for m in row["messages"]}
     counts = {"sampled": 0, "unclosed": 0, "short": 0, "control_text": 0, "duplicate": 0,
               "workload_8gram": 0}
     while len(kept) < args.n:
@@ -119,7 +119,8 @@ def main(argv=None) -> int:
              "messages": [{"role": "user", "content": text}]} for i, text in enumerate(kept[:args.n])]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    out.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+                   encoding="utf-8")
     print(json.dumps({"file": str(out), "prompts": len(rows),
                       "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
                       "workload_8grams": len(held), "filtered": counts,

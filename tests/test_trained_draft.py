@@ -60,8 +60,9 @@ def test_manifest_matches_the_files():
     assert os.path.getsize(path) == entry["bytes"] <= 30_000_000
     assert sha256(path) == entry["sha256"]
     assert sha256(champion_path()) == entry["champion"]["sha256"]
-    for prompts in ("seed_prompts", "self_prompts"):   # the frozen prompt files it was trained on
-        assert sha256(os.path.join(ROOT, entry[prompts]["file"])) == entry[prompts]["sha256"]
+    # the frozen prompt files it was trained on: the templated seed set and the self-written sets
+    for prompts in (entry["seed_prompts"], *entry["self_prompts"]):
+        assert sha256(os.path.join(ROOT, prompts["file"])) == prompts["sha256"]
     for key in ("steps", "train_seconds", "final_loss"):
         assert entry["training"][key] > 0
     assert 0 < entry["held_out"]["greedy_acceptance_rate_k4"] < 1

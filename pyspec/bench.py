@@ -9,10 +9,11 @@ prefill is the same pass on both sides and shows in time to first token). It als
 greedy output was identical to the baseline. Writes `<out>/bench-<backend>.json` and a PNG plot.
 Timing targets belong here, never in tests.
 
-On a GPU (`--backend wgpu`) two A/B rows come with it: champion-only read cycle by cycle next to
-the pipelined run (`pipelining`), and, when n-gram is among the drafters, `ngram@host`: n-gram
+On a GPU (`--backend wgpu`) A/B rows come with it: champion-only read cycle by cycle next to
+the pipelined run (`pipelining`); when n-gram is among the drafters, `ngram@host`: n-gram
 drafts from the host, each cycle read before the next is encoded, next to the device lookup
-whose cycles go ahead (gpu/backend.py).
+whose cycles go ahead (gpu/backend.py); and for each draft model D, `D@host`: its cycles fed
+from the host, each read before the next, next to those fed on the device (gpu/ahead.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import statistics
 import sys
 import time
 
+from .drafters import parse_draft
 from .engine import Engine, Options, PromptTooLongError
 from .errors import UsageError
 from .load import backend, load_champion
@@ -153,6 +155,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 HOST_LOOKUP = "ngram@host"   # the bench's name for n-gram drafting with the device lookup off
+HOST_FEED = "@host"          # after a draft model's name: its cycles fed from the host
 
 
 def run_bench(args) -> int:
@@ -167,6 +170,11 @@ def run_bench(args) -> int:
         engines[HOST_LOOKUP] = Engine(backend(champion, "ngram"), tok)
         engines[HOST_LOOKUP].backend.device_ngram = False
         drafts.append(HOST_LOOKUP)
+    if args.backend == "wgpu":
+        for d in [d for d in drafts if d != HOST_LOOKUP and parse_draft(d).kind == "model"]:
+            engines[d + HOST_FEED] = Engine(backend(champion, d), tok)
+            engines[d + HOST_FEED].backend.device_draft_ahead = False
+            drafts.append(d + HOST_FEED)
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     skipped: list[dict] = []
     gpu = None

@@ -80,6 +80,16 @@ class KVCache:
         self.committed += n
         self.pending = 0
 
+    def commit_to(self, n: int) -> None:
+        """The first n rows hold committed tokens (n >= the rows committed already): for rows a
+        cycle wrote where the device chose (a draft fed on the device, gpu/ahead.py). Drops every
+        pending row."""
+        if not self.committed <= n <= self.max_ctx:
+            raise ValueError(f"cannot commit up to row {n}: {self.committed} committed, "
+                             f"{self.max_ctx} positions")
+        self.committed, self.pending = n, 0
+        self.peak = max(self.peak, n)
+
     def rollback(self) -> None:
         """Drop every pending row."""
         self.pending = 0

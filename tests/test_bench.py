@@ -45,7 +45,8 @@ def test_bench_writes_json_and_plot(tiny, tmp_path):
 def test_bench_on_the_gpu_reports_the_pass_fields(tiny, tmp_path):
     """On native WebGPU the JSON leads with the fast-pass fields (issue: dispatches per pass,
     GPU ms per pass and per cycle, host time, wall over GPU, one readback per cycle) and the
-    pipelining table, every output identical."""
+    pipelining table, every output identical; each drafter that has one comes with its A/B of
+    cycles drafted on the host (ngram@host, and D@host for a draft model D)."""
     workload = tmp_path / "w.jsonl"
     lines = [{"id": f"chat-{i}", "stratum": "chat", "max_tokens": 6,
               "messages": [{"role": "user", "content": f"the cat sat on the mat {i}"}]}
@@ -53,8 +54,13 @@ def test_bench_on_the_gpu_reports_the_pass_fields(tiny, tmp_path):
     workload.write_text("\n".join(json.dumps(x) for x in lines))
     out = tmp_path / "out"
     assert cli.main(["bench", "--workload", str(workload), "--champion", tiny.champion_path,
-                     "--drafts", "ngram", "--backend", "wgpu", "--out", str(out)]) == 0
+                     "--drafts", f"ngram,{tiny.close_path}", "--backend", "wgpu",
+                     "--out", str(out)]) == 0
     result = json.loads((out / "bench-wgpu.json").read_text())
+    assert list(result["drafters"]) == ["ngram", tiny.close_path, "ngram@host",
+                                        tiny.close_path + "@host"]
+    for d, res in result["drafters"].items():
+        assert res["overall"]["identical_to_baseline"] == 2, d
     assert result["dispatches_per_pass"] > 0
     assert result["gpu_ms_per_cycle"] > 0 and result["wall_over_gpu"] > 0
     assert result["host_s_per_cycle"] > 0 and result["readbacks_per_cycle"] == 1.0

@@ -101,24 +101,25 @@ def test_device_loss_mid_generation_recovers_to_the_switched_reference(tiny, mod
     check_recovered(report, chunks, reference, dev.adapter_class)
 
 
-@pytest.mark.parametrize("draft", ["none", "ngram"])
+@pytest.mark.parametrize("draft", ["none", "ngram", "model"])
 def test_device_loss_with_two_cycles_in_flight(tiny, draft):
     """Champion-only decoding is pipelined, and so are n-gram cycles whose drafts the device
-    looks up: when the device is lost after the third chunk, the next cycle is already submitted
-    and unread. Both are dropped; the request finishes on the CPU from the committed tokens, with
-    no text twice and none missing."""
+    looks up and a draft model's cycles fed on the device: when the device is lost after the
+    third chunk, the next cycle is already submitted and unread. Both are dropped; the request
+    finishes on the CPU from the committed tokens, with no text twice and none missing."""
     opts = lambda: Options(max_tokens=30, stop_at_eos=False,
-                           k="fixed:3" if draft == "ngram" else "heuristic")
+                           k="heuristic" if draft == "none" else "fixed:3")
+    spec = tiny.close_path if draft == "model" else draft
     recover = lambda: CPUBackend(tiny.champion, "none")
     dev = open_device()
-    engine = Engine(backend_for(load_model(dev, GGUFFile.open(tiny.champion_path)), draft),
+    engine = Engine(backend_for(load_model(dev, GGUFFile.open(tiny.champion_path)), spec),
                     tiny.tokenizer, recover=recover)
     gpu = engine.backend
     report, chunks = lose_device_mid_stream(engine, dev, tiny.prompt, opts(), after_chunks=3)
     assert gpu.timing["ahead"] >= 2, "the cycles went ahead of their readbacks"
     at = report["receipt"]["faults"][0]["at_token"]
     assert 0 < at < 30
-    undisturbed = Engine(backend_for(tiny.on("gpu"), draft), tiny.tokenizer)
+    undisturbed = Engine(backend_for(tiny.on("gpu"), spec), tiny.tokenizer)
     reference = switched_reference(undisturbed, Engine(recover(), tiny.tokenizer), tiny.prompt,
                                    opts(), at)
     check_recovered(report, chunks, reference, dev.adapter_class)

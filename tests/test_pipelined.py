@@ -1,6 +1,7 @@
 """Pipelined decoding on the GPU (gpu/backend.py): a champion-only cycle is submitted before the
 one in flight is read, fed on the device by that cycle's token; with n-gram drafts looked up on
-the device, a speculative cycle too, fed by the verdict of the one before. Whatever ends the
+the device, or a draft model on the GPU fed on the device (gpu/ahead.py), a speculative cycle
+too, fed by the verdict of the one before. Whatever ends the
 request in the middle of the pipeline (max_tokens, an end token, a stop string, a cancel), the
 text, the tokens, the finish reason and the cache left behind are those of the same request read
 cycle by cycle. A lost device with two cycles in flight is in tests/test_gpu_faults.py; the
@@ -58,37 +59,43 @@ def ends(tiny, reference) -> dict:
     }
 
 
-@pytest.mark.parametrize("draft", ["none", "ngram"])
+@pytest.mark.parametrize("draft", ["none", "ngram", "model"])
 @pytest.mark.parametrize("end", ["max_tokens", "end_token", "stop_string", "cancel", "sampled",
                                  "rejection"])
 def test_a_pipelined_request_ends_where_an_unpipelined_one_does(tiny, reference, end, draft):
-    """Champion-only cycles, and n-gram cycles of three drafts (the same drafts either way: the
-    device lookup proposes what the host's does), so the two runs verify the same rows and even
-    rejection sampling gives the same bytes."""
+    """Champion-only cycles, n-gram cycles of three drafts (the same drafts either way: the
+    device lookup proposes what the host's does) and a draft model's cycles of three (the same
+    drafts either way: the forward is batch-invariant, so the draft's rows do not depend on how
+    it was fed), so the two runs verify the same rows and even rejection sampling gives the same
+    bytes. The same drafts accepted in the same numbers, this turn and the next, say the draft's
+    cache was left as the unpipelined run leaves it."""
     opts, cancel_after = ends(tiny, reference)[end]
-    if draft == "ngram":
+    if draft != "none":
         opts = dataclasses.replace(opts, k="fixed:3")
     results = {}
     for pipelined in (True, False):
-        engine = Engine(backend_for(tiny.on("gpu"), draft), tiny.tokenizer)
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path if draft == "model" else draft),
+                        tiny.tokenizer)
         engine.backend.pipelined = pipelined
         report, chunks = run(engine, tiny.prompt, opts, cancel_after)
         timing = report["stats"]["backend_timing"]
         assert (timing["ahead"] > 0) == pipelined, timing
         assert timing["readbacks"] == timing["cycles"], "one readback per cycle"
         assert "".join(c.text for c in chunks) == report["text"]
-        # The cache keeps the rows of committed tokens only (the last token's too when a
-        # stop token came after it), none of a cycle that was never read.
+        # The cache keeps the rows of verified tokens only (the last token's too when a stop
+        # token came after it; those of a cycle's tokens after a stop string, which the next
+        # turn does not reuse), none of a cycle that was never read.
         kv = engine.backend.kv
         follow = tiny.prompt + report["tokens"]
-        assert kv.pending == 0 and len(follow) - 1 <= kv.committed <= len(follow)
+        assert kv.pending == 0 and len(follow) - 1 <= kv.committed <= len(follow) + 3
         # A next turn reuses the cache as it was left, and goes on exactly.
         assert engine.reusable(follow) == len(follow) - 1
-        more = engine.generate(follow, Options(max_tokens=5, stop_at_eos=False))
+        more = engine.generate(follow, Options(max_tokens=9, stop_at_eos=False, k="fixed:3"))
         results[pipelined] = (report["text"], report["tokens"], report["finish_reason"],
-                              kv.committed, more.tokens)
+                              kv.committed, more.tokens, report["stats"]["accepted"],
+                              more.stats["drafted"], more.stats["accepted"])
     assert results[True] == results[False]
-    text, tokens, finish, _, _ = results[True]
+    text, tokens, finish = results[True][:3]
     if end not in ("sampled", "rejection"):
         assert tokens == reference[:len(tokens)]
     expected = {"max_tokens": (17, "length"), "end_token": (12, "stop"), "sampled": (23, "length"),
@@ -108,8 +115,8 @@ def test_which_cycles_go_ahead(tiny):
     champion-only ones, and n-gram ones whose drafts are looked up on the device. With drafts
     from the host every cycle (fixed:3, the device lookup off) or a host processor (top_k on
     the host) none does; with a drafter held at k = 0, top_k on the device, or device
-    penalties, all but the first do; with the device lookup, every cycle but the first and those
-    after a cycle that might reach max_tokens."""
+    penalties, all but the first do; with the device lookup or a draft model fed on the device,
+    every cycle but the first and those after a cycle that might reach max_tokens."""
     top_k = Options(max_tokens=12, stop_at_eos=False, top_k=3, temperature=0.8)
     drafts = Options(max_tokens=12, stop_at_eos=False, k="fixed:3")
     cases = [("ngram", drafts, False, False, 0),
@@ -118,11 +125,14 @@ def test_which_cycles_go_ahead(tiny):
              ("ngram", Options(max_tokens=12, stop_at_eos=False, k="fixed:0"), False, True, 11),
              ("none", Options(max_tokens=12, stop_at_eos=False, presence_penalty=0.5), False,
               True, 11),
-             ("ngram", drafts, False, True, None)]
-    for draft, opts, device_filters, device_ngram, ahead in cases:
-        engine = Engine(backend_for(tiny.on("gpu"), draft), tiny.tokenizer)
+             ("ngram", drafts, False, True, None),
+             ("model", drafts, False, False, 0),
+             ("model", drafts, False, True, None)]
+    for draft, opts, device_filters, on_device, ahead in cases:
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path if draft == "model" else draft),
+                        tiny.tokenizer)
         engine.backend.device_filters = device_filters   # top_k on the device or the host
-        engine.backend.device_ngram = device_ngram
+        engine.backend.device_ngram = engine.backend.device_draft_ahead = on_device
         emitted, read = [], engine.backend.read
 
         async def counted(c):

@@ -60,12 +60,16 @@ positions and row counts follow the GPU's verdict, never the host's guess. The h
 cycle's position and length when it reads it, and commits its cache rows then; a cycle dropped
 unread leaves no rows on the host's books (its device rows lie past the committed ones, never
 read). A cycle goes ahead only when the one in flight cannot reach the end of the budget or the
-context, so no cycle runs past either.
+context, so no cycle runs past either. A draft model on the GPU goes ahead the same way
+(gpu/ahead.py, shaders/ahead.wgsl): the cycle's first dispatch takes the tokens the cycle before
+emitted, feeds the draft's first step the last m committed tokens (m known to the host, see
+gpu/ahead.py) and writes every Step of the cycle, the draft's steps' as well as the champion's.
 Not here: the kernels (ops.py, sampling.py), the forward's dispatch list (model.py).
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import time
 
@@ -82,6 +86,7 @@ from ..jsonmask import JsonMask
 from ..processors import Filters, Penalties
 from ..model import Model
 from . import sampling
+from .ahead import DeviceFeed
 from .device import ROWS_MAX, Copy, count_commands
 from .model import GPUModel
 from .ngram import DeviceNgram
@@ -114,6 +119,11 @@ class GPUDraft:
         self.drafts_fed = 0     # ... and of drafts (k - 1: the last draft is never fed)
         self.feed_tokens = model.dev.buffer(ROWS_MAX * 4, label=f"{name}.feed")   # (R,) u32
         self._held: tuple | None = None   # (cache epoch, tokens whose first rows it holds)
+        # Cycles fed on the device (gpu/ahead.py): per cycle submitted and not yet confirmed,
+        # the m of the cycle after it; None while cycles are fed from the host.
+        self.ahead: collections.deque | None = None
+        self.feed_rows = 0      # m of the next cycle fed on the device
+        self.known = 0          # committed tokens after the cycles confirmed so far
 
     def reset(self, tokens: list[int]) -> None:
         """A new request for `tokens`: a draft with its own cache keeps the rows the last
@@ -121,6 +131,7 @@ class GPUDraft:
         repeated prompt; the forward is batch-invariant, so they are what a prefill would
         write) and prefills the rest."""
         self.fed_before = self.drafts_fed = 0
+        self.ahead = None
         kv = self.model.kv
         if not self.shares_cache and len(tokens) <= kv.max_ctx:
             start = rows_kept(kv, *self._held, tokens) if self._held else 0
@@ -128,9 +139,32 @@ class GPUDraft:
             self._held = (kv.epoch, tokens)   # the engine's list: it grows as tokens commit
 
     def confirm(self, n_accepted: int) -> None:
-        if not self.shares_cache:  # self:L's rows are the champion's, rewritten by its pass
+        if self.ahead is not None:   # fed on the device: rows for all but the next cycle's m
+            self.known += n_accepted + 1
+            self.model.kv.rollback()
+            self.model.kv.commit_to(self.known - self.ahead.popleft())
+        elif not self.shares_cache:  # self:L's rows are the champion's, rewritten by its pass
             self.model.kv.commit(draft_rows_kept(self.fed_before, self.drafts_fed, n_accepted))
         self.fed_before = self.drafts_fed = 0
+
+    def start_ahead(self, tokens: list[int], slot: int) -> None:
+        """The first cycle fed on the device, for the committed `tokens`: m is what the cache
+        lacks, after catching up by a prefill where that is more than a pass holds."""
+        kv = self.model.kv
+        kv.rollback()
+        if len(tokens) - kv.committed > ROWS_MAX:
+            self.model.prefill(tokens, slot, kv.committed)
+        self.ahead, self.known = collections.deque(), len(tokens)
+        self.feed_rows = len(tokens) - kv.committed
+
+    def plan_ahead(self, k: int) -> tuple[int, bool]:
+        """(m, whether the first step runs) for the next cycle fed on the device with k drafts;
+        records the m of the cycle after it (gpu/ahead.py)."""
+        m = self.feed_rows
+        runs = k > 0 or m == ROWS_MAX   # a champion-only cycle skips the draft while m may grow
+        self.feed_rows = 2 if k > 0 else 1 if runs else m + 1
+        self.ahead.append(self.feed_rows)
+        return m, runs
 
 
 class ReadBackDraft:
@@ -187,6 +221,7 @@ class _Cycle:
         self.host = None   # (drafts, tokens, rule) when the rule runs on the host
         self.committed = False     # its row was committed when the next cycle was submitted
         self.looked_up = False     # drafts and position from the device: rows appended on read
+        self.fed = False           # a draft model's cycle fed on the device (gpu/ahead.py)
         self.ahead = False         # submitted while the cycle before was in flight (its host
                                    # time overlapped that cycle's GPU work)
 
@@ -224,6 +259,7 @@ class GPUBackend(Executor):
                               # of n-gram drafts: off by measurement (bench/results/README.md)
     device_mask = True        # False: a JSON-schema mask takes the host accept (the A/B)
     device_ngram = True       # False: n-gram cycles draft on the host, read one at a time (A/B)
+    device_draft_ahead = True  # False: a draft model's cycles are fed from the host, one at a time
     # top_k / top_p / min_p on the device: True, False (the host accept), or None: on a GPU, not
     # on a software adapter, where the device's row searches measured slower than reading the
     # rows back (bench/results/mask-lavapipe.json)
@@ -272,6 +308,7 @@ class GPUBackend(Executor):
         self._pass = (0, 0)             # (commands before it, first position): the champion pass
         self._pending = (0, False)      # (drafts, drafted on the GPU) of the recorded cycle
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
+        self._feed = None               # gpu/ahead.DeviceFeed, made at the first fed draft cycle
         self._slots = 1                 # step slots the recorded cycle reads from the host
         self.timing: dict = {}
         self._warm()
@@ -515,12 +552,16 @@ class GPUBackend(Executor):
         self.dev.release(c.readback)
         if not c.committed and not c.looked_up:
             self.kv.rollback()
+        if c.fed:   # its draft-feed record, the last one made (cycles are dropped newest first)
+            self.drafter.ahead.pop()
 
     # --- pipelined speculative cycles (see the module docstring) --------------------------------
     def drafts_ahead(self, rule: Rule) -> bool:
         """Whether cycles under `rule` draft on the device and go ahead (`submit_ahead`): the
-        drafter is n-gram lookup and the cycles pipeline."""
-        return (self.device_ngram and isinstance(self.drafter, NgramDrafter)
+        drafter is n-gram lookup or a draft model on the GPU, and the cycles pipeline."""
+        return ((self.device_ngram and isinstance(self.drafter, NgramDrafter)
+                 or self.device_draft_ahead and isinstance(self.drafter, GPUDraft)
+                 and not self.drafter.shares_cache)
                 and self.pipelines(rule))
 
     @_owning
@@ -529,6 +570,8 @@ class GPUBackend(Executor):
         no cycle is in flight (the device's history starts from them); None: after the cycle in
         flight, from the history it extends. `limit`: the most tokens the request may hold
         (prompt + max_tokens); the drafts stop there and at the context's end."""
+        if isinstance(self.drafter, GPUDraft):
+            return self._submit_draft_ahead(tokens, k, rule, limit)
         if self._lookup is None:
             self._lookup = DeviceNgram(self.dev, self.kv.max_ctx, self.out, self.champion.tokens)
         lookup = self._lookup
@@ -549,6 +592,39 @@ class GPUBackend(Executor):
         self.accept(_LookedUp(k), tokens or [], rule)
         c = self.submit()
         c.looked_up, c.ahead = True, tokens is None
+        return c
+
+    def _submit_draft_ahead(self, tokens: list[int] | None, k: int, rule: Rule,
+                            limit: int) -> _Cycle:
+        """submit_ahead with a draft model on the GPU (gpu/ahead.py): the cycle's first
+        dispatch writes its Steps and the draft's feed from the verdict of the one before."""
+        draft = self.drafter
+        if self._feed is None:
+            self._feed = DeviceFeed(self.dev, self.kv.max_ctx, self.out, draft.feed_tokens,
+                                    self.champion.tokens)
+        feed = self._feed
+        self._t0, self._t_draft, self._commands, self._slots = time.perf_counter(), 0.0, [], 0
+        if tokens is not None:
+            self.kv.rollback()
+            draft.start_ahead(tokens, _draft_slot(0))
+            feed.start(tokens)
+        else:
+            self.timing["ahead"] += 1
+        k = min(k, self.k_max)
+        m, runs = draft.plan_ahead(k)
+        steps = max(k, int(runs))
+        feed.set(k, m, limit, rule.seed, rule.temperature, rule.mode,
+                 one_hot=rule.mode != "rejection" or k == 0)
+        self._commands += [feed.plan, feed.steps_copy(self.champion.steps, 1 + steps)]
+        draft.calls += k
+        for i in range(steps):
+            self._commands.append(self._draft_step(draft, _draft_slot(i), rule.mode))
+            self._draft_copies(draft, i, k, m - 1 if i == 0 else 0, rule.mode)
+        self._pass = (count_commands(self._commands), None)
+        self._commands.append(self.champion.forward_dispatches(SLOT_CHAMPION))
+        self.accept(_OnDevice(k), tokens or [], rule)
+        c = self.submit()
+        c.looked_up, c.ahead, c.fed = True, tokens is None, True
         return c
 
     # --- device processors --------------------------------------------------------------------
@@ -753,16 +829,21 @@ class GPUBackend(Executor):
             steps.set(slot, rows=rows, pos=pos, seed=rule.seed, temperature=rule.temperature,
                       mode=mode)
             commands.append(self._draft_step(draft, slot, mode))
-            # The token for position n + i is in row rows - 1 of the step's samples.
-            last = rows - 1
-            commands.append(Copy(self.d_sample, 4 * last, self.champion.tokens, 4 * (1 + i), 4))
-            commands.append(Copy(self.d_conf, 4 * last, self.draft_conf, 4 * i, 4))
-            if mode == "rejection":
-                v4 = 4 * self.vocab
-                commands.append(Copy(self.d_probs, v4 * last, self.q_draft, v4 * i, v4))
-            if i + 1 < k:
-                commands.append(Copy(self.d_sample, 4 * last, draft.feed_tokens, 0, 4))
+            self._draft_copies(draft, i, k, rows - 1, mode)
         return k
+
+    def _draft_copies(self, draft: GPUDraft, i: int, k: int, last: int, mode: str) -> None:
+        """After draft step i of k: the token for position n + i, in row `last` of the step's
+        samples, to the champion's token list and (unless it is the last draft) to the draft's
+        feed; its confidence and, under rejection, its q row."""
+        commands = self._commands
+        commands.append(Copy(self.d_sample, 4 * last, self.champion.tokens, 4 * (1 + i), 4))
+        commands.append(Copy(self.d_conf, 4 * last, self.draft_conf, 4 * i, 4))
+        if mode == "rejection":
+            v4 = 4 * self.vocab
+            commands.append(Copy(self.d_probs, v4 * last, self.q_draft, v4 * i, v4))
+        if i + 1 < k:
+            commands.append(Copy(self.d_sample, 4 * last, draft.feed_tokens, 0, 4))
 
     def _draft_step(self, draft: GPUDraft, slot: int, mode: str) -> list:
         """One draft forward on `slot` and its sampler (cached per slot and mode)."""

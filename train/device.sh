@@ -113,17 +113,20 @@ train() { gen; distill; }
 
 bench() {
     # the draft just trained, else the shipped one; the plots are redrawn from the JSON at home
-    # (at most 8 files come back from a call)
-    local draft=$W/models/$NAME.gguf
+    # (at most 8 files come back from a call). Each run has the A/Bs of drafting on the host
+    # (ngram@host, D@host). BENCH_EXTRA: more --k policies (e.g. "fixed:2 fixed:3"), each into
+    # $OUT/<policy>.
+    local draft=$W/models/$NAME.gguf k
     if [ ! -f "$draft" ]; then draft=models/draft-l4.gguf; fi
     python3 -m pyspec check-pair --champion $W/champ.gguf --draft "$draft"
-    python3 -m pyspec bench --backend wgpu --champion $W/champ.gguf --workload $W/public.jsonl \
-        --drafts "ngram,$draft" --k fixed:4 --max-tokens 64 --ctx 2048 \
-        --out "$OUT/acc" 2>&1 | tail -20
-    python3 -m pyspec bench --backend wgpu --champion $W/champ.gguf --workload $W/public.jsonl \
-        --drafts "ngram,$draft" --max-tokens 64 --ctx 2048 \
-        --out "$OUT/speed" 2>&1 | tail -20
-    rm -f "$OUT"/acc/*.png "$OUT"/speed/*.png
+    for k in fixed:4 heuristic ${BENCH_EXTRA:-}; do
+        local dir=${k/:/}
+        case $k in fixed:4) dir=acc ;; heuristic) dir=speed ;; esac
+        python3 -m pyspec bench --backend wgpu --champion $W/champ.gguf \
+            --workload $W/public.jsonl --drafts "ngram,$draft" --k "$k" --max-tokens 64 \
+            --ctx 2048 --out "$OUT/$dir" 2>&1 | tail -30
+        rm -f "$OUT/$dir"/*.png
+    done
 }
 
 for phase in "$@"; do "$phase"; done

@@ -236,3 +236,38 @@ def test_speculative_cycles_are_decided_one_cycle_late(tiny, reference, monkeypa
         outstanding += 1 if e == "decide" else -1
         assert 0 <= outstanding <= 2
     assert r.stats["backend_timing"]["ahead"] == went_ahead > len(seen) // 2
+
+
+def test_a_draft_fed_on_the_device_catches_up_after_champion_only_cycles(tiny, monkeypatch):
+    """A draft model's cycles fed on the device skip the draft while the guard holds k = 0, and
+    the first cycle that drafts again feeds every token since (the host knows how many: each
+    champion-only cycle emits one); past ROWS_MAX of them a champion-only cycle feeds the draft
+    anyway. Scripted decisions, with runs of k = 0 longer than a pass holds, give both runs the
+    same k every cycle, so the same accepted counts say the device-fed draft proposed what the
+    host-fed one did: its cache held the same rows."""
+    from pyspec import schedule
+    from pyspec.gpu.constants import ROWS_MAX
+
+    script = [0] * (ROWS_MAX + 3) + [3, 0, 2, 0, 0, 3, 1, 3] + [0] * 5 + [2]
+    reference = reference_decode(tiny.champion, tiny.prompt, 60, greedy_pick)
+    results, ahead = {}, {}
+    for on_device in (True, False):
+        calls = []
+
+        def next_k(self, cls=None):
+            calls.append(script[len(calls) % len(script)])
+            return calls[-1]
+
+        monkeypatch.setattr(schedule.Schedule, "next_k", next_k)
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path), tiny.tokenizer)
+        engine.backend.device_draft_ahead = on_device
+        r = engine.generate(tiny.prompt, Options(max_tokens=60, k="heuristic",
+                                                 stop_at_eos=False))
+        assert r.tokens == reference
+        ahead[on_device] = r.stats["backend_timing"]["ahead"]
+        results[on_device] = (r.stats["drafted"], r.stats["accepted"],
+                              r.stats["schedule"]["k_histogram"])
+    assert results[True] == results[False] and results[True][1] > 0
+    # Host-fed, only a champion-only cycle after another goes ahead; device-fed, every one after
+    # the first.
+    assert ahead[True] == r.stats["champion_passes"] - 1 > ahead[False]

@@ -814,10 +814,13 @@ class GPUBackend(Executor):
             feed = tokens[-1:]  # the champion's cache holds every committed token but the last
         else:
             model.kv.rollback()
+            if len(tokens) - model.kv.committed > ROWS_MAX:
+                # Behind by more than a pass holds (cycles without drafts do not feed it): the
+                # rows it lacks are prefilled first, in a submission of their own.
+                model.prefill(tokens, _draft_slot(0), model.kv.committed)
             feed = tokens[model.kv.committed:]
-            if (len(feed) > ROWS_MAX
-                    or model.kv.committed + len(feed) + k - 1 > model.kv.max_ctx):
-                return 0  # the draft has fallen behind or is full: the champion goes on alone
+            if model.kv.committed + len(feed) + k - 1 > model.kv.max_ctx:
+                return 0  # the draft is full: the champion goes on alone
         draft.calls += k
         draft.fed_before, draft.drafts_fed = len(feed), k - 1
         self._slots = max(self._slots, _draft_slot(k - 1) + 1)

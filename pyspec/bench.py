@@ -171,7 +171,10 @@ def run_bench(args) -> int:
         engines[HOST_LOOKUP].backend.device_ngram = False
         drafts.append(HOST_LOOKUP)
     if args.backend == "wgpu":
+        # The A/B of a draft model's cycles fed on the device (gpu/ahead.py; on by default on a
+        # GPU, off on a software adapter: on here either way) and fed from the host.
         for d in [d for d in drafts if d != HOST_LOOKUP and parse_draft(d).kind == "model"]:
+            engines[d].backend.device_draft_ahead = True
             engines[d + HOST_FEED] = Engine(backend(champion, d), tok)
             engines[d + HOST_FEED].backend.device_draft_ahead = False
             drafts.append(d + HOST_FEED)

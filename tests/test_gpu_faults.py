@@ -115,6 +115,7 @@ def test_device_loss_with_two_cycles_in_flight(tiny, draft):
     engine = Engine(backend_for(load_model(dev, GGUFFile.open(tiny.champion_path)), spec),
                     tiny.tokenizer, recover=recover)
     gpu = engine.backend
+    gpu.device_draft_ahead = True   # off by default on a software adapter
     report, chunks = lose_device_mid_stream(engine, dev, tiny.prompt, opts(), after_chunks=3)
     assert gpu.timing["ahead"] >= 2, "the cycles went ahead of their readbacks"
     at = report["receipt"]["faults"][0]["at_token"]

@@ -77,6 +77,7 @@ def test_a_pipelined_request_ends_where_an_unpipelined_one_does(tiny, reference,
         engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path if draft == "model" else draft),
                         tiny.tokenizer)
         engine.backend.pipelined = pipelined
+        engine.backend.device_draft_ahead = True   # off by default on a software adapter
         report, chunks = run(engine, tiny.prompt, opts, cancel_after)
         timing = report["stats"]["backend_timing"]
         assert (timing["ahead"] > 0) == pipelined, timing
@@ -236,6 +237,18 @@ def test_speculative_cycles_are_decided_one_cycle_late(tiny, reference, monkeypa
         outstanding += 1 if e == "decide" else -1
         assert 0 <= outstanding <= 2
     assert r.stats["backend_timing"]["ahead"] == went_ahead > len(seen) // 2
+
+
+def test_a_draft_model_is_fed_on_the_device_by_default_on_a_gpu_only(tiny):
+    """By default a draft model's cycles are fed on the device on a GPU and from the host on a
+    software adapter (where they measured slower); set either way, they go as told."""
+    opts = Options(max_tokens=12, stop_at_eos=False, k="fixed:3")
+    for setting in (None, True, False):
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path), tiny.tokenizer)
+        engine.backend.device_draft_ahead = setting
+        fed = (not engine.backend.dev.is_cpu) if setting is None else setting
+        r = engine.generate(tiny.prompt, opts)
+        assert (r.stats["backend_timing"]["ahead"] > 0) == fed, setting
 
 
 def test_a_draft_fed_on_the_device_catches_up_after_champion_only_cycles(tiny, monkeypatch):

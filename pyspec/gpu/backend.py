@@ -259,7 +259,11 @@ class GPUBackend(Executor):
                               # of n-gram drafts: off by measurement (bench/results/README.md)
     device_mask = True        # False: a JSON-schema mask takes the host accept (the A/B)
     device_ngram = True       # False: n-gram cycles draft on the host, read one at a time (A/B)
-    device_draft_ahead = True  # False: a draft model's cycles are fed from the host, one at a time
+    # A draft model's cycles fed on the device, going ahead (gpu/ahead.py): True, False (fed
+    # from the host, one at a time), or None: on a GPU, not on a software adapter, where the
+    # GPU's threads share the host's cores and the device-fed cycles measured slower
+    # (bench/results/lavapipe-draft-ahead.json)
+    device_draft_ahead: bool | None = None
     # top_k / top_p / min_p on the device: True, False (the host accept), or None: on a GPU, not
     # on a software adapter, where the device's row searches measured slower than reading the
     # rows back (bench/results/mask-lavapipe.json)
@@ -559,9 +563,10 @@ class GPUBackend(Executor):
     def drafts_ahead(self, rule: Rule) -> bool:
         """Whether cycles under `rule` draft on the device and go ahead (`submit_ahead`): the
         drafter is n-gram lookup or a draft model on the GPU, and the cycles pipeline."""
+        fed = (not self.dev.is_cpu if self.device_draft_ahead is None
+               else self.device_draft_ahead)
         return ((self.device_ngram and isinstance(self.drafter, NgramDrafter)
-                 or self.device_draft_ahead and isinstance(self.drafter, GPUDraft)
-                 and not self.drafter.shares_cache)
+                 or fed and isinstance(self.drafter, GPUDraft) and not self.drafter.shares_cache)
                 and self.pipelines(rule))
 
     @_owning

@@ -175,3 +175,45 @@ def test_no_adapter_falls_back_to_the_cpu_with_the_reason(browser, site_url, tin
     finally:
         c.ctx.close()
     assert not c.offsite, f"requests to other origins: {c.offsite}"
+
+
+_COMPILE = """async ([sources, limitKeys]) => {
+  const adapter = await navigator.gpu.requestAdapter();
+  const requiredLimits = Object.fromEntries(limitKeys.map((k) => [k, adapter.limits[k]]));
+  const device = await adapter.requestDevice({ requiredLimits });
+  const errors = {};
+  for (const [name, [code, entries]] of Object.entries(sources)) {
+    const module = device.createShaderModule({ code, label: name });
+    const info = await module.getCompilationInfo();
+    const found = info.messages.filter((m) => m.type === "error")
+      .map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
+    for (const entryPoint of entries) {
+      device.pushErrorScope("validation");
+      device.createComputePipeline({ layout: "auto", compute: { module, entryPoint } });
+      const e = await device.popErrorScope();
+      if (e) found.push(`${entryPoint}: ${e.message}`);
+    }
+    if (found.length) errors[name] = found;
+  }
+  device.destroy();
+  return errors;
+}"""
+
+
+def test_every_shader_compiles_in_the_browser(gpu_page):
+    """Chromium's WGSL compiler accepts every shader and entry point that wgpu-native's does,
+    including those the page does not run on a software adapter (a draft model's cycles fed on
+    the device, shaders/ahead.wgsl, are for GPUs), with the limits the page asks for."""
+    import re
+
+    from pyspec.gpu import browser
+    from pyspec.gpu.device import load_shader, shader_dir
+
+    sources = {}
+    for path in sorted(shader_dir().glob("*.wgsl")):
+        code = load_shader(path.stem)
+        sources[path.stem] = [code, re.findall(r"@compute[^\n]*\n\s*fn (\w+)", code)]
+        assert len(sources[path.stem][1]) == code.count("@compute"), path.name
+    assert sources["ahead"][1] == ["advance"]
+    page, _ = gpu_page
+    assert page.evaluate(_COMPILE, [sources, list(browser._LIMITS)]) == {}

@@ -47,6 +47,7 @@ struct State {
 @group(0) @binding(5) var<storage, read_write> tokens: array<u32>;   // (ROWS_MAX,) the champion's
 
 const SLOT_WORDS: u32 = 64u;   // 256-byte slots (pyspec/gpu/step.py SLOT_BYTES)
+const ONE_THREAD: u32 = 1u;    // the work is a few dozen words
 
 fn put_step(slot: u32, rows: u32, pos: u32, n_draft: u32, flags: u32) {
     let b = slot * SLOT_WORDS;
@@ -60,7 +61,7 @@ fn put_step(slot: u32, rows: u32, pos: u32, n_draft: u32, flags: u32) {
     steps[b + 7u] = flags;
 }
 
-@compute @workgroup_size(1)
+@compute @workgroup_size(ONE_THREAD)
 fn advance() {
     var n = state.n;
     if (state.fresh == 0u) {

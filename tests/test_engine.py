@@ -372,6 +372,8 @@ def test_draft_with_a_shorter_context_only_stops_drafting(tiny, greedy_reference
     path = str(tmp_path / "short.gguf")
     testmodels.write_model(path, seed=1, ctx=80)   # same weights as the champion, 80 positions
     engine = Engine(backend_for(tiny.on(backend), path, load_draft=Model.load), tiny.tokenizer)
+    if backend == "gpu":   # fed on the device where the adapter would (it is not: its context)
+        engine.backend.device_draft_ahead = True
     r = engine.generate(tiny.prompt, Options(max_tokens=40, k="fixed:3", stop_at_eos=False))
     assert r.tokens == greedy_reference
     assert 0 < r.stats["drafted"] < 30  # drafts until position 80, then none

@@ -565,8 +565,12 @@ class GPUBackend(Executor):
         drafter is n-gram lookup or a draft model on the GPU, and the cycles pipeline."""
         fed = (not self.dev.is_cpu if self.device_draft_ahead is None
                else self.device_draft_ahead)
-        return ((self.device_ngram and isinstance(self.drafter, NgramDrafter)
-                 or fed and isinstance(self.drafter, GPUDraft) and not self.drafter.shares_cache)
+        d = self.drafter
+        # (A draft with a shorter context than the champion's is fed from the host, which stops
+        # its drafts at its own end; the device feed caps both at the champion's.)
+        return ((self.device_ngram and isinstance(d, NgramDrafter)
+                 or fed and isinstance(d, GPUDraft) and not d.shares_cache
+                 and d.model.kv.max_ctx >= self.kv.max_ctx)
                 and self.pipelines(rule))
 
     @_owning
@@ -819,13 +823,13 @@ class GPUBackend(Executor):
             feed = tokens[-1:]  # the champion's cache holds every committed token but the last
         else:
             model.kv.rollback()
+            if len(tokens) + k - 1 > model.kv.max_ctx:
+                return 0  # the draft is full: the champion goes on alone
             if len(tokens) - model.kv.committed > ROWS_MAX:
                 # Behind by more than a pass holds (cycles without drafts do not feed it): the
                 # rows it lacks are prefilled first, in a submission of their own.
                 model.prefill(tokens, _draft_slot(0), model.kv.committed)
             feed = tokens[model.kv.committed:]
-            if model.kv.committed + len(feed) + k - 1 > model.kv.max_ctx:
-                return 0  # the draft is full: the champion goes on alone
         draft.calls += k
         draft.fed_before, draft.drafts_fed = len(feed), k - 1
         self._slots = max(self._slots, _draft_slot(k - 1) + 1)

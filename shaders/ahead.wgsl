@@ -78,9 +78,7 @@ fn advance() {
     state.fresh = 0u;
     let k_cap = min(params.k_cap, ROWS_MAX - 1u);
     let m = clamp(params.feed_rows, 1u, min(n, ROWS_MAX));
-    var k = k_cap;
-    k = min(k, select(0u, params.limit - n - 1u, params.limit > n));   // k + 1 tokens fit
-    k = min(k, select(0u, params.ctx - n, params.ctx > n));           // rows n - 1 .. n - 1 + k
+    let k = drafts_that_fit(k_cap, n, params.limit, params.ctx);
     let top = params.ctx - 1u;
     for (var j = 0u; j < m; j++) {
         feed[j] = state.last[ROWS_MAX - m + j];

@@ -96,9 +96,7 @@ fn advance(@builtin(local_invocation_index) t: u32) {
             break;
         }
     }
-    k = min(k, min(params.k_cap, ROWS_MAX - 1u));
-    k = min(k, select(0u, params.limit - n - 1u, params.limit > n));   // k + 1 tokens fit
-    k = min(k, select(0u, params.ctx - n, params.ctx > n));           // rows n - 1 .. n - 1 + k
+    k = drafts_that_fit(min(k, min(params.k_cap, ROWS_MAX - 1u)), n, params.limit, params.ctx);
     tokens[0] = hist[n - 1u];
     for (var i = 0u; i < k; i++) {
         tokens[1u + i] = hist[start + i];

@@ -11,3 +11,11 @@ struct Step {
     mode: u32,         // MODE_GREEDY, MODE_REPLAY or MODE_REJECTION (step.py MODES)
     flags: u32,        // FLAG_ONE_HOT: the drafts are deterministic (q_draft one-hot)
 }
+
+// The drafts a cycle at n committed tokens may verify, at most k: the k + 1 tokens it emits fit
+// the request's budget (`limit` tokens: prompt + max_tokens), and its rows n - 1 .. n - 1 + k fit
+// the context (`ctx` positions). For the cycles that decide on the device (ngram.wgsl, ahead.wgsl).
+fn drafts_that_fit(k: u32, n: u32, limit: u32, ctx: u32) -> u32 {
+    let budget = select(0u, limit - n - 1u, limit > n);
+    return min(k, min(budget, select(0u, ctx - n, ctx > n)));
+}

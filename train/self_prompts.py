@@ -116,7 +116,8 @@ def main(argv=None) -> int:
         print(json.dumps({"kept": len(kept), **counts, "elapsed_s": round(time.time() - t0, 1)}),
               flush=True)
     rows = [{"id": f"self-{args.first_id + i}", "kind": "self",
-             "messages": [{"role": "user", "content": text}]} for i, text in enumerate(kept[:args.n])]
+             "messages": [{"role": "user", "content": text}]}
+            for i, text in enumerate(kept[:args.n])]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),

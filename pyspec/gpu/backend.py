@@ -147,15 +147,21 @@ class GPUDraft:
             self.model.kv.commit(draft_rows_kept(self.fed_before, self.drafts_fed, n_accepted))
         self.fed_before = self.drafts_fed = 0
 
-    def start_ahead(self, tokens: list[int], slot: int) -> None:
-        """The first cycle fed on the device, for the committed `tokens`: m is what the cache
-        lacks, after catching up by a prefill where that is more than a pass holds."""
+    def catch_up(self, tokens: list[int], slot: int) -> None:
+        """Drop the pending rows; where the cache lacks more of the committed `tokens` than a pass
+        holds (cycles without drafts do not feed it), prefill them, in a submission of their
+        own."""
         kv = self.model.kv
         kv.rollback()
         if len(tokens) - kv.committed > ROWS_MAX:
             self.model.prefill(tokens, slot, kv.committed)
+
+    def start_ahead(self, tokens: list[int], slot: int) -> None:
+        """The first cycle fed on the device, for the committed `tokens`: m is what the cache
+        lacks after catching up."""
+        self.catch_up(tokens, slot)
         self.ahead, self.known = collections.deque(), len(tokens)
-        self.feed_rows = len(tokens) - kv.committed
+        self.feed_rows = len(tokens) - self.model.kv.committed
 
     def plan_ahead(self, k: int) -> tuple[int, bool]:
         """(m, whether the first step runs) for the next cycle fed on the device with k drafts;
@@ -822,13 +828,10 @@ class GPUBackend(Executor):
         if draft.shares_cache:
             feed = tokens[-1:]  # the champion's cache holds every committed token but the last
         else:
-            model.kv.rollback()
             if len(tokens) + k - 1 > model.kv.max_ctx:
+                model.kv.rollback()
                 return 0  # the draft is full: the champion goes on alone
-            if len(tokens) - model.kv.committed > ROWS_MAX:
-                # Behind by more than a pass holds (cycles without drafts do not feed it): the
-                # rows it lacks are prefilled first, in a submission of their own.
-                model.prefill(tokens, _draft_slot(0), model.kv.committed)
+            draft.catch_up(tokens, _draft_slot(0))
             feed = tokens[model.kv.committed:]
         draft.calls += k
         draft.fed_before, draft.drafts_fed = len(feed), k - 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from pyspec import schedule
@@ -78,6 +80,69 @@ def test_guard_keeps_speculation_when_it_pays():
     sched = run_guard(t_target=1.0, t_verify_per_row=0.01, t_draft=0.01, accept_prob=0.9)
     hist = sched.stats()["k_histogram"]
     assert sum(v for k, v in hist.items() if k > 0) > 150, hist
+
+
+def test_the_guard_drafts_the_fastest_length_up_to_the_policys_k():
+    # A draft model: every draft is a serial step costing a quarter of a pass, and each later
+    # position is accepted less often (0.7, then 0.4, 0.2, 0.1 given the ones before). Rates,
+    # in one-row passes: k = 1 gives 1.70 / 1.27, k = 3 gives 2.04 / 1.81 (both beat champion-
+    # only), k = 4 loses. The walk's k often reaches 3, which pays, but 1 pays more: the guard
+    # drafts 1.
+    rng = random.Random(7)
+    conditional = [0.7, 0.4, 0.2, 0.1] + [0.1] * schedule.K_MAX
+    sched = schedule.Schedule(schedule.Heuristic())
+    for _ in range(400):
+        k = sched.next_k()
+        n_acc = 0
+        while n_acc < k and rng.random() < conditional[n_acc]:
+            n_acc += 1
+        sched.observe(k, n_acc, k * 0.25, 1.0 + 0.02 * k)
+    hist = sched.stats()["k_histogram"]
+    drafted = {k: v for k, v in hist.items() if k > 0}
+    assert max(drafted, key=drafted.get) == 1, hist
+    assert sum(v for k, v in drafted.items() if k >= 3) <= 10, hist
+    assert sched.cost.rate(1) > sched.cost.rate(3) > sched.cost.rate(0), hist
+
+
+def drive(sched, conditional, t_draft, t_verify, cycles, rng):
+    """Cycles of a guarded schedule on a synthetic machine: position i of a block is accepted
+    with probability conditional[i] given the ones before; t_verify(k) seconds per pass."""
+    for _ in range(cycles):
+        k = sched.next_k()
+        n_acc = 0
+        while n_acc < k and rng.random() < conditional[min(n_acc, len(conditional) - 1)]:
+            n_acc += 1
+        sched.observe(k, n_acc, k * t_draft, t_verify(k))
+    return sched.stats()["k_histogram"]
+
+
+def test_a_length_never_measured_is_tried_once_when_its_rows_could_be_free():
+    # A GPU whose row tile holds 4 rows: 2 to 4 rows cost what 1 extra row costs. Drafts cost
+    # 0.15 of a pass each and are accepted 60% of the time at every position. Extrapolated from
+    # 0 and 1 draft, 2 drafts would cost 1.3 passes and lose to 1 draft (1.96 / 1.60 against
+    # 1.60 / 1.30); measured, they cost 1.15 and win (1.96 / 1.45). The guard must try 2 to see.
+    t_verify = lambda k: 1.0 if k == 0 else 1.15
+    sched = schedule.Schedule(schedule.Heuristic())
+    hist = drive(sched, [0.6], 0.15, t_verify, 400, random.Random(3))
+    assert sum(v for k, v in hist.items() if k >= 2) > hist.get(1, 0), hist
+    assert sched.cost.t_verify[2] == pytest.approx(1.15)
+
+
+def test_a_request_starts_from_the_acceptance_of_the_drafters_earlier_requests():
+    # One request where the draft pays (70% at the first position); the next starts with three
+    # rejections in a row. Its own three cycles alone would say 1/5 and turn drafting off; with
+    # the earlier request's acceptance as a prior it keeps drafting.
+    t_verify = lambda k: 1.0 + 0.2 * k
+    timing: dict = {}
+    drive(schedule.Schedule(schedule.Heuristic(), timing=timing), [0.7, 0.3], 0.05, t_verify,
+          200, random.Random(5))
+    for shared, drafts_after in ((timing, True), ({**timing, "history": None}, False)):
+        if shared["history"] is None:
+            del shared["history"]
+        sched = schedule.Schedule(schedule.Heuristic(), timing=shared)
+        for _ in range(3):
+            sched.observe(1, 0, 0.05, t_verify(1))
+        assert (sched.next_k() > 0) == drafts_after, sched.cost.acceptance(0)
 
 
 def test_fixed_is_never_overridden():

@@ -146,7 +146,8 @@ def cmd_chat(args) -> int:
     opts, last = options(args), None
     interactive = sys.stdin.isatty()
     if interactive:
-        print(f"pyspec chat ({engine.adapter}, drafter {args.draft}); {CHAT_HELP}", file=sys.stderr)
+        name = engine.drafter.name if engine.drafter else "none"
+        print(f"pyspec chat ({engine.adapter}, drafter {name}); {CHAT_HELP}", file=sys.stderr)
     while True:
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
@@ -407,8 +408,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="generate text")
     p.add_argument("--champion")
-    p.add_argument("--draft", default="ngram",
-                   help="ngram | self:L | none | trained (models/) | PATH to a GGUF")
+    p.add_argument("--draft", default="auto",
+                   help="auto (trained on a GPU, else ngram) | ngram | self:L | none | "
+                        "trained (models/) | PATH to a GGUF")
     _prompt_source(p)
     _common_generation(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -420,8 +422,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("chat", help="an interactive chat on stdin (conversation cache kept)")
     p.add_argument("--champion")
-    p.add_argument("--draft", default="ngram",
-                   help="ngram | self:L | none | trained (models/) | PATH to a GGUF")
+    p.add_argument("--draft", default="auto",
+                   help="auto (trained on a GPU, else ngram) | ngram | self:L | none | "
+                        "trained (models/) | PATH to a GGUF")
     p.add_argument("--system", help="a system message")
     p.add_argument("--stats", action="store_true", help="print the stats after every reply")
     _common_generation(p)

@@ -54,9 +54,31 @@ def load_draft_checked(champion):
     return load
 
 
+def default_draft(champion) -> str:
+    """What `--draft auto` (the CLI's default) means for this champion: the drafter measured
+    fastest on its kind of backend. On a GPU that is not a software adapter, "trained" (the
+    shipped draft, when the checkout has it): on the H200 it ran 1.25x champion-only under the
+    guard against n-gram's 1.21x, in one run (bench/results/h200.json). On the numpy engine and
+    on CPU adapters (lavapipe, SwiftShader), "ngram": there four draft steps cost more than the
+    rows they save, the guard keeps the draft off, and n-gram is as fast or faster
+    (bench/results/README.md)."""
+    from . import trained_draft_path
+
+    if isinstance(champion, Model) or champion.dev.is_cpu:
+        return "ngram"
+    try:
+        trained_draft_path()
+    except FileNotFoundError:
+        return "ngram"
+    return "trained"
+
+
 def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None):
-    """The executor for a champion and a --draft spec (or drafter object). `load_draft(path)`
-    loads a CPU draft model (default: load_draft_checked); GPU drafts load on the device."""
+    """The executor for a champion and a --draft spec (or drafter object; "auto":
+    default_draft's choice). `load_draft(path)` loads a CPU draft model (default:
+    load_draft_checked); GPU drafts load on the device."""
+    if draft == "auto":
+        draft = default_draft(champion)
     if isinstance(champion, Model):
         return CPUBackend(champion, draft, max_ctx, load_draft or load_draft_checked(champion))
     from .gpu.backend import GPUBackend

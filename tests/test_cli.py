@@ -23,14 +23,17 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import greedy_pick, reference_decode
+import pyspec
 from pyspec import cli, receipts, testmodels
 from pyspec.fastcpu import FastModel
+from pyspec.load import default_draft
 from pyspec.model import Model
 from pyspec.tokenizer import Tokenizer
 
@@ -136,7 +139,7 @@ def greedy_reference(models) -> list[int]:
     return tokens[:stop]
 
 
-@pytest.mark.parametrize("draft", ["none", "ngram", "self:1", "copy", "draft"])
+@pytest.mark.parametrize("draft", ["none", "ngram", "self:1", "copy", "draft", "auto"])
 def test_generate_every_draft_gives_the_champion_tokens(capsys, models, greedy_reference, draft):
     spec = models.get(draft, draft)
     r = generate_json(capsys, models["champion"], "--max-tokens", 16, "--draft", spec,
@@ -145,6 +148,22 @@ def test_generate_every_draft_gives_the_champion_tokens(capsys, models, greedy_r
     if draft == "copy":   # a draft identical to the champion is always right
         assert r["stats"]["drafted"] > 0 and r["stats"]["acceptance_rate"] == 1.0
         assert r["stats"]["champion_passes"] < len(r["tokens"])
+
+
+def test_the_default_draft_is_the_one_measured_fastest_on_the_backend(capsys, models,
+                                                                       monkeypatch):
+    # --draft defaults to auto: n-gram on the numpy engine and on CPU adapters, the trained
+    # draft on a GPU (load.default_draft; the measurements are in its docstring).
+    r = generate_json(capsys, models["champion"], "--max-tokens", 4)
+    assert r["stats"]["drafter"] == "ngram"
+    assert default_draft(Model.load(models["champion"])) == "ngram"
+    gpu = lambda is_cpu: types.SimpleNamespace(dev=types.SimpleNamespace(is_cpu=is_cpu))
+    assert default_draft(gpu(True)) == "ngram"          # lavapipe, SwiftShader
+    assert default_draft(gpu(False)) == "trained"       # the checkout ships models/
+    def missing():
+        raise FileNotFoundError("no models/")
+    monkeypatch.setattr(pyspec, "trained_draft_path", missing)
+    assert default_draft(gpu(False)) == "ngram"         # a wheel without models/
 
 
 def test_generate_sampling_is_repeatable_and_drafter_invariant(capsys, models):

@@ -146,7 +146,7 @@ def cmd_chat(args) -> int:
     opts, last = options(args), None
     interactive = sys.stdin.isatty()
     if interactive:
-        name = engine.drafter.name if engine.drafter else "none"
+        name = engine.draft_source.name if engine.draft_source else "none"
         print(f"pyspec chat ({engine.adapter}, drafter {name}); {CHAT_HELP}", file=sys.stderr)
     while True:
         if interactive:

@@ -29,8 +29,8 @@ class CPUBackend(Executor):
         `load_draft(path)` loads a draft model's GGUF (load.load_draft_checked)."""
         self.champion = champion
         self.kv = champion.new_cache(max_ctx)
-        self.drafter = (make_drafter(draft, champion, self.kv, load_draft)
-                        if isinstance(draft, str) else draft)
+        self.drafter = self._take(make_drafter(draft, champion, self.kv, load_draft)
+                                  if isinstance(draft, str) else draft)
         self.timing: dict = {}
         self._logits = None        # (k+1, vocab) of the last champion pass
         self._t0 = self._t1 = 0.0  # start of the cycle, end of its drafting
@@ -50,8 +50,7 @@ class CPUBackend(Executor):
             block = body[i:i + PREFILL_BLOCK]
             self.champion.forward(block, self.kv, last_only=True)
             self.kv.commit(len(block))
-        if self.drafter:
-            self.drafter.reset(prompt)
+        self._reset_drafters(prompt)
 
     def draft(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
         self._t0 = time.perf_counter()

@@ -129,9 +129,26 @@ class Executor:
     `adapter` (a name), `adapter_class` (the receipt's: receipts.ADAPTER_CLASSES), `champion`,
     `kv` (the champion's cache bookkeeping), `drafter` (or None), `k_max` (drafts one pass can
     verify), `timing` (per-request counters for the stats), and `prefill(prompt)` (awaited).
-    Byte accounting is shared here."""
+    `combo`: for `--draft ngram+MODEL` the drafters.combo.Combo whose members the engine makes
+    the `drafter` in turn (prefill resets both). Byte accounting is shared here."""
 
     k_max = 64
+    combo = None
+
+    def _reset_drafters(self, prompt: list[int]) -> None:
+        """A new request's drafter state: the drafter's, or every member's of a combination."""
+        if self.combo is not None:
+            self.combo.reset(prompt)
+        elif self.drafter:
+            self.drafter.reset(prompt)
+
+    def _take(self, drafter):
+        """The drafter a factory made, as the backend holds it: a combination's draft model
+        active, the combination kept in `combo`."""
+        if getattr(drafter, "kind", None) == "combo":
+            self.combo = drafter
+            return drafter.model
+        return drafter
 
     # --- the cycle's steps (see the module docstring) ---------------------------------------
     def draft(self, tokens: list[int], k: int, rule: Rule):

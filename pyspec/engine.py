@@ -278,6 +278,12 @@ class Engine:
     def drafter(self):
         return self.backend.drafter
 
+    @property
+    def draft_source(self):
+        """What drafts for this engine as the stats and receipts name it: the drafter, or the
+        combination (drafters/combo.py) whose member is the drafter now."""
+        return self.backend.combo or self.backend.drafter
+
     # --- the conversation cache ---------------------------------------------------------------
     def reusable(self, prompt: list[int]) -> int:
         """How many leading prompt tokens' cache rows the last request left in place: the common
@@ -363,28 +369,44 @@ class Engine:
             self.backend.drafter = ForcedDrafter(_host_drafter(self.backend), constraint,
                                                  given_back=self.backend.drafter)
         pipelined = constraint is None and self.backend.pipelines(rule)
+        # `--draft ngram+MODEL` (drafters/combo.py): the member to draft is chosen between cycles
+        # with nothing in flight, and each member has its own guard (`scheds`). Not under a
+        # schema, whose drafter wraps the active member for the whole request.
+        combo = self.backend.combo if constraint is None else None
+        scheds: dict[str, schedule.Schedule] = {}   # by drafter name
+
+        def setup(drafter):
+            """(in_cycle, shadowed, classify, sched) for a drafter in this request."""
+            # Drafts looked up on the device (n-gram on a GPU): every cycle goes ahead,
+            # speculative or not, so the schedule measures them all alike (no separate
+            # champion-only rate).
+            in_cycle = pipelined and drafter is not None and self.backend.drafts_ahead(rule)
+            # A drafter that is free to ask (n-gram) is scored in shadow while speculation is
+            # off: `previews` holds (position, what it would have drafted there) until the
+            # champion's tokens decide how many of them a speculative cycle would have kept.
+            shadowed = policy.guarded and hasattr(drafter, "preview")
+            # A drafter that classifies its next proposal (n-gram: the match's length) has the
+            # guard decide by that class's acceptance (schedule.py), where the host drafts.
+            classify = None if in_cycle else getattr(drafter, "classify", None)
+            name = drafter.name if drafter else "none"
+            if name not in scheds:
+                timing = self._guard_timing.setdefault(
+                    (self.adapter, name, "in_cycle" if in_cycle else pipelined), {})
+                scheds[name] = schedule.Schedule(
+                    schedule.parse(opts.k) if scheds else policy, pipelined and not in_cycle,
+                    timing, shadowed, in_cycle=in_cycle)
+            return in_cycle, shadowed, classify, scheds[name]
+
+        if combo is not None:
+            self.backend.drafter = combo.choose(prompt + done)
         drafter = self.backend.drafter
-        # Drafts looked up on the device (n-gram on a GPU): every cycle goes ahead, speculative or
-        # not, so the schedule measures them all alike (no separate champion-only rate).
-        in_cycle = pipelined and drafter is not None and self.backend.drafts_ahead(rule)
-        # A drafter that is free to ask (n-gram) is scored in shadow while speculation is off:
-        # `previews` holds (position, what it would have drafted there) until the champion's
-        # tokens decide how many of them a speculative cycle would have kept.
-        shadowed = policy.guarded and hasattr(drafter, "preview")
+        in_cycle, shadowed, classify, sched = setup(drafter)
         previews: list[tuple[int, list[int], int | None]] = []
-        # A drafter that classifies its next proposal (n-gram: the match's length) has the guard
-        # decide by that class's acceptance (schedule.py), where the host drafts.
-        classify = None if in_cycle else getattr(drafter, "classify", None)
-        timing = self._guard_timing.setdefault(
-            (self.adapter, drafter.name if drafter else "none",
-             "in_cycle" if in_cycle else pipelined), {})
-        sched = schedule.Schedule(policy, pipelined and not in_cycle, timing, shadowed,
-                                  in_cycle=in_cycle)
         self.faults = []
         eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
         detok = self.tokenizer.stream_decoder()
         stops = StopStrings(opts.stop)
-        st = _Stats(draft_calls_before=self.drafter.calls if self.drafter else 0)
+        st = _Stats(draft_calls_before=self.draft_source.calls if self.draft_source else 0)
         t_start = time.perf_counter()
 
         tokens, out_text, ttft, finish = list(prompt) + done, "", None, "length"
@@ -427,6 +449,12 @@ class Engine:
                     finish = "context"
                     break
                 remaining = opts.max_tokens - (n - len(prompt))
+                if combo is not None and queued is None and decided is None:
+                    chosen = combo.choose(tokens)
+                    if chosen is not drafter:   # nothing in flight: switch members here
+                        self.backend.drafter = drafter = chosen
+                        in_cycle, shadowed, classify, sched = setup(drafter)
+                        previews = []
                 # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
                 # block never needs cutting at max_tokens; and never past the context.
                 cls = None   # the class of this cycle's proposal, where the guard used one
@@ -449,7 +477,9 @@ class Engine:
                     if in_cycle:
                         handle = queued or self.backend.submit_ahead(tokens, k, rule, limit)
                         end, queued = n + handle.k + 1, None
-                        if end <= ctx and end < limit:
+                        # (a combination about to switch members reads this cycle first)
+                        if (end <= ctx and end < limit
+                                and (combo is None or combo.choose(tokens) is drafter)):
                             queued = self.backend.submit_ahead(
                                 None, sched.next_k() if self.drafter else 0, rule, limit)
                     else:
@@ -485,6 +515,7 @@ class Engine:
                     self._held = None
                     await self.backend.prefill(tokens)
                     self._held = (self.kv, self.kv.epoch, tokens)
+                    combo = None   # the recovery backend drafts nothing
                     in_cycle = in_cycle and self.backend.drafts_ahead(rule)
                     classify = None if in_cycle else getattr(drafter, "classify", None)
                     sched.pipelined = self.backend.pipelines(rule) and not in_cycle
@@ -568,7 +599,7 @@ class Engine:
         if report is not None:
             wall = time.perf_counter() - t_start
             generated = tokens[len(prompt):]
-            stats = self._stats(st, sched, len(generated), wall, t_prefill, ttft, finish)
+            stats = self._stats(st, scheds, len(generated), wall, t_prefill, ttft, finish)
             stats["prompt_tokens"] = len(prompt)   # reused + prefill + 1 (the last one is decoded)
             stats["prefill_tokens"] = max(0, len(prompt) - 1 - reused)
             stats["reused_tokens"] = reused
@@ -602,9 +633,9 @@ class Engine:
         asyncio.run(drain())
         return Result(**report)
 
-    def _stats(self, st: _Stats, sched, n_generated, wall, t_prefill, ttft, finish) -> dict:
+    def _stats(self, st: _Stats, scheds, n_generated, wall, t_prefill, ttft, finish) -> dict:
         decode = max(wall - t_prefill, 1e-9)
-        drafter = self.drafter
+        drafter = self.draft_source
         return {
             "adapter": self.adapter,
             "drafter": drafter.name if drafter else "none",
@@ -620,7 +651,7 @@ class Engine:
             "tokens_per_pass": n_generated / st.champion_passes if st.champion_passes else 0.0,
             "drafted_by_position": st.drafted_by_position,
             "accepted_by_position": st.accepted_by_position,
-            "schedule": sched.stats(),
+            "schedule": schedule.merged_stats(scheds),
             "tokens_per_s": n_generated / decode,
             "ttft_s": ttft,
             "prefill_s": t_prefill,

@@ -47,15 +47,17 @@ _STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes"
 
 
 def build(engine, opts, mode: str, stats: dict) -> dict:
-    drafter = engine.drafter
+    drafter = engine.draft_source
     draft_kind = getattr(drafter, "kind", "custom") if drafter else "none"
+    # a combination (drafters/combo.py): n-gram and its draft model, whose weights are named
+    model = drafter.model.model if draft_kind == "combo" else getattr(drafter, "model", None)
     receipt = {
         "schema": SCHEMA,
         "pyspec_version": __version__,
         "champion_sha256": engine.champion.sha256(),
         "draft": {"kind": draft_kind,
                   "layers": getattr(drafter, "layers", None),
-                  "sha256": drafter.model.sha256() if draft_kind == "model" else None,
+                  "sha256": model.sha256() if draft_kind in ("model", "combo") else None,
                   # another vocabulary: {"kind": "idmap" | "tli", "shared_tokens",
                   # "champion_vocab", "share", "outside_stops"} (drafters/bridge.py)
                   "bridge": getattr(drafter, "bridge_stats", None)},

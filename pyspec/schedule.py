@@ -413,3 +413,23 @@ class Schedule:
     def stats(self) -> dict:
         return {"policy": self.policy.describe(), "k_histogram": dict(sorted(self.k_history.items())),
                 **self.counts}
+
+
+def merged_stats(scheds: dict[str, Schedule]) -> dict:
+    """A request's schedule stats: its schedule's, or where a combination of drafters ran
+    (drafters/combo.py; one schedule per member, by name) their counts summed, and each
+    member's own under "by_drafter"."""
+    if len(scheds) == 1:
+        return next(iter(scheds.values())).stats()
+    parts = {name: s.stats() for name, s in scheds.items()}
+    merged: dict = {"policy": next(iter(parts.values()))["policy"], "k_histogram": {}}
+    for part in parts.values():
+        for k, v in part.items():
+            if k == "k_histogram":
+                for j, n in v.items():
+                    merged[k][j] = merged[k].get(j, 0) + n
+            elif k != "policy":
+                merged[k] = merged.get(k, 0) + v
+    merged["k_histogram"] = dict(sorted(merged["k_histogram"].items()))
+    merged["by_drafter"] = parts
+    return merged

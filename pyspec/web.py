@@ -26,8 +26,9 @@ import traceback
 from . import __version__, conversation, quant
 from .compat import check_pair
 from .cpu import CPUBackend
-from .drafters import BridgedModel, DraftSpecError, model_drafter, parse_draft
+from .drafters import BridgedModel, Combo, DraftSpecError, model_drafter, parse_draft
 from .drafters.eagle import is_eagle
+from .drafters.ngram import NgramDrafter
 from .engine import Engine, Options, Resume
 from .fastcpu import FastModel
 from .errors import PyspecError, error_code
@@ -481,13 +482,16 @@ class Session:
         lost = getattr(getattr(self.engine, "champion", None), "dev", None)
         if (self.engine is None or self.engine_draft != draft
                 or (lost is not None and lost.lost is not None)):   # a new device for a lost one
-            spec = draft
-            if parse_draft(draft, self.config.n_layers).needs_weights:
+            spec, parsed = draft, parse_draft(draft, self.config.n_layers)
+            if parsed.needs_weights:
                 # The page's draft model arrives as a buffer at init; no paths in the browser.
-                if draft != "model" or self.draft_model is None:
+                if parsed.path is not None or self.draft_model is None:
                     raise SessionError("bad_config", f"draft {draft!r} needs a draft model: "
-                                       "give it at init and choose draft 'model'")
+                                       "give it at init and choose draft 'model' (or "
+                                       "'ngram+model': n-gram where the text repeats)")
                 spec = model_drafter(self.draft_model, self.max_ctx)
+                if parsed.kind == "combo":
+                    spec = Combo(NgramDrafter(), spec)
             previous = self.engine
             self.engine = await make_engine(self.file, self.tokenizer, spec, self.max_ctx,
                                             previous, self.backend, self.open_device)

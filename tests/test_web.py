@@ -345,7 +345,7 @@ def test_worker_js_knows_which_drafts_need_weights():
     source = (ROOT / "web" / "worker.js").read_text()
     pattern = re.search(r"const NON_MODEL_DRAFTS = /(.+)/;", source).group(1)
     for spec in ("none", "ngram", "self:1", "self:12", "self:29", "model", "model:d.gguf",
-                 "drafts/d.gguf", "smollm2-draft"):
+                 "drafts/d.gguf", "smollm2-draft", "ngram+model", "ngram+d.gguf"):
         try:
             needs = parse_draft(spec).needs_weights
         except ValueError:   # not a spec pyspec knows: the worker resolves it as a model name
@@ -367,3 +367,25 @@ def test_an_unanswered_adapter_request_is_no_adapter_not_a_hang(monkeypatch):
 
     with pytest.raises(NoAdapterError, match="requestAdapter gave no answer in 0.05 s"):
         asyncio.run(go())
+
+
+def test_the_page_combines_ngram_with_its_draft_model(tiny, champion_bytes):
+    """draft "ngram+model": n-gram where the text repeats, the draft model given at init
+    elsewhere (drafters/combo.py); the tokens are champion-only's. Without a draft model it is
+    bad_config, as "model" is."""
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 128, "draft": "none"}), champion_bytes,
+               Path(tiny.close_path).read_bytes()))
+    config = {"max_tokens": 24, "k": "fixed:3"}
+    alone = json.loads(run(s.generate(1, MESSAGES, json.dumps({**config, "draft": "none"}),
+                                      lambda *a: None)))
+    both = json.loads(run(s.generate(2, MESSAGES, json.dumps({**config, "draft": "ngram+model"}),
+                                     lambda *a: None)))
+    assert both["tokens"] == alone["tokens"] and both["stats"]["drafted"] > 0
+    assert both["stats"]["drafter"].startswith("ngram+") and both["receipt"]["draft"]["kind"] == \
+        "combo"
+    bare = web.Session(opener(NoAdapterError("none here")))
+    run(bare.load(json.dumps({"max_ctx": 128}), champion_bytes))
+    err = json.loads(run(bare.generate(1, MESSAGES, json.dumps({"draft": "ngram+model"}),
+                                       lambda *a: None)))["error"]
+    assert err["code"] == "bad_config" and "ngram+model" in err["message"]

@@ -51,13 +51,16 @@ function showNotice(n) {
 function drafterChoice() {
   const v = $("drafter").value;
   if (v === "self") return `self:${$("layers").value}`;
-  return v;   // 'ngram' or 'model:NAME'
+  return v;   // 'ngram', 'model:NAME' or 'combo:NAME' (n-gram where the text repeats, NAME elsewhere)
 }
+
+// The draft model a choice needs loaded at init ('model:NAME', 'combo:NAME'), else null.
+const draftModelOf = (choice) => (/^(model|combo):/.test(choice) ? choice.slice(6) : null);
 
 async function ensureDecoder() {
   const model = $("model").value;
   const choice = drafterChoice();
-  const draftModel = choice.startsWith("model:") ? choice.slice(6) : null;
+  const draftModel = draftModelOf(choice);
   const key = `${model}|${draftModel}`;
   if (decoder && decoderKey === key) return decoder;
   decoder?.terminate();
@@ -86,7 +89,8 @@ async function ensureDecoder() {
 
 function requestConfig(overrides = {}) {
   const choice = drafterChoice();
-  const draft = !$("speculate").checked ? "none" : choice.startsWith("model:") ? "model" : choice;
+  const draft = !$("speculate").checked ? "none"
+    : choice.startsWith("model:") ? "model" : choice.startsWith("combo:") ? "ngram+model" : choice;
   return { draft, k: $("k").value, verify: $("verify").value || null,
            temperature: Number($("temperature").value), seed: Number($("seed").value),
            max_tokens: Number($("max-tokens").value), ...samplingConfig(), ...jsonConfig(),
@@ -246,6 +250,7 @@ async function fillModels() {
   for (const a of models) {
     const label = a.draft_for ? `trained draft ${a.model} (for ${a.draft_for})` : `draft model ${a.model}`;
     $("drafter").add(new Option(label, `model:${a.model}`));
+    if (a.draft_for) $("drafter").add(new Option(`n-gram + ${label}`, `combo:${a.model}`));
   }
   const draft = params.get("draft");
   if (draft === "none") $("speculate").checked = false;

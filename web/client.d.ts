@@ -115,7 +115,9 @@ export interface GenerateConfig extends SamplingConfig {
   seed?: number | null;              // default 0
   verify?: "greedy" | "replay" | "rejection" | null;
   k?: string | null;                 // "heuristic" (default) | "fixed:N" | ...
-  draft?: string | null;             // this request's drafter (the loaded one by default)
+  draft?: string | null;             // this request's drafter (the loaded one by default;
+                                     // "ngram+model": n-gram where the text repeats, the
+                                     // loaded draft model elsewhere)
   context_overflow?: "drop_oldest" | "error" | null;
   /** A fault drill, "KIND@C" (drills: true): worker-terminate, worker-oom, device-lost,
    * device-lost-repeat, gpu-oom, readback-throw or readback-hang, once C cycles have run. */

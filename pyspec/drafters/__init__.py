@@ -14,8 +14,8 @@ or a sample from q_draft; through the request's processors when given the contex
 
 Drafters never decide what is emitted: that is verify.py's job, so a bad draft only costs speed.
 Modules: proposal.py (Proposal), spec.py (parse_draft), ngram.py, model_draft.py, bridge.py (a
-draft model with another vocabulary), eagle.py (a head over the champion's states); here the CPU
-drafter for a spec.
+draft model with another vocabulary), eagle.py (a head over the champion's states), combo.py
+(n-gram or a draft model, one per cycle); here the CPU drafter for a spec.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from __future__ import annotations
 import os
 
 from .bridge import BridgedDrafter, BridgedModel
+from .combo import Combo
 from .eagle import EagleDrafter, EagleHead
 from .model_draft import ModelDrafter, SelfDrafter
 from .ngram import NgramDrafter
 from .proposal import Proposal
 from .spec import DraftSpec, DraftSpecError, parse_draft
 
-__all__ = ["DraftSpec", "DraftSpecError", "Proposal", "make_drafter", "model_drafter",
+__all__ = ["Combo", "DraftSpec", "DraftSpecError", "Proposal", "make_drafter", "model_drafter",
            "parse_draft"]
 
 
@@ -46,6 +47,9 @@ def make_drafter(spec: str, champion, champion_cache=None, load_model=None):
         return NgramDrafter()
     if d.kind == "self":
         return SelfDrafter(champion, champion_cache, d.layers)
+    if d.kind == "combo":
+        return Combo(NgramDrafter(), make_drafter(str(d.model), champion, champion_cache,
+                                                  load_model))
     if load_model is None or d.path is None or not os.path.exists(d.path):
         raise DraftSpecError(f"--draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
                              f"path of a GGUF draft model, or use ngram, none or self:L")

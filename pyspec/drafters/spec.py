@@ -20,9 +20,9 @@ class DraftSpecError(PyspecError, ValueError):
 class DraftSpec:
     """A parsed --draft value. kind: "none" (champion only), "ngram" (prompt lookup, no
     weights), "self" (the champion's first `layers` layers), "model" (a GGUF draft model: `path`,
-    or in the browser the draft model given at init when path is None). Later kinds (a trained
-    head over the champion's hidden state, a draft with another vocabulary, combinations such as
-    n-gram plus a model) add a kind here and a branch in each backend's drafter factory."""
+    or in the browser the draft model given at init when path is None), "combo" (n-gram where
+    the context repeats itself, the draft model at `path` elsewhere: drafters/combo.py). Later
+    kinds add a kind here and a branch in each backend's drafter factory."""
 
     kind: str
     layers: int | None = None
@@ -32,9 +32,16 @@ class DraftSpec:
     def needs_weights(self) -> bool:
         """Does this draft need weights of its own (fetched into OPFS in the browser)?
         web/worker.js keeps the same rule as a regular expression; tests check the two agree."""
-        return self.kind == "model"
+        return self.kind in ("model", "combo")
+
+    @property
+    def model(self) -> "DraftSpec":
+        """A combination's draft model, as a spec of its own."""
+        return DraftSpec("model", path=self.path)
 
     def __str__(self) -> str:
+        if self.kind == "combo":
+            return f"ngram+{self.model}"
         if self.kind == "self":
             return f"self:{self.layers}"
         if self.kind == "model":
@@ -44,10 +51,16 @@ class DraftSpec:
 
 def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
     """"none" | "ngram" | "self:L" | "model" | "model:PATH" | "trained" (models/draft-l4.gguf)
-    | a path ending in .gguf ->
+    | a path ending in .gguf | "ngram+" one of the draft models before ->
     DraftSpec. With the champion's `n_layers`, self:L is checked to be in 1..n_layers - 1."""
     if not isinstance(spec, str) or not spec:
         raise DraftSpecError(f"a draft spec must be a non-empty string, got {spec!r}")
+    if spec.startswith("ngram+"):
+        inner = parse_draft(spec[6:], n_layers) if spec[6:] else DraftSpec("none")
+        if inner.kind != "model":
+            raise DraftSpecError(f"--draft {spec}: after ngram+ name a draft model (trained, "
+                                 f"model, model:PATH or the path of a GGUF draft model)")
+        return DraftSpec("combo", path=inner.path)
     if spec in ("none", "ngram"):
         return DraftSpec(spec)
     if spec.startswith("self:"):
@@ -69,5 +82,5 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
         return DraftSpec("model", path=spec[6:])
     if spec.lower().endswith(".gguf") or "/" in spec or "\\" in spec:
         return DraftSpec("model", path=spec)
-    raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L, trained or the path "
-                         f"of a GGUF draft model")
+    raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L, trained, the path "
+                         f"of a GGUF draft model, or ngram+ one of the last two")

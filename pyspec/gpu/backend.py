@@ -77,7 +77,8 @@ import numpy as np
 
 from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
-from ..drafters import BridgedDrafter, DraftSpecError, Proposal, make_drafter, parse_draft
+from ..drafters import (BridgedDrafter, Combo, DraftSpecError, Proposal, make_drafter,
+                        parse_draft)
 from ..drafters.eagle import is_eagle
 from ..drafters.ngram import NgramDrafter
 from ..gguf import GGUFFile
@@ -290,7 +291,7 @@ class GPUBackend(Executor):
         self.dev = dev = champion.dev
         self.adapter = dev.name
         self.adapter_class = dev.adapter_class
-        self.drafter = self._make_drafter(draft) if isinstance(draft, str) else draft
+        self.drafter = self._take(self._make_drafter(draft) if isinstance(draft, str) else draft)
         vocab = champion.config.vocab_size
         self.vocab = vocab
         # Per-cycle buffers (R = ROWS_MAX):
@@ -351,6 +352,8 @@ class GPUBackend(Executor):
         d = parse_draft(spec, champ.config.n_layers)
         if d.kind in ("none", "ngram"):
             return make_drafter(spec, champ)
+        if d.kind == "combo":
+            return Combo(make_drafter("ngram", champ), self._make_drafter(str(d.model)))
         if d.kind == "self":
             return GPUDraft(champ, d.layers, spec, shares_cache=True)
         try:
@@ -394,8 +397,7 @@ class GPUBackend(Executor):
                 if should_stop():
                     return
             self.champion.prefill(prompt, SLOT_CHAMPION, i, min(i + block, end))
-        if self.drafter:
-            self.drafter.reset(prompt)
+        self._reset_drafters(prompt)
         # Wait for the prefill here, so that it is timed as prefill and not as the first cycle
         # (nothing to wait for when every row was kept: a conversation's next turn).
         if self.dev.submissions != submitted:

@@ -320,3 +320,28 @@ def test_the_json_toggle_gives_the_native_schema_output_with_forced_tokens(tiny_
         page.fill("#max-tokens", "64")
         page.fill("#k", "heuristic")
         page.click("#clear")
+
+
+def test_a_draft_model_and_ngram_plus_it_in_the_page(tiny_page, tiny_path):
+    """The page with a draft model given at init (`draft=tiny-close`): "model" and
+    "ngram+model" (n-gram where the text repeats, the draft model elsewhere:
+    pyspec/drafters/combo.py) give champion-only's tokens. The drafter list offers a trained
+    draft both alone and after n-gram."""
+    _, _, c = tiny_page
+    page = c.page("index.html?model=tiny&draft=tiny-close")
+    ready(page)
+    n = 24
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=n)
+    for draft in ("model", "ngram+model"):
+        paged = run(page, PROMPT, {"draft": draft, "k": "fixed:3", "max_tokens": n})
+        assert paged["tokens"] == native.tokens, draft
+        assert paged["stats"]["drafted"] > 0, draft
+        assert paged["stats"]["drafter"].startswith("ngram+") == (draft != "model"), paged["stats"]
+    options = page.eval_on_selector_all("#drafter option",
+                                        "os => os.map(o => [o.value, o.textContent])")
+    trained = [v[6:] for v, label in options if label.startswith("trained draft")]
+    assert trained, options   # the site ships models/draft-l4.gguf (marked draft_for)
+    for name in trained:
+        assert [f"combo:{name}", f"n-gram + trained draft {name}"] in \
+            [[v, label.split(" (for")[0]] for v, label in options], options
+    page.close()

@@ -51,7 +51,7 @@ function showNotice(n) {
 function drafterChoice() {
   const v = $("drafter").value;
   if (v === "self") return `self:${$("layers").value}`;
-  return v;   // 'ngram', 'model:NAME' or 'combo:NAME' (n-gram where the text repeats, NAME elsewhere)
+  return v;   // 'ngram', 'model:NAME' or 'combo:NAME' (n-gram where the text repeats, else NAME)
 }
 
 // The draft model a choice needs loaded at init ('model:NAME', 'combo:NAME'), else null.

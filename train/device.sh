@@ -6,10 +6,10 @@
 #   bash train/device.sh setup     # champion parts, Vulkan loaders (.gl), wgpu wheels (.whl)
 #                                  # into $W/site: whatever the call carried
 #
-# The champion (98 MB) travels in five parts of 20 MB, .h200a/champ.a ... .h200e/champ.e
-# (`split -b 20000000 -a 1 CHAMPION champ.`), one carried folder per call: the tree with
-# models/draft-l4.gguf and the prompt sets is 40 MB of the 64 MiB a call carries. Call `setup`
-# with .h200a ... .h200d in turn, then `setup PHASE...` with .h200e (which also holds
+# The champion (98 MB) travels in seven parts of 15 MB, .h200a/champ.a ... .h200g/champ.g
+# (`split -b 15000000 -a 1 CHAMPION champ.`), one carried folder per call: the tree with
+# models/draft-l4.gguf and the prompt sets is 48 MB of the 64 MiB a call carries. Call `setup`
+# with .h200a ... .h200f in turn, then `setup PHASE...` with .h200g (which also holds
 # public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
 #   bash train/device.sh train     # generate (resumable) + distill + export $W/models/$NAME.gguf
 #                                  # (the two phases alone: gen, distill)
@@ -20,8 +20,10 @@
 #                                  # workload, native WebGPU, champion-only side by side
 #
 # Settings (environment): NAME (draft-l4), LAYERS (0,10,20,29), MATRIX (Q4_1), GEN_MIN (3.4),
-# TRAIN_MIN (4.0), STEPS (1300); REFERENCE (a KL-distilled draft: token-selective distillation
-# against it) and KEEP (0.8). What should come back is copied under $OUT.
+# GEN_SEED (0: which answers, and which prompts first), TRAIN_MIN (4.0), STEPS (1300);
+# REFERENCE (a KL-distilled draft: token-selective distillation against it) and KEEP (0.8);
+# INIT (a draft GGUF to go on from) and QAT (1: train on the Q4_1 grid). What should come back
+# is copied under $OUT.
 set -euo pipefail
 # The device machine's scratch folder (kept only while the machine stays warm).
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}
@@ -82,7 +84,8 @@ gen() {
     done
     if [ ${#prompts[@]} -gt 0 ]; then prompts=(--prompts train/data/seed_prompts.jsonl "${prompts[@]}"); fi
     python3 train/generate.py --champion $W/champ.gguf --out $W/gen --minutes "$GEN_MIN" \
-        --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" "${prompts[@]}" \
+        --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" \
+        --seed "${GEN_SEED:-0}" "${prompts[@]}" \
         2>&1 | tee -a "$OUT/train.log"
     (cd $W && tar cf - gen) | gzip -1 | split -b 15M -d - "$OUT/gen.tar.gz.part"
 }
@@ -91,7 +94,8 @@ distill() {
     mkdir -p $W/models
     python3 train/distill.py --champion $W/champ.gguf --data $W/gen --layers "$LAYERS" \
         --work $W/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
-        ${REFERENCE:+--reference "$REFERENCE" --keep "$KEEP"} \
+        ${REFERENCE:+--reference "$REFERENCE" --keep "$KEEP"} ${INIT:+--init "$INIT"} \
+        ${QAT:+--qat} \
         --gguf $W/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
     cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
     if [ -f $W/models/$NAME.gguf ]; then

@@ -20,6 +20,12 @@ positions where the draft's KL exceeds R's by most. Positions where even R stays
 champion (text neither draft can fit at its size) carry no loss, so the capacity goes to tokens a
 draft can learn to propose.
 
+`--init D.gguf` goes on from a draft of this architecture instead of the champion's layers, and
+`--qat` trains the layer matrices as Q4_1 reads them back (blocks of 32, f16 scale and minimum,
+round to nearest, as the export writes them), with the gradient passed straight through to the
+float weights: the file is Q4_1, so the weights learn where the grid puts them, instead of being
+rounded once after float training (llama_torch.FakeQ4_1).
+
 Resumable: the full training state is saved to --work every 100 steps and at the end; a run with
 the same --work goes on from there. Every run stops cleanly after --minutes.
 Evaluation on the held-out 5% of seed prompts (train/generate.py's split) reports, for greedy
@@ -40,13 +46,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.utils import parametrize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate import SEEDS, held_out  # noqa: E402
 from seed_prompts import read_jsonl  # noqa: E402
-from llama_torch import cosine, from_gguf, n_params, quantized_like, to_gguf  # noqa: E402
+from llama_torch import FakeQ4_1, cosine, from_gguf, n_params, quantized_like, to_gguf  # noqa: E402
 
 from pyspec import quant  # noqa: E402
 from pyspec.model import LAYER_TENSORS  # noqa: E402
@@ -269,6 +276,12 @@ def main(argv=None) -> int:
                     help="a KL-distilled draft GGUF: train on the tokens selected against it")
     ap.add_argument("--keep", type=float, default=0.8,
                     help="with --reference: the fraction of each batch's positions kept")
+    ap.add_argument("--init", default="",
+                    help="a draft GGUF of this architecture to go on from (its layers, its norm) "
+                         "instead of the champion's --layers")
+    ap.add_argument("--qat", action="store_true",
+                    help="quantization-aware: the layer matrices train as Q4_1 reads them back "
+                         "(straight-through gradient); needs --matrix-type Q4_1")
     args = ap.parse_args(argv)
     t0 = time.time()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -279,7 +292,18 @@ def main(argv=None) -> int:
 
     teacher, md = from_gguf(args.champion, device=dev)
     teacher = teacher.eval().requires_grad_(False)
-    draft, _ = from_gguf(args.champion, layers=layers, device=dev)
+    if args.qat and args.matrix_type != "Q4_1":
+        ap.error("--qat trains for the Q4_1 grid: give --matrix-type Q4_1")
+    if args.init:
+        draft, init_md = from_gguf(args.init, device=dev)
+        layers = list(init_md.get("pyspec.draft.init_layers", layers))
+    else:
+        draft, _ = from_gguf(args.champion, layers=layers, device=dev)
+    if args.qat:
+        for layer in draft.layers:
+            for name in LAYER_TENSORS:
+                if not name.endswith("norm"):
+                    parametrize.register_parametrization(getattr(layer, name), "weight", FakeQ4_1())
     with torch.no_grad():  # the head the GGUF will hold: the embedding as Q4_1 reads it back
         e = draft.tok_embd.weight.detach().cpu().numpy()
         draft.tok_embd.weight.copy_(torch.from_numpy(quantized_like(e, quant.Q4_1.type_id)))
@@ -317,10 +341,19 @@ def main(argv=None) -> int:
               "trainable_params": n_params(draft), "batch_tokens": args.batch_tokens,
               "lr": args.lr, **info}
     report["matrix_type"] = args.matrix_type
+    report["quantization_aware"] = args.qat
+    if args.init:
+        report["init"] = {"gguf": Path(args.init).name,
+                          "sha256": hashlib.sha256(Path(args.init).read_bytes()).hexdigest()}
     report["champion_sha256"] = hashlib.sha256(Path(args.champion).read_bytes()).hexdigest()
     report["seed_prompts_sha256"] = hashlib.sha256(SEEDS.read_bytes()).hexdigest()
     if state["step"] >= args.steps:
         matrix_type = quant.BY_NAME[args.matrix_type].type_id
+        if args.qat:  # keep the weights as trained (on the grid), then quantize them as always
+            for layer in draft.layers:
+                for name in LAYER_TENSORS:
+                    if not name.endswith("norm"):
+                        parametrize.remove_parametrizations(getattr(layer, name), "weight")
         quantize_layers(draft, matrix_type)  # score what the GGUF will hold, not the float weights
         report["held_out"] = evaluate(teacher, draft, held, dev)
         if len(held_sets) > 1:

@@ -216,6 +216,21 @@ def quantized_like(values: np.ndarray, type_id: int) -> np.ndarray:
     return quant.dequantize(raw, type_id, values.shape)
 
 
+class FakeQ4_1(torch.nn.Module):
+    """Quantization-aware training: a weight as Q4_1 reads it back (blocks of 32 along a row,
+    f16 scale and minimum, round to nearest, as pyspec.quant writes it), with the gradient passed
+    straight through to the float weight. Registered with torch.nn.utils.parametrize."""
+
+    def forward(self, w):
+        x = w.reshape(-1, 32)
+        lo = x.min(1, keepdim=True).values
+        d = ((x.max(1, keepdim=True).values - lo) / 15).half().float()
+        m = lo.half().float()
+        inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+        q = torch.clamp(torch.round((x - m) * inv), 0, 15)
+        return w + ((d * q + m).reshape(w.shape) - w).detach()
+
+
 def to_gguf(model: Llama, champion_md: dict, path, name: str, extra: dict,
             embd_type: int = quant.Q4_1.type_id, matrix_type: int = quant.Q8_0.type_id) -> None:
     """Write a draft GGUF with the champion's tokenizer and chat template. The head is tied to the

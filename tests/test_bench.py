@@ -85,3 +85,16 @@ def test_the_page_bench_names_at_most_one_draft_model():
     assert draft_model(["ngram", "trained"]) == TRAINED_DRAFT
     with pytest.raises(SystemExit, match="2 draft models"):
         draft_model(["trained", "tiny-close"])
+
+
+def test_the_page_bench_keeps_each_sides_median_run():
+    """`build.py bench --repeat N`: the run with the median tokens/s stands for a side (the lower
+    middle one of an even count, as in `python -m pyspec bench`), and --repeat is an option."""
+    from webtools.bench import median_run, parser
+
+    runs = [{"stats": {"tokens_per_s": v}, "tokens": [i]} for i, v in enumerate([9.0, 3.0, 5.0])]
+    assert median_run(runs)["tokens"] == [2]
+    assert median_run(runs[:2])["tokens"] == [1]
+    assert median_run(runs[:1])["tokens"] == [0]
+    assert parser().parse_args(["--repeat", "3"]).repeat == 3
+    assert parser().parse_args([]).repeat == 1

@@ -1,12 +1,13 @@
 """`python3 build.py bench`: the benchmark in the browser (headless Chromium, WebGPU).
 
     python -m webtools.bench [--workload W] [--per-stratum N] [--max-tokens N] [--drafts ngram]
-                             [--model smollm2] [--k heuristic] [--out bench-out]
+                             [--model smollm2] [--k heuristic] [--repeat 1] [--out bench-out]
 
 One page session serves the whole run. For every prompt, champion-only ("none") and each drafter
 run back to back through the page's own decoder (`pyspecApp.decoder().generate`, the worker
 protocol), the order alternating per prompt as in pyspec/bench.py, so drift in a shared, slow
-software adapter hits both sides alike. Per stratum it reports what `python -m pyspec bench`
+software adapter hits both sides alike; `--repeat N` runs each side N times per prompt and keeps
+its median run. Per stratum it reports what `python -m pyspec bench`
 reports (its summarize / print_table / plot are reused: the rows have the same shape), and on top:
   - page timings: navigation to ready, the worker's phases (Pyodide + pyspec, weights from
     OPFS or the network, model load = the `load` phase: parse, dequantize, upload, compile),
@@ -148,6 +149,7 @@ def build_result(args, ready: dict, page: dict, rows: dict, baselines: list[dict
         "per_stratum": args.per_stratum,
         "max_tokens_cap": args.max_tokens,
         "k_policy": args.k,
+        "repeat": max(1, args.repeat),
         "page": page,
         "first_token_s": baselines[0]["first_token_s"] if baselines else None,
         "champion_tok_s": native.spread(base_tps),
@@ -196,6 +198,11 @@ def line(item: dict, side: str, out: dict) -> dict:
 
 
 # --- the run --------------------------------------------------------------------------------
+def median_run(runs: list[dict]) -> dict:
+    """The page run with the median tokens/s (the lower middle one of an even count)."""
+    return sorted(runs, key=lambda r: r["stats"]["tokens_per_s"])[(len(runs) - 1) // 2]
+
+
 def names_a_model(draft: str) -> bool:
     """Whether a --drafts entry is a draft model (a site model name, or "trained")."""
     return draft not in ("none", "ngram") and not draft.startswith("self:")
@@ -290,23 +297,29 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
                   file=sys.stderr, flush=True)
             break
         max_tokens = min(it.get("max_tokens", 128), args.max_tokens or 1 << 30)
-        # Alternate who runs first, so that drift or a warm cache favours neither side.
-        order = ["none", *drafts] if n % 2 else [*drafts, "none"]
-        runs = {}
+        # Alternate who runs first, so that drift or a warm cache favours neither side. With
+        # --repeat, each side's median run (by tokens/s) stands for it, as in pyspec/bench.py.
+        names = ["none", *drafts]
+        tries: dict[str, list] = {d: [] for d in names}
+        out: dict = {}
         try:
-            for d in order:
-                # A draft model is the one the page loaded; the request names it "model".
-                spec = "model" if names_a_model(d) else d
-                config = {"draft": spec, "k": "fixed:0" if d == "none" else args.k,
-                          "temperature": 0.0, "seed": 0, "verify": None, "max_tokens": max_tokens}
-                out = page.evaluate(GENERATE, [it["messages"], config])
+            for rep in range(max(1, args.repeat)):
+                for d in names if (n + rep) % 2 else names[::-1]:
+                    # A draft model is the one the page loaded; the request names it "model".
+                    spec = "model" if names_a_model(d) else d
+                    config = {"draft": spec, "k": "fixed:0" if d == "none" else args.k,
+                              "temperature": 0.0, "seed": 0, "verify": None,
+                              "max_tokens": max_tokens}
+                    out = page.evaluate(GENERATE, [it["messages"], config])
+                    if "error" in out:
+                        break
+                    tries[d].append(out)
                 if "error" in out:
                     break
-                runs[d] = out
         except KeyboardInterrupt:
-            # A slow adapter's single request can take minutes: keep the sides that finished.
+            # A slow adapter's single request can take minutes: keep the runs that finished.
             skipped.append({"id": it["id"], "reason": "interrupted",
-                            "finished": [line(it, d, r) for d, r in runs.items()]})
+                            "finished": [line(it, d, r) for d, rs in tries.items() for r in rs]})
             raise
         if "error" in out:
             skipped.append({"id": it["id"], "reason": f"{out['error']['code']}: "
@@ -314,6 +327,7 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
             print(f"[{n}/{len(items)}] {it['id']}: skipped ({skipped[-1]['reason']})",
                   file=sys.stderr, flush=True)
             continue
+        runs = {d: median_run(rs) for d, rs in tries.items()}
         base = runs["none"]
         baselines.append({"stats": base["stats"], "line": line(it, "none", base),
                           "first_token_s": base["first_chunk_ms"] / 1000
@@ -323,6 +337,7 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
         for d in drafts:
             row = native.compare(it, runs[d]["stats"], runs[d]["tokens"], base["stats"],
                                  base["tokens"])
+            row["identical"] = all(r["tokens"] == base["tokens"] for r in tries[d] + tries["none"])
             row["line"] = line(it, d, runs[d])
             rows[d].append(row)
             msg.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} "
@@ -379,6 +394,9 @@ def parser() -> argparse.ArgumentParser:
                          "(a site model name, or trained: the site's trained draft)")
     ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
     ap.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per side and prompt, the order alternating; each side's median "
+                         "run (by tokens/s) stands for it")
     ap.add_argument("--max-ctx", type=int, default=None)
     ap.add_argument("--backend", default="auto", choices=["auto", "webgpu", "cpu"],
                     help="the page's engine: auto picks the numpy engine on a software WebGPU "

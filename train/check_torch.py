@@ -3,8 +3,10 @@
     python train/check_torch.py --champion C.gguf
 
 Runs one chat prompt through both (float32) and prints the largest logit difference and whether
-every position's argmax agrees; exits 1 when they disagree beyond float32 noise. Run it before
-trusting data or a draft made with the torch model.
+every position's argmax agrees; exits 1 when they disagree beyond float32 noise. It also checks
+that `--qat`'s torch Q4_1 round trip (llama_torch.FakeQ4_1) equals pyspec.quant's on the champion's
+first layer matrices, and passes the gradient straight through. Run it before trusting data or a
+draft made with the torch model.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llama_torch import from_gguf  # noqa: E402
+from llama_torch import FakeQ4_1, from_gguf, quantized_like  # noqa: E402
+
+from pyspec import quant  # noqa: E402
 
 from pyspec.model import Model  # noqa: E402
 from pyspec.tokenizer import Tokenizer  # noqa: E402
@@ -41,8 +45,16 @@ def main(argv=None) -> int:
         got = model(torch.tensor([ids], device=model.inv_freq.device))[0].float().cpu().numpy()
     diff = float(np.abs(got - want).max())
     agree = bool((got.argmax(-1) == want.argmax(-1)).all())
-    print(json.dumps({"positions": len(ids), "max_abs_logit_diff": diff, "argmax_agree": agree}))
-    return 0 if agree and diff < 1e-2 * float(np.abs(want).max()) else 1
+    w = model.layers[0].attn_q.weight.detach().float().cpu().requires_grad_(True)
+    fake = FakeQ4_1()(w)
+    fake.sum().backward()
+    q41 = float(np.abs(fake.detach().numpy() - quantized_like(w.detach().numpy(),
+                                                              quant.Q4_1.type_id)).max())
+    straight = bool((w.grad == 1).all())
+    print(json.dumps({"positions": len(ids), "max_abs_logit_diff": diff, "argmax_agree": agree,
+                      "fake_q4_1_max_diff": q41, "straight_through": straight}))
+    return 0 if (agree and diff < 1e-2 * float(np.abs(want).max()) and q41 < 1e-6
+                 and straight) else 1
 
 
 if __name__ == "__main__":

@@ -82,6 +82,22 @@ def test_guard_keeps_speculation_when_it_pays():
     assert sum(v for k, v in hist.items() if k > 0) > 150, hist
 
 
+def test_a_wide_lead_is_re_measured_less_often():
+    # Each champion-only re-measurement is a cycle that does not speculate. Where speculation
+    # leads by far (here about 4x), a drift of LEAD would not change the decision, so champion-
+    # only is re-measured every REMEASURE_LONG cycles; a narrow lead (about 1.1x: accepted
+    # less often, rows that cost) keeps the short interval.
+    wide = run_guard(t_target=1.0, t_verify_per_row=0.01, t_draft=0.01, accept_prob=0.9,
+                     cycles=400)
+    narrow = run_guard(t_target=1.0, t_verify_per_row=0.1, t_draft=0.1, accept_prob=0.28,
+                       cycles=400)
+    best = lambda s: max(s.cost.rate(k) for k in range(1, 5)) / s.cost.rate(0)  # noqa: E731
+    assert 1.05 < best(narrow) < schedule.LEAD < 2 < best(wide)
+    assert sum(v for k, v in narrow.k_history.items() if k > 0) > 300, narrow.k_history
+    assert wide.counts["baseline"] <= 400 // schedule.REMEASURE_LONG + 2, wide.counts
+    assert narrow.counts["baseline"] >= 400 // (schedule.PROBE_EVERY + 1) - 2, narrow.counts
+
+
 def test_the_guard_drafts_the_fastest_length_up_to_the_policys_k():
     # A draft model: every draft is a serial step costing a quarter of a pass, and each later
     # position is accepted less often (0.7, then 0.4, 0.2, 0.1 given the ones before). Rates,

@@ -387,12 +387,17 @@ class Schedule:
         # Nothing pays: off (shadowed: until the previews say otherwise), else wait twice as long
         # before the next probe (up to PROBE_MAX); at once PROBE_MAX when even a draft that is
         # always right would lose, as on a software GPU adapter, whose pass over k + 1 rows
-        # costs about k + 1 one-row passes.
+        # costs about k + 1 one-row passes. Where the drafts are made in the cycle, their time
+        # is a share of the cycle's by command count, an estimate: there only the verify pass
+        # (drafts free and always right) can make that verdict. On the H200 a draft whose
+        # 2-draft cycles cost about 1.5 passes was kept off for whole requests without a probe,
+        # which only this verdict does (bench/results/README.md, "A trap in the guard").
         if not self.off:
             self.off = True
             self.since_probe = 0
-            hopeless = all((j + 1) / (j * (cost.t_draft or 0.0) + cost.verify_time(j))
-                           <= MARGIN * base for j in range(1, k + 1))
+            t_draft = 0.0 if self.in_cycle else (cost.t_draft or 0.0)
+            hopeless = all((j + 1) / (j * t_draft + cost.verify_time(j)) <= MARGIN * base
+                           for j in range(1, k + 1))
             self.probe_every = PROBE_MAX if hopeless else min(2 * self.probe_every, PROBE_MAX)
         self.counts["guard_off"] += 1
         return 0

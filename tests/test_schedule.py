@@ -179,6 +179,25 @@ def test_guard_waits_longest_when_even_perfect_drafts_would_lose():
     assert sum(v for k, v in hist.items() if k > 0) <= 3, hist
 
 
+def test_drafts_made_in_the_cycle_are_judged_hopeless_by_the_verify_pass_alone():
+    # Drafts made in the cycle (a draft model fed on the device) have their time estimated as a
+    # share of the cycle's. Here that estimate says a draft costs a whole pass, so with the
+    # drafts counted even always-right drafts would lose; the verify pass alone (rows nearly
+    # free) says they would win. Drafted in the cycle, the guard must keep probing (waits that
+    # double) rather than wait PROBE_MAX; drafted on the host, the old verdict stands.
+    def drive(in_cycle: bool) -> schedule.Schedule:
+        sched = schedule.Schedule(schedule.Heuristic(), in_cycle=in_cycle)
+        for _ in range(60):
+            k = sched.next_k()
+            sched.observe(k, 0, 1.0 * k, 1.0 + 0.05 * k)
+        return sched
+
+    host, device = drive(False), drive(True)
+    assert host.probe_every == schedule.PROBE_MAX
+    assert device.probe_every < schedule.PROBE_MAX
+    assert device.counts["probes"] >= 2 > host.counts["probes"], (device.counts, host.counts)
+
+
 def test_a_pipelining_executor_measures_champion_only_ahead():
     """Where champion-only cycles go ahead (gpu/backend.py), a baseline is two k = 0 cycles and
     the champion-only rate is the pipelined one: drafting that beats a cycle-by-cycle champion

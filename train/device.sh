@@ -11,6 +11,7 @@
 # models/draft-l4.gguf and the prompt sets is 48 MB of the 64 MiB a call carries. Call `setup`
 # with .h200a ... .h200f in turn, then `setup PHASE...` with .h200g (which also holds
 # public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
+#   GEN_PARTS=2 bash train/device.sh genback  # earlier answers, carried back part by part
 #   bash train/device.sh train     # generate (resumable) + distill + export $W/models/$NAME.gguf
 #                                  # (the two phases alone: gen, distill)
 #   bash train/device.sh selfprompts  # the champion writes SELF_N (10000) user messages; `gen`
@@ -111,6 +112,20 @@ eagle() {
         | tee -a "$OUT/train.log"
     cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
     if [ -f $W/models/$NAME.gguf ]; then cp $W/models/$NAME.gguf "$OUT/"; fi
+}
+
+genback() {
+    # answers generated in an earlier session (gen's $OUT/gen.tar.gz.partNN, kept off git) come
+    # back in carried folders, at most one call's 64 MiB each: every call with a part copies it
+    # into $W; once the last has arrived (GEN_PARTS of them), they are unpacked into $W/gen,
+    # and `gen` goes on from the first shard missing.
+    local f
+    for f in .h200?/gen.tar.gz.part*; do
+        if [ -f "$f" ]; then cp "$f" $W/; fi
+    done
+    if [ "$(ls $W/gen.tar.gz.part* 2>/dev/null | wc -l)" -ge "${GEN_PARTS:-1}" ]; then
+        cat $W/gen.tar.gz.part* | tar xzf - -C $W && ls $W/gen | wc -l
+    fi
 }
 
 train() { gen; distill; }

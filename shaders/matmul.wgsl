@@ -11,8 +11,7 @@
 // `lanes` threads of an output group take the blocks lane, lane + lanes, ... Rows go in tiles of
 // 4: a tile's accumulator is a mat4x4 (column o = output j0 + o, component k = row r0 + k), named so
 // that it stays in registers (an indexed array becomes memory on CPU adapters). Each x value a
-// thread loads serves its 4 outputs, and each weight 4 rows (8 while more than 4 rows are left:
-// two tiles from one sweep, tiles_quant): on CPU adapters (lavapipe,
+// thread loads serves its 4 outputs, and each weight 4 rows: on CPU adapters (lavapipe,
 // SwiftShader) every non-uniform storage load is a per-invocation scalar loop, so loads are
 // the cost to cut. x rows past step.rows are not loaded (they read as 0 and are never stored).
 // lanes = 1 (CPU adapters): a thread stores its sums directly, no barrier. lanes > 1: one
@@ -172,20 +171,6 @@ fn mac(kind: u32, t: ptr<function, Tile>, b0: Block, b1: Block, b2: Block, b3: B
                            a[2] + chunk(kind, b2, i) * xt, a[3] + chunk(kind, b3, i) * xt);
 }
 
-// acc += block b of outputs j0..j0+3 (blocks b0..b3) . rows r0..r0+3 of x, chunk by chunk
-// (c: the block's first vec4 column in row r0).
-fn mac_block(kind: u32, t: ptr<function, Tile>, b0: Block, b1: Block, b2: Block, b3: Block,
-             c: u32, r0: u32, rows: u32, rs: u32) {
-    mac(kind, t, b0, b1, b2, b3, 0u, c, r0, rows, rs);
-    mac(kind, t, b0, b1, b2, b3, 1u, c + 1u, r0, rows, rs);
-    mac(kind, t, b0, b1, b2, b3, 2u, c + 2u, r0, rows, rs);
-    mac(kind, t, b0, b1, b2, b3, 3u, c + 3u, r0, rows, rs);
-    mac(kind, t, b0, b1, b2, b3, 4u, c + 4u, r0, rows, rs);
-    mac(kind, t, b0, b1, b2, b3, 5u, c + 5u, r0, rows, rs);
-    mac(kind, t, b0, b1, b2, b3, 6u, c + 6u, r0, rows, rs);
-    mac(kind, t, b0, b1, b2, b3, 7u, c + 7u, r0, rows, rs);
-}
-
 // This thread's partial sums of outputs j0..j0+3 over rows r0..r0+3 (quantized weights).
 fn tile_quant(kind: u32, j0: u32, lane: u32, r0: u32, rows: u32) -> Tile {
     let nb = params.n_in / 32u;
@@ -197,52 +182,17 @@ fn tile_quant(kind: u32, j0: u32, lane: u32, r0: u32, rows: u32) -> Tile {
         let b1 = load_block(kind, j.y, b, nb);
         let b2 = load_block(kind, j.z, b, nb);
         let b3 = load_block(kind, j.w, b, nb);
-        mac_block(kind, &t, b0, b1, b2, b3, r0 * rs + b * 8u, r0, rows, rs);
+        let c = r0 * rs + b * 8u;
+        mac(kind, &t, b0, b1, b2, b3, 0u, c, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 1u, c + 1u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 2u, c + 2u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 3u, c + 3u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 4u, c + 4u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 5u, c + 5u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 6u, c + 6u, r0, rows, rs);
+        mac(kind, &t, b0, b1, b2, b3, 7u, c + 7u, r0, rows, rs);
     }
     return t;
-}
-
-// Two row tiles from one sweep of the weights: rows r0..r0+3 (lo) and r0+4..r0+7 (hi), where
-// rows > r0 + 4. Each block is loaded once and serves 8 rows; each row's accumulator takes the
-// same macs in the same order as in tile_quant, so which tile holds a row changes no bit.
-struct Tiles {
-    lo: Tile,
-    hi: Tile,
-}
-
-fn tiles_quant(kind: u32, j0: u32, lane: u32, r0: u32, rows: u32) -> Tiles {
-    let nb = params.n_in / 32u;
-    let rs = params.n_in / 4u;
-    let j = vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
-    var lo = Tile();
-    var hi = Tile();
-    for (var b = lane; b < nb; b += params.lanes) {
-        let b0 = load_block(kind, j.x, b, nb);
-        let b1 = load_block(kind, j.y, b, nb);
-        let b2 = load_block(kind, j.z, b, nb);
-        let b3 = load_block(kind, j.w, b, nb);
-        mac_block(kind, &lo, b0, b1, b2, b3, r0 * rs + b * 8u, r0, rows, rs);
-        mac_block(kind, &hi, b0, b1, b2, b3, (r0 + 4u) * rs + b * 8u, r0 + 4u, rows, rs);
-    }
-    return Tiles(lo, hi);
-}
-
-// Every row tile of a pass, kept (stored, or parked for the lanes' reduction): two tiles per
-// sweep of the weights while more than 4 rows are left, then one.
-fn keep_quant(kind: u32, t: u32, j0: u32, rows: u32) {
-    let lane = t % params.lanes;
-    var r0 = 0u;
-    while (r0 < rows) {
-        if (rows - r0 > 4u) {
-            let two = tiles_quant(kind, j0, lane, r0, rows);
-            keep(t, j0, r0, rows, two.lo);
-            keep(t, j0, r0 + 4u, rows, two.hi);
-            r0 += 8u;
-        } else {
-            keep(t, j0, r0, rows, tile_quant(kind, j0, lane, r0, rows));
-            r0 += 4u;
-        }
-    }
 }
 
 // The folded norm's scale of a row from its sum of squares.
@@ -454,7 +404,9 @@ fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
         keep_one_tile(t, j0, rows, tile_quant(Q4_1, j0, t % params.lanes, 0u, rows));
         return;
     }
-    keep_quant(Q4_1, t, j0, rows);
+    for (var r0 = 0u; r0 < rows; r0 += 4u) {
+        keep(t, j0, r0, rows, tile_quant(Q4_1, j0, t % params.lanes, r0, rows));
+    }
     reduce_store(t, j0, rows);
 }
 
@@ -467,7 +419,9 @@ fn matmul_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
         keep_one_tile(t, j0, rows, tile_quant(Q8_0, j0, t % params.lanes, 0u, rows));
         return;
     }
-    keep_quant(Q8_0, t, j0, rows);
+    for (var r0 = 0u; r0 < rows; r0 += 4u) {
+        keep(t, j0, r0, rows, tile_quant(Q8_0, j0, t % params.lanes, r0, rows));
+    }
     reduce_store(t, j0, rows);
 }
 

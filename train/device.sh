@@ -6,11 +6,12 @@
 #   bash train/device.sh setup     # champion parts, Vulkan loaders (.gl), wgpu wheels (.whl)
 #                                  # into $W/site: whatever the call carried
 #
-# The champion (98 MB) travels in seven parts of 15 MB, .h200a/champ.a ... .h200g/champ.g
-# (`split -b 15000000 -a 1 CHAMPION champ.`), one carried folder per call: the tree with
-# models/draft-l4.gguf and the prompt sets is 48 MB of the 64 MiB a call carries. Call `setup`
-# with .h200a ... .h200f in turn, then `setup PHASE...` with .h200g (which also holds
+# The champion (98 MB) travels in eight parts of 13 MB, .h200a/champ.a ... .h200h/champ.h
+# (`split -b 13000000 -a 1 CHAMPION champ.`), one carried folder per call: the tree with
+# models/draft-l4.gguf and the prompt sets is 50.6 MiB of the 64 MiB a call carries. Call `setup`
+# with .h200a ... .h200g in turn, then `setup PHASE...` with .h200h (which also holds
 # public.jsonl), .whl and .gl; the machine keeps /tmp only while warm (30 s between calls).
+# Answers kept from an earlier session go back the same way, in parts of 13 MB.
 #   GEN_PARTS=2 bash train/device.sh genback  # earlier answers, carried back part by part
 #   bash train/device.sh train     # generate (resumable) + distill + export $W/models/$NAME.gguf
 #                                  # (the two phases alone: gen, distill)

@@ -89,7 +89,7 @@ gen() {
         --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" \
         --seed "${GEN_SEED:-0}" "${prompts[@]}" \
         2>&1 | tee -a "$OUT/train.log"
-    (cd $W && tar cf - gen) | gzip -1 | split -b 15M -d - "$OUT/gen.tar.gz.part"
+    (cd $W && tar cf - gen) | gzip -1 | split -b 13000000 -d - "$OUT/gen.tar.gz.part"
 }
 
 distill() {

@@ -10,7 +10,7 @@ lies outside the N ids; what it saves is the head product, most of a draft step 
 Reports, for each N: the share of the training answers' tokens inside the N ids, the share of
 the champion's greedy tokens on the workload inside them, acceptance at --k fixed:4 on the
 workload (engine runs, greedy), and the draft's one-token step time (head included), median
-of --reps steps. Frequencies come from the training shards (train/generate.py's npz files),
+of --reps steps, timed as scripts/bench_draft_cost.py times a step. Frequencies come from the training shards (train/generate.py's npz files),
 never from the workload.
 
     .venv/bin/python scripts/reduced_vocab.py --data GEN_DIR --workload ../shared/workloads/public.jsonl \
@@ -23,14 +23,14 @@ import argparse
 import glob
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 
+from bench_draft_cost import numpy_step_s  # noqa: E402  (scripts/: the step timing it reports)
 from pyspec import trained_draft_path  # noqa: E402
 from pyspec.bench import first_per_stratum, read_workload  # noqa: E402
 from pyspec.cpu import CPUBackend  # noqa: E402
@@ -66,17 +66,6 @@ def frequencies(data: str, vocab: int) -> np.ndarray:
     return counts
 
 
-def step_time(model: Model, reps: int) -> float:
-    kv = model.new_cache(256)
-    model.forward([1, 2, 3], kv, exact=False)
-    times = []
-    for i in range(reps):
-        t0 = time.perf_counter()
-        model.forward([100 + i], kv, exact=False)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="train/generate.py's shard folder")
@@ -102,7 +91,7 @@ def main() -> int:
                  for p in prompts]
     greedy = np.concatenate([np.asarray(t, np.int64) for t in reference])
 
-    rows = []
+    rows, champion_steps = [], []
     for n in [*sizes, None]:
         ids = None if n is None else np.sort(order[:n])
         model = ReducedHead(GGUFFile.open(draft_path), ids)
@@ -121,13 +110,15 @@ def main() -> int:
                "workload_greedy_coverage": float(inside[greedy].mean()),
                "acceptance_fixed4": accepted / max(drafted, 1),
                "identical": f"{identical}/{len(prompts)}",
-               "draft_step_s": step_time(model, args.reps)}
+               "draft_step_s": None}
+        champion_s, row["draft_step_s"] = numpy_step_s(champion, model, args.reps)
+        champion_steps.append(champion_s)
         rows.append(row)
         print(json.dumps(row), flush=True)
     full = rows[-1]
     for r in rows:
         r["draft_step_vs_full"] = r["draft_step_s"] / full["draft_step_s"]
-    champion_step = step_time(champion, args.reps)
+    champion_step = sorted(champion_steps)[len(champion_steps) // 2]
     result = {"draft": os.path.basename(draft_path), "prompts": len(prompts),
               "max_tokens": args.max_tokens, "champion_step_s": champion_step,
               "rows": rows}

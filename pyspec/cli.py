@@ -16,7 +16,7 @@ import numpy as np
 
 from . import champion_path, conversation, receipts
 from .conversation import Fitted
-from .compat import check_pair
+from .compat import IncompatiblePairError, bind_borrowed, check_pair
 from .drafters.eagle import binding_problem, is_eagle
 from .cpu import CPUBackend
 from .drafters import parse_draft
@@ -312,6 +312,14 @@ def cmd_check_pair(args) -> int:
         else:
             report.notes.append("an EAGLE-style head over this champion's states (the numpy "
                                 "engine runs it: --backend cpu)")
+    if report.ok and draft_file.borrowed:   # tensors read from the champion: the same bytes?
+        try:
+            names = bind_borrowed(draft_file, champion_file)
+        except IncompatiblePairError as e:
+            report.ok, report.reasons = False, [str(e)]
+        else:
+            report.notes.append(f"borrows {', '.join(names)} from this champion (the same "
+                                "bytes, checked by sha256)")
     if args.json:
         print(json.dumps(report.to_json()))
     else:

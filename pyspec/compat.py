@@ -28,6 +28,10 @@ incompatible_draft, which says why and what to do):
 A draft whose pre-tokenizer pyspec lacks is read with the champion family's split (`smollm`): the
 split only shapes the draft's view of the context (speed), never the bridge (its byte strings).
 
+A draft that borrows tensors from its champion (gguf.py: the token embedding, so that the draft
+file holds only its layers) is bound to champions that hold those very bytes:
+`bind_borrowed` checks each one's type and sha256 and lends them, else IncompatiblePairError.
+
 Not here: drafting through a bridge (drafters/bridge.py), loading models (load.py).
 """
 
@@ -136,6 +140,27 @@ def _read_tokenizer(md: dict, who: str, notes: list[str]) -> Tokenizer:
         tok.pre = pre  # its fingerprint stays its own: not "identical" to a smollm tokenizer
         return tok
     return Tokenizer.from_metadata(md)
+
+
+def bind_borrowed(draft, champion) -> list[str]:
+    """Let `draft` (a GGUFFile) read the tensors it borrows from `champion`'s file (a GGUFFile),
+    once each is checked to be the same type and the same bytes as when the draft was written.
+    Returns the borrowed names (none for a draft that holds all its tensors)."""
+    for b in draft.borrowed.values():
+        if not champion.has(b.name) or b.name in champion.borrowed:
+            raise IncompatiblePairError(
+                f"{draft.source} borrows {b.name} from its champion, and {champion.source} "
+                "has no such tensor: use the champion the draft was trained beside")
+        t = champion.tensor(b.name)
+        if t.type_id != b.type_id or champion.tensor_sha256(b.name) != b.sha256:
+            raise IncompatiblePairError(
+                f"{draft.source} borrows {b.name} from the champion it was trained beside "
+                f"(sha256 of those bytes {b.sha256[:12]}...), and {champion.source}'s "
+                f"{b.name} is other bytes: use that champion, or a draft that holds its own "
+                "embedding, or ngram")
+    if draft.borrowed:
+        draft.lend(champion)
+    return list(draft.borrowed)
 
 
 def check_pair(champion_md: dict, draft_md: dict) -> PairReport:

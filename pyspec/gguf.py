@@ -6,7 +6,14 @@ of the aligned tensor data. Every length, count and offset is checked against th
 is used, so a malformed, truncated or unsupported file raises `GGUFError` with the byte offset and
 the reason; it never raises IndexError and never loops on a huge count.
 
-The writer exists to make small test models; it writes the same layout (spec:
+A draft may *borrow* tensors from the champion it was trained beside instead of holding copies
+(the token embedding, 30 MB of this champion's 98): its metadata lists them under
+`pyspec.borrowed.*` (names, ggml types, the sha256 of each tensor's bytes), and
+`lend(champion_file)` makes them readable from the champion's buffer. Until then reading one
+says that the file is a draft to load beside its champion. Which champion may lend is the
+pairing's question (`compat.bind_borrowed`).
+
+The writer exists to make small test models and drafts; it writes the same layout (spec:
 github.com/ggml-org/ggml/blob/master/docs/gguf.md). Dequantization lives in `quant.py`.
 """
 
@@ -68,6 +75,19 @@ class TensorInfo:
 
 
 _U64 = struct.Struct("<Q")
+
+# Metadata keys of borrowed tensors: parallel arrays, one entry per borrowed tensor.
+BORROWED_NAMES = "pyspec.borrowed.tensors"
+BORROWED_TYPES = "pyspec.borrowed.types"
+BORROWED_SHA256 = "pyspec.borrowed.sha256"
+
+
+@dataclass(frozen=True)
+class Borrowed:
+    """A tensor a draft reads from its champion's file: its name, ggml type and bytes' sha256."""
+    name: str
+    type_id: int
+    sha256: str
 
 
 class _Cursor:
@@ -221,6 +241,36 @@ class GGUFFile:
                 cur.fail(f"tensor {name!r} data [{off}, {off + nbytes}) runs past the end of the "
                          f"file ({cur.size} bytes): the file is truncated", start)
             self.tensors[name] = TensorInfo(name, shape, type_id, off, nbytes)
+        self.borrowed = self._read_borrowed(cur)
+        self._lender: GGUFFile | None = None
+        self._tensor_sha256: dict[str, str] = {}
+
+    def _read_borrowed(self, cur: "_Cursor") -> dict[str, Borrowed]:
+        md = self.metadata
+        names, types, hashes = (md.get(k, []) for k in (BORROWED_NAMES, BORROWED_TYPES,
+                                                        BORROWED_SHA256))
+        if not (isinstance(names, list) and isinstance(types, list) and isinstance(hashes, list)
+                and len(names) == len(types) == len(hashes)):
+            cur.fail(f"{BORROWED_NAMES}, {BORROWED_TYPES} and {BORROWED_SHA256} must be arrays "
+                     "of one length")
+        out = {}
+        for name, type_id, sha in zip(names, types, hashes):
+            if not (isinstance(name, str) and isinstance(sha, str) and len(sha) == 64
+                    and type_id in quant.FORMATS):
+                cur.fail(f"malformed borrowed-tensor entry {name!r}")
+            if name in self.tensors or name in out:
+                cur.fail(f"tensor {name!r} is both held and borrowed")
+            out[name] = Borrowed(name, int(type_id), sha)
+        return out
+
+    def lend(self, lender: "GGUFFile") -> None:
+        """Read the borrowed tensors from `lender`'s buffer from now on. Checks only that it
+        holds them; compat.bind_borrowed checks that they are the very bytes (sha256)."""
+        missing = [n for n in self.borrowed if n not in lender.tensors]
+        if missing:
+            raise GGUFError(f"borrows {', '.join(missing)} from its champion, and "
+                            f"{lender.source} has no such tensor", None, self.source)
+        self._lender = lender
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "GGUFFile":
@@ -234,19 +284,36 @@ class GGUFFile:
         return cls(buf, os.path.basename(os.fspath(path)))
 
     def raw(self, name: str) -> np.ndarray:
-        """Zero-copy uint8 view of a tensor's bytes."""
+        """Zero-copy uint8 view of a tensor's bytes (a borrowed one's in its lender's buffer)."""
         t = self.tensor(name)
-        return np.frombuffer(self.buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
+        buf = self.buf if name in self.tensors else self._lender.buf
+        return np.frombuffer(buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
 
     def tensor(self, name: str) -> TensorInfo:
-        if name not in self.tensors:
-            raise GGUFError(f"tensor {name!r} is missing", None, self.source)
-        return self.tensors[name]
+        if name in self.tensors:
+            return self.tensors[name]
+        if name in self.borrowed:
+            if self._lender is None:
+                raise GGUFError(f"tensor {name!r} is borrowed from the champion this draft was "
+                                "trained beside: load the file as a draft with that champion "
+                                "(--draft PATH), not on its own", None, self.source)
+            return self._lender.tensors[name]
+        raise GGUFError(f"tensor {name!r} is missing", None, self.source)
+
+    def has(self, name: str) -> bool:
+        """Whether the file holds or borrows tensor `name`."""
+        return name in self.tensors or name in self.borrowed
 
     def dequantize(self, name: str) -> np.ndarray:
         """A tensor as float32 in numpy order (shape = GGUF dims reversed)."""
         t = self.tensor(name)
         return quant.dequantize(self.raw(name), t.type_id, t.shape)
+
+    def tensor_sha256(self, name: str) -> str:
+        """The sha256 of a tensor's bytes (computed once per file object)."""
+        if name not in self._tensor_sha256:
+            self._tensor_sha256[name] = hashlib.sha256(self.raw(name)).hexdigest()
+        return self._tensor_sha256[name]
 
     def sha256(self) -> str:
         h = hashlib.sha256()
@@ -284,10 +351,28 @@ def _pack_value(v) -> tuple[int, bytes]:
     raise TypeError(f"cannot store {type(v).__name__} in GGUF metadata")
 
 
+@dataclass(frozen=True)
+class RawTensor:
+    """Tensor bytes written as they are (already in `type_id`'s blocks), e.g. copied from
+    another file with GGUFFile.raw."""
+    data: np.ndarray     # uint8
+    shape: tuple         # numpy order
+    type_id: int
+
+
+def borrowed_metadata(lender: GGUFFile, names: list[str]) -> dict[str, list]:
+    """The metadata that makes a file borrow tensors `names` from `lender` (its champion)."""
+    infos = [lender.tensor(n) for n in names]
+    return {BORROWED_NAMES: list(names),
+            BORROWED_TYPES: [t.type_id for t in infos],
+            BORROWED_SHA256: [lender.tensor_sha256(n) for n in names]}
+
+
 def write(path: str | os.PathLike, metadata: dict[str, Any],
-          tensors: dict[str, tuple[np.ndarray, int]], alignment: int | None = None) -> None:
-    """Write a GGUF v3 file. `tensors` maps name -> (float values in numpy order, ggml type id);
-    values are quantized with quant.quantize. `alignment` defaults to metadata's
+          tensors: dict[str, tuple[np.ndarray, int] | RawTensor],
+          alignment: int | None = None) -> None:
+    """Write a GGUF v3 file. `tensors` maps name -> (float values in numpy order, ggml type id),
+    values quantized with quant.quantize, or -> a RawTensor, written byte for byte. `alignment` defaults to metadata's
     general.alignment, else 32; any other value is stored as general.alignment so that readers
     find the data (as UINT32: the spec's type, which the gguf package insists on)."""
     md_alignment = metadata.get("general.alignment")
@@ -305,20 +390,31 @@ def write(path: str | os.PathLike, metadata: dict[str, Any],
                        else _pack_value(v))
         head += [_pack_string(key), struct.pack("<I", vtype), blob]
     blobs, rel = [], 0
-    for name, (values, type_id) in tensors.items():
-        values = np.asarray(values)
-        dims = tuple(reversed(values.shape))
+    for name, spec in tensors.items():
+        if isinstance(spec, RawTensor):
+            shape, type_id = tuple(spec.shape), spec.type_id
+        else:
+            values, type_id = np.asarray(spec[0]), spec[1]
+            shape = values.shape
+        dims = tuple(reversed(shape))
         # Why: refuse here what the reader would refuse, rather than write an unreadable file.
         if type_id not in quant.FORMATS:
             raise ValueError(f"tensor {name!r}: unsupported ggml type {type_id}")
         fmt = quant.FORMATS[type_id]
         if not 1 <= len(dims) <= MAX_DIMS or 0 in dims or dims[0] % fmt.block_elems:
-            raise ValueError(f"tensor {name!r}: shape {values.shape} cannot be stored as "
+            raise ValueError(f"tensor {name!r}: shape {shape} cannot be stored as "
                              f"{fmt.name} (1..{MAX_DIMS} non-empty dims, the last a multiple "
                              f"of {fmt.block_elems})")
         head += [_pack_string(name), struct.pack("<I", len(dims)),
                  struct.pack(f"<{len(dims)}Q", *dims), struct.pack("<IQ", type_id, rel)]
-        blob = quant.quantize(values, type_id).tobytes()
+        if isinstance(spec, RawTensor):
+            blob = np.asarray(spec.data, dtype=np.uint8).tobytes()
+            n = int(np.prod(shape))
+            if len(blob) != fmt.nbytes(n):
+                raise ValueError(f"tensor {name!r}: {len(blob)} bytes, but {shape} as "
+                                 f"{fmt.name} takes {fmt.nbytes(n)}")
+        else:
+            blob = quant.quantize(values, type_id).tobytes()
         pad = -len(blob) % alignment
         blobs.append(blob + b"\0" * pad)
         rel += len(blob) + pad

@@ -12,7 +12,7 @@ Not here: the generation loop (engine.py), the cycle (cycle.py).
 from __future__ import annotations
 
 from . import champion_path
-from .compat import check_pair
+from .compat import bind_borrowed, check_pair
 from .cpu import CPUBackend
 from .fastcpu import FastModel
 from .drafters import BridgedModel
@@ -42,11 +42,13 @@ def load_champion(path: str | None, backend: str = "cpu",
 def load_draft_checked(champion):
     """A loader for a draft model's GGUF path: the Model for a draft with the champion's
     tokenizer, a drafters.BridgedModel for one with another vocabulary (compat.py's classes),
-    compat.IncompatiblePairError (which says why) for a pair that cannot be bridged."""
+    compat.IncompatiblePairError (which says why) for a pair that cannot be bridged, or for a
+    draft that borrows tensors this champion does not hold byte for byte."""
     def load(path: str):
         draft_file = GGUFFile.open(path)
         report = check_pair(champion.metadata, draft_file.metadata)
         report.raise_if_bad()
+        bind_borrowed(draft_file, champion.file)   # its embedding may be the champion's
         if is_eagle(draft_file.metadata):
             return EagleHead(draft_file, champion)
         model = Model(draft_file)

@@ -186,3 +186,17 @@ def write_eagle_head(path, champion_path, *, noise: float = 0.1, seed: int = 0,
            "pyspec.eagle.champion_sha256": champion_sha256 or f.sha256()}
     gguf.write(path, md, {name: (v, quant.F32.type_id if name.endswith("norm.weight")
                                  else matrix_type) for name, v in w.items()})
+
+
+def write_borrowing_draft(path, champion_path, weights: dict[str, np.ndarray], n_layers: int,
+                          borrow: tuple[str, ...] = ("token_embd.weight",),
+                          matrix_type: int = quant.Q4_1.type_id) -> None:
+    """A draft of the champion's shape and tokenizer that holds `weights` (its layers and final
+    norm, in the champion's tensor names) and borrows the tensors `borrow` from the champion GGUF
+    at `champion_path` (gguf.py): the shipped draft's layout, small."""
+    f = gguf.GGUFFile.open(champion_path)
+    md = {k: v for k, v in f.metadata.items() if k != "general.name"}
+    md |= {"general.name": "pyspec-tiny-borrowing-draft", "llama.block_count": n_layers,
+           **gguf.borrowed_metadata(f, list(borrow))}
+    gguf.write(path, md, {n: (v, quant.F32.type_id if n.endswith("norm.weight") else matrix_type)
+                          for n, v in weights.items() if n not in borrow})

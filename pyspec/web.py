@@ -24,7 +24,7 @@ import time
 import traceback
 
 from . import __version__, conversation, quant
-from .compat import check_pair
+from .compat import bind_borrowed, check_pair
 from .cpu import CPUBackend
 from .drafters import BridgedModel, Combo, DraftSpecError, model_drafter, parse_draft
 from .drafters.eagle import is_eagle
@@ -421,6 +421,7 @@ class Session:
                 draft_file = GGUFFile(draft_buf, opts.get("draft_name") or "draft")
                 pair = check_pair(file.metadata, draft_file.metadata)   # its class (compat.py)
                 pair.raise_if_bad()
+                bind_borrowed(draft_file, file)     # its embedding may be the champion's
                 if is_eagle(draft_file.metadata):
                     raise DraftSpecError(f"{draft_file.source} is an EAGLE-style head: it runs "
                                          "in the numpy engine of the CLI so far, not in the "

@@ -36,6 +36,7 @@ from pyspec.bench import first_per_stratum, read_workload  # noqa: E402
 from pyspec.cpu import CPUBackend  # noqa: E402
 from pyspec.drafters.model_draft import ModelDrafter  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
+from pyspec.compat import bind_borrowed  # noqa: E402
 from pyspec.gguf import GGUFFile  # noqa: E402
 from pyspec.load import load_champion  # noqa: E402
 from pyspec.model import Model  # noqa: E402
@@ -94,7 +95,9 @@ def main() -> int:
     rows, champion_steps = [], []
     for n in [*sizes, None]:
         ids = None if n is None else np.sort(order[:n])
-        model = ReducedHead(GGUFFile.open(draft_path), ids)
+        draft_file = GGUFFile.open(draft_path)
+        bind_borrowed(draft_file, champion.file)   # a draft may read the champion's embedding
+        model = ReducedHead(draft_file, ids)
         engine = Engine(CPUBackend(champion, ModelDrafter(model)), tok)
         drafted = accepted = 0
         identical = 0

@@ -24,8 +24,9 @@
 # Settings (environment): NAME (draft-l4), LAYERS (0,10,20,29), MATRIX (Q4_1), GEN_MIN (3.4),
 # GEN_SEED (0: which answers, and which prompts first), TRAIN_MIN (4.0), STEPS (1300);
 # REFERENCE (a KL-distilled draft: token-selective distillation against it) and KEEP (0.8);
-# INIT (a draft GGUF to go on from) and QAT (1: train on the Q4_1 grid). What should come back
-# is copied under $OUT.
+# INIT (a draft GGUF to go on from) and QAT (1: train on the Q4_1 grid); BORROW (1: train with
+# the champion's own embedding and write a draft that borrows it) and GROW (champion layers to
+# insert into INIT's, e.g. 5,15). What should come back is copied under $OUT.
 set -euo pipefail
 # The device machine's scratch folder (kept only while the machine stays warm).
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}
@@ -97,7 +98,7 @@ distill() {
     python3 train/distill.py --champion $W/champ.gguf --data $W/gen --layers "$LAYERS" \
         --work $W/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
         ${REFERENCE:+--reference "$REFERENCE" --keep "$KEEP"} ${INIT:+--init "$INIT"} \
-        ${QAT:+--qat} \
+        ${QAT:+--qat} ${BORROW:+--borrow-embedding} ${GROW:+--grow "$GROW"} \
         --gguf $W/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
     cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
     if [ -f $W/models/$NAME.gguf ]; then

@@ -53,7 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate import SEEDS, held_out  # noqa: E402
 from seed_prompts import read_jsonl  # noqa: E402
-from llama_torch import FakeQ4_1, cosine, from_gguf, n_params, quantized_like, to_gguf  # noqa: E402
+from llama_torch import (FakeQ4_1, cosine, from_gguf, grow, n_params, quantized_like,  # noqa: E402
+                         to_gguf)
+
+from pyspec.gguf import GGUFFile  # noqa: E402
 
 from pyspec import quant  # noqa: E402
 from pyspec.model import LAYER_TENSORS  # noqa: E402
@@ -282,6 +285,12 @@ def main(argv=None) -> int:
     ap.add_argument("--qat", action="store_true",
                     help="quantization-aware: the layer matrices train as Q4_1 reads them back "
                          "(straight-through gradient); needs --matrix-type Q4_1")
+    ap.add_argument("--borrow-embedding", action="store_true",
+                    help="train with the champion's own token embedding (as its file reads back) "
+                         "and write a draft that borrows it instead of a Q4_1 copy")
+    ap.add_argument("--grow", default="",
+                    help="champion layers to insert, one after each of the starting draft's "
+                         "layers in turn, their output products zeroed (llama_torch.grow)")
     args = ap.parse_args(argv)
     t0 = time.time()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -295,18 +304,32 @@ def main(argv=None) -> int:
     if args.qat and args.matrix_type != "Q4_1":
         ap.error("--qat trains for the Q4_1 grid: give --matrix-type Q4_1")
     if args.init:
-        draft, init_md = from_gguf(args.init, device=dev)
+        draft, init_md = from_gguf(args.init, device=dev, lender=args.champion)
         layers = list(init_md.get("pyspec.draft.init_layers", layers))
     else:
         draft, _ = from_gguf(args.champion, layers=layers, device=dev)
+    if args.borrow_embedding:   # the champion's embedding as pyspec reads it (Q8_0 here)
+        with torch.no_grad():
+            draft.tok_embd.weight.copy_(teacher.tok_embd.weight)
+    grown_check = None
+    if args.grow:
+        picks = [int(x) for x in args.grow.split(",")]
+        probe = torch.randint(0, draft.s.vocab, (2, 48), device=dev)
+        with torch.no_grad():
+            before = draft(probe)
+            draft = grow(draft, teacher, picks)
+            grown_check = float((draft(probe) - before).abs().max())   # 0: the same function
+        layers = [x for i, a in enumerate(layers)
+                  for x in ([a, picks[i]] if i < len(picks) else [a])]
     if args.qat:
         for layer in draft.layers:
             for name in LAYER_TENSORS:
                 if not name.endswith("norm"):
                     parametrize.register_parametrization(getattr(layer, name), "weight", FakeQ4_1())
-    with torch.no_grad():  # the head the GGUF will hold: the embedding as Q4_1 reads it back
-        e = draft.tok_embd.weight.detach().cpu().numpy()
-        draft.tok_embd.weight.copy_(torch.from_numpy(quantized_like(e, quant.Q4_1.type_id)))
+    if not args.borrow_embedding:
+        with torch.no_grad():  # the head the GGUF will hold: the embedding as Q4_1 reads it back
+            e = draft.tok_embd.weight.detach().cpu().numpy()
+            draft.tok_embd.weight.copy_(torch.from_numpy(quantized_like(e, quant.Q4_1.type_id)))
     draft.tok_embd.weight.requires_grad_(False)
     params, opt, state, ckpt = optimizer_state(draft, "draft", work, dev, args.lr)
 
@@ -342,6 +365,11 @@ def main(argv=None) -> int:
               "lr": args.lr, **info}
     report["matrix_type"] = args.matrix_type
     report["quantization_aware"] = args.qat
+    report["embedding"] = ("borrowed: the champion's own token_embd.weight" if args.borrow_embedding
+                           else "a Q4_1 copy of the champion's")
+    if args.grow:
+        report["grown_with_champion_layers"] = [int(x) for x in args.grow.split(",")]
+        report["grown_max_logit_change_at_step_0"] = grown_check
     if args.init:
         report["init"] = {"gguf": Path(args.init).name,
                           "sha256": hashlib.sha256(Path(args.init).read_bytes()).hexdigest()}
@@ -362,7 +390,8 @@ def main(argv=None) -> int:
                 for name, items in sorted(held_sets.items())}
         if args.gguf:
             to_gguf(draft.float(), md, args.gguf, f"pyspec-draft-L{len(layers)}",
-                    {"pyspec.draft.init_layers": layers}, matrix_type=matrix_type)
+                    {"pyspec.draft.init_layers": layers}, matrix_type=matrix_type,
+                    borrow_from=GGUFFile.open(args.champion) if args.borrow_embedding else None)
             report["gguf_sha256"] = hashlib.sha256(Path(args.gguf).read_bytes()).hexdigest()
             report["gguf_bytes"] = Path(args.gguf).stat().st_size
     (work / "report.json").write_text(json.dumps(report, indent=1))

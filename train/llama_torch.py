@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from pyspec import gguf, quant
+from pyspec.compat import bind_borrowed
 from pyspec.model import LAYER_TENSORS, Config
 
 
@@ -188,13 +189,19 @@ class Llama(torch.nn.Module):
 
 # --- GGUF in and out --------------------------------------------------------------------------
 
-def from_gguf(path, layers: list[int] | None = None, device="cpu") -> tuple[Llama, dict]:
+def from_gguf(path, layers: list[int] | None = None, device="cpu",
+              lender=None) -> tuple[Llama, dict]:
     """A Llama from a GGUF (dequantized float32), optionally only the champion `layers` named,
-    in that order. Returns (model, metadata)."""
+    in that order; a draft that borrows tensors reads them from `lender` (the champion's path).
+    Returns (model, metadata)."""
     f = gguf.GGUFFile.open(path)
+    if f.borrowed:
+        if lender is None:
+            raise ValueError(f"{path} borrows {', '.join(f.borrowed)}: give its champion")
+        bind_borrowed(f, gguf.GGUFFile.open(lender))
     cfg = Config.from_metadata(f.metadata)
     picks = list(range(cfg.n_layers)) if layers is None else list(layers)
-    tied = "output.weight" not in f.tensors
+    tied = not f.has("output.weight")
     m = Llama(Shape.of(cfg, len(picks)), tied=tied)
     t = lambda name: torch.from_numpy(np.ascontiguousarray(f.dequantize(name)))  # noqa: E731
     with torch.no_grad():
@@ -232,9 +239,12 @@ class FakeQ4_1(torch.nn.Module):
 
 
 def to_gguf(model: Llama, champion_md: dict, path, name: str, extra: dict,
-            embd_type: int = quant.Q4_1.type_id, matrix_type: int = quant.Q8_0.type_id) -> None:
+            embd_type: int = quant.Q4_1.type_id, matrix_type: int = quant.Q8_0.type_id,
+            borrow_from: "gguf.GGUFFile | None" = None) -> None:
     """Write a draft GGUF with the champion's tokenizer and chat template. The head is tied to the
-    embedding; norms stay F32."""
+    embedding; norms stay F32. With `borrow_from` (the champion's file) the draft borrows the
+    champion's token embedding (gguf.py) instead of holding a copy in `embd_type`: the model
+    must then have trained with exactly that embedding (its dequantized values)."""
     s = model.s
     md = {k: v for k, v in champion_md.items()
           if k.startswith("tokenizer.") or k in ("general.architecture",)}
@@ -254,7 +264,38 @@ def to_gguf(model: Llama, champion_md: dict, path, name: str, extra: dict,
             w = get(p if isinstance(p, torch.nn.Parameter) else p.weight)
             tensors[f"blk.{i}.{n}.weight"] = (w, quant.F32.type_id if n.endswith("norm")
                                               else matrix_type)
+    if borrow_from is not None:
+        lent = borrow_from.dequantize("token_embd.weight")
+        if not np.array_equal(lent, tensors["token_embd.weight"][0]):
+            raise ValueError("the draft's embedding is not the champion's: it cannot borrow it")
+        del tensors["token_embd.weight"]
+        md.update(gguf.borrowed_metadata(borrow_from, ["token_embd.weight"]))
+        md["pyspec.borrowed.from_champion_sha256"] = borrow_from.sha256()
     gguf.write(path, md, tensors)
+
+
+@torch.no_grad()
+def grow(draft: Llama, champion: Llama, picks: list[int]) -> Llama:
+    """A deeper draft that computes what `draft` computes: after draft layer i comes a copy of
+    champion layer picks[i], its two output products (attn_output, ffn_down) zeroed, so that it
+    adds nothing to the residual until training moves them (the block expansion of LLaMA Pro).
+    Embedding, final norm and head are the draft's."""
+    s = draft.s
+    bigger = Llama(Shape(s.n_layers + len(picks), s.d, s.d_ff, s.n_heads, s.n_kv, s.vocab,
+                         s.rope_base, s.eps), tied=draft.head is None).to(draft.out_norm.device)
+    bigger.load_state_dict({k: v for k, v in draft.state_dict().items()
+                            if not k.startswith("layers.")}, strict=False)
+    order = []                                  # (source layer, whether it is a new one)
+    for i, layer in enumerate(draft.layers):
+        order.append((layer, False))
+        if i < len(picks):
+            order.append((champion.layers[picks[i]], True))
+    for mine, (src, new) in zip(bigger.layers, order):
+        mine.load_state_dict(src.state_dict())
+        if new:
+            mine.attn_output.weight.zero_()
+            mine.ffn_down.weight.zero_()
+    return bigger
 
 
 def n_params(module: torch.nn.Module) -> int:

@@ -20,8 +20,10 @@ def open_device(timestamps: bool = False) -> Device:
     return NativeDevice(timestamps=timestamps)
 
 
-def load_model(dev: Device, f, max_ctx: int | None = None, label: str = "champion"):
-    """A GPUModel on `dev` from a GGUFFile; every model on a device shares its Step slots."""
+def load_model(dev: Device, f, max_ctx: int | None = None, label: str = "champion",
+               lender=None):
+    """A GPUModel on `dev` from a GGUFFile; every model on a device shares its Step slots.
+    `lender`: the champion's GPUModel, whose buffers serve the tensors a draft borrows."""
     from .model import GPUModel
 
-    return GPUModel(dev, f, dev.steps, max_ctx, label)
+    return GPUModel(dev, f, dev.steps, max_ctx, label, lender)

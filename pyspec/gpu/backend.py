@@ -364,6 +364,7 @@ class GPUBackend(Executor):
                                  ) from None
         report = compat.check_pair(champ.metadata, f.metadata)
         report.raise_if_bad()
+        compat.bind_borrowed(f, champ.file)   # its embedding may be the champion's
         if is_eagle(f.metadata):
             raise DraftSpecError(f"--draft {spec!r} is an EAGLE-style head: it reads the "
                                  "champion's states, which only the numpy engine keeps so far "
@@ -372,7 +373,7 @@ class GPUBackend(Executor):
             # Another vocabulary: the GPU draft steps sample champion ids directly, so a bridged
             # draft runs on the host (numpy), like n-gram: its tokens and q rows go up per cycle.
             return BridgedDrafter(Model(f), report.bridge, champ.kv.max_ctx)
-        model = GPUModel(self.dev, f, champ.steps, champ.kv.max_ctx, label="draft")
+        model = GPUModel(self.dev, f, champ.steps, champ.kv.max_ctx, label="draft", lender=champ)
         return GPUDraft(model, None, f"model:{d.path}", shares_cache=False)
 
     @property

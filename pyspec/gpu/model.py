@@ -44,8 +44,12 @@ class GPUModel(LoadedWeights):
     pending rows) is a kv.KVCache without arrays, so the CPU and GPU paths share one rule."""
 
     def __init__(self, dev: Device, f: GGUFFile, steps: Steps, max_ctx: int | None = None,
-                 label: str = "model"):
+                 label: str = "model", lender: "GPUModel | None" = None):
+        """`lender`: the champion on the same device, whose buffers serve the tensors `f`
+        borrows (gguf.py) instead of a second upload."""
         self.dev = dev
+        self._lender = lender
+        self._lent: dict[str, ops.Weight] = {}
         self.file = f
         self.source = f.source
         self.metadata = f.metadata
@@ -90,7 +94,24 @@ class GPUModel(LoadedWeights):
             raise ModelError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {shape}")
         if name.endswith(_FUSED):
             return _Fused(name)   # uploaded with its partners (attn_qkv, ffn_gate_up) after
+        lent = self._lender.uploaded(name) if name in self.file.borrowed and self._lender else None
+        if lent is not None:
+            self._lent[name] = lent
+            return lent
         return ops.Weight.upload(self.dev, self.file, name)
+
+    def uploaded(self, name: str) -> "ops.Weight | None":
+        """The buffer holding tensor `name` as uploaded alone (not fused), or None."""
+        for w in (self.tok_embd, self.out_norm, self.head):
+            if getattr(w, "name", None) == name:
+                return w
+        return None
+
+    @property
+    def weight_bytes(self) -> int:
+        """The bytes of weights this model uploaded (lent buffers are the lender's)."""
+        lent = {id(w): w.nbytes for w in self._lent.values()}
+        return super().weight_bytes - sum(lent.values())
 
     def limit_context(self, max_ctx: int | None) -> None:
         """Start a fresh cache of max_ctx positions (default: all the buffers hold)."""

@@ -21,7 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyspec import gguf  # noqa: E402
+from pyspec import champion_path, gguf  # noqa: E402
+from pyspec.compat import bind_borrowed  # noqa: E402
 from pyspec.bpe import TOKEN_NORMAL  # noqa: E402
 
 SPECIAL_KEYS = ("bos", "eos", "unknown", "padding")
@@ -60,8 +61,12 @@ def dropped_merges(md: dict) -> tuple[dict, np.ndarray]:
 
 def main(src: str, out_dir: str) -> None:
     f = gguf.GGUFFile.open(src)
-    md = dict(f.metadata)
-    tensors = {name: (f.dequantize(name), info.type_id) for name, info in f.tensors.items()}
+    # A draft that borrows the champion's embedding gets its own copy here: another vocabulary
+    # reorders or drops the rows, so the foreign drafts cannot borrow them.
+    bind_borrowed(f, gguf.GGUFFile.open(champion_path()))
+    md = {k: v for k, v in f.metadata.items() if not k.startswith("pyspec.borrowed.")}
+    tensors = {name: (f.dequantize(name), f.tensor(name).type_id)
+               for name in [*f.tensors, *f.borrowed]}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab = len(md["tokenizer.ggml.tokens"])

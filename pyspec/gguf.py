@@ -372,9 +372,10 @@ def write(path: str | os.PathLike, metadata: dict[str, Any],
           tensors: dict[str, tuple[np.ndarray, int] | RawTensor],
           alignment: int | None = None) -> None:
     """Write a GGUF v3 file. `tensors` maps name -> (float values in numpy order, ggml type id),
-    values quantized with quant.quantize, or -> a RawTensor, written byte for byte. `alignment` defaults to metadata's
-    general.alignment, else 32; any other value is stored as general.alignment so that readers
-    find the data (as UINT32: the spec's type, which the gguf package insists on)."""
+    values quantized with quant.quantize, or -> a RawTensor, written byte for byte. `alignment`
+    defaults to metadata's general.alignment, else 32; any other value is stored as
+    general.alignment so that readers find the data (as UINT32: the spec's type, which the gguf
+    package insists on)."""
     md_alignment = metadata.get("general.alignment")
     if alignment is None:
         alignment = DEFAULT_ALIGNMENT if md_alignment is None else md_alignment

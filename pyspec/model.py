@@ -103,7 +103,7 @@ def load_tensors(f: GGUFFile, cfg: Config, load):
         tok_embd = load("token_embd.weight", (cfg.vocab_size, d))                 # (vocab, d)
         out_norm = load("output_norm.weight", (d,))
         head = (load("output.weight", (cfg.vocab_size, d))
-                if f.has("output.weight") else tok_embd)                      # (vocab, d)
+                if f.has("output.weight") else tok_embd)                          # (vocab, d)
         layers = [{n: load(f"blk.{i}.{n}.weight", shapes[n]) for n in LAYER_TENSORS}
                   for i in range(cfg.n_layers)]
     except GGUFError as e:

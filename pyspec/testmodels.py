@@ -193,7 +193,7 @@ def write_borrowing_draft(path, champion_path, weights: dict[str, np.ndarray], n
                           matrix_type: int = quant.Q4_1.type_id) -> None:
     """A draft of the champion's shape and tokenizer that holds `weights` (its layers and final
     norm, in the champion's tensor names) and borrows the tensors `borrow` from the champion GGUF
-    at `champion_path` (gguf.py): the shipped draft's layout, small."""
+    at `champion_path` (gguf.py): the layout of the borrowing drafts in train/README.md."""
     f = gguf.GGUFFile.open(champion_path)
     md = {k: v for k, v in f.metadata.items() if k != "general.name"}
     md |= {"general.name": "pyspec-tiny-borrowing-draft", "llama.block_count": n_layers,

@@ -56,6 +56,7 @@ CASES = {  # name: (kind, n_out, n_in, options)
     "gateup 3072x576 norm silu": ("q4_1", 3072, 576, {"norm": True, "silu_gate": True}),
     "down 576x1536 +=": ("q4_1", 576, 1536, {"accumulate": True}),
     "head 49152x576 q8_0": ("q8_0", 49152, 576, {}),
+    "head 49152x576 q4_1": ("q4_1", 49152, 576, {}),   # a draft's head as a Q4_1 copy
 }
 
 

@@ -13,6 +13,8 @@ pytestmark = pytest.mark.browser
     ("model=models/nope.gguf", "download_failed", "404"),
     ("model=nope", "unknown_model", "tiny"),
     ("model=tiny&draft=tiny-mismatch", "incompatible_draft", "tokenizer"),
+    # a draft borrowing tiny's embedding, against another champion's bytes (gguf.py)
+    ("model=tiny-close&draft=tiny-borrowing", "incompatible_draft", "other bytes"),
 ])
 def test_visible_error(context, query, code, words):
     page = context.page(f"index.html?{query}")

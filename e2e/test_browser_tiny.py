@@ -322,6 +322,21 @@ def test_the_json_toggle_gives_the_native_schema_output_with_forced_tokens(tiny_
         page.click("#clear")
 
 
+def test_a_draft_that_borrows_from_its_champion_in_the_page(tiny_page, tiny_path):
+    """A draft that holds only its layers and borrows the champion's embedding and head
+    (`draft=tiny-borrowing`, gguf.py): the worker binds it to the champion's bytes and drafts
+    with it, and the tokens are champion-only's."""
+    _, _, c = tiny_page
+    page = c.page("index.html?model=tiny&draft=tiny-borrowing")
+    ready(page)
+    n = 24
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=n)
+    paged = run(page, PROMPT, {"draft": "model", "k": "fixed:3", "max_tokens": n})
+    assert paged["tokens"] == native.tokens
+    assert paged["stats"]["drafted"] > 0 and paged["stats"]["accepted"] > 0, paged["stats"]
+    page.close()
+
+
 def test_a_draft_model_and_ngram_plus_it_in_the_page(tiny_page, tiny_path):
     """The page with a draft model given at init (`draft=tiny-close`): "model" and
     "ngram+model" (n-gram where the text repeats, the draft model elsewhere:

@@ -226,6 +226,8 @@ def build_wheel(out_dir: Path) -> Path:
 
 
 TRAINED_DRAFT = "draft-l4"   # models/draft-l4.gguf, shipped with the champion
+BORROWING_DRAFT = "tiny-borrowing"   # a tiny draft that borrows tensors from "tiny"
+DRAFT_FOR = {TRAINED_DRAFT: "smollm2", BORROWING_DRAFT: "tiny"}   # drafts offered as drafters only
 
 
 def build_models(out: Path, champion: bool) -> dict[str, Path]:
@@ -253,7 +255,14 @@ def build_models(out: Path, champion: bool) -> dict[str, Path]:
         return result
 
     weights = write("tiny", seed=1)
-    write("tiny-close", weights=testmodels.perturb(weights, 0.04, 7))
+    close = testmodels.perturb(weights, 0.04, 7)
+    write("tiny-close", weights=close)
+    # tiny-close's layers borrowing tiny's embedding and head (gguf.py): the page binds a draft
+    # that borrows from its champion (e2e).
+    testmodels.write_borrowing_draft(tmp, models["tiny"], close, n_layers=2,
+                                     borrow=("token_embd.weight", "output.weight"))
+    write_if_changed(out / f"{BORROWING_DRAFT}.gguf", tmp.read_bytes())
+    models[BORROWING_DRAFT] = out / f"{BORROWING_DRAFT}.gguf"
     # A SentencePiece-type tokenizer: its ids name no text pyspec knows, so no bridge exists.
     write("tiny-mismatch", seed=3,
           tokenizer={**testmodels.tokenizer_metadata(), "tokenizer.ggml.model": "llama"})
@@ -319,7 +328,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     artifacts.append(entry(wheel, "pyspec-wheel"))
     artifacts += [entry(site / n, "web") for n in web]
     artifacts += [entry(path, "model", model=name,
-                        **({"draft_for": "smollm2"} if name == TRAINED_DRAFT else {}))
+                        **({"draft_for": DRAFT_FOR[name]} if name in DRAFT_FOR else {}))
                   for name, path in models.items()]
     digest.save()
     manifest = {"schema": "pyspec.site/1", "pyodide_version": PYODIDE_VERSION,

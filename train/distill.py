@@ -56,9 +56,8 @@ from seed_prompts import read_jsonl  # noqa: E402
 from llama_torch import (FakeQ4_1, cosine, from_gguf, grow, n_params, quantized_like,  # noqa: E402
                          to_gguf)
 
-from pyspec.gguf import GGUFFile  # noqa: E402
-
 from pyspec import quant  # noqa: E402
+from pyspec.gguf import GGUFFile  # noqa: E402
 from pyspec.model import LAYER_TENSORS  # noqa: E402
 
 MAX_LEN = 1152
@@ -311,9 +310,8 @@ def main(argv=None) -> int:
     if args.borrow_embedding:   # the champion's embedding as pyspec reads it (Q8_0 here)
         with torch.no_grad():
             draft.tok_embd.weight.copy_(teacher.tok_embd.weight)
-    grown_check = None
-    if args.grow:
-        picks = [int(x) for x in args.grow.split(",")]
+    grown_check, picks = None, [int(x) for x in args.grow.split(",") if x]
+    if picks:
         probe = torch.randint(0, draft.s.vocab, (2, 48), device=dev)
         with torch.no_grad():
             before = draft(probe)
@@ -367,8 +365,8 @@ def main(argv=None) -> int:
     report["quantization_aware"] = args.qat
     report["embedding"] = ("borrowed: the champion's own token_embd.weight" if args.borrow_embedding
                            else "a Q4_1 copy of the champion's")
-    if args.grow:
-        report["grown_with_champion_layers"] = [int(x) for x in args.grow.split(",")]
+    if picks:
+        report["grown_with_champion_layers"] = picks
         report["grown_max_logit_change_at_step_0"] = grown_check
     if args.init:
         report["init"] = {"gguf": Path(args.init).name,

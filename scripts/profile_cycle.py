@@ -1,4 +1,4 @@
-"""Where a champion-only cycle's time goes on a GPU: host encoding, GPU throughput, per kernel.
+"""Where a cycle's time goes on a GPU: host encoding, GPU throughput, per kernel.
 
 Runs one real request (champion-only, greedy, pipelined) for its tok/s, keeping the command list
 of its last cycle, then replays that list:
@@ -7,8 +7,14 @@ of its last cycle, then replays that list:
   is never the bottleneck (the GPU's throughput per cycle, barriers between dispatches included);
 - per kernel: timestamps around each dispatch (one pass each: an upper bound per dispatch).
 
+With `--draft D --k fixed:K` it also profiles speculative cycles with that drafter (`speculative`
+in the JSON): the requests' wall time per cycle against the host time spent encoding one and the
+GPU time of one (the last cycle of a request, its dispatches as one timed pass), and where the
+rest goes. A cycle that goes ahead costs max(host, GPU) when the two overlap; the engine's own
+work between readbacks (the verdict, the guard, the text) is what is left of the wall time.
+
     .venv/bin/python scripts/profile_cycle.py [--champion C.gguf] [--tokens 64] [--n 50] [--loop 200]
-        [--json F]
+        [--draft D.gguf --k fixed:2] [--json F]
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from pathlib import Path
 
 from pyspec.engine import Engine, Options
 from pyspec.bench import last_cycle
-from pyspec.gpu.device import Copy, Dispatch
+from pyspec.gpu.backend import GPUBackend
+from pyspec.gpu.device import Copy, Dispatch, flatten
 from pyspec.load import backend, load_champion
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper who "
@@ -86,14 +93,100 @@ def pipelined_loop(dev, commands, mode: str, cycles: int = 200) -> float:
     return (time.perf_counter() - t0) / cycles
 
 
+def recorded_request(engine, ids: list[int], options: Options) -> tuple:
+    """(result, the flattened commands of each submission of one request)."""
+    dev, kept = engine.backend.dev, []
+    submit = dev.submit
+
+    def recording(commands):
+        kept.append(list(flatten(commands)))
+        submit(commands)
+    dev.submit = recording
+    try:
+        result = engine.generate(ids, options)
+    finally:
+        dev.submit = submit
+    return result, kept
+
+
+def compute_passes(commands: list) -> int:
+    """Compute passes Device.submit opens for `commands`: a copy ends one."""
+    passes, open_ = 0, False
+    for c in commands:
+        if isinstance(c, Dispatch) and not open_:
+            passes, open_ = passes + 1, True
+        elif isinstance(c, Copy):
+            open_ = False
+    return passes
+
+
+def speculative(champion, tok, ids: list[int], draft: str, k: str, tokens: int) -> dict:
+    """Requests with `draft` at `k` (greedy, pipelined), then their cycle's parts (module doc)."""
+    dev = champion.dev
+    engine = Engine(backend(champion, draft), tok)
+    options = Options(max_tokens=tokens, k=k, stop_at_eos=False)
+    engine.generate(ids, Options(max_tokens=8, k=k, stop_at_eos=False))   # warm-up
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        result, submissions = recorded_request(engine, ids, options)
+        wall = time.perf_counter() - t0
+        timing = dict(engine.backend.timing)
+        cycles = max(timing["cycles"], 1)
+        runs.append({"tok_s": result.stats["tokens_per_s"], "cycles": timing["cycles"],
+                     "ahead": timing["ahead"], "tokens_per_cycle": len(result.tokens) / cycles,
+                     "wall_s_per_cycle": wall / cycles,
+                     "host_s_per_cycle": statistics.median(timing["host_s_cycles"]),
+                     "wait_s_per_cycle": timing["wait_s"] / cycles,
+                     "acceptance": result.stats.get("acceptance_rate")})
+    # The request's longest submission is a cycle with every draft step (prefill is shorter
+    # once the prompt fits a few blocks; the prompt here is short).
+    cycle = max(submissions, key=len)
+    dispatches = [c for c in cycle if isinstance(c, Dispatch)]
+    host = []
+    for _ in range(20):
+        asyncio.run(dev.read(champion.logits, 4))
+        t0 = time.perf_counter()
+        dev.submit(cycle)
+        host.append(time.perf_counter() - t0)
+    asyncio.run(dev.read(champion.logits, 4))
+    by_kernel: dict[str, list] = defaultdict(lambda: [0, 0.0])
+    if dev.timestamps:
+        for kernel, s in dev.profile(dispatches):
+            by_kernel[kernel][0] += 1
+            by_kernel[kernel][1] += s
+    median = {key: statistics.median(r[key] for r in runs)
+              for key in ("tok_s", "tokens_per_cycle", "wall_s_per_cycle", "host_s_per_cycle",
+                          "wait_s_per_cycle")}
+    result = {
+        "draft": draft, "k": k, "runs": runs, "median": median,
+        "dispatches_per_cycle": len(dispatches),
+        "copies_per_cycle": sum(isinstance(c, Copy) for c in cycle),
+        "compute_passes_per_cycle": compute_passes(cycle),
+        "host_submit_s": statistics.median(host),
+        "host_submit_breakdown_s": host_breakdown(dev, cycle),
+        "gpu_s_one_pass_timestamps": (dev.time_pass(cycle) if dev.timestamps else None),
+        "kernel_profile_s": {k: {"dispatches": n, "s": s} for k, (n, s) in
+                             sorted(by_kernel.items(), key=lambda kv: -kv[1][1])},
+    }
+    engine.backend.close()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--champion", default=None)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--loop", type=int, default=200, help="cycles of each pipelined loop")
+    parser.add_argument("--draft", default=None, help="also profile cycles with this drafter")
+    parser.add_argument("--k", default="fixed:2", help="the draft length policy with --draft")
+    parser.add_argument("--argmax", choices=["default", "split", "rows"], default="default",
+                        help="argmax_rows split over each row, or one workgroup per row (an A/B; "
+                             "default: the backend's choice for the adapter)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    GPUBackend.split_argmax = {"default": None, "split": True, "rows": False}[args.argmax]
     champion, tok = load_champion(args.champion, "wgpu")
     dev = champion.dev
     engine = Engine(backend(champion, "none"), tok)
@@ -149,6 +242,9 @@ def main() -> None:
         "kernel_profile_s": {k: {"dispatches": n, "s": s} for k, (n, s) in
                              sorted(by_kernel.items(), key=lambda kv: -kv[1][1])},
     }
+    if args.draft:
+        result["speculative"] = speculative(champion, tok, ids, args.draft, args.k, args.tokens)
+    result["argmax"] = args.argmax
     print(json.dumps(result, indent=1))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

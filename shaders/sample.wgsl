@@ -6,7 +6,13 @@
 // params.rows_cap rows; workgroups of rows >= step.rows exit at once, so one dispatch list serves
 // every pass. Threads stride the vocabulary (i = tid, tid + WG_ROW, ...), then a fixed-shape tree
 // in workgroup memory combines them: the result of a row never depends on how many rows the pass
-// has.
+// has. On a GPU one workgroup per row leaves the chip idle (argmax_rows took 90 us of the H200's
+// time for a row of 49,152 logits, more than a draft model's layer), so there argmax_rows runs as
+// two kernels: argmax_parts, a workgroup per ARGMAX_CHUNK ids of a row, and argmax_merge, a
+// workgroup per row over its parts in part order. The token is exact either way (a maximum with
+// ties to the lowest id does not depend on the order of comparisons); the confidence's sum is
+// taken part by part (each part's sum at its own maximum, rescaled to the row's), in a fixed
+// order per row.
 // Random keys: row r draws at position step.pos + params.pos_shift + r (pos_shift = 1 when the
 // step is the forward's, whose row r sits at KV row pos + r and predicts the token after it).
 
@@ -33,11 +39,17 @@ struct Params {
 @group(0) @binding(1) var<uniform> step: Step;
 // argmax_rows, softmax_rows: logits; sample_rows: probabilities.
 @group(0) @binding(2) var<storage, read> src: array<f32>;           // (rows_cap, in_stride)
-// argmax_rows, sample_rows
+// argmax_rows, argmax_merge, sample_rows
 @group(0) @binding(3) var<storage, read_write> tokens: array<u32>;  // (out_offset + rows_cap,)
 // softmax_rows
 @group(0) @binding(3) var<storage, read_write> probs: array<f32>;   // (rows_cap, out_stride)
-// argmax_rows, softmax_rows: the top probability of softmax(logits / T) (T = 1 when greedy)
+// argmax_parts: per (row, part), as u32 bits: best score, its id, the part's largest logit, its
+// sum exp((x - that) / t) (0 when no confidence is wanted)
+@group(0) @binding(3) var<storage, read_write> parts_out: array<vec4<u32>>;  // (rows_cap, parts)
+// argmax_merge: argmax_parts' output
+@group(0) @binding(2) var<storage, read> parts_in: array<vec4<u32>>;         // (rows_cap, parts)
+// argmax_rows, argmax_merge, softmax_rows: the top probability of softmax(logits / T) (T = 1
+// when greedy)
 @group(0) @binding(4) var<storage, read_write> conf: array<f32>;    // (conf_offset + rows_cap,)
 // rng_fill
 @group(0) @binding(2) var<storage, read> keys: array<vec4<u32>>;    // (n, 2): (seed_lo, seed_hi,
@@ -65,10 +77,11 @@ fn tree_sum(tid: u32) -> f32 {
     return red_v[0];
 }
 
-// softmax's denominator sum_i exp((x_i - mx) / t) over row `base`, every thread taking part.
-fn row_exp_sum(tid: u32, base: u32, mx: f32, t: f32) -> f32 {
+// softmax's denominator sum_i exp((x_i - mx) / t) over ids [begin, end) of the row at `base`,
+// every thread taking part.
+fn row_exp_sum(tid: u32, base: u32, begin: u32, end: u32, mx: f32, t: f32) -> f32 {
     var s = 0.0;
-    for (var i = tid; i < params.vocab; i += WG_ROW) {
+    for (var i = begin + tid; i < end; i += WG_ROW) {
         s += exp((src[base + i] - mx) / t);
     }
     workgroupBarrier();  // red_v may still be read by the previous tree's last step
@@ -77,61 +90,151 @@ fn row_exp_sum(tid: u32, base: u32, mx: f32, t: f32) -> f32 {
     return tree_sum(tid);
 }
 
+// A candidate of argmax_rows: its score and id (NONE: none yet), and the largest logit seen.
+struct Best {
+    v: f32,
+    i: u32,
+    m: f32,
+}
+
+// b if it beats a: a higher score, or an equal one at a lower id; m, the larger of the two.
+fn better(a: Best, b: Best) -> Best {
+    var out = a;
+    if (b.i != NONE && (a.i == NONE || b.v > a.v || (b.v == a.v && b.i < a.i))) {
+        out.v = b.v;
+        out.i = b.i;
+    }
+    out.m = max(a.m, b.m);
+    return out;
+}
+
+// This thread's best over ids begin + tid, begin + tid + WG_ROW, ... < end of the row at `base`:
+// score = logits in greedy mode or at T = 0, logits / T + gumbel(seed, position, id) in replay.
+fn scan(tid: u32, base: u32, begin: u32, end: u32, position: u32) -> Best {
+    let t = step.temperature;
+    let replay = step.mode == MODE_REPLAY && t > 0.0;
+    var b = Best(F32_LOWEST, NONE, F32_LOWEST);
+    for (var i = begin + tid; i < end; i += WG_ROW) {
+        let x = src[base + i];
+        var score = x;
+        if (replay) { score = x / t + gumbel(step.seed_lo, step.seed_hi, position, i); }
+        if (b.i == NONE || score > b.v) {  // ids ascend: strict > keeps the lowest
+            b.v = score;
+            b.i = i;
+        }
+        b.m = max(b.m, x);
+    }
+    return b;
+}
+
+// The workgroup's best of the threads' `b` (a fixed-shape tree), in every thread.
+fn tree_best(tid: u32, b: Best) -> Best {
+    workgroupBarrier();  // red_* may still be read by an earlier tree's last step
+    red_v[tid] = b.v;
+    red_i[tid] = b.i;
+    red_m[tid] = b.m;
+    workgroupBarrier();
+    for (var s = WG_ROW / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            let c = better(Best(red_v[tid], red_i[tid], red_m[tid]),
+                           Best(red_v[tid + s], red_i[tid + s], red_m[tid + s]));
+            red_v[tid] = c.v;
+            red_i[tid] = c.i;
+            red_m[tid] = c.m;
+        }
+        workgroupBarrier();
+    }
+    return Best(red_v[0], red_i[0], red_m[0]);
+}
+
+// The temperature of the confidence's softmax: T, or 1 in greedy mode or at T = 0.
+fn conf_temperature() -> f32 {
+    return select(1.0, step.temperature, step.mode != MODE_GREEDY && step.temperature > 0.0);
+}
+
 // Per row: tokens[out_offset + r] = argmax_i score_i (ties to the lowest id), with
 // score = logits in greedy mode or at T = 0, and logits / T + gumbel(seed, position, i) in
 // replay mode (verify.sample_replay_rows with the noise of rng.gumbel); conf[conf_offset + r]
 // = max_i softmax(logits / T)_i, at T = 1 in greedy mode or at T = 0, unless conf_offset is
-// NONE (then the softmax's pass over the row is skipped).
+// NONE (then the softmax's pass over the row is skipped). One workgroup per row (software
+// adapters); argmax_parts + argmax_merge compute the same on a GPU.
 @compute @workgroup_size(WG_ROW)
 fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) tid: u32) {
     let r = wid.x;
     if (r >= step.rows || r >= params.rows_cap) { return; }
     let base = params.in_offset + r * params.in_stride;
-    let t = step.temperature;
-    let replay = step.mode == MODE_REPLAY && t > 0.0;
-    let position = step.pos + params.pos_shift + r;
-    var best = F32_LOWEST;
-    var best_i = NONE;
-    var mx = F32_LOWEST;
-    for (var i = tid; i < params.vocab; i += WG_ROW) {
-        let x = src[base + i];
-        var score = x;
-        if (replay) { score = x / t + gumbel(step.seed_lo, step.seed_hi, position, i); }
-        if (best_i == NONE || score > best) {  // ids ascend: strict > keeps the lowest
-            best = score;
-            best_i = i;
-        }
-        mx = max(mx, x);
-    }
-    red_v[tid] = best;
-    red_i[tid] = best_i;
-    red_m[tid] = mx;
-    workgroupBarrier();
-    for (var s = WG_ROW / 2u; s > 0u; s >>= 1u) {
-        if (tid < s) {
-            let a_i = red_i[tid];
-            let b_i = red_i[tid + s];
-            let b = red_v[tid + s];
-            if (b_i != NONE && (a_i == NONE || b > red_v[tid] || (b == red_v[tid] && b_i < a_i))) {
-                red_v[tid] = b;
-                red_i[tid] = b_i;
-            }
-            red_m[tid] = max(red_m[tid], red_m[tid + s]);
-        }
-        workgroupBarrier();
-    }
-    let token = red_i[0];
+    let best = tree_best(tid, scan(tid, base, 0u, params.vocab, step.pos + params.pos_shift + r));
     if (params.conf_offset == NONE) {  // no confidence wanted (the champion's rows): done
         if (tid == 0u) {
-            tokens[params.out_offset + r] = token;
+            tokens[params.out_offset + r] = best.i;
         }
         return;
     }
-    let row_max = red_m[0];
-    let sum = row_exp_sum(tid, base, row_max, select(1.0, t, step.mode != MODE_GREEDY && t > 0.0));
+    let sum = row_exp_sum(tid, base, 0u, params.vocab, best.m, conf_temperature());
     if (tid == 0u) {
-        tokens[params.out_offset + r] = token;
+        tokens[params.out_offset + r] = best.i;
+        conf[params.conf_offset + r] = 1.0 / sum;
+    }
+}
+
+fn argmax_n_parts() -> u32 {
+    return (params.vocab + ARGMAX_CHUNK - 1u) / ARGMAX_CHUNK;
+}
+
+// argmax_rows' first half on a GPU: workgroup (c, r) takes ids [c, c + 1) * ARGMAX_CHUNK of row r.
+@compute @workgroup_size(WG_ROW)
+fn argmax_parts(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(local_invocation_index) tid: u32) {
+    let r = wid.y;
+    if (r >= step.rows || r >= params.rows_cap) { return; }
+    let base = params.in_offset + r * params.in_stride;
+    let begin = wid.x * ARGMAX_CHUNK;
+    let end = min(begin + ARGMAX_CHUNK, params.vocab);
+    let best = tree_best(tid, scan(tid, base, begin, end, step.pos + params.pos_shift + r));
+    var sum = 0.0;
+    if (params.conf_offset != NONE) {
+        sum = row_exp_sum(tid, base, begin, end, best.m, conf_temperature());
+    }
+    if (tid == 0u) {
+        parts_out[r * argmax_n_parts() + wid.x] = vec4<u32>(bitcast<u32>(best.v), best.i,
+                                                            bitcast<u32>(best.m), bitcast<u32>(sum));
+    }
+}
+
+// argmax_rows' second half on a GPU: row r's parts, combined in part order (each thread its
+// parts tid, tid + WG_ROW, ..., then the tree); the confidence's sum rescales each part's sum
+// from its own maximum to the row's: sum_c s_c exp((m_c - M) / t).
+@compute @workgroup_size(WG_ROW)
+fn argmax_merge(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(local_invocation_index) tid: u32) {
+    let r = wid.x;
+    if (r >= step.rows || r >= params.rows_cap) { return; }
+    let n = argmax_n_parts();
+    var b = Best(F32_LOWEST, NONE, F32_LOWEST);
+    for (var c = tid; c < n; c += WG_ROW) {
+        let p = parts_in[r * n + c];
+        b = better(b, Best(bitcast<f32>(p.x), p.y, bitcast<f32>(p.z)));
+    }
+    let best = tree_best(tid, b);
+    if (params.conf_offset == NONE) {
+        if (tid == 0u) {
+            tokens[params.out_offset + r] = best.i;
+        }
+        return;
+    }
+    let t = conf_temperature();
+    var s = 0.0;
+    for (var c = tid; c < n; c += WG_ROW) {
+        let p = parts_in[r * n + c];
+        s += bitcast<f32>(p.w) * exp((bitcast<f32>(p.z) - best.m) / t);
+    }
+    workgroupBarrier();  // the tree above is done with red_v
+    red_v[tid] = s;
+    workgroupBarrier();
+    let sum = tree_sum(tid);
+    if (tid == 0u) {
+        tokens[params.out_offset + r] = best.i;
         conf[params.conf_offset + r] = 1.0 / sum;
     }
 }
@@ -152,7 +255,7 @@ fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
     red_v[tid] = mx;
     workgroupBarrier();
     let row_max = tree_max(tid);
-    let sum = row_exp_sum(tid, base, row_max, t);
+    let sum = row_exp_sum(tid, base, 0u, params.vocab, row_max, t);
     let out = params.out_offset + r * params.out_stride;
     for (var i = tid; i < params.vocab; i += WG_ROW) {
         probs[out + i] = exp((src[base + i] - row_max) / t) / sum;

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pyspec.engine import Engine, Options
+from pyspec.gpu.backend import GPUBackend
 from pyspec.load import backend as backend_for
 from pyspec.model import Model
 
@@ -80,3 +81,36 @@ def test_prepared_plans_record_what_the_plain_loop_records(tiny, monkeypatch):
     plain_tokens, (k_plain, v_plain) = run()
     assert tokens == plain_tokens
     assert np.array_equal(k_rows, k_plain) and np.array_equal(v_rows, v_plain)
+
+
+@requires_gpu
+@pytest.mark.parametrize("temperature", [0.0, 0.9], ids=["greedy", "replay"])
+def test_the_split_argmax_decodes_what_one_workgroup_per_row_does(tiny, temperature,
+                                                                   monkeypatch):
+    """A GPU's argmax_rows (argmax_parts + argmax_merge: sampling.argmax_rows), forced on the
+    software adapter, which takes one workgroup per row: the champion's choices and a draft
+    model's (with their confidences) give the same tokens and the same drafts accepted, greedy
+    and in replay; the parts' scratch buffers are the backend's, freed on close. (The kernels
+    against numpy, rows of 1 to 48 parts: tests/test_gpu_sampling.py.)"""
+    model = tiny.on("gpu")
+    dev = model.dev
+    opts = Options(max_tokens=16, temperature=temperature, seed=3, stop_at_eos=False,
+                   k="fixed:3")
+
+    def request():
+        engine = Engine(backend_for(model, tiny.close_path, load_draft=Model.load),
+                        tiny.tokenizer)
+        result = engine.generate(tiny.prompt, opts)
+        engine.close()
+        return result
+
+    runs = {}
+    for split in (False, True):
+        monkeypatch.setattr(GPUBackend, "split_argmax", split)
+        request()   # the champion's own plans, kept for the next engine
+        before = (dev.live_buffers, dev.allocated)
+        r = request()
+        assert (dev.live_buffers, dev.allocated) == before, split
+        runs[split] = (r.tokens, r.stats["drafted"], r.stats["accepted"])
+    assert runs[True] == runs[False]
+    assert runs[True][1] > 0

@@ -46,6 +46,7 @@ def test_the_block_states_the_python_values():
     expected = {
         "ROWS_MAX": device.ROWS_MAX, "WG": ops.WG, "MATMUL_OUTS": ops.MATMUL_OUTS,
         "WG_ROW": sampling.WG_ROW, "RNG_FILL_WG": sampling.RNG_FILL_WG, "NONE": sampling.NONE,
+        "ARGMAX_CHUNK": sampling.ARGMAX_CHUNK,
         "ATTN_WG": ops.ATTN_WG, "ATTN_WG_CPU": ops.ATTN_WG_CPU, "ATTN_PARTS": ops.ATTN_PARTS,
         "FLAG_ONE_HOT": step.FLAG_ONE_HOT,
         "MODE_GREEDY": step.MODES["greedy"], "MODE_REPLAY": step.MODES["replay"],

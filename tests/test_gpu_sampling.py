@@ -21,6 +21,8 @@ from pyspec.gpu import native, sampling
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.step import Steps
 
+ARGMAX_CHUNK = sampling.ARGMAX_CHUNK
+
 pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.py)
 
 SEED = 0x1234_5678_9ABC_DEF0  # >= 2^32: both seed words matter
@@ -81,32 +83,40 @@ def test_rng_bits_equal_rng_py(dev):
 # ---------------------------------------------------------------------------------------------
 # argmax_rows, softmax_rows, sample_rows
 # ---------------------------------------------------------------------------------------------
-def argmax_pass(dev, logits, rows, mode, temperature, pos=POS, want_conf=True):
+def argmax_pass(dev, logits, rows, mode, temperature, pos=POS, want_conf=True, split=None):
     """argmax_rows over the first `rows` rows of logits (rows_cap, vocab); returns tokens, conf."""
     rows_cap, vocab = logits.shape
     tokens = dev.upload(np.full(rows_cap, 7777, np.uint32))
     conf = dev.upload(np.full(rows_cap, -1.0, np.float32))
     step = one_step(dev, rows=rows, pos=pos, seed=SEED, temperature=temperature, mode=mode)
     d = sampling.argmax_rows(dev, dev.upload(logits), tokens, conf, step, vocab=vocab,
-                             rows_cap=rows_cap, want_conf=want_conf)
-    return (run(dev, [d], tokens, np.uint32, (rows_cap,)),
+                             rows_cap=rows_cap, want_conf=want_conf, split=split)
+    return (run(dev, d, tokens, np.uint32, (rows_cap,)),
             asyncio.run(dev.read_array(conf, np.float32, (rows_cap,))))
 
 
-@pytest.mark.parametrize("vocab", [33, 32001, 49152])
+# split: argmax_parts + argmax_merge (a GPU's argmax_rows), forced here on the software adapter.
+# 32001 and 49152 ids are 32 and 48 parts of ARGMAX_CHUNK (the last one short for 32001); 33
+# and 1500 are one part and two.
+@pytest.mark.parametrize("vocab", [33, 1500, 32001, 49152])
 @pytest.mark.parametrize("mode, temperature", [("greedy", 0.0), ("replay", 0.8)])
-def test_argmax_rows(dev, vocab, mode, temperature):
+@pytest.mark.parametrize("split", [False, True], ids=["one-workgroup", "split"])
+def test_argmax_rows(dev, vocab, mode, temperature, split):
     gen = np.random.default_rng(vocab)
     logits = random_logits(gen, ROWS_MAX, vocab)
     logits[1, [5, 17, vocab - 1]] = logits[1].max() + 1.0  # planted tie: the lowest id wins
     logits[2, :] = 0.5                                       # all tied
     logits[3, vocab - 1] = 100.0                             # the last id
-    tokens, conf = argmax_pass(dev, logits, ROWS_MAX, mode, temperature)
+    if vocab > 2 * ARGMAX_CHUNK:   # a tie across parts: the lower part's id wins
+        logits[4, [ARGMAX_CHUNK + 3, 2 * ARGMAX_CHUNK + 1]] = logits[4].max() + 2.0
+    tokens, conf = argmax_pass(dev, logits, ROWS_MAX, mode, temperature, split=split)
     x = logits.astype(np.float64)
     if mode == "greedy":
         expected = np.argmax(x, axis=-1)
         probs = verify.softmax(x, 1.0)
         assert tokens[1] == 5 and tokens[2] == 0 and tokens[3] == vocab - 1
+        if vocab > 2 * ARGMAX_CHUNK:
+            assert tokens[4] == ARGMAX_CHUNK + 3
     else:
         positions = POS + 1 + np.arange(ROWS_MAX)  # pos_shift = 1: row r predicts pos + r + 1
         noise = rng.gumbel(SEED, positions, vocab)  # (rows, vocab)
@@ -119,16 +129,18 @@ def test_argmax_rows(dev, vocab, mode, temperature):
     assert (np.abs(conf - ref) <= 1e-9 + 2e-5 * ref).all()
 
     # Without the confidence (the champion's rows): the same tokens, conf left as it was.
-    tokens_nc, conf_nc = argmax_pass(dev, logits, ROWS_MAX, mode, temperature, want_conf=False)
+    tokens_nc, conf_nc = argmax_pass(dev, logits, ROWS_MAX, mode, temperature, want_conf=False,
+                                     split=split)
     np.testing.assert_array_equal(tokens_nc, tokens)
     assert (conf_nc == -1.0).all()
 
     # Batch invariance and early exit: rows r < m of an m-row pass equal a 1-row pass at r.
     m = 5
-    tokens_m, conf_m = argmax_pass(dev, logits, m, mode, temperature)
+    tokens_m, conf_m = argmax_pass(dev, logits, m, mode, temperature, split=split)
     assert (tokens_m[m:] == 7777).all() and (conf_m[m:] == -1.0).all()
     for r in (0, 3):
-        tokens_1, conf_1 = argmax_pass(dev, logits[r:r + 1], 1, mode, temperature, pos=POS + r)
+        tokens_1, conf_1 = argmax_pass(dev, logits[r:r + 1], 1, mode, temperature, pos=POS + r,
+                                       split=split)
         assert tokens_1[0] == tokens_m[r] == tokens[r]
         assert conf_1[0].tobytes() == conf_m[r].tobytes() == conf[r].tobytes()
 

@@ -275,6 +275,9 @@ class GPUBackend(Executor):
     # on a software adapter, where the device's row searches measured slower than reading the
     # rows back (bench/results/mask-lavapipe.json)
     device_filters: bool | None = None
+    # argmax_rows split over each row (argmax_parts + argmax_merge): True, False (one workgroup
+    # per row), or None: on a GPU, not on a software adapter (sampling.argmax_rows)
+    split_argmax: bool | None = None
 
     def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None):
         """`draft` is a --draft spec (drafters.parse_draft) or a CPU drafter object."""
@@ -770,12 +773,13 @@ class GPUBackend(Executor):
             dev, champ, vocab = self.dev, self.champion, self.vocab
             step = champ.steps.binding(SLOT_CHAMPION)
             if mode == "rejection":
-                first = sampling.softmax_rows(dev, champ.logits, self.p_target, self.conf, step,
-                                              vocab=vocab)
+                first = [sampling.softmax_rows(dev, champ.logits, self.p_target, self.conf, step,
+                                               vocab=vocab)]
             else:
                 first = sampling.argmax_rows(dev, champ.logits, self.choice, self.conf, step,
-                                             vocab=vocab, want_conf=False)
-            self._tail[key] = [first, sampling.accept(
+                                             vocab=vocab, want_conf=False,
+                                             split=self.split_argmax)
+            self._tail[key] = [*first, sampling.accept(
                 dev, self.choice, self.p_target, self.q_draft, (champ.tokens, 1), self.draft_conf,
                 self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1)]
         return self._tail[key]
@@ -876,7 +880,7 @@ class GPUBackend(Executor):
                          sampling.sample_rows(dev, self.d_probs, self.d_sample, step, vocab=vocab,
                                               stream=rng.STREAM_DRAFT)]
             else:
-                plan.append(sampling.argmax_rows(dev, model.logits, self.d_sample, self.d_conf,
-                                                 step, vocab=vocab))
+                plan += sampling.argmax_rows(dev, model.logits, self.d_sample, self.d_conf,
+                                             step, vocab=vocab, split=self.split_argmax)
             self._draft_plans[key] = plan
         return self._draft_plans[key]

@@ -26,6 +26,7 @@ ROWS_MAX = 16        # the most rows one pass carries: K + 1 <= 16 (thin matrix 
 WG = 64              # threads per workgroup of the forward's kernels (ops.py)
 MATMUL_OUTS = 4      # consecutive outputs per matmul thread
 WG_ROW = 128         # threads per workgroup of the per-row sampling kernels and of accept
+ARGMAX_CHUNK = 1024  # ids per workgroup of argmax_parts (argmax_rows split over a row, on a GPU)
 RNG_FILL_WG = 64     # threads per workgroup of rng_fill (tests)
 ATTN_WG = 256        # threads per workgroup of attention on a GPU (one workgroup per row and head)
 ATTN_WG_CPU = 64     # ... on a software adapter (attention_cpu: fewer idle threads per barrier)
@@ -50,7 +51,7 @@ HOW_RESIDUAL = 1         # a sample of the residual at the first rejection
 HOW_EMPTY_RESIDUAL = 2   # a sample of p_target, because the residual was all zero
 HOW_BONUS = 3            # the bonus sample after K accepted drafts (rejection)
 
-_HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "RNG_FILL_WG", "ATTN_WG", "ATTN_WG_CPU",
+_HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "ARGMAX_CHUNK", "RNG_FILL_WG", "ATTN_WG", "ATTN_WG_CPU",
          "ATTN_PARTS", "FLAG_ONE_HOT", "NONE",
          "ACCEPT_N_ACCEPTED", "ACCEPT_K_EFF", "ACCEPT_N_EMITTED", "ACCEPT_HOW", "ACCEPT_TOKENS",
          "ACCEPT_TESTS", "ACCEPT_P", "ACCEPT_Q", "ACCEPT_WORDS",

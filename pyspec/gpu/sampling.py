@@ -30,7 +30,7 @@ from .. import rng
 # accept's output layout and the workgroup sizes, which the shaders get under the same names
 # (constants.py; shaders/accept.wgsl says what each accept word holds).
 from .constants import (ACCEPT_HOW, ACCEPT_K_EFF, ACCEPT_N_ACCEPTED, ACCEPT_N_EMITTED,  # noqa: F401
-                        ACCEPT_P, ACCEPT_Q, ACCEPT_TESTS, ACCEPT_TOKENS, ACCEPT_WORDS,
+                        ACCEPT_P, ACCEPT_Q, ACCEPT_TESTS, ACCEPT_TOKENS, ACCEPT_WORDS, ARGMAX_CHUNK,
                         HOW_BONUS, HOW_CHAMPION, HOW_EMPTY_RESIDUAL, HOW_RESIDUAL, NONE,
                         RNG_FILL_WG, WG_ROW)
 from .device import ROWS_MAX, Dispatch, ShapeError, need
@@ -64,15 +64,18 @@ def _whole(binding):
 
 
 def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = ROWS_MAX,
-                in_stride: int | None = None, pos_shift: int = 1,
-                want_conf: bool = True) -> Dispatch:
+                in_stride: int | None = None, pos_shift: int = 1, want_conf: bool = True,
+                split: bool | None = None) -> list[Dispatch]:
     """tokens[r] = argmax of row r (greedy, T = 0) or its Gumbel replay sample; conf[r] = the top
-    probability of softmax(logits / T) (T = 1 when greedy), for rows r < step.rows.
+    probability of softmax(logits / T) (T = 1 when greedy), for rows r < step.rows. Returns the
+    dispatches, in order (a plan to extend another with).
 
     logits (rows_cap, in_stride) f32 from its element offset; tokens (rows_cap,) u32 and
-    conf (rows_cap,) f32 from theirs. One workgroup per row. want_conf=False leaves conf
-    unwritten and skips the softmax's second pass over each row (the champion's choices: only
-    a draft's confidence is ever read).
+    conf (rows_cap,) f32 from theirs. want_conf=False leaves conf unwritten and skips the
+    softmax's second pass over each row (the champion's choices: only a draft's confidence is
+    ever read). split (default: on a GPU, not on a software adapter): argmax_parts over chunks of
+    ARGMAX_CHUNK ids, then argmax_merge per row, into a scratch buffer of its own
+    (shaders/sample.wgsl says why); else one workgroup per row.
     """
     _check_rows(vocab, rows_cap)
     stride = in_stride or vocab
@@ -83,8 +86,16 @@ def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = 
                             out_offset=_split(tokens)[1],
                             conf_offset=_split(conf)[1] if want_conf else NONE,
                             pos_shift=pos_shift)
-    return dev.dispatch("sample", "argmax_rows",
-                        [params, step, _whole(logits), _whole(tokens), _whole(conf)], rows_cap)
+    if not (not dev.is_cpu if split is None else split):
+        return [dev.dispatch("sample", "argmax_rows",
+                             [params, step, _whole(logits), _whole(tokens), _whole(conf)],
+                             rows_cap)]
+    n_parts = -(-vocab // ARGMAX_CHUNK)
+    parts = dev.buffer(16 * rows_cap * n_parts, label="argmax.parts")   # (rows_cap, parts) 4 u32
+    return [dev.dispatch("sample", "argmax_parts", [params, step, _whole(logits), parts],
+                         (n_parts, rows_cap)),
+            dev.dispatch("sample", "argmax_merge",
+                         [params, step, parts, _whole(tokens), _whole(conf)], rows_cap)]
 
 
 def softmax_rows(dev, logits, probs, conf, step, *, vocab: int, rows_cap: int = ROWS_MAX,

@@ -1,8 +1,9 @@
 """GPU time per dispatch of matmul variants, as a forward pays it: N dispatches of one product in
 one compute pass (the barriers between them included), timed by timestamps at the pass's ends.
 
-Each variant is a directory holding its own matmul.wgsl (the other shaders come from shaders/);
-`shaders` itself is the variant "current". Products are the champion's shapes with random
+Each variant is a directory holding its own matmul.wgsl (the other shaders come from shaders/),
+and optionally `lanes` (ops._lanes' rule) and `layers` (the products' workgroup layers along z:
+1 for a kernel from before each row tile had its own); `shaders` itself is the variant "current". Products are the champion's shapes with random
 weights (no model needed), with the options the forward uses: the output projection and down
 accumulate, gate-up folds the norm and the SiLU gate, QKV-like folds the norm. Each variant's
 outputs are checked against the current kernel's (close) and for batch invariance (row r of a
@@ -159,9 +160,17 @@ def use(directory: Path):
         ops._lanes = lambda units, n_out: min(cap, 1 << max(0, (units - 1).bit_length()))
     else:                       # ops' own rule
         ops._lanes = _LANES
+    # "layers": the workgroup layers along z of the products (a kernel from before they took
+    # one row tile per layer needs 1); default: ops' own rule
+    if (directory / "layers").is_file():
+        z = int((directory / "layers").read_text())
+        ops._row_layers = lambda dev: z
+    else:
+        ops._row_layers = _LAYERS
 
 
 _LANES = ops._lanes
+_LAYERS = ops._row_layers
 
 
 def main() -> None:

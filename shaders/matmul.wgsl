@@ -14,14 +14,20 @@
 // thread loads serves its 4 outputs, and each weight 4 rows: on CPU adapters (lavapipe,
 // SwiftShader) every non-uniform storage load is a per-invocation scalar loop, so loads are
 // the cost to cut. x rows past step.rows are not loaded (they read as 0 and are never stored).
-// lanes = 1 (CPU adapters): a thread stores its sums directly, no barrier. lanes > 1: one
-// workgroup barrier, then the lanes' partials of each (output, row) are summed in lane order
-// (a pass of at most 4 rows parks its one tile compactly and is done, keep_one_tile; a longer
-// pass parks every tile first, reduce_store). Workgroup memory stays within the 16 KiB WebGPU
-// guarantees. Batch invariance: `lanes` depends on (n_out, n_in, device) only (ops._lanes; lanes
-// past the blocks hold zeros); each row's accumulator sees the same blocks in the same order
-// through the same instructions whatever step.rows is and whichever tile slot it sits in; rows
-// never mix; the lanes' sums are the same in both reductions.
+// Tiles: workgroup layer z takes tiles z, z + Z, ... of the pass's (Z layers along z). On a GPU
+// (ops.matmul) Z = ROWS_MAX / 4, one layer per tile the widest pass can have: layers past the
+// pass's rows exit at once, and a pass over 16 rows runs its 4 tiles side by side instead of one
+// after the other. On a CPU adapter Z = 1 and a thread loops over the tiles.
+// lanes = 1 (CPU adapters): a thread stores its sums directly, no barrier. lanes > 1: the tile's
+// partials are parked in `part`, one workgroup barrier, then the lanes' partials of each (output,
+// row) are summed in lane order (store_shared). A workgroup parks one tile at a time, so `part`
+// is 5 KiB: on the H200 a workgroup array sized for every tile (16 KiB) held fewer workgroups
+// per multiprocessor, and the head's 1-row product took 28.0 us against 19.7 us with 5 KiB
+// (bench/results/README.md). Batch invariance: `lanes` depends on (n_out, n_in, device) only
+// (ops._lanes; lanes past the blocks hold zeros); each row's accumulator sees the same blocks in
+// the same order through the same instructions whatever step.rows is, whichever tile slot it
+// sits in and whichever layer takes its tile; rows never mix; the lanes' sums are taken in lane
+// order.
 // Epilogues: outputs are stored in adjacent pairs (2i, 2i + 1), which one thread always holds.
 //   EPILOGUE_ROPE (the Q and K products): each pair is rotated by the angle of position
 //     step.pos + r (llama.cpp NORM mode, model.Model.rope) before it is stored.
@@ -72,9 +78,9 @@ const EPILOGUE_SILU_GATE: u32 = 2u;
 @group(0) @binding(7) var<storage, read_write> v_out: array<f32>;   // (kv_rows, n_out-nq-nk) V
 @group(0) @binding(8) var<storage, read> g_norm: array<vec4<f32>>;  // (n_in/4,) the norm weight
 
-// (WG, MATMUL_OUTS, ROWS_MAX / 4): each thread's partial sums, a vec4 per (output, row tile);
-// 16 KiB at 64 x 4 x 4.
-var<workgroup> part: array<vec4<f32>, WG * MATMUL_OUTS * (ROWS_MAX / 4u)>;
+// One row tile's partials: (WG, MATMUL_OUTS) vec4 (component k = row r0 + k), then (WG,) vec4:
+// each thread's sums of squares of its part of x (the folded norm); 5 KiB at WG = 64.
+var<workgroup> part: array<vec4<f32>, WG * MATMUL_OUTS + WG>;
 
 // The first of this thread's outputs (may be >= n_out in the last workgroup). Workgroups are
 // flattened over (x, y) because the head has more than 65535 of them.
@@ -271,98 +277,30 @@ fn store_tile(j: u32, r0: u32, rows: u32, u: vec4<f32>, v: vec4<f32>) {
     }
 }
 
-// Each row's sum of squares of this thread's part of x, kept across its row tiles (norm, lanes > 1).
-var<private> ss_mine: array<f32, ROWS_MAX>;
-
-// A finished row tile: stored (lanes = 1, scaled by the folded norm) or parked in `part` for the
-// lanes' reduction (and its sums of squares in ss_mine).
-fn keep(t: u32, j0: u32, r0: u32, rows: u32, tile: Tile) {
+// A finished row tile, lanes = 1: each thread stores its sums, scaled by the folded norm.
+fn store_own(j0: u32, r0: u32, rows: u32, tile: Tile) {
     var acc = tile.acc;
     let sq = tile.sq;
-    let ss = vec4<f32>(sq[0].x + sq[0].y + sq[0].z + sq[0].w, sq[1].x + sq[1].y + sq[1].z + sq[1].w,
-                       sq[2].x + sq[2].y + sq[2].z + sq[2].w, sq[3].x + sq[3].y + sq[3].z + sq[3].w);
-    if (params.lanes == 1u) {
-        if (params.norm != 0u) {
-            let inv = vec4<f32>(inv_rms(ss.x), inv_rms(ss.y), inv_rms(ss.z), inv_rms(ss.w));
-            acc = mat4x4<f32>(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
-        }
-        store_tile(j0, r0, rows, acc[0], acc[1]);
-        store_tile(j0 + 2u, r0, rows, acc[2], acc[3]);
-    } else {
-        let at = t * MATMUL_OUTS * 4u + r0 / 4u;
-        part[at] = acc[0];
-        part[at + 4u] = acc[1];
-        part[at + 8u] = acc[2];
-        part[at + 12u] = acc[3];
-        ss_mine[r0] = ss.x;
-        ss_mine[r0 + 1u] = ss.y;
-        ss_mine[r0 + 2u] = ss.z;
-        ss_mine[r0 + 3u] = ss.w;
-    }
-}
-
-// With lanes > 1: lane l takes the output pairs (o, o + 1) x rows r numbered l, l + lanes, ...
-// of its group (rows of the pass only) and sums each entry over the lanes in lane order. With the
-// folded norm the lanes' sums of squares then go through `part` too (two more barriers), each
-// row's in lane order, and scale the pair before it is stored.
-fn reduce_store(t: u32, j0: u32, rows: u32) {
-    let lanes = params.lanes;
-    if (lanes == 1u) {
-        return;
-    }
-    workgroupBarrier();
-    let first = t - t % lanes;  // lane 0 of this group
-    var sums: array<vec2<f32>, ROWS_MAX>;  // this lane's entries, (o, o + 1), at most ROWS_MAX
-    var n = 0u;
-    for (var e = t % lanes; e < MATMUL_OUTS / 2u * rows; e += lanes) {
-        let o = e / rows * 2u;
-        let r = e % rows;
-        let at = o * 4u + r / 4u;  // output o's entry; output o + 1's is 4 further
-        var s0 = part[first * MATMUL_OUTS * 4u + at][r % 4u];
-        var s1 = part[first * MATMUL_OUTS * 4u + at + 4u][r % 4u];
-        for (var l = 1u; l < lanes; l++) {
-            s0 += part[(first + l) * MATMUL_OUTS * 4u + at][r % 4u];
-            s1 += part[(first + l) * MATMUL_OUTS * 4u + at + 4u][r % 4u];
-        }
-        sums[n] = vec2<f32>(s0, s1);
-        n++;
-    }
     if (params.norm != 0u) {
-        workgroupBarrier();  // every lane has read `part`: it now takes the sums of squares
-        let at = t * MATMUL_OUTS * 4u;
-        for (var q = 0u; q < ROWS_MAX / 4u; q++) {
-            part[at + q] = vec4<f32>(ss_mine[4u * q], ss_mine[4u * q + 1u], ss_mine[4u * q + 2u],
-                                     ss_mine[4u * q + 3u]);
-        }
-        workgroupBarrier();
+        let inv = vec4<f32>(inv_rms(sq[0].x + sq[0].y + sq[0].z + sq[0].w),
+                            inv_rms(sq[1].x + sq[1].y + sq[1].z + sq[1].w),
+                            inv_rms(sq[2].x + sq[2].y + sq[2].z + sq[2].w),
+                            inv_rms(sq[3].x + sq[3].y + sq[3].z + sq[3].w));
+        acc = mat4x4<f32>(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
     }
-    n = 0u;
-    for (var e = t % lanes; e < MATMUL_OUTS / 2u * rows; e += lanes) {
-        let o = e / rows * 2u;
-        let r = e % rows;
-        var scale = 1.0;
-        if (params.norm != 0u) {
-            var ss = part[first * MATMUL_OUTS * 4u + r / 4u][r % 4u];
-            for (var l = 1u; l < lanes; l++) {
-                ss += part[(first + l) * MATMUL_OUTS * 4u + r / 4u][r % 4u];
-            }
-            scale = inv_rms(ss);
-        }
-        if (r < rows) {
-            store_pair(j0 + o, r, sums[n].x * scale, sums[n].y * scale);
-        }
-        n++;
-    }
+    store_tile(j0, r0, rows, acc[0], acc[1]);
+    store_tile(j0 + 2u, r0, rows, acc[2], acc[3]);
 }
 
-// A pass of at most 4 rows with lanes > 1: its one row tile, reduced at once. The partials go
-// to part[t * MATMUL_OUTS + o] (a vec4 per output: component k = row k) and the sums of squares
+// A finished row tile (rows r0.. of the pass), lanes > 1: the partials go to
+// part[t * MATMUL_OUTS + o] (a vec4 per output: component k = row r0 + k) and the sums of squares
 // to part[WG * MATMUL_OUTS + t], one barrier; lane l then takes the output pairs (o, o + 1) x
-// rows k numbered l, l + lanes, ... of its group and sums each over the lanes in lane order, as
-// reduce_store does (the same sums in the same order: rows come out the same either way).
-fn keep_one_tile(t: u32, j0: u32, rows: u32, tile: Tile) {
+// rows k numbered l, l + lanes, ... of its group and sums each over the lanes in lane order.
+fn store_shared(t: u32, j0: u32, r0: u32, all_rows: u32, tile: Tile) {
+    let rows = min(all_rows - r0, 4u);
     let sq = tile.sq;
     let at = t * MATMUL_OUTS;
+    workgroupBarrier();  // a tile before this one (a CPU adapter's loop) is done with `part`
     part[at] = tile.acc[0];
     part[at + 1u] = tile.acc[1];
     part[at + 2u] = tile.acc[2];
@@ -391,7 +329,16 @@ fn keep_one_tile(t: u32, j0: u32, rows: u32, tile: Tile) {
             }
             scale = inv_rms(ss);
         }
-        store_pair(j0 + o, k, s0 * scale, s1 * scale);
+        store_pair(j0 + o, r0 + k, s0 * scale, s1 * scale);
+    }
+}
+
+// A finished row tile, stored by whichever way `lanes` says.
+fn finish(t: u32, j0: u32, r0: u32, rows: u32, tile: Tile) {
+    if (params.lanes == 1u) {
+        store_own(j0, r0, rows, tile);
+    } else {
+        store_shared(t, j0, r0, rows, tile);
     }
 }
 
@@ -400,14 +347,9 @@ fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
                @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
-    if (params.lanes > 1u && rows <= 4u) {
-        keep_one_tile(t, j0, rows, tile_quant(Q4_1, j0, t % params.lanes, 0u, rows));
-        return;
+    for (var r0 = wid.z * 4u; r0 < rows; r0 += 4u * nwg.z) {
+        finish(t, j0, r0, rows, tile_quant(Q4_1, j0, t % params.lanes, r0, rows));
     }
-    for (var r0 = 0u; r0 < rows; r0 += 4u) {
-        keep(t, j0, r0, rows, tile_quant(Q4_1, j0, t % params.lanes, r0, rows));
-    }
-    reduce_store(t, j0, rows);
 }
 
 @compute @workgroup_size(WG)
@@ -415,14 +357,9 @@ fn matmul_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w
                @builtin(num_workgroups) nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
-    if (params.lanes > 1u && rows <= 4u) {
-        keep_one_tile(t, j0, rows, tile_quant(Q8_0, j0, t % params.lanes, 0u, rows));
-        return;
+    for (var r0 = wid.z * 4u; r0 < rows; r0 += 4u * nwg.z) {
+        finish(t, j0, r0, rows, tile_quant(Q8_0, j0, t % params.lanes, r0, rows));
     }
-    for (var r0 = 0u; r0 < rows; r0 += 4u) {
-        keep(t, j0, r0, rows, tile_quant(Q8_0, j0, t % params.lanes, r0, rows));
-    }
-    reduce_store(t, j0, rows);
 }
 
 // f32 weights 4c..4c+3 of output j.
@@ -438,7 +375,7 @@ fn matmul_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     let j0 = first_output(t, wid, nwg);
     let rs = params.n_in / 4u;
     let j = vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
-    for (var r0 = 0u; r0 < rows; r0 += 4u) {
+    for (var r0 = wid.z * 4u; r0 < rows; r0 += 4u * nwg.z) {
         var tile = Tile();
         for (var c = t % params.lanes; c < rs; c += params.lanes) {
             let xt = take_x(&tile, r0 * rs + c, r0, rows, rs);
@@ -446,7 +383,6 @@ fn matmul_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
             tile.acc = mat4x4<f32>(a[0] + f32s(j.x, c) * xt, a[1] + f32s(j.y, c) * xt,
                                    a[2] + f32s(j.z, c) * xt, a[3] + f32s(j.w, c) * xt);
         }
-        keep(t, j0, r0, rows, tile);
+        finish(t, j0, r0, rows, tile);
     }
-    reduce_store(t, j0, rows);
 }

@@ -156,8 +156,8 @@ def test_matmul_matches_reference(dev, files, name):
 @pytest.mark.parametrize("name,accumulate", [("q4_1.33x64", False), ("q4_1.257x512", True),
                                              ("q8_0.33x96", True), ("f16.40x100", False)])
 def test_matmul_batch_invariant(dev, files, name, accumulate, lanes, monkeypatch):
-    """Rows 1..16, bit for bit; split across lanes, a pass of up to 4 rows and a longer one
-    reduce in two ways (matmul.wgsl's keep_one_tile and reduce_store) that must agree."""
+    """Rows 1..16, bit for bit; split across lanes, each row tile of a pass in a workgroup layer
+    of its own (matmul.wgsl; a CPU adapter's one layer loops over them)."""
     monkeypatch.setattr(dev, "is_cpu", lanes == "one")
     w = ops.Weight.upload(dev, files[0], name)
     assert_batch_invariant(matmul_runner(dev, w, np.random.default_rng(2), accumulate))

@@ -167,6 +167,12 @@ def _cpu_adapter(dev) -> bool:
 EPILOGUE_NONE, EPILOGUE_ROPE, EPILOGUE_SILU_GATE = 0, 1, 2   # shaders/matmul.wgsl's
 
 
+def _row_layers(dev) -> int:
+    """matmul's workgroup layers along z (shaders/matmul.wgsl): on a GPU one per row tile a pass
+    may have, so the tiles run side by side; on a CPU adapter one, whose threads loop over them."""
+    return 1 if _cpu_adapter(dev) else ROWS_MAX // 4
+
+
 def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
            accumulate: bool = False, rope=None, head_dim: int = 0, max_ctx: int = 0,
            silu_gate: bool = False, qkv: tuple | None = None, norm: Weight | None = None,
@@ -228,7 +234,8 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,
                                  head_dim, max_ctx, nq, nk, kv_rows, norm is not None,
                                  float(eps)), f"matmul {weight.name}")
-    groups = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
+    x_groups, y_groups, _ = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
+    groups = (x_groups, y_groups, _row_layers(dev))
     spare = _spares(dev)
     return dev.dispatch("matmul", f"matmul_{weight.kind}",
                         [params, step, weight.buffer, x, y,

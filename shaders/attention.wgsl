@@ -4,13 +4,13 @@
 // One workgroup of `threads` threads per (row, head), split over positions (split-K inside the
 // workgroup; ops.attention says why not across workgroups). Two barriers, three phases:
 //   1. thread t scores positions s = t, t + threads, ...: q . k_s * scale, into the scratch, and
-//      keeps their max;                                   storage barrier;
+//      keeps their max;                        storage and workgroup barrier;
 //   2. the threads form `groups` position groups of hd/4 threads; group g owns the positions
 //      s = g, g + groups, ... (those thread t = g (mod groups) scored, so their max m_g is the max
 //      of those threads' maxima) and thread j of the group owns output dims 4j..4j+3. Each thread
 //      sums e_s = exp(score_s - m_g) and e_s * v_s[4j..4j+3] over the group's positions in
 //      position order: the group's partial (m_g, l_g, o_g);
-//                                                         storage barrier;
+//                                                         workgroup barrier;
 //   3. thread j merges the groups' partials in group order 0, 1, ...: with M the max of the m_g,
 //      out = sum_g exp(m_g - M) o_g / sum_g exp(m_g - M) l_g.
 // No thread loops over every position: phase 1 takes p / threads positions a thread, phase 2
@@ -19,9 +19,12 @@
 // first and then the sums in the same order as one step at a time (the same results): on the
 // H200 a step's loads in flight together took 2,048 positions from 56 to 34 µs, phase 1 scoring
 // two positions a step (scripts/bench_kernels.py --cases attn; bench/results/h200-kernels.json).
-// The scores and partials go to a global scratch (ROWS_MAX, n_heads, max_ctx + ATTN_PARTS)
-// (ops.attention_scratch_bytes), because 8192 positions would not fit in the 16 KiB of workgroup
-// memory WebGPU guarantees; the partials sit there too, so one barrier kind (storage) suffices.
+// The scores go to a global scratch (ROWS_MAX, n_heads, max_ctx) (ops.attention_scratch_bytes),
+// because 8192 positions would not fit in the 16 KiB of workgroup memory WebGPU guarantees; the
+// threads' maxima and the groups' partials sit in workgroup memory (7 KiB), whose loads cost a
+// fraction of a global one's: phases 2 and 3 each read 16 of them in a row. With the maxima and
+// partials in the scratch too, a 1-row pass over 128 positions took 8.65 us on the H200, 6.90 us
+// now, and 2.2-2.4 us more at 1,024 and 2,048 (bench/results/h200-kernels-attention.json).
 
 //!include step.wgsl
 
@@ -41,8 +44,13 @@ const LOWEST: f32 = -3.4028234663852886e38;  // -FLT_MAX exactly: Tint rejects -
 @group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;         // (ROWS_MAX, n_heads * hd / 4)
 @group(0) @binding(3) var<storage, read> kcache: array<vec4<f32>>;    // (max_ctx, n_kv * hd / 4)
 @group(0) @binding(4) var<storage, read> vcache: array<vec4<f32>>;    // (max_ctx, n_kv * hd / 4)
-@group(0) @binding(5) var<storage, read_write> scratch: array<f32>;   // (ROWS_MAX, n_heads, max_ctx + ATTN_PARTS)
+@group(0) @binding(5) var<storage, read_write> scratch: array<f32>;   // (ROWS_MAX, n_heads, max_ctx)
 @group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>; // (ROWS_MAX, n_heads * hd / 4)
+
+var<workgroup> wg_max: array<f32, ATTN_WG>;        // (threads,) phase 1's per-thread maxima
+var<workgroup> wg_m: array<f32, ATTN_WG>;          // (groups,) m_g
+var<workgroup> wg_l: array<f32, ATTN_WG>;          // (groups,) l_g
+var<workgroup> wg_o: array<vec4<f32>, ATTN_WG>;    // (groups, hd / 4) o_g
 
 // Two entry points, one algorithm: `attention` (ATTN_WG threads, GPUs) and `attention_cpu`
 // (ATTN_WG_CPU threads, software adapters, where idle threads and barriers cost more than the
@@ -71,12 +79,7 @@ fn attend(t: u32, threads: u32, group_id: u32) {
     let stride = params.n_kv * hd4;                    // one cache row, in vec4
     let kv_off = (h / (params.n_heads / params.n_kv)) * hd4;
     let q_off = (r * params.n_heads + h) * hd4;
-    // This (row, head)'s scratch: scores (max_ctx,), then ATTN_PARTS floats of partials.
-    let scores = (r * params.n_heads + h) * (params.max_ctx + ATTN_PARTS);
-    let maxima = scores + params.max_ctx;  // (threads,) phase 1's per-thread maxima
-    let part_m = maxima + ATTN_WG;         // (groups,) m_g
-    let part_l = part_m + ATTN_WG;         // (groups,) l_g
-    let part_o = part_l + ATTN_WG;         // (groups, hd) o_g (groups * hd <= 4 * ATTN_WG)
+    let scores = (r * params.n_heads + h) * params.max_ctx;  // this (row, head)'s scores
 
     // 1. scores
     var m = LOWEST;
@@ -139,8 +142,9 @@ fn attend(t: u32, threads: u32, group_id: u32) {
             m = max(m, score);
         }
     }
-    scratch[maxima + t] = m;
+    wg_max[t] = m;
     storageBarrier();
+    workgroupBarrier();
 
     // 2. each group's partial over its positions
     let groups = params.groups;
@@ -149,7 +153,7 @@ fn attend(t: u32, threads: u32, group_id: u32) {
     if (g < groups) {
         var m_g = LOWEST;
         for (var l = g; l < threads; l += groups) {  // the threads that scored this group's positions
-            m_g = max(m_g, scratch[maxima + l]);
+            m_g = max(m_g, wg_max[l]);
         }
         var o = vec4<f32>(0.0);
         var sum = 0.0;
@@ -205,47 +209,39 @@ fn attend(t: u32, threads: u32, group_id: u32) {
             o += e * vcache[s * stride + v_at];
             sum += e;
         }
-        let o_off = part_o + (g * hd4 + j) * 4u;
-        scratch[o_off] = o.x;
-        scratch[o_off + 1u] = o.y;
-        scratch[o_off + 2u] = o.z;
-        scratch[o_off + 3u] = o.w;
+        wg_o[g * hd4 + j] = o;
         if (j == 0u) {
-            scratch[part_m + g] = m_g;
-            scratch[part_l + g] = sum;
+            wg_m[g] = m_g;
+            wg_l[g] = sum;
         }
     }
-    storageBarrier();
+    workgroupBarrier();
 
     // 3. merge the groups in order
     if (t < hd4) {
         var top = LOWEST;
         for (var l = 0u; l < groups; l++) {
-            top = max(top, scratch[part_m + l]);
+            top = max(top, wg_m[l]);
         }
         var o = vec4<f32>(0.0);
         var total = 0.0;
         var l = 0u;
         for (; l + 1u < groups; l += 2u) {   // two groups' loads in flight, merged in order
-            let o_a = part_o + (l * hd4 + t) * 4u;
-            let o_b = part_o + ((l + 1u) * hd4 + t) * 4u;
-            let pa = vec4<f32>(scratch[o_a], scratch[o_a + 1u], scratch[o_a + 2u], scratch[o_a + 3u]);
-            let pb = vec4<f32>(scratch[o_b], scratch[o_b + 1u], scratch[o_b + 2u], scratch[o_b + 3u]);
-            let la = scratch[part_l + l];
-            let lb = scratch[part_l + l + 1u];
-            let wa = exp(scratch[part_m + l] - top);  // 0 for a group without positions
-            let wb = exp(scratch[part_m + l + 1u] - top);
+            let pa = wg_o[l * hd4 + t];
+            let pb = wg_o[(l + 1u) * hd4 + t];
+            let la = wg_l[l];
+            let lb = wg_l[l + 1u];
+            let wa = exp(wg_m[l] - top);  // 0 for a group without positions
+            let wb = exp(wg_m[l + 1u] - top);
             o += wa * pa;
             total += wa * la;
             o += wb * pb;
             total += wb * lb;
         }
         for (; l < groups; l++) {
-            let w = exp(scratch[part_m + l] - top);  // 0 for a group without positions (m = LOWEST)
-            let o_off = part_o + (l * hd4 + t) * 4u;
-            o += w * vec4<f32>(scratch[o_off], scratch[o_off + 1u], scratch[o_off + 2u],
-                               scratch[o_off + 3u]);
-            total += w * scratch[part_l + l];
+            let w = exp(wg_m[l] - top);  // 0 for a group without positions (m = LOWEST)
+            o += w * wg_o[l * hd4 + t];
+            total += w * wg_l[l];
         }
         out[q_off + t] = o / total;
     }

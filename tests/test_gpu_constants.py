@@ -47,7 +47,7 @@ def test_the_block_states_the_python_values():
         "ROWS_MAX": device.ROWS_MAX, "WG": ops.WG, "MATMUL_OUTS": ops.MATMUL_OUTS,
         "WG_ROW": sampling.WG_ROW, "RNG_FILL_WG": sampling.RNG_FILL_WG, "NONE": sampling.NONE,
         "ARGMAX_CHUNK": sampling.ARGMAX_CHUNK,
-        "ATTN_WG": ops.ATTN_WG, "ATTN_WG_CPU": ops.ATTN_WG_CPU, "ATTN_PARTS": ops.ATTN_PARTS,
+        "ATTN_WG": ops.ATTN_WG, "ATTN_WG_CPU": ops.ATTN_WG_CPU,
         "FLAG_ONE_HOT": step.FLAG_ONE_HOT,
         "MODE_GREEDY": step.MODES["greedy"], "MODE_REPLAY": step.MODES["replay"],
         "MODE_REJECTION": step.MODES["rejection"],

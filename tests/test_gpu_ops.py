@@ -477,6 +477,6 @@ def test_shape_errors(dev, files):
     with pytest.raises(ops.ShapeError, match="attention scratch"):
         width = 2 * 64 * 4
         ops.attention(dev, dev.buffer(ROWS_MAX * width), dev.buffer(16 * width // 2),
-                      dev.buffer(16 * width // 2), dev.buffer(ROWS_MAX * 2 * 16 * 4),
+                      dev.buffer(16 * width // 2), dev.buffer(ROWS_MAX * 2 * 16 * 4 // 2),
                       dev.buffer(ROWS_MAX * width), p.step, n_heads=2, n_kv_heads=1,
                       head_dim=64, max_ctx=16)

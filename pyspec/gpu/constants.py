@@ -30,8 +30,6 @@ ARGMAX_CHUNK = 1024  # ids per workgroup of argmax_parts (argmax_rows split over
 RNG_FILL_WG = 64     # threads per workgroup of rng_fill (tests)
 ATTN_WG = 256        # threads per workgroup of attention on a GPU (one workgroup per row and head)
 ATTN_WG_CPU = 64     # ... on a software adapter (attention_cpu: fewer idle threads per barrier)
-ATTN_PARTS = 7 * ATTN_WG  # attention's partials per (row, head) after its scores: thread maxima,
-                          # then per position group m, l (ATTN_WG each) and o (4 * ATTN_WG)
 
 # --- the Step uniform (step.py): mode and flags ---------------------------------------------------
 MODES = {"greedy": 0, "replay": 1, "rejection": 2}
@@ -52,7 +50,7 @@ HOW_EMPTY_RESIDUAL = 2   # a sample of p_target, because the residual was all ze
 HOW_BONUS = 3            # the bonus sample after K accepted drafts (rejection)
 
 _HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "ARGMAX_CHUNK", "RNG_FILL_WG", "ATTN_WG", "ATTN_WG_CPU",
-         "ATTN_PARTS", "FLAG_ONE_HOT", "NONE",
+         "FLAG_ONE_HOT", "NONE",
          "ACCEPT_N_ACCEPTED", "ACCEPT_K_EFF", "ACCEPT_N_EMITTED", "ACCEPT_HOW", "ACCEPT_TOKENS",
          "ACCEPT_TESTS", "ACCEPT_P", "ACCEPT_Q", "ACCEPT_WORDS",
          "HOW_CHAMPION", "HOW_RESIDUAL", "HOW_EMPTY_RESIDUAL", "HOW_BONUS")

@@ -82,7 +82,7 @@ class GPUModel(LoadedWeights):
         self.att = dev.buffer(R * cfg.n_heads * hd * 4, label=f"{label}.att")  # (R, heads*hd)
         self.g = dev.buffer(R * cfg.d_ff * 4, label=f"{label}.g")              # (R, d_ff) silu(g)*u
         self.logits = dev.buffer(R * cfg.vocab_size * 4, label=f"{label}.logits")  # (R, vocab)
-        # (R, n_heads, max_ctx + ATTN_PARTS) attention scores and partials, shared by every layer
+        # (R, n_heads, max_ctx) attention scores, shared by every layer
         # (dispatches run in order)
         self.scores = dev.buffer(ops.attention_scratch_bytes(cfg.n_heads, ctx), label=f"{label}.s")
         self._plans: dict[tuple, list] = {}

@@ -22,7 +22,7 @@ import numpy as np
 from .. import quant
 from ..gguf import GGUFFile
 # the shaders get the same names (constants.py)
-from .constants import ATTN_PARTS, ATTN_WG, ATTN_WG_CPU, MATMUL_OUTS, WG
+from .constants import ATTN_WG, ATTN_WG_CPU, MATMUL_OUTS, WG
 from .device import ROWS_MAX, Dispatch, ShapeError, binding_size, need, split_workgroups
 
 
@@ -299,10 +299,10 @@ def rope_table(dev, config, max_ctx: int):
 
 
 def attention_scratch_bytes(n_heads: int, max_ctx: int) -> int:
-    """Bytes of the scratch `attention` needs: (ROWS_MAX, n_heads, max_ctx + ATTN_PARTS) f32,
-    each (row, head)'s scores and then its partials. One scratch serves every layer
+    """Bytes of the scratch `attention` needs: (ROWS_MAX, n_heads, max_ctx) f32, each (row,
+    head)'s scores (its partials stay in workgroup memory). One scratch serves every layer
     (dispatches run in order)."""
-    return ROWS_MAX * n_heads * (max_ctx + ATTN_PARTS) * 4
+    return ROWS_MAX * n_heads * max_ctx * 4
 
 
 def attention_groups(head_dim: int, threads: int) -> int:

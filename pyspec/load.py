@@ -59,8 +59,8 @@ def load_draft_checked(champion):
 def default_draft(champion) -> str:
     """What `--draft auto` (the CLI's default) means for this champion: the drafter measured
     fastest on its kind of backend. On a GPU that is not a software adapter, "trained" (the
-    shipped draft, when the checkout has it): on the H200 it ran 1.35x champion-only under the
-    guard against n-gram's 1.22x, in one run (bench/results/h200.json). On the numpy engine and
+    shipped draft, when the checkout has it): on the H200 it ran 1.41x champion-only under the
+    guard against n-gram's 1.15x, in one run (bench/results/h200.json). On the numpy engine and
     on CPU adapters (lavapipe, SwiftShader), "ngram": there four draft steps cost more than the
     rows they save, the guard keeps the draft off, and n-gram is as fast or faster
     (bench/results/README.md)."""

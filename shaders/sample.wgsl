@@ -165,15 +165,18 @@ fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
     if (r >= step.rows || r >= params.rows_cap) { return; }
     let base = params.in_offset + r * params.in_stride;
     let best = tree_best(tid, scan(tid, base, 0u, params.vocab, step.pos + params.pos_shift + r));
-    if (params.conf_offset == NONE) {  // no confidence wanted (the champion's rows): done
-        if (tid == 0u) {
-            tokens[params.out_offset + r] = best.i;
-        }
-        return;
+    var sum = 1.0;
+    if (params.conf_offset != NONE) {  // a confidence wanted (a draft's rows, not the champion's)
+        sum = row_exp_sum(tid, base, 0u, params.vocab, best.m, conf_temperature());
     }
-    let sum = row_exp_sum(tid, base, 0u, params.vocab, best.m, conf_temperature());
-    if (tid == 0u) {
-        tokens[params.out_offset + r] = best.i;
+    store_choice(tid, r, best.i, sum);
+}
+
+// Row r's token and, when one is wanted, its confidence 1 / sum (thread 0 stores).
+fn store_choice(tid: u32, r: u32, token: u32, sum: f32) {
+    if (tid != 0u) { return; }
+    tokens[params.out_offset + r] = token;
+    if (params.conf_offset != NONE) {
         conf[params.conf_offset + r] = 1.0 / sum;
     }
 }
@@ -217,26 +220,20 @@ fn argmax_merge(@builtin(workgroup_id) wid: vec3<u32>,
         b = better(b, Best(bitcast<f32>(p.x), p.y, bitcast<f32>(p.z)));
     }
     let best = tree_best(tid, b);
-    if (params.conf_offset == NONE) {
-        if (tid == 0u) {
-            tokens[params.out_offset + r] = best.i;
+    var sum = 1.0;
+    if (params.conf_offset != NONE) {
+        let t = conf_temperature();
+        var s = 0.0;
+        for (var c = tid; c < n; c += WG_ROW) {
+            let p = parts_in[r * n + c];
+            s += bitcast<f32>(p.w) * exp((bitcast<f32>(p.z) - best.m) / t);
         }
-        return;
+        workgroupBarrier();  // the tree above is done with red_v
+        red_v[tid] = s;
+        workgroupBarrier();
+        sum = tree_sum(tid);
     }
-    let t = conf_temperature();
-    var s = 0.0;
-    for (var c = tid; c < n; c += WG_ROW) {
-        let p = parts_in[r * n + c];
-        s += bitcast<f32>(p.w) * exp((bitcast<f32>(p.z) - best.m) / t);
-    }
-    workgroupBarrier();  // the tree above is done with red_v
-    red_v[tid] = s;
-    workgroupBarrier();
-    let sum = tree_sum(tid);
-    if (tid == 0u) {
-        tokens[params.out_offset + r] = best.i;
-        conf[params.conf_offset + r] = 1.0 / sum;
-    }
+    store_choice(tid, r, best.i, sum);
 }
 
 // Per row: probs[out_offset + r out_stride + i] = softmax(logits / T)_i (max-subtracted, as

@@ -163,13 +163,25 @@ fn argmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) tid: u32) {
     let r = wid.x;
     if (r >= step.rows || r >= params.rows_cap) { return; }
+    let whole = scan_row(tid, r, 0u, params.vocab);
+    store_choice(tid, r, whole.best.i, whole.sum);
+}
+
+// A scan of ids [begin, end) of row r by the workgroup: the best, and when a confidence is wanted
+// (a draft's rows, not the champion's) sum exp((x - best.m) / t) over them (else 0).
+struct Scanned {
+    best: Best,
+    sum: f32,
+}
+
+fn scan_row(tid: u32, r: u32, begin: u32, end: u32) -> Scanned {
     let base = params.in_offset + r * params.in_stride;
-    let best = tree_best(tid, scan(tid, base, 0u, params.vocab, step.pos + params.pos_shift + r));
-    var sum = 1.0;
-    if (params.conf_offset != NONE) {  // a confidence wanted (a draft's rows, not the champion's)
-        sum = row_exp_sum(tid, base, 0u, params.vocab, best.m, conf_temperature());
+    let best = tree_best(tid, scan(tid, base, begin, end, step.pos + params.pos_shift + r));
+    var sum = 0.0;
+    if (params.conf_offset != NONE) {
+        sum = row_exp_sum(tid, base, begin, end, best.m, conf_temperature());
     }
-    store_choice(tid, r, best.i, sum);
+    return Scanned(best, sum);
 }
 
 // Row r's token and, when one is wanted, its confidence 1 / sum (thread 0 stores).
@@ -191,17 +203,12 @@ fn argmax_parts(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_index) tid: u32) {
     let r = wid.y;
     if (r >= step.rows || r >= params.rows_cap) { return; }
-    let base = params.in_offset + r * params.in_stride;
     let begin = wid.x * ARGMAX_CHUNK;
-    let end = min(begin + ARGMAX_CHUNK, params.vocab);
-    let best = tree_best(tid, scan(tid, base, begin, end, step.pos + params.pos_shift + r));
-    var sum = 0.0;
-    if (params.conf_offset != NONE) {
-        sum = row_exp_sum(tid, base, begin, end, best.m, conf_temperature());
-    }
+    let part = scan_row(tid, r, begin, min(begin + ARGMAX_CHUNK, params.vocab));
+    let b = part.best;
     if (tid == 0u) {
-        parts_out[r * argmax_n_parts() + wid.x] = vec4<u32>(bitcast<u32>(best.v), best.i,
-                                                            bitcast<u32>(best.m), bitcast<u32>(sum));
+        parts_out[r * argmax_n_parts() + wid.x] = vec4<u32>(bitcast<u32>(b.v), b.i,
+                                                            bitcast<u32>(b.m), bitcast<u32>(part.sum));
     }
 }
 
@@ -220,7 +227,7 @@ fn argmax_merge(@builtin(workgroup_id) wid: vec3<u32>,
         b = better(b, Best(bitcast<f32>(p.x), p.y, bitcast<f32>(p.z)));
     }
     let best = tree_best(tid, b);
-    var sum = 1.0;
+    var sum = 0.0;
     if (params.conf_offset != NONE) {
         let t = conf_temperature();
         var s = 0.0;

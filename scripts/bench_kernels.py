@@ -1,14 +1,14 @@
 """GPU time per dispatch of matmul variants, as a forward pays it: N dispatches of one product in
 one compute pass (the barriers between them included), timed by timestamps at the pass's ends.
 
-Each variant is a directory holding its own matmul.wgsl (the other shaders come from shaders/),
-and optionally `lanes` (ops._lanes' rule) and `layers` (the products' workgroup layers along z:
-1 for a kernel from before each row tile had its own); `shaders` itself is the variant "current". Products are the champion's shapes with random
-weights (no model needed), with the options the forward uses: the output projection and down
-accumulate, gate-up folds the norm and the SiLU gate, QKV-like folds the norm. Each variant's
-outputs are checked against the current kernel's (close) and for batch invariance (row r of a
-16-row pass equals row 0 of a 1-3-row pass over x moved up by r, bit for bit) before it is
-timed.
+Each variant is a directory holding its own matmul.wgsl and/or attention.wgsl (the other shaders
+come from shaders/), and optionally `lanes` (ops._lanes' rule) and `layers` (the products'
+workgroup layers along z: 1 for a kernel from before each row tile had its own); `shaders`
+itself is the variant "current". Products are the champion's shapes with random weights (no
+model needed), with the options the forward uses: the output projection and down accumulate,
+gate-up folds the norm and the SiLU gate, QKV-like folds the norm. Each variant's outputs are
+checked against the current kernel's (close) and for batch invariance (row r of a 16-row pass
+equals row 0 of a 1-3-row pass over x moved up by r, bit for bit) before it is timed.
 
     .venv/bin/python scripts/bench_kernels.py [--n 200] [--runs 5] [--rows 1,8] [VARIANT_DIR ...]
 """

@@ -13,8 +13,8 @@ GPU time of one (the last cycle of a request, its dispatches as one timed pass),
 rest goes. A cycle that goes ahead costs max(host, GPU) when the two overlap; the engine's own
 work between readbacks (the verdict, the guard, the text) is what is left of the wall time.
 
-    .venv/bin/python scripts/profile_cycle.py [--champion C.gguf] [--tokens 64] [--n 50] [--loop 200]
-        [--draft D.gguf --k fixed:2] [--json F]
+    .venv/bin/python scripts/profile_cycle.py [--champion C.gguf] [--tokens 64] [--n 50]
+        [--loop 200] [--draft D.gguf --k fixed:2] [--argmax default|split|rows] [--json F]
 """
 
 from __future__ import annotations

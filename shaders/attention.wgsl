@@ -44,7 +44,7 @@ const LOWEST: f32 = -3.4028234663852886e38;  // -FLT_MAX exactly: Tint rejects -
 @group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;         // (ROWS_MAX, n_heads * hd / 4)
 @group(0) @binding(3) var<storage, read> kcache: array<vec4<f32>>;    // (max_ctx, n_kv * hd / 4)
 @group(0) @binding(4) var<storage, read> vcache: array<vec4<f32>>;    // (max_ctx, n_kv * hd / 4)
-@group(0) @binding(5) var<storage, read_write> scratch: array<f32>;   // (ROWS_MAX, n_heads, max_ctx)
+@group(0) @binding(5) var<storage, read_write> scratch: array<f32>;   // (R, n_heads, max_ctx)
 @group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>; // (ROWS_MAX, n_heads * hd / 4)
 
 var<workgroup> wg_max: array<f32, ATTN_WG>;        // (threads,) phase 1's per-thread maxima

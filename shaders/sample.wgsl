@@ -207,8 +207,8 @@ fn argmax_parts(@builtin(workgroup_id) wid: vec3<u32>,
     let part = scan_row(tid, r, begin, min(begin + ARGMAX_CHUNK, params.vocab));
     let b = part.best;
     if (tid == 0u) {
-        parts_out[r * argmax_n_parts() + wid.x] = vec4<u32>(bitcast<u32>(b.v), b.i,
-                                                            bitcast<u32>(b.m), bitcast<u32>(part.sum));
+        let bits = vec4<u32>(bitcast<u32>(b.v), b.i, bitcast<u32>(b.m), bitcast<u32>(part.sum));
+        parts_out[r * argmax_n_parts() + wid.x] = bits;
     }
 }
 

@@ -49,8 +49,8 @@ HOW_RESIDUAL = 1         # a sample of the residual at the first rejection
 HOW_EMPTY_RESIDUAL = 2   # a sample of p_target, because the residual was all zero
 HOW_BONUS = 3            # the bonus sample after K accepted drafts (rejection)
 
-_HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "ARGMAX_CHUNK", "RNG_FILL_WG", "ATTN_WG", "ATTN_WG_CPU",
-         "FLAG_ONE_HOT", "NONE",
+_HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "ARGMAX_CHUNK", "RNG_FILL_WG", "ATTN_WG",
+         "ATTN_WG_CPU", "FLAG_ONE_HOT", "NONE",
          "ACCEPT_N_ACCEPTED", "ACCEPT_K_EFF", "ACCEPT_N_EMITTED", "ACCEPT_HOW", "ACCEPT_TOKENS",
          "ACCEPT_TESTS", "ACCEPT_P", "ACCEPT_Q", "ACCEPT_WORDS",
          "HOW_CHAMPION", "HOW_RESIDUAL", "HOW_EMPTY_RESIDUAL", "HOW_BONUS")

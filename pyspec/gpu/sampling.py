@@ -86,7 +86,9 @@ def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = 
                             out_offset=_split(tokens)[1],
                             conf_offset=_split(conf)[1] if want_conf else NONE,
                             pos_shift=pos_shift)
-    if not (not dev.is_cpu if split is None else split):
+    if split is None:
+        split = not dev.is_cpu
+    if not split:
         return [dev.dispatch("sample", "argmax_rows",
                              [params, step, _whole(logits), _whole(tokens), _whole(conf)],
                              rows_cap)]

@@ -288,22 +288,28 @@ def prefill_tok_s(engine: Engine, vocab: int, n: int = 1000) -> float | None:
     return (n - 1) / r.stats["prefill_s"]
 
 
-def last_cycle(engine, prompt: list[int], max_tokens: int = 4) -> list:
-    """The commands of the last cycle of a champion-only request (its forward, the argmax,
-    accept, the token copy and the readback copy), flattened: what the GPU timings replay."""
+def recorded_request(engine, prompt: list[int], options: Options) -> tuple:
+    """(result, the flattened commands of each of the request's submissions, in order)."""
     from .gpu.device import flatten
     dev, kept = engine.backend.dev, []
     submit = dev.submit
 
     def recording(commands):
-        kept[:] = [list(flatten(commands))]
+        kept.append(list(flatten(commands)))
         submit(commands)
     dev.submit = recording
     try:
-        engine.generate(prompt, Options(max_tokens=max_tokens, k="fixed:0", stop_at_eos=False))
+        result = engine.generate(prompt, options)
     finally:
         dev.submit = submit
-    return kept[0]
+    return result, kept
+
+
+def last_cycle(engine, prompt: list[int], max_tokens: int = 4) -> list:
+    """The commands of the last cycle of a champion-only request (its forward, the argmax,
+    accept, the token copy and the readback copy), flattened: what the GPU timings replay."""
+    options = Options(max_tokens=max_tokens, k="fixed:0", stop_at_eos=False)
+    return recorded_request(engine, prompt, options)[1][-1]
 
 
 def cycle_seconds(engine, prompt: list[int], n: int = 50) -> float:

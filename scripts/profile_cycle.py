@@ -28,9 +28,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from pyspec.engine import Engine, Options
-from pyspec.bench import last_cycle
+from pyspec.bench import last_cycle, recorded_request
 from pyspec.gpu.backend import GPUBackend
-from pyspec.gpu.device import Copy, Dispatch, flatten
+from pyspec.gpu.device import Copy, Dispatch
 from pyspec.load import backend, load_champion
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper who "
@@ -91,22 +91,6 @@ def pipelined_loop(dev, commands, mode: str, cycles: int = 200) -> float:
             bytes(staging[b].read_mapped(0, 16))
             staging[b].unmap()
     return (time.perf_counter() - t0) / cycles
-
-
-def recorded_request(engine, ids: list[int], options: Options) -> tuple:
-    """(result, the flattened commands of each submission of one request)."""
-    dev, kept = engine.backend.dev, []
-    submit = dev.submit
-
-    def recording(commands):
-        kept.append(list(flatten(commands)))
-        submit(commands)
-    dev.submit = recording
-    try:
-        result = engine.generate(ids, options)
-    finally:
-        dev.submit = submit
-    return result, kept
 
 
 def compute_passes(commands: list) -> int:

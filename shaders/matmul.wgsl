@@ -22,8 +22,9 @@
 // partials are parked in `part`, one workgroup barrier, then the lanes' partials of each (output,
 // row) are summed in lane order (store_shared). A workgroup parks one tile at a time, so `part`
 // is 5 KiB: on the H200 a workgroup array sized for every tile (16 KiB) held fewer workgroups
-// per multiprocessor, and the head's 1-row product took 28.0 us against 19.7 us with 5 KiB
-// (bench/results/README.md). Batch invariance: `lanes` depends on (n_out, n_in, device) only
+// per multiprocessor; the head's 1-row Q4_1 product took 27.9 us then, 24.5 us now (19.7 us in
+// a variant that served at most 4 rows and had no empty layers: bench/results/README.md,
+// h200-kernels-tiles.json, h200-kernels-r4small.json). Batch invariance: `lanes` depends on (n_out, n_in, device) only
 // (ops._lanes; lanes past the blocks hold zeros); each row's accumulator sees the same blocks in
 // the same order through the same instructions whatever step.rows is, whichever tile slot it
 // sits in and whichever layer takes its tile; rows never mix; the lanes' sums are taken in lane

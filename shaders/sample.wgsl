@@ -58,7 +58,7 @@ struct Params {
                                                                         //  gumbel, 0) as u32 bits
 
 var<workgroup> red_v: array<f32, WG_ROW>;   // (WG_ROW,) per-thread maxima / sums / best scores
-var<workgroup> red_m: array<f32, WG_ROW>;   // (WG_ROW,) per-thread max logit (argmax_rows)
+var<workgroup> red_m: array<f32, WG_ROW>;   // (WG_ROW,) per-thread max logit (the argmaxes)
 var<workgroup> red_i: array<u32, WG_ROW>;   // (WG_ROW,) per-thread best token id, NONE if none
 
 fn tree_max(tid: u32) -> f32 {

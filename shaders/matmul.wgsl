@@ -24,11 +24,11 @@
 // is 5 KiB: on the H200 a workgroup array sized for every tile (16 KiB) held fewer workgroups
 // per multiprocessor; the head's 1-row Q4_1 product took 27.9 us then, 24.5 us now (19.7 us in
 // a variant that served at most 4 rows and had no empty layers: bench/results/README.md,
-// h200-kernels-tiles.json, h200-kernels-r4small.json). Batch invariance: `lanes` depends on (n_out, n_in, device) only
-// (ops._lanes; lanes past the blocks hold zeros); each row's accumulator sees the same blocks in
-// the same order through the same instructions whatever step.rows is, whichever tile slot it
-// sits in and whichever layer takes its tile; rows never mix; the lanes' sums are taken in lane
-// order.
+// h200-kernels-tiles.json, h200-kernels-r4small.json). Batch invariance: `lanes` depends on
+// (n_out, n_in, device) only (ops._lanes; lanes past the blocks hold zeros); each row's
+// accumulator sees the same blocks in the same order through the same instructions whatever
+// step.rows is, whichever tile slot it sits in and whichever layer takes its tile; rows never
+// mix; the lanes' sums are taken in lane order.
 // Epilogues: outputs are stored in adjacent pairs (2i, 2i + 1), which one thread always holds.
 //   EPILOGUE_ROPE (the Q and K products): each pair is rotated by the angle of position
 //     step.pos + r (llama.cpp NORM mode, model.Model.rope) before it is stored.

@@ -34,6 +34,7 @@ class CPUBackend(Executor):
         self.timing: dict = {}
         self._logits = None        # (k+1, vocab) of the last champion pass
         self._t0 = self._t1 = 0.0  # start of the cycle, end of its drafting
+        self._catch_up = 0.0       # ... of which the draft's catch-up (Outcome.t_catch_up)
         self._done: Outcome | None = None  # the verdict of the cycle being encoded
 
     async def prefill(self, prompt: list[int], start: int = 0, should_stop=None) -> None:
@@ -58,6 +59,7 @@ class CPUBackend(Executor):
                     else Proposal())
         del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
         self._t1 = time.perf_counter()
+        self._catch_up = getattr(self.drafter, "catch_up_s", 0.0) if k > 0 else 0.0
         return proposal
 
     def champion_pass(self, last: int, drafts: Proposal) -> None:
@@ -67,8 +69,8 @@ class CPUBackend(Executor):
     def accept(self, drafts: Proposal, tokens: list[int], rule: Rule) -> None:
         q_draft = drafts.q_matrix(self._logits.shape[1]) if rule.mode == "rejection" else None
         verdict = rule.verdict(self._logits, drafts.tokens, q_draft, tokens)
-        self._done = Outcome(verdict, len(drafts.tokens), self._t1 - self._t0,
-                             time.perf_counter() - self._t1)
+        self._done = Outcome(verdict, len(drafts.tokens), self._t1 - self._t0 - self._catch_up,
+                             time.perf_counter() - self._t1, t_catch_up=self._catch_up)
 
     def submit(self) -> Outcome:
         return self._done

@@ -122,6 +122,8 @@ class Outcome:
     t_draft: float       # seconds of drafting (the guard's t_draft)
     t_verify: float      # seconds of the rest of the cycle (the guard's t_verify(k))
     committed: bool = False   # its rows were committed before it was read (pipelining)
+    t_catch_up: float = 0.0   # seconds a draft model spent on tokens of cycles it sat out:
+                              # drafting time in the stats, not the guard's per-token t_draft
 
 
 class Executor:

@@ -529,7 +529,7 @@ class Engine:
                 verdict, k_real = out.verdict, out.k
                 sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify,
                               went_ahead and not in_cycle, cls)
-                st.record(k_real, verdict.n_accepted, out.t_draft, out.t_verify)
+                st.record(k_real, verdict.n_accepted, out.t_draft + out.t_catch_up, out.t_verify)
                 st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
 
                 new = list(verdict.tokens)

@@ -101,26 +101,30 @@ def _aligned(n: int, dtype) -> np.ndarray:
     return raw[skip:skip + n]
 
 
-# Rows of w per call: a block of (4096, 576) float32 is 9 MB, so it stays in the L3 cache while
-# every row of the pass reads it (the head, (49152, 576) = 113 MB, otherwise comes from memory
-# once per row). Fixed per matrix shape, so every row still sees the same calls.
-BLOCK_ROWS = 4096
+# Rows of w per call, per kernel; fixed per kernel and matrix shape, so every row still sees the
+# same calls. "blas": 256 rows, a (256, 576) float32 block is 0.6 MB and (256, 1536) 1.6 MB, so a
+# block stays in a core's L2 cache while every row of a verify pass reads it. On this 2-core VM a
+# pass over 5 rows of the champion then costs 1.9 one-row passes instead of 2.1-2.8 with blocks of
+# 4,096 (9 MB, L3), over 8 rows 2.5 instead of 3.0, one row the same (README, "The CPU engine").
+# "einsum" (Pyodide, bound by arithmetic, not by loads): 4,096, fewer calls.
+BLOCK_ROWS = {"blas": 256, "einsum": 4096}
 
 
 def rows_product(x: np.ndarray, w: np.ndarray, kernel: str, row: np.ndarray) -> np.ndarray:
     """x (m, n_in) @ w.T for w (n_out, n_in) -> (m, n_out), one matrix-vector product per row
-    and block of BLOCK_ROWS rows of w, each row fed through `row` (an aligned (n_in,) buffer):
+    and block of BLOCK_ROWS[kernel] rows of w, each row fed through `row` (an aligned (n_in,) buffer):
     the same calls, on the same shapes, for every row whatever m is."""
     m, n_out = x.shape[0], w.shape[0]
     out = np.empty((m, n_out), x.dtype)                                    # (m, n_out)
-    for b in range(0, n_out, BLOCK_ROWS):
-        wb = w[b:b + BLOCK_ROWS]                                           # (<= BLOCK_ROWS, n_in)
+    block = BLOCK_ROWS[kernel]
+    for b in range(0, n_out, block):
+        wb = w[b:b + block]                                                # (<= block, n_in)
         for i in range(m):
             row[:] = x[i]
             if kernel == "blas":
-                np.matmul(wb, row, out=out[i, b:b + BLOCK_ROWS])
+                np.matmul(wb, row, out=out[i, b:b + block])
             else:
-                np.einsum("oi,i->o", wb, row, out=out[i, b:b + BLOCK_ROWS])
+                np.einsum("oi,i->o", wb, row, out=out[i, b:b + block])
     return out
 
 

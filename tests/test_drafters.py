@@ -7,7 +7,7 @@ import pytest
 
 from pyspec.cycle import Rule
 from pyspec.drafters import DraftSpec, DraftSpecError, Proposal, make_drafter, parse_draft
-from pyspec.drafters.model_draft import ModelDrafter
+from pyspec.drafters.model_draft import STEADY_FEED, ModelDrafter
 from pyspec.drafters.ngram import NgramDrafter
 from pyspec.model import Model
 
@@ -90,6 +90,31 @@ def test_model_drafter_cache_follows_the_sequence(tiny):
     # The fast path is not batch-invariant, so compare with a tolerance.
     np.testing.assert_allclose(d.kv.k[:, :n], fresh.k[:, :n], rtol=1e-4, atol=1e-4)
     assert n > len(tiny.prompt)
+
+
+def test_model_drafter_catches_up_apart_from_its_steps(tiny):
+    """Tokens committed while the draft sat out (the guard had it off) are fed and committed
+    ahead of its steps and timed apart (catch_up_s, not the guard's time per draft token); the
+    steps see the steady feed, and the cache still follows the sequence."""
+    model = Model.load(tiny.close_path)
+    d = ModelDrafter(model)
+    seq = list(tiny.prompt)
+    d.reset(seq)
+    d.propose(seq, 2, GREEDY)
+    assert d.catch_up_s == 0.0
+    d.confirm(0)
+    seq = seq + [7] + [int(t) for t in np.random.default_rng(1).integers(3, 300, 9)]
+    p = d.propose(seq, 3, GREEDY)
+    assert len(p.tokens) == 3
+    assert d.catch_up_s > 0.0
+    assert d.kv.committed == len(seq) - STEADY_FEED and d.fed_before == STEADY_FEED
+    d.confirm(len(p.tokens))
+    seq = seq + p.tokens + [5]
+    assert d.kv.committed == len(seq) - 2
+    fresh = model.new_cache()
+    model.forward(seq[:d.kv.committed], fresh, exact=False)
+    n = d.kv.committed
+    np.testing.assert_allclose(d.kv.k[:, :n], fresh.k[:, :n], rtol=1e-4, atol=1e-4)
 
 
 def test_proposal_q_matrix_mixes_rows():

@@ -41,12 +41,13 @@ def test_batch_invariance_tiny(tmp_path, shape, kernel):
     check_batch_invariance(model, tokens, starts=(0, 3, 13))
 
 
-def test_blocks_keep_invariance(tmp_path, monkeypatch):
-    """A head wider than BLOCK_ROWS is computed in blocks (the last one shorter): still invariant."""
-    monkeypatch.setattr(fastcpu, "BLOCK_ROWS", 48)     # the tiny vocabulary is not a multiple
+@pytest.mark.parametrize("kernel", fastcpu.KERNELS)
+def test_blocks_keep_invariance(tmp_path, monkeypatch, kernel):
+    """Matrices wider than a block are computed in blocks (the last one shorter): still invariant."""
+    monkeypatch.setitem(fastcpu.BLOCK_ROWS, kernel, 48)  # the tiny vocabulary is not a multiple
     path = tmp_path / "tiny.gguf"
     write_model(path, seed=5, **SHAPES[0])
-    model = fastcpu.FastModel.load(path)
+    model = fastcpu.FastModel.load(path, kernel)
     assert model.config.vocab_size % 48
     tokens = np.random.default_rng(2).integers(0, model.config.vocab_size, 30).tolist()
     check_batch_invariance(model, tokens, starts=(0, 4))

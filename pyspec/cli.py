@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -23,8 +24,8 @@ from .drafters import parse_draft
 from .engine import Engine, Options
 from .errors import PyspecError, UsageError
 from .gguf import GGUFFile
-from .load import backend, load_champion
-from .model import Model
+from .load import backend, load_champion, reduced_head_ids, vocab_sidecar
+from .model import Config, Model, ModelError
 from .tokenizer import Tokenizer
 from .verify import log_softmax
 
@@ -320,6 +321,14 @@ def cmd_check_pair(args) -> int:
         else:
             report.notes.append(f"borrows {', '.join(names)} from this champion (the same "
                                 "bytes, checked by sha256)")
+    if report.ok and report.bridge is None and os.path.exists(vocab_sidecar(draft)):
+        try:   # what the numpy engine will load with it (load.reduced_head_ids)
+            ids = reduced_head_ids(draft, Config.from_metadata(draft_file.metadata).vocab_size)
+        except ModelError as e:
+            report.ok, report.reasons = False, [str(e)]
+        else:
+            report.notes.append(f"the numpy engine runs its head cut to the {len(ids):,} ids "
+                                f"{os.path.basename(vocab_sidecar(draft))} ranks first")
     if args.json:
         print(json.dumps(report.to_json()))
     else:

@@ -11,6 +11,9 @@ Not here: the generation loop (engine.py), the cycle (cycle.py).
 
 from __future__ import annotations
 
+import json
+import os
+
 from . import champion_path
 from .compat import bind_borrowed, check_pair
 from .cpu import CPUBackend
@@ -18,8 +21,10 @@ from .fastcpu import FastModel
 from .drafters import BridgedModel
 from .drafters.eagle import EagleHead, is_eagle
 from .gguf import GGUFFile
-from .model import Model
+from .model import Model, ModelError
 from .tokenizer import Tokenizer
+
+VOCAB_SCHEMA = "pyspec.draft-vocab/1"
 
 
 def load_champion(path: str | None, backend: str = "cpu",
@@ -52,8 +57,43 @@ def load_draft_checked(champion):
         if is_eagle(draft_file.metadata):
             return EagleHead(draft_file, champion)
         model = Model(draft_file)
-        return model if report.bridge is None else BridgedModel(model, report.bridge)
+        if report.bridge is None:
+            ids = reduced_head_ids(path, model.config.vocab_size)
+            if ids is not None:
+                model.reduce_head(ids)
+            return model
+        return BridgedModel(model, report.bridge)
     return load
+
+
+def vocab_sidecar(path: str) -> str:
+    """Where a draft's reduced-head file sits: beside it, DRAFT.vocab.json for DRAFT.gguf."""
+    return os.path.splitext(str(path))[0] + ".vocab.json"
+
+
+def reduced_head_ids(path: str, vocab: int):
+    """The head rows a draft runs with on the numpy engine: the first `head_rows` ids of the
+    ranking in its sidecar (vocab_sidecar; train/vocab_counts.py ranks the ids by their count in
+    the champion's training answers), or None for the full head where there is no sidecar. On
+    the CPU the head product is most of a draft step; a GPU draft keeps its full head (one
+    dispatch there). The output is the champion's either way (Model.reduce_head)."""
+    side = vocab_sidecar(path)
+    if not os.path.exists(side):
+        return None
+    try:
+        with open(side) as f:
+            doc = json.load(f)
+        if doc.get("schema") != VOCAB_SCHEMA:
+            raise ValueError(f"schema {doc.get('schema')!r} is not {VOCAB_SCHEMA!r}")
+        rows, ids = int(doc["head_rows"]), [int(i) for i in doc["ids"]]
+        if not 0 < rows <= len(ids) or len(set(ids)) != len(ids):
+            raise ValueError(f"head_rows {rows} of {len(ids)} ranked ids (each once)")
+        if not all(0 <= i < vocab for i in ids[:rows]):
+            raise ValueError(f"an id outside the draft's vocabulary of {vocab}")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{side}: not a usable reduced head ({e}); fix or delete it to run the "
+                         f"draft with its full head") from e
+    return ids[:rows]
 
 
 def default_draft(champion) -> str:

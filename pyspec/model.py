@@ -24,6 +24,10 @@ from .gguf import GGUFError, GGUFFile
 from .kv import KVCache
 
 TILE = 8  # rows per matrix-product tile; every product sees exactly this many rows
+# A reduced head's logit for every id outside it (Model.reduce_head): finite, so that a row whose
+# every kept id a processor masks (a JSON schema) still has a softmax, and so far below any real
+# logit that its probability is exactly 0 in float32 (exp(-1e30 - max) underflows).
+OUTSIDE_HEAD = -1e30
 
 
 class ModelError(PyspecError, ValueError):
@@ -161,6 +165,7 @@ class LoadedWeights:
     def weight_bytes(self) -> int:
         n = self.tok_embd.nbytes + self.out_norm.nbytes
         n += sum(w.nbytes for layer in self.layers for w in layer.values())
+        n += 0 if self.head_ids is None else self._head_rows.nbytes   # a reduced head's copy
         return n + (0 if self.head is self.tok_embd else self.head.nbytes)
 
 
@@ -194,6 +199,20 @@ class Model(LoadedWeights):
     @classmethod
     def load(cls, path, dtype=np.float32) -> "Model":
         return cls(GGUFFile.open(path), dtype)
+
+    head_ids: np.ndarray | None = None   # a reduced head's ids (reduce_head), sorted
+
+    def reduce_head(self, ids) -> None:
+        """Keep only the head rows `ids` (a draft's reduced vocabulary): `forward`'s logits are
+        OUTSIDE_HEAD everywhere else, so a drafter never proposes those ids and its q is 0
+        there. Verification sees that q, so the output stays the champion's. For drafts: the
+        head product shrinks by the rows cut (on the numpy engine most of a draft step)."""
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        if ids.size == 0 or ids[0] < 0 or ids[-1] >= self.config.vocab_size:
+            raise ModelError(f"a reduced head needs ids in [0, {self.config.vocab_size}); got "
+                             f"{ids.size} ids" + (f" from {ids[0]} to {ids[-1]}" if ids.size else ""))
+        self.head_ids = ids
+        self._head_rows = np.ascontiguousarray(self.head[ids])           # (len(ids), d)
 
     def new_cache(self, max_ctx: int | None = None, n_layers: int | None = None) -> KVCache:
         cfg = self.config
@@ -304,5 +323,9 @@ class Model(LoadedWeights):
             x = x + mm(g / (1 + np.exp(-g)) * mm(h, w["ffn_up"]), w["ffn_down"])
         if kv.states is not None and (n_layers or cfg.n_layers) >= cfg.n_layers:
             kv.states[start:start + m] = x   # final states only, never a self:L draft's
-        x = x[m - 1:] if last_only else x[logits_from:]
-        return mm(rms_norm(x, self.out_norm, eps), self.head)                # (rows, vocab)
+        x = rms_norm(x[m - 1:] if last_only else x[logits_from:], self.out_norm, eps)
+        if self.head_ids is None:
+            return mm(x, self.head)                                           # (rows, vocab)
+        logits = np.full((x.shape[0], cfg.vocab_size), OUTSIDE_HEAD, self.dtype)
+        logits[:, self.head_ids] = mm(x, self._head_rows)
+        return logits

@@ -346,6 +346,25 @@ def test_check_pair_classes(capsys, models, draft, words):
     assert code == 0 and report["ok"] is True and report["class"] in ("tli", "identical")
 
 
+def test_check_pair_reads_a_reduced_head_sidecar(capsys, models, tmp_path):
+    """A draft's DRAFT.vocab.json (load.reduced_head_ids) is checked with the pair: a good one is
+    named, a bad one makes the pair fail with what to do."""
+    draft = tmp_path / "d.gguf"
+    draft.write_bytes(Path(models["draft"]).read_bytes())
+    side = tmp_path / "d.vocab.json"
+    side.write_text(json.dumps({"schema": "pyspec.draft-vocab/1", "head_rows": 100,
+                                "ids": list(range(300, 0, -1))}))
+    code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                         str(draft))
+    assert code == 0, err
+    assert "head cut to the 100 ids d.vocab.json ranks first" in out
+    side.write_text(json.dumps({"schema": "pyspec.draft-vocab/1", "head_rows": 2,
+                                "ids": [5, 5]}))
+    code, out, _ = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                       str(draft))
+    assert code == 1 and "NOT compatible" in out and "delete it" in out
+
+
 def test_check_pair_incompatible(capsys, models):
     code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
                          models["unreadable"])

@@ -25,7 +25,7 @@ from pyspec.compat import check_pair
 from pyspec.drafters import parse_draft
 from pyspec.engine import Engine, Options
 from pyspec.gguf import GGUFFile
-from pyspec.load import backend, load_champion
+from pyspec.load import backend, load_champion, reduced_head_ids, vocab_sidecar
 from pyspec.tokenizer import Tokenizer
 from test_receipts import workload
 
@@ -66,6 +66,11 @@ def test_manifest_matches_the_files():
     for key in ("steps", "train_seconds", "final_loss"):
         assert entry["training"][key] > 0
     assert 0 < entry["held_out"]["greedy_acceptance_rate_k4"] < 1
+    # the numpy engine's reduced head for it (load.reduced_head_ids), read from its sidecar
+    side = entry["cpu_reduced_head"]
+    assert vocab_sidecar(path) == os.path.join(os.path.dirname(path), side["file"])
+    assert sha256(vocab_sidecar(path)) == side["sha256"]
+    assert len(reduced_head_ids(path, 49152)) == side["head_rows"]
 
 
 def test_trained_spec_names_the_shipped_draft_and_the_pair_is_accepted():
@@ -81,6 +86,8 @@ def identical_with_draft(champion, tok, max_tokens: int, k: str,
     prompts."""
     base = Engine(backend(champion, "none"), tok)
     spec = Engine(backend(champion, trained_draft_path()), tok)
+    if spec.backend.adapter == "cpu-numpy":   # the shipped reduced head is what runs there
+        assert len(spec.backend.drafter.model.head_ids) == 16384
     drafted = accepted = 0
     temperatures = (0.0, TEMPERATURE)
     for pid, ids in list(short_prompts(tok).items())[:n_prompts]:

@@ -165,7 +165,8 @@ class LoadedWeights:
     def weight_bytes(self) -> int:
         n = self.tok_embd.nbytes + self.out_norm.nbytes
         n += sum(w.nbytes for layer in self.layers for w in layer.values())
-        n += 0 if self.head_ids is None else self._head_rows.nbytes   # a reduced head's copy
+        rows = getattr(self, "_head_rows", None)   # a numpy draft's reduced head: a copy
+        n += 0 if rows is None else rows.nbytes
         return n + (0 if self.head is self.tok_embd else self.head.nbytes)
 
 

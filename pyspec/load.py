@@ -101,9 +101,11 @@ def default_draft(champion) -> str:
     fastest on its kind of backend. On a GPU that is not a software adapter, "trained" (the
     shipped draft, when the checkout has it): on the H200 it ran 1.41x champion-only under the
     guard against n-gram's 1.15x, in one run (bench/results/h200.json). On the numpy engine and
-    on CPU adapters (lavapipe, SwiftShader), "ngram": there four draft steps cost more than the
-    rows they save, the guard keeps the draft off, and n-gram is as fast or faster
-    (bench/results/README.md)."""
+    on CPU adapters (lavapipe, SwiftShader), "ngram": on the numpy engine the trained draft with
+    its reduced head ran 1.03x guarded against n-gram's 1.01x, within the run-to-run spread
+    (bench/results/cpu-guard-reduced-head.json), and the page, whose numpy engine this choice
+    serves too, has no reduced head and pays about a pass per verify row; on CPU adapters four
+    draft steps cost more than the rows they save (bench/results/README.md)."""
     from . import trained_draft_path
 
     if isinstance(champion, Model) or champion.dev.is_cpu:

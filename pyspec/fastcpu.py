@@ -112,8 +112,8 @@ BLOCK_ROWS = {"blas": 256, "einsum": 4096}
 
 def rows_product(x: np.ndarray, w: np.ndarray, kernel: str, row: np.ndarray) -> np.ndarray:
     """x (m, n_in) @ w.T for w (n_out, n_in) -> (m, n_out), one matrix-vector product per row
-    and block of BLOCK_ROWS[kernel] rows of w, each row fed through `row` (an aligned (n_in,) buffer):
-    the same calls, on the same shapes, for every row whatever m is."""
+    and block of BLOCK_ROWS[kernel] rows of w, each row fed through `row` (an aligned (n_in,)
+    buffer): the same calls, on the same shapes, for every row whatever m is."""
     m, n_out = x.shape[0], w.shape[0]
     out = np.empty((m, n_out), x.dtype)                                    # (m, n_out)
     block = BLOCK_ROWS[kernel]

@@ -210,8 +210,9 @@ class Model(LoadedWeights):
         head product shrinks by the rows cut (on the numpy engine most of a draft step)."""
         ids = np.unique(np.asarray(ids, dtype=np.int64))
         if ids.size == 0 or ids[0] < 0 or ids[-1] >= self.config.vocab_size:
+            span = f" from {ids[0]} to {ids[-1]}" if ids.size else ""
             raise ModelError(f"a reduced head needs ids in [0, {self.config.vocab_size}); got "
-                             f"{ids.size} ids" + (f" from {ids[0]} to {ids[-1]}" if ids.size else ""))
+                             f"{ids.size} ids{span}")
         self.head_ids = ids
         self._head_rows = np.ascontiguousarray(self.head[ids])           # (len(ids), d)
 

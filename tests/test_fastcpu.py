@@ -43,7 +43,8 @@ def test_batch_invariance_tiny(tmp_path, shape, kernel):
 
 @pytest.mark.parametrize("kernel", fastcpu.KERNELS)
 def test_blocks_keep_invariance(tmp_path, monkeypatch, kernel):
-    """Matrices wider than a block are computed in blocks (the last one shorter): still invariant."""
+    """Matrices wider than a block are computed in blocks (the last one shorter): still
+    invariant."""
     monkeypatch.setitem(fastcpu.BLOCK_ROWS, kernel, 48)  # the tiny vocabulary is not a multiple
     path = tmp_path / "tiny.gguf"
     write_model(path, seed=5, **SHAPES[0])

@@ -104,8 +104,9 @@ def _aligned(n: int, dtype) -> np.ndarray:
 # Rows of w per call, per kernel; fixed per kernel and matrix shape, so every row still sees the
 # same calls. "blas": 256 rows, a (256, 576) float32 block is 0.6 MB and (256, 1536) 1.6 MB, so a
 # block stays in a core's L2 cache while every row of a verify pass reads it. On this 2-core VM a
-# pass over 5 rows of the champion then costs 1.9 one-row passes instead of 2.1-2.8 with blocks of
-# 4,096 (9 MB, L3), over 8 rows 2.5 instead of 3.0, one row the same (README, "The CPU engine").
+# pass over 5 rows of the champion then costs 1.92 one-row passes instead of 2.77 with blocks of
+# 4,096 (up to 9 MB, L3), over 8 rows 2.46 instead of 3.91, one row the same
+# (bench/results/cpu-rows.json, scripts/bench_cpu_rows.py).
 # "einsum" (Pyodide, bound by arithmetic, not by loads): 4,096, fewer calls.
 BLOCK_ROWS = {"blas": 256, "einsum": 4096}
 

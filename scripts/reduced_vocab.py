@@ -1,7 +1,8 @@
 """What a reduced draft vocabulary would buy: the shipped draft with its head cut to the N token
 ids most frequent in its training answers, on the numpy engine (issue 10's third candidate).
 
-The draft's logits outside the N ids become -inf, so it never proposes them and its q is 0
+The draft's logits outside the N ids become model.OUTSIDE_HEAD (Model.reduce_head, the cut
+the numpy engine runs with a sidecar DRAFT.vocab.json), so it never proposes them and its q is 0
 there; verification sees the same q, so the output stays the champion's (checked here: every
 run's tokens against champion-only). What it costs is acceptance wherever the champion's token
 lies outside the N ids; what it saves is the head product, most of a draft step on the CPU
@@ -10,8 +11,8 @@ lies outside the N ids; what it saves is the head product, most of a draft step 
 Reports, for each N: the share of the training answers' tokens inside the N ids, the share of
 the champion's greedy tokens on the workload inside them, acceptance at --k fixed:4 on the
 workload (engine runs, greedy), and the draft's one-token step time (head included), median
-of --reps steps, timed as scripts/bench_draft_cost.py times a step. Frequencies come from the training shards (train/generate.py's npz files),
-never from the workload.
+of --reps steps, timed as scripts/bench_draft_cost.py times a step. Frequencies come from the
+training shards (train/generate.py's npz files), never from the workload.
 
     .venv/bin/python scripts/reduced_vocab.py --data GEN_DIR --workload ../shared/workloads/public.jsonl \
         [--n 4096,8192,16384,32768] [--per-stratum 2] [--max-tokens 48] [--json OUT.json]
@@ -40,24 +41,6 @@ from pyspec.compat import bind_borrowed  # noqa: E402
 from pyspec.gguf import GGUFFile  # noqa: E402
 from pyspec.load import load_champion  # noqa: E402
 from pyspec.model import Model  # noqa: E402
-
-
-class ReducedHead(Model):
-    """The draft with its (tied) head cut to the rows `ids`: logits elsewhere are -inf."""
-
-    def __init__(self, f: GGUFFile, ids: np.ndarray | None):
-        super().__init__(f)
-        self.ids = ids
-        if ids is not None:
-            self.head = np.ascontiguousarray(self.tok_embd[ids])   # (N, d)
-
-    def forward(self, tokens, kv, *args, **kw):
-        logits = super().forward(tokens, kv, *args, **kw)
-        if self.ids is None:
-            return logits
-        full = np.full((logits.shape[0], self.config.vocab_size), -np.inf, np.float32)
-        full[:, self.ids] = logits
-        return full
 
 
 def frequencies(data: str, vocab: int) -> np.ndarray:
@@ -97,7 +80,9 @@ def main() -> int:
         ids = None if n is None else np.sort(order[:n])
         draft_file = GGUFFile.open(draft_path)
         bind_borrowed(draft_file, champion.file)   # a draft may read the champion's embedding
-        model = ReducedHead(draft_file, ids)
+        model = Model(draft_file)
+        if ids is not None:
+            model.reduce_head(ids)   # the engine's own cut (load.reduced_head_ids uses it too)
         engine = Engine(CPUBackend(champion, ModelDrafter(model)), tok)
         drafted = accepted = 0
         identical = 0

@@ -5,7 +5,9 @@ engine, offline loading and visible errors. One page load serves the module (Pyo
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,8 @@ from pyspec.model import Config
 from pyspec.tokenizer import Tokenizer
 
 from .pageutil import TIMEOUT_S, Context, native_generate, ready, run
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.browser
 
@@ -360,3 +364,54 @@ def test_a_draft_model_and_ngram_plus_it_in_the_page(tiny_page, tiny_path):
         assert [f"combo:{name}", f"n-gram + trained draft {name}"] in \
             [[v, label.split(" (for")[0]] for v, label in options], options
     page.close()
+
+
+_CUT_DRAFT = """async ({ vocabSha, config }) => {
+  const { SpecDecoder } = await import("./client.js");
+  const draft = { url: "models/tiny-close.gguf",
+                  vocab: { url: "models/tiny-close.cut.vocab.json", sha256: vocabSha } };
+  let d;
+  try {
+    d = await SpecDecoder.create({ champion: "tiny", draft, backend: "cpu" });
+  } catch (e) {
+    return { error: { code: e.code, message: e.message } };
+  }
+  const messages = [{ role: "user", content: "the cat sat on the mat. the cat" }];
+  for await (const _ of d.generate(messages, config)) ;
+  const out = { info: d.info, result: d.lastResult };
+  d.terminate();
+  return out;
+}"""
+
+
+def test_a_draft_with_a_reduced_head_in_the_page(tiny_page, tiny_path, site_root):
+    """A draft given by URL with its reduced head ({url, vocab: {url, sha256}}, client.d.ts
+    ModelSpec; the site ships draft-l4's so): the worker fetches and checks the ranking, the
+    numpy engine's draft keeps those head rows (ready's draft_head_rows), and the tokens are
+    champion-only's though the champion says ids the head cut. A ranking that is not the one
+    named is corrupt_download, and nothing loads."""
+    _, _, c = tiny_page
+    page = c.page("embed-example.html?model=none-such")   # its own decoder stops at once
+    side = site_root / "models" / "tiny-close.cut.vocab.json"
+    kept = json.loads(side.read_text())["head_rows"]
+    n = 32
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=n)
+    assert any(t % 3 == 0 for t in native.tokens), "the champion must say an id the head cut"
+    out = page.evaluate(_CUT_DRAFT, {"vocabSha": hashlib.sha256(side.read_bytes()).hexdigest(),
+                                     "config": {"draft": "model", "k": "fixed:3",
+                                                "max_tokens": n}})
+    assert "error" not in out, out
+    assert out["info"]["draft_head_rows"] == kept and out["info"]["adapter"] == "cpu-numpy"
+    assert out["result"]["tokens"] == native.tokens
+    stats = out["result"]["stats"]
+    assert 0 < stats["accepted"] < stats["drafted"], stats
+    bad = page.evaluate(_CUT_DRAFT, {"vocabSha": "0" * 64, "config": {}})
+    assert bad["error"]["code"] == "corrupt_download", bad
+    assert "tiny-close.cut.vocab.json" in bad["error"]["message"]
+    page.close()
+    # The site's own trained draft brings its ranking by name (worker.js resolveModel).
+    shipped = ROOT / "models" / "draft-l4.vocab.json"
+    listed = [a for a in json.loads((site_root / "manifest.json").read_text())["artifacts"]
+              if a["kind"] == "draft-vocab"]
+    assert [(a["model"], a["sha256"]) for a in listed] == \
+        [("draft-l4", hashlib.sha256(shipped.read_bytes()).hexdigest())], listed

@@ -81,18 +81,32 @@ def reduced_head_ids(path: str, vocab: int):
     if not os.path.exists(side):
         return None
     try:
-        with open(side) as f:
-            doc = json.load(f)
-        if doc.get("schema") != VOCAB_SCHEMA:
-            raise ValueError(f"schema {doc.get('schema')!r} is not {VOCAB_SCHEMA!r}")
+        with open(side, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ModelError(f"{side}: not a usable reduced head ({e}); fix or delete it to run the "
+                         f"draft with its full head") from e
+    return parse_reduced_head(text, vocab, side)
+
+
+def parse_reduced_head(text: str, vocab: int, source: str) -> list[int]:
+    """A reduced-head sidecar's ids (its first `head_rows`), from its JSON text: the CLI reads
+    it beside the draft (reduced_head_ids), the page receives it from the worker (web.py).
+    ModelError, naming `source`, for one that is not schema pyspec.draft-vocab/1 or names an id
+    twice or outside the draft's vocabulary of `vocab`."""
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict) or doc.get("schema") != VOCAB_SCHEMA:
+            found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+            raise ValueError(f"schema {found!r} is not {VOCAB_SCHEMA!r}")
         rows, ids = int(doc["head_rows"]), [int(i) for i in doc["ids"]]
         if not 0 < rows <= len(ids) or len(set(ids)) != len(ids):
             raise ValueError(f"head_rows {rows} of {len(ids)} ranked ids (each once)")
         if not all(0 <= i < vocab for i in ids[:rows]):
             raise ValueError(f"an id outside the draft's vocabulary of {vocab}")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ModelError(f"{side}: not a usable reduced head ({e}); fix or delete it to run the "
-                         f"draft with its full head") from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{source}: not a usable reduced head ({e}); fix or delete it to run "
+                         f"the draft with its full head") from e
     return ids[:rows]
 
 

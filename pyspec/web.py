@@ -34,7 +34,7 @@ from .fastcpu import FastModel
 from .errors import PyspecError, error_code
 from .gguf import GGUFFile
 from .gpu.device import DEVICE_DRILLS
-from .load import backend as backend_for
+from .load import backend as backend_for, parse_reduced_head
 from .model import Config, Model
 from .tokenizer import Tokenizer, TokenizerError
 
@@ -53,7 +53,7 @@ class SessionError(PyspecError):
 # What each field of a request may hold; null or absent means the default. A field of another
 # type is refused (bad_config) before anything runs, so a malformed request changes nothing.
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
-               "draft_name": str, "drills": bool, "load_faults": list, "warm": bool}
+               "draft_name": str, "draft_vocab": str, "drills": bool, "load_faults": list, "warm": bool}
 GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, "verify": str,
                    "k": str, "draft": str, "drill": str, "context_overflow": str,
                    # the sampling controls (processors.py, stops.py), OpenAI's names
@@ -183,6 +183,11 @@ def _drill(spec: str | None, enabled: bool) -> tuple[str, int] | None:
         raise SessionError("bad_config", f"config.drill must be KIND@CYCLE with KIND one of "
                            f"{SESSION_DRILLS} and CYCLE a number of cycles, got {spec!r:.60}")
     return kind, int(cycle)
+
+
+def _head_rows(draft) -> int | None:
+    ids = getattr(draft, "head_ids", None)
+    return None if ids is None else len(ids)
 
 
 def _error(e: BaseException, other: str = "internal") -> str:
@@ -427,6 +432,16 @@ class Session:
                                          "in the numpy engine of the CLI so far, not in the "
                                          "page; give a draft model, or use ngram")
                 draft_model = Model(draft_file)
+                if opts.get("draft_vocab") is not None and pair.bridge is not None:
+                    raise DraftSpecError(f"{draft_file.source} has another vocabulary than the "
+                                         "champion: a reduced head (draft_vocab) is for a draft "
+                                         "with the champion's tokenizer; drop it")
+                if opts.get("draft_vocab") is not None:
+                    # Its reduced head (load.reduced_head_ids' sidecar, fetched by the worker):
+                    # the numpy engine's draft steps shrink; a GPU draft keeps its full head.
+                    draft_model.reduce_head(parse_reduced_head(
+                        opts["draft_vocab"], draft_model.config.vocab_size,
+                        f"{draft_file.source}'s vocab.json"))
                 if pair.bridge is not None:   # another vocabulary: drafts through the bridge
                     draft_model = BridgedModel(draft_model, pair.bridge)
             self.file, self.config, self.tokenizer = file, config, tokenizer
@@ -452,6 +467,8 @@ class Session:
                                "vocab": config.vocab_size, "context": self.max_ctx,
                                "n_layers": config.n_layers,
                                "draft": self.default_draft,
+                               # the draft's head rows on the numpy engine (null: its full head)
+                               "draft_head_rows": _head_rows(draft_model),
                                "weight_bytes": engine.champion.weight_bytes,
                                # the CPU engine's row kernel (fastcpu.choose_kernel), else null
                                "cpu_kernel": getattr(engine.champion, "kernel", None),

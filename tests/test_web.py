@@ -389,3 +389,33 @@ def test_the_page_combines_ngram_with_its_draft_model(tiny, champion_bytes):
     err = json.loads(run(bare.generate(1, MESSAGES, json.dumps({"draft": "ngram+model"}),
                                        lambda *a: None)))["error"]
     assert err["code"] == "bad_config" and "ngram+model" in err["message"]
+
+
+def test_the_page_runs_its_draft_with_the_reduced_head_it_is_given(tiny, champion_bytes):
+    """init's draft_vocab (the site's DRAFT.vocab.json, fetched by the worker) cuts the draft's
+    head as the CLI's sidecar does (load.parse_reduced_head, Model.reduce_head): the ready
+    message says how many rows, the tokens are champion-only's though the champion says ids the
+    head cut, and a broken one is bad_model, naming the file, with the session as it was."""
+    ids = [i for i in range(tiny.champion.config.vocab_size) if i % 3]
+    vocab = json.dumps({"schema": "pyspec.draft-vocab/1", "head_rows": len(ids), "ids": ids})
+    s = web.Session(opener(NoAdapterError("none here")))
+    draft = Path(tiny.close_path).read_bytes()
+    info = json.loads(run(s.load(json.dumps({"max_ctx": 128, "draft": "none",
+                                             "draft_name": "close.gguf",
+                                             "draft_vocab": vocab}), champion_bytes, draft)))
+    assert info["draft_head_rows"] == len(ids) and len(s.draft_model.head_ids) == len(ids)
+    config = {"max_tokens": 32, "stop_at_eos": False}
+    alone = json.loads(run(s.generate(1, MESSAGES, json.dumps({**config, "draft": "none"}),
+                                      lambda *a: None)))
+    assert any(t % 3 == 0 for t in alone["tokens"]), "the champion must say an id the head cut"
+    cut = json.loads(run(s.generate(2, MESSAGES, json.dumps({**config, "draft": "model",
+                                                             "k": "fixed:3"}), lambda *a: None)))
+    assert cut["tokens"] == alone["tokens"]
+    assert 0 < cut["stats"]["accepted"] < cut["stats"]["drafted"]
+    bad = json.dumps({"schema": "pyspec.draft-vocab/1", "head_rows": 2, "ids": [1, 99999]})
+    err = json.loads(run(s.load(json.dumps({"draft_name": "close.gguf", "draft_vocab": bad}),
+                                champion_bytes, draft)))["error"]
+    assert err["code"] == "bad_model" and "close.gguf's vocab.json" in err["message"]
+    assert "delete it" in err["message"] and len(s.draft_model.head_ids) == len(ids)
+    plain = json.loads(run(s.load(json.dumps({"max_ctx": 128}), champion_bytes, draft)))
+    assert plain["draft_head_rows"] is None

@@ -36,8 +36,11 @@ export declare class SpecError extends Error {
 }
 
 // --- the decoder ---------------------------------------------------------------------------------
-/** A model in the site's manifest.json by name ("tiny", "smollm2"), or a GGUF by URL. */
-export type ModelSpec = string | { url: string; sha256?: string };
+/** A model in the site's manifest.json by name ("tiny", "smollm2"), or a GGUF by URL. A draft
+ *  by URL may bring its reduced head (`vocab`: a DRAFT.vocab.json, schema pyspec.draft-vocab/1),
+ *  which the numpy engine's draft runs with; a site's draft brings the one its manifest lists. */
+export type ModelSpec = string | { url: string; sha256?: string; size?: number;
+                                   vocab?: { url: string; sha256?: string } };
 
 export interface ChatMessage {
   role: "system" | "user" | "assistant";
@@ -202,6 +205,8 @@ export interface ReadyInfo {
   adapter: string;
   champion: string;
   context: number;
+  /** The draft's head rows on the numpy engine when it runs a reduced head; null: its full head. */
+  draft_head_rows?: number | null;
   startup: Startup;
   [field: string]: unknown;
 }

@@ -11,7 +11,8 @@
 //                                                   then {type:'ready', id, adapter, webgpu,
 //                                                   notices, startup, ...}
 //       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?}
-//       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?} (a draft model)
+//       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?, vocab?} (a draft
+//              model; vocab: {url, sha256?} of its reduced head, fetchVocab)
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
 //       drill: a loading fault drill (drills on), LOAD_DRILLS below
 //       snapshot: false starts Python without a Pyodide snapshot (shipped or saved) and imports
@@ -312,7 +313,12 @@ async function resolveModel(spec) {
   const m = await manifest();
   if (typeof spec === "string") {
     const a = m.artifacts.find((x) => x.kind === "model" && x.model === spec);
-    if (a) return { name: spec, url: new URL(a.url, SITE).href, sha256: a.sha256, size: a.size };
+    if (a) {
+      // A draft's reduced head (DRAFT.vocab.json), where the site ships one: see fetchVocab.
+      const v = m.artifacts.find((x) => x.kind === "draft-vocab" && x.model === spec);
+      return { name: spec, url: new URL(a.url, SITE).href, sha256: a.sha256, size: a.size,
+               vocab: v ? { url: new URL(v.url, SITE).href, sha256: v.sha256 } : null };
+    }
     if (!spec.includes("/") && !spec.endsWith(".gguf")) {
       const names = m.artifacts.filter((x) => x.kind === "model").map((x) => x.model);
       throw new WorkerError("unknown_model", `no model named '${spec}' in manifest.json; ` +
@@ -322,7 +328,33 @@ async function resolveModel(spec) {
   }
   const url = new URL(spec.url, SITE);
   return { name: url.pathname.split("/").pop(), url: url.href, sha256: spec.sha256 ?? null,
-           size: spec.size ?? null };
+           size: spec.size ?? null,
+           vocab: spec.vocab ? { url: new URL(spec.vocab.url, SITE).href,
+                                 sha256: spec.vocab.sha256 ?? null } : null };
+}
+
+// A draft's reduced head: a JSON ranking of token ids (schema pyspec.draft-vocab/1) whose first
+// head_rows the numpy engine's draft keeps (load.parse_reduced_head); 242 KB for draft-l4, so
+// fetched each init (the HTTP cache keeps it), not kept in OPFS. Checked against its sha256.
+async function fetchVocab(vocab) {
+  for (let attempt = 0; ; attempt++) {
+    let resp;
+    try {
+      resp = await fetch(vocab.url);
+    } catch (e) {
+      if (attempt >= DOWNLOAD_RETRIES) {
+        throw new WorkerError("download_failed", `cannot fetch ${vocab.url}: ${e.message}`);
+      }
+      await sleep(BACKOFF_MS * 2 ** attempt);
+      continue;
+    }
+    if (!resp.ok) throw new WorkerError("download_failed", `${vocab.url}: HTTP ${resp.status}`);
+    const bytes = new Uint8Array(await resp.arrayBuffer());
+    if (vocab.sha256 && await sha256Hex(bytes) !== vocab.sha256) {
+      throw new WorkerError("corrupt_download", `${vocab.url} does not match its sha256`);
+    }
+    return new TextDecoder().decode(bytes);
+  }
 }
 
 async function opfsDir(drill) {
@@ -609,12 +641,14 @@ async function readWeights(pyodide, fetched, progress, stats, load) {
 // --- requests --------------------------------------------------------------------------------
 // What each request's fields must be when present (null or absent means the default).
 const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+const isUrlSpec = (v) => isObject(v) && typeof v.url === "string" &&
+  (v.sha256 == null || typeof v.sha256 === "string");
 const isModelSpec = (v) => (typeof v === "string" && v.length > 0) ||
-  (isObject(v) && typeof v.url === "string" && (v.sha256 == null || typeof v.sha256 === "string")
-   && (v.size == null || Number.isSafeInteger(v.size)));
+  (isUrlSpec(v) && (v.size == null || Number.isSafeInteger(v.size)) &&
+   (v.vocab == null || isUrlSpec(v.vocab)));
 const REQUESTS = {
   init: { champion: [isModelSpec, "a model name or {url, sha256?}"],
-          draft: [isModelSpec, "a draft spec, a model name or {url, sha256?}"],
+          draft: [isModelSpec, "a draft spec, a model name or {url, sha256?, vocab?}"],
           maxCtx: [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"],
           backend: [(v) => typeof v === "string", "a string"],
           drills: [(v) => typeof v === "boolean", "true or false"],
@@ -678,10 +712,11 @@ async function init(msg) {
                    this.notices.push({ code: kind, message });
                  } };
   // Downloads run while Pyodide loads; a bad URL fails here without waiting for the runtime.
-  const [{ pyodide, session }, champFetched, draftFetched] = await Promise.all([
+  const [{ pyodide, session }, champFetched, draftFetched, draftVocab] = await Promise.all([
     runtime(progress, { snapshot: msg.snapshot ?? true, drill: load.drill }),
     fetchWeights(champion, progress, weights, load),
-    draft && fetchWeights(draft, progress, weights, load)]);
+    draft && fetchWeights(draft, progress, weights, load),
+    draft?.vocab && fetchVocab(draft.vocab)]);
   const t1 = performance.now();
   const champBuf = await readWeights(pyodide, champFetched, progress, weights, load);
   let draftBuf = null;
@@ -692,7 +727,8 @@ async function init(msg) {
     // backend: "auto" (web.make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
     const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
                       backend: msg.backend ?? "auto", champion_name: champion.name,
-                      draft_name: draft?.name, drills: msg.drills ?? false,
+                      draft_name: draft?.name, draft_vocab: draftVocab || null,
+                      drills: msg.drills ?? false,
                       load_faults: load.faults,
                       warm: true };   // the system turn is prefilled after ready (web.py)
     const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));

@@ -230,13 +230,17 @@ BORROWING_DRAFT = "tiny-borrowing"   # a tiny draft that borrows tensors from "t
 DRAFT_FOR = {TRAINED_DRAFT: "smollm2", BORROWING_DRAFT: "tiny"}   # drafts offered as drafters only
 
 
-def build_models(out: Path, champion: bool) -> dict[str, Path]:
-    """name -> GGUF path. The tiny models are those of tests/conftest.py (champion seed 1, a close
-    draft = champion + 4% noise) plus a draft whose tokenizer pyspec cannot read, for the
-    mismatch error (a draft with another readable vocabulary is bridged, compat.py)."""
+def build_models(out: Path, champion: bool) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(name -> GGUF path, name -> its reduced head). The tiny models are those of
+    tests/conftest.py (champion seed 1, a close draft = champion + 4% noise) plus a draft whose
+    tokenizer pyspec cannot read, for the mismatch error (a draft with another readable
+    vocabulary is bridged, compat.py). A reduced head (DRAFT.vocab.json, load.vocab_sidecar) goes
+    beside its draft and into the manifest as kind "draft-vocab"; the worker hands it to the
+    numpy engine (web.py)."""
     sys.path.insert(0, str(ROOT))
     from pyspec import champion_path, testmodels, trained_draft_path
-    models = {}
+    from pyspec.load import VOCAB_SCHEMA, vocab_sidecar
+    models, vocabs = {}, {}
     if champion:
         src = Path(champion_path())
         models["smollm2"] = out / src.name
@@ -245,6 +249,10 @@ def build_models(out: Path, champion: bool) -> dict[str, Path]:
         trained = Path(trained_draft_path())
         models[TRAINED_DRAFT] = out / trained.name
         copy_if_changed(trained, models[TRAINED_DRAFT])
+        side = Path(vocab_sidecar(trained))
+        if side.exists():
+            vocabs[TRAINED_DRAFT] = out / side.name
+            copy_if_changed(side, vocabs[TRAINED_DRAFT])
     tmp = out / f".{os.getpid()}.tmp.gguf"
     out.mkdir(parents=True, exist_ok=True)
 
@@ -257,6 +265,12 @@ def build_models(out: Path, champion: bool) -> dict[str, Path]:
     weights = write("tiny", seed=1)
     close = testmodels.perturb(weights, 0.04, 7)
     write("tiny-close", weights=close)
+    # A reduced head for tiny-close, every id but those divisible by 3 (tests/test_reduced_head.py
+    # keeps the same): not the manifest's (tiny-close runs its full head), the e2e test gives it
+    # by URL ({url, vocab: {url}}), as an embedding app would.
+    kept = [i for i in range(int(weights["token_embd.weight"].shape[0])) if i % 3]
+    write_if_changed(out / "tiny-close.cut.vocab.json", json.dumps(
+        {"schema": VOCAB_SCHEMA, "head_rows": len(kept), "ids": kept}).encode())
     # tiny-close's layers borrowing tiny's embedding and head (gguf.py): the page binds a draft
     # that borrows from its champion (e2e).
     testmodels.write_borrowing_draft(tmp, models["tiny"], close, n_layers=2,
@@ -273,7 +287,7 @@ def build_models(out: Path, champion: bool) -> dict[str, Path]:
     # An 8,192-position context, for max_ctx 8192 in the page (e2e: an 8,000-token prompt).
     write("tiny-long", seed=1, **testmodels.LONG_CONTEXT)
     tmp.unlink()
-    return models
+    return models, vocabs
 
 
 class HashCache:
@@ -311,7 +325,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     web = sorted(p.name for p in (ROOT / "web").iterdir() if p.is_file())
     for name in web:
         copy_if_changed(ROOT / "web" / name, site / name)
-    models = build_models(site / "models", champion)
+    models, vocabs = build_models(site / "models", champion)
 
     digest = HashCache(ROOT / ".cache" / "sha256.json")
     lock = json.loads((site / "pyodide" / "pyodide-lock.json").read_text())
@@ -330,6 +344,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     artifacts += [entry(path, "model", model=name,
                         **({"draft_for": DRAFT_FOR[name]} if name in DRAFT_FOR else {}))
                   for name, path in models.items()]
+    artifacts += [entry(path, "draft-vocab", model=name) for name, path in vocabs.items()]
     digest.save()
     manifest = {"schema": "pyspec.site/1", "pyodide_version": PYODIDE_VERSION,
                 "pyodide_packages": list(LOCK_PACKAGES), "artifacts": artifacts}

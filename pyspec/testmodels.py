@@ -188,6 +188,31 @@ def write_eagle_head(path, champion_path, *, noise: float = 0.1, seed: int = 0,
                                  else matrix_type) for name, v in w.items()})
 
 
+def write_fed_draft(path, champion_path, draft_path, *, feed: float = 0.0, noise: float = 0.0,
+                    seed: int = 0, matrix_type: int = quant.F32.type_id) -> None:
+    """A draft model fed with the champion's states (drafters/eagle.py EagleHead with its own
+    embedding, final norm and head): the draft GGUF at `draft_path` (its layers, embedding, norm
+    and head) with W_e = I and W_f = `feed` times Gaussian noise over the champion's states, each
+    matrix then plus `noise` times its std of noise; bound to the champion at `champion_path`.
+    With feed = noise = 0 it drafts exactly what the draft alone drafts, the point
+    train/eagle.py --init-draft starts from."""
+    from .drafters.eagle import EAGLE_TENSORS
+
+    f, draft = gguf.GGUFFile.open(champion_path), gguf.GGUFFile.open(draft_path)
+    d = f.metadata["llama.embedding_length"]
+    rng = np.random.default_rng(seed + 1)
+    w = {EAGLE_TENSORS[0]: (feed * rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32),
+         EAGLE_TENSORS[1]: np.eye(d, dtype=np.float32)}
+    w |= {name: draft.dequantize(name) for name in draft.tensors}
+    if noise:
+        w = perturb(w, noise, seed)
+    md = {k: v for k, v in draft.metadata.items() if not k.startswith("general.name")}
+    md |= {"general.name": "pyspec-tiny-fed-draft", "pyspec.draft.kind": "eagle",
+           "pyspec.eagle.champion_sha256": f.sha256()}
+    gguf.write(path, md, {name: (v, quant.F32.type_id if name.endswith("norm.weight")
+                                 else matrix_type) for name, v in w.items()})
+
+
 def write_borrowing_draft(path, champion_path, weights: dict[str, np.ndarray], n_layers: int,
                           borrow: tuple[str, ...] = ("token_embd.weight",),
                           matrix_type: int = quant.Q4_1.type_id) -> None:

@@ -1,8 +1,9 @@
-"""The EAGLE-style draft (drafters/eagle.py): a one-layer head over the champion's own states.
+"""The EAGLE-style draft (drafters/eagle.py): a head over the champion's own states.
 
-Exactness as for every drafter, on the tiny champion with a tiny random head of the trained
-head's shape (testmodels.write_eagle_head: W_f, W_e, one layer, the champion's embedding, norm and
-head shared): greedy output equal to champion-only for every K and for the guarded policies,
+Exactness as for every drafter, on the tiny champion with a tiny random head of each trained
+shape (testmodels.write_eagle_head: W_f, W_e, one layer, the champion's embedding, norm and head
+shared; testmodels.write_fed_draft: a draft model's layers, embedding and norm with W_f, W_e in
+front): greedy output equal to champion-only for every K and for the guarded policies,
 replay identity for a seed, and the rejection-mode distribution of the first two tokens over
 30,000 seeded runs (bounds as in tests/test_engine.py). Then the head's own contract: it reads the
 champion's states (KVCache.keep_states) and keeps only rows fed with true states, and a head is
@@ -22,16 +23,26 @@ from pyspec.drafters import DraftSpecError
 from pyspec.drafters.eagle import EagleDrafter
 from pyspec.engine import Engine, Options
 from pyspec.load import backend as backend_for
-from pyspec.model import ModelError
+from pyspec.model import Model, ModelError
 from test_engine import N_RUNS, assert_two_token_distribution, replay_reference
 
 BACKENDS = ["cpu", "fastcpu"]
 
 
-@pytest.fixture(scope="module")
-def head_path(tiny, tmp_path_factory) -> str:
-    path = str(tmp_path_factory.mktemp("eagle") / "head.gguf")
-    testmodels.write_eagle_head(path, tiny.champion_path, noise=0.1, seed=3)
+# "head": one layer over the champion's embedding, norm and head (train/eagle.py's first head);
+# "fed": a draft model's layers, embedding and norm fed with the champion's states
+# (train/eagle.py --init-draft), here tiny-close's two layers with W_f at 0.3 x noise.
+ARCHITECTURES = ["head", "fed"]
+
+
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def head_path(request, tiny, tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("eagle") / f"{request.param}.gguf")
+    if request.param == "head":
+        testmodels.write_eagle_head(path, tiny.champion_path, noise=0.1, seed=3)
+    else:
+        testmodels.write_fed_draft(path, tiny.champion_path, tiny.close_path, feed=0.3,
+                                   noise=0.05, seed=3)
     return path
 
 
@@ -98,7 +109,30 @@ def test_the_head_reads_the_champions_states_and_keeps_only_true_rows(tiny, head
     # The head's rows all came from true states: at most the rows the last cycle committed are
     # still to be fed, and no guess row is left behind.
     assert n - 1 - 4 <= drafter.kv.committed <= n and drafter.kv.pending == 0
-    assert drafter.weight_bytes < tiny.champion.weight_bytes
+    head = drafter.head
+    if head.own_head:   # its draft's weights and the two input products
+        draft = Model.load(tiny.close_path)
+        assert drafter.weight_bytes == draft.weight_bytes + head.fc_feat.nbytes + \
+            head.fc_embd.nbytes
+    else:               # the embedding, norm and head are the champion's
+        assert drafter.weight_bytes < tiny.champion.weight_bytes
+
+
+def test_a_fed_draft_that_reads_nothing_drafts_what_its_draft_drafts(tiny, tmp_path):
+    """W_f = 0, W_e = I over a draft's own layers, embedding and norm (train/eagle.py
+    --init-draft's starting point): every block drafted is the draft model's, so the counts of
+    drafted and accepted tokens are the same; the champion's output either way."""
+    path = str(tmp_path / "fed0.gguf")
+    testmodels.write_fed_draft(path, tiny.champion_path, tiny.close_path)
+    for k in ("fixed:1", "fixed:3", "fixed:5"):
+        options = Options(max_tokens=40, k=k, stop_at_eos=False)
+        fed = engine_for(tiny, path).generate(tiny.prompt, options)
+        plain = Engine(backend_for(tiny.champion, tiny.close_path), tiny.tokenizer).generate(
+            tiny.prompt, options)
+        assert fed.tokens == plain.tokens
+        assert (fed.stats["drafted"], fed.stats["accepted"]) == \
+            (plain.stats["drafted"], plain.stats["accepted"]), k
+        assert 0 < fed.stats["accepted"] < fed.stats["drafted"], k
 
 
 def test_a_head_for_another_champion_is_refused(tiny, tmp_path):

@@ -18,6 +18,8 @@
 #   bash train/device.sh selfprompts  # the champion writes SELF_N (10000) user messages; `gen`
 #                                  # then answers them together with the templated seed set
 #   NAME=eagle-h1 STEPS=3000 bash train/device.sh eagle   # the EAGLE-style head instead
+#   NAME=draft-l4f INIT_DRAFT=models/draft-l4.gguf QAT=1 FEATURE=0 bash train/device.sh eagle
+#                                  # the shipped draft fed with the champion's states
 #   bash train/device.sh bench     # acceptance (--k fixed:4) and speed (heuristic) on the public
 #                                  # workload, native WebGPU, champion-only side by side
 #
@@ -107,13 +109,19 @@ distill() {
 }
 
 eagle() {
-    # the EAGLE-style head over the champion's states (train/eagle.py), Q8_0, about 4.5 MB
+    # the EAGLE-style head over the champion's states (train/eagle.py), Q8_0, about 4.5 MB; with
+    # INIT_DRAFT (e.g. models/draft-l4.gguf) a draft model fed with the states (about 29 MB, QAT=1
+    # for its Q4_1 layers; FEATURE=0 drops the feature loss; LR, BATCH)
     mkdir -p $W/models
     python3 train/eagle.py --champion $W/champ.gguf --data $W/gen --work $W/work-$NAME \
-        --steps "$STEPS" --minutes "$TRAIN_MIN" --gguf $W/models/$NAME.gguf 2>&1 \
-        | tee -a "$OUT/train.log"
+        --steps "$STEPS" --minutes "$TRAIN_MIN" --lr "${LR:-5e-4}" \
+        --batch-tokens "${BATCH:-16000}" --feature-loss "${FEATURE:-0.1}" \
+        ${INIT_DRAFT:+--init-draft "$INIT_DRAFT"} ${QAT:+--qat} \
+        --gguf $W/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
     cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
-    if [ -f $W/models/$NAME.gguf ]; then cp $W/models/$NAME.gguf "$OUT/"; fi
+    if [ -f $W/models/$NAME.gguf ]; then
+        split -b 15M -d $W/models/$NAME.gguf "$OUT/$NAME.gguf.part"
+    fi
 }
 
 genback() {

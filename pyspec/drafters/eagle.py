@@ -1,18 +1,20 @@
-"""The EAGLE-style draft: a one-layer head that reads the champion's own final residual states.
+"""The EAGLE-style draft: a head that reads the champion's own final residual states.
 
-Row s of the head takes f_s, the champion's final residual state at position s, through the
-champion's final norm, and the embedding of token s + 1: u_s = W_f norm(f_s) + W_e e(y_{s+1}). One Llama layer over the
-rows (its own cache, RoPE at position s) gives z_s, a guess of f_{s+1}; the champion's final norm
-and head turn z_s into the draft's logits for token s + 2. So a draft token costs the two input
-products, one layer and the champion's head, and the head brings no embedding or output matrix
-of its own: it is bound to the champion it was trained on (its GGUF names that champion's
-sha256; `EagleHead` refuses another).
+Row s of the head takes f_{s-1}, the champion's final residual state at position s - 1 (zeros
+at row 0), through the champion's final norm, and the embedding of token s:
+u_s = W_f norm(f_{s-1}) + W_e e(y_s). One Llama layer over the rows (its own cache, RoPE at
+position s) gives z_s, a guess of f_s; the champion's final norm and head turn z_s into the
+draft's logits for token s + 1. So a draft token costs the two input products, one layer and
+the champion's head, and the head brings no embedding or output matrix of its own: it is bound
+to the champion it was trained on (its GGUF names that champion's sha256; `EagleHead` refuses
+another). A head may also have several layers and its own embedding, final norm and head: a
+draft model fed with the champion's states (EagleHead, train/eagle.py --init-draft).
 
 Drafting from the committed y_0..y_c: the champion's cache holds rows 0..c-1 and, kept by
 `KVCache.keep_states`, their states f. Each proposal first feeds the head every row it has not
 seen with true states (the rows the last verify pass committed, or the whole prompt at the first
-cycle); the last of them, row c - 1, gives the first draft. Each further draft feeds a row made of
-the head's own guess z and the drafted token. Those guess rows stay pending and are always
+cycle); the last of them, row c (f_{c-1} and y_c), gives the first draft. Each further draft
+feeds a row made of the head's own guess z and the drafted token. Those guess rows stay pending and are always
 dropped: the next proposal feeds the same positions again with the champion's true states.
 `train/eagle.py` trains the head for exactly this (its training-time test).
 """
@@ -51,8 +53,12 @@ def binding_problem(head_md: dict, champion_md: dict, champion_sha256: str) -> s
 
 
 class EagleHead(Model):
-    """The head's own weights (one layer, W_f, W_e) with the champion's embedding, final norm and
-    head shared, not copied. `forward(..., inputs=u)` runs the layer over rows u."""
+    """The head's own weights (its layers, W_f, W_e) over the champion's states. Its embedding,
+    final norm and (tied) head are the champion's, shared, not copied, unless its GGUF holds its
+    own token_embd.weight and output_norm.weight: a draft model fed with the champion's states
+    (train/eagle.py --init-draft: a trained draft's layers, embedding and norm, W_f starting at
+    zero, so that it starts as that draft). The states are read through the champion's final
+    norm either way (`inputs`). `forward(..., inputs=u)` runs the layers over rows u."""
 
     def __init__(self, f: GGUFFile, champion: Model):
         self._open(f, champion.dtype)
@@ -62,28 +68,39 @@ class EagleHead(Model):
         problem = binding_problem(f.metadata, champion.metadata, champion.sha256())
         if problem:
             raise IncompatiblePairError(f"{f.source}: {problem}")
-        if cfg.n_layers != 1:
-            raise ModelError(f"{f.source}: an EAGLE-style head has one layer, not {cfg.n_layers}")
         d, shapes = cfg.d_model, layer_shapes(cfg)
+        self.own_head = f.has("token_embd.weight")
         try:
             self.fc_feat, self.fc_embd = (self._load(n, (d, d)) for n in EAGLE_TENSORS)
-            self.layers = [{n: self._load(f"blk.0.{n}.weight", shapes[n])
-                            for n in LAYER_TENSORS}]
+            self.layers = [{n: self._load(f"blk.{i}.{n}.weight", shapes[n])
+                            for n in LAYER_TENSORS} for i in range(cfg.n_layers)]
+            if self.own_head:          # a head tied to the embedding unless output.weight
+                self.tok_embd = self.head = self._load("token_embd.weight", (cfg.vocab_size, d))
+                self.out_norm = self._load("output_norm.weight", (d,))
+                if f.has("output.weight"):
+                    self.head = self._load("output.weight", (cfg.vocab_size, d))
         except GGUFError as e:
             raise ModelError(f"{f.source} is not a complete EAGLE-style head: {e.reason}") from e
-        self.tok_embd, self.out_norm, self.head = champion.tok_embd, champion.out_norm, champion.head
+        if not self.own_head:
+            self.tok_embd, self.out_norm, self.head = (champion.tok_embd, champion.out_norm,
+                                                       champion.head)
+        self.state_norm = champion.out_norm
 
     @property
     def weight_bytes(self) -> int:
-        """Its own weights only: the embedding, norm and head are the champion's."""
-        return (self.fc_feat.nbytes + self.fc_embd.nbytes
+        """Its own weights only (the embedding, norm and head count where they are its own)."""
+        own = 0
+        if self.own_head:
+            own = self.tok_embd.nbytes + self.out_norm.nbytes
+            own += self.head.nbytes if self.head is not self.tok_embd else 0
+        return (own + self.fc_feat.nbytes + self.fc_embd.nbytes
                 + sum(w.nbytes for layer in self.layers for w in layer.values()))
 
     def inputs(self, states: np.ndarray, next_tokens) -> np.ndarray:
-        """u = W_f norm(f) + W_e e(y), norm the champion's final norm: states (m, d),
-        next_tokens (m,) -> (m, d)."""
+        """u = W_f norm(f) + W_e e(y), norm the champion's final norm, e the head's embedding:
+        states (m, d), next_tokens (m,) -> (m, d)."""
         e = self.tok_embd[np.asarray(next_tokens, dtype=np.int64)]
-        h = rms_norm(states, self.out_norm, self.config.rms_eps)
+        h = rms_norm(states, self.state_norm, self.config.rms_eps)
         return (self.product(h, self.fc_feat, exact=False)
                 + self.product(e, self.fc_embd, exact=False))
 
@@ -119,13 +136,16 @@ class EagleDrafter:
         self.kv.rollback()
         self.fed = 0
         c, start = len(tokens) - 1, self.kv.committed
-        if start >= c or self.champion_kv.committed < c or c + k - 1 > self.kv.max_ctx:
+        if start > c or self.champion_kv.committed < c or c + k > self.kv.max_ctx:
             return Proposal()  # nothing to read (no state yet), or the context is full
         head, out = self.head, Proposal()
-        nxt = tokens[start + 1:c + 1]
+        nxt = tokens[start:c + 1]                  # rows start..c read f_{s-1} and y_s
+        states = self.champion_kv.states[max(0, start - 1):c]
+        if start == 0:                             # row 0 reads no state: zeros
+            states = np.concatenate([np.zeros_like(states[:1]), states])
         logits = head.forward(nxt, self.kv, last_only=True, exact=False,
-                              inputs=head.inputs(self.champion_kv.states[start:c], nxt))[0]
-        self.fed = c - start
+                              inputs=head.inputs(states, nxt))[0]
+        self.fed = c + 1 - start
         for i in range(k):
             token, q_row, confidence = rule.choose(logits, c + 1 + i, tokens + out.tokens)
             if rule.stops(confidence):

@@ -255,7 +255,9 @@ class Engine:
         self._json: dict = {}    # jsonmask.constrain's vocabulary index and masks per schema
         # The break-even guard's measured times, per (adapter, drafter), kept across requests
         # (schedule.CostModel): a request need not measure champion-only and the draft again.
-        self._guard_timing: dict[tuple, dict] = {}
+        # Whoever replaces engines within one session (web.py, per drafter choice) hands the
+        # next one the same dict.
+        self.guard_timing: dict[tuple, dict] = {}
 
     @property
     def champion(self):
@@ -390,7 +392,7 @@ class Engine:
             classify = None if in_cycle else getattr(drafter, "classify", None)
             name = drafter.name if drafter else "none"
             if name not in scheds:
-                timing = self._guard_timing.setdefault(
+                timing = self.guard_timing.setdefault(
                     (self.adapter, name, "in_cycle" if in_cycle else pipelined), {})
                 scheds[name] = schedule.Schedule(
                     schedule.parse(opts.k) if scheds else policy, pipelined and not in_cycle,

@@ -381,6 +381,7 @@ class Session:
         self.max_ctx = DEFAULT_MAX_CTX
         self.engine: Engine | None = None
         self.engine_draft: str | None = None
+        self.guard_timing: dict = {}       # every engine's guard times (Engine.guard_timing)
         self.default_draft = "ngram"
         self.last: dict | None = None      # the last finished request: text, tokens, stats, receipt
         self.cancelled: set[int] = set()   # request ids asked to stop
@@ -393,7 +394,8 @@ class Session:
     # --- loading --------------------------------------------------------------------------
     # What load() replaces; a failed load puts them back.
     _LOADED = ("file", "config", "tokenizer", "draft_model", "backend", "max_ctx",
-               "default_draft", "engine", "engine_draft", "drills", "load_faults")
+               "default_draft", "engine", "engine_draft", "drills", "load_faults",
+               "guard_timing")
 
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
@@ -455,6 +457,7 @@ class Session:
                                                                 before["max_ctx"])):
                 self.engine = None
             self.engine_draft = None     # a new engine (and cache); the champion may be lent
+            self.guard_timing = {}       # other models: their times are measured afresh
             t3 = time.perf_counter()
             engine = await self._engine(self.default_draft)
             t4 = time.perf_counter()
@@ -513,6 +516,11 @@ class Session:
             previous = self.engine
             self.engine = await make_engine(self.file, self.tokenizer, spec, self.max_ctx,
                                             previous, self.backend, self.open_device)
+            # The guard's times and acceptance per (adapter, drafter) outlive the engine: a
+            # drafter chosen again starts from what it measured before (in the page as in one
+            # native engine), not from a champion-only baseline and a probe (for a draft model
+            # a catch-up over the whole context) at every request.
+            self.engine.guard_timing = self.guard_timing
             self.engine_draft = draft
             if previous is not None:
                 # Its own buffers go now (a lent GPU model stays, with the new engine).

@@ -419,3 +419,25 @@ def test_the_page_runs_its_draft_with_the_reduced_head_it_is_given(tiny, champio
     assert "delete it" in err["message"] and len(s.draft_model.head_ids) == len(ids)
     plain = json.loads(run(s.load(json.dumps({"max_ctx": 128}), champion_bytes, draft)))
     assert plain["draft_head_rows"] is None
+
+
+def test_the_guard_remembers_a_drafter_across_engines(tiny, champion_bytes):
+    """Choosing another drafter rebuilds the engine (a fresh cache); the guard's times and
+    acceptance per (adapter, drafter) stay with the session, so a drafter chosen again needs no
+    champion-only baseline first (as in one native engine). A new init forgets them."""
+    s = web.Session(opener(NoAdapterError("none here")))
+    draft = Path(tiny.close_path).read_bytes()
+    run(s.load(json.dumps({"max_ctx": 128, "draft": "none"}), champion_bytes, draft))
+    config = {"max_tokens": 16, "k": "heuristic"}
+
+    def schedule(draft):
+        r = json.loads(run(s.generate(1, MESSAGES, json.dumps({**config, "draft": draft}),
+                                      lambda *a: None)))
+        return r["stats"]["schedule"]
+
+    assert schedule("model")["baseline"] >= 1
+    schedule("none")
+    assert s.engine.guard_timing is s.guard_timing
+    assert schedule("model")["baseline"] == 0
+    run(s.load(json.dumps({"max_ctx": 128, "draft": "none"}), champion_bytes, draft))
+    assert schedule("model")["baseline"] >= 1

@@ -13,6 +13,7 @@ import time
 
 from .cycle import Executor, Outcome, Rule
 from .drafters import Proposal, make_drafter
+from .fastcpu import one_blas_thread
 from .model import Model
 
 # Prompt rows per prefill block: a cancel is noticed between blocks. Rows are computed in the
@@ -51,12 +52,16 @@ class CPUBackend(Executor):
             block = body[i:i + PREFILL_BLOCK]
             self.champion.forward(block, self.kv, last_only=True)
             self.kv.commit(len(block))
-        self._reset_drafters(prompt)
+        with one_blas_thread():           # a draft model prefills here (draft(), below)
+            self._reset_drafters(prompt)
 
     def draft(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
         self._t0 = time.perf_counter()
-        proposal = (self.drafter.propose(tokens, k, rule) if k > 0 and self.drafter
-                    else Proposal())
+        # A draft model's products on one OpenBLAS thread, as the champion's (fastcpu): on two
+        # shared cores the default two threads made a draft step 40x slower under load.
+        with one_blas_thread():
+            proposal = (self.drafter.propose(tokens, k, rule) if k > 0 and self.drafter
+                        else Proposal())
         del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
         self._t1 = time.perf_counter()
         self._catch_up = getattr(self.drafter, "catch_up_s", 0.0) if k > 0 else 0.0

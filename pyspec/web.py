@@ -53,7 +53,8 @@ class SessionError(PyspecError):
 # What each field of a request may hold; null or absent means the default. A field of another
 # type is refused (bad_config) before anything runs, so a malformed request changes nothing.
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
-               "draft_name": str, "draft_vocab": str, "drills": bool, "load_faults": list, "warm": bool}
+               "draft_name": str, "draft_vocab": str, "drills": bool, "load_faults": list,
+               "warm": bool}
 GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, "verify": str,
                    "k": str, "draft": str, "drill": str, "context_overflow": str,
                    # the sampling controls (processors.py, stops.py), OpenAI's names

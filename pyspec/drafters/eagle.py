@@ -14,9 +14,9 @@ Drafting from the committed y_0..y_c: the champion's cache holds rows 0..c-1 and
 `KVCache.keep_states`, their states f. Each proposal first feeds the head every row it has not
 seen with true states (the rows the last verify pass committed, or the whole prompt at the first
 cycle); the last of them, row c (f_{c-1} and y_c), gives the first draft. Each further draft
-feeds a row made of the head's own guess z and the drafted token. Those guess rows stay pending and are always
-dropped: the next proposal feeds the same positions again with the champion's true states.
-`train/eagle.py` trains the head for exactly this (its training-time test).
+feeds a row made of the head's own guess z and the drafted token. Those guess rows stay pending and
+are always dropped: the next proposal feeds the same positions again with the champion's true
+states. `train/eagle.py` trains the head for exactly this (its training-time test).
 """
 
 from __future__ import annotations

@@ -335,26 +335,20 @@ async function resolveModel(spec) {
 
 // A draft's reduced head: a JSON ranking of token ids (schema pyspec.draft-vocab/1) whose first
 // head_rows the numpy engine's draft keeps (load.parse_reduced_head); 242 KB for draft-l4, so
-// fetched each init (the HTTP cache keeps it), not kept in OPFS. Checked against its sha256.
-async function fetchVocab(vocab) {
-  for (let attempt = 0; ; attempt++) {
-    let resp;
-    try {
-      resp = await fetch(vocab.url);
-    } catch (e) {
-      if (attempt >= DOWNLOAD_RETRIES) {
-        throw new WorkerError("download_failed", `cannot fetch ${vocab.url}: ${e.message}`);
-      }
-      await sleep(BACKOFF_MS * 2 ** attempt);
-      continue;
-    }
-    if (!resp.ok) throw new WorkerError("download_failed", `${vocab.url}: HTTP ${resp.status}`);
-    const bytes = new Uint8Array(await resp.arrayBuffer());
-    if (vocab.sha256 && await sha256Hex(bytes) !== vocab.sha256) {
-      throw new WorkerError("corrupt_download", `${vocab.url} does not match its sha256`);
-    }
-    return new TextDecoder().decode(bytes);
+// fetched each init (the HTTP cache keeps it), not kept in OPFS. Fetched as weights are
+// (download: retries, a dropped body resumed), then checked against its sha256.
+async function fetchVocab(vocab, load) {
+  const parts = [];
+  const quiet = { drill: null, fault: (...args) => load.fault(...args) };   // drills: the models'
+  const name = vocab.url.split("/").pop();
+  const n = await download({ url: vocab.url, name, size: null }, () => {},
+                           (chunk, at) => parts.push([chunk, at]), quiet);
+  const bytes = new Uint8Array(n);
+  for (const [chunk, at] of parts) bytes.set(chunk, at);
+  if (vocab.sha256 && await sha256Hex(bytes) !== vocab.sha256) {
+    throw new WorkerError("corrupt_download", `${vocab.url} does not match its sha256`);
   }
+  return new TextDecoder().decode(bytes);
 }
 
 async function opfsDir(drill) {
@@ -716,7 +710,7 @@ async function init(msg) {
     runtime(progress, { snapshot: msg.snapshot ?? true, drill: load.drill }),
     fetchWeights(champion, progress, weights, load),
     draft && fetchWeights(draft, progress, weights, load),
-    draft?.vocab && fetchVocab(draft.vocab)]);
+    draft?.vocab && fetchVocab(draft.vocab, load)]);
   const t1 = performance.now();
   const champBuf = await readWeights(pyodide, champFetched, progress, weights, load);
   let draftBuf = null;

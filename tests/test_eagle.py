@@ -118,6 +118,15 @@ def test_the_head_reads_the_champions_states_and_keeps_only_true_rows(tiny, head
         assert drafter.weight_bytes < tiny.champion.weight_bytes
 
 
+def test_a_one_token_prompt_drafts_from_row_zero(tiny, head_path):
+    """Row 0 reads no state (zeros): a prompt of one token still drafts, and the tokens are
+    champion-only's."""
+    reference = reference_decode(tiny.champion, tiny.prompt[:1], 12, greedy_pick)
+    r = engine_for(tiny, head_path).generate(tiny.prompt[:1], Options(max_tokens=12, k="fixed:3",
+                                                                      stop_at_eos=False))
+    assert r.tokens == reference and r.stats["drafted"] > 0
+
+
 def test_a_fed_draft_that_reads_nothing_drafts_what_its_draft_drafts(tiny, tmp_path):
     """W_f = 0, W_e = I over a draft's own layers, embedding and norm (train/eagle.py
     --init-draft's starting point): every block drafted is the draft model's, so the counts of

@@ -142,7 +142,7 @@ class EagleDrafter:
         nxt = tokens[start:c + 1]                  # rows start..c read f_{s-1} and y_s
         states = self.champion_kv.states[max(0, start - 1):c]
         if start == 0:                             # row 0 reads no state: zeros
-            states = np.concatenate([np.zeros_like(states[:1]), states])
+            states = np.concatenate([np.zeros((1, states.shape[1]), states.dtype), states])
         logits = head.forward(nxt, self.kv, last_only=True, exact=False,
                               inputs=head.inputs(states, nxt))[0]
         self.fed = c + 1 - start

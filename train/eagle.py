@@ -88,6 +88,8 @@ class Head(torch.nn.Module):
                 self.tok_embd = draft.tok_embd.requires_grad_(False)   # its Q4_1 values
                 self.out_norm = draft.out_norm
                 self.head = draft.head             # None: tied to the embedding
+                if self.head is not None:          # frozen, as the embedding is
+                    self.head.requires_grad_(False)
                 self.draft = [draft]               # for head_weight(); its parts are ours
 
     def embed(self, tokens):

@@ -117,9 +117,10 @@ def default_draft(champion) -> str:
     guard against n-gram's 1.15x, in one run (bench/results/h200.json). On the numpy engine and
     on CPU adapters (lavapipe, SwiftShader), "ngram": on the numpy engine the trained draft with
     its reduced head ran 1.03x guarded against n-gram's 1.01x, within the run-to-run spread
-    (bench/results/cpu-guard-reduced-head.json), and the page, whose numpy engine this choice
-    serves too, has no reduced head and pays about a pass per verify row; on CPU adapters four
-    draft steps cost more than the rows they save (bench/results/README.md)."""
+    (bench/results/cpu-guard-reduced-head.json), and on the page's numpy engine, which this
+    choice serves too, the draft with its reduced head ran 1.00x guarded (`long` 0.968x), n-gram
+    1.00x with every stratum at 0.988x or more (bench/results/browser-cpu-guard3.json); on CPU
+    adapters four draft steps cost more than the rows they save (bench/results/README.md)."""
     from . import trained_draft_path
 
     if isinstance(champion, Model) or champion.dev.is_cpu:

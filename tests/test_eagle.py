@@ -21,8 +21,9 @@ from pyspec import testmodels
 from pyspec.compat import IncompatiblePairError
 from pyspec.drafters import DraftSpecError
 from pyspec.drafters.eagle import EagleDrafter
+from pyspec.cycle import Rule
 from pyspec.engine import Engine, Options
-from pyspec.load import backend as backend_for
+from pyspec.load import backend as backend_for, load_draft_checked
 from pyspec.model import Model, ModelError
 from test_engine import N_RUNS, assert_two_token_distribution, replay_reference
 
@@ -116,6 +117,46 @@ def test_the_head_reads_the_champions_states_and_keeps_only_true_rows(tiny, head
             head.fc_embd.nbytes
     else:               # the embedding, norm and head are the champion's
         assert drafter.weight_bytes < tiny.champion.weight_bytes
+
+
+def test_the_head_catches_up_apart_from_its_steps(tiny, head_path):
+    """The prompt's rows, and the rows of cycles the head sat out (the guard had it off), are
+    fed ahead of its steps and timed apart (catch_up_s, not the guard's time per draft token);
+    after a cycle it drafted, the accepted rows and the champion's are its steady feed. The
+    drafts and cache rows are those of a head fed the same rows in one pass."""
+    champion, greedy = tiny.champion, Rule("greedy")
+    head = load_draft_checked(champion)(head_path)
+    ckv = champion.new_cache()
+    d = EagleDrafter(head, ckv)
+    seq = list(tiny.prompt) + [int(t) for t in np.random.default_rng(2).integers(3, 300, 12)]
+    p = len(tiny.prompt)
+    champion.forward(seq[:p - 1], ckv)
+    ckv.commit(p - 1)
+    d.reset(seq[:p])
+    d.propose(seq[:p], 2, greedy)
+    assert d.catch_up_s > 0.0                      # the prompt's rows
+    d.confirm(1)                                   # a cycle it drafted, one accepted
+    champion.forward(seq[p - 1:p + 1], ckv)
+    ckv.commit(2)
+    d.propose(seq[:p + 2], 2, greedy)
+    assert d.catch_up_s == 0.0 and d.fed == 2      # the steady feed: accepted + 1
+    d.confirm(0)                                   # a cycle it drafted, none accepted
+    for i in range(6):                             # its champion row, then five cycles sat out
+        champion.forward(seq[p + 1 + i:p + 2 + i], ckv)
+        ckv.commit(1)
+        if i:
+            d.confirm(0)
+    n = p + 8
+    out = d.propose(seq[:n], 3, greedy)
+    assert d.catch_up_s > 0.0 and d.fed == 6       # 5 caught up, 1 with the steps
+    fresh = EagleDrafter(head, ckv)
+    fresh.steady = n                               # everything in one pass
+    again = fresh.propose(seq[:n], 3, greedy)
+    assert fresh.catch_up_s == 0.0 and out.tokens == again.tokens
+    d.confirm(len(out.tokens))
+    fresh.confirm(len(again.tokens))
+    assert d.kv.committed == fresh.kv.committed == n
+    np.testing.assert_allclose(d.kv.k[:, :n], fresh.kv.k[:, :n], rtol=1e-4, atol=1e-4)
 
 
 def test_a_one_token_prompt_drafts_from_row_zero(tiny, head_path):

@@ -21,6 +21,8 @@ states. `train/eagle.py` trains the head for exactly this (its training-time tes
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..compat import IncompatiblePairError
@@ -118,7 +120,9 @@ class EagleDrafter:
         self.kv = head.new_cache(max_ctx or champion_cache.max_ctx)
         self.kv.keep_states(head.config.d_model, head.dtype)
         self.fed = 0           # true rows fed by the last proposal (pending until confirm)
+        self.steady = 1        # rows a proposal feeds after a cycle it drafted (confirm)
         self.calls = 0
+        self.catch_up_s = 0.0  # seconds the last proposal spent catching up (not drafting)
 
     @property
     def weight_bytes(self) -> int:
@@ -130,7 +134,7 @@ class EagleDrafter:
 
     def reset(self, tokens: list[int]) -> None:
         self.kv.truncate(0)    # the first proposal feeds the prompt's rows
-        self.fed = 0
+        self.fed, self.steady = 0, 1
 
     def propose(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
         self.kv.rollback()
@@ -143,6 +147,17 @@ class EagleDrafter:
         states = self.champion_kv.states[max(0, start - 1):c]
         if start == 0:                             # row 0 reads no state: zeros
             states = np.concatenate([np.zeros((1, states.shape[1]), states.dtype), states])
+        self.catch_up_s, catch = 0.0, len(nxt) - self.steady
+        if catch > 0:
+            # The prompt's rows, or the rows of cycles it sat out (the guard had it off): fed
+            # ahead of the steps and timed apart, as a draft model's (model_draft.ModelDrafter),
+            # so that the guard's time per draft token is a step's. Pending with the rest: only
+            # confirm commits true rows.
+            t0 = time.perf_counter()
+            head.forward(nxt[:catch], self.kv, logits_from=catch, exact=False,
+                         inputs=head.inputs(states[:catch], nxt[:catch]))
+            nxt, states = nxt[catch:], states[catch:]
+            self.catch_up_s = time.perf_counter() - t0
         logits = head.forward(nxt, self.kv, last_only=True, exact=False,
                               inputs=head.inputs(states, nxt))[0]
         self.fed = c + 1 - start
@@ -161,5 +176,7 @@ class EagleDrafter:
 
     def confirm(self, n_accepted: int) -> None:
         # Only the true rows stay; the guess rows are fed again with true states next time.
+        if self.fed:   # a cycle it drafted: the next proposal feeds its accepted rows and one
+            self.steady = n_accepted + 1
         self.kv.commit(self.fed)
         self.fed = 0

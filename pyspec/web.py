@@ -75,13 +75,24 @@ def _parse(text: str, what: str):
         raise SessionError("bad_config", f"{what} is nested too deeply") from None
 
 
+def _cancelled(text: str) -> str:
+    """generate's reply for a request stopped before the engine reported on it."""
+    return json.dumps({"text": text, "tokens": None, "finish_reason": "cancelled",
+                       "stats": None, "receipt": None})
+
+
 def _fields(text: str, what: str, fields: dict) -> dict:
-    """A request's JSON object whose known fields are each null or of their type (`fields`:
-    name -> type or tuple of types; a bool is not an int)."""
+    """A request's JSON object whose fields are each null or of their type (`fields`: name ->
+    type or tuple of types; a bool is not an int). A field it does not know is refused, never
+    ignored: a misspelt option would otherwise run with the default."""
     obj = _parse(text, what)
     if not isinstance(obj, dict):
         raise SessionError("bad_config", f"{what} must be a JSON object, got "
                            f"{type(obj).__name__}")
+    unknown = sorted(str(name) for name in obj if name not in fields)
+    if unknown:
+        raise SessionError("bad_config", f"unknown {what} option {', '.join(unknown)}: use "
+                           f"{', '.join(fields)}")
     for name, kinds in fields.items():
         value = obj.get(name)
         kinds = kinds if isinstance(kinds, tuple) else (kinds,)
@@ -539,12 +550,23 @@ class Session:
         resume: null or {ids, fault} (_resume): go on from the ids an interrupted run of this
         request committed. Returns
         {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
-        when cancel() stopped it: the engine checks before every cycle), or an error."""
+        when cancel() stopped it: the engine checks before every cycle; one cancelled before it
+        began has no stats or receipt), or an error."""
+        try:
+            return await self._generate(request_id, messages_json, config_json, on_chunk,
+                                        resume_json)
+        finally:
+            self.cancelled.discard(request_id)
+
+    async def _generate(self, request_id: int, messages_json: str, config_json: str, on_chunk,
+                        resume_json: str) -> str:
         try:
             self.warm_next = None           # a request came first: it prefills for itself
             if self.warming is not None:    # never two prefills on one cache at once
                 warming, self.warming = self.warming, None
                 await asyncio.gather(warming, return_exceptions=True)  # a failed warm-up: no rows
+            if request_id in self.cancelled:    # cancelled while it waited its turn
+                return _cancelled("")
             messages = _parse(messages_json, "messages")
             config = _fields(config_json, "config", GENERATE_FIELDS)
             engine = await self._engine(config.get("draft") or self.default_draft)
@@ -599,10 +621,8 @@ class Session:
             return _error(e)
         finally:
             self.running = None
-            self.cancelled.discard(request_id)
         if not report:
-            return json.dumps({"text": text, "tokens": None, "finish_reason": "cancelled",
-                               "stats": None, "receipt": None})
+            return _cancelled(text)
         fitted.annotate(report)
         if self.load_faults:   # in the receipt of the first request after the load
             report["receipt"]["faults"] = self.load_faults + report["receipt"]["faults"]
@@ -619,9 +639,11 @@ class Session:
         return json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
                                                   "receipt", "notice")})
 
-    def cancel(self, request_id: int) -> str:
-        """Ask a running request to stop after its current cycle."""
-        if self.running == request_id:
+    def cancel(self, request_id: int, waiting: bool = False) -> str:
+        """Ask a request to stop: the running one after its current cycle; with `waiting` (the
+        worker has it queued behind another, or it is being set up) before its first cycle.
+        Says whether there was such a request."""
+        if self.running == request_id or waiting:
             self.cancelled.add(request_id)
             return json.dumps({"cancelled": True})
         return json.dumps({"cancelled": False})

@@ -74,3 +74,41 @@ def test_a_mistyped_option_is_caught(tmp_path):
                "--strict")
     assert done.returncode != 0 and "app.ts(5," in done.stdout   # the create() call's line
     assert "'string' is not assignable to type 'number'" in done.stdout
+
+
+def readme_decoder_script() -> str:
+    """The README's two examples of the decoder (generate(), then the facade) as one module,
+    with the page element they write to declared and the annotations TypeScript wants where
+    JavaScript has none (a literal's role widens to string)."""
+    blocks = re.findall(r"```js\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    start = next(i for i, b in enumerate(blocks) if 'from "./client.js"' in b)
+    first, facade = blocks[start], blocks[start + 1]
+    assert "chat.completions.create" in facade
+    script = ("declare const out: HTMLElement;\n" + first
+              + facade.replace("const engine =", "const engine: SpecDecoder =")
+              .replace("const messages =", "const messages: ChatMessage[] ="))
+    return script.replace('import { SpecDecoder } from "./client.js";',
+                          'import { SpecDecoder, type ChatMessage } from "./client.js";')
+
+
+def test_the_readme_examples_type_check(tmp_path):
+    """What a developer pastes from the README compiles under --strict: the last chunk is told
+    from the others by `chunk.usage`, and its stats may be null."""
+    done = tsc(tmp_path, "readme.ts", readme_decoder_script(), "--strict")
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = tsc(tmp_path, "readme.ts", readme_decoder_script().replace(
+        "chunk.pyspec.stats?.accepted", "chunk.pyspec.stats.accepted"), "--strict")
+    assert done.returncode != 0 and "possibly 'null'" in done.stdout
+
+
+def test_the_facade_takes_the_schema_as_response_format_only(tmp_path):
+    """client.js refuses generate()'s json_schema in a facade request (bad_config); the types
+    say so before it runs."""
+    schema = '{ type: "object" }'
+    bad = FACADE_TS.replace("seed: 3 }", f"seed: 3, json_schema: {schema} }}")
+    done = tsc(tmp_path, "app.ts", bad, "--strict")
+    assert done.returncode != 0 and "json_schema" in done.stdout
+    good = FACADE_TS.replace("seed: 3 }", "seed: 3, response_format: { type: \"json_schema\", "
+                             f"json_schema: {{ name: \"x\", schema: {schema} }} }} }}")
+    done = tsc(tmp_path, "app.ts", good, "--strict")
+    assert done.returncode == 0, done.stdout + done.stderr

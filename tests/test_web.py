@@ -149,6 +149,12 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
     assert code({"draft": "model"}) == "bad_config"   # no draft model was given at init
     assert code({"temperature": -1}) == "bad_config"
     assert code({}, messages='[{"role": "user"}]') == "bad_config"
+    # A misspelt option is refused by name, never run with the default.
+    out = json.loads(run(s.generate(3, MESSAGES, json.dumps({"temprature": 1, "max_tokens": 4}),
+                                    lambda *a: None)))
+    assert out["error"]["code"] == "bad_config" and "temprature" in out["error"]["message"]
+    assert json.loads(run(s.load('{"max_ctx": 64, "warmup": true}', champion_bytes))
+                      )["error"]["code"] == "bad_config"
     long = json.dumps([{"role": "user", "content": "the cat " * 200}])
     assert code({}, messages=long) == "prompt_too_long"
 
@@ -205,6 +211,24 @@ def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):
                                      on_chunk)))
     assert done["finish_reason"] == "cancelled" and len(seen) == 2
     assert s.running is None and not s.cancelled
+
+
+def test_a_request_cancelled_while_it_waits_ends_before_its_first_cycle(tiny, champion_bytes):
+    """worker.js cancels a request it holds queued behind another (or being set up) with
+    waiting=True: the request then ends at once when its turn comes, text empty, finish_reason
+    cancelled, and the session forgets the id; the next request runs as usual."""
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load("{}", champion_bytes))
+    assert json.loads(s.cancel(4, waiting=True)) == {"cancelled": True}
+    seen = []
+    done = json.loads(run(s.generate(4, MESSAGES, json.dumps({"max_tokens": 8}),
+                                     lambda *a: seen.append(a))))
+    assert done == {"text": "", "tokens": None, "finish_reason": "cancelled", "stats": None,
+                    "receipt": None}
+    assert not seen and not s.cancelled and s.running is None
+    after = json.loads(run(s.generate(5, MESSAGES, json.dumps({"max_tokens": 4}),
+                                      lambda *a: None)))
+    assert after["finish_reason"] == "length" and after["stats"]["generated_tokens"] == 4
 
 
 def test_session_resumes_from_the_ids_its_chunks_carried(tiny, champion_bytes):
@@ -404,7 +428,7 @@ def test_the_page_runs_its_draft_with_the_reduced_head_it_is_given(tiny, champio
                                              "draft_name": "close.gguf",
                                              "draft_vocab": vocab}), champion_bytes, draft)))
     assert info["draft_head_rows"] == len(ids) and len(s.draft_model.head_ids) == len(ids)
-    config = {"max_tokens": 32, "stop_at_eos": False}
+    config = {"max_tokens": 32}
     alone = json.loads(run(s.generate(1, MESSAGES, json.dumps({**config, "draft": "none"}),
                                       lambda *a: None)))
     assert any(t % 3 == 0 for t in alone["tokens"]), "the champion must say an id the head cut"

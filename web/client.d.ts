@@ -49,7 +49,9 @@ export interface ChatMessage {
 
 export interface Progress {
   type: "progress";
-  phase: string;          // "runtime", "download", "read", "load", ...
+  /** Python's start, a weights download, the weights read from OPFS, their sha256 checked,
+   *  the model built. */
+  phase: "runtime" | "download" | "cache" | "verify" | "load";
   loaded: number;
   total: number;
   label?: string;
@@ -187,7 +189,11 @@ export interface Receipt {
   pyspec_version: string;
   champion_sha256: string;
   stats: Partial<Stats>;
-  faults?: { kind: string; cycle: number; at_token: number; recovery_s: number }[];
+  /** Faults this request recovered from: a GPU fault or a dead worker (cycle, at_token; the
+   *  adapter that failed; restart_s, a worker's restart), or one met while the weights loaded
+   *  (kind and recovery_s only: the first request after the load carries them). */
+  faults?: { kind: string; recovery_s: number; cycle?: number; at_token?: number;
+             adapter?: string; restart_s?: number }[];
   [field: string]: unknown;
 }
 
@@ -208,6 +214,11 @@ export interface ReadyInfo {
   /** The draft's head rows on the numpy engine when it runs a reduced head; null: its full head. */
   draft_head_rows?: number | null;
   startup: Startup;
+  /** Faults met while loading and recovered from (a damaged cache downloaded again, no OPFS,
+   *  a dropped download resumed, ...); each also went to onNotice. */
+  notices: Notice[];
+  /** The weights' bytes downloaded this load, whether they came from OPFS, damaged copies met. */
+  weights: { downloaded: number; cached: boolean; corrupt: number };
   [field: string]: unknown;
 }
 
@@ -232,7 +243,9 @@ export interface Startup {
 export type PyspecRequestOptions = Pick<GenerateConfig,
   "k" | "verify" | "draft" | "context_overflow" | "drill">;
 
-export interface ChatCompletionRequest extends SamplingConfig {
+/** The request: the sampling controls under their OpenAI names (the schema as
+ *  response_format; generate()'s json_schema is not an OpenAI field). */
+export interface ChatCompletionRequest extends Omit<SamplingConfig, "json_schema"> {
   messages: ChatMessage[];
   stream?: boolean | null;
   /** Must name the loaded champion, when given. */
@@ -263,7 +276,7 @@ export interface PyspecUsage {
   notice: string | null;
 }
 
-export interface ChatCompletionChunk {
+interface ChatCompletionChunkBase {
   id: string;                        // "chatcmpl-...", the same for every chunk of a request
   object: "chat.completion.chunk";
   created: number;                   // Unix seconds
@@ -274,11 +287,22 @@ export interface ChatCompletionChunk {
     finish_reason: FinishReason | null;   // null until the last chunk
     logprobs: null;
   }];
-  /** The last chunk only. */
-  usage?: CompletionUsage;
-  /** A content chunk: its offset and token count; the last chunk: PyspecUsage. */
-  pyspec: { offset: number; tokens: number } | PyspecUsage;
 }
+
+/** A chunk of text: its offset and token count. */
+export interface ChatCompletionContentChunk extends ChatCompletionChunkBase {
+  usage?: undefined;
+  pyspec: { offset: number; tokens: number };
+}
+
+/** The last chunk: finish_reason, usage and the speculation behind the request. */
+export interface ChatCompletionLastChunk extends ChatCompletionChunkBase {
+  usage: CompletionUsage;
+  pyspec: PyspecUsage;
+}
+
+/** `if (chunk.usage)` tells the last chunk from the others. */
+export type ChatCompletionChunk = ChatCompletionContentChunk | ChatCompletionLastChunk;
 
 export interface ChatCompletion {
   id: string;
@@ -313,9 +337,13 @@ export declare class SpecDecoder {
   notices: Notice[];
   /** The OpenAI-style facade: `await decoder.chat.completions.create({messages, stream})`. */
   readonly chat: { completions: Completions };
-  /** Stream a chat completion: yields chunks as cycles commit text. */
-  generate(messages: ChatMessage[], config?: GenerateConfig): AsyncGenerator<Chunk, void, undefined>;
-  /** Stop the running generation after its current cycle; resolves with whether one ran. */
+  /** Stream a chat completion: yields chunks as cycles commit text; returns the request's
+   *  result (also lastResult, which concurrent requests share). */
+  generate(messages: ChatMessage[], config?: GenerateConfig):
+    AsyncGenerator<Chunk, GenerateResult, undefined>;
+  /** Stop this decoder's generations: the running one after its current cycle, those waiting
+   *  behind it before they start (finish_reason "cancelled"); resolves with whether one was
+   *  there to stop. */
   cancel(): Promise<boolean>;
   stats(): Promise<Stats | null>;
   /** info.startup as of now: the snapshot's state moves from "making" to "saved" or "failed". */
@@ -328,5 +356,6 @@ export declare class SpecDecoder {
                      maxCtx?: number | null }): Promise<ReadyInfo>;
   /** WebGPU devices alive, their buffers' bytes and the wasm heap, for leak checks. */
   memory(): Promise<{ gpu_devices: number; gpu_bytes: number; wasm_bytes: number }>;
+  /** Stop the worker now; the decoder is done: later calls throw SpecError "terminated". */
   terminate(): void;
 }

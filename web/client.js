@@ -110,15 +110,28 @@ function facadeConfig(request, champion) {
   return config;
 }
 
+// The options SpecDecoder.create takes (client.d.ts SpecDecoderOptions); any other is refused.
+const CREATE_OPTIONS = ["workerUrl", "champion", "draft", "maxCtx", "backend", "onProgress",
+                        "maxRestarts", "stallTimeoutMs", "onNotice", "drills", "loadDrill",
+                        "snapshot"];
+
 export class SpecDecoder {
   /** Start a worker, load Pyodide, pyspec and the weights; resolves when ready to generate. */
   static async create(options = {}) {
     const d = new SpecDecoder(options);
-    await d.#start();
+    try {
+      await d.#start();
+    } catch (e) {
+      d.terminate();     // a decoder that never became ready leaves no worker behind
+      throw e;
+    }
     return d;
   }
 
-  #opts; #worker = null; #seq = 0; #pending = new Map(); #current = null;
+  #opts; #worker = null; #seq = 0; #pending = new Map();
+  #active = new Set();  // the worker ids of this decoder's generate requests in flight
+  #restarting = null;   // the restart under way (one for every request the death stopped)
+  #terminated = false;
   #lastSign = 0;        // performance.now() of the worker's last message
   #watchdog = null;
   info = null;          // the worker's `ready` message: adapter, webgpu, context, weights, ...
@@ -127,17 +140,24 @@ export class SpecDecoder {
   notices = [];         // {code, message, at_token} of each recovery, in order
   chat = { completions: { create: (request) => this.#createCompletion(request) } };
 
-  constructor({ workerUrl = new URL("./worker.js", import.meta.url), champion = "smollm2",
-                draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
-                maxRestarts = 1, stallTimeoutMs = 60000, onNotice = null, drills = false,
-                loadDrill = null, snapshot = true } = {}) {
+  constructor(options = {}) {
+    const unknown = Object.keys(options ?? {}).filter((name) => !CREATE_OPTIONS.includes(name));
+    if (unknown.length) {
+      throw new SpecError("bad_config", `unknown option ${unknown.join(", ")}: ` +
+                          `SpecDecoder.create takes ${CREATE_OPTIONS.join(", ")}`);
+    }
+    const { workerUrl = new URL("./worker.js", import.meta.url), champion = "smollm2",
+            draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
+            maxRestarts = 1, stallTimeoutMs = 60000, onNotice = null, drills = false,
+            loadDrill = null, snapshot = true } = options ?? {};
     this.#opts = { workerUrl, champion, draft, maxCtx, backend, onProgress, maxRestarts,
                    stallTimeoutMs, onNotice, drills, loadDrill, snapshot };
   }
 
   // --- plumbing -----------------------------------------------------------------------------
   #spawn() {
-    this.#worker?.terminate();
+    // A worker replaced while requests wait on it: they fail as for a death, never hang.
+    if (this.#worker) this.#died(new SpecError("worker_died", "the worker was replaced"));
     const name = `pyspec-worker-${crypto.randomUUID()}`;
     const w = new Worker(this.#opts.workerUrl, { type: "module", name });
     this.#lastSign = performance.now();
@@ -197,6 +217,10 @@ export class SpecDecoder {
   // One request: resolves with its terminal reply, rejects with a SpecError.
   #request(type, payload = {}, { onEvent = null, id = ++this.#seq } = {}) {
     return new Promise((resolve, reject) => {
+      if (this.#terminated) {
+        reject(new SpecError("terminated", "the decoder was terminated: create a new one"));
+        return;
+      }
       if (!this.#worker) {
         reject(new SpecError("worker_died", "the worker is not running"));
         return;
@@ -209,13 +233,26 @@ export class SpecDecoder {
         },
         onDeath: reject,
       });
-      this.#worker.postMessage({ type, id, ...payload });
+      try {
+        this.#worker.postMessage({ type, id, ...payload });
+      } catch (e) {   // a value structured clone cannot copy (a function, a Proxy, ...)
+        this.#pending.delete(id);
+        reject(new SpecError("bad_request", `the ${type} request cannot be sent to the worker ` +
+                             `(${e?.name}: ${e?.message}); pass plain data`));
+      }
     });
   }
 
   async #start() {
     this.#spawn();
     await this.#init();
+  }
+
+  // A new worker after a death, shared by every request that death stopped: each of them then
+  // resumes there (a second spawn would replace the first one's worker under it).
+  #restart() {
+    this.#restarting ??= this.#start().finally(() => { this.#restarting = null; });
+    return this.#restarting;
   }
 
   async #init() {
@@ -229,8 +266,19 @@ export class SpecDecoder {
   }
 
   // --- the API ------------------------------------------------------------------------------
-  /** Stream a chat completion: yields {offset, text, tokens} as cycles commit text. */
+  /** Stream a chat completion: yields {offset, text, tokens} as cycles commit text; returns
+   *  its result (as lastResult, which concurrent requests share). */
   async *generate(messages, config = {}) {
+    return yield* this.#run(messages, config, {});
+  }
+
+  // generate(); `handle.id` follows the worker id of the request (a new one after a restart),
+  // so that the facade's AbortSignal cancels this request and no other; handle.onPosted() runs
+  // each time the request has gone to a worker.
+  async *#run(messages, config, handle) {
+    if (config === null || typeof config !== "object" || Array.isArray(config)) {
+      throw new SpecError("bad_config", "generate's config must be an object of options");
+    }
     const { drill = null, ...workerConfig } = config;
     let terminateAt = this.#clientDrill(drill, workerConfig);   // a cycle count, or null
     let shown = 0;            // characters delivered to the caller
@@ -242,10 +290,12 @@ export class SpecDecoder {
       const queue = [];
       let wake = null;
       const push = (item) => { queue.push(item); wake?.(); };
-      this.#current = id;
+      handle.id = id;
+      this.#active.add(id);
       const done = this.#request("generate", { messages, config: workerConfig, resume },
                                  { id, onEvent: (msg) => push({ chunk: msg }) });
       done.then((msg) => push({ done: msg }), (err) => push({ error: err }));
+      handle.onPosted?.();
       let finished = false;
       try {
         for (;;) {
@@ -283,7 +333,7 @@ export class SpecDecoder {
                                       (next === "cpu-numpy" ? "on the CPU" : "on a new device") });
             });
             finished = true;
-            return;
+            return item.done;
           } else {
             throw item.error;
           }
@@ -301,11 +351,11 @@ export class SpecDecoder {
         this.#notice({ code: kind, at_token: ids.length,
                        message: `${err.message}; a new worker goes on from the ` +
                                 `${ids.length} tokens already shown` });
-        await this.#start();
+        await this.#restart();
         resume = { ids: [...ids], fault: { kind, cycle,
                                            restart_s: (performance.now() - since) / 1000 } };
       } finally {
-        if (this.#current === id) this.#current = null;
+        this.#active.delete(id);
         if (!finished && this.#worker && this.#pending.has(id)) {
           this.#request("cancel", { target: id }).catch(() => {});   // the caller broke out
         }
@@ -326,11 +376,16 @@ export class SpecDecoder {
     return null;
   }
 
-  /** Stop the running generation after its current cycle; resolves with whether one was running. */
+  /** Stop this decoder's generations, the running one after its current cycle and those
+   *  waiting behind it before they start (each ends with finish_reason "cancelled"); resolves
+   *  with whether there was one to stop. */
   async cancel() {
-    if (this.#current === null) return false;
-    const ack = await this.#request("cancel", { target: this.#current });
-    return ack.cancelled;
+    return this.#cancel([...this.#active]);
+  }
+
+  async #cancel(ids) {
+    const acks = await Promise.all(ids.map((target) => this.#request("cancel", { target })));
+    return acks.some((ack) => ack.cancelled);
   }
 
   /** Load the weights again in the same worker (Pyodide stays loaded). `champion` and `maxCtx`
@@ -339,10 +394,17 @@ export class SpecDecoder {
    *  strike meanwhile (worker.js LOAD_DRILLS); its notices arrive as for create(). Resolves
    *  with the new `ready` message (also `info`). */
   async reload({ loadDrill = null, champion, maxCtx } = {}) {
+    const before = { champion: this.#opts.champion, maxCtx: this.#opts.maxCtx };
     if (champion !== undefined) this.#opts.champion = champion;
     if (maxCtx !== undefined) this.#opts.maxCtx = maxCtx;
     this.#opts.loadDrill = loadDrill;
-    await this.#init();
+    try {
+      await this.#init();
+    } catch (e) {
+      // The worker keeps the model it had (web.py), and so does a worker started later.
+      Object.assign(this.#opts, before);
+      throw e;
+    }
     return this.info;
   }
 
@@ -392,21 +454,27 @@ export class SpecDecoder {
     const chunk = (delta, finish_reason = null, extra = {}) => (
       { ...head, object: "chat.completion.chunk",
         choices: [{ index: 0, delta, finish_reason, logprobs: null }], ...extra });
-    // Abort is cancel(): the request stops after its current cycle and ends as usual, its last
-    // chunk saying finish_reason "abort". A cancel that lands before the worker has started the
-    // request finds nothing to stop (cancel() resolves false), so it is sent again at the next
-    // chunk.
-    let cancel = "idle";      // idle -> sent -> done (or back to idle: nothing was running yet)
+    // Abort cancels this request (not the decoder's others): it stops after its current cycle,
+    // or before it starts where it waits behind another, and ends as usual, its last chunk
+    // saying finish_reason "abort". A cancel that finds nothing to stop yet is sent again at the
+    // next chunk.
+    let cancel = "idle";      // idle -> sent -> done (or back to idle: nothing to stop yet)
     const abort = () => {
-      if (cancel !== "idle") return;
+      if (cancel !== "idle" || handle.id === null) return;
       cancel = "sent";
-      this.cancel().then((ok) => { cancel = ok ? "done" : "idle"; }, () => { cancel = "idle"; });
+      this.#cancel([handle.id]).then((ok) => { cancel = ok ? "done" : "idle"; },
+                                     () => { cancel = "idle"; });
     };
+    // An abort before the request went to a worker, or before a restart, cancels it there.
+    const handle = { id: null,
+                     onPosted: () => { if (signal?.aborted) { cancel = "idle"; abort(); } } };
     signal?.addEventListener("abort", abort, { once: true });
     let role = { role: "assistant" }, completion = 0;
+    const run = this.#run(messages, config, handle);
+    let step = null;
     try {
-      if (signal?.aborted) abort();
-      for await (const c of this.generate(messages, config)) {
+      while (!(step = await run.next()).done) {
+        const c = step.value;
         if (signal?.aborted) abort();
         completion += c.tokens;
         yield chunk({ ...role, content: c.text }, null,
@@ -415,8 +483,10 @@ export class SpecDecoder {
       }
     } finally {
       signal?.removeEventListener("abort", abort);
+      if (!step?.done) await run.return();   // the caller broke out: the request is cancelled
     }
-    const { finish_reason, stats, receipt, notice = null } = this.lastResult;
+    // This request's own result (lastResult may be a concurrent request's by now).
+    const { finish_reason, stats, receipt, notice = null } = step.value;
     const prompt = stats?.prompt_tokens ?? null;    // stats is null only when the worker had none
     completion = stats?.generated_tokens ?? completion;
     const delta = role.role ? { ...role, content: "" } : {};   // no text at all: still the role
@@ -426,7 +496,9 @@ export class SpecDecoder {
       pyspec: { finish_reason, stats, receipt, notice } });
   }
 
+  /** Stop the worker now; the decoder is done (later calls throw SpecError "terminated"). */
   terminate() {
+    this.#terminated = true;
     clearInterval(this.#watchdog);
     this.#watchdog = null;
     this.#died(new SpecError("terminated", "the decoder was terminated"));

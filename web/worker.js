@@ -27,7 +27,8 @@
 //                                                   cycle}*
 //                                                   then {type:'done', id, text, tokens, stats, receipt,
 //                                                   finish_reason}   (finish_reason 'cancelled' after
-//                                                   a cancel, with stats and receipt null)
+//                                                   a cancel; stats and receipt null for a request
+//                                                   cancelled before it started)
 //       config: {draft, k, verify, temperature, seed, max_tokens, drill, and the sampling
 //       controls top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
 //       logit_bias, stop (web.py checks them)}; chunk.ids = the token
@@ -39,7 +40,8 @@
 //       death; fault {kind: 'worker_died', cycle, restart_s} goes to the receipt): its chunks
 //       start at the offset after their text. drill 'device-lost@C' (drills on) destroys the
 //       WebGPU device once C cycles have run.
-//   {type:'cancel', id, target}  (target: the id of a generate)  -> {type:'cancel_ack', id, cancelled}
+//   {type:'cancel', id, target}  (target: the id of a generate, running or waiting its turn)
+//                                                -> {type:'cancel_ack', id, cancelled}
 //   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats, memory, startup} /
 //                                                   {type:'receipt', ...}
 //       memory: {gpu_devices, gpu_bytes, wasm_bytes}: WebGPU devices alive, their buffers' bytes,
@@ -96,6 +98,7 @@ class WorkerError extends Error {
 let manifestPromise = null;
 let runtimePromise = null;     // {pyodide, session}
 let queue = Promise.resolve(); // init and generate requests run one after another
+const generating = new Set();  // ids of the generate requests queued or running here
 
 const post = (msg) => self.postMessage(msg);
 
@@ -471,6 +474,10 @@ async function accessHandle(dir, name, load) {
         if (retry) {
           load.fault("opfs_busy", t0, `${who()}; this page downloaded the weights into memory ` +
                      "instead");
+        } else {
+          load.fault("opfs_unavailable", t0, `the weights cache could not be opened (${e?.name}: ` +
+                     `${e?.message}); the weights run from memory and are downloaded again on ` +
+                     "the next visit");
         }
         return null;
       }
@@ -522,7 +529,9 @@ async function fetchWeights(model, progress, stats, load) {
       await damage(access, model, progress, stats, load);
     }
     const size = access.getSize();
-    if (size === model.size) {
+    // A model given by URL without its size: a file there is the one its sha256 names, checked
+    // as it is read (readWeights downloads it again where it is not).
+    if (size === model.size || (model.size == null && size > 0)) {
       stats.cached = true;
     } else {
       const t0 = performance.now();
@@ -771,14 +780,23 @@ async function handle(msg) {
     case "generate": {
       // One at a time, in arrival order: a request waits for the one before it to finish.
       busy += 1;
+      if (msg.type === "generate") generating.add(msg.id);
       const run = queue.then(() => (msg.type === "init" ? init(msg) : generate(msg)));
       queue = run.catch(() => {});
-      run.finally(() => { busy -= 1; lastBusy = performance.now(); }).catch(() => {});
+      run.finally(() => {
+        busy -= 1;
+        lastBusy = performance.now();
+        if (msg.type === "generate") generating.delete(msg.id);
+      }).catch(() => {});
       return run;
     }
     case "cancel": {
+      // A request still waiting its turn (or being set up) is cancelled too: it ends before
+      // its first cycle (web.py Session.cancel).
       const { session } = await requireRuntime();
-      return { type: "cancel_ack", id: msg.id, ...JSON.parse(session.cancel(msg.target ?? msg.id)) };
+      const target = msg.target ?? msg.id;
+      return { type: "cancel_ack", id: msg.id,
+               ...JSON.parse(session.cancel(target, generating.has(target))) };
     }
     case "stats":
     case "receipt": {
@@ -815,7 +833,10 @@ self.onmessage = (event) => {
     // worker_oom: the wasm heap ran out (web.py); a new worker is the only safe place to go on.
     const fatal = e?.code === "worker_oom" ||
       /fatal error|RuntimeError: (memory access|unreachable)|Aborted/.test(String(e?.message));
-    post({ type: "error", id: msg?.id ?? null, code: e?.code ?? (fatal ? "fatal" : "internal"),
-           message: String(e?.message ?? e), fatal });
+    // A code is always one of ours, a string (a DOMException's numeric code is not).
+    const named = e instanceof DOMException ? `${e.name}: ` : "";
+    post({ type: "error", id: msg?.id ?? null,
+           code: (String(e?.code) === e?.code && e.code) || (fatal ? "fatal" : "internal"),
+           message: named + String(e?.message ?? e), fatal });
   });
 };

@@ -28,12 +28,14 @@ import time
 
 from .drafters import parse_draft
 from .engine import Engine, Options, PromptTooLongError
-from .errors import UsageError
+from .errors import PyspecError, UsageError
 from .load import backend, load_champion
 
 
 def read_workload(path: str) -> list[dict]:
-    """JSONL lines of {id, stratum, messages[, max_tokens]} (the shared/workloads format)."""
+    """JSONL lines of {id, stratum, messages[, max_tokens]} (the shared/workloads format), each
+    line checked before anything runs: UsageError naming the file and line otherwise (the
+    messages themselves: check_messages, once the tokenizer is loaded)."""
     items = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -44,14 +46,55 @@ def read_workload(path: str) -> list[dict]:
                     it = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise UsageError(f"{path} line {n} is not JSON ({e.msg})") from e
-                if not isinstance(it, dict) or not {"id", "stratum", "messages"} <= it.keys():
-                    raise UsageError(f"{path} line {n}: each line needs id, stratum and messages")
-                items.append(it)
+                except RecursionError:
+                    raise UsageError(f"{path} line {n}: its JSON is nested too deeply") from None
+                problem = _line_problem(it)
+                if problem:
+                    raise UsageError(f"{path} line {n}: {problem}")
+                items.append({**it, "line": n})
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read the workload {path}: {e}") from e
     if not items:
         raise UsageError(f"{path} holds no prompts")
     return items
+
+
+def _line_problem(it) -> str | None:
+    """What is wrong with one workload line's fields, or None."""
+    if not isinstance(it, dict) or not {"id", "stratum", "messages"} <= it.keys():
+        return "each line needs id, stratum and messages"
+    if not isinstance(it["id"], str) or not isinstance(it["stratum"], str):
+        return "id and stratum must be strings"
+    if not isinstance(it["messages"], list) or not it["messages"]:
+        return "messages must be a non-empty list of {role, content}"
+    tokens = it.get("max_tokens", 128)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        return f"max_tokens must be a positive integer, got {tokens!r:.40}"
+    return None
+
+
+def check_messages(items: list[dict], tok, path: str) -> list[list[int]]:
+    """Each prompt's ids, or UsageError naming the line whose messages the template refuses."""
+    try:
+        out = []
+        for it in items:
+            out.append(tok.encode_chat(it["messages"]))
+        return out
+    except PyspecError as e:
+        raise UsageError(f"{path} line {it['line']} ({it['id']}): {e}") from e
+
+
+def check_options(args) -> None:
+    """bench's numeric options and --out, before a model loads or a prompt runs."""
+    for name in ("max_tokens", "per_stratum", "ctx", "repeat"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if not [d for d in args.drafts.split(",") if d]:
+        raise UsageError("--drafts names no drafter: give a comma-separated list, e.g. ngram")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out} is a file: bench writes a JSON and a plot into a "
+                         "folder; name a folder")
 
 
 def first_per_stratum(items: list[dict], n: int | None) -> list[dict]:
@@ -159,15 +202,17 @@ HOST_FEED = "@host"          # after a draft model's name: its cycles fed from t
 
 
 def run_bench(args) -> int:
+    check_options(args)
     items = first_per_stratum(read_workload(args.workload), args.per_stratum)
     drafts = [d for d in args.drafts.split(",") if d]
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
-    engines = {d: Engine(backend(champion, d), tok)
+    prompts = check_messages(items, tok, args.workload)
+    engines = {d: Engine(backend(champion, d, args.ctx), tok)
                for d in ["none", *drafts]}
     if args.backend == "wgpu" and "ngram" in drafts:
         # The A/B of pipelined speculative cycles: n-gram drafts from the host, each cycle read
         # before the next is submitted (gpu/backend.py), next to the device lookup's.
-        engines[HOST_LOOKUP] = Engine(backend(champion, "ngram"), tok)
+        engines[HOST_LOOKUP] = Engine(backend(champion, "ngram", args.ctx), tok)
         engines[HOST_LOOKUP].backend.device_ngram = False
         drafts.append(HOST_LOOKUP)
     if args.backend == "wgpu":
@@ -175,7 +220,7 @@ def run_bench(args) -> int:
         # GPU, off on a software adapter: on here either way) and fed from the host.
         for d in [d for d in drafts if d != HOST_LOOKUP and parse_draft(d).kind == "model"]:
             engines[d].backend.device_draft_ahead = True
-            engines[d + HOST_FEED] = Engine(backend(champion, d), tok)
+            engines[d + HOST_FEED] = Engine(backend(champion, d, args.ctx), tok)
             engines[d + HOST_FEED].backend.device_draft_ahead = False
             drafts.append(d + HOST_FEED)
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
@@ -184,15 +229,14 @@ def run_bench(args) -> int:
     # On a GPU, champion-only read cycle by cycle too: the A/B of pipelining.
     serial, pipelining = None, []
     if args.backend == "wgpu":
-        serial = Engine(backend(champion, "none"), tok)
+        serial = Engine(backend(champion, "none", args.ctx), tok)
         serial.backend.pipelined = False
         from .gpu.measure import measure
         print("measuring pass costs by rows ...", file=sys.stderr, flush=True)
         gpu = measure(champion)
         readbacks_before = champion.dev.readbacks
     t0 = time.time()
-    for n, it in enumerate(items, 1):
-        ids = tok.encode_chat(it["messages"])
+    for n, (it, ids) in enumerate(zip(items, prompts), 1):
         max_tokens = it.get("max_tokens", 128)
         if args.max_tokens:
             max_tokens = min(max_tokens, args.max_tokens)

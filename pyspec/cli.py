@@ -21,7 +21,7 @@ from .compat import IncompatiblePairError, bind_borrowed, check_pair
 from .drafters.eagle import binding_problem, is_eagle
 from .cpu import CPUBackend
 from .drafters import parse_draft
-from .engine import Engine, Options
+from .engine import Engine, Options, PromptTooLongError
 from .errors import PyspecError, UsageError
 from .gguf import GGUFFile
 from .load import backend, load_champion, reduced_head_ids, vocab_sidecar
@@ -60,8 +60,10 @@ def read_messages(path: str) -> list[dict]:
 
 
 def prompt_ids(tok: Tokenizer, args, ctx: int | None = None) -> list[int] | Fitted:
-    """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat, fitted
-    to the context `ctx` by the context-full policy (--context-overflow) when ctx is given."""
+    """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat. When
+    ctx is given either is fitted to the context by the context-full policy (--context-overflow:
+    `error` refuses a prompt that leaves less than max_tokens; one message has no older turn to
+    leave out)."""
     if args.messages_json:
         messages = read_messages(args.messages_json)
         if ctx is None:
@@ -74,8 +76,15 @@ def prompt_ids(tok: Tokenizer, args, ctx: int | None = None) -> list[int] | Fitt
         raise UsageError("--prompt is not valid UTF-8 text; pass UTF-8, or put the text in a "
                          "--messages-json file") from None
     if getattr(args, "raw", False):
-        return tok.encode(args.prompt)
-    return tok.encode_chat([{"role": "user", "content": args.prompt}])
+        ids = tok.encode(args.prompt)
+        if ctx is not None and args.context_overflow == "error" and len(ids) + args.max_tokens > ctx:
+            raise PromptTooLongError(f"the prompt needs {len(ids)} tokens + max_tokens "
+                                     f"{args.max_tokens} but the context holds {ctx}")
+        return ids
+    messages = [{"role": "user", "content": args.prompt}]
+    if ctx is None:
+        return tok.encode_chat(messages)
+    return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow)
 
 
 def options(args) -> Options:
@@ -263,9 +272,13 @@ def cmd_score(args) -> int:
     champion, tok = load_champion(args.champion)
     ids = prompt_ids(tok, args)
     try:
-        continuation = [int(t) for t in json.loads(args.continuation_ids)]
-    except (TypeError, ValueError, RecursionError) as e:
-        raise UsageError("--continuation-ids must be a JSON list of token ids") from e
+        continuation = json.loads(args.continuation_ids)
+    except (ValueError, RecursionError):
+        continuation = None
+    if not isinstance(continuation, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in continuation):
+        raise UsageError("--continuation-ids must be a JSON list of integer token ids, "
+                         "e.g. [19, 2]")
     if not continuation:
         raise UsageError("--continuation-ids is empty")
     if not ids:
@@ -302,7 +315,10 @@ def score(model: Model, prompt: list[int], continuation: list[int], top: int) ->
 
 
 def cmd_check_pair(args) -> int:
-    draft = parse_draft(args.draft).path if args.draft == "trained" else args.draft
+    draft = parse_draft(args.draft).path
+    if draft is None:
+        raise UsageError(f"--draft {args.draft} is a drafter that needs no draft model: "
+                         "check-pair checks a draft model's GGUF (a path, or trained)")
     champion_file, draft_file = GGUFFile.open(args.champion or champion_path()), GGUFFile.open(draft)
     report = check_pair(champion_file.metadata, draft_file.metadata)
     if report.ok and is_eagle(draft_file.metadata):   # a head is bound to one champion file
@@ -506,7 +522,12 @@ def main(argv: list[str] | None = None) -> int:
         # on stderr, where a user should see one "error:" line.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return args.func(args)
-    except (PyspecError, FileNotFoundError) as e:
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as other tools do, and keep Python's
+        # exit from writing to the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (PyspecError, OSError) as e:   # OSError: a path that cannot be read or written
         print(f"error: {e}", file=sys.stderr)
         return 2
     except MemoryError as e:

@@ -83,7 +83,7 @@ def reduced_head_ids(path: str, vocab: int):
     try:
         with open(side, encoding="utf-8") as f:
             text = f.read()
-    except OSError as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise ModelError(f"{side}: not a usable reduced head ({e}); fix or delete it to run the "
                          f"draft with its full head") from e
     return parse_reduced_head(text, vocab, side)
@@ -104,9 +104,12 @@ def parse_reduced_head(text: str, vocab: int, source: str) -> list[int]:
             raise ValueError(f"head_rows {rows} of {len(ids)} ranked ids (each once)")
         if not all(0 <= i < vocab for i in ids[:rows]):
             raise ValueError(f"an id outside the draft's vocabulary of {vocab}")
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, OverflowError) as e:
         raise ModelError(f"{source}: not a usable reduced head ({e}); fix or delete it to run "
                          f"the draft with its full head") from e
+    except RecursionError:
+        raise ModelError(f"{source}: not a usable reduced head (its JSON is nested too deeply); "
+                         "fix or delete it to run the draft with its full head") from None
     return ids[:rows]
 
 

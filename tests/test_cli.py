@@ -309,7 +309,12 @@ def test_score_raw(capsys, models, tok):
     (["--prompt", "the", "--continuation-ids", "[-1]"], ["vocabulary"]),
     (["--raw", "--prompt", "", "--continuation-ids", "[5, 6]"], ["prompt is empty"]),
     (["--raw", "--prompt", LONG_TEXT, "--continuation-ids", "[5]"], ["context"]),
-], ids=["bad-json", "empty", "past-vocab", "negative", "empty-prompt", "too-long"])
+    (["--prompt", "the", "--continuation-ids", "[1.5]"], ["integer token ids"]),
+    (["--prompt", "the", "--continuation-ids", "[true]"], ["integer token ids"]),
+    (["--prompt", "the", "--continuation-ids", '["19"]'], ["integer token ids"]),
+    (["--prompt", "the", "--continuation-ids", "[1e400]"], ["integer token ids"]),
+], ids=["bad-json", "empty", "past-vocab", "negative", "empty-prompt", "too-long", "float",
+        "bool", "string", "huge"])
 def test_score_errors(capsys, models, extra, words):
     code, _, err = run(capsys, "score", "--champion", models["champion"], *extra)
     assert_one_error_line(code, err, *words)
@@ -363,6 +368,23 @@ def test_check_pair_reads_a_reduced_head_sidecar(capsys, models, tmp_path):
     code, out, _ = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
                        str(draft))
     assert code == 1 and "NOT compatible" in out and "delete it" in out
+    for broken in (b"\xff\xfe", b'{"schema": "pyspec.draft-vocab/1", "head_rows": 1e400, '
+                   b'"ids": [1]}', b"[" * 100_000 + b"]" * 100_000):
+        side.write_bytes(broken)     # not UTF-8, a number past int, nested past recursion
+        code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                             str(draft))
+        assert code == 1 and "NOT compatible" in out and "delete it" in out, err
+        assert "Traceback" not in err
+        code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                           "hi", "--max-tokens", "2", "--draft", str(draft))
+        assert_one_error_line(code, err, "d.vocab.json", "delete it")
+
+
+def test_check_pair_says_a_drafter_is_not_a_draft_model(capsys, models):
+    for draft in ("ngram", "self:1", "none"):
+        code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                             draft)
+        assert_one_error_line(code, err, f"--draft {draft} is a drafter", "check-pair checks")
 
 
 def test_check_pair_incompatible(capsys, models):
@@ -494,6 +516,31 @@ def test_generate_user_errors(capsys, models, extra, words):
     assert out == ""
 
 
+def test_the_error_policy_refuses_a_prompt_that_leaves_too_little_room(capsys, models):
+    """--context-overflow error refuses a --prompt (chat or raw) that leaves fewer than
+    max_tokens positions, as it does a --messages-json conversation; drop_oldest (the default)
+    generates to the context's end."""
+    for raw in ([], ["--raw"]):
+        argv = ["generate", "--champion", models["champion"], "--prompt", "the cat sat on the mat",
+                "--max-tokens", "100", "--ctx", "80", "--draft", "none", *raw]
+        code, out, err = run(capsys, *argv, "--context-overflow", "error")
+        assert_one_error_line(code, err, "max_tokens 100", "context holds 80")
+        assert out == ""
+        code, out, err = run(capsys, *argv, "--json")
+        assert code == 0 and json.loads(out)["finish_reason"] == "context", err
+
+
+def test_a_closed_output_pipe_ends_quietly(models):
+    """`pyspec generate ... | head -c 1`: no traceback when the reader goes away."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    p = subprocess.run(f"{sys.executable} -m pyspec generate --champion {models['champion']} "
+                       "--prompt hi --max-tokens 48 --draft none | head -c 1", shell=True,
+                       capture_output=True, env=env, timeout=120)
+    err = p.stderr.decode("utf-8", "replace")
+    assert len(p.stdout) == 1 and "Traceback" not in err and "Error" not in err, err
+
+
 def test_corrupt_or_missing_gguf(capsys, models):
     for argv in (["generate", "--champion", models["corrupt"], "--prompt", "hi"],
                  ["generate", "--champion", models["champion"], "--prompt", "hi", "--draft",
@@ -513,10 +560,46 @@ def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):
                      "--draft", "ngrams", "--max-tokens", "2"])
     assert code == 2 and "unknown --draft 'ngrams'" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "a", "stratum": "s", "messages": []}\nnot json\n')
+    bad.write_text('{"id": "a", "stratum": "s", "messages": [{"role": "user", "content": "hi"}]}'
+                   '\nnot json\n')
     code = cli.main(["bench", "--workload", str(bad), "--champion", tiny.champion_path,
                      "--out", str(tmp_path / "o")])
     assert code == 2 and "line 2 is not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lines, extra, words", [
+    (['"max_tokens": "3"'], [], ["line 1", "max_tokens must be a positive integer"]),
+    (['"max_tokens": null'], [], ["line 1", "max_tokens"]),
+    (['"id": ["a"]'], [], ["line 1", "id and stratum must be strings"]),
+    (['"stratum": ["chat"]'], [], ["line 1", "strings"]),
+    (["", '"messages": [{"role": "usr", "content": "x"}]'], [], ["line 2 (p2)", "usr"]),
+    ([""], ["--max-tokens", "0"], ["--max-tokens must be >= 1"]),
+    ([""], ["--per-stratum", "-1"], ["--per-stratum must be >= 1"]),
+    ([""], ["--repeat", "0"], ["--repeat must be >= 1"]),
+    ([""], ["--drafts", ","], ["--drafts names no drafter"]),
+    ([""], ["--out", "FILE"], ["is a file", "name a folder"]),
+], ids=["max-tokens-str", "max-tokens-null", "id-list", "stratum-list", "messages-line-2",
+        "cap-0", "per-stratum", "repeat", "no-drafts", "out-file"])
+def test_bench_refuses_bad_input_before_anything_runs(tiny, tmp_path, capsys, lines, extra,
+                                                      words):
+    """Each workload line and option is checked before a prompt runs: one error line naming the
+    line (and the prompt's id where the template refuses its messages), nothing written."""
+    workload = tmp_path / "w.jsonl"
+    rows = []
+    for n, fields in enumerate(lines, 1):
+        base = {"id": f"p{n}", "stratum": "chat", "max_tokens": 2,
+                "messages": [{"role": "user", "content": "hi"}]}
+        rows.append(json.dumps({**base, **json.loads("{" + fields + "}")}))
+    workload.write_text("\n".join(rows) + "\n")
+    (tmp_path / "FILE").write_text("keep me")
+    out = tmp_path / "out"
+    extra = [str(tmp_path / "FILE") if x == "FILE" else x for x in extra]
+    argv = ["bench", "--workload", str(workload), "--champion", tiny.champion_path,
+            "--drafts", "ngram", "--out", str(out), *extra]
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert_one_error_line(code, err, *words)
+    assert not out.exists() and (tmp_path / "FILE").read_text() == "keep me"
 
 
 def test_generate_sampling_controls_and_stop(capsys, models):

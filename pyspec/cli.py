@@ -24,7 +24,7 @@ from .drafters import parse_draft
 from .engine import Engine, Options, PromptTooLongError
 from .errors import PyspecError, UsageError
 from .gguf import GGUFFile
-from .load import backend, load_champion, reduced_head_ids, vocab_sidecar
+from .load import backend, check_tensors, load_champion, reduced_head_ids, vocab_sidecar
 from .model import Config, Model, ModelError
 from .tokenizer import Tokenizer
 from .verify import log_softmax
@@ -337,6 +337,11 @@ def cmd_check_pair(args) -> int:
         else:
             report.notes.append(f"borrows {', '.join(names)} from this champion (the same "
                                 "bytes, checked by sha256)")
+    if report.ok and not is_eagle(draft_file.metadata):   # the tensors generate would load
+        try:
+            check_tensors(draft_file)
+        except ModelError as e:
+            report.ok, report.reasons = False, [str(e)]
     if report.ok and report.bridge is None and os.path.exists(vocab_sidecar(draft)):
         try:   # what the numpy engine will load with it (load.reduced_head_ids)
             ids = reduced_head_ids(draft, Config.from_metadata(draft_file.metadata).vocab_size)
@@ -363,7 +368,7 @@ def cmd_receipt(args) -> int:
         raise UsageError(f"{args.file} is not a pyspec receipt: a receipt is a JSON object with "
                          f"\"schema\": \"{receipts.SCHEMA}\"")
     try:
-        receipts.check(data)
+        receipts.validate(data)
     except ValueError as e:
         raise UsageError(f"{args.file} is not a valid receipt: {e}") from None
     if args.json:

@@ -21,7 +21,7 @@ from .fastcpu import FastModel
 from .drafters import BridgedModel
 from .drafters.eagle import EagleHead, is_eagle
 from .gguf import GGUFFile
-from .model import Model, ModelError
+from .model import Config, Model, ModelError, load_tensors
 from .tokenizer import Tokenizer
 
 VOCAB_SCHEMA = "pyspec.draft-vocab/1"
@@ -64,6 +64,16 @@ def load_draft_checked(champion):
             return model
         return BridgedModel(model, report.bridge)
     return load
+
+
+def check_tensors(f: GGUFFile) -> None:
+    """What loading a Llama GGUF would find wrong with its tensors, without reading their
+    bytes: ModelError naming a tensor that is missing or of another shape (check-pair)."""
+    def shape(name: str, want: tuple) -> None:
+        got = tuple(f.tensor(name).shape)
+        if got != want:
+            raise ModelError(f"{f.source}: tensor {name!r} has shape {got}, expected {want}")
+    load_tensors(f, Config.from_metadata(f.metadata), shape)
 
 
 def vocab_sidecar(path: str) -> str:

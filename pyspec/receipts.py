@@ -87,7 +87,7 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
         # browser's WebGPU was not usable (codes only: a receipt carries no free text).
         "fallbacks": list(engine.fallbacks),
     }
-    check(receipt)
+    validate(receipt)
     return receipt
 
 
@@ -101,6 +101,56 @@ def string_fields(node, key=None):
             yield from string_fields(v, key)
     elif isinstance(node, str):
         yield key, node
+
+
+# The fields a receipt has (build, then conversation.Fitted.annotate's context): any other is
+# refused, so that a field carrying token ids or text cannot pass as a receipt's.
+_FIELDS = {"schema", "pyspec_version", "champion_sha256", "draft", "tokenizer_hash",
+           "template_hash", "policy", "verify", "temperature", "seed", "max_tokens", "sampling",
+           "stats", "faults", "fallbacks", "context"}
+
+
+def _numbers(node):
+    """Every number of a JSON tree (bools excluded)."""
+    if isinstance(node, dict):
+        for v in node.values():
+            yield from _numbers(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _numbers(v)
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield node
+
+
+def validate(receipt) -> None:
+    """Refuse what is not a receipt: a field a receipt does not have (token ids, text), a
+    number that is not finite, a sha256 that is not one, settings out of their range, and what
+    `check` refuses. `pyspec receipt` runs it on a file; build on every receipt it makes."""
+    if not isinstance(receipt, dict) or receipt.get("schema") != SCHEMA:
+        raise ValueError(f"a receipt is a JSON object with \"schema\": \"{SCHEMA}\"")
+    check(receipt)
+    unknown = sorted(set(receipt) - _FIELDS)
+    if unknown:
+        raise ValueError(f"receipt field {unknown[0]!r} is not a receipt's (they are "
+                         f"{', '.join(sorted(_FIELDS))})")
+    missing = sorted({"pyspec_version", "champion_sha256", "stats"} - set(receipt))
+    if missing:
+        raise ValueError(f"a receipt needs {', '.join(missing)}")
+    sha = receipt["champion_sha256"]
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise ValueError("champion_sha256 must be 64 lowercase hex digits")
+    stats = receipt["stats"]
+    if not isinstance(stats, dict) or not set(stats) <= set(_STATS_KEYS):
+        extra = sorted(set(stats) - set(_STATS_KEYS)) if isinstance(stats, dict) else []
+        raise ValueError(f"receipt stats must be an object of {', '.join(_STATS_KEYS)}"
+                         + (f"; {extra[0]!r} is not one" if extra else ""))
+    if any(n != n or n in (float("inf"), float("-inf")) for n in _numbers(receipt)):
+        raise ValueError("a receipt's numbers are finite")
+    t, m = receipt.get("temperature", 0), receipt.get("max_tokens", 1)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
+        raise ValueError(f"temperature must be a number >= 0, got {t!r}")
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"max_tokens must be a positive integer, got {m!r}")
 
 
 def check(receipt: dict) -> None:

@@ -380,6 +380,30 @@ def test_check_pair_reads_a_reduced_head_sidecar(capsys, models, tmp_path):
         assert_one_error_line(code, err, "d.vocab.json", "delete it")
 
 
+def test_check_pair_reads_the_tensors_generate_would_load(capsys, models, tmp_path):
+    """A draft whose metadata pairs but whose tensors do not make the model it says (one
+    missing, more layers than it holds, a product of another width) fails check-pair, as it
+    would fail generate, naming the tensor."""
+    from pyspec.gguf import GGUFFile, RawTensor, write
+
+    src = GGUFFile.open(models["draft"])
+    tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
+               for n in src.tensors}
+    cases = {"missing": ({}, "blk.1.ffn_down.weight", "is missing"),
+             "layers": ({"llama.block_count": src.metadata["llama.block_count"] + 1}, None,
+                        "blk.2.attn_norm.weight"),
+             "width": ({"llama.feed_forward_length": 96}, None, "has shape")}
+    for name, (meta, drop, words) in cases.items():
+        path = tmp_path / f"{name}.gguf"
+        write(path, {**src.metadata, **meta}, {n: t for n, t in tensors.items() if n != drop})
+        code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                             str(path))
+        assert code == 1 and "NOT compatible" in out and words in out, (name, out, err)
+        code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                           "hi", "--max-tokens", "2", "--draft", str(path))
+        assert code == 2 and "Traceback" not in err, err
+
+
 def test_check_pair_says_a_drafter_is_not_a_draft_model(capsys, models):
     for draft in ("ngram", "self:1", "none"):
         code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
@@ -452,6 +476,7 @@ def test_receipt_validates_and_prints(capsys, models, tmp_path):
     (b'{"schema": "other/1"}', "not a pyspec receipt"),
     (None, "holds a string"),            # a text field added to a real receipt
     (None, "class"),                     # an adapter description instead of its class
+    (None, "not a receipt's"),           # token ids added to a real receipt
 ])
 def test_receipt_refuses_what_is_not_a_valid_receipt(capsys, models, tmp_path, content, words):
     path = tmp_path / "receipt.json"
@@ -459,6 +484,8 @@ def test_receipt_refuses_what_is_not_a_valid_receipt(capsys, models, tmp_path, c
         receipt = generate_json(capsys, models["champion"], "--max-tokens", 2)["receipt"]
         if words == "class":
             receipt["stats"]["adapter"] = "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, wgpu-py)"
+        elif words == "not a receipt's":
+            receipt["tokens"] = [19556, 665]
         else:
             receipt["prompt"] = "the cat sat"
         content = json.dumps(receipt).encode()

@@ -107,6 +107,31 @@ def test_check_refuses_text_fields():
         receipts.check({"schema": receipts.SCHEMA, "note": "hello"})
 
 
+def test_validate_refuses_what_is_not_a_receipt(tiny):
+    """`pyspec receipt` (receipts.validate): a real receipt passes; token ids, a stats object that
+    is not one, a sha256 that is not one, settings out of range and numbers that are not finite
+    (JSON cannot hold them) are refused."""
+    engine = Engine(backend(tiny.champion, "ngram"), tiny.tokenizer)
+    real = engine.generate(tiny.prompt, Options(max_tokens=4)).receipt
+    receipts.validate(real)
+    for change, words in [({"tokens": [19556, 665]}, "not a receipt's"),
+                          ({"prompt_ids": [1, 2]}, "not a receipt's"),
+                          ({"stats": 5}, "stats must be"),
+                          ({"stats": {**real["stats"], "text_ids": [3]}}, "'text_ids' is not one"),
+                          ({"champion_sha256": "zz"}, "64 lowercase hex"),
+                          ({"temperature": -1}, "temperature"),
+                          ({"max_tokens": 0}, "max_tokens"),
+                          ({"max_tokens": float("inf")}, "finite"),
+                          ({"seed": float("nan")}, "finite")]:
+        with pytest.raises(ValueError, match=words):
+            receipts.validate({**real, **change})
+    for gone in ("champion_sha256", "stats"):
+        with pytest.raises(ValueError, match="needs"):
+            receipts.validate({k: v for k, v in real.items() if k != gone})
+    with pytest.raises(ValueError, match="schema"):
+        receipts.validate({**real, "schema": "other/1"})
+
+
 def test_check_refuses_an_adapter_description():
     receipts.check({"stats": {"adapter": "software"}, "faults": [{"adapter": "gpu:amd"}]})
     for description in ("NVIDIA GeForce RTX 4090 (nvidia, WebGPU)",

@@ -61,6 +61,11 @@ class Rule:
         Given its `context` (the tokens before `position`), a drafter's row goes through the
         request's processors too, so it drafts from the processed distribution (better
         acceptance; any q is exact, since verification sees the q it sampled from)."""
+        if np.isnan(logits).any() or np.isposinf(logits).any():
+            # Only a broken draft gets here (a champion's rows are checked where they are judged).
+            raise verify.VerifyInputError(
+                "the draft model's logits are NaN or +inf (its weights may be corrupt): check "
+                "or download the draft again, or run without it (--draft ngram or none)")
         if self.processors and context is not None:
             logits = proc.apply_all(self.processors, logits[None, :], context, [])[0]
         if self.mode == "greedy":

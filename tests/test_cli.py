@@ -404,6 +404,22 @@ def test_check_pair_reads_the_tensors_generate_would_load(capsys, models, tmp_pa
         assert code == 2 and "Traceback" not in err, err
 
 
+def test_a_draft_with_broken_weights_is_named(capsys, models, tmp_path):
+    """A draft whose weights decode to NaN (every byte of its embedding 0xff) stops the run
+    with one error line that names the draft and what to do, not the forward pass."""
+    from pyspec.gguf import GGUFFile, RawTensor, write
+
+    src = GGUFFile.open(models["draft"])
+    tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
+               for n in src.tensors}
+    tensors["token_embd.weight"].data[:] = 0xFF
+    path = tmp_path / "nan.gguf"
+    write(path, dict(src.metadata), tensors)
+    code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
+                       "--max-tokens", "4", "--k", "fixed:2", "--draft", str(path))
+    assert_one_error_line(code, err, "draft model's logits are NaN", "--draft ngram or none")
+
+
 def test_check_pair_says_a_drafter_is_not_a_draft_model(capsys, models):
     for draft in ("ngram", "self:1", "none"):
         code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",

@@ -38,7 +38,7 @@ def read_workload(path: str) -> list[dict]:
     messages themselves: check_messages, once the tokenizer is loaded)."""
     items = []
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue

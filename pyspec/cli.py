@@ -38,7 +38,7 @@ DEMO_MESSAGES = [{"role": "user", "content":
 def read_json(path: str, what: str):
     """The JSON value of a UTF-8 file, or a UsageError that says why not."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:   # a byte-order mark, as some editors write
             return json.load(f)
     # ValueError: not UTF-8, not JSON, or an integer of more digits than Python converts.
     except (OSError, ValueError) as e:
@@ -56,6 +56,8 @@ def read_messages(path: str) -> list[dict]:
     if not isinstance(data, list):
         raise UsageError(f"{path} must hold a list of {{role, content}} messages "
                        "(or an object with a 'messages' list)")
+    if not data:
+        raise UsageError(f"{path} holds no messages: give at least one {{role, content}}")
     return data
 
 
@@ -229,9 +231,11 @@ def cmd_demo(args) -> int:
     champion, tok = load_champion(args.champion)
     ids = tok.encode_chat(DEMO_MESSAGES)
     opts = Options(max_tokens=args.max_tokens)
+    opts.check()
+    # Both engines first: a --draft it cannot run is refused before the champion-only half.
+    engines = [(draft, Engine(backend(champion, draft), tok)) for draft in ("none", args.draft)]
     print(f"prompt: {DEMO_MESSAGES[0]['content']}\n", file=sys.stderr)
-    for draft in ("none", args.draft):
-        engine = Engine(backend(champion, draft), tok)
+    for draft, engine in engines:
         print(f"=== {'champion only' if draft == 'none' else 'speculative, draft ' + draft} ===",
               file=sys.stderr)
         report = stream_to_stdout(engine, ids, opts)
@@ -251,7 +255,7 @@ def cmd_tokenize(args) -> int:
         print(json.dumps(tok.encode(args.text, special=args.special)))
         return 0
     try:
-        with open(args.jsonl, encoding="utf-8") as f:
+        with open(args.jsonl, encoding="utf-8-sig") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read {args.jsonl}: {e}") from e

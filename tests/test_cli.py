@@ -211,6 +211,22 @@ def test_generate_messages_json(capsys, models, tmp_path):
     code, _, err = run(capsys, "generate", "--champion", models["champion"], "--messages-json",
                        path)
     assert_one_error_line(code, err, "cannot read messages")
+    # An editor's byte-order mark is read past; no messages at all is refused.
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"role": "user", "content": PROMPT}]).encode())
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--messages-json",
+                         path, "--json", "--max-tokens", 8)
+    assert code == 0 and json.loads(out)["tokens"], err
+    path.write_text("[]")
+    code, _, err = run(capsys, "generate", "--champion", models["champion"], "--messages-json",
+                       path)
+    assert_one_error_line(code, err, "holds no messages")
+
+
+def test_demo_refuses_a_bad_draft_before_it_runs(capsys, models):
+    code, out, err = run(capsys, "demo", "--champion", models["champion"], "--draft", "ngrams",
+                         "--max-tokens", "4")
+    assert_one_error_line(code, err, "unknown --draft 'ngrams'")
+    assert out == ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -359,10 +359,13 @@ def test_a_draft_model_and_ngram_plus_it_in_the_page(tiny_page, tiny_path):
     options = page.eval_on_selector_all("#drafter option",
                                         "os => os.map(o => [o.value, o.textContent])")
     trained = [v[6:] for v, label in options if label.startswith("trained draft")]
-    assert trained, options   # the site ships models/draft-l4.gguf (marked draft_for)
+    assert trained == ["tiny-borrowing"], options   # made for tiny (draft_for)
     for name in trained:
-        assert [f"combo:{name}", f"n-gram + trained draft {name}"] in \
-            [[v, label.split(" (for")[0]] for v, label in options], options
+        assert [f"combo:{name}", f"n-gram + trained draft {name}"] in options, options
+    # Only drafts that can serve this champion: its tokenizer, not itself, not another's draft.
+    values = [v for v, _ in options]
+    assert "model:tiny-deep" in values and "model:tiny" not in values
+    assert "model:draft-l4" not in values and "model:tiny-mismatch" not in values
     page.close()
 
 

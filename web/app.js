@@ -14,6 +14,12 @@ import { SpecDecoder } from "./client.js";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 let decoder = null, decoderKey = null, lastReceipt = null;
+let loading = null;        // the load under way: {key, promise}
+let streaming = false;     // a reply is being written
+let pendingChange = false; // a model or drafter chosen while it was: loaded after it
+let lastGood = null;       // the control values of the last decoder that loaded
+let conversation = 0;      // bumped by Clear: a reply of an older conversation is not kept
+let manifestModels = [];
 
 // --- progress and errors ----------------------------------------------------------------------
 const PHASES = { runtime: "loading Pyodide and pyspec", download: "downloading",
@@ -25,6 +31,7 @@ function showProgress(p) {
   $("progress").hidden = p.phase === "load" && p.total > 0 && p.loaded >= p.total;
   const frac = p.total ? p.loaded / p.total : 0;
   $("progress-fill").style.width = `${Math.round(100 * frac)}%`;
+  $("progress-fill").parentElement.setAttribute("aria-valuenow", String(Math.round(100 * frac)));
   const mb = (n) => (n / 1e6).toFixed(1);
   const size = p.phase === "download" || p.phase === "cache" ? ` ${mb(p.loaded)} / ${mb(p.total)} MB` : "";
   $("progress-label").textContent = `${PHASES[p.phase] ?? p.phase} ${p.label ?? ""}${size}`;
@@ -38,6 +45,11 @@ function showError(err) {
 }
 
 function clearError() { $("error").hidden = true; $("error").textContent = ""; }
+function clearNotice() { $("notice").hidden = true; $("notice").textContent = ""; }
+
+// Send waits while a model loads and while a reply is written, and stays off while no model is
+// loaded (a load failed: choose another model or drafter).
+function syncSend() { $("send").disabled = streaming || loading !== null || decoder === null; }
 
 // A recovery (a worker restarted, a device lost): the text goes on, and the page says so.
 function showNotice(n) {
@@ -57,34 +69,73 @@ function drafterChoice() {
 // The draft model a choice needs loaded at init ('model:NAME', 'combo:NAME'), else null.
 const draftModelOf = (choice) => (/^(model|combo):/.test(choice) ? choice.slice(6) : null);
 
-async function ensureDecoder() {
-  const model = $("model").value;
-  const choice = drafterChoice();
-  const draftModel = draftModelOf(choice);
+// The decoder the controls name. One load at a time: a choice made while one loads is loaded
+// after it (the latest choice wins, and no worker is left behind), and one made while a reply is
+// written waits for the reply (the change handler). A load that fails puts the controls back to
+// the last model that loaded and loads it again, so the page stays usable.
+function ensureDecoder() {
+  const model = $("model").value, draftModel = draftModelOf(drafterChoice());
   const key = `${model}|${draftModel}`;
-  if (decoder && decoderKey === key) return decoder;
-  decoder?.terminate();
-  decoder = null;
-  $("send").disabled = true;
+  if (loading) {
+    return loading.key === key ? loading.promise
+      : loading.promise.catch(() => {}).then(() => ensureDecoder());
+  }
+  if (decoder && decoderKey === key) return Promise.resolve(decoder);
+  const promise = load(model, draftModel, key);
+  loading = { key, promise };
+  syncSend();
+  promise.finally(() => { loading = null; syncSend(); }).catch(() => {});
+  return promise;
+}
+
+async function load(model, draftModel, key) {
+  decoder?.terminate();     // its worker and memory go before the next one loads
+  decoder = decoderKey = null;
   $("adapter").textContent = "loading…";
+  $("webgpu").textContent = "";
   const t0 = performance.now();
-  const d = await SpecDecoder.create({
-    workerUrl: new URL("./worker.js", import.meta.url), champion: model,
-    draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
-    backend: params.get("backend") ?? "auto",
-    onProgress: showProgress, onNotice: showNotice, drills: params.get("drills") === "1",
-    loadDrill: params.get("load_drill"), snapshot: params.get("snapshot") !== "0",
-  });
+  let d;
+  try {
+    d = await SpecDecoder.create({
+      workerUrl: new URL("./worker.js", import.meta.url), champion: model,
+      draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
+      backend: params.get("backend") ?? "auto",
+      onProgress: showProgress, onNotice: showNotice, drills: params.get("drills") === "1",
+      loadDrill: params.get("load_drill"), snapshot: params.get("snapshot") !== "0",
+    });
+  } catch (err) {
+    $("progress").hidden = true;
+    $("adapter").textContent = "not loaded";
+    const back = lastGood;
+    if (back && `${back.model}|${back.draftModel}` !== key) {
+      // Back to what worked, once this load's promise has settled.
+      setTimeout(() => {
+        restoreControls(back);
+        ensureDecoder().catch(showError);
+      });
+      err.message += ` (back to ${back.model}${back.draftModel ? ` with ${back.draftModel}` : ""})`;
+    }
+    throw err;
+  }
   decoder = d;
   decoderKey = key;
+  lastGood = { model, draftModel, drafter: $("drafter").value, layers: $("layers").value };
   $("progress").hidden = true;
   $("adapter").textContent = d.info.adapter;
   const gpu = d.info.webgpu;
-  $("webgpu").textContent = gpu?.available ? `(WebGPU: ${gpu.vendor ?? "?"} ${gpu.architecture ?? ""})`
-                                           : "(no WebGPU adapter)";
+  $("webgpu").textContent = (gpu?.available
+    ? `(WebGPU: ${gpu.vendor ?? "?"} ${gpu.architecture ?? ""})` : "(no WebGPU adapter)")
+    + (d.info.fallback ? ` ${d.info.fallback}` : "");
   d.info.page_load_ms = performance.now() - t0;
-  $("send").disabled = false;
   return d;
+}
+
+function restoreControls(good) {
+  $("model").value = good.model;
+  fillDrafters();
+  $("drafter").value = good.drafter;
+  $("layers").value = good.layers;
+  syncControls();
 }
 
 function requestConfig(overrides = {}) {
@@ -161,18 +212,28 @@ function bubble(role, text = "") {
 
 async function run(prompt, overrides = {}, onText = null) {
   clearError();
+  clearNotice();
+  if (streaming) throw new Error("a reply is being written: wait for it, or press Stop");
   const d = await ensureDecoder();
   const config = requestConfig(overrides);
+  const mine = conversation;
   history.push({ role: "user", content: prompt });
-  bubble("user", prompt);
+  const asked = bubble("user", prompt);
   const out = bubble("assistant");
   out.classList.add("streaming");
-  $("send").disabled = true;
+  streaming = true;
+  syncSend();
   $("stop").disabled = false;
   const t0 = performance.now();
   let tokens = 0;
+  let result;
   try {
-    for await (const chunk of d.generate(history, config)) {
+    // A copy: a resumed request sends its messages again, whatever Clear did meanwhile.
+    const stream = d.generate([...history], config);
+    for (;;) {
+      const step = await stream.next();
+      if (step.done) { result = step.value; break; }
+      const chunk = step.value;
       appendTokens(out, chunk);
       tokens += chunk.tokens;
       $("s-tps").textContent = (tokens / ((performance.now() - t0) / 1000)).toFixed(2);
@@ -180,20 +241,50 @@ async function run(prompt, overrides = {}, onText = null) {
       onText?.(chunk.text, chunk);
     }
   } catch (err) {
-    history.pop();
-    // Text already shown stays (a request stopped mid-way, e.g. at the GPU retry limit).
-    if (out.textContent) out.classList.add("failed");
-    else out.remove();
+    if (mine === conversation) {
+      if (out.textContent) {
+        // Text already shown stays, and so does its turn (a request stopped mid-way, e.g. at
+        // the GPU retry limit): what the page shows is the conversation.
+        out.classList.add("failed");
+        history.push({ role: "assistant", content: out.textContent });
+      } else {   // nothing came: the turn goes, its prompt back in the box
+        history.pop();
+        out.remove();
+        asked.remove();
+        $("prompt").value = prompt;
+      }
+    }
     throw err;
   } finally {
     out.classList.remove("streaming");
-    $("send").disabled = false;
+    streaming = false;
+    syncSend();
     $("stop").disabled = true;
+    if (pendingChange) {
+      pendingChange = false;
+      ensureDecoder().catch(showError);
+    }
   }
-  const result = d.lastResult;
-  history.push({ role: "assistant", content: out.textContent });
-  showStats(result);
+  if (mine === conversation) {   // else Clear started another conversation meanwhile
+    history.push({ role: "assistant", content: out.textContent });
+    showStats(result);
+  }
   return result;
+}
+
+function clearConversation() {
+  conversation += 1;
+  history.length = 0;
+  $("messages").textContent = "";
+  if (streaming) decoder?.cancel().catch(showError);
+  for (const id of ["s-finish", "s-tps", "s-tpp", "s-acc", "s-passes", "s-ttft", "s-guard"]) {
+    $(id).textContent = "";
+  }
+  drawChart([], []);
+  lastReceipt = null;
+  $("receipt").disabled = true;
+  clearError();
+  clearNotice();
 }
 
 // --- stats ----------------------------------------------------------------------------------
@@ -218,7 +309,10 @@ function drawChart(accepted, drafted) {
   const c = $("chart"), g = c.getContext("2d");
   g.clearRect(0, 0, c.width, c.height);
   const n = drafted.findLastIndex((x) => x > 0) + 1;
-  if (!n) { g.fillText("no drafts", 8, 16); return; }
+  // The same numbers as text, for whoever cannot see the chart.
+  c.textContent = n ? drafted.slice(0, n).map((d, i) => `position ${i + 1}: ${accepted[i]} of ${d} accepted`).join("; ")
+    : "no drafts";
+  if (!n) { if (drafted.length) g.fillText("no drafts", 8, 16); return; }
   const w = c.width / Math.max(n, 4), h = c.height - 14;
   for (let i = 0; i < n; i++) {
     const rate = drafted[i] ? accepted[i] / drafted[i] : 0;
@@ -239,24 +333,39 @@ function downloadReceipt() {
 }
 
 // --- wiring ---------------------------------------------------------------------------------
+// What each drafter is, on hover (the option's title) and under the list.
+const DRAFTER_HELP = {
+  ngram: "prompt n-gram: proposes what followed the last words where they appeared before " +
+         "(pays where the answer copies the prompt or repeats itself)",
+  self: "self:L: the champion's own first L layers propose (no second model)",
+  model: "a draft model: a smaller model with the champion's tokenizer proposes",
+  trained: "the trained draft: 4 layers distilled from the champion (models/MANIFEST.json)",
+  combo: "n-gram where the text repeats, the trained draft elsewhere",
+};
+
 async function fillModels() {
   const manifest = await (await fetch("manifest.json")).json();
-  const models = manifest.artifacts.filter((a) => a.kind === "model");
-  // A trained draft (draft_for: its champion) is offered as a drafter only, not as a model.
-  const names = models.filter((a) => !a.draft_for).map((a) => a.model);
-  const want = params.get("model") ?? (names.includes("smollm2") ? "smollm2" : names[0]);
-  for (const name of new Set([...names, want])) $("model").add(new Option(name, name));
+  manifestModels = manifest.artifacts.filter((a) => a.kind === "model");
+  // A trained draft (draft_for: its champion) is offered as a drafter only, not as a model;
+  // the tiny random test models sit in a group of their own.
+  const champions = manifestModels.filter((a) => !a.draft_for);
+  const want = params.get("model") ?? (champions.some((a) => a.model === "smollm2") ? "smollm2"
+                                                                                      : champions[0]?.model);
+  const tests = document.createElement("optgroup");
+  tests.label = "test models (tiny, random weights)";
+  for (const a of champions) (a.test ? tests : $("model")).append(new Option(a.model, a.model));
+  if (tests.children.length) $("model").append(tests);
+  if (!champions.some((a) => a.model === want)) $("model").add(new Option(want, want));
   $("model").value = want;
-  for (const a of models) {
-    const label = a.draft_for ? `trained draft ${a.model} (for ${a.draft_for})` : `draft model ${a.model}`;
-    $("drafter").add(new Option(label, `model:${a.model}`));
-    if (a.draft_for) $("drafter").add(new Option(`n-gram + ${label}`, `combo:${a.model}`));
-  }
+  fillDrafters();
   const draft = params.get("draft");
   if (draft === "none") $("speculate").checked = false;
   else if (draft?.startsWith("self:")) { $("drafter").value = "self"; $("layers").value = draft.slice(5); }
   else if (draft && draft !== "ngram") {
-    if (!models.some((a) => a.model === draft)) $("drafter").add(new Option(`draft model ${draft}`, `model:${draft}`));
+    // Named in the URL: offered even where the list would not (a test of what the worker says).
+    if (![...$("drafter").options].some((o) => o.value === `model:${draft}`)) {
+      $("drafter").add(new Option(`draft model ${draft}`, `model:${draft}`));
+    }
     $("drafter").value = `model:${draft}`;
   }
   const fields = { k: "k", verify: "verify", temperature: "temperature", seed: "seed",
@@ -266,6 +375,38 @@ async function fillModels() {
   for (const [param, id] of Object.entries(fields)) if (params.has(param)) $(id).value = params.get(param);
 }
 
+// The drafters for the chosen model: n-gram and self:L always; a draft model only where it can
+// serve (the champion's tokenizer, and a trained draft only for the champion it was made for).
+function fillDrafters() {
+  const model = $("model").value, was = $("drafter").value;
+  const champion = manifestModels.find((a) => a.model === model);
+  const sel = $("drafter");
+  for (const o of [...sel.options]) if (o.value.includes(":")) o.remove();
+  for (const a of manifestModels) {
+    const fits = a.draft_for ? a.draft_for === model
+      : a.model !== model && a.tokenizer != null && a.tokenizer === champion?.tokenizer;
+    if (!fits) continue;
+    const label = a.draft_for ? `trained draft ${a.model}` : `draft model ${a.model}`;
+    const o = new Option(label, `model:${a.model}`);
+    o.title = a.draft_for ? DRAFTER_HELP.trained : DRAFTER_HELP.model;
+    sel.add(o);
+    if (a.draft_for) {
+      const combo = new Option(`n-gram + ${label}`, `combo:${a.model}`);
+      combo.title = DRAFTER_HELP.combo;
+      sel.add(combo);
+    }
+  }
+  sel.options[0].title = DRAFTER_HELP.ngram;
+  sel.options[1].title = DRAFTER_HELP.self;
+  sel.value = [...sel.options].some((o) => o.value === was) ? was : "ngram";
+}
+
+function syncControls() {
+  // L applies to the self:L drafter only; other controls apply to every drafter.
+  $("layers-label").hidden = $("drafter").value !== "self";
+  $("drafter-help").textContent = $("drafter").selectedOptions[0]?.title ?? "";
+}
+
 function start() {
   $("form").addEventListener("submit", (e) => {
     e.preventDefault();
@@ -273,17 +414,24 @@ function start() {
     if (prompt) run(prompt).catch(showError);
   });
   $("stop").addEventListener("click", () => decoder?.cancel().catch(showError));
-  $("clear").addEventListener("click", () => { history.length = 0; $("messages").textContent = ""; });
+  $("clear").addEventListener("click", clearConversation);
   $("receipt").addEventListener("click", downloadReceipt);
   const syncKinds = () => $("messages").classList.toggle("plain", !$("show-kinds").checked);
   $("show-kinds").addEventListener("change", syncKinds);
   syncKinds();
-  for (const id of ["model", "drafter", "layers"]) {
-    $(id).addEventListener("change", () => { clearError(); ensureDecoder().catch(showError); });
-  }
-  // L applies to the self:L drafter only; other controls apply to every drafter.
-  const syncControls = () => { $("layers-label").hidden = $("drafter").value !== "self"; };
+  $("model").addEventListener("change", () => { fillDrafters(); syncControls(); });
   $("drafter").addEventListener("change", syncControls);
+  for (const id of ["model", "drafter", "layers"]) {
+    $(id).addEventListener("change", () => {
+      clearError();
+      if (streaming) {   // the reply goes on with the model it began with
+        pendingChange = true;
+        showNotice({ code: "later", message: "the new choice loads when this reply is done" });
+      } else {
+        ensureDecoder().catch(showError);
+      }
+    });
+  }
   const ready = fillModels().then(() => { syncControls(); return ensureDecoder(); });
   ready.catch(showError);
   window.pyspecApp = {

@@ -230,6 +230,18 @@ BORROWING_DRAFT = "tiny-borrowing"   # a tiny draft that borrows tensors from "t
 DRAFT_FOR = {TRAINED_DRAFT: "smollm2", BORROWING_DRAFT: "tiny"}   # drafts offered as drafters only
 
 
+def tokenizer_of(path: Path) -> str | None:
+    """The fingerprint of a model's tokenizer (what decides its ids), or None where it has none
+    pyspec reads: the page offers a draft model only to a champion of the same fingerprint."""
+    from pyspec.gguf import GGUFFile
+    from pyspec.tokenizer import Tokenizer
+
+    try:
+        return Tokenizer.from_metadata(GGUFFile.open(path).metadata).fingerprint()
+    except Exception:   # noqa: BLE001 - a test model made unreadable on purpose (tiny-mismatch)
+        return None
+
+
 def build_models(out: Path, champion: bool) -> tuple[dict[str, Path], dict[str, Path]]:
     """(name -> GGUF path, name -> its reduced head). The tiny models are those of
     tests/conftest.py (champion seed 1, a close draft = champion + 4% noise) plus a draft whose
@@ -341,8 +353,9 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
         artifacts.append(entry(snapshot, "pyodide-snapshot"))
     artifacts.append(entry(wheel, "pyspec-wheel"))
     artifacts += [entry(site / n, "web") for n in web]
-    artifacts += [entry(path, "model", model=name,
-                        **({"draft_for": DRAFT_FOR[name]} if name in DRAFT_FOR else {}))
+    artifacts += [entry(path, "model", model=name, tokenizer=tokenizer_of(path),
+                        **({"draft_for": DRAFT_FOR[name]} if name in DRAFT_FOR else {}),
+                        **({} if name in ("smollm2", TRAINED_DRAFT) else {"test": True}))
                   for name, path in models.items()]
     artifacts += [entry(path, "draft-vocab", model=name) for name, path in vocabs.items()]
     digest.save()

@@ -66,3 +66,26 @@ def test_every_fault_drill_has_one_name_everywhere():
     assert browser.fault_spec("opfs-flip") == "opfs-flip@0"
     with pytest.raises(argparse.ArgumentTypeError):
         browser.fault_spec("device-lost")      # a request's fault needs its cycle
+
+
+def test_the_demo_takes_the_clis_drafter_names_and_opens_the_page_as_asked():
+    """`build.py demo --draft auto|trained|ngram+trained` mean in the page what they mean in the
+    CLI, and the URL the serve mode prints carries every request option (app.js reads them)."""
+    from urllib.parse import parse_qs, urlparse
+
+    from webtools import site
+
+    assert browser.page_draft("auto") == ("ngram", "ngram")
+    assert browser.page_draft("self:3") == ("self:3", "self:3")
+    assert browser.page_draft("trained") == (site.TRAINED_DRAFT, "model")
+    assert browser.page_draft("ngram+trained") == (site.TRAINED_DRAFT, "ngram+model")
+    assert browser.page_draft("tiny-close") == ("tiny-close", "model")
+    args = browser.parser().parse_args(["--model", "tiny", "--draft", "trained", "--k", "fixed:3",
+                                        "--temperature", "0.5", "--seed", "7", "--max-tokens",
+                                        "8", "--verify", "replay"])
+    query = {k: v[0] for k, v in parse_qs(urlparse(browser.page_url("http://x/", args)).query)
+             .items()}
+    assert query == {"model": "tiny", "draft": site.TRAINED_DRAFT, "backend": "auto",
+                     "k": "fixed:3", "temperature": "0.5", "seed": "7", "max_tokens": "8",
+                     "verify": "replay"}
+    assert browser.main(["--headless", "--model", "tiny", "--max-tokens", "0"]) == 2

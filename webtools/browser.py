@@ -71,9 +71,28 @@ def launch(playwright):
     return playwright.chromium.launch(executable_path=chromium_path(), args=FLAGS, headless=True)
 
 
+def page_draft(draft: str) -> tuple[str, str]:
+    """(the page's `draft` URL parameter, the request's config draft) for a --draft: the CLI's
+    names work here too (auto: n-gram, what the page's engine runs fastest; trained: the site's
+    trained draft; ngram+D: n-gram where the text repeats, draft model D elsewhere)."""
+    draft = "ngram" if draft == "auto" else draft
+    combo = draft.startswith("ngram+")
+    name = draft[len("ngram+"):] if combo else draft
+    name = site.TRAINED_DRAFT if name == "trained" else name
+    if name in ("ngram", "none") or name.startswith("self:"):
+        return name, name
+    return name, "ngram+model" if combo else "model"
+
+
 def page_url(base: str, args) -> str:
+    """The page with every choice of `args` in its query (app.js reads them), so the URL the
+    serve mode prints opens the page set as asked."""
     from urllib.parse import urlencode
-    query = {"model": args.model, "draft": args.draft, "backend": args.backend}
+    query = {"model": args.model, "draft": page_draft(args.draft)[0], "backend": args.backend,
+             "k": args.k, "temperature": args.temperature, "seed": args.seed,
+             "max_tokens": args.max_tokens}
+    if args.verify:
+        query["verify"] = args.verify
     if args.max_ctx:
         query["max_ctx"] = args.max_ctx
     fault = getattr(args, "fault", None)
@@ -88,8 +107,7 @@ def run_headless(base: str, args) -> int:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    config = {"draft": args.draft if args.draft in ("ngram", "none") or args.draft.startswith("self:")
-              else "model", "k": args.k, "verify": args.verify,
+    config = {"draft": page_draft(args.draft)[1], "k": args.k, "verify": args.verify,
               "temperature": args.temperature, "seed": args.seed, "max_tokens": args.max_tokens}
     kind = args.fault.partition("@")[0] if args.fault else None
     if kind and kind not in (*LOAD_FAULTS, "two-pages"):
@@ -159,7 +177,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--headless", action="store_true", help="run one request in headless Chromium")
     ap.add_argument("--prompt", default="Tell me about octopuses.")
     ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
-    ap.add_argument("--draft", default="ngram", help="ngram | none | self:L | a manifest model")
+    ap.add_argument("--draft", default="ngram",
+                    help="ngram | none | self:L | trained | auto (= ngram in the page) | a "
+                         "manifest model | ngram+ one of the last two")
     ap.add_argument("--k", default="heuristic")
     ap.add_argument("--verify", choices=["greedy", "replay", "rejection"], default=None)
     ap.add_argument("--temperature", type=float, default=0.0)
@@ -167,7 +187,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--max-ctx", type=int, default=None)
     ap.add_argument("--backend", choices=["auto", "webgpu", "cpu"], default="auto",
-                    help="a hint to pyspec.web.make_engine (auto: WebGPU when there is an adapter)")
+                    help="a hint to pyspec.web.make_engine (auto: WebGPU on a hardware "
+                         "adapter, the numpy engine on a software one such as SwiftShader)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--fault", type=fault_spec, default=None, metavar="KIND@CYCLE",
                     help=f"run the request as a fault drill: KIND one of {', '.join(FAULTS)}; "
@@ -180,6 +201,15 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from pyspec.errors import PyspecError
+    from pyspec.engine import Options
+
+    try:   # the request's options, checked before a site is built or a page opened
+        Options(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
+                verify=args.verify, k=args.k).check()
+    except PyspecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.fault and args.fault.partition("@")[0] in GPU_FAULTS and args.backend == "auto":
         # auto picks the CPU engine on a software adapter (SwiftShader), which has no device
         print(f"note: --fault {args.fault} runs on the WebGPU engine (--backend webgpu)",

@@ -8,12 +8,13 @@
                                       with ARGS, one plain pytest run of ARGS
     python3 build.py site             setup, then build the static site into dist/site/
     python3 build.py demo [ARGS]      setup + site, then serve the demo page on localhost;
-                                      `demo --headless --prompt TEXT [--draft D --k K --verify V
-                                      --temperature T --seed S --max-tokens N --json
-                                      --fault KIND@CYCLE]` runs it in headless Chromium (WebGPU)
-                                      and prints the text and stats; --fault (device-lost,
-                                      worker-terminate) runs it as a fault drill;
-                                      `demo --cli [ARGS]` is the terminal demo (`pyspec demo`)
+                                      `demo --headless --prompt TEXT [--model M --draft D --k K
+                                      --verify V --temperature T --seed S --max-tokens N
+                                      --backend B --json --fault KIND@CYCLE]` runs it in headless
+                                      Chromium and prints the text and stats; --fault runs it as
+                                      a fault drill (`demo --help` lists them all);
+                                      `demo --cli [ARGS]` is the terminal demo (`pyspec demo`:
+                                      its own ARGS, e.g. --champion, --draft, --max-tokens)
     python3 build.py bench [ARGS]     setup + site, then the benchmark in headless Chromium (WebGPU):
                                       champion-only vs each drafter per stratum of the public
                                       workload (`python -m webtools.bench --help` for ARGS);
@@ -155,6 +156,9 @@ def setup() -> None:
 def main(argv: list[str]) -> int:
     cmd, rest = (argv[0], argv[1:]) if argv else ("help", [])
     if cmd == "setup":
+        if rest:   # setup takes nothing: `setup --help` must not install anything
+            print(__doc__)
+            return 0 if rest in (["-h"], ["--help"]) else 2
         setup()
         return 0
     if cmd == "test":
@@ -186,7 +190,11 @@ def main(argv: list[str]) -> int:
             return subprocess.call([venv_python(), "-m", "pyspec", "bench", *rest], cwd=ROOT)
         return subprocess.call([venv_python(), "-m", "webtools.bench", *rest], cwd=ROOT)
     print(__doc__)
-    return 0 if cmd in ("help", "-h", "--help") else 2
+    if cmd in ("help", "-h", "--help"):
+        return 0
+    print(f"error: unknown command {cmd!r}: use one of setup, test, site, demo, bench, package",
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

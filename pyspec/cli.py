@@ -477,7 +477,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--champion")
     p.add_argument("--draft", default="ngram")
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--headless", action="store_true", help="print to the terminal (the default)")
+    p.add_argument("--headless", action="store_true",
+                   help="accepted for symmetry with build.py demo: this demo always prints")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("tokenize", help="print token ids as JSON")

@@ -1,6 +1,6 @@
 """Headless Chromium with WebGPU, and the demo page run from the terminal.
 
-    python -m webtools.browser demo [--serve-only] [--headless --prompt TEXT ...]
+    python -m webtools.browser [--headless --prompt TEXT ...]      (build.py demo runs it)
 
 Chromium is Debian's (/usr/bin/chromium), driven by Playwright for Python: Playwright's own
 browser download is not used. WebGPU runs on SwiftShader (Vulkan on the CPU): correct, and slow.

@@ -18,7 +18,10 @@ COUNT_WORKERS = """(() => {
   window.liveWorkers = 0;
   window.Worker = class extends Real {
     constructor(...args) { super(...args); window.liveWorkers += 1; }
-    terminate() { if (!this.gone) { this.gone = true; window.liveWorkers -= 1; } super.terminate(); }
+    terminate() {
+      if (!this.gone) { this.gone = true; window.liveWorkers -= 1; }
+      super.terminate();
+    }
   };
 })();"""
 
@@ -77,8 +80,8 @@ def test_a_choice_made_mid_reply_waits_for_the_reply(demo):
 def test_a_model_that_fails_to_load_gives_way_to_the_one_that_worked(demo):
     page = demo.page("index.html?model=tiny")
     wait(page, LOADED, None)
-    page.evaluate("""() => document.getElementById("drafter")
-                           .add(new Option("a draft of another tokenizer", "model:tiny-mismatch"))""")
+    page.evaluate("""() => document.getElementById("drafter").add(
+                         new Option("a draft of another tokenizer", "model:tiny-mismatch"))""")
     page.select_option("#drafter", "model:tiny-mismatch")
     page.locator("#error").wait_for(state="visible", timeout=TIMEOUT_S * 1000)
     assert page.get_attribute("#error", "data-code") == "incompatible_draft"

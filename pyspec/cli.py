@@ -79,7 +79,8 @@ def prompt_ids(tok: Tokenizer, args, ctx: int | None = None) -> list[int] | Fitt
                          "--messages-json file") from None
     if getattr(args, "raw", False):
         ids = tok.encode(args.prompt)
-        if ctx is not None and args.context_overflow == "error" and len(ids) + args.max_tokens > ctx:
+        short = ctx is not None and len(ids) + args.max_tokens > ctx
+        if short and args.context_overflow == "error":
             raise PromptTooLongError(f"the prompt needs {len(ids)} tokens + max_tokens "
                                      f"{args.max_tokens} but the context holds {ctx}")
         return ids

@@ -212,7 +212,9 @@ function bubble(role, text = "") {
 
 async function run(prompt, overrides = {}, onText = null) {
   clearError();
-  clearNotice();
+  // A loading fault's notice stays until Clear (what happened to this page's model); the note
+  // that a choice waits for a reply goes with the reply.
+  if ($("notice").dataset.code === "later") clearNotice();
   if (streaming) throw new Error("a reply is being written: wait for it, or press Stop");
   const d = await ensureDecoder();
   const config = requestConfig(overrides);
@@ -310,8 +312,8 @@ function drawChart(accepted, drafted) {
   g.clearRect(0, 0, c.width, c.height);
   const n = drafted.findLastIndex((x) => x > 0) + 1;
   // The same numbers as text, for whoever cannot see the chart.
-  c.textContent = n ? drafted.slice(0, n).map((d, i) => `position ${i + 1}: ${accepted[i]} of ${d} accepted`).join("; ")
-    : "no drafts";
+  c.textContent = n ? drafted.slice(0, n)
+    .map((d, i) => `position ${i + 1}: ${accepted[i]} of ${d} accepted`).join("; ") : "no drafts";
   if (!n) { if (drafted.length) g.fillText("no drafts", 8, 16); return; }
   const w = c.width / Math.max(n, 4), h = c.height - 14;
   for (let i = 0; i < n; i++) {
@@ -349,8 +351,8 @@ async function fillModels() {
   // A trained draft (draft_for: its champion) is offered as a drafter only, not as a model;
   // the tiny random test models sit in a group of their own.
   const champions = manifestModels.filter((a) => !a.draft_for);
-  const want = params.get("model") ?? (champions.some((a) => a.model === "smollm2") ? "smollm2"
-                                                                                      : champions[0]?.model);
+  const fallback = champions.some((a) => a.model === "smollm2") ? "smollm2" : champions[0]?.model;
+  const want = params.get("model") ?? fallback;
   const tests = document.createElement("optgroup");
   tests.label = "test models (tiny, random weights)";
   for (const a of champions) (a.test ? tests : $("model")).append(new Option(a.model, a.model));

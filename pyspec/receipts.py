@@ -91,16 +91,21 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
     return receipt
 
 
-def string_fields(node, key=None):
-    """Yield (key, value) for every string leaf of a JSON tree (list items carry their list's key)."""
+def leaves(node, key=None):
+    """Yield (key, value) for every leaf of a JSON tree (list items carry their list's key)."""
     if isinstance(node, dict):
         for k, v in node.items():
-            yield from string_fields(v, k)
+            yield from leaves(v, k)
     elif isinstance(node, list):
         for v in node:
-            yield from string_fields(v, key)
-    elif isinstance(node, str):
+            yield from leaves(v, key)
+    else:
         yield key, node
+
+
+def string_fields(node):
+    """(key, value) for every string leaf of a JSON tree."""
+    return ((k, v) for k, v in leaves(node) if isinstance(v, str))
 
 
 # The fields a receipt has (build, then conversation.Fitted.annotate's context): any other is
@@ -108,18 +113,6 @@ def string_fields(node, key=None):
 _FIELDS = {"schema", "pyspec_version", "champion_sha256", "draft", "tokenizer_hash",
            "template_hash", "policy", "verify", "temperature", "seed", "max_tokens", "sampling",
            "stats", "faults", "fallbacks", "context"}
-
-
-def _numbers(node):
-    """Every number of a JSON tree (bools excluded)."""
-    if isinstance(node, dict):
-        for v in node.values():
-            yield from _numbers(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _numbers(v)
-    elif isinstance(node, (int, float)) and not isinstance(node, bool):
-        yield node
 
 
 def validate(receipt) -> None:
@@ -144,7 +137,8 @@ def validate(receipt) -> None:
         extra = sorted(set(stats) - set(_STATS_KEYS)) if isinstance(stats, dict) else []
         raise ValueError(f"receipt stats must be an object of {', '.join(_STATS_KEYS)}"
                          + (f"; {extra[0]!r} is not one" if extra else ""))
-    if any(n != n or n in (float("inf"), float("-inf")) for n in _numbers(receipt)):
+    numbers = [v for _, v in leaves(receipt) if isinstance(v, float)]
+    if any(n != n or n in (float("inf"), float("-inf")) for n in numbers):
         raise ValueError("a receipt's numbers are finite")
     t, m = receipt.get("temperature", 0), receipt.get("max_tokens", 1)
     if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:

@@ -151,12 +151,14 @@ CHAT_HELP = "commands: /reset (forget the conversation), /system TEXT, /stats, /
 
 def cmd_chat(args) -> int:
     """An interactive chat on stdin: each line is a user message, the reply streams to stdout.
-    The engine's conversation cache prefills only each turn's new tokens."""
+    The engine's conversation cache prefills only each turn's new tokens. A refused line (a
+    message that does not fit, an unknown command) does not end the chat; on piped input it
+    makes the exit status 2, so a script learns that some of its lines got no reply."""
     engine = make_engine(args)
     tok, ctx = engine.tokenizer, engine.kv.max_ctx
     system = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict] = []
-    opts, last = options(args), None
+    opts, last, refused = options(args), None, 0
     interactive = sys.stdin.isatty()
     if interactive:
         name = engine.draft_source.name if engine.draft_source else "none"
@@ -166,11 +168,11 @@ def cmd_chat(args) -> int:
             print("> ", end="", file=sys.stderr, flush=True)
         line = sys.stdin.readline()
         if not line:
-            return 0
+            break
         line = line.rstrip("\n")
         command, _, rest = line.partition(" ")
         if command in ("/quit", "/exit"):
-            return 0
+            break
         if command == "/reset":
             history = []
             engine.forget()
@@ -182,12 +184,14 @@ def cmd_chat(args) -> int:
             print_stats(last) if last else print("(no reply yet)", file=sys.stderr)
         elif line.startswith("/"):
             print(f"unknown command {command}; {CHAT_HELP}", file=sys.stderr)
+            refused += 1
         elif line.strip():
             try:
                 fitted = conversation.fit(tok, system + history + [{"role": "user", "content": line}],
                                           opts.max_tokens, ctx, args.context_overflow)
             except PyspecError as e:       # this turn is refused; the conversation goes on
                 print(f"error: {e}", file=sys.stderr)
+                refused += 1
                 continue
             if fitted.notice():
                 print(f"({fitted.notice()})", file=sys.stderr)
@@ -199,6 +203,11 @@ def cmd_chat(args) -> int:
             last = report["stats"]
             if args.stats:
                 print_stats(last)
+    if refused and not interactive:
+        print(f"error: {refused} line{'s' * (refused > 1)} of the input got no reply",
+              file=sys.stderr)
+        return 2
+    return 0
 
 
 def stream_to_stdout(engine: Engine, ids: list[int], opts: Options) -> dict:

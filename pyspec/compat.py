@@ -104,7 +104,7 @@ class PairReport:
             raise IncompatiblePairError(
                 "the draft cannot be used with this champion: " + "; ".join(self.reasons)
                 + ". Pick a draft with a byte-level BPE vocabulary that shares tokens with the "
-                "champion's, or use --draft ngram / self:L.")
+                "champion's, or use the drafter ngram or self:L.")
 
     def describe(self) -> str:
         """One line: the class and what it implies."""

@@ -65,7 +65,7 @@ class Rule:
             # Only a broken draft gets here (a champion's rows are checked where they are judged).
             raise verify.VerifyInputError(
                 "the draft model's logits are NaN or +inf (its weights may be corrupt): check "
-                "or download the draft again, or run without it (--draft ngram or none)")
+                "or download the draft again, or run without it (draft ngram or none)")
         if self.processors and context is not None:
             logits = proc.apply_all(self.processors, logits[None, :], context, [])[0]
         if self.mode == "greedy":

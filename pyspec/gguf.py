@@ -296,7 +296,7 @@ class GGUFFile:
             if self._lender is None:
                 raise GGUFError(f"tensor {name!r} is borrowed from the champion this draft was "
                                 "trained beside: load the file as a draft with that champion "
-                                "(--draft PATH), not on its own", None, self.source)
+                                "(draft PATH), not on its own", None, self.source)
             return self._lender.tensors[name]
         raise GGUFError(f"tensor {name!r} is missing", None, self.source)
 

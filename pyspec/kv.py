@@ -37,7 +37,7 @@ class KVCache:
         except (MemoryError, ValueError) as e:  # ValueError: more bytes than an array may hold
             raise OutOfMemoryError(
                 f"a KV cache of {max_ctx} positions needs {self._nbytes:,} bytes, more than this "
-                "machine can allocate; reserve fewer positions (--ctx, max_ctx)") from e
+                "machine can allocate; reserve fewer positions (max_ctx; --ctx)") from e
         self.max_ctx = max_ctx
         # (max_ctx, d) the final residual state of each row, kept only when a drafter reads the
         # model's own states (an EAGLE-style head, drafters/eagle.py): keep_states(d) starts it.
@@ -68,7 +68,7 @@ class KVCache:
         if start + n > self.max_ctx:
             raise ContextOverflowError(
                 f"the sequence needs {start + n} positions but the context holds {self.max_ctx}; "
-                f"shorten the prompt or lower --max-tokens")
+                f"shorten the prompt or lower max_tokens (--max-tokens)")
         self.pending += n
         self.peak = max(self.peak, self.length)
         return start

@@ -225,7 +225,7 @@ def test_generate_messages_json(capsys, models, tmp_path):
 def test_demo_refuses_a_bad_draft_before_it_runs(capsys, models):
     code, out, err = run(capsys, "demo", "--champion", models["champion"], "--draft", "ngrams",
                          "--max-tokens", "4")
-    assert_one_error_line(code, err, "unknown --draft 'ngrams'")
+    assert_one_error_line(code, err, "unknown draft 'ngrams'")
     assert out == ""
 
 
@@ -433,7 +433,7 @@ def test_a_draft_with_broken_weights_is_named(capsys, models, tmp_path):
     write(path, dict(src.metadata), tensors)
     code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
                        "--max-tokens", "4", "--k", "fixed:2", "--draft", str(path))
-    assert_one_error_line(code, err, "draft model's logits are NaN", "--draft ngram or none")
+    assert_one_error_line(code, err, "draft model's logits are NaN", "draft ngram or none")
 
 
 def test_check_pair_says_a_drafter_is_not_a_draft_model(capsys, models):
@@ -617,7 +617,7 @@ def test_corrupt_or_missing_gguf(capsys, models):
 def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):
     code = cli.main(["generate", "--champion", tiny.champion_path, "--prompt", "hi",
                      "--draft", "ngrams", "--max-tokens", "2"])
-    assert code == 2 and "unknown --draft 'ngrams'" in capsys.readouterr().err
+    assert code == 2 and "unknown draft 'ngrams'" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "stratum": "s", "messages": [{"role": "user", "content": "hi"}]}'
                    '\nnot json\n')

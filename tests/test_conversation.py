@@ -201,7 +201,8 @@ def test_error_policy_and_a_last_message_too_long_are_refused(tiny):
 
 # --- the CLI chat ------------------------------------------------------------------------------
 
-def run_chat(tiny, monkeypatch, capsys, script: str, *extra: str) -> tuple[str, str]:
+def run_chat(tiny, monkeypatch, capsys, script: str, *extra: str,
+             expect: int = 0) -> tuple[str, str]:
     import io
 
     from pyspec import cli
@@ -209,14 +210,14 @@ def run_chat(tiny, monkeypatch, capsys, script: str, *extra: str) -> tuple[str, 
     monkeypatch.setattr("sys.stdin", io.StringIO(script))
     code = cli.main(["chat", "--champion", tiny.champion_path, "--max-tokens", "6", *extra])
     out, err = capsys.readouterr()
-    assert code == 0, err
+    assert code == expect, err
     return out, err
 
 
 def test_cli_chat_streams_replies_and_keeps_the_conversation(tiny, monkeypatch, capsys):
     out, err = run_chat(tiny, monkeypatch, capsys,
                         "the cat sat\n/stats\nthe dog\n/reset\nthe cat sat\n/nope\n/quit\nnever\n",
-                        "--draft", "none", "--system", "be brief")
+                        "--draft", "none", "--system", "be brief", expect=2)
     replies = out.splitlines()
     assert len(replies) == 3                     # three user turns; /quit ends before "never"
     assert replies[0] == replies[2]              # after /reset the same message, the same reply
@@ -233,6 +234,20 @@ def test_cli_chat_streams_replies_and_keeps_the_conversation(tiny, monkeypatch, 
     assert replies[1] == second.text
     assert "--- " in err                         # /stats printed the first reply's stats
     assert "(conversation cleared)" in err and "unknown command /nope" in err
+    # piped input: the refused line makes the exit status 2 (run_chat checks it)
+    assert "1 line of the input got no reply" in err
+
+
+def test_cli_chat_exit_status_counts_refused_lines(tiny, monkeypatch, capsys):
+    """A message that cannot fit the context is refused, the chat goes on, and piped input
+    ends with status 2 naming how many lines got no reply; all lines answered ends with 0."""
+    long_line = "the cat sat " * 200          # far beyond the 64 positions of --ctx 64
+    out, err = run_chat(tiny, monkeypatch, capsys, f"{long_line}\nthe dog\n{long_line}\n",
+                        "--draft", "none", "--ctx", "64", "--context-overflow", "error",
+                        expect=2)
+    assert len(out.splitlines()) == 1          # the one message that fits got its reply
+    assert err.count("error:") == 3 and "2 lines of the input got no reply" in err
+    run_chat(tiny, monkeypatch, capsys, "the dog\n", "--draft", "none", expect=0)
 
 
 def test_cli_generate_context_overflow(tiny, tmp_path, capsys):

@@ -186,17 +186,23 @@ const history = [];
 // switch above the chat (#show-kinds) turns the styles off, not the spans.
 function appendTokens(out, chunk) {
   out.full = (out.full ?? "") + chunk.text;
-  out.marks = (out.marks ?? []).concat(chunk.kinds.map((kind, i) => [kind, chunk.starts[i]]));
-  const spans = out.marks.map(([kind, start], i) => {
+  // Only the newest span can grow: its token's text ends where the next token's begins.
+  const next = chunk.starts.length ? chunk.starts[0] : out.full.length;
+  if (out.lastSpan) out.lastSpan.textContent = spanText(out.full, out.lastStart, next);
+  chunk.kinds.forEach((kind, i) => {
     const span = document.createElement("span");
     span.className = `tok tok-${kind}`;
     span.title = KIND_NAMES[kind];
-    const end = i + 1 < out.marks.length ? out.marks[i + 1][1] : out.full.length;
-    span.textContent = out.full.slice(start, Math.max(start, end));
-    return span;
+    const start = chunk.starts[i];
+    const end = i + 1 < chunk.starts.length ? chunk.starts[i + 1] : out.full.length;
+    span.textContent = spanText(out.full, start, end);
+    out.append(span);
+    out.lastSpan = span;
+    out.lastStart = start;
   });
-  out.replaceChildren(...spans);
 }
+
+const spanText = (full, start, end) => full.slice(start, Math.max(start, end));
 
 const KIND_NAMES = { champion: "the champion's token (no draft)", accepted: "draft accepted",
                      corrected: "the champion's correction", bonus: "bonus token",

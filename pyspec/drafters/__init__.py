@@ -51,7 +51,7 @@ def make_drafter(spec: str, champion, champion_cache=None, load_model=None):
         return Combo(NgramDrafter(), make_drafter(str(d.model), champion, champion_cache,
                                                   load_model))
     if load_model is None or d.path is None or not os.path.exists(d.path):
-        raise DraftSpecError(f"--draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
+        raise DraftSpecError(f"draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
                              f"path of a GGUF draft model, or use ngram, none or self:L")
     return model_drafter(load_model(d.path), champion_cache.max_ctx if champion_cache else None,
                          champion_cache)

@@ -58,7 +58,7 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
     if spec.startswith("ngram+"):
         inner = parse_draft(spec[6:], n_layers) if spec[6:] else DraftSpec("none")
         if inner.kind != "model":
-            raise DraftSpecError(f"--draft {spec}: after ngram+ name a draft model (trained, "
+            raise DraftSpecError(f"draft {spec!r}: after ngram+ name a draft model (trained, "
                                  f"model, model:PATH or the path of a GGUF draft model)")
         return DraftSpec("combo", path=inner.path)
     if spec in ("none", "ngram"):
@@ -68,7 +68,7 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
         if layers < 1 or (n_layers is not None and layers >= n_layers):
             have = f" (the champion has {n_layers} layers)" if n_layers else ""
             top = n_layers - 1 if n_layers else "N-1"
-            raise DraftSpecError(f"--draft {spec}: L must be an integer in 1..{top}{have}")
+            raise DraftSpecError(f"draft {spec!r}: L must be an integer in 1..{top}{have}")
         return DraftSpec("self", layers=layers)
     if spec == "model":
         return DraftSpec("model")
@@ -77,10 +77,10 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
         try:
             return DraftSpec("model", path=trained_draft_path())
         except FileNotFoundError as e:
-            raise DraftSpecError(f"--draft trained: {e}; or pass the path of a GGUF draft") from e
+            raise DraftSpecError(f"draft 'trained': {e}; or pass the path of a GGUF draft") from e
     if spec.startswith("model:") and len(spec) > 6:
         return DraftSpec("model", path=spec[6:])
     if spec.lower().endswith(".gguf") or "/" in spec or "\\" in spec:
         return DraftSpec("model", path=spec)
-    raise DraftSpecError(f"unknown --draft {spec!r}: use ngram, none, self:L, trained, the path "
+    raise DraftSpecError(f"unknown draft {spec!r}: use ngram, none, self:L, trained, the path "
                          f"of a GGUF draft model, or ngram+ one of the last two")

@@ -362,16 +362,16 @@ class GPUBackend(Executor):
         try:
             f = GGUFFile.open(d.path or "")
         except FileNotFoundError:
-            raise DraftSpecError(f"--draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
+            raise DraftSpecError(f"draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
                                  f"path of a GGUF draft model, or use ngram, none or self:L"
                                  ) from None
         report = compat.check_pair(champ.metadata, f.metadata)
         report.raise_if_bad()
         compat.bind_borrowed(f, champ.file)   # its embedding may be the champion's
         if is_eagle(f.metadata):
-            raise DraftSpecError(f"--draft {spec!r} is an EAGLE-style head: it reads the "
+            raise DraftSpecError(f"draft {spec!r} is an EAGLE-style head: it reads the "
                                  "champion's states, which only the numpy engine keeps so far "
-                                 "(--backend cpu); on a GPU use ngram or a draft model")
+                                 "(backend cpu); on a GPU use ngram or a draft model")
         if report.bridge is not None:
             # Another vocabulary: the GPU draft steps sample champion ids directly, so a bridged
             # draft runs on the host (numpy), like n-gram: its tokens and q rows go up per cycle.

@@ -454,8 +454,21 @@ def _prompt_source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raw", action="store_true", help="tokenize --prompt as is, no chat template")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command's option error is one line and a pointer to its --help, not argparse's usage
+    block of a dozen lines with the error at its end; the bare command still shows its usage
+    (the list of commands)."""
+
+    def error(self, message: str):
+        top = " " not in self.prog.removeprefix("python -m ")   # no command, or an unknown one
+        if top:
+            self.print_usage(sys.stderr)
+        lists = "the commands" if top else "the options"
+        self.exit(2, f"error: {message} (`{self.prog} --help` lists {lists})\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pyspec", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="python -m pyspec", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="generate text")
@@ -531,11 +544,15 @@ def parser() -> argparse.ArgumentParser:
                    help="runs of each prompt per side; a row compares each side's median run")
     p.add_argument("--out", default="bench-out")
     p.set_defaults(func=cmd_bench)
+    for p in sub.choices.values():   # so that main() can name a command's unknown options
+        p.set_defaults(parser=p)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args, unknown = parser().parse_known_args(argv)
+    if unknown:
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         # Why: a corrupt model's weights overflow into inf and NaN; the engine refuses the
         # non-finite logits with an error of its own, so numpy's warnings would only add noise

@@ -6,8 +6,10 @@ median and range of: accepted tokens per champion pass, acceptance by position, 
 token, champion and draft calls, peak bytes (weights, KV, scratch) and the wall-clock speedup
 of decoding (tokens/s after prefill, speculative over champion-only, prompt by prompt; the
 prefill is the same pass on both sides and shows in time to first token). It also records whether each
-greedy output was identical to the baseline. Writes `<out>/bench-<backend>.json` and a PNG plot.
-Timing targets belong here, never in tests.
+output was identical to the baseline: greedy by default; with `--temperature T` both sides sample
+with the same seeds, and under replay (the default above 0) the bytes must still agree, while
+under `--verify rejection` only the distribution does, so identity is not counted (null). Writes
+`<out>/bench-<backend>.json` and a PNG plot. Timing targets belong here, never in tests.
 
 On a GPU (`--backend wgpu`) A/B rows come with it: champion-only read cycle by cycle next to
 the pipelined run (`pipelining`); when n-gram is among the drafters, `ngram@host`: n-gram
@@ -90,11 +92,32 @@ def check_options(args) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    check_sampling(args)
     if not [d for d in args.drafts.split(",") if d]:
         raise UsageError("--drafts names no drafter: give a comma-separated list, e.g. ngram")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out} is a file: bench writes a JSON and a plot into a "
                          "folder; name a folder")
+
+
+def sampling(args, max_tokens: int) -> Options:
+    """The options of one side's run: greedy by default, or --temperature with --seed (each
+    prompt's seed is the same on every side, so replay can be checked for identity)."""
+    return Options(max_tokens=max_tokens, temperature=getattr(args, "temperature", 0.0),
+                   seed=getattr(args, "seed", 0), verify=getattr(args, "verify", None))
+
+
+def check_sampling(args) -> None:
+    """UsageError for a --temperature, --seed or --verify that Options refuses."""
+    try:
+        sampling(args, 1).check()
+    except PyspecError as e:
+        raise UsageError(f"{e} (--temperature, --seed, --verify)") from e
+
+
+def exact_outputs(args) -> bool:
+    """Whether each drafter's output must equal champion-only's token for token."""
+    return sampling(args, 1).resolved_verify() != "rejection"
 
 
 def first_per_stratum(items: list[dict], n: int | None) -> list[dict]:
@@ -110,11 +133,12 @@ def first_per_stratum(items: list[dict], n: int | None) -> list[dict]:
 
 
 def compare(item: dict, stats: dict, tokens: list[int], base_stats: dict,
-            base_tokens: list[int]) -> dict:
+            base_tokens: list[int], exact: bool = True) -> dict:
     """One prompt's row for `summarize`: a drafter's run against the champion-only run next to it.
-    `stats` are engine stats (Engine.generate, or the browser worker's `done` message)."""
+    `stats` are engine stats (Engine.generate, or the browser worker's `done` message); `exact`:
+    whether the two outputs must be the same tokens (not under rejection sampling)."""
     return {"id": item["id"], "stratum": item["stratum"], "stats": stats,
-            "identical": tokens == base_tokens,
+            "identical": tokens == base_tokens if exact else None,
             "speedup": stats["tokens_per_s"] / base_stats["tokens_per_s"],
             "baseline_tokens_per_s": base_stats["tokens_per_s"],
             "baseline_ttft_s": base_stats["ttft_s"],
@@ -176,7 +200,9 @@ def summarize(rows: list[dict]) -> dict:
     drafted = sum(r["stats"]["drafted"] for r in rows)
     return {
         "prompts": len(rows),
-        "identical_to_baseline": sum(r["identical"] for r in rows),
+        # None under rejection sampling, where outputs agree in distribution only
+        "identical_to_baseline": (None if any(r["identical"] is None for r in rows)
+                                  else sum(r["identical"] for r in rows)),
         "speedup": spread([r["speedup"] for r in rows]),
         "tokens_per_pass": spread([r["stats"]["tokens_per_pass"] for r in rows]),
         "acceptance": (sum(r["stats"]["accepted"] for r in rows) / drafted) if drafted else 0.0,
@@ -205,6 +231,7 @@ def run_bench(args) -> int:
     check_options(args)
     items = first_per_stratum(read_workload(args.workload), args.per_stratum)
     drafts = [d for d in args.drafts.split(",") if d]
+    exact = exact_outputs(args)
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     prompts = check_messages(items, tok, args.workload)
     engines = {d: Engine(backend(champion, d, args.ctx), tok)
@@ -248,9 +275,9 @@ def run_bench(args) -> int:
             for rep in range(max(1, args.repeat)):
                 for d in names if (n + rep) % 2 else names[::-1]:
                     engine = serial if d == "serial" else engines[d]
-                    tries[d].append(engine.generate(ids, Options(
-                        max_tokens=max_tokens,
-                        k="fixed:0" if d in ("none", "serial") else args.k)))
+                    options = sampling(args, max_tokens)
+                    options.k = "fixed:0" if d in ("none", "serial") else args.k
+                    tries[d].append(engine.generate(ids, options))
             runs = {d: median_run(rs) for d, rs in tries.items()}
         except PromptTooLongError as e:
             skipped.append({"id": it["id"], "reason": str(e)})
@@ -266,8 +293,9 @@ def run_bench(args) -> int:
                                "serial_tok_s": one.stats["tokens_per_s"]})
             line.append(f"serial {one.stats['tokens_per_s']:.2f} tok/s")
         for d in drafts:
-            row = compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens)
-            row["identical"] = all(t.tokens == base.tokens for t in tries[d] + tries["none"])
+            row = compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens, exact)
+            if exact:
+                row["identical"] = all(t.tokens == base.tokens for t in tries[d] + tries["none"])
             rows[d].append(row)
             line.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} tok/pass)")
         print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
@@ -288,6 +316,9 @@ def run_bench(args) -> int:
         "workload": os.path.basename(args.workload),
         **headline(rows, gpu, champion, prefill),
         "k_policy": args.k,
+        "temperature": args.temperature,
+        "verify": sampling(args, 1).resolved_verify(),
+        "seed": args.seed,
         "repeat": max(1, args.repeat),
         "max_tokens_cap": args.max_tokens,
         "drafters": drafter_tables(rows, strata),
@@ -431,9 +462,10 @@ def print_table(result: dict, strata: list[str]) -> None:
         for s in [*strata, "overall"]:
             r = res["overall"] if s == "overall" else res["strata"][s]
             sp = r["speedup"]
+            same = r["identical_to_baseline"]
             print(f"  {s:<13} {sp['median']:.2f} [{sp['min']:.2f}, {sp['max']:.2f}]   "
                   f"{r['tokens_per_pass']['median']:.2f}        {r['acceptance']:.2f}      "
-                  f"{r['identical_to_baseline']}/{r['prompts']}")
+                  f"{'-' if same is None else same}/{r['prompts']}")
 
 
 def plot(result: dict, strata: list[str], path: str, title: str | None = None) -> None:

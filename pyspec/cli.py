@@ -536,6 +536,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--champion")
     p.add_argument("--drafts", default="ngram,self:20", help="comma-separated drafters to compare")
     p.add_argument("--k", default="heuristic")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sample at this temperature on every side (default 0: greedy)")
+    p.add_argument("--seed", type=int, default=0, help="the seed of every prompt's run")
+    p.add_argument("--verify", choices=["replay", "rejection"], default=None,
+                   help="above temperature 0: replay (default; outputs checked for identity) or "
+                        "rejection (the champion's distribution; identity not counted)")
     p.add_argument("--max-tokens", type=int, default=None, help="cap each prompt's max_tokens")
     p.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default all)")
     p.add_argument("--backend", choices=["cpu", "numpy", "wgpu"], default="cpu")

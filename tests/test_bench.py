@@ -41,6 +41,47 @@ def test_bench_writes_json_and_plot(tiny, tmp_path):
         assert len(overall["acceptance_by_position"]) == 8
 
 
+def small_workload(tmp_path, strata=("copy", "chat"), n=2, max_tokens=12):
+    workload = tmp_path / "w.jsonl"
+    lines = [{"id": f"{s}-{i}", "stratum": s, "max_tokens": max_tokens,
+              "messages": [{"role": "user", "content": f"the cat sat on the mat {i}"}]}
+             for s in strata for i in range(n)]
+    workload.write_text("\n".join(json.dumps(x) for x in lines))
+    return workload
+
+
+@pytest.mark.parametrize("verify", [None, "rejection"])
+def test_bench_samples_at_a_temperature(tiny, tmp_path, capsys, verify):
+    """--temperature: both sides sample with the prompt's seed. Under replay (the default above
+    0) every output must still equal champion-only's; under rejection only the distribution
+    does, so identity is not counted (null in the JSON, "-" in the table)."""
+    out = tmp_path / "out"
+    extra = ["--verify", verify] if verify else []
+    assert cli.main(["bench", "--workload", str(small_workload(tmp_path)), "--champion",
+                     tiny.champion_path, "--drafts", f"ngram,{tiny.close_path}", "--k", "fixed:3",
+                     "--temperature", "0.9", "--seed", "5", *extra, "--out", str(out)]) == 0
+    result = json.loads((out / "bench-cpu.json").read_text())
+    assert (result["temperature"], result["seed"]) == (0.9, 5)
+    assert result["verify"] == (verify or "replay")
+    for d, res in result["drafters"].items():
+        same = res["overall"]["identical_to_baseline"]
+        assert same == (None if verify else 4), d
+        assert res["overall"]["prompts"] == 4 and res["overall"]["acceptance"] > 0
+    table = capsys.readouterr().out
+    assert ("-/4" in table) == bool(verify)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--temperature", "-1"], "temperature"),
+    (["--temperature", "0.7", "--seed", "-3"], "seed"),
+])
+def test_bench_refuses_bad_sampling_options_before_loading(tmp_path, capsys, extra, words):
+    code = cli.main(["bench", "--workload", str(small_workload(tmp_path)), "--champion",
+                     str(tmp_path / "absent.gguf"), *extra, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "absent.gguf" not in err, err
+
+
 @requires_gpu
 def test_bench_on_the_gpu_reports_the_pass_fields(tiny, tmp_path):
     """On native WebGPU the JSON leads with the fast-pass fields (issue: dispatches per pass,

@@ -149,6 +149,9 @@ def build_result(args, ready: dict, page: dict, rows: dict, baselines: list[dict
         "per_stratum": args.per_stratum,
         "max_tokens_cap": args.max_tokens,
         "k_policy": args.k,
+        "temperature": args.temperature,
+        "verify": native.sampling(args, 1).resolved_verify(),
+        "seed": args.seed,
         "repeat": max(1, args.repeat),
         "page": page,
         "first_token_s": baselines[0]["first_token_s"] if baselines else None,
@@ -222,6 +225,7 @@ def run(args, base_url: str) -> int:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
+    native.check_sampling(args)
     items = native.first_per_stratum(native.read_workload(args.workload), args.per_stratum)
     if args.strata:
         wanted = set(args.strata.split(","))
@@ -289,6 +293,7 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
             skipped: list, t0: float, checkpoint) -> None:
     """Champion-only and each drafter on every prompt, appending to rows / baselines / skipped;
     `checkpoint()` rewrites the JSON after every prompt."""
+    exact = native.exact_outputs(args)
     for n, it in enumerate(items, 1):
         if args.budget_s and time.perf_counter() - t0 > args.budget_s:
             skipped += [{"id": later["id"], "reason": f"over the {args.budget_s} s budget"}
@@ -308,8 +313,8 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
                     # A draft model is the one the page loaded; the request names it "model".
                     spec = "model" if names_a_model(d) else d
                     config = {"draft": spec, "k": "fixed:0" if d == "none" else args.k,
-                              "temperature": 0.0, "seed": 0, "verify": None,
-                              "max_tokens": max_tokens}
+                              "temperature": args.temperature, "seed": args.seed,
+                              "verify": args.verify, "max_tokens": max_tokens}
                     out = page.evaluate(GENERATE, [it["messages"], config])
                     if "error" in out:
                         break
@@ -336,8 +341,10 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
                f" ttft {base['stats']['ttft_s']:.1f}s"]
         for d in drafts:
             row = native.compare(it, runs[d]["stats"], runs[d]["tokens"], base["stats"],
-                                 base["tokens"])
-            row["identical"] = all(r["tokens"] == base["tokens"] for r in tries[d] + tries["none"])
+                                 base["tokens"], exact)
+            if exact:
+                row["identical"] = all(r["tokens"] == base["tokens"]
+                                       for r in tries[d] + tries["none"])
             row["line"] = line(it, d, runs[d])
             rows[d].append(row)
             msg.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} "
@@ -394,6 +401,12 @@ def parser() -> argparse.ArgumentParser:
                          "(a site model name, or trained: the site's trained draft)")
     ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
     ap.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sample at this temperature on every side (default 0: greedy)")
+    ap.add_argument("--seed", type=int, default=0, help="the seed of every prompt's run")
+    ap.add_argument("--verify", choices=["replay", "rejection"], default=None,
+                    help="above temperature 0: replay (default; outputs checked for identity) "
+                         "or rejection (the champion's distribution; identity not counted)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per side and prompt, the order alternating; each side's median "
                          "run (by tokens/s) stands for it")

@@ -170,7 +170,7 @@ def main() -> None:
                              "default: the backend's choice for the adapter)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    GPUBackend.split_argmax = {"default": None, "split": True, "rows": False}[args.argmax]
+    GPUBackend.split_rows = {"default": None, "split": True, "rows": False}[args.argmax]
     champion, tok = load_champion(args.champion, "wgpu")
     dev = champion.dev
     engine = Engine(backend(champion, "none"), tok)

@@ -111,47 +111,62 @@ fn fixed_from_f32(v: f32) -> vec4<u32> {
 var<workgroup> cat_sums: array<vec4<u32>, WG_ROW>;  // (WG_ROW,) exact sum of each thread's chunk
 var<workgroup> cat_result: u32;
 
-// The first i in [0, n) whose cumulative weight exceeds u * total, u = k 2^-24 (k < 2^24): the
-// rule of verify.sample_categorical_rows, evaluated exactly. Thread t owns the contiguous chunk
-// [t c, (t+1) c); after one barrier thread 0 finds the chunk where the prefix crosses the
-// threshold and scans only that chunk. A row whose weights are all 0 gives token 0 (softmax
-// rows never are; the reference raises). Call from uniform control flow (two barriers).
-fn cat_sample(tid: u32, n: u32, k: u32) -> u32 {
-    let chunk = (n + WG_ROW - 1u) / WG_ROW;
-    let lo = min(tid * chunk, n);
-    let hi = min(lo + chunk, n);
+// Thread t's exact sum of chunk t of [begin, end) (contiguous chunks of the returned length) into
+// cat_sums[t]. Call from uniform control flow (one barrier).
+fn cat_chunk_sums(tid: u32, begin: u32, end: u32) -> u32 {
+    let chunk = (end - begin + WG_ROW - 1u) / WG_ROW;
+    let lo = min(begin + tid * chunk, end);
+    let hi = min(lo + chunk, end);
     var s = vec4<u32>(0u);
     for (var i = lo; i < hi; i++) {
         s = u128_add(s, cat_weight(i));
     }
     cat_sums[tid] = s;
     workgroupBarrier();
+    return chunk;
+}
+
+// One thread, after cat_chunk_sums over [begin, end): the first i there whose cumulative weight,
+// counted on from cum0, exceeds the threshold (cum 2^24 > threshold); the last id when none
+// does. It finds the chunk where the sum crosses, then scans only that chunk.
+fn cat_find(begin: u32, end: u32, chunk: u32, cum0: vec4<u32>, threshold: vec4<u32>) -> u32 {
+    var cum = cum0;
+    var c = 0u;
+    loop {
+        let next = u128_add(cum, cat_sums[c]);
+        if (u128_less(threshold, u128_shl24(next)) || c + 1u >= WG_ROW) { break; }
+        cum = next;
+        c++;
+    }
+    let lo = begin + c * chunk;
+    let hi = min(lo + chunk, end);
+    var result = hi - 1u;
+    for (var i = lo; i < hi; i++) {
+        cum = u128_add(cum, cat_weight(i));
+        if (u128_less(threshold, u128_shl24(cum))) {
+            result = i;
+            break;
+        }
+    }
+    return result;
+}
+
+// The first i in [0, n) whose cumulative weight exceeds u * total, u = k 2^-24 (k < 2^24): the
+// rule of verify.sample_categorical_rows, evaluated exactly, by one workgroup. A row whose weights
+// are all 0 gives token 0 (softmax rows never are; the reference raises). Call from uniform
+// control flow (two barriers). sample.wgsl's sample_parts + sample_pick give the same token with
+// a row spread over many workgroups.
+fn cat_sample(tid: u32, n: u32, k: u32) -> u32 {
+    let chunk = cat_chunk_sums(tid, 0u, n);
     if (tid == 0u) {
         var total = vec4<u32>(0u);
         for (var c = 0u; c < WG_ROW; c++) {
             total = u128_add(total, cat_sums[c]);
         }
-        let threshold = u128_mul_u32(total, k);  // u * total, in units of 2^-80 2^-24
         var result = 0u;
         if (!u128_is_zero(total)) {
-            // cum(n - 1) 2^24 = total 2^24 > total k, so both searches end inside the row.
-            var cum = vec4<u32>(0u);
-            var c = 0u;
-            loop {
-                let next = u128_add(cum, cat_sums[c]);
-                if (u128_less(threshold, u128_shl24(next)) || c + 1u >= WG_ROW) { break; }
-                cum = next;
-                c++;
-            }
-            let end = min(c * chunk + chunk, n);
-            result = end - 1u;
-            for (var i = c * chunk; i < end; i++) {
-                cum = u128_add(cum, cat_weight(i));
-                if (u128_less(threshold, u128_shl24(cum))) {
-                    result = i;
-                    break;
-                }
-            }
+            // cum(n - 1) 2^24 = total 2^24 > total k, so the search ends inside the row.
+            result = cat_find(0u, n, chunk, vec4<u32>(0u), u128_mul_u32(total, k));
         }
         cat_result = result;
     }

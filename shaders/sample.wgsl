@@ -12,7 +12,11 @@
 // workgroup per row over its parts in part order. The token is exact either way (a maximum with
 // ties to the lowest id does not depend on the order of comparisons); the confidence's sum is
 // taken part by part (each part's sum at its own maximum, rescaled to the row's), in a fixed
-// order per row.
+// order per row. softmax_rows and sample_rows split the same way there (softmax_parts +
+// softmax_write, sample_parts + sample_pick): the softmax's denominator is then summed part by
+// part, so its bits differ from the one-workgroup kernel's (by rounding; no test or contract
+// compares rejection sampling's bits across adapters), and the sample is exact either way (its
+// sums are integers).
 // Random keys: row r draws at position step.pos + params.pos_shift + r (pos_shift = 1 when the
 // step is the forward's, whose row r sits at KV row pos + r and predicts the token after it).
 
@@ -48,6 +52,10 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> parts_out: array<vec4<u32>>;  // (rows_cap, parts)
 // argmax_merge: argmax_parts' output
 @group(0) @binding(2) var<storage, read> parts_in: array<vec4<u32>>;         // (rows_cap, parts)
+// sample_pick: sample_parts' output (each part's exact fixed-point sum, a 128-bit integer)
+@group(0) @binding(4) var<storage, read> cat_parts_in: array<vec4<u32>>;     // (rows_cap, parts)
+// softmax_write: softmax_parts' output (each part's maximum and sum at it, as f32 bits)
+@group(0) @binding(5) var<storage, read> softmax_parts_in: array<vec4<u32>>; // (rows_cap, parts)
 // argmax_rows, argmax_merge, softmax_rows: the top probability of softmax(logits / T) (T = 1
 // when greedy)
 @group(0) @binding(4) var<storage, read_write> conf: array<f32>;    // (conf_offset + rows_cap,)
@@ -243,15 +251,20 @@ fn argmax_merge(@builtin(workgroup_id) wid: vec3<u32>,
     store_choice(tid, r, best.i, sum);
 }
 
+fn softmax_temperature() -> f32 {
+    return select(1.0, step.temperature, step.temperature > 0.0);
+}
+
 // Per row: probs[out_offset + r out_stride + i] = softmax(logits / T)_i (max-subtracted, as
 // verify.softmax; T <= 0 is taken as 1), conf[conf_offset + r] = its largest entry, 1 / sum.
+// One workgroup per row (software adapters); softmax_parts + softmax_write on a GPU.
 @compute @workgroup_size(WG_ROW)
 fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_index) tid: u32) {
     let r = wid.x;
     if (r >= step.rows || r >= params.rows_cap) { return; }
     let base = params.in_offset + r * params.in_stride;
-    let t = select(1.0, step.temperature, step.temperature > 0.0);
+    let t = softmax_temperature();
     var mx = F32_LOWEST;
     for (var i = tid; i < params.vocab; i += WG_ROW) {
         mx = max(mx, src[base + i]);
@@ -265,6 +278,62 @@ fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>,
         probs[out + i] = exp((src[base + i] - row_max) / t) / sum;
     }
     if (tid == 0u) {
+        conf[params.conf_offset + r] = 1.0 / sum;
+    }
+}
+
+// softmax_rows' first half on a GPU: workgroup (c, r) takes ids [c, c + 1) * ARGMAX_CHUNK of row
+// r: their largest logit m_c and sum exp((x - m_c) / T) (a part whose logits are all -inf has
+// m_c = F32_LOWEST and sum 0).
+@compute @workgroup_size(WG_ROW)
+fn softmax_parts(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(local_invocation_index) tid: u32) {
+    let r = wid.y;
+    if (r >= step.rows || r >= params.rows_cap) { return; }
+    let base = params.in_offset + r * params.in_stride;
+    let begin = wid.x * ARGMAX_CHUNK;
+    let end = min(begin + ARGMAX_CHUNK, params.vocab);
+    var mx = F32_LOWEST;
+    for (var i = begin + tid; i < end; i += WG_ROW) {
+        mx = max(mx, src[base + i]);
+    }
+    red_v[tid] = mx;
+    workgroupBarrier();
+    let part_max = tree_max(tid);
+    let sum = row_exp_sum(tid, base, begin, end, part_max, softmax_temperature());
+    if (tid == 0u) {
+        parts_out[r * argmax_n_parts() + wid.x] = vec4<u32>(bitcast<u32>(part_max),
+                                                            bitcast<u32>(sum), 0u, 0u);
+    }
+}
+
+// softmax_rows' second half on a GPU: workgroup (c, r) writes the probabilities of part c of row
+// r. Each thread first takes the row's maximum M and denominator sum_c s_c exp((m_c - M) / T)
+// from the parts, in part order, so every workgroup of the row divides by the same bits.
+@compute @workgroup_size(WG_ROW)
+fn softmax_write(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(local_invocation_index) tid: u32) {
+    let r = wid.y;
+    if (r >= step.rows || r >= params.rows_cap) { return; }
+    let t = softmax_temperature();
+    let n = argmax_n_parts();
+    var row_max = F32_LOWEST;
+    for (var c = 0u; c < n; c++) {
+        row_max = max(row_max, bitcast<f32>(softmax_parts_in[r * n + c].x));
+    }
+    var sum = 0.0;
+    for (var c = 0u; c < n; c++) {
+        let p = softmax_parts_in[r * n + c];
+        sum += bitcast<f32>(p.y) * exp((bitcast<f32>(p.x) - row_max) / t);
+    }
+    let base = params.in_offset + r * params.in_stride;
+    let out = params.out_offset + r * params.out_stride;
+    let begin = wid.x * ARGMAX_CHUNK;
+    let end = min(begin + ARGMAX_CHUNK, params.vocab);
+    for (var i = begin + tid; i < end; i += WG_ROW) {
+        probs[out + i] = exp((src[base + i] - row_max) / t) / sum;
+    }
+    if (wid.x == 0u && tid == 0u) {
         conf[params.conf_offset + r] = 1.0 / sum;
     }
 }
@@ -284,10 +353,79 @@ fn sample_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let r = wid.x;
     if (r >= step.rows || r >= params.rows_cap) { return; }
     sample_base = params.in_offset + r * params.in_stride;
-    let position = step.pos + params.pos_shift + r;
-    let k = hash_u32(step.seed_lo, step.seed_hi, position, params.stream, 0u) >> 8u;
-    let token = cat_sample(tid, params.vocab, k);
+    let token = cat_sample(tid, params.vocab, sample_key(r));
     if (tid == 0u) {
+        tokens[params.out_offset + r] = token;
+    }
+}
+
+// Row r's uniform draw k (u = k 2^-24) at its position.
+fn sample_key(r: u32) -> u32 {
+    let position = step.pos + params.pos_shift + r;
+    return hash_u32(step.seed_lo, step.seed_hi, position, params.stream, 0u) >> 8u;
+}
+
+// sample_rows' first half on a GPU: workgroup (c, r) sums the weights of ids
+// [c, c + 1) * ARGMAX_CHUNK of row r, exactly (128-bit integers: categorical.wgsl).
+@compute @workgroup_size(WG_ROW)
+fn sample_parts(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(local_invocation_index) tid: u32) {
+    let r = wid.y;
+    if (r >= step.rows || r >= params.rows_cap) { return; }
+    sample_base = params.in_offset + r * params.in_stride;
+    let begin = wid.x * ARGMAX_CHUNK;
+    cat_chunk_sums(tid, begin, min(begin + ARGMAX_CHUNK, params.vocab));
+    if (tid == 0u) {
+        var sum = vec4<u32>(0u);
+        for (var c = 0u; c < WG_ROW; c++) {
+            sum = u128_add(sum, cat_sums[c]);
+        }
+        parts_out[r * argmax_n_parts() + wid.x] = sum;
+    }
+}
+
+var<workgroup> pick_part: u32;             // the part where the row's sum crosses u * total
+var<workgroup> pick_empty: u32;            // 1 when the row's weights are all 0 (token 0)
+var<workgroup> pick_cum: vec4<u32>;        // the row's weight before that part
+var<workgroup> pick_threshold: vec4<u32>;  // u * total, as cat_find takes it
+
+// sample_rows' second half on a GPU, a workgroup per row: the part where the cumulative weight
+// crosses u * total (from the parts' sums, in part order), then cat_find inside that part only.
+@compute @workgroup_size(WG_ROW)
+fn sample_pick(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(local_invocation_index) tid: u32) {
+    let r = wid.x;
+    if (r >= step.rows || r >= params.rows_cap) { return; }
+    sample_base = params.in_offset + r * params.in_stride;
+    let n = argmax_n_parts();
+    if (tid == 0u) {
+        var total = vec4<u32>(0u);
+        for (var c = 0u; c < n; c++) {
+            total = u128_add(total, cat_parts_in[r * n + c]);
+        }
+        let threshold = u128_mul_u32(total, sample_key(r));
+        var cum = vec4<u32>(0u);
+        var c = 0u;
+        loop {
+            let next = u128_add(cum, cat_parts_in[r * n + c]);
+            if (u128_less(threshold, u128_shl24(next)) || c + 1u >= n) { break; }
+            cum = next;
+            c++;
+        }
+        pick_part = c;
+        pick_empty = u32(u128_is_zero(total));
+        pick_cum = cum;
+        pick_threshold = threshold;
+    }
+    workgroupBarrier();
+    let begin = pick_part * ARGMAX_CHUNK;
+    let end = min(begin + ARGMAX_CHUNK, params.vocab);
+    let chunk = cat_chunk_sums(tid, begin, end);
+    if (tid == 0u) {
+        var token = 0u;
+        if (pick_empty == 0u) {
+            token = cat_find(begin, end, chunk, pick_cum, pick_threshold);
+        }
         tokens[params.out_offset + r] = token;
     }
 }

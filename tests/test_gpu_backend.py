@@ -84,18 +84,21 @@ def test_prepared_plans_record_what_the_plain_loop_records(tiny, monkeypatch):
 
 
 @requires_gpu
-@pytest.mark.parametrize("temperature", [0.0, 0.9], ids=["greedy", "replay"])
-def test_the_split_argmax_decodes_what_one_workgroup_per_row_does(tiny, temperature,
-                                                                   monkeypatch):
-    """A GPU's argmax_rows (argmax_parts + argmax_merge: sampling.argmax_rows), forced on the
-    software adapter, which takes one workgroup per row: the champion's choices and a draft
-    model's (with their confidences) give the same tokens and the same drafts accepted, greedy
-    and in replay; the parts' scratch buffers are the backend's, freed on close. (The kernels
-    against numpy, rows of 1 to 48 parts: tests/test_gpu_sampling.py.)"""
+@pytest.mark.parametrize("temperature, verify", [(0.0, None), (0.9, None), (0.9, "rejection")],
+                         ids=["greedy", "replay", "rejection"])
+def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature, verify,
+                                                               monkeypatch):
+    """A GPU's per-row kernels split over each row (argmax_parts + argmax_merge, softmax_parts +
+    softmax_write, sample_parts + sample_pick: sampling.py), forced on the software adapter,
+    which takes one workgroup per row: the champion's choices and a draft model's (with their
+    confidences) give the same tokens and the same drafts accepted, greedy, in replay and (on
+    this tiny vocabulary, one part per row, so the softmax's bits agree too) under rejection;
+    the parts' scratch buffers are the backend's, freed on close. (The kernels against numpy,
+    rows of 1 to 48 parts: tests/test_gpu_sampling.py.)"""
     model = tiny.on("gpu")
     dev = model.dev
     opts = Options(max_tokens=16, temperature=temperature, seed=3, stop_at_eos=False,
-                   k="fixed:3")
+                   k="fixed:3", verify=verify)
 
     def request():
         engine = Engine(backend_for(model, tiny.close_path, load_draft=Model.load),
@@ -106,7 +109,7 @@ def test_the_split_argmax_decodes_what_one_workgroup_per_row_does(tiny, temperat
 
     runs = {}
     for split in (False, True):
-        monkeypatch.setattr(GPUBackend, "split_argmax", split)
+        monkeypatch.setattr(GPUBackend, "split_rows", split)
         request()   # the champion's own plans, kept for the next engine
         before = (dev.live_buffers, dev.allocated)
         r = request()

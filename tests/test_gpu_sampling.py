@@ -145,31 +145,35 @@ def test_argmax_rows(dev, vocab, mode, temperature, split):
         assert conf_1[0].tobytes() == conf_m[r].tobytes() == conf[r].tobytes()
 
 
-def softmax_pass(dev, logits, rows, temperature, pos=POS):
+def softmax_pass(dev, logits, rows, temperature, pos=POS, split=None):
     rows_cap, vocab = logits.shape
     probs = dev.upload(np.full((rows_cap, vocab), -1.0, np.float32))
     conf = dev.buffer(4 * rows_cap)
     step = one_step(dev, rows=rows, pos=pos, temperature=temperature, mode="rejection")
-    d = sampling.softmax_rows(dev, dev.upload(logits), probs, conf, step, vocab=vocab,
-                              rows_cap=rows_cap)
-    return (run(dev, [d], probs, np.float32, (rows_cap, vocab)),
+    plan = sampling.softmax_rows(dev, dev.upload(logits), probs, conf, step, vocab=vocab,
+                                 rows_cap=rows_cap, split=split)
+    return (run(dev, plan, probs, np.float32, (rows_cap, vocab)),
             asyncio.run(dev.read_array(conf, np.float32, (rows_cap,))))
 
 
+# split: softmax_parts + softmax_write (a GPU's softmax_rows), forced here on the software adapter.
+@pytest.mark.parametrize("split", [False, True], ids=["one-workgroup", "split"])
 @pytest.mark.parametrize("vocab", [33, 32001])
-def test_softmax_rows(dev, vocab):
+def test_softmax_rows(dev, vocab, split):
     gen = np.random.default_rng(vocab + 1)
     logits = random_logits(gen, ROWS_MAX, vocab, scale=4.0)
     logits[0, :3] = -np.inf  # masked entries give exactly 0
+    masked = min(2 * ARGMAX_CHUNK, vocab - 1)   # whole parts masked: their sums are 0, not NaN
+    logits[1, :masked] = -np.inf
     for temperature in (1.0, 0.6):
-        probs, conf = softmax_pass(dev, logits, ROWS_MAX, temperature)
+        probs, conf = softmax_pass(dev, logits, ROWS_MAX, temperature, split=split)
         ref = verify.softmax(logits, temperature)
         assert (np.abs(probs - ref) <= 1e-9 + 2e-5 * ref).all()
-        assert (probs[0, :3] == 0).all()
+        assert (probs[0, :3] == 0).all() and (probs[1, :masked] == 0).all()
         np.testing.assert_array_equal(conf, probs.max(axis=-1))
     # Batch invariance: row r of a 16-row pass equals the 1-row pass, bit for bit.
     for r in (0, 9):
-        one, _ = softmax_pass(dev, logits[r:r + 1], 1, 0.6)
+        one, _ = softmax_pass(dev, logits[r:r + 1], 1, 0.6, split=split)
         assert one.tobytes() == probs[r].tobytes()
 
 
@@ -189,17 +193,19 @@ def test_softmax_rows_output_row_offset(dev):
     assert conf_got[i] == got[i].max()
 
 
-def sample_pass(dev, probs, rows, pos=POS, stream=rng.STREAM_DRAFT):
+def sample_pass(dev, probs, rows, pos=POS, stream=rng.STREAM_DRAFT, split=None):
     rows_cap, vocab = probs.shape
     tokens = dev.upload(np.full(rows_cap, 7777, np.uint32))
     step = one_step(dev, rows=rows, pos=pos, seed=SEED, mode="rejection")
-    d = sampling.sample_rows(dev, dev.upload(probs), tokens, step, vocab=vocab, stream=stream,
-                             rows_cap=rows_cap)
-    return run(dev, [d], tokens, np.uint32, (rows_cap,))
+    plan = sampling.sample_rows(dev, dev.upload(probs), tokens, step, vocab=vocab, stream=stream,
+                                rows_cap=rows_cap, split=split)
+    return run(dev, plan, tokens, np.uint32, (rows_cap,))
 
 
+# split: sample_parts + sample_pick (a GPU's sample_rows), forced here on the software adapter.
+@pytest.mark.parametrize("split", [False, True], ids=["one-workgroup", "split"])
 @pytest.mark.parametrize("vocab", [33, 32001, 49152])
-def test_sample_rows(dev, vocab):
+def test_sample_rows(dev, vocab, split):
     gen = np.random.default_rng(vocab + 2)
     u = rng.uniforms(SEED, POS + 1 + np.arange(ROWS_MAX), rng.STREAM_DRAFT, 0)  # (rows,)
     probs = verify.softmax(random_logits(gen, ROWS_MAX, vocab, scale=2.0), 1.0)
@@ -209,18 +215,23 @@ def test_sample_rows(dev, vocab):
     probs[2, vocab // 3] = 0.25                 # one token only, not normalised
     probs[3, :] = 0.0                           # an exact boundary: cum[0] == u * total, so
     probs[3, 0], probs[3, 2] = u[3], 1.0 - u[3]  # the first index *exceeding* it is 2
+    probs[4, :-1], probs[4, -1] = 0.0, 0.5      # only the last id: the last part is taken
+    probs[5, :] = 0.0                           # all zero: token 0 (the reference raises)
     probs = probs.astype(np.float32)
-    tokens = sample_pass(dev, probs, ROWS_MAX)
+    tokens = sample_pass(dev, probs, ROWS_MAX, split=split)
+    assert tokens[4] == vocab - 1 and tokens[5] == 0
+    probs[5, 0] = 1.0                           # (for the reference, which needs a positive)
     expected = verify.sample_categorical_rows(probs.astype(np.float64), u)
     np.testing.assert_array_equal(tokens, expected)
     assert tokens[2] == vocab // 3 and tokens[3] == 2
     assert (probs[np.arange(ROWS_MAX), tokens] > 0).all()
     # Batch invariance: a 1-row pass at row r's position draws the same token.
     for r in (0, 7):
-        assert sample_pass(dev, probs[r:r + 1], 1, pos=POS + r)[0] == tokens[r]
+        assert sample_pass(dev, probs[r:r + 1], 1, pos=POS + r, split=split)[0] == tokens[r]
 
 
-def test_sample_rows_exact_where_float32_is_not(dev):
+@pytest.mark.parametrize("split", [False, True], ids=["one-workgroup", "split"])
+def test_sample_rows_exact_where_float32_is_not(dev, split):
     """Flat rows (vocab 49152, all equal or nearly): a float32 cumulative sum lands on the
     neighbouring token in most of these draws; the exact sampler must equal float64 in all."""
     gen = np.random.default_rng(11)
@@ -232,7 +243,8 @@ def test_sample_rows_exact_where_float32_is_not(dev):
         pos = 1000 + 16 * trial
         u = rng.uniforms(SEED, pos + 1 + np.arange(ROWS_MAX), rng.STREAM_DRAFT, 0)
         expected = verify.sample_categorical_rows(probs.astype(np.float64), u)
-        np.testing.assert_array_equal(sample_pass(dev, probs, ROWS_MAX, pos=pos), expected)
+        np.testing.assert_array_equal(sample_pass(dev, probs, ROWS_MAX, pos=pos, split=split),
+                                      expected)
         np.testing.assert_array_equal(expected[::2], np.floor(u[::2] * vocab))
         cumulative = np.cumsum(probs, axis=-1, dtype=np.float32)  # what float32 would do
         naive = (cumulative <= (u[:, None] * cumulative[:, -1:]).astype(np.float32)).sum(-1)

@@ -275,9 +275,10 @@ class GPUBackend(Executor):
     # on a software adapter, where the device's row searches measured slower than reading the
     # rows back (bench/results/mask-lavapipe.json)
     device_filters: bool | None = None
-    # argmax_rows split over each row (argmax_parts + argmax_merge): True, False (one workgroup
-    # per row), or None: on a GPU, not on a software adapter (sampling.argmax_rows)
-    split_argmax: bool | None = None
+    # the per-row sampling kernels split over each row (argmax_parts + argmax_merge, softmax_parts
+    # + softmax_write, sample_parts + sample_pick): True, False (one workgroup per row), or None:
+    # on a GPU, not on a software adapter (sampling.py, shaders/sample.wgsl)
+    split_rows: bool | None = None
 
     def __init__(self, champion: GPUModel, draft="ngram", max_ctx: int | None = None):
         """`draft` is a --draft spec (drafters.parse_draft) or a CPU drafter object."""
@@ -773,12 +774,12 @@ class GPUBackend(Executor):
             dev, champ, vocab = self.dev, self.champion, self.vocab
             step = champ.steps.binding(SLOT_CHAMPION)
             if mode == "rejection":
-                first = [sampling.softmax_rows(dev, champ.logits, self.p_target, self.conf, step,
-                                               vocab=vocab)]
+                first = sampling.softmax_rows(dev, champ.logits, self.p_target, self.conf, step,
+                                              vocab=vocab, split=self.split_rows)
             else:
                 first = sampling.argmax_rows(dev, champ.logits, self.choice, self.conf, step,
                                              vocab=vocab, want_conf=False,
-                                             split=self.split_argmax)
+                                             split=self.split_rows)
             self._tail[key] = [*first, sampling.accept(
                 dev, self.choice, self.p_target, self.q_draft, (champ.tokens, 1), self.draft_conf,
                 self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1)]
@@ -875,12 +876,12 @@ class GPUBackend(Executor):
             step = self.champion.steps.binding(slot)
             plan = list(model.forward_dispatches(slot, draft.layers, draft.feed_tokens))
             if mode == "rejection":
-                plan += [sampling.softmax_rows(dev, model.logits, self.d_probs, self.d_conf, step,
-                                               vocab=vocab),
-                         sampling.sample_rows(dev, self.d_probs, self.d_sample, step, vocab=vocab,
-                                              stream=rng.STREAM_DRAFT)]
+                plan += sampling.softmax_rows(dev, model.logits, self.d_probs, self.d_conf, step,
+                                              vocab=vocab, split=self.split_rows)
+                plan += sampling.sample_rows(dev, self.d_probs, self.d_sample, step, vocab=vocab,
+                                             stream=rng.STREAM_DRAFT, split=self.split_rows)
             else:
                 plan += sampling.argmax_rows(dev, model.logits, self.d_sample, self.d_conf,
-                                             step, vocab=vocab, split=self.split_argmax)
+                                             step, vocab=vocab, split=self.split_rows)
             self._draft_plans[key] = plan
         return self._draft_plans[key]

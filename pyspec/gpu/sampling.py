@@ -86,26 +86,39 @@ def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = 
                             out_offset=_split(tokens)[1],
                             conf_offset=_split(conf)[1] if want_conf else NONE,
                             pos_shift=pos_shift)
-    if split is None:
-        split = not dev.is_cpu
-    if not split:
+    if not _split_rows(dev, split):
         return [dev.dispatch("sample", "argmax_rows",
                              [params, step, _whole(logits), _whole(tokens), _whole(conf)],
                              rows_cap)]
-    n_parts = -(-vocab // ARGMAX_CHUNK)
-    parts = dev.buffer(16 * rows_cap * n_parts, label="argmax.parts")   # (rows_cap, parts) 4 u32
+    parts, n_parts = _parts(dev, vocab, rows_cap, "argmax.parts")
     return [dev.dispatch("sample", "argmax_parts", [params, step, _whole(logits), parts],
                          (n_parts, rows_cap)),
             dev.dispatch("sample", "argmax_merge",
                          [params, step, parts, _whole(tokens), _whole(conf)], rows_cap)]
 
 
+def _split_rows(dev, split: bool | None) -> bool:
+    """Whether a per-row kernel runs split over each row (default: on a GPU, where one workgroup
+    per row leaves the chip idle; not on a software adapter: shaders/sample.wgsl)."""
+    return (not dev.is_cpu) if split is None else split
+
+
+def _parts(dev, vocab: int, rows_cap: int, label: str) -> tuple[object, int]:
+    """A split kernel's scratch: (rows_cap, parts) of 4 u32, one part per ARGMAX_CHUNK ids."""
+    n_parts = -(-vocab // ARGMAX_CHUNK)
+    return dev.buffer(16 * rows_cap * n_parts, label=label), n_parts
+
+
 def softmax_rows(dev, logits, probs, conf, step, *, vocab: int, rows_cap: int = ROWS_MAX,
-                 in_stride: int | None = None, out_stride: int | None = None) -> Dispatch:
-    """probs[r] = softmax(logits[r] / T) (T <= 0 taken as 1), conf[r] = max(probs[r]).
+                 in_stride: int | None = None, out_stride: int | None = None,
+                 split: bool | None = None) -> list[Dispatch]:
+    """probs[r] = softmax(logits[r] / T) (T <= 0 taken as 1), conf[r] = max(probs[r]). Returns
+    the dispatches, in order.
 
     logits (rows_cap, in_stride) f32; probs (rows_cap, out_stride) f32, each from its element
     offset (draft step i passes (q_draft, i * vocab) with rows_cap = 1); conf (rows_cap,) f32.
+    split (default: on a GPU): softmax_parts over chunks of ARGMAX_CHUNK ids, then
+    softmax_write over the same chunks; else one workgroup per row.
     """
     _check_rows(vocab, rows_cap)
     in_stride, out_stride = in_stride or vocab, out_stride or vocab
@@ -115,17 +128,28 @@ def softmax_rows(dev, logits, probs, conf, step, *, vocab: int, rows_cap: int = 
     params = _sample_params(dev, vocab, rows_cap, in_offset=_split(logits)[1], in_stride=in_stride,
                             out_offset=_split(probs)[1], out_stride=out_stride,
                             conf_offset=_split(conf)[1])
-    return dev.dispatch("sample", "softmax_rows",
-                        [params, step, _whole(logits), _whole(probs), _whole(conf)], rows_cap)
+    if not _split_rows(dev, split):
+        return [dev.dispatch("sample", "softmax_rows",
+                             [params, step, _whole(logits), _whole(probs), _whole(conf)],
+                             rows_cap)]
+    parts, n_parts = _parts(dev, vocab, rows_cap, "softmax.parts")
+    return [dev.dispatch("sample", "softmax_parts", [params, step, _whole(logits), parts],
+                         (n_parts, rows_cap)),
+            dev.dispatch("sample", "softmax_write",
+                         [params, step, _whole(logits), _whole(probs), _whole(conf), parts],
+                         (n_parts, rows_cap))]
 
 
 def sample_rows(dev, probs, tokens, step, *, vocab: int, stream: int = rng.STREAM_DRAFT,
                 rows_cap: int = ROWS_MAX, in_stride: int | None = None,
-                pos_shift: int = 1) -> Dispatch:
+                pos_shift: int = 1, split: bool | None = None) -> list[Dispatch]:
     """tokens[r] = an exact inverse-CDF sample of probs row r with
     u = uniform(seed, step.pos + pos_shift + r, stream, 0) (verify.sample_categorical_rows).
+    Returns the dispatches, in order.
 
-    probs (rows_cap, in_stride) f32 with entries in [0, 1]; tokens (rows_cap,) u32.
+    probs (rows_cap, in_stride) f32 with entries in [0, 1]; tokens (rows_cap,) u32. split
+    (default: on a GPU): sample_parts, each part's exact sum, then sample_pick per row; the
+    token is the same either way.
     """
     _check_rows(vocab, rows_cap)
     stride = in_stride or vocab
@@ -133,8 +157,14 @@ def sample_rows(dev, probs, tokens, step, *, vocab: int, stream: int = rng.STREA
     need(dev, tokens, 4 * rows_cap, "tokens")
     params = _sample_params(dev, vocab, rows_cap, in_offset=_split(probs)[1], in_stride=stride,
                             out_offset=_split(tokens)[1], pos_shift=pos_shift, stream=stream)
-    return dev.dispatch("sample", "sample_rows",
-                        [params, step, _whole(probs), _whole(tokens)], rows_cap)
+    if not _split_rows(dev, split):
+        return [dev.dispatch("sample", "sample_rows",
+                             [params, step, _whole(probs), _whole(tokens)], rows_cap)]
+    parts, n_parts = _parts(dev, vocab, rows_cap, "sample.parts")
+    return [dev.dispatch("sample", "sample_parts", [params, step, _whole(probs), parts],
+                         (n_parts, rows_cap)),
+            dev.dispatch("sample", "sample_pick",
+                         [params, step, _whole(probs), _whole(tokens), parts], rows_cap)]
 
 
 def rng_fill(dev, keys, out, step, *, n: int) -> Dispatch:

@@ -1,6 +1,12 @@
 // The accept kernel: the rules of pyspec/verify.py applied on the GPU at the end of a cycle, so a
 // cycle reads back only `out` (ACCEPT_WORDS u32). One workgroup of WG_ROW threads; host wrapper
-// pyspec/gpu/sampling.py:accept.
+// pyspec/gpu/sampling.py:accept. On a GPU, in rejection mode, the last token's exact sample over
+// the vocabulary is spread over many workgroups as sample.wgsl's is (one workgroup sweeping
+// 49,152 ids leaves the chip idle): accept_parts (a workgroup per ARGMAX_CHUNK ids: the exact
+// sums of the residual's and of p_target's weights there) then accept_pick (one workgroup:
+// accept's outputs, its sample searched inside the one part where the sum crosses). Both judge
+// the drafts as accept does, from the same inputs, so they agree on the row; the token is the
+// same as accept's.
 //
 // Step: n_draft = K (clamped to ROWS_MAX - 1), mode, seed, and pos with
 // params.pos_shift: draft i is the token at position c + i, c = step.pos + pos_shift (the
@@ -60,6 +66,10 @@ struct Params {
 @group(0) @binding(5) var<storage, read> drafts: array<u32>;    // (K,) the drafted tokens
 @group(0) @binding(6) var<storage, read> conf: array<f32>;      // (K,) the drafts' confidences
 @group(0) @binding(7) var<storage, read_write> out: array<u32>; // (ACCEPT_WORDS,) see above
+// accept_parts: per part, the exact sums of the residual's weights and of p_target's
+@group(0) @binding(7) var<storage, read_write> parts_out: array<vec4<u32>>;  // (parts, 2)
+// accept_pick: accept_parts' output
+@group(0) @binding(8) var<storage, read> parts_in: array<vec4<u32>>;         // (parts, 2)
 
 var<workgroup> tests: array<u32, ROWS_MAX>;  // (ROWS_MAX,) test_i, 1 pass / 0 fail
 var<workgroup> residual_nonempty: atomic<u32>;
@@ -127,57 +137,95 @@ fn u_times_q_less_p(k: u32, q: f32, p: f32) -> bool {
     return less64(shl64(a, u32(nb - na)), b);
 }
 
-@compute @workgroup_size(WG_ROW)
-fn accept(@builtin(local_invocation_index) tid: u32) {
+// K_eff: the drafts before the first whose confidence is under the threshold.
+fn effective_k() -> u32 {
     let k = min(step.n_draft, ROWS_MAX - 1u);
-    let c = step.pos + params.pos_shift;
-    let rejection = step.mode == MODE_REJECTION;
-    one_hot = (step.flags & FLAG_ONE_HOT) != 0u;
-    var k_eff = k;
     if (params.conf_threshold > 0.0) {
         for (var i = 0u; i < k; i++) {
-            if (conf[params.conf_offset + i] < params.conf_threshold) {
-                k_eff = i;
-                break;
-            }
+            if (conf[params.conf_offset + i] < params.conf_threshold) { return i; }
         }
     }
+    return k;
+}
 
-    // One thread per draft position: the tests, and the diagnostics that come with them.
-    if (tid == 0u) { atomicStore(&residual_nonempty, 0u); }
+// What the drafts' tests decided (judge), the same in every workgroup that asks.
+struct Verdict {
+    k_eff: u32,
+    n: u32,          // the leading passed tests: n_accepted
+    test: u32,       // this thread's test (tid < ROWS_MAX), its p and q (rejection; else 0)
+    p: f32,
+    q: f32,
+}
+
+// One thread per draft position takes its test; then every thread counts the leading passes.
+// Call from uniform control flow (one barrier).
+fn judge(tid: u32) -> Verdict {
+    let k_eff = effective_k();
+    let c = step.pos + params.pos_shift;
+    var v = Verdict(k_eff, 0u, 0u, 0.0, 0.0);
     if (tid < ROWS_MAX) {
-        var test = 0u;
-        var p = 0.0;
-        var q = 0.0;
         if (tid < k_eff) {
             let d = drafts[params.draft_offset + tid];
-            if (!rejection) {
-                test = u32(d == champion[params.champion_offset + tid]);
+            if (step.mode != MODE_REJECTION) {
+                v.test = u32(d == champion[params.champion_offset + tid]);
             } else if (d < params.vocab) {
-                p = p_target[params.p_offset + tid * params.p_stride + d];
-                q = 1.0;
-                if (!one_hot) { q = q_draft[params.q_offset + tid * params.q_stride + d]; }
+                v.p = p_target[params.p_offset + tid * params.p_stride + d];
+                v.q = 1.0;
+                if (!one_hot) { v.q = q_draft[params.q_offset + tid * params.q_stride + d]; }
                 let u = hash_u32(step.seed_lo, step.seed_hi, c + tid, STREAM_ACCEPT, 0u) >> 8u;
-                test = u32(q > 0.0 && u_times_q_less_p(u, q, p));
+                v.test = u32(v.q > 0.0 && u_times_q_less_p(u, v.q, v.p));
             }
         }
-        tests[tid] = test;
-        out[params.out_offset + ACCEPT_TESTS + tid] = select(NONE, test, tid < k_eff);
-        out[params.out_offset + ACCEPT_P + tid] = bitcast<u32>(p);
-        out[params.out_offset + ACCEPT_Q + tid] = bitcast<u32>(q);
+        tests[tid] = v.test;
     }
     workgroupBarrier();
-    var n = 0u;
-    while (n < k_eff && tests[n] == 1u) { n++; }
+    while (v.n < k_eff && tests[v.n] == 1u) { v.n++; }
+    return v;
+}
 
+// Rejection: the row cat_weight reads for the last token (the first failure's residual, or the
+// bonus row's p_target).
+fn choose_row(v: Verdict) {
+    row = v.n;
+    residual = v.n < v.k_eff;
+    one_hot_token = drafts[params.draft_offset + min(v.n, ROWS_MAX - 2u)];
+}
+
+// The last token's uniform draw k (u = k 2^-24): at position c + n, on the stream of its kind.
+fn last_key(n: u32, stream: u32) -> u32 {
+    return hash_u32(step.seed_lo, step.seed_hi, step.pos + params.pos_shift + n, stream, 0u) >> 8u;
+}
+
+// accept's outputs (thread tid < ROWS_MAX writes its words; thread 0 the counts).
+fn write_out(tid: u32, v: Verdict, last: u32, how: u32) {
+    if (tid < ROWS_MAX) {
+        out[params.out_offset + ACCEPT_TESTS + tid] = select(NONE, v.test, tid < v.k_eff);
+        out[params.out_offset + ACCEPT_P + tid] = bitcast<u32>(v.p);
+        out[params.out_offset + ACCEPT_Q + tid] = bitcast<u32>(v.q);
+        var token = NONE;
+        if (tid < v.n) { token = drafts[params.draft_offset + tid]; }
+        if (tid == v.n) { token = last; }
+        out[params.out_offset + ACCEPT_TOKENS + tid] = token;
+    }
+    if (tid == 0u) {
+        out[params.out_offset + ACCEPT_N_ACCEPTED] = v.n;
+        out[params.out_offset + ACCEPT_K_EFF] = v.k_eff;
+        out[params.out_offset + ACCEPT_N_EMITTED] = v.n + 1u;
+        out[params.out_offset + ACCEPT_HOW] = how;
+    }
+}
+
+@compute @workgroup_size(WG_ROW)
+fn accept(@builtin(local_invocation_index) tid: u32) {
+    one_hot = (step.flags & FLAG_ONE_HOT) != 0u;
+    if (tid == 0u) { atomicStore(&residual_nonempty, 0u); }
+    let v = judge(tid);
     var last: u32;
     var how = HOW_CHAMPION;
-    if (!rejection) {
-        last = champion[params.champion_offset + n];
+    if (step.mode != MODE_REJECTION) {
+        last = champion[params.champion_offset + v.n];
     } else {  // uniform: step is a uniform buffer; every thread reaches both barriers below
-        row = n;
-        residual = n < k_eff;
-        one_hot_token = drafts[params.draft_offset + min(n, ROWS_MAX - 2u)];
+        choose_row(v);
         // verify.py: the residual is all zero only when p_target[n] == q_draft[n]; sample p then.
         if (residual) {
             var found = false;
@@ -197,20 +245,89 @@ fn accept(@builtin(local_invocation_index) tid: u32) {
                 how = HOW_EMPTY_RESIDUAL;
             }
         }
-        let u = hash_u32(step.seed_lo, step.seed_hi, c + n, stream, 0u) >> 8u;
-        last = cat_sample(tid, params.vocab, u);
+        last = cat_sample(tid, params.vocab, last_key(v.n, stream));
     }
+    write_out(tid, v, last, how);
+}
 
-    if (tid < ROWS_MAX) {
-        var token = NONE;
-        if (tid < n) { token = drafts[params.draft_offset + tid]; }
-        if (tid == n) { token = last; }
-        out[params.out_offset + ACCEPT_TOKENS + tid] = token;
-    }
+fn accept_n_parts() -> u32 {
+    return (params.vocab + ARGMAX_CHUNK - 1u) / ARGMAX_CHUNK;
+}
+
+// Rejection on a GPU, first half: workgroup c sums the weights of ids [c, c + 1) * ARGMAX_CHUNK
+// of the last token's row, exactly: the residual's (0 for a bonus row) and p_target's.
+@compute @workgroup_size(WG_ROW)
+fn accept_parts(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(local_invocation_index) tid: u32) {
+    one_hot = (step.flags & FLAG_ONE_HOT) != 0u;
+    let v = judge(tid);
+    choose_row(v);
+    let begin = wid.x * ARGMAX_CHUNK;
+    let end = min(begin + ARGMAX_CHUNK, params.vocab);
+    // Both sums every time (no barrier under the verdict); accept_pick reads the residual's only
+    // for a residual row.
+    let residual_sum = cat_range_total(tid, begin, end);
+    residual = false;
+    let p_sum = cat_range_total(tid, begin, end);
     if (tid == 0u) {
-        out[params.out_offset + ACCEPT_N_ACCEPTED] = n;
-        out[params.out_offset + ACCEPT_K_EFF] = k_eff;
-        out[params.out_offset + ACCEPT_N_EMITTED] = n + 1u;
-        out[params.out_offset + ACCEPT_HOW] = how;
+        parts_out[2u * wid.x] = residual_sum;
+        parts_out[2u * wid.x + 1u] = p_sum;
     }
+}
+
+var<workgroup> pick_part: u32;             // the part where the row's sum crosses u * total
+var<workgroup> pick_cum: vec4<u32>;        // the row's weight before that part
+var<workgroup> pick_threshold: vec4<u32>;  // u * total, as cat_find takes it
+var<workgroup> pick_how: u32;
+
+// Rejection on a GPU, second half (one workgroup): the verdict again, the residual's emptiness
+// and the sample from the parts' sums (part order), the search inside the crossing part only,
+// and accept's outputs.
+@compute @workgroup_size(WG_ROW)
+fn accept_pick(@builtin(local_invocation_index) tid: u32) {
+    one_hot = (step.flags & FLAG_ONE_HOT) != 0u;
+    let v = judge(tid);
+    choose_row(v);
+    let n_parts = accept_n_parts();
+    if (tid == 0u) {
+        var stream = STREAM_BONUS;
+        var how = HOW_BONUS;
+        var which = 1u;   // the parts' word: 0 the residual's sums, 1 p_target's
+        if (residual) {
+            var total = vec4<u32>(0u);
+            for (var c = 0u; c < n_parts; c++) { total = u128_add(total, parts_in[2u * c]); }
+            stream = STREAM_RESIDUAL;
+            how = HOW_RESIDUAL;
+            which = 0u;
+            if (u128_is_zero(total)) {   // verify.py: an all-zero residual samples p_target
+                how = HOW_EMPTY_RESIDUAL;
+                which = 1u;
+            }
+        }
+        var total = vec4<u32>(0u);
+        for (var c = 0u; c < n_parts; c++) { total = u128_add(total, parts_in[2u * c + which]); }
+        let threshold = u128_mul_u32(total, last_key(v.n, stream));
+        var cum = vec4<u32>(0u);
+        var c = 0u;
+        loop {
+            let next = u128_add(cum, parts_in[2u * c + which]);
+            if (u128_less(threshold, u128_shl24(next)) || c + 1u >= n_parts) { break; }
+            cum = next;
+            c++;
+        }
+        pick_part = c;
+        pick_cum = cum;
+        pick_threshold = threshold;
+        pick_how = how;
+    }
+    workgroupBarrier();
+    residual = pick_how == HOW_RESIDUAL;
+    let begin = pick_part * ARGMAX_CHUNK;
+    let end = min(begin + ARGMAX_CHUNK, params.vocab);
+    let chunk = cat_chunk_sums(tid, begin, end);
+    if (tid == 0u) {
+        cat_result = cat_find(begin, end, chunk, pick_cum, pick_threshold);
+    }
+    workgroupBarrier();
+    write_out(tid, v, cat_result, pick_how);
 }

@@ -126,6 +126,25 @@ fn cat_chunk_sums(tid: u32, begin: u32, end: u32) -> u32 {
     return chunk;
 }
 
+var<workgroup> cat_total: vec4<u32>;
+
+// The exact sum of the weights of [begin, end), in every thread. Call from uniform control flow
+// (three barriers; the last lets a next call overwrite cat_sums).
+fn cat_range_total(tid: u32, begin: u32, end: u32) -> vec4<u32> {
+    cat_chunk_sums(tid, begin, end);
+    if (tid == 0u) {
+        var total = vec4<u32>(0u);
+        for (var c = 0u; c < WG_ROW; c++) {
+            total = u128_add(total, cat_sums[c]);
+        }
+        cat_total = total;
+    }
+    workgroupBarrier();
+    let total = cat_total;
+    workgroupBarrier();
+    return total;
+}
+
 // One thread, after cat_chunk_sums over [begin, end): the first i there whose cumulative weight,
 // counted on from cum0, exceeds the threshold (cum 2^24 > threshold); the last id when none
 // does. It finds the chunk where the sum crosses, then scans only that chunk.

@@ -374,12 +374,8 @@ fn sample_parts(@builtin(workgroup_id) wid: vec3<u32>,
     if (r >= step.rows || r >= params.rows_cap) { return; }
     sample_base = params.in_offset + r * params.in_stride;
     let begin = wid.x * ARGMAX_CHUNK;
-    cat_chunk_sums(tid, begin, min(begin + ARGMAX_CHUNK, params.vocab));
+    let sum = cat_range_total(tid, begin, min(begin + ARGMAX_CHUNK, params.vocab));
     if (tid == 0u) {
-        var sum = vec4<u32>(0u);
-        for (var c = 0u; c < WG_ROW; c++) {
-            sum = u128_add(sum, cat_sums[c]);
-        }
         parts_out[r * argmax_n_parts() + wid.x] = sum;
     }
 }

@@ -349,8 +349,9 @@ class AcceptCase:
         self.tests = tuple(int(t) for t in (q_d > 0) & (u_accept * q_d < p_d))
 
 
-def run_accept(dev, cases: list[AcceptCase]) -> list[dict]:
-    """All cases in one submission, each with its own step slot and output words."""
+def run_accept(dev, cases: list[AcceptCase], split: bool = False) -> list[dict]:
+    """All cases in one submission, each with its own step slot and output words. split: the
+    rejection kernels of a GPU (accept_parts + accept_pick), forced on the software adapter."""
     steps = Steps(dev, len(cases))
     out = dev.buffer(4 * sampling.ACCEPT_WORDS * len(cases))
     commands = []
@@ -367,17 +368,17 @@ def run_accept(dev, cases: list[AcceptCase]) -> list[dict]:
         conf[:k] = case.conf
         steps.set(j, rows=k + 1, pos=case.pos, seed=SEED, temperature=case.temperature,
                   n_draft=k, mode=case.mode, one_hot=case.one_hot)
-        commands.append(sampling.accept(
+        commands += sampling.accept(
             dev, dev.upload(champion), dev.upload(p), dev.upload(q), dev.upload(drafts),
             dev.upload(conf), (out, j * sampling.ACCEPT_WORDS), steps.binding(j), vocab=vocab,
-            conf_threshold=case.conf_threshold))
+            conf_threshold=case.conf_threshold, split=split)
     steps.upload()
     words = run(dev, commands, out, np.uint32, (len(cases), sampling.ACCEPT_WORDS))
     return [sampling.decode_accept(w) for w in words]
 
 
-def check_accept(dev, cases):
-    for case, got in zip(cases, run_accept(dev, cases)):
+def check_accept(dev, cases, split=False):
+    for case, got in zip(cases, run_accept(dev, cases, split)):
         what = f"{case.mode} K={case.k} K_eff={case.k_eff} vocab={case.vocab}"
         assert got["k_eff"] == case.k_eff, what
         assert (got["n_accepted"], got["tokens"]) == case.expected, what
@@ -388,8 +389,10 @@ def check_accept(dev, cases):
             np.testing.assert_array_equal(got["q_of_draft"], case.q[at], err_msg=what)
 
 
-@pytest.mark.parametrize("mode", ["greedy", "replay", "rejection"])
-def test_accept_random(dev, mode):
+@pytest.mark.parametrize("mode, split", [("greedy", False), ("replay", False),
+                                         ("rejection", False), ("rejection", True)],
+                         ids=["greedy", "replay", "rejection", "rejection-split"])
+def test_accept_random(dev, mode, split):
     gen = np.random.default_rng({"greedy": 1, "replay": 2, "rejection": 3}[mode])
     cases = []
     for j in range(96):
@@ -399,18 +402,21 @@ def test_accept_random(dev, mode):
         cases.append(AcceptCase(gen, mode, k, vocab, kind,
                                 one_hot=mode == "rejection" and j % 3 == 0,
                                 conf_threshold=0.2 if j % 5 == 0 else 0.0))
-    check_accept(dev, cases)
+    check_accept(dev, cases, split)
 
 
-def test_accept_rejection_edge_cases(dev):
+@pytest.mark.parametrize("split", [False, True], ids=["one-workgroup", "split"])
+def test_accept_rejection_edge_cases(dev, split):
     gen = np.random.default_rng(7)
     cases = []
     for kind in ("q_zero", "p_zero", "p_eq_q", "all", "boundary"):
         for k in (0, 1, 4, 15):
             for one_hot in (False, True):
                 cases.append(AcceptCase(gen, "rejection", k, 33, kind, one_hot=one_hot))
-    check_accept(dev, cases)
-    results = run_accept(dev, cases)
+        for k in (1, 4):   # rows of three parts (the split kernels' sums cross between parts)
+            cases.append(AcceptCase(gen, "rejection", k, 3 * ARGMAX_CHUNK - 5, kind))
+    check_accept(dev, cases, split)
+    results = run_accept(dev, cases, split)
     for case, got in zip(cases, results):
         if case.k == 0:
             assert got["how"] == "bonus" and got["n_accepted"] == 0

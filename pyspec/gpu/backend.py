@@ -780,9 +780,10 @@ class GPUBackend(Executor):
                 first = sampling.argmax_rows(dev, champ.logits, self.choice, self.conf, step,
                                              vocab=vocab, want_conf=False,
                                              split=self.split_rows)
-            self._tail[key] = [*first, sampling.accept(
+            self._tail[key] = [*first, *sampling.accept(
                 dev, self.choice, self.p_target, self.q_draft, (champ.tokens, 1), self.draft_conf,
-                self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1)]
+                self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1,
+                split=mode == "rejection" and sampling.row_split(dev, self.split_rows))]
         return self._tail[key]
 
     def schema_drafter(self):

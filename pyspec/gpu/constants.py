@@ -26,7 +26,8 @@ ROWS_MAX = 16        # the most rows one pass carries: K + 1 <= 16 (thin matrix 
 WG = 64              # threads per workgroup of the forward's kernels (ops.py)
 MATMUL_OUTS = 4      # consecutive outputs per matmul thread
 WG_ROW = 128         # threads per workgroup of the per-row sampling kernels and of accept
-ARGMAX_CHUNK = 1024  # ids per workgroup of argmax_parts (argmax_rows split over a row, on a GPU)
+ARGMAX_CHUNK = 1024  # ids per workgroup of a per-row kernel split over a row, on a GPU (argmax_,
+                     # softmax_, sample_ and accept_parts: shaders/sample.wgsl, accept.wgsl)
 RNG_FILL_WG = 64     # threads per workgroup of rng_fill (tests)
 ATTN_WG = 256        # threads per workgroup of attention on a GPU (one workgroup per row and head)
 ATTN_WG_CPU = 64     # ... on a software adapter (attention_cpu: fewer idle threads per barrier)

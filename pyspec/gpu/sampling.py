@@ -86,7 +86,7 @@ def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = 
                             out_offset=_split(tokens)[1],
                             conf_offset=_split(conf)[1] if want_conf else NONE,
                             pos_shift=pos_shift)
-    if not _split_rows(dev, split):
+    if not row_split(dev, split):
         return [dev.dispatch("sample", "argmax_rows",
                              [params, step, _whole(logits), _whole(tokens), _whole(conf)],
                              rows_cap)]
@@ -97,7 +97,7 @@ def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = 
                          [params, step, parts, _whole(tokens), _whole(conf)], rows_cap)]
 
 
-def _split_rows(dev, split: bool | None) -> bool:
+def row_split(dev, split: bool | None) -> bool:
     """Whether a per-row kernel runs split over each row (default: on a GPU, where one workgroup
     per row leaves the chip idle; not on a software adapter: shaders/sample.wgsl)."""
     return (not dev.is_cpu) if split is None else split
@@ -128,7 +128,7 @@ def softmax_rows(dev, logits, probs, conf, step, *, vocab: int, rows_cap: int = 
     params = _sample_params(dev, vocab, rows_cap, in_offset=_split(logits)[1], in_stride=in_stride,
                             out_offset=_split(probs)[1], out_stride=out_stride,
                             conf_offset=_split(conf)[1])
-    if not _split_rows(dev, split):
+    if not row_split(dev, split):
         return [dev.dispatch("sample", "softmax_rows",
                              [params, step, _whole(logits), _whole(probs), _whole(conf)],
                              rows_cap)]
@@ -157,7 +157,7 @@ def sample_rows(dev, probs, tokens, step, *, vocab: int, stream: int = rng.STREA
     need(dev, tokens, 4 * rows_cap, "tokens")
     params = _sample_params(dev, vocab, rows_cap, in_offset=_split(probs)[1], in_stride=stride,
                             out_offset=_split(tokens)[1], pos_shift=pos_shift, stream=stream)
-    if not _split_rows(dev, split):
+    if not row_split(dev, split):
         return [dev.dispatch("sample", "sample_rows",
                              [params, step, _whole(probs), _whole(tokens)], rows_cap)]
     parts, n_parts = _parts(dev, vocab, rows_cap, "sample.parts")
@@ -180,15 +180,19 @@ def rng_fill(dev, keys, out, step, *, n: int) -> Dispatch:
 
 
 def accept(dev, champion, p_target, q_draft, drafts, conf, out, step, *, vocab: int,
-           conf_threshold: float = 0.0, pos_shift: int = 0, rejection: bool = True) -> Dispatch:
+           conf_threshold: float = 0.0, pos_shift: int = 0, rejection: bool = True,
+           split: bool = False) -> list[Dispatch]:
     """The accept kernel (one workgroup): verify.py's rule for step.mode, writing ACCEPT_WORDS u32
-    to `out` (n_accepted, K_eff, n_emitted, how, tokens[16], tests[16], p[16], q[16]).
+    to `out` (n_accepted, K_eff, n_emitted, how, tokens[16], tests[16], p[16], q[16]). Returns
+    the dispatches, in order.
 
     champion (K+1,) u32 (argmax_rows, greedy / replay); p_target (K+1, vocab) f32 and
     q_draft (K, vocab) f32 (softmax_rows; rejection; q is not read with FLAG_ONE_HOT, bind any
     buffer); drafts (K,) u32; conf (K,) f32 (read only when conf_threshold > 0). Shapes are
     checked for capacity, K + 1 = ROWS_MAX rows. rejection=False declares a plan that never runs
     in rejection mode, so p_target and q_draft may be any small buffer (they are bound, not read).
+    split (a plan that runs only in rejection mode, on a GPU): accept_parts over chunks of
+    ARGMAX_CHUNK ids, then accept_pick, which write what accept does (shaders/accept.wgsl).
     """
     if not 0 < vocab < 2**24:
         raise ShapeError(f"vocab must be in [1, 2^24), got {vocab}")
@@ -206,9 +210,17 @@ def accept(dev, champion, p_target, q_draft, drafts, conf, out, step, *, vocab: 
                        _split(out)[1]], np.uint32)
     fields[8] = np.float32(conf_threshold).view(np.uint32)
     params = dev.uniform(fields, "accept.params")
-    return dev.dispatch("accept", "accept",
-                        [params, step, _whole(champion), _whole(p_target), _whole(q_draft),
-                         _whole(drafts), _whole(conf), _whole(out)], 1)
+    inputs = [params, step, _whole(champion), _whole(p_target), _whole(q_draft), _whole(drafts),
+              _whole(conf)]
+    if not split:
+        return [dev.dispatch("accept", "accept", [*inputs, _whole(out)], 1)]
+    if not rejection:
+        raise ShapeError("a split accept samples in rejection mode only: its plan needs "
+                         "p_target and q_draft")
+    n_parts = -(-vocab // ARGMAX_CHUNK)
+    parts = dev.buffer(32 * n_parts, label="accept.parts")   # (parts, 2) 128-bit sums
+    return [dev.dispatch("accept", "accept_parts", [*inputs, parts], n_parts),
+            dev.dispatch("accept", "accept_pick", [*inputs, _whole(out), parts], 1)]
 
 
 def penalty_params(dev, vocab: int, rows_cap: int = ROWS_MAX):

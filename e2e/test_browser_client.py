@@ -1,9 +1,10 @@
 """client.js as an embedding app meets it, on the tiny model, decoders made in one page: weights
-given by URL alone are cached by their sha256; a decoder that fails to start, or is terminated,
-leaves no worker and refuses later calls; unknown options are refused by name; cancel() and an
-AbortSignal reach a request that waits behind another; two requests stopped by one worker
-death both resume on one new worker; a reload that fails leaves the decoder's champion as it
-was."""
+given by URL alone are cached by their sha256 (in either case); a decoder that fails to start, or
+is terminated (even from onNotice during a restart), leaves no worker and refuses later calls;
+unknown options and malformed sha256s are refused by name; cancel() and an AbortSignal reach a
+request that waits behind another or for a new worker; two requests stopped by one worker death
+both resume on one new worker, however late one of them is pulled; a reload that fails leaves
+the decoder's champion as it was."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ BY_URL = """async ([url, sha256]) => {%s
     .getDirectoryHandle("pyspec-weights", { create: true });
   await dir.removeEntry(`${sha256}.gguf`).catch(() => {});    // a first visit
   const loads = [];
-  for (let i = 0; i < 2; i++) {
-    const d = await SpecDecoder.create({ champion: { url, sha256 } });
+  for (const hash of [sha256, sha256.toUpperCase()]) {    // either case names one cache file
+    const d = await SpecDecoder.create({ champion: { url, sha256: hash } });
     const { text } = await drain(d.generate(messages, { max_tokens: 8 }));
     loads.push({ weights: d.info.weights, notices: d.notices, text });
     d.terminate();
@@ -81,6 +82,17 @@ LIFECYCLE = """async () => {%s
     out.unknownOption = await codeOf(() => SpecDecoder.create({ champion: "tiny",
                                                                  workerURL: "./worker.js" }));
     out.liveAfterRefusal = live;
+    out.emptySha = await codeOf(() => SpecDecoder.create({
+      champion: { url: "models/tiny.gguf", sha256: "" } }));
+    out.missingWorker = await codeOf(() => SpecDecoder.create({ champion: "tiny",
+                                                                 workerUrl: "./nope/worker.js" }));
+    out.badWorkerUrl = await codeOf(() => SpecDecoder.create({ workerUrl: "http://[bad" }));
+    const secure = Object.getOwnPropertyDescriptor(window, "isSecureContext");
+    Object.defineProperty(window, "isSecureContext", { value: false, configurable: true });
+    out.insecure = await codeOf(() => SpecDecoder.create({ champion: "tiny" }));
+    if (secure) Object.defineProperty(window, "isSecureContext", secure);
+    else delete window.isSecureContext;
+    out.liveAfterFaults = live;
     const d = await SpecDecoder.create({ champion: "tiny" });
     out.liveReady = live;
     out.misspelt = await codeOf(() => drain(d.generate(messages, { max_tokens: 4,
@@ -89,10 +101,18 @@ LIFECYCLE = """async () => {%s
     out.uncloneable = await codeOf(() => drain(d.generate(messages, { max_tokens: 4,
                                                                        seed: () => 1 })));
     out.stillWorks = (await drain(d.generate(messages, { max_tokens: 4 }))).finish_reason;
+    out.reloadMisspelt = await codeOf(() => d.reload({ champoin: "tiny" }));
     d.terminate();
     out.liveAfterTerminate = live;
     out.generateAfter = await codeOf(() => drain(d.generate(messages, { max_tokens: 4 })));
     out.statsAfter = await codeOf(() => d.stats());
+    out.cancelAfter = await codeOf(() => d.cancel());
+    // terminate() from onNotice, as the worker is about to be replaced: none is started.
+    const t = await SpecDecoder.create({ champion: "tiny", drills: true,
+                                         onNotice: (n) => n.code === "worker_died" &&
+                                                          t.terminate() });
+    out.terminatedInRestart = await codeOf(() => drain(t.generate(messages, {
+      max_tokens: 40, k: "fixed:3", drill: "worker-terminate@2" })));
     out.liveEnd = live;
     return out;
   } finally {
@@ -102,17 +122,24 @@ LIFECYCLE = """async () => {%s
 
 
 def test_a_decoder_that_fails_or_is_terminated_leaves_no_worker(page):
-    """A failed create() terminates the worker it started; an unknown create() option or a
-    misspelt generate() option is refused (bad_config) by name; a config that cannot be sent
-    to a worker is bad_request and the decoder goes on; after terminate() every call throws
-    "terminated" and no worker is started again."""
+    """A failed create() terminates the worker it started (a sha256 that is not 64 hex digits,
+    a worker.js that is not there, a workerUrl that is no URL, an insecure page: each a
+    SpecError by its code); an unknown create() or reload() option or a misspelt generate()
+    option is refused (bad_config) by name; a config that cannot be sent to a worker is
+    bad_request and the decoder goes on; after terminate() every call throws "terminated" and
+    no worker is started again, even by a restart under way."""
     out = page.evaluate(LIFECYCLE)
     assert out == {"unknownModel": "unknown_model", "liveAfterFailure": 0,
-                   "unknownOption": "bad_config", "liveAfterRefusal": 0, "liveReady": 1,
+                   "unknownOption": "bad_config", "liveAfterRefusal": 0,
+                   "emptySha": "bad_request", "missingWorker": "download_failed",
+                   "badWorkerUrl": "bad_config", "insecure": "insecure_context",
+                   "liveAfterFaults": 0, "liveReady": 1,
                    "misspelt": "bad_config", "notObject": "bad_config",
                    "uncloneable": "bad_request", "stillWorks": "length",
+                   "reloadMisspelt": "bad_config",
                    "liveAfterTerminate": 0, "generateAfter": "terminated",
-                   "statsAfter": "terminated", "liveEnd": 0}
+                   "statsAfter": "terminated", "cancelAfter": "terminated",
+                   "terminatedInRestart": "terminated", "liveEnd": 0}
 
 
 CONCURRENT = """async () => {%s
@@ -127,9 +154,11 @@ CONCURRENT = """async () => {%s
   const undisturbed = await drain(d.generate(messages, { max_tokens: 40, k: "fixed:3" }));
   const ac = new AbortController();
   const first = drain(d.generate(messages, { max_tokens: 40, k: "fixed:3" }));
-  const stream = await d.chat.completions.create({ messages, stream: true, max_tokens: 40,
-                                                   signal: ac.signal });
+  // create() resolves when the request's turn comes: abort while it waits.
+  const created = d.chat.completions.create({ messages, stream: true, max_tokens: 40,
+                                              signal: ac.signal });
   ac.abort();
+  const stream = await created;
   const chunks = [];
   for await (const c of stream) chunks.push(c);
   out.abort = { first: await first, undisturbed, chunks: chunks.length,
@@ -162,3 +191,79 @@ def test_cancel_abort_and_a_death_reach_requests_that_wait(page):
     death = out["death"]
     assert death["results"] == [abort["undisturbed"], abort["undisturbed"]]
     assert death["restarts"] == 2 and death["champion"] == "tiny"
+
+
+# A decoder whose workers are counted, and whose onNotice calls window.hook.
+COUNTED = """
+const Real = window.Worker;
+let made = 0;
+window.Worker = class extends Real { constructor(...args) { super(...args); made += 1; } };
+window.hook = null;
+const d = await SpecDecoder.create({ champion: "tiny", drills: true,
+                                     onNotice: (n) => window.hook?.(n) });
+const settle = (p) => p.then((r) => r, (e) => ({ error: `${e.code}: ${e.message}` }));
+const short = { max_tokens: 40, k: "fixed:3" }, long = { max_tokens: 300, k: "fixed:3" };
+"""
+
+LATE_PULL = """async () => {%s%s
+  try {
+    const refs = [await drain(d.generate(messages, short)),
+                  await drain(d.generate(messages, long))];
+    // B runs, A waits behind it; B's drill kills the worker at B's second chunk (chunk i has
+    // run at least i cycles). A restarts the worker; B's consumer pulls only once A runs there.
+    const b = d.generate(messages, { ...long, drill: "worker-terminate@2" });
+    let bText = (await b.next()).value.text;
+    const a = d.generate(messages, short);
+    const aFirst = a.next();
+    bText += (await b.next()).value.text;
+    const aText = (await aFirst).value.text;
+    const [bRest, aRest] = await Promise.all([settle(drain(b)), settle(drain(a))]);
+    return { refs, made, notices: d.notices.map((n) => n.code),
+             a: { text: aText + aRest.text, finish_reason: aRest.finish_reason ?? aRest.error },
+             b: { text: bText + bRest.text, finish_reason: bRest.finish_reason ?? bRest.error } };
+  } finally {
+    window.Worker = Real;
+    d.terminate();
+  }
+}""" % (PRELUDE, COUNTED)
+
+
+def test_a_request_pulled_late_after_a_death_goes_on_on_the_new_worker(page):
+    """Two requests stopped by one death, one of them pulled only after the other restarted
+    the worker: the late one resumes there, not on a third worker that would replace the
+    first one's under it; both end as undisturbed runs do."""
+    out = page.evaluate(LATE_PULL)
+    short, long = out["refs"]
+    assert out["notices"] == ["worker_died", "worker_died"]    # both were stopped by it
+    assert out["made"] == 2                                     # the first worker and one new
+    assert out["a"] == short and out["b"] == long
+
+
+CANCEL_IN_RESTART = """async () => {%s%s
+  try {
+    const ref = await drain(d.generate(messages, long));
+    let asked = null;
+    // cancel() once the new worker is loading (a task after the notice).
+    window.hook = (n) => { setTimeout(() => { asked = settle(d.cancel()); }, 0); };
+    const cut = await settle(drain(d.generate(messages, { ...long,
+                                                          drill: "worker-terminate@2" })));
+    window.hook = null;
+    const after = await drain(d.generate(messages, long));
+    return { ref, cut, asked: await asked, made, after };
+  } finally {
+    window.Worker = Real;
+    d.terminate();
+  }
+}""" % (PRELUDE, COUNTED)
+
+
+def test_a_cancel_while_the_worker_restarts_ends_the_request_there(page):
+    """cancel() while a request waits for its new worker resolves true (never not_ready) and
+    the request ends "cancelled" with the text shown before the death, instead of running to
+    max_tokens on the new worker, which then serves the next request."""
+    out = page.evaluate(CANCEL_IN_RESTART)
+    assert out["asked"] is True, out["asked"]
+    assert out["cut"]["finish_reason"] == "cancelled", out["cut"]
+    assert out["ref"]["text"].startswith(out["cut"]["text"])
+    assert len(out["cut"]["text"]) < len(out["ref"]["text"])
+    assert out["made"] == 2 and out["after"] == out["ref"]

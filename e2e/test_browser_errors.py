@@ -57,6 +57,11 @@ _HOSTILE = """async ([seconds]) => {
     out.messages_string = await ask({ type: "generate", id: 6, messages: "hi" }, 6);
     out.config_array = await ask({ type: "generate", id: 7, messages: chat, config: [1] }, 7);
     out.target_object = await ask({ type: "cancel", id: 8, target: {} }, 8);
+    // a sha256 of another form would turn the check off ("") or fail every download
+    out.sha_empty = await ask({ type: "init", id: 15, champion: { url: "m.gguf", sha256: "" } },
+                              15);
+    out.sha_short = await ask({ type: "init", id: 16, draft: { url: "d.gguf", sha256: "ab" } },
+                              16);
     out.ready = await ask({ type: "init", id: 9, champion: "tiny", draft: "ngram", maxCtx: 128 }, 9);
     out.no_content = await ask({ type: "generate", id: 10, messages: [{ role: "user" }] }, 10);
     out.max_tokens_string = await ask({ type: "generate", id: 11, messages: chat,
@@ -80,12 +85,14 @@ def test_malformed_requests_get_typed_errors_and_the_worker_stays_usable(context
                 "stats_before_init": "not_ready", "max_ctx_string": "bad_request",
                 "champion_number": "bad_request", "messages_string": "bad_request",
                 "config_array": "bad_request", "target_object": "bad_request",
+                "sha_empty": "bad_request", "sha_short": "bad_request",
                 "no_content": "bad_config", "max_tokens_string": "bad_config",
                 "cyclic": "bad_request"}
     for name, code in expected.items():
         reply = out[name]
         assert reply["type"] == "error" and reply["code"] == code, (name, reply)
         assert reply["fatal"] is False and reply["message"], (name, reply)
+    assert "sha256" in out["sha_empty"]["message"] and "sha256" in out["sha_short"]["message"]
     assert out["ready"]["type"] == "ready", out["ready"]
     done = out["done"]
     assert done["type"] == "done", done

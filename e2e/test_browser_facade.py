@@ -156,6 +156,10 @@ _REFUSED = """async ([messages, options]) => {
     ("n", 2, "unknown option n"),
     ("model", "gpt-4o", "model gpt-4o is not loaded"),
     ("temperature", "hot", "temperature must be a number"),
+    # JSON would make these null, that is the default: refused by name instead
+    ("temperature", float("nan"), "temperature must be a finite number, got NaN"),
+    ("top_p", float("inf"), "top_p must be a finite number, got Infinity"),
+    ("logit_bias", {"101": float("-inf")}, "logit_bias.101 must be a finite number"),
 ])
 def test_options_it_cannot_honour_are_refused_by_name(embed_page, option, value, words):
     [refused, accepted] = embed_page.evaluate(_REFUSED, [MESSAGES, [{option: value}, {option: None}]])
@@ -208,6 +212,37 @@ def test_response_format_json_schema_equals_native(embed_page, tiny_path):
     bad = {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}
     [err] = embed_page.evaluate(_REFUSED, [MESSAGES, [{"response_format": bad}]])
     assert err["code"] == "bad_config" and "'pattern'" in err["message"]
+
+
+_STREAM_REFUSED = """async ([messages, options]) => {
+  const out = [];
+  for (const extra of options) {
+    let at = "create";     // where it was refused
+    try {
+      const stream = await embed.decoder.chat.completions.create({ messages, max_tokens: 4,
+                                                                   stream: true, ...extra });
+      at = "stream";
+      let text = "";
+      for await (const c of stream) text += c.choices[0].delta.content ?? "";
+      out.push({ text });
+    } catch (e) {
+      out.push({ at, code: e.code, message: e.message });
+    }
+  }
+  return out;
+}"""
+
+
+def test_a_streaming_request_is_checked_before_create_resolves(embed_page):
+    """A value only the worker judges (top_p 0, a k policy it does not know) rejects the
+    `await create({stream: true})` itself, as the OpenAI SDK's does, not the first chunk."""
+    out = embed_page.evaluate(_STREAM_REFUSED, [MESSAGES, [{"top_p": 0},
+                                                           {"pyspec": {"k": "often"}},
+                                                           {"top_p": 0.9}]])
+    for refused, word in zip(out, ["top_p", "often"]):
+        assert refused["at"] == "create" and refused["code"] == "bad_config", refused
+        assert word in refused["message"], refused
+    assert out[2]["text"], out[2]
 
 
 def test_a_bad_request_from_the_worker_keeps_its_code(embed_page):

@@ -112,6 +112,27 @@ def test_replay_equals_native_for_the_same_seed(tiny_page, tiny_path):
     assert browser_none["tokens"] == native.tokens
 
 
+def test_rejection_equals_native_seed_by_seed(tiny_page, tiny_path):
+    """Rejection sampling in the page's CPU engine: for each seed the tokens and accept
+    decisions of the native engine with the page's kernel (its samples depend on the draft
+    and K, not only on the seed, so drafters are compared with their own native runs). Its
+    distribution is tested natively (tests/test_engine.py)."""
+    page, info, _ = tiny_page
+    if info["adapter"] != "cpu-numpy":
+        pytest.skip(f"the page chose {info['adapter']}, not the CPU engine")
+    load = functools.partial(fastcpu.FastModel.load, kernel=info["cpu_kernel"])
+    for seed in range(4):
+        options = {"temperature": 0.9, "seed": seed, "verify": "rejection", "k": "fixed:2",
+                   "max_tokens": 16}
+        for draft in ("ngram", "self:1"):
+            native = native_generate(tiny_path, MESSAGES, draft, load=load, **options)
+            paged = run(page, PROMPT, {"draft": draft, **options})
+            assert paged["receipt"]["verify"] == "rejection"
+            assert paged["tokens"] == native.tokens, (draft, seed)
+            for key in ("drafted_by_position", "accepted_by_position", "champion_passes"):
+                assert paged["stats"][key] == native.stats[key], (draft, seed, key)
+
+
 def test_the_sampling_section_equals_native(tiny_page, tiny_path):
     """top_p, repetition_penalty and a stop string typed into the page's Sampling section give
     the native numpy engine's tokens and text for the same controls (the stop string taken

@@ -118,6 +118,28 @@ def test_replay_equals_native_for_the_same_seed(gpu_page, tiny_path, native_wgpu
             assert spec["stats"][key] == wgpu.stats[key], (draft, key)
 
 
+def test_rejection_equals_the_native_gpu_engine_seed_by_seed(gpu_page, native_wgpu):
+    """Rejection sampling in the page runs the GPU's whole rejection path (the draft's samples
+    and q rows, p's rows, the accept kernel's tests, residual and bonus): for each seed its
+    tokens and accept decisions equal the same engine's on wgpu-py, both adapters running the
+    same kernels (one workgroup per row) on the same f32 rows. Its distribution is tested
+    natively (tests/test_draft_architecture.py, tests/test_engine.py)."""
+    page, _ = gpu_page
+    seen = 0
+    for seed in range(6):
+        options = {"temperature": 0.9, "seed": seed, "verify": "rejection", "k": "fixed:2",
+                   "max_tokens": 16}
+        for draft in ("ngram", "self:1"):
+            spec = run(page, PROMPT, {"draft": draft, **options})
+            assert spec["receipt"]["verify"] == "rejection"
+            wgpu = native_wgpu(draft, **options)
+            assert spec["tokens"] == wgpu.tokens, (draft, seed)
+            for key in DECISIONS:
+                assert spec["stats"][key] == wgpu.stats[key], (draft, seed, key)
+            seen += spec["stats"]["drafted"]
+    assert seen > 0
+
+
 _LOSE_DEVICE_MID_REQUEST = """async ([prompt, n]) => {
   const d = window.pyspecApp.decoder();
   const chunks = [];

@@ -98,6 +98,38 @@ def check_options(args) -> None:
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out} is a file: bench writes a JSON and a plot into a "
                          "folder; name a folder")
+    # Why: the results are written after the whole run; a folder that cannot be made or written
+    # is found now, by making it and writing a file into it, then left as it was (a refused
+    # run writes nothing).
+    import tempfile
+    made, head = [], os.path.abspath(args.out)   # the folders makedirs would make, deepest first
+    while not os.path.lexists(head) and os.path.dirname(head) != head:
+        made.append(head)
+        head = os.path.dirname(head)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=args.out, prefix=".bench-probe-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: bench cannot write there ({e.strerror or e}); "
+                         "name a folder you can write") from None
+    finally:
+        for folder in made:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+
+
+def add_sampling_options(p) -> None:
+    """--temperature, --seed and --verify, for this bench and the page's (webtools/bench.py)."""
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sample at this temperature on every side (default 0: greedy)")
+    p.add_argument("--seed", type=int, default=0, help="the seed of every prompt's run")
+    p.add_argument("--verify", choices=["replay", "rejection"], default=None,
+                   help="above temperature 0: replay (default; outputs checked for identity) or "
+                        "rejection (the champion's distribution; identity not counted)")
 
 
 def sampling(args, max_tokens: int) -> Options:

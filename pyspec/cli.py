@@ -1,4 +1,5 @@
-"""Command line: python -m pyspec generate | tokenize | score | check-pair | receipt | bench | demo.
+"""Command line: python -m pyspec generate | chat | tokenize | score | check-pair | receipt |
+bench | demo.
 
 Each command parses its options, loads what it needs and prints plain text or one JSON object.
 Errors a user can fix (bad files, bad pairs, long prompts, bad options) print one line starting
@@ -11,11 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
 
 from . import champion_path, conversation, receipts
+from .bench import add_sampling_options
 from .conversation import Fitted
 from .compat import IncompatiblePairError, bind_borrowed, check_pair
 from .drafters.eagle import binding_problem, is_eagle
@@ -61,33 +64,45 @@ def read_messages(path: str) -> list[dict]:
     return data
 
 
-def prompt_ids(tok: Tokenizer, args, ctx: int | None = None) -> list[int] | Fitted:
+def utf8(text: str) -> bool:
+    """Whether text is valid Unicode (no lone surrogate), so that it has a UTF-8 encoding."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def prompt_ids(tok: Tokenizer, args, ctx: int | None = None,
+               most: int | None = None) -> list[int] | Fitted:
     """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat. When
     ctx is given either is fitted to the context by the context-full policy (--context-overflow:
     `error` refuses a prompt that leaves less than max_tokens; one message has no older turn to
-    leave out)."""
+    leave out); `most`, the model's own context, is what an error's advice names."""
+    if args.messages_json and getattr(args, "raw", False):
+        raise UsageError("--raw applies to --prompt only: a --messages-json conversation is "
+                         "always rendered with the chat template; leave out --raw")
     if args.messages_json:
         messages = read_messages(args.messages_json)
         if ctx is None:
             return tok.encode_chat(messages)
-        return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow)
-    try:
-        args.prompt.encode("utf-8")
-    except UnicodeEncodeError:
+        return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow, most)
+    if not utf8(args.prompt):
         # Why: Python hands argv bytes that are not UTF-8 over as lone surrogates.
         raise UsageError("--prompt is not valid UTF-8 text; pass UTF-8, or put the text in a "
-                         "--messages-json file") from None
+                         "--messages-json file")
     if getattr(args, "raw", False):
         ids = tok.encode(args.prompt)
         short = ctx is not None and len(ids) + args.max_tokens > ctx
         if short and args.context_overflow == "error":
             raise PromptTooLongError(f"the prompt needs {len(ids)} tokens + max_tokens "
-                                     f"{args.max_tokens} but the context holds {ctx}")
+                                     f"{args.max_tokens} but the context holds {ctx}; "
+                                     + conversation.room_advice("shorten it", ctx, most))
         return ids
     messages = [{"role": "user", "content": args.prompt}]
     if ctx is None:
         return tok.encode_chat(messages)
-    return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow)
+    return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow, most)
 
 
 def options(args) -> Options:
@@ -96,9 +111,20 @@ def options(args) -> Options:
                    min_p=args.min_p, repetition_penalty=args.repetition_penalty,
                    presence_penalty=args.presence_penalty,
                    frequency_penalty=args.frequency_penalty,
-                   logit_bias=logit_bias(args.logit_bias), stop=tuple(args.stop or ()),
+                   logit_bias=logit_bias(args.logit_bias),
+                   stop=tuple(unescape(s) for s in args.stop or ()),
                    json_schema=(read_json(args.json_schema, "JSON schema")
                                 if getattr(args, "json_schema", None) else None))
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    """A --stop value with \\n, \\t and \\\\ read as a newline, a tab and a backslash, as the
+    demo page reads its stop strings: a shell passes "\\n" on as a backslash and an n. Any
+    other backslash stays as it is."""
+    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
 
 
 def logit_bias(items: list[str] | None) -> dict:
@@ -128,7 +154,8 @@ def make_engine(args) -> Engine:
 
 def cmd_generate(args) -> int:
     engine = make_engine(args)
-    ids = prompt_ids(engine.tokenizer, args, engine.kv.max_ctx)
+    ids = prompt_ids(engine.tokenizer, args, engine.kv.max_ctx,
+                     engine.champion.config.context_length)
     fitted = ids if isinstance(ids, Fitted) else Fitted(ids)
     if fitted.notice():
         print(f"note: {fitted.notice()}", file=sys.stderr)
@@ -159,6 +186,10 @@ def cmd_chat(args) -> int:
     system = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict] = []
     opts, last, refused = options(args), None, 0
+    # Why: the engine checks options at each request; a chat checks them before its first line,
+    # so that a bad option ends it at once and never after the user has typed a message.
+    opts.check()
+    opts.sampling().check(tok.vocab_size)
     interactive = sys.stdin.isatty()
     if interactive:
         name = engine.draft_source.name if engine.draft_source else "none"
@@ -188,7 +219,8 @@ def cmd_chat(args) -> int:
         elif line.strip():
             try:
                 fitted = conversation.fit(tok, system + history + [{"role": "user", "content": line}],
-                                          opts.max_tokens, ctx, args.context_overflow)
+                                          opts.max_tokens, ctx, args.context_overflow,
+                                          engine.champion.config.context_length)
             except PyspecError as e:       # this turn is refused; the conversation goes on
                 print(f"error: {e}", file=sys.stderr)
                 refused += 1
@@ -262,14 +294,22 @@ def cmd_demo(args) -> int:
 def cmd_tokenize(args) -> int:
     tok = Tokenizer.from_metadata(GGUFFile.open(args.model or champion_path()).metadata)
     if args.text is not None:
+        if not utf8(args.text):   # Python hands argv bytes that are not UTF-8 over as surrogates
+            raise UsageError("--text is not valid UTF-8 text; pass UTF-8, or put the text in a "
+                             "--jsonl file")
         print(json.dumps(tok.encode(args.text, special=args.special)))
         return 0
     try:
-        with open(args.jsonl, encoding="utf-8-sig") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+        with open(args.jsonl, "rb") as f:
+            lines = f.read().removeprefix(b"\xef\xbb\xbf").splitlines()  # (a byte-order mark)
+    except OSError as e:
         raise UsageError(f"cannot read {args.jsonl}: {e}") from e
-    for n, line in enumerate(lines, 1):
+    for n, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{args.jsonl} line {n} is not valid UTF-8 (byte {e.start + 1} of "
+                             "the line); save the file as UTF-8") from None
         if not line.strip():
             continue
         try:
@@ -278,6 +318,10 @@ def cmd_tokenize(args) -> int:
             raise UsageError(f"{args.jsonl} line {n}: expected {{\"text\": ...}}") from e
         if not isinstance(text, str):
             raise UsageError(f"{args.jsonl} line {n}: \"text\" must be a string")
+        if not utf8(text):   # JSON's \ud800 to \udfff escapes, one alone
+            raise UsageError(f"{args.jsonl} line {n}: \"text\" holds a lone surrogate escape "
+                             "(\\ud800 to \\udfff without its pair), which is no character; "
+                             "remove it or write the character it was part of")
         print(json.dumps(tok.encode(text, special=args.special)))
     return 0
 
@@ -420,7 +464,7 @@ def _common_generation(p: argparse.ArgumentParser) -> None:
                    help="cpu: numpy, row-at-a-time products (fastcpu.py); numpy: the plain "
                         "reference (model.py); wgpu: the WGSL kernels on native WebGPU")
     p.add_argument("--ctx", type=int, default=None,
-                   help="context positions to reserve (default: the model's own)")
+                   help="context positions to reserve, at most the model's own (the default)")
     # The sampling controls, applied in this order (processors.py; README "Sampling controls").
     s = p.add_argument_group("sampling controls (applied in this order)")
     s.add_argument("--logit-bias", action="append", metavar="ID=BIAS",
@@ -438,7 +482,8 @@ def _common_generation(p: argparse.ArgumentParser) -> None:
     s.add_argument("--min-p", type=float, default=0.0,
                    help="[0, 1]; drop tokens below P times the top probability")
     s.add_argument("--stop", action="append", metavar="TEXT",
-                   help="end the output before TEXT (repeatable, up to 4)")
+                   help="end the output before TEXT (repeatable, up to 4); \\n, \\t and \\\\ "
+                        "in TEXT are a newline, a tab and a backslash")
 
 
 def _context_overflow(p: argparse.ArgumentParser) -> None:
@@ -451,7 +496,8 @@ def _prompt_source(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", help="one user message (rendered with the chat template)")
     g.add_argument("--messages-json", help="a JSON file with a list of {role, content} messages")
-    p.add_argument("--raw", action="store_true", help="tokenize --prompt as is, no chat template")
+    p.add_argument("--raw", action="store_true",
+                   help="tokenize --prompt as is, no chat template (not with --messages-json)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -468,7 +514,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m pyspec", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="python -m pyspec", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="generate text")
@@ -536,12 +582,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--champion")
     p.add_argument("--drafts", default="ngram,self:20", help="comma-separated drafters to compare")
     p.add_argument("--k", default="heuristic")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="sample at this temperature on every side (default 0: greedy)")
-    p.add_argument("--seed", type=int, default=0, help="the seed of every prompt's run")
-    p.add_argument("--verify", choices=["replay", "rejection"], default=None,
-                   help="above temperature 0: replay (default; outputs checked for identity) or "
-                        "rejection (the champion's distribution; identity not counted)")
+    add_sampling_options(p)
     p.add_argument("--max-tokens", type=int, default=None, help="cap each prompt's max_tokens")
     p.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default all)")
     p.add_argument("--backend", choices=["cpu", "numpy", "wgpu"], default="cpu")

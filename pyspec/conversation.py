@@ -63,9 +63,20 @@ def _turns(messages: list[dict]) -> list[list[int]]:
     return turns
 
 
+def room_advice(shorten: str, ctx: int, most: int | None = None) -> str:
+    """What to do about a prompt too long for a context of `ctx` positions: `shorten` it, lower
+    max_tokens, or raise the context length, up to the model's own `most` where it is known;
+    not that where the context is all of the model's already."""
+    if most is not None and ctx >= most:
+        return f"{shorten} or lower max_tokens ({most} positions is the model's whole context)"
+    up_to = f" (up to the model's {most})" if most is not None else ""
+    return f"{shorten}, lower max_tokens or raise the context length{up_to}"
+
+
 def fit(tokenizer, messages: list[dict], max_tokens: int, ctx: int,
-        policy: str = "drop_oldest") -> Fitted:
-    """The prompt ids for `messages` under the context-full policy (see the module docstring)."""
+        policy: str = "drop_oldest", most: int | None = None) -> Fitted:
+    """The prompt ids for `messages` under the context-full policy (see the module docstring).
+    `most`, the model's own context where known, is what an error's advice names."""
     if policy not in POLICIES:
         raise OptionsError(f"unknown context_overflow policy {policy!r}: use one of {POLICIES}")
     ids = tokenizer.encode_chat(messages)
@@ -96,5 +107,5 @@ def fit(tokenizer, messages: list[dict], max_tokens: int, ctx: int,
             f"context holds {ctx}"
             + (" even with every older turn left out" if policy == "drop_oldest" else
                " (context_overflow is 'error'; 'drop_oldest' leaves out the oldest turns)")
-            + "; shorten the last message, lower max_tokens or raise the context length")
+            + "; " + room_advice("shorten the last message", ctx, most))
     return Fitted(ids, len(gone), full - len(ids))

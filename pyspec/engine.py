@@ -351,9 +351,12 @@ class Engine:
         if not prompt:
             raise OptionsError("the prompt is empty; give at least one token")
         if len(prompt) >= ctx:
+            most = self.champion.config.context_length
+            more = (f" (or raise the context length, up to the model's {most})" if ctx < most
+                    else f" ({most} positions is the model's whole context)")
             raise PromptTooLongError(
                 f"the prompt has {len(prompt)} tokens but the context holds {ctx}; shorten it "
-                f"(or raise the context length) so that at least one token can be generated")
+                f"so that at least one token can be generated{more}")
         done = self._resumed(resume, prompt, ctx)
         policy = schedule.parse(opts.k)
         sampling = opts.sampling()

@@ -48,15 +48,21 @@ _NUMPY = {
 }
 
 
+ADVICE = ("The file is corrupt, truncated or not a GGUF v3 model; download it again or pick "
+          "another file.")
+
+
 class GGUFError(PyspecError, ValueError):
     """A GGUF file is malformed, truncated or uses something pyspec does not support."""
 
     code = "bad_model"
 
-    def __init__(self, reason: str, offset: int | None = None, source: str = "GGUF file"):
+    def __init__(self, reason: str, offset: int | None = None, source: str = "GGUF file",
+                 advice: str | None = ADVICE):
+        """`advice` follows the reason: by default what to do with a file that cannot be read
+        as a model; an error about the path, not the file's bytes, says its own in `reason`."""
         where = f" at byte {offset}" if offset is not None else ""
-        super().__init__(f"{source}: {reason}{where}. The file is corrupt, truncated or not a "
-                         f"GGUF v3 model; download it again or pick another file.")
+        super().__init__(f"{source}: {reason}{where}." + (f" {advice}" if advice else ""))
         self.offset = offset
         self.reason = reason
 
@@ -238,8 +244,11 @@ class GGUFFile:
                 cur.fail(f"duplicate tensor {name!r}", start)
             off = self.data_offset + rel
             if off + nbytes > cur.size:
+                # Why the file's size as the offset: the message then reads "... the end of
+                # the file at byte <size>", true whether the file was cut or the dims are bad
+                # (the tensor's entry itself, earlier, is whole).
                 cur.fail(f"tensor {name!r} data [{off}, {off + nbytes}) runs past the end of the "
-                         f"file ({cur.size} bytes): the file is truncated", start)
+                         "file", cur.size)
             self.tensors[name] = TensorInfo(name, shape, type_id, off, nbytes)
         self.borrowed = self._read_borrowed(cur)
         self._lender: GGUFFile | None = None
@@ -279,8 +288,15 @@ class GGUFFile:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        except FileNotFoundError as e:   # the path, not the file: no advice about its bytes
+            raise GGUFError("no such file; check the path", None, os.fspath(path),
+                            None) from e
+        except IsADirectoryError as e:
+            raise GGUFError("is a folder, not a GGUF file; name the model's .gguf file", None,
+                            os.fspath(path), None) from e
         except OSError as e:
-            raise GGUFError(f"cannot read the file ({e.strerror})", None, os.fspath(path)) from e
+            raise GGUFError(f"cannot read the file ({e.strerror}); check that it is a file you "
+                            "may read", None, os.fspath(path), None) from e
         return cls(buf, os.path.basename(os.fspath(path)))
 
     def raw(self, name: str) -> np.ndarray:

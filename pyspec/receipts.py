@@ -109,10 +109,18 @@ def string_fields(node):
 
 
 # The fields a receipt has (build, then conversation.Fitted.annotate's context): any other is
-# refused, so that a field carrying token ids or text cannot pass as a receipt's.
+# refused, so that a field carrying token ids or text cannot pass as a receipt's. Every one but
+# `context` (there only when turns were left out) is in every receipt build makes.
 _FIELDS = {"schema", "pyspec_version", "champion_sha256", "draft", "tokenizer_hash",
            "template_hash", "policy", "verify", "temperature", "seed", "max_tokens", "sampling",
            "stats", "faults", "fallbacks", "context"}
+_REQUIRED = _FIELDS - {"context"}
+# draft.kind: "none", a drafter's kind (drafters/, gpu/backend.py), "forced" (a schema request
+# with no drafter: drafters/forced.py) or "custom" (a drafter without one).
+DRAFT_KINDS = ("none", "ngram", "self", "model", "combo", "eagle", "forced", "custom")
+# sampling: the controls as Options names them; logit_bias and stop as counts.
+_SAMPLING_KEYS = ("top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                  "frequency_penalty", "logit_bias", "stop")
 
 
 def validate(receipt) -> None:
@@ -126,7 +134,7 @@ def validate(receipt) -> None:
     if unknown:
         raise ValueError(f"receipt field {unknown[0]!r} is not a receipt's (they are "
                          f"{', '.join(sorted(_FIELDS))})")
-    missing = sorted({"pyspec_version", "champion_sha256", "stats"} - set(receipt))
+    missing = sorted(_REQUIRED - set(receipt))
     if missing:
         raise ValueError(f"a receipt needs {', '.join(missing)}")
     sha = receipt["champion_sha256"]
@@ -140,11 +148,49 @@ def validate(receipt) -> None:
     numbers = [v for _, v in leaves(receipt) if isinstance(v, float)]
     if any(n != n or n in (float("inf"), float("-inf")) for n in numbers):
         raise ValueError("a receipt's numbers are finite")
-    t, m = receipt.get("temperature", 0), receipt.get("max_tokens", 1)
+    t, m = receipt["temperature"], receipt["max_tokens"]
     if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
         raise ValueError(f"temperature must be a number >= 0, got {t!r}")
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise ValueError(f"max_tokens must be a positive integer, got {m!r}")
+    _check_settings(receipt)
+    draft = receipt["draft"]
+    if not isinstance(draft, dict) or draft.get("kind") not in DRAFT_KINDS:
+        kind = draft.get("kind") if isinstance(draft, dict) else draft
+        raise ValueError(f"draft.kind must be one of {', '.join(DRAFT_KINDS)}, got {kind!r}")
+    # Its integers are counts, sizes and positions, never negative (the penalties, which may be,
+    # are checked above). Times are not held to it: a GPU cycle's share of its draft and verify
+    # is an estimate (gpu/backend.py), and build must never refuse a request's own receipt.
+    for key, value in leaves({k: v for k, v in receipt.items() if k != "sampling"}):
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"receipt field {key!r} is {value}; counts and sizes are never "
+                             "negative")
+
+
+def _check_settings(receipt: dict) -> None:
+    """verify, seed and the sampling controls, by the rules a request's Options are checked
+    by (engine.Options.check), and verify as the mode those settings resolve to."""
+    from .engine import Options   # here: engine imports this module
+    from .errors import PyspecError
+
+    sampling = receipt["sampling"]
+    if not isinstance(sampling, dict) or set(sampling) != set(_SAMPLING_KEYS):
+        raise ValueError(f"receipt sampling must be an object of {', '.join(_SAMPLING_KEYS)}")
+    for key in ("logit_bias", "stop"):
+        n = sampling[key]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"sampling.{key} is a count >= 0, got {n!r}")
+    controls = {k: sampling[k] for k in _SAMPLING_KEYS[:6]}
+    verify = receipt["verify"]
+    opts = Options(max_tokens=receipt["max_tokens"], temperature=receipt["temperature"],
+                   seed=receipt["seed"], verify=verify, **controls)
+    try:
+        opts.check()
+    except PyspecError as e:
+        raise ValueError(str(e)) from None
+    if verify is None or opts.resolved_verify() != verify:
+        raise ValueError(f"verify {verify!r} is not what temperature {opts.temperature} runs "
+                         f"({opts.resolved_verify()!r}): a receipt records the mode that ran")
 
 
 def check(receipt: dict) -> None:

@@ -50,7 +50,10 @@ class Verdict:
 # ---------------------------------------------------------------------------------------------
 def _check_logits(logits: np.ndarray) -> None:  # (..., vocab)
     if np.isnan(logits).any() or np.isposinf(logits).any():
-        raise VerifyInputError("logits contain NaN or +inf; check the forward pass")
+        # Why these words: the rules judge the champion's rows (a draft's are refused in
+        # cycle.Rule.choose), and the command line and the page both show this message.
+        raise VerifyInputError("the champion model's logits are NaN or +inf (its weights may "
+                               "be corrupt): download the model again or pick another")
     if not np.isfinite(logits).any(axis=-1).all():
         raise VerifyInputError("a logits row is -inf everywhere; a mask must leave one token open")
 

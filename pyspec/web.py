@@ -210,6 +210,12 @@ def _error(e: BaseException, other: str = "internal") -> str:
     return json.dumps({"error": {"code": code, "message": message}})
 
 
+def _worker_oom(e: MemoryError) -> str:
+    """The wasm heap is exhausted: nothing here can be trusted to allocate again, so the worker
+    reports it fatal and client.js resumes the request on a new worker."""
+    return _error(SessionError("worker_oom", f"the worker ran out of memory ({e})"))
+
+
 # --- the backend ------------------------------------------------------------------------------
 BACKENDS = ("auto", "webgpu", "cpu")
 
@@ -541,35 +547,35 @@ class Session:
 
     # --- generation -----------------------------------------------------------------------
     async def generate(self, request_id: int, messages_json: str, config_json: str,
-                       on_chunk, resume_json: str = "null") -> str:
+                       on_chunk, resume_json: str = "null", on_start=None) -> str:
         """Stream one request. `on_chunk(offset, text, n_tokens, ids_json, cycle, marks_json)` is
         called once per cycle that commits text (ids_json: the JSON list of the ids committed
         since the last chunk; cycle: cycles run so far; marks_json: {"kinds", "starts"}, each
         id's engine.TOKEN_KINDS entry and where its text begins; offsets in UTF-16 code units,
         as JavaScript counts). config: {max_tokens, temperature, seed, verify, k, draft, drill}.
         resume: null or {ids, fault} (_resume): go on from the ids an interrupted run of this
-        request committed. Returns
+        request committed. `on_start()`, when given, is called once the request is checked and
+        about to run (worker.js posts `started`: the facade's create() resolves then). Returns
         {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
         when cancel() stopped it: the engine checks before every cycle; one cancelled before it
         began has no stats or receipt), or an error."""
         try:
             return await self._generate(request_id, messages_json, config_json, on_chunk,
-                                        resume_json)
+                                        resume_json, on_start)
         finally:
             self.cancelled.discard(request_id)
 
     async def _generate(self, request_id: int, messages_json: str, config_json: str, on_chunk,
-                        resume_json: str) -> str:
-        try:
-            self.warm_next = None           # a request came first: it prefills for itself
-            if self.warming is not None:    # never two prefills on one cache at once
-                warming, self.warming = self.warming, None
-                await asyncio.gather(warming, return_exceptions=True)  # a failed warm-up: no rows
-            if request_id in self.cancelled:    # cancelled while it waited its turn
-                return _cancelled("")
+                        resume_json: str, on_start) -> str:
+        self.warm_next = None           # a request came first: it prefills for itself
+        if self.warming is not None:    # never two prefills on one cache at once
+            warming, self.warming = self.warming, None
+            await asyncio.gather(warming, return_exceptions=True)  # a failed warm-up: no rows
+        if request_id in self.cancelled:    # cancelled while it waited its turn
+            return _cancelled("")
+        try:     # reading and checking the request: whatever fails is the request's fault
             messages = _parse(messages_json, "messages")
             config = _fields(config_json, "config", GENERATE_FIELDS)
-            engine = await self._engine(config.get("draft") or self.default_draft)
             opts = Options(max_tokens=_or(config.get("max_tokens"), 128),
                            temperature=float(_or(config.get("temperature"), 0.0)),
                            seed=_or(config.get("seed"), 0), verify=config.get("verify") or None,
@@ -578,6 +584,10 @@ class Session:
             opts.check()
             resume = _resume(resume_json)
             drill = _drill(config.get("drill"), self.drills)
+        except Exception as e:  # noqa: BLE001
+            return _error(e, "bad_config")
+        try:     # building the engine: a failure of no named kind is a bug (internal)
+            engine = await self._engine(config.get("draft") or self.default_draft)
             if drill and drill[0] != "worker-oom" and getattr(engine.champion, "dev", None) is None:
                 raise SessionError("bad_config", f"the {drill[0]} drill needs the WebGPU engine, "
                                    f"not {engine.adapter}: load with backend webgpu")
@@ -588,8 +598,12 @@ class Session:
             except TokenizerError as e:   # malformed messages: the request's fault, not the model's
                 raise SessionError("bad_config", str(e)) from e
             prompt = fitted.ids
+        except MemoryError as e:
+            return _worker_oom(e)
         except Exception as e:  # noqa: BLE001
-            return _error(e, "bad_config")
+            return _error(e)
+        if on_start is not None:
+            on_start()
         self.running = request_id
         report: dict = {}
         text = ""
@@ -614,9 +628,7 @@ class Session:
             finally:
                 await stream.aclose()
         except MemoryError as e:
-            # The wasm heap is exhausted: nothing here can be trusted to allocate again, so the
-            # worker reports it fatal and client.js resumes the request on a new worker.
-            return _error(SessionError("worker_oom", f"the worker ran out of memory ({e})"))
+            return _worker_oom(e)
         except Exception as e:  # noqa: BLE001
             return _error(e)
         finally:

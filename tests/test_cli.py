@@ -271,10 +271,14 @@ def test_tokenize_jsonl(capsys, models, tok, tmp_path):
 @pytest.mark.parametrize("content, words", [
     ('{"text": "ok"}\n[1, 2]\n', ["line 2"]),
     ('{"text": 5}\n', ["line 1"]),
-    (b"\xff\xfe\n", ["cannot read"]),
+    (b"\xff\xfe\n", ["line 1 is not valid UTF-8", "save the file as UTF-8"]),
+    (b'{"text": "ok"}\n{"text": "caf\xe9"}\n', ["line 2 is not valid UTF-8", "byte 14"]),
+    ('{"text": "ok"}\n\n{"text": "a\\ud800b"}\n', ["line 3", "lone surrogate", "remove it"]),
     (None, ["No such file"]),
-], ids=["not-an-object", "not-a-string", "not-utf8", "missing"])
+], ids=["not-an-object", "not-a-string", "not-utf8", "not-utf8-line-2", "lone-surrogate",
+        "missing"])
 def test_tokenize_jsonl_errors(capsys, models, tmp_path, content, words):
+    """Each error names the line (invalid UTF-8 too) and says what to do, in the CLI's terms."""
     path = tmp_path / "in.jsonl"
     if isinstance(content, str):
         path.write_text(content, encoding="utf-8")
@@ -282,6 +286,17 @@ def test_tokenize_jsonl_errors(capsys, models, tmp_path, content, words):
         path.write_bytes(content)
     code, _, err = run(capsys, "tokenize", "--model", models["champion"], "--jsonl", path)
     assert_one_error_line(code, err, *words)
+    assert "surrogatepass" not in err
+
+
+def test_tokenize_text_that_is_not_utf8(models):
+    """--text with bytes that are not UTF-8 (argv hands them over as lone surrogates) says
+    what a CLI user can do, not what Python's codecs could."""
+    p = subprocess.run([sys.executable, "-m", "pyspec", "tokenize", "--model", models["champion"],
+                        "--text", b"caf\xe9"], capture_output=True, timeout=120, cwd=REPO)
+    err = p.stderr.decode("utf-8", "replace")
+    assert_one_error_line(p.returncode, err, "--text is not valid UTF-8", "--jsonl")
+    assert "surrogatepass" not in err and p.stdout == b""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,6 +435,29 @@ def test_check_pair_reads_the_tensors_generate_would_load(capsys, models, tmp_pa
         assert code == 2 and "Traceback" not in err, err
 
 
+def test_a_tensor_of_another_shape_names_its_file(capsys, models, tmp_path):
+    """A GGUF whose metadata makes a tensor another shape than it holds: loading it as the
+    champion (either CPU backend) or as the draft, and check-pair, name the file and say to
+    pick another model."""
+    from pyspec.gguf import GGUFFile, RawTensor, write
+
+    src = GGUFFile.open(models["draft"])
+    tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
+               for n in src.tensors}
+    path = tmp_path / "wide.gguf"
+    write(path, {**src.metadata, "llama.feed_forward_length": 96}, tensors)
+    words = ("wide.gguf: tensor", "'blk.0.ffn_gate.weight' has shape", "pick another model")
+    for backend in ("cpu", "numpy"):
+        code, out, err = run(capsys, "generate", "--champion", path, "--prompt", "hi",
+                             "--backend", backend)
+        assert_one_error_line(code, err, *words)
+        code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                             "hi", "--backend", backend, "--draft", path)
+        assert_one_error_line(code, err, *words)
+    code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft", path)
+    assert code == 1 and all(w in out for w in words), out
+
+
 def test_a_draft_with_broken_weights_is_named(capsys, models, tmp_path):
     """A draft whose weights decode to NaN (every byte of its embedding 0xff) stops the run
     with one error line that names the draft and what to do, not the forward pass."""
@@ -434,6 +472,28 @@ def test_a_draft_with_broken_weights_is_named(capsys, models, tmp_path):
     code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
                        "--max-tokens", "4", "--k", "fixed:2", "--draft", str(path))
     assert_one_error_line(code, err, "draft model's logits are NaN", "draft ngram or none")
+
+
+def test_a_champion_with_broken_weights_is_named(capsys, models, tmp_path):
+    """A champion whose weights decode to NaN (every byte of its weight data 0xff) stops
+    generate and score with one error line that names the champion's weights and what to do,
+    not the forward pass."""
+    from pyspec.gguf import GGUFFile, RawTensor, write
+
+    src = GGUFFile.open(models["champion"])
+    tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
+               for n in src.tensors}
+    for tensor in tensors.values():
+        tensor.data[:] = 0xFF
+    path = tmp_path / "nan-champion.gguf"
+    write(path, dict(src.metadata), tensors)
+    for argv in (["generate", "--max-tokens", "4", "--draft", "none"],
+                 ["generate", "--max-tokens", "4", "--draft", "ngram", "--temperature", "0.8"],
+                 ["score", "--continuation-ids", "[5]"]):
+        code, out, err = run(capsys, *argv, "--champion", path, "--prompt", "hi")
+        assert_one_error_line(code, err, "champion model's logits are NaN",
+                              "weights may be corrupt", "download the model again")
+        assert "forward pass" not in err and out == ""
 
 
 def test_check_pair_says_a_drafter_is_not_a_draft_model(capsys, models):
@@ -509,6 +569,7 @@ def test_receipt_validates_and_prints(capsys, models, tmp_path):
     (None, "holds a string"),            # a text field added to a real receipt
     (None, "class"),                     # an adapter description instead of its class
     (None, "not a receipt's"),           # token ids added to a real receipt
+    (None, "unknown verify mode"),       # a setting out of its range
 ])
 def test_receipt_refuses_what_is_not_a_valid_receipt(capsys, models, tmp_path, content, words):
     path = tmp_path / "receipt.json"
@@ -518,6 +579,8 @@ def test_receipt_refuses_what_is_not_a_valid_receipt(capsys, models, tmp_path, c
             receipt["stats"]["adapter"] = "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, wgpu-py)"
         elif words == "not a receipt's":
             receipt["tokens"] = [19556, 665]
+        elif words == "unknown verify mode":
+            receipt["verify"] = "bogus"
         else:
             receipt["prompt"] = "the cat sat"
         content = json.dumps(receipt).encode()
@@ -610,8 +673,30 @@ def test_corrupt_or_missing_gguf(capsys, models):
         assert_one_error_line(code, err, "corrupt.gguf", "at byte ", "download it again")
         assert out == ""
     missing = str(Path(models["d"]) / "missing.gguf")
-    code, _, err = run(capsys, "generate", "--champion", missing, "--prompt", "hi")
-    assert_one_error_line(code, err, "missing.gguf", "cannot read the file")
+    for argv, words in [(["generate", "--champion", missing, "--prompt", "hi"],
+                         [missing, "no such file; check the path"]),
+                        (["generate", "--champion", models["d"], "--prompt", "hi"],
+                         [models["d"], "is a folder, not a GGUF file"]),
+                        (["tokenize", "--model", missing, "--text", "hi"], ["no such file"]),
+                        (["check-pair", "--champion", models["champion"], "--draft", missing],
+                         ["no such file"])]:
+        code, _, err = run(capsys, *argv)
+        assert_one_error_line(code, err, *words)
+        assert "corrupt" not in err and "download" not in err
+
+
+def test_a_missing_draft_is_named_as_typed(capsys, models):
+    """--draft ngram+PATH with no file at PATH names PATH as the user wrote it, not a
+    spelling of it they never typed (model:PATH)."""
+    missing = str(Path(models["d"]) / "nope.gguf")
+    for draft in (f"ngram+{missing}", missing):
+        code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                           "hi", "--max-tokens", 2, "--draft", draft)
+        assert_one_error_line(code, err, f"draft '{missing}'", "no GGUF draft model")
+        assert "model:" not in err
+    code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
+                       "--max-tokens", 2, "--draft", f"ngram+model:{missing}")
+    assert_one_error_line(code, err, f"draft 'model:{missing}'")
 
 
 def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):
@@ -637,12 +722,20 @@ def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):
     ([""], ["--repeat", "0"], ["--repeat must be >= 1"]),
     ([""], ["--drafts", ","], ["--drafts names no drafter"]),
     ([""], ["--out", "FILE"], ["is a file", "name a folder"]),
+    ([""], ["--out", "FILE/sub"], ["--out", "cannot write there", "Not a directory"]),
+    ([""], ["--out", "/proc/nope"], ["--out /proc/nope", "cannot write there"]),
+    (['"id": ["a"]'], ["--out", "NEW/a/b"], ["line 1"]),
 ], ids=["max-tokens-str", "max-tokens-null", "id-list", "stratum-list", "messages-line-2",
-        "cap-0", "per-stratum", "repeat", "no-drafts", "out-file"])
+        "cap-0", "per-stratum", "repeat", "no-drafts", "out-file", "out-under-file",
+        "out-unwritable", "out-nested-left-unmade"])
 def test_bench_refuses_bad_input_before_anything_runs(tiny, tmp_path, capsys, lines, extra,
                                                       words):
     """Each workload line and option is checked before a prompt runs: one error line naming the
-    line (and the prompt's id where the template refuses its messages), nothing written."""
+    line (and the prompt's id where the template refuses its messages), nothing written; an
+    --out that cannot be written is found then, not after the run, and the folders --out names
+    are not left behind by a refused run."""
+    if "/proc/nope" in extra and not os.path.isdir("/proc"):
+        pytest.skip("no /proc here")
     workload = tmp_path / "w.jsonl"
     rows = []
     for n, fields in enumerate(lines, 1):
@@ -652,13 +745,14 @@ def test_bench_refuses_bad_input_before_anything_runs(tiny, tmp_path, capsys, li
     workload.write_text("\n".join(rows) + "\n")
     (tmp_path / "FILE").write_text("keep me")
     out = tmp_path / "out"
-    extra = [str(tmp_path / "FILE") if x == "FILE" else x for x in extra]
+    extra = [str(tmp_path / x) if x.startswith(("FILE", "NEW")) else x for x in extra]
     argv = ["bench", "--workload", str(workload), "--champion", tiny.champion_path,
             "--drafts", "ngram", "--out", str(out), *extra]
     code = cli.main(argv)
     err = capsys.readouterr().err
     assert_one_error_line(code, err, *words)
     assert not out.exists() and (tmp_path / "FILE").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE", "w.jsonl"]
 
 
 def test_generate_sampling_controls_and_stop(capsys, models):
@@ -691,3 +785,71 @@ def test_generate_sampling_controls_and_stop(capsys, models):
         code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
                              "hi", "--max-tokens", 2, *extra)
         assert_one_error_line(code, err, *words)
+
+
+def test_stop_reads_backslash_escapes(capsys, models, tok):
+    """--stop "\\n" (what a shell passes for "\\n": a backslash and an n) stops at a newline, as
+    the demo page reads its stop strings; \\t is a tab, \\\\ a backslash, other backslashes stay."""
+    assert cli.unescape(r"\n\n") == "\n\n" and cli.unescape(r"a\tb") == "a\tb"
+    assert cli.unescape(r"\\n") == "\\n" and cli.unescape(r"\x\\") == "\\x\\"
+    newline = tok.encode("\n")
+    assert len(newline) == 1
+    flags = ("--max-tokens", 6, "--draft", "none", "--logit-bias", f"{newline[0]}=100")
+    r = generate_json(capsys, models["champion"], *flags)
+    assert r["text"].startswith("\n") and r["finish_reason"] == "length"
+    cut = generate_json(capsys, models["champion"], *flags, "--stop", r"\n")
+    assert cut["text"] == "" and cut["finish_reason"] == "stop"
+    literal = generate_json(capsys, models["champion"], *flags, "--stop", r"\\n")
+    assert literal["text"] == r["text"] and literal["finish_reason"] == "length"
+
+
+def test_raw_applies_to_prompt_only(capsys, models, tmp_path):
+    """--raw with --messages-json would be ignored: generate and score refuse it by name."""
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    for argv in (["generate", "--max-tokens", 2], ["score", "--continuation-ids", "[5]"]):
+        code, out, err = run(capsys, *argv, "--champion", models["champion"], "--messages-json",
+                             path, "--raw")
+        assert_one_error_line(code, err, "--raw applies to --prompt only")
+        assert out == ""
+
+
+def test_ctx_beyond_the_model_is_refused_naming_its_context(capsys, models):
+    """--ctx above the model's own context (256 here) is refused with the maximum named, not
+    cut silently; a prompt too long for the context says how far the context can go, or that
+    it is the model's whole context already."""
+    for command in (["generate", "--prompt", "hi"], ["chat"]):
+        code, out, err = run(capsys, *command, "--champion", models["champion"], "--ctx", 257)
+        assert_one_error_line(code, err, "--ctx 257", "its context is 256", "at most 256")
+        assert out == ""
+    for raw in ([], ["--raw"]):
+        base = ["generate", "--champion", models["champion"], "--prompt", LONG_TEXT, *raw,
+                "--context-overflow", "error", "--max-tokens", 4]
+        code, _, err = run(capsys, *base, "--ctx", 128)
+        assert_one_error_line(code, err, "raise the context length (up to the model's 256)")
+        code, _, err = run(capsys, *base)
+        assert_one_error_line(code, err, "256 positions is the model's whole context")
+        assert "raise" not in err
+
+
+def test_prompt_too_long_for_the_engine_names_the_models_context(models):
+    """The engine's own refusal (a prompt that fills the context) names how far the context
+    can be raised, or that it is the model's whole context."""
+    from pyspec.engine import Engine, PromptTooLongError
+    from pyspec.load import backend
+
+    model = Model.load(models["champion"])
+    tok = Tokenizer.from_metadata(model.metadata)
+    ids = tok.encode(LONG_TEXT)
+    for ctx, words in [(64, "raise the context length, up to the model's 256"),
+                       (None, "256 positions is the model's whole context")]:
+        with pytest.raises(PromptTooLongError, match=words):
+            Engine(backend(model, "none", ctx), tok).generate(ids)
+
+
+def test_help_lists_every_command():
+    p = run_module("--help")
+    assert p.returncode == 0
+    description = p.stdout.split("positional arguments")[0]
+    for command in cli.parser()._subparsers._group_actions[0].choices:
+        assert command in description, (command, description)

@@ -269,3 +269,32 @@ def test_cli_generate_context_overflow(tiny, tmp_path, capsys):
     assert cli.main(args) == 0 and "note:" not in capsys.readouterr().err
     assert cli.main(args + ["--ctx", str(full - 20), "--context-overflow", "error"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--top-p", "5"], "top_p"),
+    (["--max-tokens", "0"], "max_tokens"),
+    (["--k", "bogus"], "bogus"),
+    (["--logit-bias", "9999=1"], "logit_bias key"),
+    (["--verify", "greedy", "--temperature", "1"], "verify=greedy needs temperature 0"),
+], ids=["top-p", "max-tokens", "k", "logit-bias-id", "greedy-hot"])
+def test_cli_chat_refuses_bad_options_before_the_first_line(tiny, monkeypatch, capsys, extra,
+                                                            words):
+    """A bad option ends the chat at once with one error line (exit 2): no banner, no prompt
+    and no reply first, on a terminal as on piped input (the input is never read)."""
+    import io
+
+    from pyspec import cli
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stdin in (io.StringIO("hi\n"), Terminal("hi\n"), io.StringIO("")):
+        monkeypatch.setattr("sys.stdin", stdin)
+        code = cli.main(["chat", "--champion", tiny.champion_path, "--max-tokens", "6",
+                         "--draft", "none", *extra])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "", err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+        assert words in err and stdin.tell() == 0

@@ -67,15 +67,27 @@ def draft_paths(tiny, tmp_path_factory) -> dict[str, str]:
     return paths
 
 
-@pytest.mark.parametrize("backend,kind", [("cpu", "copy"), ("gpu", "copy"), ("cpu", "borrowed")])
+# ("gpu", "copy", "fixed:1", True): a real GPU's defaults forced on the software adapter, the
+# draft's cycles fed on the device (gpu/ahead.py) and the per-row kernels split over each row
+# (sampling.py), at K = 1, so that the second token is the bonus whenever the draft is accepted
+# (the champion's row K, which fixed:2 with three tokens never reaches).
+@pytest.mark.parametrize("backend,kind,k,gpu_defaults", [
+    ("cpu", "copy", "fixed:2", False), ("gpu", "copy", "fixed:2", False),
+    ("gpu", "copy", "fixed:1", True), ("cpu", "borrowed", "fixed:2", False)])
 def test_rejection_with_a_trained_shape_draft_matches_the_champion(tiny, draft_paths, backend,
-                                                                   kind, request):
+                                                                   kind, k, gpu_defaults,
+                                                                   request, monkeypatch):
     if backend == "gpu":
         request.getfixturevalue("gpu")
+    if gpu_defaults:
+        from pyspec.gpu.backend import GPUBackend
+        monkeypatch.setattr(GPUBackend, "split_rows", True)
+        monkeypatch.setattr(GPUBackend, "device_draft_ahead", True)
     path = draft_paths[kind]
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
     engine = Engine(backend_for(tiny.on(backend), path), tiny.tokenizer)
-    exact, bound = assert_two_token_distribution(engine, tiny.champion, prefix, "fixed:2")
+    exact, bound = assert_two_token_distribution(engine, tiny.champion, prefix, k,
+                                                 two_drafts=k == "fixed:2")
     # teeth: the draft's own distribution is further from the champion's than the bound
     draft_joint = exact_two_token_distribution(load_bound(path, tiny.champion_path), prefix,
                                                PREFIX_TEMPERATURE)

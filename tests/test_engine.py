@@ -117,9 +117,12 @@ def test_replay_equals_champion_only_sampling(tiny, temperature, backend):
     seed = 1234
     expected = replay_reference(tiny, temperature, seed)
     if backend == "gpu":  # champion-only replay on the GPU is the reference there
-        expected = engine_for(tiny, "none", "gpu").generate(
+        gpu_alone = engine_for(tiny, "none", "gpu").generate(
             tiny.prompt, Options(max_tokens=30, temperature=temperature, seed=seed,
                                  stop_at_eos=False)).tokens
+        # and it is the plain loop's on this model (its Gumbel keys and positions too)
+        assert gpu_alone == expected
+        expected = gpu_alone
     for draft in DRAFTS:
         engine = engine_for(tiny, draft, backend)
         for k in range(1, 7):
@@ -183,11 +186,14 @@ def ngram_friendly_prefix(model: Model, tokenizer) -> list[int]:
     ("cpu", "close", "fixed:2", 1.3), ("cpu", "close", "fixed:1", 1.0),
     ("cpu", "ngram", "fixed:2", 1.0), ("cpu", "ngram", "fixed:2", 0.6),
     ("cpu", "self:1", "confidence:0.5", 1.0), ("cpu", "ngram+close", "fixed:2", 1.0),
-    ("fastcpu", "close", "fixed:2", 1.0), ("fastcpu", "close", "fixed:1", 0.6)])
+    ("fastcpu", "close", "fixed:2", 1.0), ("fastcpu", "close", "fixed:1", 0.6),
+    ("gpu", "ngram", "fixed:1", 1.0)])
 # On the GPU (the draft's samples, its q_draft rows, the residual and the bonus all kernels) the
-# same test runs with a draft model of the trained draft's shape: tests/test_draft_architecture.py.
+# same test runs with a draft model of the trained draft's shape: tests/test_draft_architecture.py;
+# here the device's n-gram lookup (one-hot drafts, FLAG_ONE_HOT: q is not read) with the per-row
+# kernels split as on a real GPU, at K = 1, so the bonus is measured.
 def test_rejection_matches_champion_distribution(tiny, backend, draft, k, temperature,
-                                                 monkeypatch):
+                                                 monkeypatch, request):
     """The first two emitted tokens over 10,000 seeded runs (max_tokens=3, so a cycle may draft
     2 tokens and reach the residual after an accepted draft, or the bonus after two; at fixed:1
     the second token is the bonus whenever the one draft is accepted), at temperatures below,
@@ -200,6 +206,10 @@ def test_rejection_matches_champion_distribution(tiny, backend, draft, k, temper
     # The confidence stop is under test, not the break-even guard: on a busy machine the guard's
     # timings can switch drafting off for the whole run, leaving nothing to check.
     monkeypatch.setattr(schedule.Confidence, "guarded", False)
+    if backend == "gpu":
+        request.getfixturevalue("gpu")
+        from pyspec.gpu.backend import GPUBackend
+        monkeypatch.setattr(GPUBackend, "split_rows", True)
     # Short, so that 10,000 runs stay fast.
     prefix = (ngram_friendly_prefix(tiny.champion, tiny.tokenizer) if draft == "ngram"
               else tiny.tokenizer.encode("the cat. the cat. the"))

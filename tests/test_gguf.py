@@ -404,9 +404,10 @@ MALFORMED = {
     "unknown-tensor-type": (_file([], [_ti("t", [32], 99)], bytes(160)), "type 99", KV_AT),
     "unsupported-q4_k": (_file([], [_ti("t", [256], 12)], bytes(160)), "type 12", KV_AT),
     "misaligned-offset": (_file([], [_ti("t", [8], 0, 4)], bytes(64)), "aligned", KV_AT),
-    "data-past-eof": (_file([], [_ti("t", [8], 0, 32)], bytes(32)), "past the end", KV_AT),
+    # (the offset of data past the end is where the file ends)
+    "data-past-eof": (_file([], [_ti("t", [8], 0, 32)], bytes(32)), "past the end", 96),
     "data-past-eof-huge-dims": (_file([], [_ti("t", [2**40] * 4)], bytes(32)), "past the end",
-                                KV_AT),
+                                128),
     "dim-0": (_file([], [_ti("t", [8, 0])], bytes(32)), "dim 0", KV_AT),
     "dim-huge": (_file([], [_ti("t", [2**63])], bytes(32)), "dim", KV_AT),
     "partial-block": (_file([], [_ti("t", [16], 8)], bytes(64)), "block size", KV_AT),
@@ -442,11 +443,28 @@ def test_error_is_a_value_error_with_source():
 
 
 def test_open_missing_or_unreadable(tmp_path):
-    with pytest.raises(GGUFError, match="cannot read the file") as e:
+    """A path that names no file, or a folder, is said to be so, with no advice about corrupt
+    bytes: the file is not corrupt, the path is wrong."""
+    with pytest.raises(GGUFError, match="no such file; check the path") as e:
         GGUFFile.open(tmp_path / "missing.gguf")
-    assert "missing.gguf" in str(e.value)
-    with pytest.raises(GGUFError, match="cannot read the file"):
-        GGUFFile.open(tmp_path)   # a directory
+    assert str(tmp_path / "missing.gguf") in str(e.value)
+    assert "corrupt" not in str(e.value) and "download" not in str(e.value)
+    with pytest.raises(GGUFError, match="is a folder, not a GGUF file") as e:
+        GGUFFile.open(tmp_path)
+    assert "corrupt" not in str(e.value) and "download" not in str(e.value)
+
+
+def test_truncated_data_names_where_the_file_ends(small, tmp_path):
+    """A file cut inside a tensor's data says the file ends at its size, not at the byte of
+    that tensor's entry in the header (which it once named as where the file was cut)."""
+    blob, f, end = small
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(blob[:end - 3])
+    with pytest.raises(GGUFError) as e:
+        GGUFFile.open(path)
+    assert e.value.offset == end - 3
+    assert f"runs past the end of the file at byte {end - 3}." in str(e.value)
+    assert "download it again" in str(e.value)
 
 
 def test_random_mutations_parse_or_raise_gguf_error(small):

@@ -274,6 +274,15 @@ def test_gpu_schema_requests_equal_constrained_champion_only(tj, gpu, draft):
         finally:
             engine.backend.device_mask, engine.backend.device_filters = True, None
         assert host.tokens == r.tokens and host_sampled.tokens == on_device.tokens
+        # replay's reference is constrained champion-only sampling with the same seed, on the
+        # GPU and on the CPU (the two agree on this model), not another speculative run
+        alone = {**sampled, "k": "fixed:0"}
+        sampled_ref = Engine(backend_for(model, "none"), tj.tokenizer).generate(
+            tj.prompt, Options(**alone))
+        cpu_ref = run(tj, "none", SCHEMAS[name],
+                      **{k: v for k, v in alone.items() if k != "json_schema"})
+        assert on_device.tokens == sampled_ref.tokens == cpu_ref.tokens
+        assert on_device.stats["accepted"] > 0
         assert "host_accept_s" in host.stats["backend_timing"]
         assert "host_accept_s" not in on_device.stats["backend_timing"]
 

@@ -125,8 +125,8 @@ def test_validate_refuses_what_is_not_a_receipt(tiny):
                           ({"seed": float("nan")}, "finite")]:
         with pytest.raises(ValueError, match=words):
             receipts.validate({**real, **change})
-    for gone in ("champion_sha256", "stats"):
-        with pytest.raises(ValueError, match="needs"):
+    for gone in ("champion_sha256", "stats", "verify", "draft", "sampling", "seed"):
+        with pytest.raises(ValueError, match=f"needs {gone}"):
             receipts.validate({k: v for k, v in real.items() if k != gone})
     with pytest.raises(ValueError, match="schema"):
         receipts.validate({**real, "schema": "other/1"})
@@ -232,3 +232,60 @@ def test_receipt_names_the_adapter_class_on_each_backend(tiny, backend):
 
 def backend_for(tiny, name):
     return backend(tiny.on(name), "ngram")
+
+
+def test_validate_refuses_settings_out_of_their_range(tiny):
+    """The settings a receipt records are checked by the rules a request's are (Options.check):
+    the verify mode (and that it is the one its temperature runs), the seed, each sampling
+    control; counts are never negative and draft.kind is one a drafter has."""
+    engine = Engine(backend(tiny.champion, "ngram"), tiny.tokenizer)
+    real = engine.generate(tiny.prompt, Options(max_tokens=4)).receipt
+    hot = engine.generate(tiny.prompt, Options(max_tokens=4, temperature=0.7, seed=3,
+                                               verify="rejection", top_p=0.9)).receipt
+    receipts.validate(hot)
+    sampling, stats, draft = real["sampling"], real["stats"], real["draft"]
+    for change, words in [
+            ({"verify": "bogus"}, "unknown verify mode 'bogus'"),
+            ({"verify": None}, "verify None is not what temperature 0"),
+            ({"verify": "replay"}, "not what temperature 0.0 runs \\(.greedy.\\)"),
+            ({**hot, "verify": "greedy"}, "verify=greedy needs temperature 0"),
+            ({"seed": -5}, "seed must be an integer in \\[0, 2\\^64\\)"),
+            ({"seed": 1 << 64}, "seed"),
+            ({"seed": 2.5}, "seed"),
+            ({"sampling": {**sampling, "top_p": 7}}, "top_p must be a number in \\(0, 1\\]"),
+            ({"sampling": {**sampling, "min_p": -1}}, "min_p"),
+            ({"sampling": {**sampling, "top_k": "5"}}, "top_k"),
+            ({"sampling": {**sampling, "presence_penalty": 3}}, "presence_penalty"),
+            ({"sampling": {**sampling, "repetition_penalty": 0}}, "repetition_penalty"),
+            ({"sampling": {**sampling, "stop": -1}}, "sampling.stop is a count"),
+            ({"sampling": {**sampling, "extra": 1}}, "sampling must be an object"),
+            ({"sampling": 3}, "sampling must be an object"),
+            ({"stats": {**stats, "generated_tokens": -1}}, "'generated_tokens' is -1"),
+            ({"stats": {**stats, "accepted_by_position": [1, -2]}}, "accepted_by_position"),
+            ({"stats": {**stats, "peak_bytes": {**stats["peak_bytes"], "kv": -8}}},
+             "never negative"),
+            ({"faults": [{"kind": "device_lost", "at_token": -1}]}, "'at_token' is -1"),
+            ({"draft": {**draft, "kind": "whatever"}}, "draft.kind must be one of"),
+            ({"draft": None}, "draft.kind"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            receipts.validate({**real, **change})
+    # negative penalties are settings, not counts
+    receipts.validate({**hot, "sampling": {**hot["sampling"], "presence_penalty": -1.5}})
+    for kind in receipts.DRAFT_KINDS:
+        receipts.validate({**real, "draft": {**draft, "kind": kind}})
+
+
+@pytest.mark.parametrize("draft, opts", [
+    ("none", {}), ("self:1", {}), ("ngram", {"json_schema": {"type": "integer"}}),
+    ("none", {"json_schema": {"type": "integer"}}),
+    ("ngram", {"temperature": 1.0, "verify": "replay", "seed": (1 << 64) - 1, "top_k": 3,
+               "min_p": 0.1, "frequency_penalty": -2, "logit_bias": {5: -100}, "stop": ("x",)}),
+])
+def test_every_kind_of_real_receipt_validates(tiny, draft, opts):
+    """build validates each receipt it makes: a drafter of each kind, a schema request (with and
+    without a drafter: draft.kind "forced"), every control set."""
+    engine = Engine(backend(tiny.champion, draft), tiny.tokenizer)
+    receipt = engine.generate(tiny.prompt, Options(max_tokens=4, **opts)).receipt
+    receipts.validate(receipt)
+    assert receipt["draft"]["kind"] in receipts.DRAFT_KINDS

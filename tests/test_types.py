@@ -24,12 +24,14 @@ const decoder: SpecDecoder = await SpecDecoder.create({ champion: { url: "/model
 const completion = await decoder.chat.completions.create({
   messages: [{ role: "user", content: "Hi" }], max_tokens: 16, temperature: 0.7, seed: 3 });
 const text: string | null = completion.choices[0].message.content;
-const used: number = completion.usage.completion_tokens + completion.usage.prompt_tokens;
+const used: number = completion.usage.completion_tokens + (completion.usage.prompt_tokens ?? 0);
+const built: number | undefined = decoder.info?.load_ms.engine;
+const gpu: boolean = decoder.info?.webgpu.available ?? false;
 const stream = await decoder.chat.completions.create({
   messages: [{ role: "user", content: "Hi" }], stream: true, signal: new AbortController().signal });
 for await (const chunk of stream) {
   const c: ChatCompletionChunk = chunk;
-  console.log(c.choices[0].delta.content ?? "", text, used);
+  console.log(c.choices[0].delta.content ?? "", text, used, built, gpu);
 }
 try { await decoder.cancel(); } catch (e) { if (e instanceof SpecError) console.log(e.code); }
 """
@@ -112,3 +114,12 @@ def test_the_facade_takes_the_schema_as_response_format_only(tmp_path):
                              f"json_schema: {{ name: \"x\", schema: {schema} }} }} }}")
     done = tsc(tmp_path, "app.ts", good, "--strict")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_usage_may_be_null_where_the_prompt_was_never_counted(tmp_path):
+    """A request aborted while it waited has no prompt count: usage says null, and the types
+    make the page handle it."""
+    script = FACADE_TS.replace("(completion.usage.prompt_tokens ?? 0)",
+                               "completion.usage.prompt_tokens")
+    done = tsc(tmp_path, "app.ts", script, "--strict")
+    assert done.returncode != 0 and "possibly 'null'" in done.stdout

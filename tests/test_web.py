@@ -337,6 +337,31 @@ def test_session_refuses_malformed_requests_by_code_and_stays_usable(tiny, champ
         reference["tokens"]
 
 
+def test_only_reading_the_request_is_blamed_on_it(tiny, champion_bytes, monkeypatch):
+    """bad_config is for a request that fails its checks; an engine that cannot be built for a
+    valid one is worker_oom when memory ran out (client.js resumes on a new worker), else
+    internal. A checked request calls on_start once before it runs (worker.js's `started`,
+    which the facade's create() waits for); a refused one never does."""
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 64}), champion_bytes))
+    started = []
+
+    def generate(config):
+        return json.loads(run(s.generate(1, MESSAGES, json.dumps(config), lambda *a: None,
+                                         "null", lambda: started.append(len(started)))))
+
+    assert generate({"max_tokens": 2})["tokens"] and started == [0]
+    assert generate({"top_p": 0})["error"]["code"] == "bad_config" and started == [0]
+    for failure, code in [(MemoryError("wasm heap"), "worker_oom"), (RuntimeError("a bug"),
+                                                                      "internal")]:
+        async def failing(*args, failure=failure, **kwargs):
+            raise failure
+        monkeypatch.setattr(web, "make_engine", failing)
+        err = generate({"max_tokens": 2, "draft": "none"})["error"]   # a new engine for "none"
+        assert err["code"] == code, err
+    assert started == [0]
+
+
 # --- the one rule the page keeps about drafts --------------------------------------------------
 def test_session_takes_the_sampling_controls_by_their_openai_names(tiny, champion_bytes):
     """A generate config's sampling controls and stop reach the engine (the same tokens as

@@ -18,6 +18,7 @@ export type SpecErrorCode =
   | "gpu_timeout"
   | "gpu_unrecoverable"
   | "incompatible_draft"
+  | "insecure_context"
   | "internal"
   | "no_webgpu"
   | "not_ready"
@@ -36,7 +37,8 @@ export declare class SpecError extends Error {
 }
 
 // --- the decoder ---------------------------------------------------------------------------------
-/** A model in the site's manifest.json by name ("tiny", "smollm2"), or a GGUF by URL. A draft
+/** A model in the site's manifest.json by name ("tiny", "smollm2"), or a GGUF by URL (`sha256`:
+ *  64 hex digits, either case; without it the weights are not cached in OPFS). A draft
  *  by URL may bring its reduced head (`vocab`: a DRAFT.vocab.json, schema pyspec.draft-vocab/1),
  *  which the numpy engine's draft runs with; a site's draft brings the one its manifest lists. */
 export type ModelSpec = string | { url: string; sha256?: string; size?: number;
@@ -191,7 +193,8 @@ export interface Receipt {
   stats: Partial<Stats>;
   /** Faults this request recovered from: a GPU fault or a dead worker (cycle, at_token; the
    *  adapter that failed; restart_s, a worker's restart), or one met while the weights loaded
-   *  (kind and recovery_s only: the first request after the load carries them). */
+   *  (kind, recovery_s, and at_token and cycle 0: the first request after the load carries
+   *  them). */
   faults?: { kind: string; recovery_s: number; cycle?: number; at_token?: number;
              adapter?: string; restart_s?: number }[];
   [field: string]: unknown;
@@ -208,11 +211,33 @@ export interface GenerateResult {
 
 /** The worker's `ready` message. */
 export interface ReadyInfo {
+  /** The engine's adapter: a WebGPU adapter's name, or "cpu-numpy". */
   adapter: string;
+  /** Why the GPU is not used (a software adapter, no WebGPU, a shader error, backend "cpu");
+   *  null when it is. */
+  fallback: string | null;
+  /** What navigator.gpu offered, whatever the engine chose. */
+  webgpu: { available: boolean; vendor?: string; architecture?: string; description?: string;
+            fallback?: boolean | null; error?: string };
   champion: string;
+  /** The draft model's name when one was loaded, else null. */
+  draft_model: string | null;
+  /** The default drafter: "ngram", "none", "self:L", "model", ... */
+  draft: string;
   context: number;
+  vocab: number;
+  n_layers: number;
+  pyspec_version: string;
+  weight_bytes: number;
+  /** The CPU engine's row kernel; null on WebGPU. */
+  cpu_kernel: string | null;
   /** The draft's head rows on the numpy engine when it runs a reduced head; null: its full head. */
   draft_head_rows?: number | null;
+  /** Milliseconds of the model's build: the GGUF's header, the tokenizer, the draft model, the
+   *  engine (weights dequantized or uploaded, kernels compiled). */
+  load_ms: { parse: number; tokenizer: number; draft: number; engine: number };
+  /** Milliseconds from the init request to ready. */
+  init_ms: number;
   startup: Startup;
   /** Faults met while loading and recovered from (a damaged cache downloaded again, no OPFS,
    *  a dropped download resumed, ...); each also went to onNotice. */
@@ -254,7 +279,8 @@ export interface ChatCompletionRequest extends Omit<SamplingConfig, "json_schema
   temperature?: number | null;
   max_tokens?: number | null;
   seed?: number | null;
-  /** Aborting stops the request after its current cycle; it ends with finish_reason "abort". */
+  /** Aborting stops this request only (the decoder's others go on), after its current cycle or
+   *  before it starts; it ends with finish_reason "abort". */
   signal?: AbortSignal | null;
   pyspec?: PyspecRequestOptions | null;
 }
@@ -262,10 +288,12 @@ export interface ChatCompletionRequest extends Omit<SamplingConfig, "json_schema
 /** "abort": an AbortSignal stopped it (as in WebLLM); "length": max_tokens or the context. */
 export type FinishReason = "stop" | "length" | "abort";
 
+/** prompt_tokens and total_tokens are null (unlike OpenAI's) for a request stopped before it
+ *  ran, aborted while it waited behind another: its prompt was never counted. */
 export interface CompletionUsage {
-  prompt_tokens: number;
+  prompt_tokens: number | null;
   completion_tokens: number;
-  total_tokens: number;
+  total_tokens: number | null;
 }
 
 /** The speculation behind a finished request. */
@@ -319,6 +347,8 @@ export interface ChatCompletion {
   pyspec: PyspecUsage;
 }
 
+/** With stream: true, create() resolves once a worker has checked the request and started it
+ *  (a request queued behind another: when its turn comes), so a bad value rejects the call. */
 export interface Completions {
   create(request: ChatCompletionRequest & { stream: true }):
     Promise<AsyncGenerator<ChatCompletionChunk, void, undefined>>;
@@ -342,8 +372,8 @@ export declare class SpecDecoder {
   generate(messages: ChatMessage[], config?: GenerateConfig):
     AsyncGenerator<Chunk, GenerateResult, undefined>;
   /** Stop this decoder's generations: the running one after its current cycle, those waiting
-   *  behind it before they start (finish_reason "cancelled"); resolves with whether one was
-   *  there to stop. */
+   *  behind it or for a new worker before they start (finish_reason "cancelled"); resolves
+   *  with whether one was there to stop. */
   cancel(): Promise<boolean>;
   stats(): Promise<Stats | null>;
   /** info.startup as of now: the snapshot's state moves from "making" to "saved" or "failed". */
@@ -351,7 +381,8 @@ export declare class SpecDecoder {
   receipt(): Promise<Receipt | null>;
   loseDevice(): Promise<boolean>;
   /** Load the weights again in the same worker; another champion or maxCtx instead when given
-   *  (they stay the decoder's); loadDrill, champion and maxCtx as SpecDecoderOptions'. */
+   *  (they stay the decoder's); loadDrill, champion and maxCtx as SpecDecoderOptions' (any
+   *  other option is refused, bad_config). */
   reload(options?: { loadDrill?: string | null; champion?: ModelSpec;
                      maxCtx?: number | null }): Promise<ReadyInfo>;
   /** WebGPU devices alive, their buffers' bytes and the wasm heap, for leak checks. */

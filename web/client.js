@@ -110,10 +110,38 @@ function facadeConfig(request, champion) {
   return config;
 }
 
+// A number JSON cannot carry (NaN, Infinity) would reach the worker as null, that is as the
+// option's default: refused instead, by the option's name (`logit_bias.101`, ...).
+function checkFinite(value, name, seen = new Set()) {
+  if (typeof value === "number" && !Number.isFinite(value)) {
+    throw new SpecError("bad_config", `${name} must be a finite number, got ${value}`);
+  }
+  if (value === null || typeof value !== "object" || seen.has(value)) return;
+  seen.add(value);
+  for (const [key, item] of Object.entries(value)) {
+    checkFinite(item, name ? `${name}.${key}` : key, seen);
+  }
+}
+
+// The facade's stream, once create() has its first step: that step, then the rest. The rest
+// is closed however the caller stops, so a request it broke out of is cancelled.
+async function* streamFrom(first, rest) {
+  try {
+    const step = await first;
+    if (step.done) return;
+    yield step.value;
+    yield* rest;
+  } finally {
+    await rest.return();
+  }
+}
+
 // The options SpecDecoder.create takes (client.d.ts SpecDecoderOptions); any other is refused.
 const CREATE_OPTIONS = ["workerUrl", "champion", "draft", "maxCtx", "backend", "onProgress",
                         "maxRestarts", "stallTimeoutMs", "onNotice", "drills", "loadDrill",
                         "snapshot"];
+const RELOAD_OPTIONS = ["loadDrill", "champion", "maxCtx"];
+const TERMINATED = "the decoder was terminated: create a new one";
 
 export class SpecDecoder {
   /** Start a worker, load Pyodide, pyspec and the weights; resolves when ready to generate. */
@@ -129,7 +157,7 @@ export class SpecDecoder {
   }
 
   #opts; #worker = null; #seq = 0; #pending = new Map();
-  #active = new Set();  // the worker ids of this decoder's generate requests in flight
+  #active = new Set();  // the records of this decoder's generate requests in flight (#run)
   #restarting = null;   // the restart under way (one for every request the death stopped)
   #terminated = false;
   #lastSign = 0;        // performance.now() of the worker's last message
@@ -141,6 +169,12 @@ export class SpecDecoder {
   chat = { completions: { create: (request) => this.#createCompletion(request) } };
 
   constructor(options = {}) {
+    // Browsers give crypto.randomUUID, OPFS and Web Locks to secure contexts only.
+    if (globalThis.isSecureContext === false) {
+      throw new SpecError("insecure_context", `pyspec needs a secure context: ` +
+                          `${globalThis.location?.origin} is not one; serve the page over ` +
+                          "HTTPS (or from http://localhost while developing)");
+    }
     const unknown = Object.keys(options ?? {}).filter((name) => !CREATE_OPTIONS.includes(name));
     if (unknown.length) {
       throw new SpecError("bad_config", `unknown option ${unknown.join(", ")}: ` +
@@ -156,13 +190,24 @@ export class SpecDecoder {
 
   // --- plumbing -----------------------------------------------------------------------------
   #spawn() {
+    // terminate() may run meanwhile (from onNotice, during a restart): start nothing then.
+    if (this.#terminated) throw new SpecError("terminated", TERMINATED);
     // A worker replaced while requests wait on it: they fail as for a death, never hang.
     if (this.#worker) this.#died(new SpecError("worker_died", "the worker was replaced"));
     const name = `pyspec-worker-${crypto.randomUUID()}`;
-    const w = new Worker(this.#opts.workerUrl, { type: "module", name });
+    const url = this.#opts.workerUrl;
+    let w;
+    try {
+      w = new Worker(url, { type: "module", name });
+    } catch (e) {   // a malformed URL (SyntaxError), another origin's (SecurityError)
+      throw new SpecError("bad_config", `workerUrl ${url} cannot start a worker (${e?.name}: ` +
+                          `${e?.message}); give the URL of the site's worker.js, on this origin`);
+    }
+    let heard = false;    // a message came: worker.js and its imports loaded
     this.#lastSign = performance.now();
     w.onmessage = (e) => {
       if (this.#worker !== w) return;
+      heard = true;
       this.#lastSign = performance.now();
       if (e.data?.type === "alive") this.#watchLock(w, name);
       else this.#route(e.data);
@@ -170,7 +215,12 @@ export class SpecDecoder {
     // An uncaught error or a failed module load: the worker cannot be trusted any more.
     w.onerror = (e) => {
       e.preventDefault?.();
-      this.#died(new SpecError("worker_died", `the worker failed: ${e.message ?? "unknown error"}`));
+      if (this.#worker !== w) return;
+      this.#died(heard
+        ? new SpecError("worker_died", `the worker failed: ${e.message ?? "unknown error"}`)
+        : new SpecError("download_failed", `the worker could not start: ${url} (or pyodide/ ` +
+                        `beside it) could not be loaded${e.message ? ` (${e.message})` : ""}; ` +
+                        "check workerUrl and that the site's files are served there"));
     };
     this.#worker = w;
     this.#watchdog ??= setInterval(() => this.#checkStall(), 1000);
@@ -218,7 +268,7 @@ export class SpecDecoder {
   #request(type, payload = {}, { onEvent = null, id = ++this.#seq } = {}) {
     return new Promise((resolve, reject) => {
       if (this.#terminated) {
-        reject(new SpecError("terminated", "the decoder was terminated: create a new one"));
+        reject(new SpecError("terminated", TERMINATED));
         return;
       }
       if (!this.#worker) {
@@ -249,9 +299,12 @@ export class SpecDecoder {
   }
 
   // A new worker after a death, shared by every request that death stopped: each of them then
-  // resumes there (a second spawn would replace the first one's worker under it).
+  // resumes there (a second spawn would replace the first one's worker under it). One that
+  // fails to load goes, so that a request stopped by the same death restarts afresh.
   #restart() {
-    this.#restarting ??= this.#start().finally(() => { this.#restarting = null; });
+    this.#restarting ??= this.#start()
+      .catch((e) => { this.#died(e); throw e; })
+      .finally(() => { this.#restarting = null; });
     return this.#restarting;
   }
 
@@ -272,95 +325,119 @@ export class SpecDecoder {
     return yield* this.#run(messages, config, {});
   }
 
-  // generate(); `handle.id` follows the worker id of the request (a new one after a restart),
-  // so that the facade's AbortSignal cancels this request and no other; handle.onPosted() runs
-  // each time the request has gone to a worker.
-  async *#run(messages, config, handle) {
+  // generate(); `req` is the request's record while it runs: req.id its worker id (a new one
+  // after a restart), req.worker the worker it went to (null while it waits for a new one),
+  // req.cancelled set by cancel() and the facade's AbortSignal (it outlives a worker), and
+  // req.onStarted() run when a worker has checked the request and starts it.
+  async *#run(messages, config, req) {
     if (config === null || typeof config !== "object" || Array.isArray(config)) {
       throw new SpecError("bad_config", "generate's config must be an object of options");
     }
+    checkFinite(config, "");
     const { drill = null, ...workerConfig } = config;
     let terminateAt = this.#clientDrill(drill, workerConfig);   // a cycle count, or null
-    let shown = 0;            // characters delivered to the caller
+    let shown = 0, text = ""; // characters delivered to the caller
     const ids = [];           // the token ids behind them: what a new worker resumes from
     let cycle = 0;            // cycles the current worker's run has reported
     let resume = null, restarts = 0, faultAt = null;
-    for (;;) {
-      const id = ++this.#seq;
-      const queue = [];
-      let wake = null;
-      const push = (item) => { queue.push(item); wake?.(); };
-      handle.id = id;
-      this.#active.add(id);
-      const done = this.#request("generate", { messages, config: workerConfig, resume },
-                                 { id, onEvent: (msg) => push({ chunk: msg }) });
-      done.then((msg) => push({ done: msg }), (err) => push({ error: err }));
-      handle.onPosted?.();
-      let finished = false;
-      try {
-        for (;;) {
-          if (!queue.length) await new Promise((r) => { wake = r; });
-          wake = null;
-          const item = queue.shift();
-          if (item.chunk) {
-            const { offset, text, tokens } = item.chunk;
-            cycle = item.chunk.cycle;
-            if (terminateAt !== null && cycle >= terminateAt) {
-              // The drill: a real terminate(), found by the liveness checks like any death.
-              terminateAt = null;
-              faultAt = performance.now();
-              this.#worker.terminate();
+    this.#active.add(req);
+    try {
+      for (;;) {
+        const id = ++this.#seq;
+        const queue = [];
+        let wake = null;
+        const push = (item) => { queue.push(item); wake?.(); };
+        req.id = id;
+        req.worker = this.#worker;
+        const onEvent = (msg) => (msg.type === "started" ? req.onStarted?.()
+                                                         : push({ chunk: msg }));
+        const done = this.#request("generate", { messages, config: workerConfig, resume },
+                                   { id, onEvent });
+        done.then((msg) => push({ done: msg }), (err) => push({ error: err }));
+        if (req.cancelled) this.#cancelRequest(req);   // asked before it went to this worker
+        let finished = false;
+        try {
+          for (;;) {
+            if (!queue.length) await new Promise((r) => { wake = r; });
+            wake = null;
+            const item = queue.shift();
+            if (item.chunk) {
+              const { offset, tokens } = item.chunk;
+              cycle = item.chunk.cycle;
+              if (terminateAt !== null && cycle >= terminateAt) {
+                // The drill: a real terminate(), found by the liveness checks like any death.
+                terminateAt = null;
+                faultAt = performance.now();
+                this.#worker.terminate();
+              }
+              if (offset + item.chunk.text.length <= shown) continue;    // never shown twice
+              ids.push(...item.chunk.ids);
+              const fresh = item.chunk.text.slice(Math.max(0, shown - offset));
+              shown += fresh.length;
+              text += fresh;
+              yield { offset: shown - fresh.length, text: fresh, tokens,
+                      kinds: item.chunk.kinds, starts: item.chunk.starts };
+            } else if (item.done) {
+              finished = true;
+              return this.#finish(item.done);
+            } else {
+              throw item.error;
             }
-            if (offset + text.length <= shown) continue;    // never shown twice
-            ids.push(...item.chunk.ids);
-            const fresh = text.slice(Math.max(0, shown - offset));
-            shown += fresh.length;
-            yield { offset: shown - fresh.length, text: fresh, tokens,
-                    kinds: item.chunk.kinds, starts: item.chunk.starts };
-          } else if (item.done) {
-            this.lastResult = item.done;
-            // The context-full policy left out the oldest turns (counts in receipt.context).
-            if (item.done.notice) this.#notice({ code: "context_trimmed", message: item.done.notice });
-            // Faults the worker recovered from by itself (a lost GPU device: finished on the CPU).
-            const faults = item.done.receipt?.faults ?? [];
-            faults.forEach((f, i) => {
-              // A dead worker was noticed when it happened, loading faults at init.
-              if (f.kind === "worker_died" || f.kind === "worker_oom" || LOAD_FAULTS.has(f.kind)) return;
-              const next = faults[i + 1]?.adapter ?? item.done.receipt.stats.adapter;
-              this.#notice({ code: f.kind, at_token: f.at_token,
-                             message: `${GPU_FAULTS[f.kind] ?? f.kind} after ${f.at_token} ` +
-                                      "tokens; the request went on from there " +
-                                      (next === "cpu-numpy" ? "on the CPU" : "on a new device") });
-            });
+          }
+        } catch (err) {
+          const restartable = ["worker_died", "fatal", "worker_oom"].includes(err.code);
+          if (!restartable || restarts >= this.#opts.maxRestarts) throw err;
+          const dead = req.worker;
+          req.worker = null;     // a cancel() from here on only sets req.cancelled
+          // A new worker goes on from the committed ids: nothing is generated or shown twice.
+          const since = faultAt ?? this.#lastSign;   // a real death: after its last message
+          faultAt = null;
+          restarts += 1;
+          this.restarts += 1;
+          const kind = err.code === "worker_oom" ? "worker_oom" : "worker_died";
+          delete workerConfig.drill;   // a drill strikes once: not again on the new worker
+          this.#notice({ code: kind, at_token: ids.length,
+                         message: `${err.message}; a new worker goes on from the ` +
+                                  `${ids.length} tokens already shown` });
+          // Only the request that finds its own worker dead starts one: another stopped by
+          // the same death (its consumer slower to pull) goes on on the new one.
+          if (!this.#worker || this.#worker === dead) await this.#restart();
+          else await this.#restarting;
+          if (req.cancelled) {     // cancelled while it had no worker: it ends here
             finished = true;
-            return item.done;
-          } else {
-            throw item.error;
+            return this.#finish({ text, tokens: [...ids], finish_reason: "cancelled",
+                                  stats: null, receipt: null });
+          }
+          resume = { ids: [...ids], fault: { kind, cycle,
+                                             restart_s: (performance.now() - since) / 1000 } };
+        } finally {
+          if (!finished && this.#worker && this.#pending.has(id)) {
+            this.#request("cancel", { target: id }).catch(() => {});   // the caller broke out
           }
         }
-      } catch (err) {
-        const restartable = ["worker_died", "fatal", "worker_oom"].includes(err.code);
-        if (!restartable || restarts >= this.#opts.maxRestarts) throw err;
-        // A new worker goes on from the committed ids: nothing is generated or shown twice.
-        const since = faultAt ?? this.#lastSign;   // a real death: after its last message
-        faultAt = null;
-        restarts += 1;
-        this.restarts += 1;
-        const kind = err.code === "worker_oom" ? "worker_oom" : "worker_died";
-        delete workerConfig.drill;   // a drill strikes once: not again on the new worker
-        this.#notice({ code: kind, at_token: ids.length,
-                       message: `${err.message}; a new worker goes on from the ` +
-                                `${ids.length} tokens already shown` });
-        await this.#restart();
-        resume = { ids: [...ids], fault: { kind, cycle,
-                                           restart_s: (performance.now() - since) / 1000 } };
-      } finally {
-        this.#active.delete(id);
-        if (!finished && this.#worker && this.#pending.has(id)) {
-          this.#request("cancel", { target: id }).catch(() => {});   // the caller broke out
-        }
       }
+    } finally {
+      this.#active.delete(req);
     }
+  }
+
+  // A request's result: lastResult, and the notices it brings.
+  #finish(result) {
+    this.lastResult = result;
+    // The context-full policy left out the oldest turns (counts in receipt.context).
+    if (result.notice) this.#notice({ code: "context_trimmed", message: result.notice });
+    // Faults the worker recovered from by itself (a lost GPU device: finished on the CPU).
+    const faults = result.receipt?.faults ?? [];
+    faults.forEach((f, i) => {
+      // A dead worker was noticed when it happened, loading faults at init.
+      if (f.kind === "worker_died" || f.kind === "worker_oom" || LOAD_FAULTS.has(f.kind)) return;
+      const next = faults[i + 1]?.adapter ?? result.receipt.stats.adapter;
+      this.#notice({ code: f.kind, at_token: f.at_token,
+                     message: `${GPU_FAULTS[f.kind] ?? f.kind} after ${f.at_token} ` +
+                              "tokens; the request went on from there " +
+                              (next === "cpu-numpy" ? "on the CPU" : "on a new device") });
+    });
+    return result;
   }
 
   // config.drill: 'worker-terminate@C' is run here (returns C); other kinds go to the worker.
@@ -377,15 +454,24 @@ export class SpecDecoder {
   }
 
   /** Stop this decoder's generations, the running one after its current cycle and those
-   *  waiting behind it before they start (each ends with finish_reason "cancelled"); resolves
-   *  with whether there was one to stop. */
+   *  waiting behind it (or for a new worker) before they start (each ends with finish_reason
+   *  "cancelled"); resolves with whether there was one to stop. */
   async cancel() {
-    return this.#cancel([...this.#active]);
+    if (this.#terminated) throw new SpecError("terminated", TERMINATED);
+    const asked = await Promise.all([...this.#active].map((req) => this.#cancelRequest(req)));
+    return asked.some(Boolean);
   }
 
-  async #cancel(ids) {
-    const acks = await Promise.all(ids.map((target) => this.#request("cancel", { target })));
-    return acks.some((ack) => ack.cancelled);
+  // Ask one request (a #run record) to stop. Between workers the flag alone does it: #run
+  // ends the request before sending it again, and sends a cancel after any later post.
+  async #cancelRequest(req) {
+    req.cancelled = true;
+    if (!req.worker || req.worker !== this.#worker) return true;
+    try {
+      return (await this.#request("cancel", { target: req.id })).cancelled;
+    } catch {
+      return true;     // its worker died meanwhile: the flag stops it after the restart
+    }
   }
 
   /** Load the weights again in the same worker (Pyodide stays loaded). `champion` and `maxCtx`
@@ -393,7 +479,13 @@ export class SpecDecoder {
    *  so a restarted worker loads them too. With drills: true, `loadDrill` makes a loading fault
    *  strike meanwhile (worker.js LOAD_DRILLS); its notices arrive as for create(). Resolves
    *  with the new `ready` message (also `info`). */
-  async reload({ loadDrill = null, champion, maxCtx } = {}) {
+  async reload(options = {}) {
+    const unknown = Object.keys(options ?? {}).filter((name) => !RELOAD_OPTIONS.includes(name));
+    if (unknown.length) {
+      throw new SpecError("bad_config", `unknown option ${unknown.join(", ")}: reload takes ` +
+                          RELOAD_OPTIONS.join(", "));
+    }
+    const { loadDrill = null, champion, maxCtx } = options ?? {};
     const before = { champion: this.#opts.champion, maxCtx: this.#opts.maxCtx };
     if (champion !== undefined) this.#opts.champion = champion;
     if (maxCtx !== undefined) this.#opts.maxCtx = maxCtx;
@@ -437,8 +529,19 @@ export class SpecDecoder {
     }
     const head = { id: `chatcmpl-${crypto.randomUUID()}`, created: Math.floor(Date.now() / 1000),
                    model: this.info?.champion ?? this.#opts.champion };
-    const chunks = this.#completionChunks(messages, config, signal, head);
-    if (stream) return chunks;
+    let started;
+    const checked = new Promise((resolve) => { started = resolve; });
+    const req = { onStarted: () => started() };
+    const chunks = this.#completionChunks(messages, config, signal, head, req);
+    if (stream) {
+      // The stream is returned once a worker has checked the request and started it (or it
+      // ended first), so a bad value rejects this call, as the OpenAI SDK's create() rejects on
+      // the server's answer. A request queued behind another resolves when its turn comes.
+      const first = chunks.next();
+      first.catch(() => {});     // its rejection is this call's, below, or the stream's
+      await Promise.race([checked, first]);
+      return streamFrom(first, chunks);
+    }
     let content = "", last = null;
     for await (const chunk of chunks) {
       content += chunk.choices[0].delta.content ?? "";
@@ -450,32 +553,22 @@ export class SpecDecoder {
              usage: last.usage, pyspec: last.pyspec };
   }
 
-  async *#completionChunks(messages, config, signal, head) {
+  async *#completionChunks(messages, config, signal, head, req) {
     const chunk = (delta, finish_reason = null, extra = {}) => (
       { ...head, object: "chat.completion.chunk",
         choices: [{ index: 0, delta, finish_reason, logprobs: null }], ...extra });
     // Abort cancels this request (not the decoder's others): it stops after its current cycle,
-    // or before it starts where it waits behind another, and ends as usual, its last chunk
-    // saying finish_reason "abort". A cancel that finds nothing to stop yet is sent again at the
-    // next chunk.
-    let cancel = "idle";      // idle -> sent -> done (or back to idle: nothing to stop yet)
-    const abort = () => {
-      if (cancel !== "idle" || handle.id === null) return;
-      cancel = "sent";
-      this.#cancel([handle.id]).then((ok) => { cancel = ok ? "done" : "idle"; },
-                                     () => { cancel = "idle"; });
-    };
-    // An abort before the request went to a worker, or before a restart, cancels it there.
-    const handle = { id: null,
-                     onPosted: () => { if (signal?.aborted) { cancel = "idle"; abort(); } } };
+    // or before it starts where it waits behind another or for a new worker, and ends as usual,
+    // its last chunk saying finish_reason "abort". A signal aborted already: at once.
+    const abort = () => { this.#cancelRequest(req); };
+    req.cancelled = Boolean(signal?.aborted);
     signal?.addEventListener("abort", abort, { once: true });
     let role = { role: "assistant" }, completion = 0;
-    const run = this.#run(messages, config, handle);
+    const run = this.#run(messages, config, req);
     let step = null;
     try {
       while (!(step = await run.next()).done) {
         const c = step.value;
-        if (signal?.aborted) abort();
         completion += c.tokens;
         yield chunk({ ...role, content: c.text }, null,
                     { pyspec: { offset: c.offset, tokens: c.tokens } });
@@ -487,7 +580,9 @@ export class SpecDecoder {
     }
     // This request's own result (lastResult may be a concurrent request's by now).
     const { finish_reason, stats, receipt, notice = null } = step.value;
-    const prompt = stats?.prompt_tokens ?? null;    // stats is null only when the worker had none
+    // stats is null for a request stopped before it ran (aborted while it waited): then the
+    // prompt was never counted, and usage says so with null rather than a made-up 0.
+    const prompt = stats?.prompt_tokens ?? null;
     completion = stats?.generated_tokens ?? completion;
     const delta = role.role ? { ...role, content: "" } : {};   // no text at all: still the role
     yield chunk(delta, FINISH[finish_reason] ?? finish_reason, {

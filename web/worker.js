@@ -10,7 +10,8 @@
 //                                                -> {type:'progress', id, phase, loaded, total}*
 //                                                   then {type:'ready', id, adapter, webgpu,
 //                                                   notices, startup, ...}
-//       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?}
+//       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?} (sha256: 64 hex
+//                 digits, either case; a model without one is not cached)
 //       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?, vocab?} (a draft
 //              model; vocab: {url, sha256?} of its reduced head, fetchVocab)
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
@@ -23,8 +24,10 @@
 //       cache downloaded again, no OPFS, a dropped download resumed, ...); the receipt's faults
 //       record them too (web.py LOAD_FAULTS)
 //   {type:'generate', id, messages, config, resume}
-//                                                -> {type:'chunk', id, offset, text, tokens, ids,
-//                                                   cycle}*
+//                                                -> {type:'started', id} once it is checked and
+//                                                   about to run (none where it fails a check)
+//                                                   then {type:'chunk', id, offset, text, tokens,
+//                                                   ids, cycle}*
 //                                                   then {type:'done', id, text, tokens, stats, receipt,
 //                                                   finish_reason}   (finish_reason 'cancelled' after
 //                                                   a cancel; stats and receipt null for a request
@@ -330,10 +333,11 @@ async function resolveModel(spec) {
     spec = { url: spec };
   }
   const url = new URL(spec.url, SITE);
-  return { name: url.pathname.split("/").pop(), url: url.href, sha256: spec.sha256 ?? null,
-           size: spec.size ?? null,
+  // Lower case, as sha256Hex writes it (and the OPFS file is named).
+  return { name: url.pathname.split("/").pop(), url: url.href,
+           sha256: spec.sha256?.toLowerCase() ?? null, size: spec.size ?? null,
            vocab: spec.vocab ? { url: new URL(spec.vocab.url, SITE).href,
-                                 sha256: spec.vocab.sha256 ?? null } : null };
+                                 sha256: spec.vocab.sha256?.toLowerCase() ?? null } : null };
 }
 
 // A draft's reduced head: a JSON ranking of token ids (schema pyspec.draft-vocab/1) whose first
@@ -644,14 +648,16 @@ async function readWeights(pyodide, fetched, progress, stats, load) {
 // --- requests --------------------------------------------------------------------------------
 // What each request's fields must be when present (null or absent means the default).
 const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+// A sha256 is 64 hex digits: "" or another form would otherwise turn the check off or fail it.
 const isUrlSpec = (v) => isObject(v) && typeof v.url === "string" &&
-  (v.sha256 == null || typeof v.sha256 === "string");
+  (v.sha256 == null || (typeof v.sha256 === "string" && /^[0-9a-f]{64}$/i.test(v.sha256)));
 const isModelSpec = (v) => (typeof v === "string" && v.length > 0) ||
   (isUrlSpec(v) && (v.size == null || Number.isSafeInteger(v.size)) &&
    (v.vocab == null || isUrlSpec(v.vocab)));
 const REQUESTS = {
-  init: { champion: [isModelSpec, "a model name or {url, sha256?}"],
-          draft: [isModelSpec, "a draft spec, a model name or {url, sha256?, vocab?}"],
+  init: { champion: [isModelSpec, "a model name or {url, sha256?} with sha256 64 hex digits"],
+          draft: [isModelSpec, "a draft spec, a model name or {url, sha256?, vocab?} with " +
+                  "each sha256 64 hex digits"],
           maxCtx: [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"],
           backend: [(v) => typeof v === "string", "a string"],
           drills: [(v) => typeof v === "boolean", "true or false"],
@@ -761,9 +767,10 @@ async function generate(msg) {
   const onChunk = (offset, text, tokens, ids, cycle, marks) =>
     post({ type: "chunk", id: msg.id, offset, text, tokens, ids: JSON.parse(ids), cycle,
            ...JSON.parse(marks) });
+  const onStart = () => post({ type: "started", id: msg.id });
   const out = JSON.parse(await session.generate(msg.id, toJson(msg.messages ?? [], "messages"),
                                                 toJson(msg.config ?? {}, "config"), onChunk,
-                                                toJson(msg.resume ?? null, "resume")));
+                                                toJson(msg.resume ?? null, "resume"), onStart));
   if (out.error) throw new WorkerError(out.error.code, out.error.message);
   return { type: "done", id: msg.id, ...out };
 }

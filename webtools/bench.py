@@ -401,12 +401,7 @@ def parser() -> argparse.ArgumentParser:
                          "(a site model name, or trained: the site's trained draft)")
     ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
     ap.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
-    ap.add_argument("--temperature", type=float, default=0.0,
-                    help="sample at this temperature on every side (default 0: greedy)")
-    ap.add_argument("--seed", type=int, default=0, help="the seed of every prompt's run")
-    ap.add_argument("--verify", choices=["replay", "rejection"], default=None,
-                    help="above temperature 0: replay (default; outputs checked for identity) "
-                         "or rejection (the champion's distribution; identity not counted)")
+    native.add_sampling_options(ap)
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per side and prompt, the order alternating; each side's median "
                          "run (by tokens/s) stands for it")

@@ -5,7 +5,7 @@ gpu/backend.py on the GPU).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import PyspecError
 
@@ -27,6 +27,9 @@ class DraftSpec:
     kind: str
     layers: int | None = None
     path: str | None = None
+    # A combination's draft model as the user wrote it after "ngram+" (trained, model:PATH,
+    # PATH): what its spec reads as, so that an error about it names what they typed.
+    typed: str | None = field(default=None, compare=False)
 
     @property
     def needs_weights(self) -> bool:
@@ -37,7 +40,7 @@ class DraftSpec:
     @property
     def model(self) -> "DraftSpec":
         """A combination's draft model, as a spec of its own."""
-        return DraftSpec("model", path=self.path)
+        return DraftSpec("model", path=self.path, typed=self.typed)
 
     def __str__(self) -> str:
         if self.kind == "combo":
@@ -45,7 +48,7 @@ class DraftSpec:
         if self.kind == "self":
             return f"self:{self.layers}"
         if self.kind == "model":
-            return f"model:{self.path}" if self.path else "model"
+            return self.typed or (f"model:{self.path}" if self.path else "model")
         return self.kind
 
 
@@ -60,7 +63,7 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
         if inner.kind != "model":
             raise DraftSpecError(f"draft {spec!r}: after ngram+ name a draft model (trained, "
                                  f"model, model:PATH or the path of a GGUF draft model)")
-        return DraftSpec("combo", path=inner.path)
+        return DraftSpec("combo", path=inner.path, typed=spec[6:])
     if spec in ("none", "ngram"):
         return DraftSpec(spec)
     if spec.startswith("self:"):

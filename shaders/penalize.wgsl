@@ -36,15 +36,17 @@ struct Params {
 @group(0) @binding(4) var<storage, read> bias: array<f32>;          // (vocab,)
 @group(0) @binding(5) var<storage, read> context: array<u32>;       // (ROWS_MAX,) the pass's tokens
 
-// One workgroup per row; threads stride the vocabulary. Every element is its own computation,
-// so a row's result never depends on how many rows the pass has.
+// Workgroup (c, r) takes ids [c, c + 1) * ARGMAX_CHUNK of row r (one workgroup per row left a
+// GPU idle, as it did sample.wgsl's kernels); threads stride the chunk. Every element is its own
+// computation, so a row's result depends neither on the split nor on how many rows the pass has.
 @compute @workgroup_size(WG_ROW)
 fn penalize_rows(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(local_invocation_index) tid: u32) {
-    let r = wid.x;
+    let r = wid.y;
     if (r >= step.rows || r >= params.rows_cap) { return; }
     let base = r * params.vocab;
-    for (var i = tid; i < params.vocab; i += WG_ROW) {
+    let end = min((wid.x + 1u) * ARGMAX_CHUNK, params.vocab);
+    for (var i = wid.x * ARGMAX_CHUNK + tid; i < end; i += WG_ROW) {
         var extra = 0u;                   // drafts d_1..d_r equal to token i
         for (var j = 1u; j <= r; j++) {
             extra += select(0u, 1u, context[j] == i);

@@ -440,7 +440,7 @@ def test_wrappers_check_shapes(dev):
 # ---------------------------------------------------------------------------------------------
 # penalize.wgsl: the device penalties against processors.Penalties
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("vocab", [33, 1000])
+@pytest.mark.parametrize("vocab", [33, 1000, 2 * ARGMAX_CHUNK + 7])
 def test_penalize_rows_and_count_tokens_equal_the_host_processor(dev, vocab):
     """Rows r = 0..k with the drafts before each (repeats and a draft equal to a prompt token
     included), bias, repetition, presence and frequency: within 1e-6 + 1e-6 |ref| of

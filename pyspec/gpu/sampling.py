@@ -252,7 +252,8 @@ def penalize_rows(dev, params, logits, counts, bias, context, step, *, vocab: in
     need(dev, bias, 4 * vocab, "bias")
     need(dev, context, 4 * ROWS_MAX, "context")
     return dev.dispatch("penalize", "penalize_rows",
-                        [params, step, _whole(logits), counts, bias, _whole(context)], rows_cap)
+                        [params, step, _whole(logits), counts, bias, _whole(context)],
+                        (-(-vocab // ARGMAX_CHUNK), rows_cap))
 
 
 def count_tokens(dev, params, words, counts, step, *, vocab: int) -> Dispatch:

@@ -49,6 +49,8 @@ _STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes"
 def build(engine, opts, mode: str, stats: dict) -> dict:
     drafter = engine.draft_source
     draft_kind = getattr(drafter, "kind", "custom") if drafter else "none"
+    if draft_kind not in DRAFT_KINDS:   # a drafter of the caller's own, whatever it calls itself
+        draft_kind = "custom"
     # a combination (drafters/combo.py): n-gram and its draft model, whose weights are named
     model = drafter.model.model if draft_kind == "combo" else getattr(drafter, "model", None)
     receipt = {
@@ -116,7 +118,7 @@ _FIELDS = {"schema", "pyspec_version", "champion_sha256", "draft", "tokenizer_ha
            "stats", "faults", "fallbacks", "context"}
 _REQUIRED = _FIELDS - {"context"}
 # draft.kind: "none", a drafter's kind (drafters/, gpu/backend.py), "forced" (a schema request
-# with no drafter: drafters/forced.py) or "custom" (a drafter without one).
+# with no drafter: drafters/forced.py) or "custom" (a drafter of the caller's own).
 DRAFT_KINDS = ("none", "ngram", "self", "model", "combo", "eagle", "forced", "custom")
 # sampling: the controls as Options names them; logit_bias and stop as counts.
 _SAMPLING_KEYS = ("top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
@@ -168,10 +170,9 @@ def validate(receipt) -> None:
 
 
 def _check_settings(receipt: dict) -> None:
-    """verify, seed and the sampling controls, by the rules a request's Options are checked
-    by (engine.Options.check), and verify as the mode those settings resolve to."""
-    from .engine import Options   # here: engine imports this module
-    from .errors import PyspecError
+    """verify, seed and the sampling controls, by the rules a request's options are checked by
+    (processors.Sampling.check for the controls), and verify as the mode those settings ran."""
+    from .processors import Sampling, SamplingError
 
     sampling = receipt["sampling"]
     if not isinstance(sampling, dict) or set(sampling) != set(_SAMPLING_KEYS):
@@ -180,17 +181,19 @@ def _check_settings(receipt: dict) -> None:
         n = sampling[key]
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"sampling.{key} is a count >= 0, got {n!r}")
-    controls = {k: sampling[k] for k in _SAMPLING_KEYS[:6]}
-    verify = receipt["verify"]
-    opts = Options(max_tokens=receipt["max_tokens"], temperature=receipt["temperature"],
-                   seed=receipt["seed"], verify=verify, **controls)
     try:
-        opts.check()
-    except PyspecError as e:
+        Sampling(**{k: sampling[k] for k in _SAMPLING_KEYS[:6]}).check()
+    except SamplingError as e:
         raise ValueError(str(e)) from None
-    if verify is None or opts.resolved_verify() != verify:
-        raise ValueError(f"verify {verify!r} is not what temperature {opts.temperature} runs "
-                         f"({opts.resolved_verify()!r}): a receipt records the mode that ran")
+    seed = receipt["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64:
+        raise ValueError(f"seed must be an integer in [0, 2^64), got {seed!r}")
+    # T = 0 always runs greedy (engine.Options.resolved_verify); above it, replay or rejection
+    ran = ("greedy",) if receipt["temperature"] == 0 else ("replay", "rejection")
+    if receipt["verify"] not in ran:
+        raise ValueError(f"verify {receipt['verify']!r} is not a mode temperature "
+                         f"{receipt['temperature']} runs ({' or '.join(ran)}): a receipt "
+                         "records the mode that ran")
 
 
 def check(receipt: dict) -> None:

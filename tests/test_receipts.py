@@ -235,9 +235,10 @@ def backend_for(tiny, name):
 
 
 def test_validate_refuses_settings_out_of_their_range(tiny):
-    """The settings a receipt records are checked by the rules a request's are (Options.check):
-    the verify mode (and that it is the one its temperature runs), the seed, each sampling
-    control; counts are never negative and draft.kind is one a drafter has."""
+    """The settings a receipt records are checked by the rules a request's are (the sampling
+    controls by processors.Sampling.check): the verify mode (the one its temperature runs), the
+    seed, each control; counts are never negative and draft.kind is one of DRAFT_KINDS (a
+    drafter of the caller's own is recorded as "custom")."""
     engine = Engine(backend(tiny.champion, "ngram"), tiny.tokenizer)
     real = engine.generate(tiny.prompt, Options(max_tokens=4)).receipt
     hot = engine.generate(tiny.prompt, Options(max_tokens=4, temperature=0.7, seed=3,
@@ -245,10 +246,10 @@ def test_validate_refuses_settings_out_of_their_range(tiny):
     receipts.validate(hot)
     sampling, stats, draft = real["sampling"], real["stats"], real["draft"]
     for change, words in [
-            ({"verify": "bogus"}, "unknown verify mode 'bogus'"),
-            ({"verify": None}, "verify None is not what temperature 0"),
-            ({"verify": "replay"}, "not what temperature 0.0 runs \\(.greedy.\\)"),
-            ({**hot, "verify": "greedy"}, "verify=greedy needs temperature 0"),
+            ({"verify": "bogus"}, "verify 'bogus' is not a mode temperature 0"),
+            ({"verify": None}, "verify None is not a mode temperature 0"),
+            ({"verify": "replay"}, "not a mode temperature 0.0 runs \\(greedy\\)"),
+            ({**hot, "verify": "greedy"}, "runs \\(replay or rejection\\)"),
             ({"seed": -5}, "seed must be an integer in \\[0, 2\\^64\\)"),
             ({"seed": 1 << 64}, "seed"),
             ({"seed": 2.5}, "seed"),
@@ -289,3 +290,16 @@ def test_every_kind_of_real_receipt_validates(tiny, draft, opts):
     receipt = engine.generate(tiny.prompt, Options(max_tokens=4, **opts)).receipt
     receipts.validate(receipt)
     assert receipt["draft"]["kind"] in receipts.DRAFT_KINDS
+
+
+def test_a_drafter_of_the_callers_own_is_recorded_as_custom(tiny):
+    """A drafter the caller writes may call itself anything: its receipt says "custom" (a
+    receipt's kinds are the library's), and the request is not refused for it."""
+    from conftest import greedy_pick, reference_decode
+    from test_engine import scripted
+
+    truth = reference_decode(tiny.champion, tiny.prompt, 8, greedy_pick)
+    r = scripted(tiny, truth).generate(
+        tiny.prompt, Options(max_tokens=8, k="fixed:3", stop_at_eos=False))
+    assert r.receipt["draft"]["kind"] == "custom"
+    receipts.validate(r.receipt)

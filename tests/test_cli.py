@@ -569,7 +569,7 @@ def test_receipt_validates_and_prints(capsys, models, tmp_path):
     (None, "holds a string"),            # a text field added to a real receipt
     (None, "class"),                     # an adapter description instead of its class
     (None, "not a receipt's"),           # token ids added to a real receipt
-    (None, "unknown verify mode"),       # a setting out of its range
+    (None, "not a mode temperature"),    # a setting out of its range
 ])
 def test_receipt_refuses_what_is_not_a_valid_receipt(capsys, models, tmp_path, content, words):
     path = tmp_path / "receipt.json"
@@ -579,7 +579,7 @@ def test_receipt_refuses_what_is_not_a_valid_receipt(capsys, models, tmp_path, c
             receipt["stats"]["adapter"] = "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, wgpu-py)"
         elif words == "not a receipt's":
             receipt["tokens"] = [19556, 665]
-        elif words == "unknown verify mode":
+        elif words == "not a mode temperature":
             receipt["verify"] = "bogus"
         else:
             receipt["prompt"] = "the cat sat"

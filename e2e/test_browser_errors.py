@@ -67,6 +67,9 @@ _HOSTILE = """async ([seconds]) => {
     out.max_tokens_string = await ask({ type: "generate", id: 11, messages: chat,
                                         config: { max_tokens: "8" } }, 11);
     out.cyclic = await ask({ type: "generate", id: 12, messages: [{ ...chat[0], x: cyclic }] }, 12);
+    // posted straight to the worker, NaN would reach Python as null (the default): refused
+    out.nan_option = await ask({ type: "generate", id: 17, messages: chat,
+                                 config: { temperature: NaN } }, 17);
     out.done = await ask({ type: "generate", id: 13, messages: chat, config: { max_tokens: 8 } }, 13);
     out.receipt = await ask({ type: "receipt", id: 14 }, 14);
     return out;
@@ -87,12 +90,13 @@ def test_malformed_requests_get_typed_errors_and_the_worker_stays_usable(context
                 "config_array": "bad_request", "target_object": "bad_request",
                 "sha_empty": "bad_request", "sha_short": "bad_request",
                 "no_content": "bad_config", "max_tokens_string": "bad_config",
-                "cyclic": "bad_request"}
+                "cyclic": "bad_request", "nan_option": "bad_config"}
     for name, code in expected.items():
         reply = out[name]
         assert reply["type"] == "error" and reply["code"] == code, (name, reply)
         assert reply["fatal"] is False and reply["message"], (name, reply)
     assert "sha256" in out["sha_empty"]["message"] and "sha256" in out["sha_short"]["message"]
+    assert "config.temperature must be a finite number" in out["nan_option"]["message"]
     assert out["ready"]["type"] == "ready", out["ready"]
     done = out["done"]
     assert done["type"] == "done", done

@@ -691,10 +691,20 @@ function checkRequest(msg) {
 }
 
 // JSON for the Python session; a value JSON cannot hold (a cycle, a BigInt) is the request's fault.
+// NaN and Infinity would become null, that is the option's default: refused by name instead
+// (bad_config, as client.js refuses them before posting).
 function toJson(value, what) {
+  const finite = (key, v) => {
+    if (typeof v === "number" && !Number.isFinite(v)) {
+      throw new WorkerError("bad_config", `${what}${key === "" ? "" : `.${key}`} must be a ` +
+                            `finite number, got ${v}`);
+    }
+    return v;
+  };
   try {
-    return JSON.stringify(value);
+    return JSON.stringify(value, finite);
   } catch (e) {
+    if (e instanceof WorkerError) throw e;
     throw new WorkerError("bad_request", `${what} cannot be sent as JSON: ${e.message}`);
   }
 }

@@ -685,18 +685,19 @@ def test_corrupt_or_missing_gguf(capsys, models):
         assert "corrupt" not in err and "download" not in err
 
 
-def test_a_missing_draft_is_named_as_typed(capsys, models):
-    """--draft ngram+PATH with no file at PATH names PATH as the user wrote it, not a
-    spelling of it they never typed (model:PATH)."""
+@pytest.mark.parametrize("backend", ["cpu", "wgpu"])
+def test_a_missing_draft_is_named_as_typed(capsys, models, backend, request):
+    """--draft ngram+PATH with no file at PATH names the spec as the user wrote it, and PATH,
+    never a spelling of it they never typed (model:PATH); the numpy and the GPU engines alike."""
+    if backend == "wgpu":
+        request.getfixturevalue("gpu")
     missing = str(Path(models["d"]) / "nope.gguf")
-    for draft in (f"ngram+{missing}", missing):
+    for draft in (f"ngram+{missing}", missing, f"ngram+model:{missing}"):
         code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
-                           "hi", "--max-tokens", 2, "--draft", draft)
-        assert_one_error_line(code, err, f"draft '{missing}'", "no GGUF draft model")
-        assert "model:" not in err
-    code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
-                       "--max-tokens", 2, "--draft", f"ngram+model:{missing}")
-    assert_one_error_line(code, err, f"draft 'model:{missing}'")
+                           "hi", "--max-tokens", 2, "--draft", draft, "--backend", backend)
+        assert_one_error_line(code, err, f"draft '{draft}'", f"no GGUF draft model at "
+                              f"'{missing}'")
+        assert "model:" not in err.replace(draft, "")
 
 
 def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):

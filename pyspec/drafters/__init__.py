@@ -31,15 +31,24 @@ from .proposal import Proposal
 from .spec import DraftSpec, DraftSpecError, parse_draft
 
 __all__ = ["Combo", "DraftSpec", "DraftSpecError", "Proposal", "make_drafter", "model_drafter",
-           "parse_draft"]
+           "no_draft_model", "parse_draft"]
 
 
-def make_drafter(spec: str, champion, champion_cache=None, load_model=None):
+def no_draft_model(spec: str, path: str | None) -> DraftSpecError:
+    """The error for a draft spec whose model file is missing; `spec` is the whole spec the user
+    gave (for `ngram+PATH`, with its `ngram+`)."""
+    return DraftSpecError(f"draft {spec!r}: no GGUF draft model at {path!r}; give the path of a "
+                          "GGUF draft model, or use ngram, none or self:L")
+
+
+def make_drafter(spec: str, champion, champion_cache=None, load_model=None, *,
+                 named: str | None = None):
     """A CPU drafter for a draft spec (None for "none").
 
     `champion_cache` is the champion's KV cache (self:L shares it); `load_model(path)` loads an
     independent draft model, or a drafts.BridgedModel for a draft with another vocabulary
-    (load.load_draft_checked checks the pair and bridges it)."""
+    (load.load_draft_checked checks the pair and bridges it). `named`: the spec as the user gave
+    it, for errors about a part of it (a combination's model)."""
     d = parse_draft(spec, champion.config.n_layers)
     if d.kind == "none":
         return None
@@ -49,10 +58,9 @@ def make_drafter(spec: str, champion, champion_cache=None, load_model=None):
         return SelfDrafter(champion, champion_cache, d.layers)
     if d.kind == "combo":
         return Combo(NgramDrafter(), make_drafter(str(d.model), champion, champion_cache,
-                                                  load_model))
+                                                  load_model, named=spec))
     if load_model is None or d.path is None or not os.path.exists(d.path):
-        raise DraftSpecError(f"draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
-                             f"path of a GGUF draft model, or use ngram, none or self:L")
+        raise no_draft_model(named or spec, d.path)
     return model_drafter(load_model(d.path), champion_cache.max_ctx if champion_cache else None,
                          champion_cache)
 

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import time
 
 import numpy as np
@@ -78,7 +79,7 @@ import numpy as np
 from .. import compat, rng, verify
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
 from ..drafters import (BridgedDrafter, Combo, DraftSpecError, Proposal, make_drafter,
-                        parse_draft)
+                        no_draft_model, parse_draft)
 from ..drafters.eagle import is_eagle
 from ..drafters.ngram import NgramDrafter
 from ..gguf import GGUFFile
@@ -351,21 +352,20 @@ class GPUBackend(Executor):
             if isinstance(self.drafter, GPUDraft):
                 self._draft_step(self.drafter, _draft_slot(0), mode)
 
-    def _make_drafter(self, spec: str):
+    def _make_drafter(self, spec: str, named: str | None = None):
+        """The drafter for a draft spec; `named`: the spec as the user gave it (errors name it)."""
         champ = self.champion
         d = parse_draft(spec, champ.config.n_layers)
         if d.kind in ("none", "ngram"):
             return make_drafter(spec, champ)
         if d.kind == "combo":
-            return Combo(make_drafter("ngram", champ), self._make_drafter(str(d.model)))
+            return Combo(make_drafter("ngram", champ),
+                         self._make_drafter(str(d.model), named=spec))
         if d.kind == "self":
             return GPUDraft(champ, d.layers, spec, shares_cache=True)
-        try:
-            f = GGUFFile.open(d.path or "")
-        except FileNotFoundError:
-            raise DraftSpecError(f"draft {spec!r}: no GGUF draft model at {d.path!r}; give the "
-                                 f"path of a GGUF draft model, or use ngram, none or self:L"
-                                 ) from None
+        if d.path is None or not os.path.exists(d.path):
+            raise no_draft_model(named or spec, d.path)
+        f = GGUFFile.open(d.path)
         report = compat.check_pair(champ.metadata, f.metadata)
         report.raise_if_bad()
         compat.bind_borrowed(f, champ.file)   # its embedding may be the champion's

@@ -1,0 +1,149 @@
+"""What verifying a tree of drafts instead of a chain would give the trained draft, estimated
+from the champion's greedy text on the public workload (an estimate for planning; no engine
+runs a tree).
+
+    .venv/bin/python scripts/tree_estimate.py --out bench/results/tree-estimate.json \
+        [--ranks R.json] [--max-tokens 64]
+
+1. The champion alone writes each public prompt's greedy answer (numpy engine, --max-tokens).
+2. The draft reads prompt + answer in one pass (teacher forcing) and gives, at each answer
+   position, the rank of the champion's token among its logits (0: its argmax).
+3. Greedy verification of a tree whose every node at depth j - 1 has the draft's top w_j tokens
+   as children accepts the longest path of the champion's own tokens in it, and the champion's
+   token after it: at a node on that path the draft's context is the true prefix, so the path
+   reaches depth j exactly when the ranks at positions p .. p + j - 1 are below w_1 .. w_j. A
+   chain of k drafts is widths (1,) * k. Ranks are computed once; every shape is simulated on them.
+4. A cycle's cost, in champion passes: the verify pass over the tree's rows (1 + its nodes) as
+   `verify_cost_ratio` of an H200 run (bench/results/h200.json, made non-decreasing in rows),
+   plus one draft step per depth at --draft-step (0.2: a fixed:2 cycle cost 1.46 passes for two
+   steps and a 3-row verify on the H200; a step over the nodes of a depth costs what a one-row
+   step does while the draft is bound by its dispatches). Speed estimate = tokens per cycle /
+   cost. It leaves out the accept and readback overheads, so it reads chains ~10% above their
+   measured speedups; the ratio tree / chain is what it is for.
+A benchmark script: it asserts nothing. --ranks reuses (or writes, when absent) step 1-2's ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import statistics
+
+import numpy as np
+
+WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "workloads",
+                        "public.jsonl")
+H200 = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "h200.json")
+
+
+def answer_ranks(workload: str, max_tokens: int) -> list[dict]:
+    """Per public prompt: its id, stratum, and the draft's rank of each greedy champion token."""
+    from pyspec import champion_path, trained_draft_path
+    from pyspec.bench import check_messages, read_workload
+    from pyspec.engine import Engine, Options
+    from pyspec.gguf import GGUFFile
+    from pyspec.load import backend, load_champion
+    from pyspec.model import Model
+
+    items = read_workload(workload)
+    champion, tok = load_champion(champion_path(), "cpu", 2048)
+    engine = Engine(backend(champion, "none", 2048), tok)
+    draft = Model(GGUFFile.open(trained_draft_path()))
+    out = []
+    for it, ids in zip(items, check_messages(items, tok, workload)):
+        answer = engine.generate(ids, Options(max_tokens=max_tokens)).tokens
+        kv = draft.new_cache(len(ids) + len(answer))
+        logits = draft.forward(ids + answer[:-1], kv, exact=False, logits_from=len(ids) - 1)
+        ranks = [int((row > row[t]).sum()) for row, t in zip(logits, answer)]
+        out.append({"id": it["id"], "stratum": it["stratum"], "ranks": ranks})
+    return out
+
+
+def tree_rows(widths: tuple) -> int:
+    """Rows of the verify pass: the last committed token and every node of the tree."""
+    rows, level = 1, 1
+    for w in widths:
+        level *= w
+        rows += level
+    return rows
+
+
+def tokens_per_cycle(ranks: list[int], widths: tuple) -> float:
+    """Tokens a greedy cycle emits on average over one answer, cycles one after the other."""
+    p, cycles = 0, 0
+    while p < len(ranks):
+        depth = 0
+        while depth < len(widths) and p + depth < len(ranks) and ranks[p + depth] < widths[depth]:
+            depth += 1
+        p, cycles = p + depth + 1, cycles + 1
+    return len(ranks) / cycles
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default=WORKLOAD)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--ranks", default=None)
+    ap.add_argument("--draft-step", type=float, default=0.2)
+    ap.add_argument("--max-rows", type=int, default=16)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    if args.ranks and os.path.exists(args.ranks):
+        with open(args.ranks) as f:
+            answers = json.load(f)
+    else:
+        answers = answer_ranks(args.workload, args.max_tokens)
+        if args.ranks:
+            with open(args.ranks, "w") as f:
+                json.dump(answers, f)
+    with open(H200) as f:
+        ratio = json.load(f)["gpu"]["verify_cost_ratio"]
+    verify_cost, top = {}, 0.0
+    for rows in range(1, args.max_rows + 1):
+        top = max(top, ratio[str(rows)])
+        verify_cost[rows] = top
+    kept = [a for a in answers if a["stratum"] != "adversarial"]
+    ranks = np.concatenate([a["ranks"] for a in kept])
+    shapes = []
+    for depth in range(1, 6):
+        for widths in itertools.product([1, 2, 3, 4], repeat=depth):
+            rows = tree_rows(widths)
+            if rows > args.max_rows or list(widths) != sorted(widths, reverse=True):
+                continue
+            per_answer = [tokens_per_cycle(a["ranks"], widths) for a in kept]
+            tpc = statistics.mean(per_answer)
+            cost = verify_cost[rows] + depth * args.draft_step
+            shapes.append({"widths": list(widths), "rows": rows, "tokens_per_cycle": round(tpc, 4),
+                           "cost_passes": round(cost, 4), "speed_estimate": round(tpc / cost, 4),
+                           "chain": set(widths) == {1}})
+    shapes.sort(key=lambda s: -s["speed_estimate"])
+    best_chain = max((s for s in shapes if s["chain"]), key=lambda s: s["speed_estimate"])
+    result = {
+        "what": __doc__.split("\n\n")[0],
+        "machine": platform.platform(),
+        "answers": len(kept), "answer_tokens": int(ranks.size),
+        "strata": "the public workload without adversarial",
+        "draft_top_n_agreement": {str(n): round(float((ranks < n).mean()), 4)
+                                  for n in (1, 2, 3, 4, 8)},
+        "draft_step_passes": args.draft_step,
+        "verify_cost_ratio": verify_cost,
+        "best_chain": best_chain,
+        "best_tree": shapes[0],
+        "tree_over_chain": round(shapes[0]["speed_estimate"] / best_chain["speed_estimate"], 4),
+        "shapes": shapes,
+    }
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"top-n agreement {result['draft_top_n_agreement']}")
+    for s in shapes[:8] + [best_chain]:
+        print(f"{str(s['widths']):>14} rows {s['rows']:>2} tokens/cycle "
+              f"{s['tokens_per_cycle']:.3f} cost {s['cost_passes']:.2f} est "
+              f"{s['speed_estimate']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

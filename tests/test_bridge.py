@@ -141,25 +141,29 @@ class MaskProcessor(Processor):
         return np.where(self.allowed, logits, -np.inf)
 
 
-def test_rejection_under_the_intersection_follows_the_champion(tiny, foreign):
-    """The first two emitted tokens over 10,000 seeded runs with the "tli" draft (k = 2, so the
-    residual after an accepted draft and the bonus after two are both reached). Teeth: the
-    bridged draft's own two-token distribution is further from the champion's than the bound."""
+@pytest.mark.parametrize("kind", ["perm", "tli"])
+def test_rejection_under_the_intersection_follows_the_champion(tiny, foreign, kind):
+    """The first two emitted tokens over 10,000 seeded runs with a bridged draft (k = 2, so the
+    residual after an accepted draft and the bonus after two are both reached): the id map
+    ("perm", every id renamed) and the intersection ("tli"). Teeth: the bridged draft's own
+    two-token distribution is further from the champion's than the bound."""
     # A prefix both vocabularies cut alike, so that the draft is often right.
     prefix = tiny.tokenizer.encode("speculative decoding is exact. the")
+    path = foreign.perm_path if kind == "perm" else foreign.tli_path
     exact = exact_two_token_distribution(tiny.champion, prefix, 1.0)
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
-    engine = engine_for(tiny, foreign.tli_path)
+    engine = engine_for(tiny, path)
     counts, accepted, drafted, two_drafts = sample_two_tokens(
         engine, prefix, 1.0, "fixed:2", exact.shape[0])
-    check_two_token_counts(counts, exact, "tli, fixed:2")
+    check_two_token_counts(counts, exact, f"{kind}, fixed:2")
     assert drafted > 0 and 0 < accepted < drafted and two_drafts > 0, (accepted, drafted)
-    assert 0.5 * np.abs(bridged_two_token_distribution(tiny, foreign, prefix) - exact).sum() > bound
+    own = bridged_two_token_distribution(tiny, path, prefix)
+    assert 0.5 * np.abs(own - exact).sum() > bound
 
 
-def bridged_two_token_distribution(tiny, foreign, prefix):
+def bridged_two_token_distribution(tiny, path, prefix):
     """q(t1, t2): the bridged draft's own distribution over two champion tokens (its q rows)."""
-    model = Model.load(foreign.tli_path)
+    model = Model.load(path)
     b = check_pair(tiny.champion.metadata, model.metadata).bridge
     rule = Rule("rejection", 1.0)
 

@@ -157,8 +157,10 @@ def total_variation(counts: np.ndarray, probs: np.ndarray) -> float:
     return 0.5 * np.abs(counts / counts.sum() - probs).sum()
 
 
-def null_tv_quantile(probs: np.ndarray, n: int, q: float, trials: int = 400) -> float:
-    """The q-quantile of TV(empirical of n exact draws, probs): what sampling noise alone gives."""
+def null_tv_quantile(probs: np.ndarray, n: int, q: float, trials: int = 2000) -> float:
+    """The q-quantile of TV(empirical of n exact draws, probs): what sampling noise alone gives.
+    2,000 trials put the 99.9th percentile between the second and third largest simulated TV;
+    400 made it the largest of them, a bound that moved with the simulation's own noise."""
     gen = np.random.default_rng(0)
     flat = probs.reshape(-1)
     tvs = [total_variation(gen.multinomial(n, flat).astype(float), flat) for _ in range(trials)]
@@ -201,7 +203,7 @@ def test_rejection_matches_champion_distribution(tiny, backend, draft, k, temper
 
     Stated bounds (assert_two_token_distribution): the TV of the joint, of the first token, of
     the second token's marginal and of the second token given each of the three likeliest first
-    tokens, each below the 99.9th percentile of the TV that as many exact draws give (400
+    tokens, each below the 99.9th percentile of the TV that as many exact draws give (2,000
     simulated trials). Teeth: the draft's own distribution is further than the bound."""
     # The confidence stop is under test, not the break-even guard: on a busy machine the guard's
     # timings can switch drafting off for the whole run, leaving nothing to check.
@@ -227,6 +229,54 @@ def test_rejection_matches_champion_distribution(tiny, backend, draft, k, temper
     if temperature != 1.0:   # teeth: the champion at temperature 1 would fail it too
         assert 0.5 * np.abs(exact_two_token_distribution(tiny.champion, prefix, 1.0)
                             - exact).sum() > bound
+
+
+def _exact_after(model: Model, tokens: list[int], temperature: float) -> np.ndarray:
+    """p(next | tokens) at `temperature`, one pass from an empty cache."""
+    return verify.softmax(model.forward(tokens, model.new_cache(), last_only=True)[0],
+                          temperature)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "fastcpu"])
+def test_rejection_at_draft_positions_three_and_four(tiny, backend, monkeypatch):
+    """The two-token tests judge the first two drafts of a block; this one the third and the
+    fourth. 10,000 seeded requests at fixed:4 (max_tokens=5: the first cycle drafts positions
+    1-4), T = 1. Among the runs whose first two tokens are the likeliest pair (t1*, t2*), the
+    tokens at positions 3 and 4 against the champion's exact p(t3, t4 | prefix, t1*, t2*), as
+    TV of the joint, of t3, and of t4 given the likeliest t3; each below the 99.9th percentile
+    of the TV that as many exact draws give (check_two_token_counts). Some of those runs must
+    have had a draft at position 4 accepted and some rejected. Teeth: the draft's own
+    distribution at those positions is further than the bound."""
+    monkeypatch.setattr(schedule.Confidence, "guarded", False)
+    prefix = tiny.tokenizer.encode("the cat. the cat. the")
+    engine = engine_for(tiny, "close", backend)
+    p1 = _exact_after(tiny.champion, prefix, 1.0)
+    t1 = int(np.argmax(p1))
+    t2 = int(np.argmax(_exact_after(tiny.champion, prefix + [t1], 1.0)))
+    vocab = len(p1)
+
+    def joint(model):
+        first = _exact_after(model, prefix + [t1, t2], 1.0)
+        out = np.zeros((vocab, vocab))
+        for t3 in np.flatnonzero(first > 0):
+            out[t3] = first[t3] * _exact_after(model, prefix + [t1, t2, int(t3)], 1.0)
+        return out
+
+    counts = np.zeros((vocab, vocab))
+    fourth_accepted = fourth_drafted = 0
+    for seed in range(N_RUNS):
+        r = engine.generate(prefix, Options(max_tokens=5, temperature=1.0, seed=seed,
+                                            verify="rejection", k="fixed:4", stop_at_eos=False))
+        if r.tokens[:2] != [t1, t2]:
+            continue
+        counts[r.tokens[2], r.tokens[3]] += 1
+        fourth_drafted += r.stats["drafted_by_position"][3]
+        fourth_accepted += r.stats["accepted_by_position"][3]
+    assert counts.sum() > 500, f"only {counts.sum():.0f} runs began with the likeliest pair"
+    assert 0 < fourth_accepted < fourth_drafted, (fourth_accepted, fourth_drafted)
+    exact = joint(tiny.champion)
+    bound = check_two_token_counts(counts, exact, f"positions 3 and 4, {backend}")
+    assert 0.5 * np.abs(joint(Model.load(tiny.close_path)) - exact).sum() > bound
 
 
 # --- edge cases --------------------------------------------------------------------------------

@@ -237,8 +237,8 @@ def _exact_after(model: Model, tokens: list[int], temperature: float) -> np.ndar
                           temperature)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "fastcpu"])
-def test_rejection_at_draft_positions_three_and_four(tiny, backend, monkeypatch):
+@pytest.mark.parametrize("backend", ["cpu", "fastcpu", "gpu"])
+def test_rejection_at_draft_positions_three_and_four(tiny, backend, monkeypatch, request):
     """The two-token tests judge the first two drafts of a block; this one the third and the
     fourth. 10,000 seeded requests at fixed:4 (max_tokens=5: the first cycle drafts positions
     1-4), T = 1. Among the runs whose first two tokens are the likeliest pair (t1*, t2*), the
@@ -246,8 +246,15 @@ def test_rejection_at_draft_positions_three_and_four(tiny, backend, monkeypatch)
     TV of the joint, of t3, and of t4 given the likeliest t3; each below the 99.9th percentile
     of the TV that as many exact draws give (check_two_token_counts). Some of those runs must
     have had a draft at position 4 accepted and some rejected. Teeth: the draft's own
-    distribution at those positions is further than the bound."""
+    distribution at those positions is further than the bound. On the GPU with a real GPU's
+    defaults (the draft fed on the device, the per-row kernels split over each row): there the
+    draft's samples, its q rows and the accept kernel's tests at rows 3 and 4 are the device's."""
     monkeypatch.setattr(schedule.Confidence, "guarded", False)
+    if backend == "gpu":
+        request.getfixturevalue("gpu")
+        from pyspec.gpu.backend import GPUBackend
+        monkeypatch.setattr(GPUBackend, "split_rows", True)
+        monkeypatch.setattr(GPUBackend, "device_draft_ahead", True)
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
     engine = engine_for(tiny, "close", backend)
     p1 = _exact_after(tiny.champion, prefix, 1.0)

@@ -20,6 +20,12 @@ runs a tree).
    step does while the draft is bound by its dispatches). Speed estimate = tokens per cycle /
    cost. It leaves out the accept and readback overheads, so it reads chains ~10% above their
    measured speedups; the ratio tree / chain is what it is for.
+5. Two chains in one pass: the prompt n-gram's proposal (drafters/ngram.py, on the true prefix)
+   beside the draft's chain, each a branch from the last committed token; a cycle keeps the
+   longer agreeing branch. Next to it the same cost model for n-gram alone, the draft's chain
+   alone and `ngram+trained`'s rule (n-gram where the context ends in a match of 3 tokens or
+   more, the draft otherwise), counted as if a switch cost nothing (on the H200 it does: a switch
+   waits for the cycle in flight). Medians over the answers, per stratum.
 A benchmark script: it asserts nothing. --ranks reuses (or writes, when absent) step 1-2's ranks.
 """
 
@@ -58,7 +64,8 @@ def answer_ranks(workload: str, max_tokens: int) -> list[dict]:
         kv = draft.new_cache(len(ids) + len(answer))
         logits = draft.forward(ids + answer[:-1], kv, exact=False, logits_from=len(ids) - 1)
         ranks = [int((row > row[t]).sum()) for row, t in zip(logits, answer)]
-        out.append({"id": it["id"], "stratum": it["stratum"], "ranks": ranks})
+        out.append({"id": it["id"], "stratum": it["stratum"], "ranks": ranks,
+                    "prompt": ids, "answer": answer})
     return out
 
 
@@ -80,6 +87,42 @@ def tokens_per_cycle(ranks: list[int], widths: tuple) -> float:
             depth += 1
         p, cycles = p + depth + 1, cycles + 1
     return len(ranks) / cycles
+
+
+def two_chain_speed(answer: dict, verify_cost: dict, draft_step: float, k_draft: int,
+                    use_ngram) -> float:
+    """Tokens per champion pass over one answer: each cycle verifies the n-gram's proposal
+    (when use_ngram(match length)) and a chain of k_draft drafts (0 where the n-gram is used
+    alone: use_ngram returns "alone"), side by side."""
+    from pyspec.drafters.ngram import NgramDrafter
+
+    prompt, tokens, ranks = answer["prompt"], answer["answer"], answer["ranks"]
+    ngram, p, cost = NgramDrafter(), 0, 0.0
+    while p < len(tokens):
+        context = prompt + tokens[:p]
+        choice = use_ngram(ngram.match(context)[1])
+        proposal = ngram.preview(context, 15) if choice else []
+        k = 0 if choice == "alone" else k_draft
+        by_ngram = 0
+        while (by_ngram < len(proposal) and p + by_ngram < len(tokens)
+               and proposal[by_ngram] == tokens[p + by_ngram]):
+            by_ngram += 1
+        by_draft = 0
+        while by_draft < k and p + by_draft < len(tokens) and ranks[p + by_draft] == 0:
+            by_draft += 1
+        cost += verify_cost[min(len(verify_cost), 1 + len(proposal) + k)] + k * draft_step
+        p += max(by_ngram, by_draft) + 1
+    return len(tokens) / cost
+
+
+TWO_CHAIN_RULES = {
+    "draft chain, 2 drafts": (2, lambda match: False),
+    "n-gram alone": (0, lambda match: "alone"),
+    "ngram+trained's rule, switches free": (2, lambda match: "alone" if match >= 3 else False),
+    "both chains, 2 drafts": (2, lambda match: True),
+    "both chains; n-gram alone at a match of 3+": (2, lambda match: "alone" if match >= 3
+                                                    else True),
+}
 
 
 def main() -> int:
@@ -135,6 +178,17 @@ def main() -> int:
         "tree_over_chain": round(shapes[0]["speed_estimate"] / best_chain["speed_estimate"], 4),
         "shapes": shapes,
     }
+    if all("answer" in a for a in kept):
+        strata = sorted({a["stratum"] for a in kept})
+        result["two_chains"] = {}
+        for name, (k, rule) in TWO_CHAIN_RULES.items():
+            speed = {a["id"]: two_chain_speed(a, verify_cost, args.draft_step, k, rule)
+                     for a in kept}
+            row = {s: round(statistics.median(v for a in kept if a["stratum"] == s
+                                              for v in [speed[a["id"]]]), 3) for s in strata}
+            row["overall"] = round(statistics.median(speed.values()), 3)
+            result["two_chains"][name] = row
+            print(f"{name:45s} " + " ".join(f"{s[:6]} {v:.2f}" for s, v in row.items()))
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"top-n agreement {result['draft_top_n_agreement']}")

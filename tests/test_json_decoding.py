@@ -150,27 +150,31 @@ def exact_masked_joint(tj, masker, prefix, state, temperature):
     return joint
 
 
-@pytest.mark.parametrize("draft", ["close", "ngram"])
+@pytest.mark.parametrize("draft", ["close", "ngram", "ngram-copy"])
 def test_rejection_matches_the_masked_champion_distribution(tj, draft):
     """10,000 seeded runs (max_tokens=4, k fixed:3: the forced "[" then drafts in one block).
+    "ngram-copy": the prompt holds boolean arrays, so the lookup drafts what followed "[" there
+    (free tokens the champion may reject), not only the forced ones.
     Stated bounds (test_engine.check_two_token_counts): the TV of the joint of the two tokens
     after the forced "[", of each one's marginal and of the second given each of the three
     likeliest first, each below the 99.9th percentile of the TV that as many exact draws give.
     Teeth: the unmasked champion's joint is further than the bound."""
     tok = tj.tokenizer
+    prompt = tj.prompt if draft != "ngram-copy" else tok.encode_chat(
+        [{"role": "user", "content": "json please, like [true,false] or [false,true,true]"}])
     masker = Masker(compile_schema(SCHEMA_BOOLS), Vocab(tok), tok.eos_id)
     first = masker.mask(masker.initial()).forced
     assert tok.token_bytes(first) == b"["
-    prefix = tj.prompt + [first]
+    prefix = prompt + [first]
     exact = exact_masked_joint(tj, masker, prefix, masker.advance(masker.initial(), first), 1.0)
     bound = null_tv_quantile(exact, 10_000, 0.999)
-    engine, counts = tj.engine(draft), np.zeros_like(exact)
+    engine, counts = tj.engine(draft.removesuffix("-copy")), np.zeros_like(exact)
     drafted = accepted = 0
 
     def one(seed):
-        r = engine.generate(tj.prompt, Options(max_tokens=4, temperature=1.0, seed=seed,
-                                               verify="rejection", k="fixed:3",
-                                               json_schema=SCHEMA_BOOLS))
+        r = engine.generate(prompt, Options(max_tokens=4, temperature=1.0, seed=seed,
+                                            verify="rejection", k="fixed:3",
+                                            json_schema=SCHEMA_BOOLS))
         seq = r.tokens + [tok.eos_id] * 2    # "[]" then EOS: the stop ended it (not in tokens)
         return (seq[:3], len(r.tokens) >= 3 or r.finish_reason == "stop",
                 r.stats["drafted"], r.stats["accepted"])
@@ -180,10 +184,10 @@ def test_rejection_matches_the_masked_champion_distribution(tj, draft):
         counts[seq[1], seq[2]] += 1
         drafted, accepted = drafted + d, accepted + a
     check_two_token_counts(counts, exact, draft)
-    if draft == "close":   # the draft model's proposals are both accepted and rejected
-        assert 0 < accepted < drafted
-    else:   # n-gram finds nothing in so short a text: the drafts are forced tokens, all kept
+    if draft == "ngram":   # n-gram finds nothing in so short a text: forced drafts, all kept
         assert drafted > 0 and accepted == drafted
+    else:   # the draft model's or the copied proposals are both accepted and rejected
+        assert 0 < accepted < drafted, (accepted, drafted)
     # Teeth: the champion's own joint of the same two tokens, without the mask.
     raw = exact_two_token_distribution(tj.champion, prefix, 1.0)
     assert 0.5 * np.abs(raw - exact).sum() > bound

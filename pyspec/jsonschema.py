@@ -229,7 +229,7 @@ class Grammar:
             reach = self._reachable(props, idx)
             if x:   # after a value: a comma, then a key
                 return ((node, 2, idx, 0, reach),) if b == 0x2C and reach else None
-            f, alive = (node, 2, idx, 0, reach), reach
+            f = (node, 2, idx, 0, reach)
             phase = 2
         off = f[3]
         keep = [j for j in range(len(props)) if f[4] >> j & 1

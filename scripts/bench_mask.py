@@ -1,7 +1,8 @@
 """What the JSON-schema mask and the filters cost per row on the device (shaders/filter.wgsl),
 against the host accept they replace (issue 12).
 
-    .venv/bin/python scripts/bench_mask.py --out bench/results/mask-lavapipe.json [--reps 5]
+    .venv/bin/python scripts/bench_mask.py --out bench/results/mask-lavapipe.json [--reps 5] \
+        [--split both|on|off]
 
 Masks are the real ones: the champion's vocabulary (49,152 tokens) and the schemas of
 bench/json_prompts.jsonl, along each prompt's `document` (a valid answer), with warm masks (a
@@ -10,13 +11,16 @@ cold mask's own cost is bench_json.py's `mask_cost`). Per cycle of r rows (r = k
   upload_ms     host: the queue write of those bits
   readback_ms   host accept: reading back the r logits rows (less a 16-byte readback)
   host_mask_ms  host accept: numpy's mask on them (JsonMask.apply)
-Per r, on the device (`reps` dispatches in one submission, less an empty submission, per
-dispatch; median of 3): filter_rows with the mask alone, and with top_k 40, top_p 0.9, min_p
-0.05 and all three (T = 0.8, no mask) on random normal rows (flat: the host's worst case for top_p,
-whose 1024-candidate shortcut then sorts the whole row); and numpy's processors.Filters on the
-same rows (`host_<filter>_ms`). For scale, `device_argmax_ms`: argmax_rows, which every greedy
-cycle runs anyway, on the same rows. Wall-clock medians with [min, max]; the load average is recorded,
-since a shared machine's other work lands in wall time. Timing goals live here, never in tests.
+Per r, on the device (`reps` plans in one submission, less an empty submission, per plan;
+median of 3): filter_rows with the mask alone, and with top_k 40, top_p 0.9, min_p 0.05 and all
+three (T = 0.8, no mask) on random normal rows (flat: the host's worst case for top_p, whose
+1024-candidate shortcut then sorts the whole row), both ways unless --split says one:
+`device_<filter>_ms` one workgroup per row (filter.wgsl's filter_rows, the software adapters'
+default) and `device_<filter>_split_ms` split over each row (filter_split.wgsl's ten kernels,
+a GPU's default); and numpy's processors.Filters on the same rows (`host_<filter>_ms`). For
+scale, `device_argmax_ms`: argmax_rows, which every greedy cycle runs anyway, on the same rows.
+Wall-clock medians with [min, max]; the load average is recorded, since a shared machine's other
+work lands in wall time. Timing goals live here, never in tests.
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ def main(argv=None) -> int:
     ap.add_argument("--champion", default=None)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--cycles", type=int, default=12, help="cycles measured per prompt")
+    ap.add_argument("--split", choices=("both", "on", "off"), default="both",
+                    help="time filter_rows split over each row, one workgroup per row, or both")
     args = ap.parse_args(argv)
     tok = Tokenizer.from_metadata(GGUFFile.open(args.champion or champion_path()).metadata)
     vocab = tok.vocab_size
@@ -91,11 +97,13 @@ def main(argv=None) -> int:
     probe = dev.buffer(16)
     steps = Steps(dev, 1)
     plans = {}
+    ways = {"both": (False, True), "on": (True,), "off": (False,)}[args.split]
     for name, f in FILTERS.items():
         params = sampling.filter_params(dev, vocab)
         sampling.set_filters(dev, params, vocab, name == "mask", **f)
-        plans[name] = sampling.filter_rows(dev, params, logits, words, weights,
-                                           steps.binding(0), vocab=vocab)
+        for split in ways:
+            plans[name + ("_split" if split else "")] = sampling.filter_rows(
+                dev, params, logits, words, weights, steps.binding(0), vocab=vocab, split=split)
     plans["argmax"] = sampling.argmax_rows(dev, logits, dev.buffer(4 * ROWS_MAX),
                                            dev.buffer(4 * ROWS_MAX), steps.binding(0),
                                            vocab=vocab)
@@ -149,7 +157,8 @@ def main(argv=None) -> int:
     result = {"machine": {"platform": platform.platform(), "python": platform.python_version(),
                           "cpus": os.cpu_count(), "load_average_1min": load},
               "adapter": dev.name, "vocab": vocab, "mask_bytes_per_row": 4 * (-(-vocab // 32)),
-              "reps": args.reps, "prompts": len(items), "filters": FILTERS, "rows": per_rows}
+              "reps": args.reps, "prompts": len(items), "filters": FILTERS, "split": args.split,
+              "rows": per_rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     return 0

@@ -30,6 +30,14 @@
 // cumsum) except where a boundary lies within float32 rounding of the decision; the numpy
 // mirror of these rules (tests/test_gpu_sampling.py) gives the same sets from the same weights.
 // The GPU's own champion-only run is its reference, as for the rest of its arithmetic.
+//
+// filter_rows here is one workgroup per row: the software adapters' kernel. On a GPU that
+// leaves the chip idle (on the H200 it added 1.4 ms to a 1.5 ms cycle at 49,152 logits a row),
+// so there the same steps run split over each row (filter_split.wgsl: ten dispatches of a
+// workgroup per ARGMAX_CHUNK ids), with the same logits and weights bit for bit: each level's
+// histogram becomes the row's, summed by atomics from every part (integers, so their order
+// does not matter), and every decision is the same comparison of the same integers. The
+// helpers below (a thread's steps on its own ids) are both kernels' one copy of the rules.
 // Host wrappers: pyspec/gpu/sampling.py (filter_params, set_filters, filter_rows).
 
 //!include step.wgsl
@@ -55,6 +63,8 @@ struct Params {
 const RADIX: u32 = 256u;    // radix selection: 4 passes of 8-bit digits, most significant first
 const LIMBS: u32 = 7u;      // a weight's fixed point (< 2^81) in 12-bit pieces: each digit's
 const LIMB_BITS: u32 = 12u; // sum of a piece stays below 2^32 for vocab <= 2^20
+const TOP_K: u32 = 0u;      // which selection a helper serves: top_k ranks the logits,
+const TOP_P: u32 = 1u;      // top_p the weights
 
 var<workgroup> hist_n: array<atomic<u32>, RADIX>;           // (RADIX,) keys per digit
 var<workgroup> hist_m: array<atomic<u32>, RADIX * LIMBS>;   // (RADIX, LIMBS) mass per digit
@@ -74,6 +84,13 @@ fn order_key(x: f32) -> u32 {
     var b = bitcast<u32>(x);
     if (b == 0x80000000u) { b = 0u; }
     return select(b | 0x80000000u, ~b, (b >> 31u) != 0u);
+}
+
+// The key a selection ranks element `at` by: top_k the logit's order key, top_p the weight's
+// bits (non-negative floats order as their bits).
+fn key_of(f: u32, at: u32) -> u32 {
+    if (f == TOP_K) { return order_key(logits[at]); }
+    return bitcast<u32>(weights[at]);
 }
 
 // The digit of a key at radix level l (l = 0: the top 8 bits), and whether a key shares the
@@ -131,6 +148,96 @@ fn before_me(tid: u32, v: u32) -> u32 {
     return s;
 }
 
+// --- the steps on one thread's ids [lo, hi) of the row at element `base`, shared with the
+// split kernels (filter_split.wgsl) ---
+fn mask_ids(r: u32, base: u32, lo: u32, hi: u32) {
+    if (params.mask_words == 0u) { return; }
+    let m = r * params.mask_words;
+    for (var i = lo; i < hi; i++) {
+        if (((mask[m + (i >> 5u)] >> (i & 31u)) & 1u) == 0u) { logits[base + i] = F32_LOWEST; }
+    }
+}
+
+// hist_n[d] += the keys of selection f with digit d at `level` in the range of `prefix`.
+fn count_keys(f: u32, base: u32, lo: u32, hi: u32, prefix: u32, level: u32) {
+    for (var i = lo; i < hi; i++) {
+        let key = key_of(f, base + i);
+        if (in_range(key, prefix, level)) { atomicAdd(&hist_n[digit(key, level)], 1u); }
+    }
+}
+
+// hist_m[d] += the weights (fixed point, 12-bit pieces) of the keys with digit d at `level` in
+// the range of `prefix` (top_p's exact mass per digit).
+fn weigh_keys(base: u32, lo: u32, hi: u32, prefix: u32, level: u32) {
+    for (var i = lo; i < hi; i++) {
+        let key = key_of(TOP_P, base + i);
+        if (in_range(key, prefix, level)) {
+            let f = fixed_from_f32(weights[base + i]);
+            let at = digit(key, level) * LIMBS;
+            for (var j = 0u; j < LIMBS; j++) {
+                let piece = limb(f, j);
+                if (piece != 0u) { atomicAdd(&hist_m[at + j], piece); }
+            }
+        }
+    }
+}
+
+fn equal_keys(f: u32, base: u32, lo: u32, hi: u32, key: u32) -> u32 {
+    var n = 0u;
+    for (var i = lo; i < hi; i++) { n += u32(key_of(f, base + i) == key); }
+    return n;
+}
+
+// top_k's cut: keys above kth stay, and keys equal to it while fewer than `need` of them come
+// before (rank_lo of them before lo).
+fn cut_top_k(base: u32, lo: u32, hi: u32, kth: u32, need: u32, rank_lo: u32) {
+    var rank = rank_lo;
+    for (var i = lo; i < hi; i++) {
+        let key = order_key(logits[base + i]);
+        var keep = key > kth;
+        if (key == kth) {
+            keep = rank < need;
+            rank++;
+        }
+        if (!keep) { logits[base + i] = F32_LOWEST; }
+    }
+}
+
+// e_i = exp((x_i - max) / T), 0 where excluded.
+fn write_weights(base: u32, lo: u32, hi: u32, row_max: f32, t: f32) {
+    for (var i = lo; i < hi; i++) {
+        let x = logits[base + i];
+        weights[base + i] = select(0.0, exp((x - row_max) / t), x > F32_LOWEST);
+    }
+}
+
+// top_p's cut: weights above tau stay, and those equal to it while the mass before them (all
+// above tau, then the ties before: rank_lo of them before lo) is short of the goal.
+fn cut_top_p(base: u32, lo: u32, hi: u32, tau: u32, mass_above: vec4<u32>, goal: vec4<u32>,
+             rank_lo: u32) {
+    let tie_weight = fixed_from_f32(bitcast<f32>(tau));
+    var rank = rank_lo;
+    for (var i = lo; i < hi; i++) {
+        let b = bitcast<u32>(weights[base + i]);
+        var keep = b > tau;
+        if (b == tau) {
+            let cum = u128_add(mass_above, u128_mul_u32(tie_weight, rank));
+            keep = u128_less(u128_shl24(cum), goal);
+            rank++;
+        }
+        if (!keep) {
+            logits[base + i] = F32_LOWEST;
+            weights[base + i] = 0.0;
+        }
+    }
+}
+
+fn cut_min_p(base: u32, lo: u32, hi: u32) {
+    for (var i = lo; i < hi; i++) {
+        if (weights[base + i] < params.min_p) { logits[base + i] = F32_LOWEST; }
+    }
+}
+
 // Thread tid owns the contiguous chunk [lo, hi) of the row throughout, so no thread reads an
 // element another wrote: the steps share only workgroup reductions.
 @compute @workgroup_size(WG_ROW)
@@ -145,13 +252,7 @@ fn filter_rows(@builtin(workgroup_id) wid: vec3<u32>,
     let lo = min(tid * chunk, n);
     let hi = min(lo + chunk, n);
 
-    // --- mask ---
-    if (params.mask_words > 0u) {
-        let m = r * params.mask_words;
-        for (var i = lo; i < hi; i++) {
-            if (((mask[m + (i >> 5u)] >> (i & 31u)) & 1u) == 0u) { logits[base + i] = F32_LOWEST; }
-        }
-    }
+    mask_ids(r, base, lo, hi);
     let t = step.temperature;
     if (t <= 0.0) { return; }  // uniform: step is a uniform buffer
 
@@ -164,10 +265,7 @@ fn filter_rows(@builtin(workgroup_id) wid: vec3<u32>,
         for (var level = 0u; level < 4u; level++) {
             for (var b = tid; b < RADIX; b += WG_ROW) { atomicStore(&hist_n[b], 0u); }
             workgroupBarrier();
-            for (var i = lo; i < hi; i++) {
-                let key = order_key(logits[base + i]);
-                if (in_range(key, kth, level)) { atomicAdd(&hist_n[digit(key, level)], 1u); }
-            }
+            count_keys(TOP_K, base, lo, hi, kth, level);
             workgroupBarrier();
             if (tid == 0u) {   // the highest digit whose count reaches k, with those above it
                 var a = above;
@@ -185,19 +283,9 @@ fn filter_rows(@builtin(workgroup_id) wid: vec3<u32>,
             above = chosen.y;
             workgroupBarrier();   // chosen and the histogram are rewritten by the next level
         }
-        var ties = 0u;
-        for (var i = lo; i < hi; i++) { ties += u32(order_key(logits[base + i]) == kth); }
-        let need = k - above;   // ties kept, lowest ids first (>= 1)
-        var rank = before_me(tid, ties);
-        for (var i = lo; i < hi; i++) {
-            let key = order_key(logits[base + i]);
-            var keep = key > kth;
-            if (key == kth) {
-                keep = rank < need;
-                rank++;
-            }
-            if (!keep) { logits[base + i] = F32_LOWEST; }
-        }
+        // ties kept, lowest ids first: need = k - above >= 1
+        cut_top_k(base, lo, hi, kth, k - above,
+                  before_me(tid, equal_keys(TOP_K, base, lo, hi, kth)));
     }
 
     if (params.top_p >= 0x1000000u && params.min_p <= 0.0) { return; }
@@ -211,11 +299,7 @@ fn filter_rows(@builtin(workgroup_id) wid: vec3<u32>,
         if (tid < s) { red_f[tid] = max(red_f[tid], red_f[tid + s]); }
         workgroupBarrier();
     }
-    let row_max = red_f[0];
-    for (var i = lo; i < hi; i++) {
-        let x = logits[base + i];
-        weights[base + i] = select(0.0, exp((x - row_max) / t), x > F32_LOWEST);
-    }
+    write_weights(base, lo, hi, red_f[0], t);
 
     // --- top_p ---
     if (params.top_p < 0x1000000u) {
@@ -224,25 +308,15 @@ fn filter_rows(@builtin(workgroup_id) wid: vec3<u32>,
         let total = sum_u128(tid, own);
         let goal = u128_mul_u32(total, params.top_p);   // reached when cum 2^24 >= goal
         // tau: the largest bit pattern v with mass(e >= v) 2^24 >= goal (v = 0 always has it:
-        // the mass is the total and top_p <= 1), by radix selection over the weights' bits
-        // (non-negative floats order as their bits), with each digit's mass summed exactly in
-        // 12-bit pieces by workgroup atomics; mass_above = mass(e > tau).
+        // the mass is the total and top_p <= 1), by radix selection over the weights' bits,
+        // with each digit's mass summed exactly in 12-bit pieces by workgroup atomics;
+        // mass_above = mass(e > tau).
         var tau = 0u;
         var mass_above = vec4<u32>(0u);
         for (var level = 0u; level < 4u; level++) {
             for (var b = tid; b < RADIX * LIMBS; b += WG_ROW) { atomicStore(&hist_m[b], 0u); }
             workgroupBarrier();
-            for (var i = lo; i < hi; i++) {
-                let key = bitcast<u32>(weights[base + i]);
-                if (in_range(key, tau, level)) {
-                    let f = cat_weight(i);
-                    let at = digit(key, level) * LIMBS;
-                    for (var j = 0u; j < LIMBS; j++) {
-                        let piece = limb(f, j);
-                        if (piece != 0u) { atomicAdd(&hist_m[at + j], piece); }
-                    }
-                }
-            }
+            weigh_keys(base, lo, hi, tau, level);
             workgroupBarrier();
             if (tid == 0u) {   // the highest digit whose mass, with all above it, reaches the goal
                 var a = mass_above;
@@ -264,30 +338,9 @@ fn filter_rows(@builtin(workgroup_id) wid: vec3<u32>,
             mass_above = chosen_mass;
             workgroupBarrier();
         }
-        var ties = 0u;
-        for (var i = lo; i < hi; i++) { ties += u32(bitcast<u32>(weights[base + i]) == tau); }
-        let tie_weight = fixed_from_f32(bitcast<f32>(tau));
-        var rank = before_me(tid, ties);
-        for (var i = lo; i < hi; i++) {
-            let b = bitcast<u32>(weights[base + i]);
-            var keep = b > tau;
-            if (b == tau) {
-                // kept while the mass before it (all above tau, then `rank` ties) is short
-                let cum = u128_add(mass_above, u128_mul_u32(tie_weight, rank));
-                keep = u128_less(u128_shl24(cum), goal);
-                rank++;
-            }
-            if (!keep) {
-                logits[base + i] = F32_LOWEST;
-                weights[base + i] = 0.0;
-            }
-        }
+        cut_top_p(base, lo, hi, tau, mass_above, goal,
+                  before_me(tid, equal_keys(TOP_P, base, lo, hi, tau)));
     }
 
-    // --- min_p ---
-    if (params.min_p > 0.0) {
-        for (var i = lo; i < hi; i++) {
-            if (weights[base + i] < params.min_p) { logits[base + i] = F32_LOWEST; }
-        }
-    }
+    if (params.min_p > 0.0) { cut_min_p(base, lo, hi); }
 }

@@ -12,13 +12,14 @@ Skipped where no WebGPU adapter exists.
 from __future__ import annotations
 
 import asyncio
+import re
 
 import numpy as np
 import pytest
 
 from pyspec import rng, verify
 from pyspec.gpu import native, sampling
-from pyspec.gpu.device import ROWS_MAX
+from pyspec.gpu.device import ROWS_MAX, load_shader, shader_dir
 from pyspec.gpu.step import Steps
 
 ARGMAX_CHUNK = sampling.ARGMAX_CHUNK
@@ -497,17 +498,19 @@ def mask_rows(allowed: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([bits, pad], axis=1)).view("<u4")
 
 
-def filter_pass(dev, logits, temperature, allowed=None, top_k=0, top_p=1.0, min_p=0.0):
-    """filter_rows over logits (rows, vocab); returns the rows and the weights scratch."""
-    rows, vocab = logits.shape
-    params = sampling.filter_params(dev, vocab, rows)
-    sampling.set_filters(dev, params, vocab, allowed is not None, top_k, top_p, min_p, rows)
+def filter_pass(dev, logits, temperature, allowed=None, top_k=0, top_p=1.0, min_p=0.0,
+                split=None, rows=None):
+    """filter_rows over logits (rows_cap, vocab), step.rows = rows (default all); returns the
+    rows and the weights scratch (-1 where not written)."""
+    rows_cap, vocab = logits.shape
+    params = sampling.filter_params(dev, vocab, rows_cap)
+    sampling.set_filters(dev, params, vocab, allowed is not None, top_k, top_p, min_p, rows_cap)
     words = mask_rows(np.ones_like(logits, bool) if allowed is None else allowed)
     buf, weights = dev.upload(logits), dev.upload(np.full(logits.shape, -1.0, np.float32))
-    step = one_step(dev, rows=rows, pos=0, temperature=temperature,
+    step = one_step(dev, rows=rows or rows_cap, pos=0, temperature=temperature,
                     mode="replay" if temperature > 0 else "greedy")
     out = run(dev, [sampling.filter_rows(dev, params, buf, dev.upload(words), weights, step,
-                                         vocab=vocab, rows_cap=rows)],
+                                         vocab=vocab, rows_cap=rows_cap, split=split)],
               buf, np.float32, logits.shape)
     return out, asyncio.run(dev.read_array(weights, np.float32, logits.shape))
 
@@ -545,8 +548,13 @@ def cut_at_rounding(row: np.ndarray, t: float, case: dict) -> bool:
     return bool((np.abs(mass - case["top_p"]) < 1e-9).any())
 
 
+# split: filter_split.wgsl's kernels (a GPU's filter_rows), forced here on the software adapter.
+SPLIT = pytest.mark.parametrize("split", [False, True], ids=["one-workgroup", "split"])
+
+
 @pytest.mark.parametrize("vocab", [33, 49152])
-def test_filter_rows_mask(dev, vocab):
+@SPLIT
+def test_filter_rows_mask(dev, vocab, split):
     """The mask alone, greedy and at T > 0 with no filter: allowed logits unchanged bit for
     bit, the rest -FLT_MAX; argmax equals the host's argmax over the -inf-masked row (one row
     allows a single token, one allows all, one only the last id)."""
@@ -559,7 +567,7 @@ def test_filter_rows_mask(dev, vocab):
     allowed[3] = False
     allowed[3, vocab - 1] = True
     for temperature in (0.0, 0.7):
-        out, _ = filter_pass(dev, logits, temperature, allowed)
+        out, _ = filter_pass(dev, logits, temperature, allowed, split=split)
         np.testing.assert_array_equal(out, np.where(allowed, logits, F32_LOWEST))
         host = np.where(allowed, logits.astype(np.float64), -np.inf)   # jsonmask.JsonMask
         np.testing.assert_array_equal(np.argmax(out, axis=1), np.argmax(host, axis=1))
@@ -571,7 +579,8 @@ FILTER_CASES = [dict(top_k=5), dict(top_p=0.6), dict(min_p=0.3),
 
 
 @pytest.mark.parametrize("vocab", [33, 1000])
-def test_filter_rows_equal_the_host_filters_and_the_mirror(dev, vocab):
+@SPLIT
+def test_filter_rows_equal_the_host_filters_and_the_mirror(dev, vocab, split):
     """top_k, top_p, min_p (and with the mask) at T = 0.7 on rows with planted ties: the kept
     set equals processors.Filters' (float64) on the same masked row (except on a row whose top_p
     cut is an exact fraction, e.g. 257 of 514 equal tokens at 0.5, where the host's float64
@@ -600,7 +609,8 @@ def test_filter_rows_equal_the_host_filters_and_the_mirror(dev, vocab):
             np.where(allowed, logits.astype(np.float64), -np.inf)
         # the weights after the mask (and top_k), from a pass with the smallest min_p
         for case in FILTER_CASES:
-            out, _ = filter_pass(dev, logits, t, allowed if masked else None, **case)
+            out, _ = filter_pass(dev, logits, t, allowed if masked else None, **case,
+                                 split=split)
             kept = out > F32_LOWEST
             np.testing.assert_array_equal(out[kept], logits[kept])
             host = Filters(t, case.get("top_k", 0), case.get("top_p", 1.0),
@@ -615,9 +625,9 @@ def test_filter_rows_equal_the_host_filters_and_the_mirror(dev, vocab):
             # puts back those that top_k alone keeps.
             tiny = float(np.finfo(np.float32).tiny)
             k_only, e = filter_pass(dev, logits, t, allowed if masked else None,
-                                    top_k=case.get("top_k", 0), min_p=tiny)
+                                    top_k=case.get("top_k", 0), min_p=tiny, split=split)
             plain, _ = filter_pass(dev, logits, t, allowed if masked else None,
-                                   top_k=case.get("top_k", 0))
+                                   top_k=case.get("top_k", 0), split=split)
             mirror = (k_only > F32_LOWEST) | ((plain > F32_LOWEST) & (e < tiny))
             for r in range(len(x)):
                 if case.get("top_p", 1.0) < 1.0:
@@ -628,23 +638,102 @@ def test_filter_rows_equal_the_host_filters_and_the_mirror(dev, vocab):
         ref = np.exp((host_in - host_in.max(axis=1, keepdims=True)) / t)
         assert (np.abs(e - ref) <= 1e-6 + 2e-6 * ref).all()
     # ties: the lower ids win
-    out, _ = filter_pass(dev, logits, t, top_k=3)
+    out, _ = filter_pass(dev, logits, t, top_k=3, split=split)
     assert list(np.flatnonzero(out[2] > F32_LOWEST)) == [0, 1, 2]
     assert list(np.flatnonzero(out[4] > F32_LOWEST)) == [0, 1, 2]
-    out, _ = filter_pass(dev, logits, t, top_p=0.5)
+    out, _ = filter_pass(dev, logits, t, top_p=0.5, split=split)
     assert list(np.flatnonzero(out[2] > F32_LOWEST)) == list(range(-(-vocab // 2)))
     for off in (dict(), dict(top_k=vocab), dict(top_k=2**40), dict(top_p=1.0),
                 dict(min_p=0.0), dict(top_k=0, top_p=1.0, min_p=0.0)):
-        out, _ = filter_pass(dev, logits, t, **off)
+        out, _ = filter_pass(dev, logits, t, **off, split=split)
         np.testing.assert_array_equal(out, logits)
-    out, _ = filter_pass(dev, logits, 0.0, top_k=1, top_p=0.1, min_p=0.9)   # T = 0: filters off
+    out, _ = filter_pass(dev, logits, 0.0, top_k=1, top_p=0.1, min_p=0.9,   # T = 0: filters off
+                         split=split)
     np.testing.assert_array_equal(out, logits)
+
+
+EQUAL_CASES = [dict(), dict(top_k=1), dict(top_k=5), dict(top_k=30), dict(top_k=-1),
+               dict(top_p=0.5), dict(top_p=0.9), dict(top_p=1e-6), dict(min_p=0.3),
+               dict(min_p=float(np.finfo(np.float32).tiny)),
+               dict(top_k=7, top_p=0.8, min_p=0.05), dict(top_k=50, min_p=0.1),
+               dict(top_p=0.95, min_p=0.02), dict(t=0.0), dict(t=0.0, top_k=1, top_p=0.1)]
+
+
+@pytest.mark.parametrize("vocab", [33, 3000, 49152])
+def test_filter_split_equals_one_workgroup(dev, vocab):
+    """filter_split.wgsl's kernels give filter_rows' logits and weights bit for bit (and so its
+    excluded set), masked and not, at T = 0.7 and at T = 0 (the mask only), on rows with
+    planted ties: runs of equal values across every part boundary (top_k 30 cuts inside one, the
+    lower ids kept whatever part they lie in), a run at the k-th value, an all-equal row (top_p
+    0.5 keeps the lower half), -0 with +0, rows with one allowed token, a row whose weights are
+    mostly 0, a flat row; top_k -1 stands for vocab - 1. step.rows = 13 of 16: rows 13.. stay
+    untouched (logits and weights). 3000 ids are three parts, the last one short; 33, one."""
+    gen, rows = np.random.default_rng(vocab + 1), 13
+    logits = random_logits(gen, ROWS_MAX, vocab)
+    top = np.sort(logits[0])[::-1]
+    runs = [(b - 20, b + 20) for b in range(ARGMAX_CHUNK, vocab, ARGMAX_CHUNK)] or [(5, 25)]
+    for lo, hi in runs:
+        logits[1, lo:hi] = top[0] + 1.0                         # ties at the top, across parts
+        logits[7, lo:hi] = top[3]                               # ties at the k-th value
+    logits[2] = 0.25                                            # all equal
+    logits[3, :] = -1.0
+    logits[3, ::2], logits[3, 1::4] = 0.0, -0.0                 # -0 ties +0 at the top
+    logits[4, :10] = logits[4].max() + 1.0
+    logits[8] = -1000.0
+    logits[8, [0, vocab // 2, vocab - 1]] = 0.0                 # weights 0 but for three
+    logits[9, ::2], logits[9, 1::2] = 1.0, 0.0                  # two values, half each
+    logits[10] *= 30.0
+    logits[11] *= 0.01                                          # flat: top_p cuts deep
+    allowed = gen.random((ROWS_MAX, vocab)) < 0.5
+    allowed[5] = False
+    allowed[5, 3] = True                                        # all masked but one
+    allowed[6] = False
+    allowed[6, vocab - 1] = True
+    allowed[[1, 2, 7]] = True
+    for spec in EQUAL_CASES:
+        case = dict(spec)
+        t, k = case.pop("t", 0.7), case.pop("top_k", 0)
+        case["top_k"] = vocab + k if k < 0 else k
+        for masked in (False, True):
+            msg = f"{spec} masked {masked}"
+            (one, e_one), (parts, e_parts) = [
+                filter_pass(dev, logits, t, allowed if masked else None, **case, split=split,
+                            rows=rows) for split in (False, True)]
+            np.testing.assert_array_equal(parts.view(np.uint32), one.view(np.uint32), msg)
+            np.testing.assert_array_equal(e_parts.view(np.uint32), e_one.view(np.uint32), msg)
+            np.testing.assert_array_equal(parts[rows:], logits[rows:], msg)
+            assert (e_parts[rows:] == -1.0).all(), msg
+            kept = parts[:rows] > F32_LOWEST
+            if masked:
+                assert kept[5].sum() == 1 and kept[6].sum() == 1, msg
+                assert (kept <= allowed[:rows]).all(), msg
+            if t == 0.0:
+                expected = np.where(allowed, logits, F32_LOWEST) if masked else logits
+                np.testing.assert_array_equal(parts[:rows], expected[:rows], msg)
+            if spec == dict(top_k=30) and vocab > ARGMAX_CHUNK:
+                assert list(np.flatnonzero(kept[1])) == list(range(1004, 1034)), msg
+            if spec == dict(top_p=0.5):
+                assert list(np.flatnonzero(kept[2])) == list(range(-(-vocab // 2))), msg
+
+
+def test_filter_split_layout_is_the_shaders():
+    """sampling sizes filter_split's scratch by FILTER_RADIX and FILTER_ROW_WORDS, the shaders'
+    RADIX and ROW_WORDS (filter_split.wgsl asserts that its row layout fits ROW_WORDS), and
+    FILTER_SPLIT dispatches every entry point of filter_split.wgsl once, in file order."""
+    text = load_shader("filter_split")
+    consts = {name: int(v) for name, v in re.findall(r"^const (\w+): u32 = (\d+)u;", text, re.M)}
+    assert (consts["RADIX"], consts["ROW_WORDS"]) == (sampling.FILTER_RADIX,
+                                                      sampling.FILTER_ROW_WORDS)
+    own = (shader_dir() / "filter_split.wgsl").read_text()   # without filter.wgsl's
+    assert tuple(re.findall(r"@compute @workgroup_size\(WG_ROW\)\s*fn (\w+)", own)) == \
+        sampling.FILTER_SPLIT
 
 
 @pytest.mark.parametrize("controls", [dict(top_k=4), dict(top_p=0.7), dict(min_p=0.2),
                                       dict(top_k=12, top_p=0.85, min_p=0.05)],
                          ids=["top_k", "top_p", "min_p", "all"])
-def test_filtered_sampling_follows_the_host_distribution(dev, controls):
+@SPLIT
+def test_filtered_sampling_follows_the_host_distribution(dev, controls, split):
     """10,240 draws from the device's filtered target (filter_rows, then softmax_rows) by its
     exact sampler (sample_rows; the accept kernel's bonus and residual draws use the same
     categorical.wgsl) at T = 0.9 on one 33-token row that each filter cuts to 4-11 tokens: the
@@ -670,7 +759,7 @@ def test_filtered_sampling_follows_the_host_distribution(dev, controls):
     sampling.set_filters(dev, params, vocab, False, **controls)
     step = one_step(dev, rows=ROWS_MAX, pos=0, temperature=t, mode="rejection")
     run(dev, [sampling.filter_rows(dev, params, logits, dev.upload(mask_rows(
-                  np.ones((ROWS_MAX, vocab), bool))), weights, step, vocab=vocab),
+                  np.ones((ROWS_MAX, vocab), bool))), weights, step, vocab=vocab, split=split),
               sampling.softmax_rows(dev, logits, probs, dev.buffer(4 * ROWS_MAX), step,
                                     vocab=vocab)], probs, np.float32, (ROWS_MAX, vocab))
     steps = Steps(dev, groups)

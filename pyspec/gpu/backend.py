@@ -22,7 +22,8 @@ rows in place, before the champion's choices, so the readback stays the 68 accep
                  the accept kernel); the host sets the counts once per request.
   filter_rows    the mask, uploaded each cycle as bits (row i's after the drafts before it, so
                  the drafts must be the host's: forced tokens, n-gram), then at T > 0 top_k,
-                 top_p and min_p (shaders/filter.wgsl: sort-free, its tie rules and rounding).
+                 top_p and min_p (shaders/filter.wgsl: sort-free, its tie rules and rounding;
+                 on a GPU split over each row, shaders/filter_split.wgsl, the same output).
 
 Host accept, the fallback (any other processor, a mask with drafts sampled on the GPU, top_p
 over more than 2^20 tokens, device_penalties / device_mask / device_filters turned off, and by
@@ -670,7 +671,7 @@ class GPUBackend(Executor):
         return found
 
     def _filters(self, rule: Rule, mask, filters, tokens: list[int], drafts, k: int):
-        """The filter dispatch (shaders/filter.wgsl); at a request's first cycle (a new Rule)
+        """The filter plan (shaders/filter.wgsl); at a request's first cycle (a new Rule)
         its parameters, and every cycle the k + 1 rows' masks (row i after the drafts before
         it), uploaded as bits: ceil(vocab / 32) words a row."""
         dev, vocab = self.dev, self.vocab
@@ -679,7 +680,8 @@ class GPUBackend(Executor):
             words = dev.buffer(4 * ROWS_MAX * sampling.mask_words(vocab), label="filter.mask")
             weights = dev.buffer(4 * ROWS_MAX * vocab, label="filter.weights")  # (R, vocab) f32
             plan = sampling.filter_rows(dev, params, self.champion.logits, words, weights,
-                                        self.champion.steps.binding(SLOT_CHAMPION), vocab=vocab)
+                                        self.champion.steps.binding(SLOT_CHAMPION), vocab=vocab,
+                                        split=self.split_rows)
             self._filt = [params, words, plan, None]
         params, words, plan, current = self._filt
         if current is not rule:

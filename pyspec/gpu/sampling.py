@@ -1,4 +1,5 @@
-"""Host wrappers for the sampling and accept kernels (shaders/sample.wgsl, shaders/accept.wgsl).
+"""Host wrappers for the sampling and accept kernels (shaders/sample.wgsl, shaders/accept.wgsl),
+and the device processors (shaders/penalize.wgsl, filter.wgsl, filter_split.wgsl).
 
 One wrapper per entry point, named like it. Each owns its shape checks, builds its static params
 uniform once and sizes its dispatch for capacity (rows_cap workgroups, or one), never for the
@@ -305,18 +306,37 @@ def set_filters(dev, params, vocab: int, masked: bool, top_k: int = 0, top_p: fl
     dev.write(params, _filter_fields(vocab, rows_cap, masked, top_k, top_p, min_p))
 
 
+FILTER_RADIX = 256         # filter.wgsl's RADIX: digits of a radix level
+FILTER_ROW_WORDS = 8256    # filter_split.wgsl's ROW_WORDS: u32 words of scratch per row
+FILTER_SPLIT = ("filter_mask", "filter_k0", "filter_k1", "filter_k2", "filter_k3",
+                "filter_k_apply", "filter_p1", "filter_p2", "filter_p3", "filter_p_apply")
+
+
 def filter_rows(dev, params, logits, mask, weights, step, *, vocab: int,
-                rows_cap: int = ROWS_MAX) -> Dispatch:
+                rows_cap: int = ROWS_MAX, split: bool | None = None) -> list[Dispatch]:
     """In place on logits (rows_cap, vocab) f32 from element 0, rows r < step.rows: the mask
     (mask (rows_cap, mask_words(vocab)) u32), then at step.temperature > 0 top_k, top_p and
     min_p; excluded tokens become -FLT_MAX (shaders/filter.wgsl states the rules and ties).
-    weights (rows_cap, vocab) f32 is its scratch: exp((x - max) / T) of the survivors."""
+    weights (rows_cap, vocab) f32 is its scratch: exp((x - max) / T) of the survivors. Returns
+    the dispatches, in order.
+
+    split (default: on a GPU, not on a software adapter): the FILTER_SPLIT kernels of
+    shaders/filter_split.wgsl, each a workgroup per ARGMAX_CHUNK ids of a row, over scratch
+    buffers of their own; the logits and weights come out the same bit for bit. Else
+    filter_rows, one workgroup per row.
+    """
     _check_rows(vocab, rows_cap)
     need(dev, logits, 4 * rows_cap * vocab, "logits")
     need(dev, mask, 4 * rows_cap * mask_words(vocab), "mask")
     need(dev, weights, 4 * rows_cap * vocab, "weights")
-    return dev.dispatch("filter", "filter_rows", [params, step, _whole(logits), mask, weights],
-                        rows_cap)
+    bindings = [params, step, _whole(logits), mask, weights]
+    if not row_split(dev, split):
+        return [dev.dispatch("filter", "filter_rows", bindings, rows_cap)]
+    n_parts = -(-vocab // ARGMAX_CHUNK)
+    scratch = dev.buffer(4 * rows_cap * FILTER_ROW_WORDS, label="filter.scratch")
+    ties = dev.buffer(4 * rows_cap * n_parts * FILTER_RADIX, label="filter.ties")
+    return [dev.dispatch("filter_split", entry, [*bindings, scratch, ties], (n_parts, rows_cap))
+            for entry in FILTER_SPLIT]
 
 
 def decode_accept(words: np.ndarray) -> dict:

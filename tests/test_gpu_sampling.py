@@ -738,7 +738,7 @@ def test_filtered_sampling_follows_the_host_distribution(dev, controls, split):
     exact sampler (sample_rows; the accept kernel's bonus and residual draws use the same
     categorical.wgsl) at T = 0.9 on one 33-token row that each filter cuts to 4-11 tokens: the
     empirical distribution is within the 99.9th percentile of the TV that 10,240 exact draws
-    from processors.Filters' distribution (float64) give (400 simulated trials), and no
+    from processors.Filters' distribution (float64) give (2,000 simulated trials), and no
     excluded token is drawn. Teeth: the unfiltered distribution lies more than ten times the
     bound away. The row is filtered once; 64 sampling dispatches of 16 rows per submission, each
     row at its own position (its own key)."""

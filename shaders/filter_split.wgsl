@@ -78,6 +78,9 @@ fn part_of(wid: vec3<u32>, tid: u32) -> Part {
                 min(lo + SUB, n));
 }
 
+// Row r is past the step's rows. Entry points ask it of wid.y before part_of: a Part is built
+// from tid, so for WGSL's uniformity analysis all of it is per thread, and a return on p.r would
+// put every barrier after it in non-uniform control flow (Chromium's compiler rejects that).
 fn skipped(r: u32) -> bool {
     return r >= step.rows || r >= params.rows_cap;
 }
@@ -248,8 +251,8 @@ fn tie_rank(tid: u32, p: Part, f: u32, key: u32) -> u32 {
 @compute @workgroup_size(WG_ROW)
 fn filter_mask(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) tid: u32) {
+    if (skipped(wid.y)) { return; }
     let p = part_of(wid, tid);
-    if (skipped(p.r)) { return; }
     mask_ids(p.r, p.base, p.lo, p.hi);
     if (top_k_on() || top_p_on() || min_p_on()) {
         let row = p.r * ROW_WORDS;
@@ -262,8 +265,8 @@ fn filter_mask(@builtin(workgroup_id) wid: vec3<u32>,
 @compute @workgroup_size(WG_ROW)
 fn filter_k0(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(local_invocation_index) tid: u32) {
+    if (skipped(wid.y)) { return; }
     let p = part_of(wid, tid);
-    if (skipped(p.r)) { return; }
     if (top_k_on()) { level_pass(tid, p, TOP_K, 0u); }
     if (top_p_on() || min_p_on()) {
         if (tid == 0u) { atomicStore(&part_max, 0u); }
@@ -277,8 +280,8 @@ fn filter_k0(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 fn top_k_level(wid: vec3<u32>, tid: u32, level: u32) {
+    if (skipped(wid.y) || !top_k_on()) { return; }
     let p = part_of(wid, tid);
-    if (skipped(p.r) || !top_k_on()) { return; }
     level_pass(tid, p, TOP_K, level);
 }
 
@@ -308,8 +311,8 @@ fn from_key(key: u32) -> f32 {
 @compute @workgroup_size(WG_ROW)
 fn filter_k_apply(@builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(local_invocation_index) tid: u32) {
+    if (skipped(wid.y)) { return; }
     let p = part_of(wid, tid);
-    if (skipped(p.r)) { return; }
     if (top_k_on()) {
         let cut = cut_through(tid, p, TOP_K, 3u);   // kth = cut.prefix; need = k - above >= 1
         cut_top_k(p.base, p.lo, p.hi, cut.prefix, params.top_k - cut.above.x,
@@ -326,8 +329,8 @@ fn filter_k_apply(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 fn top_p_level(wid: vec3<u32>, tid: u32, level: u32) {
+    if (skipped(wid.y) || !top_p_on()) { return; }
     let p = part_of(wid, tid);
-    if (skipped(p.r) || !top_p_on()) { return; }
     level_pass(tid, p, TOP_P, level);
 }
 
@@ -352,8 +355,8 @@ fn filter_p3(@builtin(workgroup_id) wid: vec3<u32>,
 @compute @workgroup_size(WG_ROW)
 fn filter_p_apply(@builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(local_invocation_index) tid: u32) {
+    if (skipped(wid.y) || !top_p_on()) { return; }
     let p = part_of(wid, tid);
-    if (skipped(p.r) || !top_p_on()) { return; }
     let cut = cut_through(tid, p, TOP_P, 3u);   // tau = cut.prefix
     cut_top_p(p.base, p.lo, p.hi, cut.prefix, cut.above, cut.goal,
               tie_rank(tid, p, TOP_P, cut.prefix));

@@ -28,7 +28,8 @@
 # REFERENCE (a KL-distilled draft: token-selective distillation against it) and KEEP (0.8);
 # INIT (a draft GGUF to go on from) and QAT (1: train on the Q4_1 grid); BORROW (1: train with
 # the champion's own embedding and write a draft that borrows it) and GROW (champion layers to
-# insert into INIT's, e.g. 5,15). What should come back is copied under $OUT.
+# insert into INIT's, e.g. 5,15); ARGMAX (w: add w x cross-entropy on the champion's argmax).
+# What should come back is copied under $OUT.
 set -euo pipefail
 # The device machine's scratch folder (kept only while the machine stays warm).
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}
@@ -101,6 +102,7 @@ distill() {
         --work $W/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
         ${REFERENCE:+--reference "$REFERENCE" --keep "$KEEP"} ${INIT:+--init "$INIT"} \
         ${QAT:+--qat} ${BORROW:+--borrow-embedding} ${GROW:+--grow "$GROW"} \
+        ${ARGMAX:+--argmax-weight "$ARGMAX"} \
         --gguf $W/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
     cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
     if [ -f $W/models/$NAME.gguf ]; then

@@ -20,6 +20,11 @@ positions where the draft's KL exceeds R's by most. Positions where even R stays
 champion (text neither draft can fit at its size) carry no loss, so the capacity goes to tokens a
 draft can learn to propose.
 
+`--argmax-weight W` adds W times the draft's cross-entropy on the champion's argmax to the KL:
+greedy verification accepts exactly the argmax, and where the champion is close to a tie between
+two tokens (a third of the public workload's positions have p1 < 0.5:
+bench/results/agreement-by-confidence.json) the KL alone lets the draft put the tie either way.
+
 `--init D.gguf` goes on from a draft of this architecture instead of the champion's layers, and
 `--qat` trains the layer matrices as Q4_1 reads them back (blocks of 32, f16 scale and minimum,
 round to nearest, as the export writes them), with the gradient passed straight through to the
@@ -187,12 +192,17 @@ def logits_at(model, tokens, mask):
     return (h @ model.head_weight().T.to(h.dtype)).float()
 
 
-def kl_loss(teacher, draft, tokens, mask):
+def kl_loss(teacher, draft, tokens, mask, argmax_weight: float = 0.0):
+    """Forward KL; with `argmax_weight` w > 0, plus w times the cross-entropy of the draft on the
+    champion's argmax (the token greedy verification accepts)."""
     with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
         log_p = torch.log_softmax(logits_at(teacher, tokens, mask), -1)
     with torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
         log_q = torch.log_softmax(logits_at(draft, tokens, mask), -1)
-    return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+    loss = (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+    if argmax_weight:
+        loss = loss + argmax_weight * torch.nn.functional.nll_loss(log_q, log_p.argmax(-1))
+    return loss
 
 
 def selective_kl_loss(teacher, reference, draft, tokens, mask, keep: float):
@@ -281,6 +291,8 @@ def main(argv=None) -> int:
     ap.add_argument("--init", default="",
                     help="a draft GGUF of this architecture to go on from (its layers, its norm) "
                          "instead of the champion's --layers")
+    ap.add_argument("--argmax-weight", type=float, default=0.0,
+                    help="add this times the cross-entropy on the champion's argmax to the KL")
     ap.add_argument("--qat", action="store_true",
                     help="quantization-aware: the layer matrices train as Q4_1 reads them back "
                          "(straight-through gradient); needs --matrix-type Q4_1")
@@ -349,9 +361,12 @@ def main(argv=None) -> int:
             return selective_kl_loss(teacher, reference, draft, t, m, args.keep)
     else:
         objective = "forward KL(p_champion || q_draft), full vocabulary"
+        if args.argmax_weight:
+            objective += (f", plus {args.argmax_weight} x cross-entropy on the champion's "
+                          "argmax")
 
         def loss_of(t, m):
-            return kl_loss(teacher, draft, t, m)
+            return kl_loss(teacher, draft, t, m, args.argmax_weight)
     train_steps(state, train, args, dev, loss_of, opt, params, t0 + args.minutes * 60, save,
                 seed=args.seed)
     save()

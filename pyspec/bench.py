@@ -88,10 +88,16 @@ def check_messages(items: list[dict], tok, path: str) -> list[list[int]]:
 
 def check_options(args) -> None:
     """bench's numeric options and --out, before a model loads or a prompt runs."""
+    # 0: no cap, every prompt (as in build.py bench, the page's)
+    zero = {"max_tokens": " (0: no cap)", "per_stratum": " (0: all)"}
+    for name in zero:
+        if getattr(args, name) == 0:
+            setattr(args, name, None)
     for name in ("max_tokens", "per_stratum", "ctx", "repeat"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1{zero.get(name, '')}, "
+                             f"got {value}")
     check_sampling(args)
     if not [d for d in args.drafts.split(",") if d]:
         raise UsageError("--drafts names no drafter: give a comma-separated list, e.g. ngram")

@@ -37,6 +37,9 @@ DEMO_MESSAGES = [{"role": "user", "content":
                   "the weather were nice yesterday, so me and my sister goes to the park. we "
                   "sees many dog playing near the lake and a old man feeding the ducks."}]
 
+DRAFT_HELP = ("auto (trained on a GPU, else ngram) | ngram | self:L | none | trained (models/) | "
+              "PATH to a GGUF (or model:PATH) | ngram+trained | ngram+PATH")
+
 
 def read_json(path: str, what: str):
     """The JSON value of a UTF-8 file, or a UsageError that says why not."""
@@ -106,6 +109,9 @@ def prompt_ids(tok: Tokenizer, args, ctx: int | None = None,
 
 
 def options(args) -> Options:
+    if args.verify in ("replay", "rejection") and args.temperature == 0:
+        print(f"note: --verify {args.verify} at temperature 0 runs as greedy (every rule picks "
+              "the argmax there); add --temperature (e.g. 0.7) to sample", file=sys.stderr)
     return Options(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
                    verify=args.verify, k=args.k, top_k=args.top_k, top_p=args.top_p,
                    min_p=args.min_p, repetition_penalty=args.repetition_penalty,
@@ -373,12 +379,22 @@ def score(model: Model, prompt: list[int], continuation: list[int], top: int) ->
 
 
 def cmd_check_pair(args) -> int:
-    draft = parse_draft(args.draft).path
+    notes = []
+    if args.draft == "auto":   # generate's default: the trained draft on a GPU, else ngram
+        notes.append("--draft auto drafts with this model on a GPU and with ngram on the numpy "
+                     "engine and CPU adapters (load.default_draft)")
+    spec = parse_draft("trained" if args.draft == "auto" else args.draft)
+    draft = spec.path
+    if draft is None and spec.kind in ("model", "combo"):
+        raise UsageError(f"--draft {args.draft}: `model` names the draft model given to the page "
+                         "at init; give check-pair its path (a .gguf file, or model:PATH) or "
+                         "trained")
     if draft is None:
-        raise UsageError(f"--draft {args.draft} is a drafter that needs no draft model: "
-                         "check-pair checks a draft model's GGUF (a path, or trained)")
+        raise UsageError(f"--draft {args.draft} needs no draft model, so there is no pair to "
+                         "check: check-pair checks a draft model's GGUF (a path, or trained)")
     champion_file, draft_file = GGUFFile.open(args.champion or champion_path()), GGUFFile.open(draft)
     report = check_pair(champion_file.metadata, draft_file.metadata)
+    report.notes += notes
     if report.ok and is_eagle(draft_file.metadata):   # a head is bound to one champion file
         problem = binding_problem(draft_file.metadata, champion_file.metadata,
                                   champion_file.sha256())
@@ -520,8 +536,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="generate text")
     p.add_argument("--champion")
     p.add_argument("--draft", default="auto",
-                   help="auto (trained on a GPU, else ngram) | ngram | self:L | none | "
-                        "trained (models/) | PATH to a GGUF")
+                   help=DRAFT_HELP)
     _prompt_source(p)
     _common_generation(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -534,8 +549,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chat", help="an interactive chat on stdin (conversation cache kept)")
     p.add_argument("--champion")
     p.add_argument("--draft", default="auto",
-                   help="auto (trained on a GPU, else ngram) | ngram | self:L | none | "
-                        "trained (models/) | PATH to a GGUF")
+                   help=DRAFT_HELP)
     p.add_argument("--system", help="a system message")
     p.add_argument("--stats", action="store_true", help="print the stats after every reply")
     _common_generation(p)
@@ -566,9 +580,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="accepted for symmetry; output is JSON")
     p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser("check-pair", help="may this draft serve this champion, and through which bridge?")
+    p = sub.add_parser("check-pair",
+                       help="may this draft serve this champion, and through which bridge?")
     p.add_argument("--champion", help="default: the installed champion")
-    p.add_argument("--draft", required=True)
+    p.add_argument("--draft", required=True,
+                   help="trained | PATH to a GGUF (or model:PATH) | auto (the model it may use)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check_pair)
 
@@ -583,8 +599,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--drafts", default="ngram,self:20", help="comma-separated drafters to compare")
     p.add_argument("--k", default="heuristic")
     add_sampling_options(p)
-    p.add_argument("--max-tokens", type=int, default=None, help="cap each prompt's max_tokens")
-    p.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default all)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="cap each prompt's max_tokens (default, or 0: no cap)")
+    p.add_argument("--per-stratum", type=int, default=None,
+                   help="prompts per stratum (default, or 0: all)")
     p.add_argument("--backend", choices=["cpu", "numpy", "wgpu"], default="cpu")
     p.add_argument("--ctx", type=int, default=None, help="context positions to reserve")
     p.add_argument("--repeat", type=int, default=1,

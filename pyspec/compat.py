@@ -98,6 +98,7 @@ class PairReport:
     notes: list[str] = field(default_factory=list)     # facts about the pair
     kind: str | None = None                            # one of CLASSES when ok
     bridge: Bridge | None = None                       # for "idmap" and "tli"
+    vocab: int | None = None                           # the champion's, for "identical"
 
     def raise_if_bad(self) -> None:
         if not self.ok:
@@ -123,9 +124,14 @@ class PairReport:
                 f"renormalised over them, {view}; exact, acceptance may be lower)")
 
     def to_json(self) -> dict:
-        out = {"ok": self.ok, "class": self.kind, "reasons": self.reasons, "notes": self.notes}
+        """`shared_tokens` and `share` (of the champion's vocabulary the draft can propose) for
+        every class, None for a refused pair."""
+        out = {"ok": self.ok, "class": self.kind, "reasons": self.reasons, "notes": self.notes,
+               "shared_tokens": None, "share": None}
         if self.bridge is not None:
             out.update(shared_tokens=self.bridge.size, share=self.bridge.share)
+        elif self.kind == "identical":
+            out.update(shared_tokens=self.vocab, share=1.0)
         return out
 
 
@@ -190,8 +196,12 @@ def check_pair(champion_md: dict, draft_md: dict) -> PairReport:
     if champ_tok.template_hash() != draft_tok.template_hash():
         notes.append("chat templates differ: the champion's renders the prompt and the draft "
                      "reads that prompt (speed only, never the output)")
+    if draft_cfg.context_length < champ_cfg.context_length:
+        notes.append(f"the draft's context is {draft_cfg.context_length} positions, the "
+                     f"champion's {champ_cfg.context_length}: past position "
+                     f"{draft_cfg.context_length} the champion decodes alone")
     if champ_tok.fingerprint() == draft_tok.fingerprint():
-        return PairReport(True, [], notes, "identical")
+        return PairReport(True, [], notes, "identical", vocab=champ_tok.vocab_size)
     bridge = make_bridge(champ_tok, draft_tok)
     if bridge.size == 0:
         return PairReport(False, ["the two vocabularies share no token, so the draft could "

@@ -52,7 +52,9 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
     if draft_kind not in DRAFT_KINDS:   # a drafter of the caller's own, whatever it calls itself
         draft_kind = "custom"
     # a combination (drafters/combo.py): n-gram and its draft model, whose weights are named
-    model = drafter.model.model if draft_kind == "combo" else getattr(drafter, "model", None)
+    # (a draft model's `model`, an EAGLE-style head's `head`)
+    inner = drafter.model if draft_kind == "combo" else drafter
+    model = getattr(inner, "model", None) or getattr(inner, "head", None)
     receipt = {
         "schema": SCHEMA,
         "pyspec_version": __version__,

@@ -82,6 +82,23 @@ def test_bench_refuses_bad_sampling_options_before_loading(tmp_path, capsys, ext
     assert code == 2 and words in err and "absent.gguf" not in err, err
 
 
+def test_bench_reads_zero_as_all_as_the_page_bench_does():
+    """--per-stratum 0 and --max-tokens 0 mean every prompt and no cap, in build.py bench (the
+    page's) and here alike; a negative value is refused."""
+    import argparse
+
+    from pyspec.bench import check_options
+    from pyspec.errors import UsageError
+
+    args = argparse.Namespace(max_tokens=0, per_stratum=0, ctx=None, repeat=1, drafts="ngram",
+                              out="absent-folder", temperature=0.0, seed=0, verify=None)
+    check_options(args)
+    assert args.max_tokens is None and args.per_stratum is None
+    args.per_stratum = -1
+    with pytest.raises(UsageError, match="--per-stratum must be >= 1"):
+        check_options(args)
+
+
 @requires_gpu
 def test_bench_on_the_gpu_reports_the_pass_fields(tiny, tmp_path):
     """On native WebGPU the JSON leads with the fast-pass fields (issue: dispatches per pass,

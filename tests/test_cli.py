@@ -380,6 +380,31 @@ def test_check_pair_classes(capsys, models, draft, words):
                        models[draft], "--json")
     report = json.loads(out)
     assert code == 0 and report["ok"] is True and report["class"] in ("tli", "identical")
+    # the share of the champion's vocabulary the draft can propose, for every class
+    if report["class"] == "identical":
+        assert report["shared_tokens"] == 323 and report["share"] == 1.0
+    else:
+        assert 0 < report["shared_tokens"] < 323 and report["share"] < 1.0
+
+
+def test_check_pair_notes_a_draft_with_a_shorter_context(capsys, models, tmp_path):
+    """Past the draft's own context the champion decodes alone: check-pair says so."""
+    short = str(tmp_path / "short.gguf")
+    testmodels.write_model(short, seed=0, ctx=80)
+    code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft", short)
+    assert code == 0, err
+    assert "the draft's context is 80 positions, the champion's 256" in out
+    code, out, _ = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                       models["draft"])
+    assert "context" not in out
+
+
+def test_check_pair_auto_checks_the_model_auto_may_draft_with(capsys, models):
+    code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                         "auto", "--json")
+    report = json.loads(out)
+    assert code == (0 if report["ok"] else 1), err
+    assert any(n.startswith("--draft auto drafts with this model on a GPU") for n in report["notes"])
 
 
 def test_check_pair_reads_a_reduced_head_sidecar(capsys, models, tmp_path):
@@ -500,7 +525,63 @@ def test_check_pair_says_a_drafter_is_not_a_draft_model(capsys, models):
     for draft in ("ngram", "self:1", "none"):
         code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
                              draft)
-        assert_one_error_line(code, err, f"--draft {draft} is a drafter", "check-pair checks")
+        assert_one_error_line(code, err, f"--draft {draft} needs no draft model",
+                              "check-pair checks")
+    # `model` is the page's draft model given at init: here it needs a path
+    for draft in ("model", "ngram+model"):
+        code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                             draft)
+        assert_one_error_line(code, err, "given to the page at init", "model:PATH")
+
+
+def test_generate_names_what_model_means_on_the_command_line(capsys, models):
+    for draft in ("model", "ngram+model"):
+        code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                           PROMPT, "--draft", draft, "--max-tokens", 4)
+        assert_one_error_line(code, err, f"draft {draft!r}", "given to the page at init",
+                              "model:PATH")
+        assert "None" not in err
+
+
+def test_a_draft_file_of_any_name_is_a_draft_model(capsys, models, tmp_path):
+    """An existing file is a draft model whatever its name ends in; a name that is neither a
+    drafter nor a file says how to spell a path."""
+    renamed = tmp_path / "draft.bin"
+    renamed.write_bytes(Path(models["draft"]).read_bytes())
+    alone = generate_json(capsys, models["champion"], "--draft", "none", "--max-tokens", 8)
+    for spec in (str(renamed), f"model:{renamed}", f"ngram+{renamed}"):
+        got = generate_json(capsys, models["champion"], "--draft", spec, "--max-tokens", 8,
+                            "--k", "fixed:2")
+        assert got["tokens"] == alone["tokens"] and got["stats"]["drafted"] > 0, spec
+    code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", PROMPT,
+                       "--draft", "nosuchdraft", "--max-tokens", 4)
+    assert_one_error_line(code, err, "unknown draft 'nosuchdraft'", "model:PATH",
+                          "no file 'nosuchdraft' exists here")
+
+
+def test_a_combination_reports_its_draft_models_bridge(capsys, models):
+    """ngram+PATH with a draft of another vocabulary: stats.bridge and the receipt's
+    draft.bridge are the bridge's, as for the draft model alone."""
+    alone = generate_json(capsys, models["champion"], "--draft", models["merges40"])
+    combo = generate_json(capsys, models["champion"], "--draft", f"ngram+{models['merges40']}")
+    for got in (alone, combo):
+        assert got["stats"]["bridge"]["kind"] == "tli", got["stats"]
+        assert got["stats"]["bridge"]["shared_tokens"] == 299
+        assert got["receipt"]["draft"]["bridge"]["kind"] == "tli"
+    assert combo["receipt"]["draft"]["kind"] == "combo"
+
+
+def test_a_verify_mode_at_temperature_zero_is_noted(capsys, models):
+    """replay or rejection at T = 0 run as greedy (every rule picks the argmax): said on stderr,
+    and the receipt says greedy."""
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                         PROMPT, "--verify", "rejection", "--max-tokens", 4, "--json")
+    assert code == 0 and "note: --verify rejection at temperature 0 runs as greedy" in err
+    assert json.loads(out)["receipt"]["verify"] == "greedy"
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                         PROMPT, "--verify", "rejection", "--temperature", 0.7, "--max-tokens",
+                         4, "--json")
+    assert code == 0 and "note:" not in err
 
 
 def test_check_pair_incompatible(capsys, models):
@@ -718,7 +799,7 @@ def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):
     (['"id": ["a"]'], [], ["line 1", "id and stratum must be strings"]),
     (['"stratum": ["chat"]'], [], ["line 1", "strings"]),
     (["", '"messages": [{"role": "usr", "content": "x"}]'], [], ["line 2 (p2)", "usr"]),
-    ([""], ["--max-tokens", "0"], ["--max-tokens must be >= 1"]),
+    ([""], ["--max-tokens", "-1"], ["--max-tokens must be >= 1 (0: no cap)"]),
     ([""], ["--per-stratum", "-1"], ["--per-stratum must be >= 1"]),
     ([""], ["--repeat", "0"], ["--repeat must be >= 1"]),
     ([""], ["--drafts", ","], ["--drafts names no drafter"]),
@@ -727,7 +808,7 @@ def test_draft_typo_and_bad_workload_are_clear_errors(tiny, tmp_path, capsys):
     ([""], ["--out", "/proc/nope"], ["--out /proc/nope", "cannot write there"]),
     (['"id": ["a"]'], ["--out", "NEW/a/b"], ["line 1"]),
 ], ids=["max-tokens-str", "max-tokens-null", "id-list", "stratum-list", "messages-line-2",
-        "cap-0", "per-stratum", "repeat", "no-drafts", "out-file", "out-under-file",
+        "cap-negative", "per-stratum", "repeat", "no-drafts", "out-file", "out-under-file",
         "out-unwritable", "out-nested-left-unmade"])
 def test_bench_refuses_bad_input_before_anything_runs(tiny, tmp_path, capsys, lines, extra,
                                                       words):

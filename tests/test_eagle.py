@@ -227,3 +227,17 @@ def test_check_pair_says_whether_a_head_serves_this_champion(tiny, tmp_path, cap
     testmodels.write_eagle_head(other, tiny.champion_path, champion_sha256="0" * 64)
     code, out, _ = run(capsys, "check-pair", "--champion", tiny.champion_path, "--draft", other)
     assert code == 1 and "NOT compatible" in out and "trained on the champion" in out, out
+
+
+def test_ngram_with_an_eagle_head_equals_champion_only_and_names_the_head(tiny, head_path,
+                                                                         greedy_reference):
+    """`ngram+HEAD`: n-gram where the context repeats, the head elsewhere; the output is the
+    champion's, and the receipt names the head's weights."""
+    from pyspec.gguf import GGUFFile
+
+    engine = engine_for(tiny, f"ngram+{head_path}")
+    r = engine.generate(tiny.prompt, Options(max_tokens=40, k="fixed:2", stop_at_eos=False))
+    assert r.tokens == greedy_reference
+    assert r.stats["drafted"] > 0
+    assert r.receipt["draft"]["kind"] == "combo"
+    assert r.receipt["draft"]["sha256"] == GGUFFile.open(head_path).sha256()

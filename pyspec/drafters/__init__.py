@@ -36,7 +36,12 @@ __all__ = ["Combo", "DraftSpec", "DraftSpecError", "Proposal", "make_drafter", "
 
 def no_draft_model(spec: str, path: str | None) -> DraftSpecError:
     """The error for a draft spec whose model file is missing; `spec` is the whole spec the user
-    gave (for `ngram+PATH`, with its `ngram+`)."""
+    gave (for `ngram+PATH`, with its `ngram+`); `path` None: the spec named `model`, the page's
+    draft model given at init, which the command line has no way to give."""
+    if path is None:
+        return DraftSpecError(f"draft {spec!r}: `model` names the draft model given to the page "
+                              "at init; here give its path instead (a .gguf file, or "
+                              "model:PATH) or trained")
     return DraftSpecError(f"draft {spec!r}: no GGUF draft model at {path!r}; give the path of a "
                           "GGUF draft model, or use ngram, none or self:L")
 

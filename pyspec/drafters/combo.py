@@ -48,6 +48,11 @@ class Combo:
     def calls(self) -> int:
         return self.ngram.calls + self.model.calls
 
+    @property
+    def bridge_stats(self) -> dict | None:
+        """The draft model's bridge to the champion's vocabulary (drafters/bridge.py), if any."""
+        return getattr(self.model, "bridge_stats", None)
+
     def choose(self, tokens: list[int]):
         """The member to draft after `tokens`."""
         return self.ngram if self.ngram.classify(tokens) >= MATCH else self.model

@@ -5,6 +5,7 @@ gpu/backend.py on the GPU).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ..errors import PyspecError
@@ -54,7 +55,8 @@ class DraftSpec:
 
 def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
     """"none" | "ngram" | "self:L" | "model" | "model:PATH" | "trained" (models/draft-l4.gguf)
-    | a path ending in .gguf | "ngram+" one of the draft models before ->
+    | a path (ending in .gguf, holding a slash, or an existing file) | "ngram+" one of the draft
+    models before ->
     DraftSpec. With the champion's `n_layers`, self:L is checked to be in 1..n_layers - 1."""
     if not isinstance(spec, str) or not spec:
         raise DraftSpecError(f"a draft spec must be a non-empty string, got {spec!r}")
@@ -83,7 +85,9 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
             raise DraftSpecError(f"draft 'trained': {e}; or pass the path of a GGUF draft") from e
     if spec.startswith("model:") and len(spec) > 6:
         return DraftSpec("model", path=spec[6:])
-    if spec.lower().endswith(".gguf") or "/" in spec or "\\" in spec:
+    if (spec.lower().endswith(".gguf") or "/" in spec or "\\" in spec
+            or os.path.isfile(spec)):
         return DraftSpec("model", path=spec)
     raise DraftSpecError(f"unknown draft {spec!r}: use ngram, none, self:L, trained, the path "
-                         f"of a GGUF draft model, or ngram+ one of the last two")
+                         f"of a GGUF draft model (or model:PATH), or ngram+ one of the last "
+                         f"two; no file {spec!r} exists here")

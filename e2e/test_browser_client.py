@@ -87,6 +87,11 @@ LIFECYCLE = """async () => {%s
     out.missingWorker = await codeOf(() => SpecDecoder.create({ champion: "tiny",
                                                                  workerUrl: "./nope/worker.js" }));
     out.badWorkerUrl = await codeOf(() => SpecDecoder.create({ workerUrl: "http://[bad" }));
+    out.badCallback = await codeOf(() => SpecDecoder.create({ champion: "tiny", onProgress: 5 }));
+    // The constructor alone starts nothing: a request is not_ready, and no fault is recorded.
+    const unstarted = new SpecDecoder({ champion: "tiny" });
+    out.unstarted = await codeOf(() => drain(unstarted.generate(messages, { max_tokens: 4 })));
+    out.unstartedNotices = unstarted.notices.length + unstarted.restarts;
     const secure = Object.getOwnPropertyDescriptor(window, "isSecureContext");
     Object.defineProperty(window, "isSecureContext", { value: false, configurable: true });
     out.insecure = await codeOf(() => SpecDecoder.create({ champion: "tiny" }));
@@ -121,10 +126,51 @@ LIFECYCLE = """async () => {%s
 }""" % PRELUDE
 
 
+PYODIDE_FILES = """async () => {%s
+  const limit = new Promise((resolve) => setTimeout(() => resolve("pending after 90 s"), 90000));
+  const made = SpecDecoder.create({ champion: "tiny", snapshot: false })
+    .then((d) => { d.terminate(); return "ready"; }, (e) => ({ code: e.code, message: e.message }));
+  return await Promise.race([made, limit]);
+}""" % PRELUDE
+
+
+@pytest.mark.parametrize("file, fault, words", [
+    ("pyodide.asm.wasm", 404, ["pyodide/pyodide.asm.wasm: HTTP 404"]),
+    ("pyodide.asm.wasm", "application/octet-stream",
+     ["pyodide/pyodide.asm.wasm is served as 'application/octet-stream'", "application/wasm"]),
+    ("python_stdlib.zip", 404, ["pyodide/python_stdlib.zip: HTTP 404"]),
+], ids=["wasm-404", "wasm-type", "stdlib-404"])
+def test_pyodide_files_a_host_serves_wrong_are_download_failed(browser, site_url, file, fault,
+                                                               words):
+    """A host that lacks one of Pyodide's files, or serves its wasm as another type (Pyodide's
+    loader then neither rejects nor returns), makes create() reject with download_failed
+    naming the file, before Python starts."""
+    c = Context(browser, site_url)
+
+    def broken(route):
+        if fault == 404:
+            route.fulfill(status=404, body="")
+        else:
+            response = route.fetch()
+            route.fulfill(response=response, headers={**response.headers, "content-type": fault})
+
+    c.ctx.route(f"**/pyodide/{file}", broken)
+    try:
+        p = c.page("embed-example.html?model=none-such")
+        p.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
+        out = p.evaluate(PYODIDE_FILES)
+    finally:
+        c.ctx.close()
+    assert isinstance(out, dict) and out["code"] == "download_failed", out
+    for word in words:
+        assert word in out["message"], out
+
+
 def test_a_decoder_that_fails_or_is_terminated_leaves_no_worker(page):
     """A failed create() terminates the worker it started (a sha256 that is not 64 hex digits,
-    a worker.js that is not there, a workerUrl that is no URL, an insecure page: each a
-    SpecError by its code); an unknown create() or reload() option or a misspelt generate()
+    a worker.js that is not there, a workerUrl that is no URL, an onProgress that is no
+    function, an insecure page: each a SpecError by its code); a decoder made by the
+    constructor alone is not_ready, with no fault recorded; an unknown create() or reload() option or a misspelt generate()
     option is refused (bad_config) by name; a config that cannot be sent to a worker is
     bad_request and the decoder goes on; after terminate() every call throws "terminated" and
     no worker is started again, even by a restart under way."""
@@ -132,7 +178,9 @@ def test_a_decoder_that_fails_or_is_terminated_leaves_no_worker(page):
     assert out == {"unknownModel": "unknown_model", "liveAfterFailure": 0,
                    "unknownOption": "bad_config", "liveAfterRefusal": 0,
                    "emptySha": "bad_request", "missingWorker": "download_failed",
-                   "badWorkerUrl": "bad_config", "insecure": "insecure_context",
+                   "badWorkerUrl": "bad_config", "badCallback": "bad_config",
+                   "unstarted": "not_ready", "unstartedNotices": 0,
+                   "insecure": "insecure_context",
                    "liveAfterFaults": 0, "liveReady": 1,
                    "misspelt": "bad_config", "notObject": "bad_config",
                    "uncloneable": "bad_request", "stillWorks": "length",

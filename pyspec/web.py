@@ -53,8 +53,8 @@ class SessionError(PyspecError):
 # What each field of a request may hold; null or absent means the default. A field of another
 # type is refused (bad_config) before anything runs, so a malformed request changes nothing.
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
-               "draft_name": str, "draft_vocab": str, "drills": bool, "load_faults": list,
-               "warm": bool}
+               "draft_name": str, "draft_vocab": str, "draft_vocab_shipped": bool,
+               "drills": bool, "load_faults": list, "warm": bool}
 GENERATE_FIELDS = {"max_tokens": int, "temperature": (int, float), "seed": int, "verify": str,
                    "k": str, "draft": str, "drill": str, "context_overflow": str,
                    # the sampling controls (processors.py, stops.py), OpenAI's names
@@ -452,15 +452,21 @@ class Session:
                                          "in the numpy engine of the CLI so far, not in the "
                                          "page; give a draft model, or use ngram")
                 draft_model = Model(draft_file)
-                if opts.get("draft_vocab") is not None and pair.bridge is not None:
-                    raise DraftSpecError(f"{draft_file.source} has another vocabulary than the "
-                                         "champion: a reduced head (draft_vocab) is for a draft "
-                                         "with the champion's tokenizer; drop it")
-                if opts.get("draft_vocab") is not None:
+                vocab = opts.get("draft_vocab")
+                if vocab is not None and pair.bridge is not None:
+                    if not opts.get("draft_vocab_shipped"):
+                        raise DraftSpecError(f"{draft_file.source} has another vocabulary than "
+                                             "the champion: a reduced head (draft_vocab) is for "
+                                             "a draft with the champion's tokenizer; drop it")
+                    # The site's, which the worker sends with the draft whatever the champion:
+                    # with another vocabulary the draft runs bridged on its full head, as in
+                    # the CLI.
+                    vocab = None
+                if vocab is not None:
                     # Its reduced head (load.reduced_head_ids' sidecar, fetched by the worker):
                     # the numpy engine's draft steps shrink; a GPU draft keeps its full head.
                     draft_model.reduce_head(parse_reduced_head(
-                        opts["draft_vocab"], draft_model.config.vocab_size,
+                        vocab, draft_model.config.vocab_size,
                         f"{draft_file.source}'s vocab.json"))
                 if pair.bridge is not None:   # another vocabulary: drafts through the bridge
                     draft_model = BridgedModel(draft_model, pair.bridge)
@@ -521,6 +527,11 @@ class Session:
         lost = getattr(getattr(self.engine, "champion", None), "dev", None)
         if (self.engine is None or self.engine_draft != draft
                 or (lost is not None and lost.lost is not None)):   # a new device for a lost one
+            if draft in ("trained", "ngram+trained"):   # the CLI's name: a file in models/
+                raise SessionError("bad_config", f"draft {draft!r} names the command line's "
+                                   "trained draft: in the page give the draft model at init "
+                                   "(a model of the site's manifest, or its URL) and choose "
+                                   "draft 'model' (or 'ngram+model')")
             spec, parsed = draft, parse_draft(draft, self.config.n_layers)
             if parsed.needs_weights:
                 # The page's draft model arrives as a buffer at init; no paths in the browser.

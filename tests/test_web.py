@@ -470,6 +470,45 @@ def test_the_page_runs_its_draft_with_the_reduced_head_it_is_given(tiny, champio
     assert plain["draft_head_rows"] is None
 
 
+def test_the_sites_reduced_head_is_left_out_for_a_draft_of_another_vocabulary(
+        tiny, champion_bytes, tmp_path):
+    """The worker sends the site's DRAFT.vocab.json with a manifest draft whatever the champion
+    (draft_vocab_shipped): with another vocabulary the draft runs bridged on its full head, as
+    in the CLI; a reduced head the caller gave for such a draft is refused by name."""
+    from pyspec import testmodels
+
+    foreign = tmp_path / "foreign.gguf"
+    testmodels.write_model(foreign, seed=2, tokenizer=testmodels.tokenizer_metadata(n_merges=40))
+    ids = list(range(0, 300, 2))
+    vocab = json.dumps({"schema": "pyspec.draft-vocab/1", "head_rows": len(ids), "ids": ids})
+    s = web.Session(opener(NoAdapterError("none here")))
+    load = {"max_ctx": 128, "draft": "model", "draft_name": "foreign.gguf", "draft_vocab": vocab}
+    info = json.loads(run(s.load(json.dumps({**load, "draft_vocab_shipped": True}),
+                                 champion_bytes, foreign.read_bytes())))
+    assert "error" not in info and info["draft_head_rows"] is None
+    alone = json.loads(run(s.generate(1, MESSAGES, json.dumps({"max_tokens": 16,
+                                                               "draft": "none"}),
+                                      lambda *a: None)))
+    bridged = json.loads(run(s.generate(2, MESSAGES, json.dumps({"max_tokens": 16,
+                                                                 "k": "fixed:2"}),
+                                        lambda *a: None)))
+    assert bridged["tokens"] == alone["tokens"] and bridged["stats"]["drafted"] > 0
+    assert bridged["stats"]["bridge"]["kind"] == "tli"
+    err = json.loads(run(s.load(json.dumps(load), champion_bytes, foreign.read_bytes())))["error"]
+    assert err["code"] == "bad_config" and "drop it" in err["message"]
+
+
+@pytest.mark.parametrize("draft", ["trained", "ngram+trained"])
+def test_the_page_says_how_to_draft_with_the_trained_draft(tiny, champion_bytes, draft):
+    """"trained" is the CLI's file in models/: the page says to give the draft at init."""
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 128}), champion_bytes))
+    err = json.loads(run(s.generate(1, MESSAGES, json.dumps({"draft": draft}),
+                                    lambda *a: None)))["error"]
+    assert err["code"] == "bad_config"
+    assert "give the draft model at init" in err["message"] and "build.py" not in err["message"]
+
+
 def test_the_guard_remembers_a_drafter_across_engines(tiny, champion_bytes):
     """Choosing another drafter rebuilds the engine (a fresh cache); the guard's times and
     acceptance per (adapter, drafter) stay with the session, so a drafter chosen again needs no

@@ -67,7 +67,9 @@ export interface Notice {
 
 export interface SpecDecoderOptions {
   workerUrl?: string | URL;          // default: worker.js next to client.js
-  champion?: ModelSpec;              // default "smollm2"
+  /** Default "smollm2", a model of the full site's manifest; the npm package ships no models,
+   *  so there give {url, sha256} of a GGUF your site serves. */
+  champion?: ModelSpec;
   /** "ngram" (default) | "none" | "self:L" | a draft model. */
   draft?: ModelSpec;
   maxCtx?: number | null;
@@ -360,6 +362,7 @@ export interface Completions {
 export declare class SpecDecoder {
   /** Start a worker, load Pyodide, pyspec and the weights; resolves when ready to generate. */
   static create(options?: SpecDecoderOptions): Promise<SpecDecoder>;
+  /** Checks the options only; no worker starts (a request then is not_ready): use create. */
   constructor(options?: SpecDecoderOptions);
   info: ReadyInfo | null;
   lastResult: GenerateResult | null;

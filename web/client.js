@@ -160,6 +160,7 @@ export class SpecDecoder {
   #active = new Set();  // the records of this decoder's generate requests in flight (#run)
   #restarting = null;   // the restart under way (one for every request the death stopped)
   #terminated = false;
+  #started = false;     // a worker was made (create): a missing one then died, else never was
   #lastSign = 0;        // performance.now() of the worker's last message
   #watchdog = null;
   info = null;          // the worker's `ready` message: adapter, webgpu, context, weights, ...
@@ -184,6 +185,12 @@ export class SpecDecoder {
             draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
             maxRestarts = 1, stallTimeoutMs = 60000, onNotice = null, drills = false,
             loadDrill = null, snapshot = true } = options ?? {};
+    for (const [name, value] of [["onProgress", onProgress], ["onNotice", onNotice]]) {
+      if (value != null && typeof value !== "function") {
+        throw new SpecError("bad_config", `${name} must be a function or null, got ` +
+                            `${typeof value}`);
+      }
+    }
     this.#opts = { workerUrl, champion, draft, maxCtx, backend, onProgress, maxRestarts,
                    stallTimeoutMs, onNotice, drills, loadDrill, snapshot };
   }
@@ -272,7 +279,9 @@ export class SpecDecoder {
         return;
       }
       if (!this.#worker) {
-        reject(new SpecError("worker_died", "the worker is not running"));
+        reject(this.#started ? new SpecError("worker_died", "the worker is not running")
+          : new SpecError("not_ready", "this decoder has not started: make it with " +
+                          "`await SpecDecoder.create(options)`, not the constructor alone"));
         return;
       }
       this.#pending.set(id, {
@@ -294,6 +303,7 @@ export class SpecDecoder {
   }
 
   async #start() {
+    this.#started = true;
     this.#spawn();
     await this.#init();
   }

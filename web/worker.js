@@ -146,6 +146,7 @@ function runtime(progress, { snapshot = true, drill = null } = {}) {
     if (caches === null && !dir) startup.snapshot = startup.bytecode = "unavailable";
     const bytecode = dir ? readBytecode(dir, artifacts) : null;
     const shipped = m.artifacts.find((a) => a.kind === "pyodide-snapshot");
+    await checkPyodideFiles(m);
     const pyodide = await startPyodide(startup, dir, shipped);
     pyodide.registerJsModule("pyspec_webgpu", webgpuHelpers);   // pyspec/gpu/browser.py's
     pyodide.registerJsModule("pyspec_dequant", dequantKernels); // pyspec/web.py's
@@ -172,6 +173,31 @@ function runtime(progress, { snapshot = true, drill = null } = {}) {
   })();
   runtimePromise.catch(() => { runtimePromise = null; });
   return runtimePromise;
+}
+
+// Pyodide's own files (the manifest's kind "pyodide"; pyodide.mjs has loaded with this worker),
+// asked for with HEAD before Python starts: loadPyodide neither rejects nor returns when its
+// wasm is missing or served as another type than application/wasm (the streaming compile
+// refuses it, and Pyodide only logs a warning), and a missing python_stdlib.zip surfaces as a
+// Python traceback. Either is a deployment mistake: download_failed, naming the file.
+async function checkPyodideFiles(m) {
+  const files = m.artifacts.filter((a) => a.kind === "pyodide" && !a.url.endsWith(".mjs"));
+  await Promise.all(files.map(async (a) => {
+    let resp;
+    try {
+      resp = await fetch(new URL(a.url, SITE), { method: "HEAD" });
+    } catch (e) {
+      throw new WorkerError("download_failed", `${a.url}: ${e.message ?? e}`);
+    }
+    if (resp.status === 405 || resp.status === 501) return;   // a host without HEAD: unchecked
+    if (!resp.ok) throw new WorkerError("download_failed", `${a.url}: HTTP ${resp.status}`);
+    const type = resp.headers.get("content-type") ?? "";
+    if (a.url.endsWith(".wasm") && !type.startsWith("application/wasm")) {
+      throw new WorkerError("download_failed", `${a.url} is served as '${type || "no type"}': ` +
+                            "WebAssembly needs application/wasm; set that type for .wasm files " +
+                            "on the server");
+    }
+  }));
 }
 
 // A wheel of the manifest, its bytes checked against the manifest's sha256.
@@ -322,13 +348,18 @@ async function resolveModel(spec) {
     if (a) {
       // A draft's reduced head (DRAFT.vocab.json), where the site ships one: see fetchVocab.
       const v = m.artifacts.find((x) => x.kind === "draft-vocab" && x.model === spec);
+      // (shipped: sent with the draft whatever the champion; web.py leaves it out for a draft
+      // with another vocabulary, which runs bridged on its full head.)
       return { name: spec, url: new URL(a.url, SITE).href, sha256: a.sha256, size: a.size,
-               vocab: v ? { url: new URL(v.url, SITE).href, sha256: v.sha256 } : null };
+               vocab: v ? { url: new URL(v.url, SITE).href, sha256: v.sha256, shipped: true }
+                 : null };
     }
     if (!spec.includes("/") && !spec.endsWith(".gguf")) {
       const names = m.artifacts.filter((x) => x.kind === "model").map((x) => x.model);
-      throw new WorkerError("unknown_model", `no model named '${spec}' in manifest.json; ` +
-                            `use one of ${names.join(", ")} or a URL`);
+      throw new WorkerError("unknown_model", `no model named '${spec}' in manifest.json; ` + (
+        names.length ? `use one of ${names.join(", ")} or a URL`
+          : "this build ships no models (the npm package does not): give the model as " +
+            "{url, sha256} of a GGUF your site serves"));
     }
     spec = { url: spec };
   }
@@ -714,7 +745,7 @@ const NON_MODEL_DRAFTS = /^(ngram|none|self:\d+)$/;
 
 async function init(msg) {
   const progress = (phase, loaded, total, label) =>
-    post({ type: "progress", id: msg.id, phase, loaded, total, label });
+    post({ type: "progress", id: msg.id, phase, loaded, total, ...(label != null && { label }) });
   const t0 = performance.now();
   const draftIsModel = msg.draft && !(typeof msg.draft === "string" && NON_MODEL_DRAFTS.test(msg.draft));
   const champion = await resolveModel(msg.champion ?? "smollm2");
@@ -747,6 +778,7 @@ async function init(msg) {
     const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
                       backend: msg.backend ?? "auto", champion_name: champion.name,
                       draft_name: draft?.name, draft_vocab: draftVocab || null,
+                      draft_vocab_shipped: draft?.vocab?.shipped ?? false,
                       drills: msg.drills ?? false,
                       load_faults: load.faults,
                       warm: true };   // the system turn is prefilled after ready (web.py)

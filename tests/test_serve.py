@@ -5,6 +5,7 @@ client.js, `build.py demo --fault`)."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import urllib.error
 import urllib.request
@@ -89,3 +90,25 @@ def test_the_demo_takes_the_clis_drafter_names_and_opens_the_page_as_asked():
                      "k": "fixed:3", "temperature": "0.5", "seed": "7", "max_tokens": "8",
                      "verify": "replay"}
     assert browser.main(["--headless", "--model", "tiny", "--max-tokens", "0"]) == 2
+
+
+def test_the_demo_checks_self_l_against_the_models_layers_before_a_page_opens(tmp_path,
+                                                                              monkeypatch):
+    """`--draft self:L` with L past the model's layers is refused before any page opens (one
+    error line, exit 2); a model the manifest lacks is left to the page."""
+    from pyspec import testmodels
+    from pyspec.drafters import DraftSpecError
+
+    testmodels.write_model(tmp_path / "m.gguf", n_layers=3)
+    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": [
+        {"kind": "model", "model": "m", "url": "m.gguf"}]}))
+    args = browser.parser().parse_args(["--model", "m", "--draft", "self:3"])
+    with pytest.raises(DraftSpecError, match="L must be an integer in 1..2"):
+        browser.check_layers(tmp_path, args)
+    browser.check_layers(tmp_path, browser.parser().parse_args(["--model", "m", "--draft",
+                                                                "self:2"]))
+    browser.check_layers(tmp_path, browser.parser().parse_args(["--model", "other", "--draft",
+                                                                "self:9"]))
+    monkeypatch.setattr(browser.site, "build", lambda **kw: str(tmp_path / "manifest.json"))
+    monkeypatch.setattr(browser, "run_headless", lambda *a: pytest.fail("a page opened"))
+    assert browser.main(["--headless", "--model", "m", "--draft", "self:7"]) == 2

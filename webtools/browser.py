@@ -84,6 +84,25 @@ def page_draft(draft: str) -> tuple[str, str]:
     return name, "ngram+model" if combo else "model"
 
 
+def check_layers(root: Path, args) -> None:
+    """A --draft self:L against the layers of the site's model it names, before a page opens
+    (DraftSpecError); a model the manifest lacks is left to the page, which names the ones it
+    has."""
+    name = page_draft(args.draft)[0]
+    if not name.startswith("self:"):
+        return
+    from pyspec.drafters import parse_draft
+    from pyspec.gguf import GGUFFile
+    from pyspec.model import Config
+
+    artifacts = json.loads((root / "manifest.json").read_text())["artifacts"]
+    model = next((a for a in artifacts if a.get("kind") == "model"
+                  and a.get("model") == args.model), None)
+    if model is not None:
+        parse_draft(name, Config.from_metadata(GGUFFile.open(root / model["url"]).metadata)
+                    .n_layers)
+
+
 def page_url(base: str, args) -> str:
     """The page with every choice of `args` in its query (app.js reads them), so the URL the
     serve mode prints opens the page set as asked."""
@@ -221,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     root = Path(manifest).parent
+    try:
+        check_layers(root, args)
+    except PyspecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.headless:
         try:
             chromium_path()

@@ -132,8 +132,9 @@ def parse_reduced_head(text: str, vocab: int, source: str) -> list[int]:
 def default_draft(champion) -> str:
     """What `--draft auto` (the CLI's default) means for this champion: the drafter measured
     fastest on its kind of backend. On a GPU that is not a software adapter, "trained" (the
-    shipped draft, when the checkout has it): on the H200 it ran 1.41x champion-only under the
-    guard against n-gram's 1.15x, in one run (bench/results/h200.json). On the numpy engine and
+    shipped draft, when the checkout has it): on the H200 it ran 1.43x champion-only under the
+    guard against n-gram's 1.19x and ngram+trained's 1.30x, in one run (bench/results/h200.json,
+    2026-12-04; 1.41x against 1.15x in h200-1203-night.json). On the numpy engine and
     on CPU adapters (lavapipe, SwiftShader), "ngram": on the numpy engine the trained draft with
     its reduced head ran 1.03x guarded against n-gram's 1.01x, within the run-to-run spread
     (bench/results/cpu-guard-reduced-head.json), and on the page's numpy engine, which this

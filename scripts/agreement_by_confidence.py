@@ -27,6 +27,8 @@ import statistics
 
 import numpy as np
 
+from tree_estimate import cached
+
 WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "workloads",
                         "public.jsonl")
 BINS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.000001)
@@ -91,14 +93,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--positions", help="reuse (or write, when absent) step 1-2's positions")
     args = ap.parse_args()
-    if args.positions and os.path.exists(args.positions):
-        with open(args.positions) as f:
-            answers = json.load(f)
-    else:
-        answers = positions(args.workload, args.max_tokens)
-        if args.positions:
-            with open(args.positions, "w") as f:
-                json.dump(answers, f)
+    answers = cached(args.positions, lambda: positions(args.workload, args.max_tokens))
     p1 = np.concatenate([a["p1"] for a in answers])
     p2 = np.concatenate([a["p2"] for a in answers])
     agrees = np.concatenate([a["agrees"] for a in answers]).astype(bool)

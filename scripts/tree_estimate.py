@@ -125,6 +125,18 @@ TWO_CHAIN_RULES = {
 }
 
 
+def cached(path: str | None, make):
+    """The JSON at `path` when it exists, else make(), written there when a path is given."""
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    value = make()
+    if path:
+        with open(path, "w") as f:
+            json.dump(value, f)
+    return value
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default=WORKLOAD)
@@ -134,14 +146,7 @@ def main() -> int:
     ap.add_argument("--max-rows", type=int, default=16)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    if args.ranks and os.path.exists(args.ranks):
-        with open(args.ranks) as f:
-            answers = json.load(f)
-    else:
-        answers = answer_ranks(args.workload, args.max_tokens)
-        if args.ranks:
-            with open(args.ranks, "w") as f:
-                json.dump(answers, f)
+    answers = cached(args.ranks, lambda: answer_ranks(args.workload, args.max_tokens))
     with open(H200) as f:
         ratio = json.load(f)["gpu"]["verify_cost_ratio"]
     verify_cost, top = {}, 0.0

@@ -74,6 +74,8 @@ def test_a_choice_made_mid_reply_waits_for_the_reply(demo):
     assert page.is_hidden("#error")
     wait(page, LOADED, "tiny-close")
     assert page.evaluate("() => liveWorkers") == 1
+    # the note that the choice waits goes once the choice has loaded
+    page.locator("#notice").wait_for(state="hidden", timeout=TIMEOUT_S * 1000)
     page.close()
 
 
@@ -103,7 +105,7 @@ def test_clear_mid_reply_stops_it_and_starts_afresh(demo):
     page.click("#clear")
     assert page.evaluate("() => window.reply")["finish_reason"] == "cancelled"
     assert page.evaluate("() => document.querySelectorAll('#messages .msg').length") == 0
-    assert page.text_content("#s-finish") == "" and page.is_disabled("#receipt")
+    assert page.text_content("#s-finish") == "–" and page.is_disabled("#receipt")
     # The next turn is the first of a new conversation: the old turns are not sent.
     page.fill("#prompt", "the dog")
     page.click("#send")
@@ -111,6 +113,32 @@ def test_clear_mid_reply_stops_it_and_starts_afresh(demo):
                "!document.querySelector('.msg.streaming')")
     sent = page.evaluate("() => pyspecApp.decoder().lastResult.stats.prompt_tokens")
     assert sent == alone["stats"]["prompt_tokens"]
+    page.close()
+
+
+def test_enter_sends_and_a_reply_starts_with_blank_stats(demo):
+    """Enter in the prompt box sends (Shift+Enter is a new line) and empties the box; while the
+    next reply streams, no stat of the last reply is shown (each is "–"), nor its receipt."""
+    page = demo.page("index.html?model=tiny&draft=none&max_tokens=4")
+    wait(page, LOADED, None)
+    page.fill("#prompt", "the dog")
+    page.press("#prompt", "Shift+Enter")
+    assert page.input_value("#prompt") == "the dog\n"
+    page.fill("#prompt", "the dog")
+    page.press("#prompt", "Enter")
+    wait(page, "() => document.querySelectorAll('#messages .msg.assistant').length === 1 && "
+               "!document.querySelector('.msg.streaming')")
+    assert page.input_value("#prompt") == ""
+    assert page.text_content("#s-finish") == "length" and page.is_enabled("#receipt")
+    assert page.text_content("#s-acc") == "– (no drafts)"
+    page.evaluate(START)
+    wait(page, "() => document.querySelectorAll('.msg.assistant')[1]?.textContent.length > 0")
+    stats = page.evaluate("""() => ["s-finish", "s-tpp", "s-acc", "s-passes", "s-ttft",
+                                     "s-guard"].map((id) => document.getElementById(id)
+                                                                     .textContent)""")
+    assert stats == ["–"] * 6 and page.is_disabled("#receipt")
+    page.click("#stop")
+    assert page.evaluate("() => window.reply")["finish_reason"] == "cancelled"
     page.close()
 
 

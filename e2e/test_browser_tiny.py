@@ -332,6 +332,7 @@ def test_the_json_toggle_gives_the_native_schema_output_with_forced_tokens(tiny_
         page.evaluate("() => { window.lastBeforeBadSchema = pyspecApp.decoder().lastResult; }")
         bubbles = page.locator(".msg").count()
         page.fill("#json-schema", '{"type": "object",')
+        page.fill("#prompt", PROMPT)    # (a sent prompt leaves the box)
         page.click("#send")
         error = page.locator("#error")
         error.wait_for(state="visible", timeout=10_000)

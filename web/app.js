@@ -3,8 +3,8 @@
 // URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (ngram | none |
 // self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
 // max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine), drills=1 (fault
-// drills: run(prompt, {drill: "KIND@CYCLE"}), and load_drill=KIND for a loading fault, see
-// client.js). Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
+// drills: run(prompt, {drill: "KIND@CYCLE"})), load_drill=KIND (a loading fault, see client.js;
+// it turns drills on), top_k, top_p, min_p and the three penalties. Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
 // (run starts a fresh conversation; the chat box keeps its history).
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
@@ -52,11 +52,12 @@ function clearNotice() { $("notice").hidden = true; $("notice").textContent = ""
 function syncSend() { $("send").disabled = streaming || loading !== null || decoder === null; }
 
 // A recovery (a worker restarted, a device lost): the text goes on, and the page says so.
+// The page's own notes (`page`: true) show their message alone.
 function showNotice(n) {
   const box = $("notice");
   box.hidden = false;
   box.dataset.code = n.code;
-  box.textContent = `${n.code}: ${n.message}`;
+  box.textContent = n.page ? n.message : `${n.code}: ${n.message}`;
 }
 
 // --- the decoder ------------------------------------------------------------------------------
@@ -100,7 +101,8 @@ async function load(model, draftModel, key) {
       workerUrl: new URL("./worker.js", import.meta.url), champion: model,
       draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
       backend: params.get("backend") ?? "auto",
-      onProgress: showProgress, onNotice: showNotice, drills: params.get("drills") === "1",
+      onProgress: showProgress, onNotice: showNotice,
+      drills: params.get("drills") === "1" || params.has("load_drill"),
       loadDrill: params.get("load_drill"), snapshot: params.get("snapshot") !== "0",
     });
   } catch (err) {
@@ -123,9 +125,16 @@ async function load(model, draftModel, key) {
   $("progress").hidden = true;
   $("adapter").textContent = d.info.adapter;
   const gpu = d.info.webgpu;
+  // (info.fallback says why the CPU engine runs, in the API's words; the page says it in its own)
   $("webgpu").textContent = (gpu?.available
     ? `(WebGPU: ${gpu.vendor ?? "?"} ${gpu.architecture ?? ""})` : "(no WebGPU adapter)")
-    + (d.info.fallback ? ` ${d.info.fallback}` : "");
+    + (d.info.fallback && gpu?.available && d.info.adapter === "cpu-numpy"
+      ? " - a software adapter, slower than the CPU engine, which runs instead (add " +
+        "?backend=webgpu to the URL to use WebGPU anyway)" : "");
+  // self:L's L for this model: 1 .. its layers - 1
+  const top = Math.max(1, d.info.n_layers - 1);
+  $("layers").max = String(top);
+  if (Number($("layers").value) > top) $("layers").value = String(top);
   d.info.page_load_ms = performance.now() - t0;
   return d;
 }
@@ -143,10 +152,12 @@ function requestConfig(overrides = {}) {
   const draft = !$("speculate").checked ? "none"
     : choice.startsWith("model:") ? "model" : choice.startsWith("combo:") ? "ngram+model" : choice;
   return { draft, k: $("k").value, verify: $("verify").value || null,
-           temperature: Number($("temperature").value), seed: Number($("seed").value),
-           max_tokens: Number($("max-tokens").value), ...samplingConfig(), ...jsonConfig(),
-           ...overrides };
+           temperature: num("temperature"), seed: num("seed"), max_tokens: num("max-tokens"),
+           ...samplingConfig(), ...jsonConfig(), ...overrides };
 }
+
+// A number field's value, or null (the default) when it is empty.
+const num = (id) => ($(id).value.trim() === "" ? null : Number($(id).value));
 
 // The Output section: with "JSON" ticked the reply follows the schema in the box (the worker
 // refuses a keyword outside the supported subset by name).
@@ -163,7 +174,6 @@ function jsonConfig() {
 // line (\n and \t written as escapes); logit_bias as "ID=BIAS, ID=BIAS". The worker checks
 // the values and refuses bad ones by name.
 function samplingConfig() {
-  const num = (id) => ($(id).value.trim() === "" ? null : Number($(id).value));
   const stop = $("stop-strings").value.split("\n").filter((s) => s !== "")
     .map((s) => s.replaceAll("\\n", "\n").replaceAll("\\t", "\t"));
   const bias = {};
@@ -227,13 +237,17 @@ async function run(prompt, overrides = {}, onText = null) {
   const mine = conversation;
   history.push({ role: "user", content: prompt });
   const asked = bubble("user", prompt);
+  if ($("prompt").value.trim() === prompt) $("prompt").value = "";   // back in it on failure
   const out = bubble("assistant");
   out.classList.add("streaming");
+  resetStats();        // the last reply's stats are not this one's
   streaming = true;
+  const sendHadFocus = document.activeElement === $("send");
   syncSend();
   $("stop").disabled = false;
-  const t0 = performance.now();
-  let tokens = 0;
+  if (sendHadFocus) $("stop").focus();
+  // The live rate counts from the first text, as the engine's tokens_per_s leaves the prefill out.
+  let tFirst = null, tokens = 0;
   let result;
   try {
     // A copy: a resumed request sends its messages again, whatever Clear did meanwhile.
@@ -243,8 +257,14 @@ async function run(prompt, overrides = {}, onText = null) {
       if (step.done) { result = step.value; break; }
       const chunk = step.value;
       appendTokens(out, chunk);
-      tokens += chunk.tokens;
-      $("s-tps").textContent = (tokens / ((performance.now() - t0) / 1000)).toFixed(2);
+      if (tFirst === null) {
+        tFirst = performance.now();
+      } else {
+        tokens += chunk.tokens;
+        if (mine === conversation) {
+          $("s-tps").textContent = (tokens / ((performance.now() - tFirst) / 1000)).toFixed(2);
+        }
+      }
       $("messages").scrollTop = $("messages").scrollHeight;
       onText?.(chunk.text, chunk);
     }
@@ -266,11 +286,15 @@ async function run(prompt, overrides = {}, onText = null) {
   } finally {
     out.classList.remove("streaming");
     streaming = false;
+    const stopHadFocus = document.activeElement === $("stop");
     syncSend();
     $("stop").disabled = true;
+    if (stopHadFocus) $("prompt").focus();
     if (pendingChange) {
       pendingChange = false;
-      ensureDecoder().catch(showError);
+      ensureDecoder().then(() => {   // the note that the choice waits goes once it has loaded
+        if ($("notice").dataset.code === "later") clearNotice();
+      }).catch(showError);
     }
   }
   if (mine === conversation) {   // else Clear started another conversation meanwhile
@@ -285,14 +309,19 @@ function clearConversation() {
   history.length = 0;
   $("messages").textContent = "";
   if (streaming) decoder?.cancel().catch(showError);
+  resetStats();
+  clearError();
+  clearNotice();
+}
+
+// Every stat back to "–", no chart, no receipt: a reply starts, or the conversation is cleared.
+function resetStats() {
   for (const id of ["s-finish", "s-tps", "s-tpp", "s-acc", "s-passes", "s-ttft", "s-guard"]) {
-    $(id).textContent = "";
+    $(id).textContent = "–";
   }
   drawChart([], []);
   lastReceipt = null;
   $("receipt").disabled = true;
-  clearError();
-  clearNotice();
 }
 
 // --- stats ----------------------------------------------------------------------------------
@@ -304,7 +333,8 @@ function showStats(result) {
   $("receipt").disabled = !lastReceipt;
   $("s-tps").textContent = s.tokens_per_s.toFixed(2);
   $("s-tpp").textContent = s.tokens_per_pass.toFixed(2);
-  $("s-acc").textContent = `${(100 * s.acceptance_rate).toFixed(0)}% (${s.accepted}/${s.drafted})`;
+  $("s-acc").textContent = s.drafted
+    ? `${(100 * s.acceptance_rate).toFixed(0)}% (${s.accepted}/${s.drafted})` : "– (no drafts)";
   $("s-passes").textContent = s.champion_passes;
   $("s-ttft").textContent = `${(1000 * s.ttft_s).toFixed(0)} ms`;
   const sch = s.schedule;
@@ -380,7 +410,17 @@ async function fillModels() {
                    max_tokens: "max-tokens", top_p: "top-p", top_k: "top-k", min_p: "min-p",
                    repetition_penalty: "repetition-penalty",
                    presence_penalty: "presence-penalty", frequency_penalty: "frequency-penalty" };
-  for (const [param, id] of Object.entries(fields)) if (params.has(param)) $(id).value = params.get(param);
+  const ignored = [];
+  for (const [param, id] of Object.entries(fields)) {
+    if (!params.has(param)) continue;
+    $(id).value = params.get(param);
+    // a number field keeps "" for a value it cannot hold: the default is used, and said so
+    if ($(id).value === "" && params.get(param) !== "") ignored.push(`${param}=${params.get(param)}`);
+  }
+  if (ignored.length) {
+    showNotice({ code: "url", page: true, message: `Not a number, so the default is used: ` +
+                 `${ignored.join(", ")} (in the page's URL).` });
+  }
 }
 
 // The drafters for the chosen model: n-gram and self:L always; a draft model only where it can
@@ -421,6 +461,13 @@ function start() {
     const prompt = $("prompt").value.trim();
     if (prompt) run(prompt).catch(showError);
   });
+  // Enter sends, Shift+Enter is a new line (not while an input method composes a character).
+  $("prompt").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing && !$("send").disabled) {
+      e.preventDefault();
+      $("form").requestSubmit();
+    }
+  });
   $("stop").addEventListener("click", () => decoder?.cancel().catch(showError));
   $("clear").addEventListener("click", clearConversation);
   $("receipt").addEventListener("click", downloadReceipt);
@@ -434,7 +481,8 @@ function start() {
       clearError();
       if (streaming) {   // the reply goes on with the model it began with
         pendingChange = true;
-        showNotice({ code: "later", message: "the new choice loads when this reply is done" });
+        showNotice({ code: "later", page: true,
+                     message: "Your new choice loads when this reply is done." });
       } else {
         ensureDecoder().catch(showError);
       }

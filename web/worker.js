@@ -749,7 +749,10 @@ async function init(msg) {
   const t0 = performance.now();
   const draftIsModel = msg.draft && !(typeof msg.draft === "string" && NON_MODEL_DRAFTS.test(msg.draft));
   const champion = await resolveModel(msg.champion ?? "smollm2");
-  const draft = draftIsModel ? await resolveModel(msg.draft) : null;
+  const draft = draftIsModel ? await resolveModel(msg.draft).catch((e) => {
+    e.message = `draft: ${e.message}`;   // which of the two models it is about
+    throw e;
+  }) : null;
   const weights = { downloaded: 0, cached: false, corrupt: 0 };
   if (msg.drill != null && (!msg.drills || !LOAD_DRILLS.includes(msg.drill))) {
     throw new WorkerError("bad_config", `init's drill must be one of ${LOAD_DRILLS.join(", ")}` +

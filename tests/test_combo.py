@@ -63,8 +63,9 @@ def check_against_champion_only(tiny, champion, prepare=None):
         receipts.check(r)
 
 
-def test_a_combination_gives_the_champions_output_on_numpy(tiny):
-    check_against_champion_only(tiny, tiny.champion)
+@pytest.mark.parametrize("backend", ["cpu", "fastcpu"])
+def test_a_combination_gives_the_champions_output_on_numpy(tiny, backend):
+    check_against_champion_only(tiny, tiny.on(backend))
 
 
 @requires_gpu

@@ -70,11 +70,13 @@ def test_greedy_with_an_eagle_head_equals_champion_only(tiny, head_path, greedy_
     assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("temperature", [0.6, 1.0])
-def test_replay_with_an_eagle_head_equals_champion_only_sampling(tiny, head_path, temperature):
+def test_replay_with_an_eagle_head_equals_champion_only_sampling(tiny, head_path, temperature,
+                                                                 backend):
     seed = 1234
     expected = replay_reference(tiny, temperature, seed)
-    engine = engine_for(tiny, head_path)
+    engine = engine_for(tiny, head_path, backend)
     for k in range(1, 6):
         r = engine.generate(tiny.prompt, Options(max_tokens=30, temperature=temperature,
                                                  seed=seed, k=f"fixed:{k}", stop_at_eos=False))

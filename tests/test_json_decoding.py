@@ -42,13 +42,23 @@ class TinyJson:
         self.tokenizer = Tokenizer.from_metadata(self.champion.metadata)
         self.prompt = self.tokenizer.encode_chat([{"role": "user", "content": "json please"}])
         self.engines = {}
+        self._fast = None
 
-    def engine(self, draft: str) -> Engine:
-        if draft not in self.engines:
+    @property
+    def fast(self):
+        """The champion on the engine the CLI and the page run (fastcpu.FastModel)."""
+        if self._fast is None:
+            from pyspec.fastcpu import FastModel
+            self._fast = FastModel.load(self.path)
+        return self._fast
+
+    def engine(self, draft: str, backend: str = "cpu") -> Engine:
+        if (draft, backend) not in self.engines:
             spec = self.close_path if draft == "close" else draft
-            self.engines[draft] = Engine(backend_for(self.champion, spec, load_draft=Model.load),
-                                         self.tokenizer)
-        return self.engines[draft]
+            champion = self.fast if backend == "fastcpu" else self.champion
+            self.engines[draft, backend] = Engine(
+                backend_for(champion, spec, load_draft=Model.load), self.tokenizer)
+        return self.engines[draft, backend]
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +66,12 @@ def tj(tmp_path_factory) -> TinyJson:
     return TinyJson(tmp_path_factory.mktemp("tinyjson"))
 
 
-def masked_reference(tj: TinyJson, schema: dict, n: int) -> list[int]:
-    """Constrained greedy decoding from the forward and the masks only."""
+def masked_reference(tj: TinyJson, schema: dict, n: int, model=None) -> list[int]:
+    """Constrained greedy decoding from the forward (of `model`, default the numpy reference)
+    and the masks only."""
     masker = Masker(compile_schema(schema), Vocab(tj.tokenizer), tj.tokenizer.eos_id)
-    model, kv = tj.champion, tj.champion.new_cache()
+    model = model or tj.champion
+    kv = model.new_cache()
     logits = model.forward(tj.prompt, kv)[-1]
     kv.commit(len(tj.prompt))
     state, out = masker.initial(), []
@@ -75,9 +87,9 @@ def masked_reference(tj: TinyJson, schema: dict, n: int) -> list[int]:
     return out
 
 
-def run(tj, draft, schema, **kw):
+def run(tj, draft, schema, backend="cpu", **kw):
     opts = dict(max_tokens=200, json_schema=schema)
-    return tj.engine(draft).generate(tj.prompt, Options(**{**opts, **kw}))
+    return tj.engine(draft, backend).generate(tj.prompt, Options(**{**opts, **kw}))
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
@@ -109,6 +121,23 @@ def test_replay_equals_constrained_champion_only_per_seed(tj, name):
         for draft in DRAFTS:
             r = run(tj, draft, SCHEMAS[name], k="fixed:3", **kw)
             assert r.tokens == ref.tokens, (draft, seed)
+
+
+@pytest.mark.parametrize("name", ["order", "tags"])
+def test_the_fast_cpu_engine_equals_its_constrained_champion_only(tj, name):
+    """The engine the CLI and the page run (fastcpu.FastModel): greedy equals the masked
+    reference on its own forward, and replay per seed equals its champion-only, every drafter."""
+    schema, eos = SCHEMAS[name], tj.tokenizer.eos_id
+    want = [t for t in masked_reference(tj, schema, 200, tj.fast) if t != eos]
+    for draft in DRAFTS:
+        for k in ("fixed:1", "fixed:4"):
+            assert run(tj, draft, schema, "fastcpu", k=k).tokens == want, (draft, k)
+    for seed in range(2):
+        kw = dict(temperature=0.9, seed=seed)
+        ref = run(tj, "none", schema, "fastcpu", k="fixed:0", **kw)
+        for draft in DRAFTS:
+            assert run(tj, draft, schema, "fastcpu", k="fixed:3", **kw).tokens == ref.tokens, \
+                (draft, seed)
 
 
 def test_max_tokens_cut_leaves_a_valid_prefix(tj):

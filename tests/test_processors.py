@@ -147,14 +147,20 @@ def processed_reference(model, prompt, n, controls, temperature=0.0, seed=0):
 GREEDY_CONTROLS = ["logit_bias", "repetition", "presence", "frequency", "all", "penalties"]
 
 
+# Both numpy engines: the reference (model.Model) and the one the CLI and the page run
+# (fastcpu.FastModel), each against its own champion-only reference.
+CPU_ENGINES = ["cpu", "fastcpu"]
+
+
+@pytest.mark.parametrize("backend", CPU_ENGINES)
 @pytest.mark.parametrize("name", GREEDY_CONTROLS)
-def test_greedy_equals_processed_champion_only(tiny, name):
-    controls = CONTROLS[name]
-    expected = processed_reference(tiny.champion, tiny.prompt, 30, controls)
-    plain = processed_reference(tiny.champion, tiny.prompt, 30, {})
+def test_greedy_equals_processed_champion_only(tiny, name, backend):
+    controls, champion = CONTROLS[name], tiny.on(backend)
+    expected = processed_reference(champion, tiny.prompt, 30, controls)
+    plain = processed_reference(champion, tiny.prompt, 30, {})
     assert expected != plain, f"{name} must change the greedy text to test anything"
     for draft in DRAFTS:
-        engine = engine_for(tiny, draft)
+        engine = engine_for(tiny, draft, backend)
         for k in (1, 3, 6):
             r = engine.generate(tiny.prompt, Options(max_tokens=30, k=f"fixed:{k}",
                                                      stop_at_eos=False, **controls))
@@ -162,14 +168,15 @@ def test_greedy_equals_processed_champion_only(tiny, name):
     assert engine.generate(tiny.prompt, Options(max_tokens=30, stop_at_eos=False)).tokens == plain
 
 
+@pytest.mark.parametrize("backend", CPU_ENGINES)
 @pytest.mark.parametrize("name", list(CONTROLS))
-def test_replay_equals_processed_champion_only(tiny, name):
-    controls, temperature, seed = CONTROLS[name], 0.9, 77
-    expected = processed_reference(tiny.champion, tiny.prompt, 24, controls, temperature, seed)
-    plain = processed_reference(tiny.champion, tiny.prompt, 24, {}, temperature, seed)
+def test_replay_equals_processed_champion_only(tiny, name, backend):
+    controls, temperature, seed, champion = CONTROLS[name], 0.9, 77, tiny.on(backend)
+    expected = processed_reference(champion, tiny.prompt, 24, controls, temperature, seed)
+    plain = processed_reference(champion, tiny.prompt, 24, {}, temperature, seed)
     assert expected != plain, f"{name} must change the sampled text to test anything"
     for draft in DRAFTS:
-        engine = engine_for(tiny, draft)
+        engine = engine_for(tiny, draft, backend)
         for k in (2, 5):
             r = engine.generate(tiny.prompt, Options(max_tokens=24, k=f"fixed:{k}",
                                                      temperature=temperature, seed=seed,
@@ -192,7 +199,8 @@ def processed_two_token_distribution(model, prefix, temperature, controls):
     return joint
 
 
-def test_rejection_follows_the_processed_distribution(tiny):
+@pytest.mark.parametrize("backend", CPU_ENGINES)
+def test_rejection_follows_the_processed_distribution(tiny, backend):
     """10,000 seeded runs of 3 tokens with top_p 0.8 + repetition 1.5 + frequency 1.0 and the
     close draft (which drafts from the processed distribution: its q rows are processed too):
     the first two tokens checked as every drafter's are (test_engine.check_two_token_counts:
@@ -201,12 +209,12 @@ def test_rejection_follows_the_processed_distribution(tiny):
     unprocessed distribution lies
     further than three times the bound. (One drafter only, to keep it fast.)"""
     controls, temperature = dict(top_p=0.8, repetition_penalty=1.5, frequency_penalty=1.0), 1.0
-    prefix = tiny.tokenizer.encode("the cat. the cat. the")
-    exact = processed_two_token_distribution(tiny.champion, prefix, temperature, controls)
+    prefix, champion = tiny.tokenizer.encode("the cat. the cat. the"), tiny.on(backend)
+    exact = processed_two_token_distribution(champion, prefix, temperature, controls)
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
-    plain = processed_two_token_distribution(tiny.champion, prefix, temperature, {})
+    plain = processed_two_token_distribution(champion, prefix, temperature, {})
     assert 0.5 * np.abs(plain - exact).sum() > 3 * bound
-    engine = engine_for(tiny, "close")
+    engine = engine_for(tiny, "close", backend)
     counts, accepted, drafted, _ = sample_two_tokens(engine, prefix, temperature, "fixed:2",
                                                      exact.shape[0], **controls)
     check_two_token_counts(counts, exact, "processed, fixed:2")
@@ -265,20 +273,23 @@ def test_gpu_equals_gpu_champion_only_under_processors(tiny, name):
 
 
 @requires_gpu
-@pytest.mark.parametrize("name", ["penalties"])
+@pytest.mark.parametrize("name", ["penalties", "filters"])
 def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
     """As test_rejection_follows_the_processed_distribution, on the GPU with the self:1 draft
-    sampled on the device, logit_bias and the penalties on the device (penalize.wgsl with counts
-    on the device, the accept kernel). 10,000 runs, the same bound (TV of the joint under the
-    99.9th percentile of 10,000 exact draws); teeth: the unprocessed distribution is further.
-    top_k, top_p and min_p on the device keep exactly the host's tokens (test_gpu_sampling), and
-    their sampled distribution is tested there with 10,240 draws a filter."""
+    sampled on the device, every control on the device: logit_bias and the penalties
+    (penalize.wgsl with counts on the device), or top_k, top_p and min_p with a penalty (the
+    filters set per request, then the accept kernel's residual and bonus samples). 10,000 runs,
+    the same bound (TV of the joint under the 99.9th percentile of 10,000 exact draws); teeth:
+    the unprocessed distribution is further; and no pair the controls rule out (probability 0)
+    is ever emitted."""
     temperature, prefix = 1.0, tiny.tokenizer.encode("the cat. the cat. the")
     plain = processed_two_token_distribution(tiny.champion, prefix, temperature, {})
-    controls = CONTROLS[name]
+    controls = CONTROLS.get(name, {})
     if name == "penalties":   # penalties alone barely move this flat distribution: the bias
         top = [int(t) for t in np.argsort(-plain.sum(axis=1))[:3]]   # excludes its top tokens
         controls = {**controls, "logit_bias": {top[0]: -100.0, top[1]: -100.0, top[2]: 3.0}}
+    if name == "filters":
+        controls = dict(top_k=20, top_p=0.7, min_p=0.05, repetition_penalty=1.3)
     exact = processed_two_token_distribution(tiny.champion, prefix, temperature, controls)
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
     assert 0.5 * np.abs(plain - exact).sum() > 3 * bound
@@ -292,6 +303,9 @@ def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
         counts[r.tokens[0], r.tokens[1]] += 1
         accepted += r.stats["accepted"]
         drafted += r.stats["drafted"]
-    check_two_token_counts(counts, exact, "processed on the GPU, fixed:2")
+    check_two_token_counts(counts, exact, f"{name} on the GPU, fixed:2")
+    assert counts[exact == 0].sum() == 0, "a pair the controls rule out was emitted"
+    if name == "filters":
+        assert (exact == 0).mean() > 0.5   # the filters leave out most pairs
     assert drafted > 0 and 0 < accepted < drafted, (accepted, drafted)
     assert "host_accept_s" not in r.stats["backend_timing"]

@@ -81,10 +81,11 @@ def test_greedy_with_a_reduced_head_equals_champion_only(tiny, reduced_path, bac
             assert 0 < r.stats["accepted"] < r.stats["drafted"], (k, r.stats["accepted"])
 
 
-def test_rejection_with_a_reduced_head_matches_the_champion(tiny, reduced_path):
-    prefix = tiny.tokenizer.encode("the cat. the cat. the")
-    engine = Engine(backend_for(tiny.champion, reduced_path), tiny.tokenizer)
-    exact, bound = assert_two_token_distribution(engine, tiny.champion, prefix, "fixed:2")
+@pytest.mark.parametrize("backend", ["cpu", "fastcpu"])   # fastcpu: where the cut head ships
+def test_rejection_with_a_reduced_head_matches_the_champion(tiny, reduced_path, backend):
+    prefix, champion = tiny.tokenizer.encode("the cat. the cat. the"), tiny.on(backend)
+    engine = Engine(backend_for(champion, reduced_path), tiny.tokenizer)
+    exact, bound = assert_two_token_distribution(engine, champion, prefix, "fixed:2")
     # teeth: the cut draft's own distribution (q = 0 on a third of the ids) is far from it
     draft = load_draft_checked(tiny.champion)(reduced_path)
     draft_joint = exact_two_token_distribution(draft, prefix, PREFIX_TEMPERATURE)

@@ -491,6 +491,10 @@ class Session:
             self.warm_next = (engine, chat_prefix(tokenizer)) if opts.get("warm") else None
             return json.dumps({"adapter": engine.adapter, "pyspec_version": __version__,
                                "fallback": engine.fallback_reason,
+                               # its kind (receipts' fallbacks): software_adapter, no_webgpu,
+                               # webgpu_error, cpu_requested
+                               "fallback_kind": (engine.fallbacks[0]["kind"]
+                                                 if engine.fallbacks else None),
                                "vocab": config.vocab_size, "context": self.max_ctx,
                                "n_layers": config.n_layers,
                                "draft": self.default_draft,

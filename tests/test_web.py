@@ -128,7 +128,7 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
 
     info = json.loads(run(s.load(json.dumps({"max_ctx": 128}), champion_bytes)))
     assert info["adapter"] == "cpu-numpy" and info["context"] == 128 and info["draft"] == "ngram"
-    assert info["fallback"]
+    assert info["fallback"] and info["fallback_kind"] == "no_webgpu"
 
     chunks = []
     done = json.loads(run(s.generate(2, MESSAGES, json.dumps({"max_tokens": 8}),

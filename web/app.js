@@ -4,7 +4,8 @@
 // self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
 // max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine), drills=1 (fault
 // drills: run(prompt, {drill: "KIND@CYCLE"})), load_drill=KIND (a loading fault, see client.js;
-// it turns drills on), top_k, top_p, min_p and the three penalties. Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
+// it turns drills on), top_k, top_p, min_p and the three penalties. Headless drivers (build.py
+// demo --headless, e2e/) use window.pyspecApp:
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
 // (run starts a fresh conversation; the chat box keeps its history).
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
@@ -128,9 +129,10 @@ async function load(model, draftModel, key) {
   // (info.fallback says why the CPU engine runs, in the API's words; the page says it in its own)
   $("webgpu").textContent = (gpu?.available
     ? `(WebGPU: ${gpu.vendor ?? "?"} ${gpu.architecture ?? ""})` : "(no WebGPU adapter)")
-    + (d.info.fallback && gpu?.available && d.info.adapter === "cpu-numpy"
+    + (d.info.fallback_kind === "software_adapter"
       ? " - a software adapter, slower than the CPU engine, which runs instead (add " +
-        "?backend=webgpu to the URL to use WebGPU anyway)" : "");
+        "?backend=webgpu to the URL to use WebGPU anyway)"
+      : d.info.fallback ? ` ${d.info.fallback}` : "");
   // self:L's L for this model: 1 .. its layers - 1
   const top = Math.max(1, d.info.n_layers - 1);
   $("layers").max = String(top);
@@ -415,7 +417,8 @@ async function fillModels() {
     if (!params.has(param)) continue;
     $(id).value = params.get(param);
     // a number field keeps "" for a value it cannot hold: the default is used, and said so
-    if ($(id).value === "" && params.get(param) !== "") ignored.push(`${param}=${params.get(param)}`);
+    const given = params.get(param);
+    if ($(id).value === "" && given !== "") ignored.push(`${param}=${given}`);
   }
   if (ignored.length) {
     showNotice({ code: "url", page: true, message: `Not a number, so the default is used: ` +

@@ -218,6 +218,8 @@ export interface ReadyInfo {
   /** Why the GPU is not used (a software adapter, no WebGPU, a shader error, backend "cpu");
    *  null when it is. */
   fallback: string | null;
+  /** Its kind: "software_adapter" | "no_webgpu" | "webgpu_error" | "cpu_requested"; null. */
+  fallback_kind: string | null;
   /** What navigator.gpu offered, whatever the engine chose. */
   webgpu: { available: boolean; vendor?: string; architecture?: string; description?: string;
             fallback?: boolean | null; error?: string };

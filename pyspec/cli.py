@@ -166,6 +166,10 @@ def cmd_generate(args) -> int:
     if fitted.notice():
         print(f"note: {fitted.notice()}", file=sys.stderr)
     opts = options(args)
+    short = draft_context(engine)
+    if short is not None and short < len(fitted.ids) + args.max_tokens:
+        print(f"note: the draft's context is {short} positions: past position {short} the "
+              "champion decodes alone", file=sys.stderr)
     if args.json:
         r = engine.generate(fitted.ids, opts)
         report = {"text": r.text, "tokens": r.tokens, "finish_reason": r.finish_reason,
@@ -177,6 +181,18 @@ def cmd_generate(args) -> int:
     report = stream_to_stdout(engine, fitted.ids, opts)
     print_stats(report["stats"])
     return 0
+
+
+def draft_context(engine) -> int | None:
+    """The context of the engine's draft model (a combination's too), or None (no draft model,
+    or n-gram / self:L, which read the champion's)."""
+    drafter = engine.draft_source
+    if getattr(drafter, "kind", None) == "combo":
+        drafter = drafter.model
+    kv = getattr(drafter, "kv", None) or getattr(getattr(drafter, "model", None), "kv", None)
+    if kv is None or getattr(drafter, "shares_cache", False):
+        return None
+    return kv.max_ctx
 
 
 CHAT_HELP = "commands: /reset (forget the conversation), /system TEXT, /stats, /quit"

@@ -399,6 +399,21 @@ def test_check_pair_notes_a_draft_with_a_shorter_context(capsys, models, tmp_pat
     assert "context" not in out
 
 
+def test_generate_notes_a_draft_context_shorter_than_the_request(capsys, models, tmp_path):
+    """A draft model of 80 positions with a request that runs past them: a note says where the
+    champion goes on alone, and the output is still the champion's."""
+    short = str(tmp_path / "short.gguf")
+    testmodels.write_model(short, seed=0, ctx=80)
+    alone = generate_json(capsys, models["champion"], "--draft", "none", "--max-tokens", 100)
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                         PROMPT, "--json", "--draft", short, "--max-tokens", 100)
+    assert code == 0 and "note: the draft's context is 80 positions" in err
+    assert json.loads(out)["tokens"] == alone["tokens"]
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                         PROMPT, "--json", "--draft", short, "--max-tokens", 8)
+    assert code == 0 and "note:" not in err
+
+
 def test_check_pair_auto_checks_the_model_auto_may_draft_with(capsys, models):
     code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
                          "auto", "--json")

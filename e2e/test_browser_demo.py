@@ -89,7 +89,7 @@ def test_a_model_that_fails_to_load_gives_way_to_the_one_that_worked(demo):
     assert page.get_attribute("#error", "data-code") == "incompatible_draft"
     assert "back to tiny" in page.text_content("#error")
     wait(page, LOADED, None)
-    assert page.input_value("#drafter") == "ngram"
+    assert page.input_value("#drafter") == "auto"
     assert page.evaluate("() => liveWorkers") == 1
     out = page.evaluate("() => pyspecApp.run('the cat', { max_tokens: 4 })")
     assert out["finish_reason"] == "length"
@@ -162,10 +162,32 @@ def test_the_drafter_list_fits_the_model(demo):
     values = page.eval_on_selector_all("#drafter option", "os => os.map(o => o.value)")
     assert "model:tiny-close" not in values and "model:tiny-mismatch" not in values
     assert "model:tiny-borrowing" not in values        # made for tiny: other bytes
+    assert "auto" not in values                        # no trained draft of its own
     assert all(not v.endswith("draft-l4") for v in values)
     page.select_option("#model", "tiny")
     values = page.eval_on_selector_all("#drafter option", "os => os.map(o => o.value)")
     assert {"model:tiny-close", "model:tiny-borrowing", "combo:tiny-borrowing"} <= set(values)
     assert "model:tiny" not in values
     assert page.text_content("#drafter-help").startswith("prompt n-gram")
+    assert values[0] == "auto"   # tiny has a trained draft; tiny-close (above) had none
+    page.close()
+
+
+def test_auto_is_the_default_drafter_and_says_what_it_chose(demo):
+    """For a model with a trained draft (tiny: tiny-borrowing) the page's default drafter is
+    auto; on this software adapter the worker chooses n-gram without downloading the draft,
+    and the help line under the list says so. A model without one offers no auto."""
+    page = demo.page("index.html?model=tiny")
+    wait(page, LOADED, None)
+    assert page.input_value("#drafter") == "auto"
+    info = page.evaluate("() => pyspecApp.decoder().info")
+    assert info["draft"] == "ngram" and info["draft_model"] is None, info
+    assert "software WebGPU adapter" in info["draft_auto"]
+    assert page.text_content("#drafter-help") == f"auto: {info['draft_auto']}"
+    out = page.evaluate("() => pyspecApp.run('the cat sat on the mat. the cat', "
+                        "{ max_tokens: 8 })")
+    assert out["stats"]["drafter"] == "ngram"
+    page.select_option("#model", "tiny-close")
+    values = page.eval_on_selector_all("#drafter option", "os => os.map(o => o.value)")
+    assert "auto" not in values and page.input_value("#drafter") == "ngram"
     page.close()

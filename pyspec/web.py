@@ -288,6 +288,16 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                   fallbacks=[{"kind": kind, "adapter": "cpu-numpy"}])
 
 
+def _draft_pays(engine: Engine) -> bool:
+    """Whether a draft model is the page's fastest drafter on `engine` (the draft "auto"): on
+    a hardware WebGPU adapter, as natively (load.default_draft: on the H200 the trained draft ran
+    1.43x champion-only against n-gram's 1.19x, bench/results/h200.json); not on the numpy engine
+    or a software adapter, where it ran 1.00x against n-gram's 1.00x with every stratum at 0.988x
+    or more (bench/results/browser-cpu-guard3.json)."""
+    dev = getattr(engine.champion, "dev", None)
+    return dev is not None and not dev.is_cpu
+
+
 def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
     """The engine's `recover` (DESIGN §8): after a GPU fault the request goes on, champion-only,
     from its committed tokens. A lost device is replaced by a new one of the same adapter (its
@@ -417,11 +427,13 @@ class Session:
 
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
-        none | self:L | model, "max_ctx": int, "backend": auto | webgpu | cpu (make_engine),
+        none | self:L | model | auto (the draft model where it pays, _draft_pays, else ngram;
+        the worker sends the draft only for a hardware adapter), "max_ctx": int, "backend": auto | webgpu | cpu (make_engine),
         "champion_name", "draft_name", "warm": prefill the chat template's system turn when
         warm() is called after load, while the visitor types (the page sets it; generate waits
         for it)}. Returns
-        {"adapter", "vocab", "context", "n_layers", "draft"} or an error."""
+        {"adapter", "vocab", "context", "n_layers", "draft" (the drafter chosen), ...} or an
+        error."""
         if self.warming is not None:      # the last load's warm-up uses the engine replaced here
             warming, self.warming = self.warming, None
             await asyncio.gather(warming, return_exceptions=True)
@@ -474,7 +486,9 @@ class Session:
             self.draft_model = draft_model
             self.backend = opts.get("backend") or "auto"
             self.max_ctx = min(opts.get("max_ctx") or DEFAULT_MAX_CTX, config.context_length)
-            self.default_draft = opts.get("draft") or ("model" if draft_model else "ngram")
+            requested = opts.get("draft") or ("model" if draft_model else "ngram")
+            auto = requested == "auto"
+            self.default_draft = ("model" if draft_model else "ngram") if auto else requested
             self.drills = bool(opts.get("drills"))
             self.load_faults = _load_faults(opts.get("load_faults"))
             if not (same and (self.backend, self.max_ctx) == (before["backend"],
@@ -484,6 +498,14 @@ class Session:
             self.guard_timing = {}       # other models: their times are measured afresh
             t3 = time.perf_counter()
             engine = await self._engine(self.default_draft)
+            auto_note = None
+            if auto and self.default_draft == "model" and not _draft_pays(engine):
+                # "auto" (the worker sent the draft for a hardware adapter) on an engine where a
+                # draft model does not pay: n-gram, as load.default_draft chooses natively.
+                auto_note = (f"the engine runs on {engine.adapter}, where the draft model does "
+                             "not pay: prompt n-gram")
+                self.default_draft = "ngram"
+                engine = await self._engine("ngram")
             t4 = time.perf_counter()
             old = getattr(getattr(before["engine"], "champion", None), "dev", None)
             if old is not None and old is not getattr(engine.champion, "dev", None):
@@ -498,6 +520,8 @@ class Session:
                                "vocab": config.vocab_size, "context": self.max_ctx,
                                "n_layers": config.n_layers,
                                "draft": self.default_draft,
+                               # why "auto" chose otherwise than the worker expected, else null
+                               "draft_auto": auto_note,
                                # the draft's head rows on the numpy engine (null: its full head)
                                "draft_head_rows": _head_rows(draft_model),
                                "weight_bytes": engine.champion.weight_bytes,
@@ -602,7 +626,11 @@ class Session:
         except Exception as e:  # noqa: BLE001
             return _error(e, "bad_config")
         try:     # building the engine: a failure of no named kind is a bug (internal)
-            engine = await self._engine(config.get("draft") or self.default_draft)
+            draft = config.get("draft") or self.default_draft
+            if draft == "auto":    # what "auto" chose at load, or would choose for this engine
+                draft = "model" if self.draft_model is not None and (
+                    self.engine is None or _draft_pays(self.engine)) else "ngram"
+            engine = await self._engine(draft)
             if drill and drill[0] != "worker-oom" and getattr(engine.champion, "dev", None) is None:
                 raise SessionError("bad_config", f"the {drill[0]} drill needs the WebGPU engine, "
                                    f"not {engine.adapter}: load with backend webgpu")

@@ -76,7 +76,7 @@ def test_the_demo_takes_the_clis_drafter_names_and_opens_the_page_as_asked():
 
     from webtools import site
 
-    assert browser.page_draft("auto") == ("ngram", "ngram")
+    assert browser.page_draft("auto") == ("auto", "auto")
     assert browser.page_draft("self:3") == ("self:3", "self:3")
     assert browser.page_draft("trained") == (site.TRAINED_DRAFT, "model")
     assert browser.page_draft("ngram+trained") == (site.TRAINED_DRAFT, "ngram+model")

@@ -529,3 +529,56 @@ def test_the_guard_remembers_a_drafter_across_engines(tiny, champion_bytes):
     assert schedule("model")["baseline"] == 0
     run(s.load(json.dumps({"max_ctx": 128, "draft": "none"}), champion_bytes, draft))
     assert schedule("model")["baseline"] >= 1
+
+
+def test_the_page_auto_draft_uses_its_draft_model_only_where_it_pays(tiny, champion_bytes):
+    """draft "auto" (worker.js sends the draft model only for a hardware adapter, autoDraft):
+    on the numpy engine, where a draft model does not pay, the session drafts with n-gram and
+    says why (ready.draft_auto); without a draft model it is n-gram with nothing to say; a
+    request's "auto" follows the same rule. Tokens are champion-only's either way."""
+    draft = Path(tiny.close_path).read_bytes()
+    s = web.Session(opener(NoAdapterError("none here")))
+    info = json.loads(run(s.load(json.dumps({"max_ctx": 128, "draft": "auto"}), champion_bytes,
+                                 draft)))
+    assert info["draft"] == "ngram" and "cpu-numpy" in info["draft_auto"], info
+    assert s.draft_model is not None, "kept: a request may still ask for draft 'model'"
+    config = {"max_tokens": 16, "k": "fixed:2"}
+    alone = json.loads(run(s.generate(1, MESSAGES, json.dumps({**config, "draft": "none"}),
+                                      lambda *a: None)))
+    for i, ask in enumerate([None, "auto"]):
+        out = json.loads(run(s.generate(2 + i, MESSAGES, json.dumps({**config, "draft": ask}),
+                                        lambda *a: None)))
+        assert out["tokens"] == alone["tokens"] and out["stats"]["drafter"] == "ngram"
+    bare = web.Session(opener(NoAdapterError("none here")))
+    info = json.loads(run(bare.load(json.dumps({"max_ctx": 128, "draft": "auto"}),
+                                    champion_bytes)))
+    assert info["draft"] == "ngram" and info["draft_auto"] is None
+
+
+@requires_gpu
+def test_the_page_auto_draft_drafts_with_its_model_on_a_hardware_adapter(tiny, champion_bytes):
+    """On a WebGPU adapter that is not a software one, "auto" is the draft model, as the CLI's
+    load.default_draft chooses natively; the same adapter marked as software (SwiftShader's
+    isFallbackAdapter, with backend webgpu forced) gets n-gram. The native device stands in for
+    navigator.gpu's; only its is_cpu flag is set here."""
+    from pyspec.gpu import open_device
+
+    draft = Path(tiny.close_path).read_bytes()
+    for software in (False, True):
+        dev = open_device()
+        dev.is_cpu = software
+        s = web.Session(opener(dev))
+        try:
+            info = json.loads(run(s.load(json.dumps({"max_ctx": 128, "draft": "auto",
+                                                     "backend": "webgpu"}),
+                                         champion_bytes, draft)))
+            assert info["adapter"] == dev.name, info
+            assert info["draft"] == ("ngram" if software else "model"), info
+            assert (info["draft_auto"] is not None) == software
+            out = json.loads(run(s.generate(1, MESSAGES, json.dumps({"max_tokens": 12,
+                                                                     "k": "fixed:2"}),
+                                            lambda *a: None)))
+            assert (out["stats"]["drafter"] == "ngram") == software, out["stats"]["drafter"]
+        finally:
+            s.engine.close()
+            dev.destroy()

@@ -1,7 +1,7 @@
 // The demo page: a chat box over client.js, its controls, live stats and the receipt button.
 //
-// URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (ngram | none |
-// self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
+// URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (auto | ngram |
+// none | self:L | a manifest model name used as draft model), k, verify, temperature, seed, max_tokens,
 // max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine), drills=1 (fault
 // drills: run(prompt, {drill: "KIND@CYCLE"})), load_drill=KIND (a loading fault, see client.js;
 // it turns drills on), top_k, top_p, min_p and the three penalties. Headless drivers (build.py
@@ -65,11 +65,15 @@ function showNotice(n) {
 function drafterChoice() {
   const v = $("drafter").value;
   if (v === "self") return `self:${$("layers").value}`;
-  return v;   // 'ngram', 'model:NAME' or 'combo:NAME' (n-gram where the text repeats, else NAME)
+  // 'auto', 'ngram', 'model:NAME' or 'combo:NAME' (n-gram where the text repeats, else NAME)
+  return v;
 }
 
-// The draft model a choice needs loaded at init ('model:NAME', 'combo:NAME'), else null.
-const draftModelOf = (choice) => (/^(model|combo):/.test(choice) ? choice.slice(6) : null);
+// What a choice needs at init: the draft model ('model:NAME', 'combo:NAME'), 'auto' (the worker
+// decides, autoDraft), else null.
+const draftModelOf = (choice) => (choice === "auto" ? "auto"
+  : /^(model|combo):/.test(choice) ? choice.slice(6) : null);
+let autoNote = null;       // what "auto" chose for the loaded decoder, and why (info.draft_auto)
 
 // The decoder the controls name. One load at a time: a choice made while one loads is loaded
 // after it (the latest choice wins, and no worker is left behind), and one made while a reply is
@@ -123,6 +127,8 @@ async function load(model, draftModel, key) {
   decoder = d;
   decoderKey = key;
   lastGood = { model, draftModel, drafter: $("drafter").value, layers: $("layers").value };
+  autoNote = d.info.draft_auto;
+  syncControls();
   $("progress").hidden = true;
   $("adapter").textContent = d.info.adapter;
   const gpu = d.info.webgpu;
@@ -152,7 +158,8 @@ function restoreControls(good) {
 function requestConfig(overrides = {}) {
   const choice = drafterChoice();
   const draft = !$("speculate").checked ? "none"
-    : choice.startsWith("model:") ? "model" : choice.startsWith("combo:") ? "ngram+model" : choice;
+    : choice.startsWith("model:") ? "model" : choice.startsWith("combo:") ? "ngram+model"
+    : choice;   // 'auto' too: the worker's choice at load
   return { draft, k: $("k").value, verify: $("verify").value || null,
            temperature: num("temperature"), seed: num("seed"), max_tokens: num("max-tokens"),
            ...samplingConfig(), ...jsonConfig(), ...overrides };
@@ -375,6 +382,8 @@ function downloadReceipt() {
 // --- wiring ---------------------------------------------------------------------------------
 // What each drafter is, on hover (the option's title) and under the list.
 const DRAFTER_HELP = {
+  auto: "auto: the trained draft on a GPU, prompt n-gram on the CPU engine (the fastest of each, " +
+        "measured)",
   ngram: "prompt n-gram: proposes what followed the last words where they appeared before " +
          "(pays where the answer copies the prompt or repeats itself)",
   self: "self:L: the champion's own first L layers propose (no second model)",
@@ -398,10 +407,17 @@ async function fillModels() {
   if (!champions.some((a) => a.model === want)) $("model").add(new Option(want, want));
   $("model").value = want;
   fillDrafters();
-  const draft = params.get("draft");
-  if (draft === "none") $("speculate").checked = false;
+  const draft = params.get("draft") ?? "auto";
+  if (draft === "none") {           // no draft to download either
+    $("speculate").checked = false;
+    $("drafter").value = "ngram";
+  }
   else if (draft?.startsWith("self:")) { $("drafter").value = "self"; $("layers").value = draft.slice(5); }
-  else if (draft && draft !== "ngram") {
+  else if (draft === "auto" || draft === "ngram") {
+    // auto where this model has a trained draft (fillDrafters offers it), else n-gram
+    $("drafter").value = [...$("drafter").options].some((o) => o.value === draft) ? draft
+      : "ngram";
+  } else if (draft) {
     // Named in the URL: offered even where the list would not (a test of what the worker says).
     if (![...$("drafter").options].some((o) => o.value === `model:${draft}`)) {
       $("drafter").add(new Option(`draft model ${draft}`, `model:${draft}`));
@@ -432,7 +448,13 @@ function fillDrafters() {
   const model = $("model").value, was = $("drafter").value;
   const champion = manifestModels.find((a) => a.model === model);
   const sel = $("drafter");
-  for (const o of [...sel.options]) if (o.value.includes(":")) o.remove();
+  for (const o of [...sel.options]) if (o.value.includes(":") || o.value === "auto") o.remove();
+  // "auto" where the model has a trained draft (else it is n-gram), first and the default.
+  if (manifestModels.some((a) => a.draft_for === model)) {
+    const auto = new Option("auto", "auto");
+    auto.title = DRAFTER_HELP.auto;
+    sel.add(auto, 0);
+  }
   for (const a of manifestModels) {
     const fits = a.draft_for ? a.draft_for === model
       : a.model !== model && a.tokenizer != null && a.tokenizer === champion?.tokenizer;
@@ -447,15 +469,18 @@ function fillDrafters() {
       sel.add(combo);
     }
   }
-  sel.options[0].title = DRAFTER_HELP.ngram;
-  sel.options[1].title = DRAFTER_HELP.self;
-  sel.value = [...sel.options].some((o) => o.value === was) ? was : "ngram";
+  sel.querySelector("option[value='ngram']").title = DRAFTER_HELP.ngram;
+  sel.querySelector("option[value='self']").title = DRAFTER_HELP.self;
+  sel.value = [...sel.options].some((o) => o.value === was) ? was : sel.options[0].value;
 }
 
 function syncControls() {
   // L applies to the self:L drafter only; other controls apply to every drafter.
   $("layers-label").hidden = $("drafter").value !== "self";
-  $("drafter-help").textContent = $("drafter").selectedOptions[0]?.title ?? "";
+  const help = $("drafter").selectedOptions[0]?.title ?? "";
+  // auto, once loaded: what it chose here and why
+  $("drafter-help").textContent = $("drafter").value === "auto" && autoNote && decoder
+    ? `auto: ${autoNote}` : help;
 }
 
 function start() {

@@ -70,7 +70,10 @@ export interface SpecDecoderOptions {
   /** Default "smollm2", a model of the full site's manifest; the npm package ships no models,
    *  so there give {url, sha256} of a GGUF your site serves. */
   champion?: ModelSpec;
-  /** "ngram" (default) | "none" | "self:L" | a draft model. */
+  /** "ngram" (default) | "auto" | "none" | "self:L" | a draft model. "auto": the site's trained
+   *  draft for the champion (its manifest's draft_for) on a hardware WebGPU adapter, where it is
+   *  the fastest drafter measured, else "ngram" without downloading the draft; `info.draft_auto`
+   *  says which and why. */
   draft?: ModelSpec;
   maxCtx?: number | null;
   backend?: "auto" | "webgpu" | "cpu";
@@ -126,7 +129,8 @@ export interface GenerateConfig extends SamplingConfig {
   k?: string | null;                 // "heuristic" (default) | "fixed:N" | ...
   draft?: string | null;             // this request's drafter (the loaded one by default;
                                      // "ngram+model": n-gram where the text repeats, the
-                                     // loaded draft model elsewhere)
+                                     // loaded draft model elsewhere; "auto": the loaded
+                                     // draft model where it pays, else "ngram")
   context_overflow?: "drop_oldest" | "error" | null;
   /** A fault drill, "KIND@C" (drills: true): worker-terminate, worker-oom, device-lost,
    * device-lost-repeat, gpu-oom, readback-throw or readback-hang, once C cycles have run. */
@@ -226,8 +230,10 @@ export interface ReadyInfo {
   champion: string;
   /** The draft model's name when one was loaded, else null. */
   draft_model: string | null;
-  /** The default drafter: "ngram", "none", "self:L", "model", ... */
+  /** The default drafter: "ngram", "none", "self:L", "model", ... ("auto" resolved). */
   draft: string;
+  /** With draft "auto": what it chose and why, in words; else null. */
+  draft_auto: string | null;
   context: number;
   vocab: number;
   n_layers: number;

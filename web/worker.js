@@ -12,8 +12,10 @@
 //                                                   notices, startup, ...}
 //       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?} (sha256: 64 hex
 //                 digits, either case; a model without one is not cached)
-//       draft: 'ngram' | 'none' | 'self:L' | a model name or {url, sha256?, vocab?} (a draft
-//              model; vocab: {url, sha256?} of its reduced head, fetchVocab)
+//       draft: 'ngram' (default) | 'auto' | 'none' | 'self:L' | a model name or {url, sha256?,
+//              vocab?} (a draft model; vocab: {url, sha256?} of its reduced head, fetchVocab).
+//              'auto': the manifest's trained draft for the champion on a hardware WebGPU
+//              adapter, else n-gram (autoDraft); ready.draft_auto says why
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
 //       drill: a loading fault drill (drills on), LOAD_DRILLS below
 //       snapshot: false starts Python without a Pyodide snapshot (shipped or saved) and imports
@@ -324,6 +326,35 @@ function makeCaches(startup) {
   return cacheMaker;
 }
 
+// The draft "auto" (pyspec.load.default_draft's rule for the page): the trained draft the
+// manifest lists for this champion (draft_for) on a hardware WebGPU adapter, where it ran 1.43x
+// champion-only on the H200 against n-gram's 1.19x (bench/results/h200.json); n-gram on the CPU
+// engine and on a software adapter, where the draft does not pay (browser-cpu-guard3.json).
+// {draft: a manifest name or "ngram", reason, webgpu: webgpuInfo()'s answer when asked}.
+async function autoDraft(champion, backend) {
+  const m = await manifest();
+  const trained = m.artifacts.find((x) => x.kind === "model" && x.draft_for === champion.name);
+  if (!trained) {
+    return { draft: "ngram", reason: `manifest.json has no trained draft for ${champion.name}: ` +
+             "prompt n-gram" };
+  }
+  if (backend === "cpu") {
+    return { draft: "ngram", reason: "the CPU engine was asked for (backend cpu), where the " +
+             "trained draft does not pay: prompt n-gram" };
+  }
+  const webgpu = await webgpuInfo();
+  if (!webgpu.available) {
+    return { draft: "ngram", webgpu, reason: "no WebGPU adapter, so the CPU engine runs, where " +
+             "the trained draft does not pay: prompt n-gram" };
+  }
+  if (webgpu.fallback === true) {
+    return { draft: "ngram", webgpu, reason: "a software WebGPU adapter, where the trained " +
+             "draft does not pay: prompt n-gram" };
+  }
+  return { draft: trained.model, webgpu, reason: `a hardware WebGPU adapter: the trained draft ` +
+           `${trained.model}` };
+}
+
 async function webgpuInfo() {
   try {
     // Unanswered (a GPU process restarting) is reported as unavailable, not waited for.
@@ -333,8 +364,10 @@ async function webgpuInfo() {
     })]);
     if (!adapter) return { available: false };
     const info = adapter.info ?? {};
+    // (GPUAdapterInfo.isFallbackAdapter; GPUAdapter's in older browsers, as browser.py reads it)
     return { available: true, vendor: info.vendor, architecture: info.architecture,
-             description: info.description, fallback: adapter.isFallbackAdapter ?? null };
+             description: info.description,
+             fallback: info.isFallbackAdapter ?? adapter.isFallbackAdapter ?? null };
   } catch (e) {
     return { available: false, error: String(e) };
   }
@@ -747,9 +780,13 @@ async function init(msg) {
   const progress = (phase, loaded, total, label) =>
     post({ type: "progress", id: msg.id, phase, loaded, total, ...(label != null && { label }) });
   const t0 = performance.now();
-  const draftIsModel = msg.draft && !(typeof msg.draft === "string" && NON_MODEL_DRAFTS.test(msg.draft));
   const champion = await resolveModel(msg.champion ?? "smollm2");
-  const draft = draftIsModel ? await resolveModel(msg.draft).catch((e) => {
+  // "auto": the site's trained draft for this champion where it pays (a hardware adapter), else
+  // n-gram; decided before anything downloads, so a page on a CPU never fetches the draft.
+  const auto = msg.draft === "auto" ? await autoDraft(champion, msg.backend ?? "auto") : null;
+  const drafter = auto ? auto.draft : msg.draft;
+  const draftIsModel = drafter && !(typeof drafter === "string" && NON_MODEL_DRAFTS.test(drafter));
+  const draft = draftIsModel ? await resolveModel(drafter).catch((e) => {
     e.message = `draft: ${e.message}`;   // which of the two models it is about
     throw e;
   }) : null;
@@ -778,7 +815,8 @@ async function init(msg) {
     const t2 = performance.now();
     progress("load", 0, 1, champion.name);
     // backend: "auto" (web.make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
-    const options = { draft: draft ? "model" : msg.draft ?? "ngram", max_ctx: msg.maxCtx ?? null,
+    const options = { draft: auto ? "auto" : draft ? "model" : msg.draft ?? "ngram",
+                      max_ctx: msg.maxCtx ?? null,
                       backend: msg.backend ?? "auto", champion_name: champion.name,
                       draft_name: draft?.name, draft_vocab: draftVocab || null,
                       draft_vocab_shipped: draft?.vocab?.shipped ?? false,
@@ -790,7 +828,8 @@ async function init(msg) {
     Object.assign(runtimeStartup.phases_ms, { weights: Math.round(t2 - t1),
                                               model: Math.round(performance.now() - t2) });
     progress("load", 1, 1, champion.name);
-    post({ type: "ready", id: msg.id, ...info, webgpu: await webgpuInfo(),
+    post({ type: "ready", id: msg.id, ...info, webgpu: auto?.webgpu ?? await webgpuInfo(),
+           draft_auto: auto ? info.draft_auto ?? auto.reason : null,
            champion: champion.name, draft_model: draft?.name ?? null, weights,
            notices: load.notices, startup: structuredClone(runtimeStartup),
            init_ms: performance.now() - t0 });

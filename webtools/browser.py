@@ -73,9 +73,11 @@ def launch(playwright):
 
 def page_draft(draft: str) -> tuple[str, str]:
     """(the page's `draft` URL parameter, the request's config draft) for a --draft: the CLI's
-    names work here too (auto: n-gram, what the page's engine runs fastest; trained: the site's
-    trained draft; ngram+D: n-gram where the text repeats, draft model D elsewhere)."""
-    draft = "ngram" if draft == "auto" else draft
+    names work here too (auto: the site's trained draft on a hardware WebGPU adapter, else
+    n-gram, the page's choice as the CLI's; trained: the site's trained draft; ngram+D: n-gram
+    where the text repeats, draft model D elsewhere)."""
+    if draft == "auto":
+        return "auto", "auto"
     combo = draft.startswith("ngram+")
     name = draft[len("ngram+"):] if combo else draft
     name = site.TRAINED_DRAFT if name == "trained" else name
@@ -159,6 +161,8 @@ def run_headless(base: str, args) -> int:
             if not args.json:
                 print(f"[ready in {t_ready:.1f} s: adapter {info['adapter']}, WebGPU "
                       f"{info['webgpu']}]", file=sys.stderr)
+                if info.get("draft_auto"):
+                    print(f"[draft auto: {info['draft_auto']}]", file=sys.stderr)
             result = page.evaluate("([prompt, config]) => pyspecApp.run(prompt, config, "
                                    "window.pyspecOnText)", [args.prompt, config])
         except PlaywrightError as e:
@@ -196,9 +200,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--headless", action="store_true", help="run one request in headless Chromium")
     ap.add_argument("--prompt", default="Tell me about octopuses.")
     ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
-    ap.add_argument("--draft", default="ngram",
-                    help="ngram | none | self:L | trained | auto (= ngram in the page) | a "
-                         "manifest model | ngram+ one of the last two")
+    ap.add_argument("--draft", default="auto",
+                    help="auto (the trained draft on a hardware WebGPU adapter, else ngram) | "
+                         "ngram | none | self:L | trained | a manifest model | ngram+ one of "
+                         "the last two")
     ap.add_argument("--k", default="heuristic")
     ap.add_argument("--verify", choices=["greedy", "replay", "rejection"], default=None)
     ap.add_argument("--temperature", type=float, default=0.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import requires_gpu
 from test_engine import (N_RUNS, check_two_token_counts, exact_two_token_distribution,
                          null_tv_quantile, sample_two_tokens)
 
@@ -159,21 +160,49 @@ def test_rejection_under_the_intersection_follows_the_champion(tiny, foreign, ki
     assert drafted > 0 and 0 < accepted < drafted and two_drafts > 0, (accepted, drafted)
     own = bridged_two_token_distribution(tiny, path, prefix)
     assert 0.5 * np.abs(own - exact).sum() > bound
+    check_first_acceptance(engine, bridged_q(tiny, path), prefix, exact)
 
 
-def bridged_two_token_distribution(tiny, path, prefix):
-    """q(t1, t2): the bridged draft's own distribution over two champion tokens (its q rows)."""
+def bridged_q(tiny, path):
+    """q_after(tokens): the bridged draft's q row after `tokens`, over the champion's ids (at
+    T = 1)."""
     model = Model.load(path)
     b = check_pair(tiny.champion.metadata, model.metadata).bridge
-    rule = Rule("rejection", 1.0)
 
     def q_after(tokens):
         ids = DraftView(b).ids(tokens)
         logits = model.forward(ids, model.new_cache(), last_only=True)[0]
         champion_logits = np.full(len(b.to_draft), -np.inf)
         champion_logits[b.pairs[0]] = logits[b.pairs[1]]
-        return verify.softmax(champion_logits, rule.temperature)
+        return verify.softmax(champion_logits, 1.0)
+    return q_after
 
+
+def check_first_acceptance(engine, q_after, prefix, exact, runs=2_000):
+    """The first draft's acceptance over `runs` seeded requests of two tokens (one cycle drafts
+    one token) against its exact rate, sum_t min(p(t), q(t)) = 1 - TV(p, q), within 3.3
+    standard errors (99.9%, two-sided). A drafter whose q rows were dropped (one-hot rows of
+    the drafted token: still exact, as rejection sampling is for any q the draft samples from)
+    would accept at sum_t p(t) q(t); the check requires that rate to lie outside the bound."""
+    p1, q1 = exact.sum(axis=1), q_after(prefix)
+    want, dropped = np.minimum(p1, q1).sum(), (p1 * q1).sum()
+    bound = 3.3 * np.sqrt(want * (1 - want) / runs)
+    assert abs(dropped - want) > bound, "no teeth: one-hot q rows would accept as often"
+    hits = 0
+    for seed in range(N_RUNS, N_RUNS + runs):   # seeds the distribution test did not use
+        r = engine.generate(prefix, Options(max_tokens=2, temperature=1.0, seed=seed,
+                                            verify="rejection", k="fixed:2",
+                                            stop_at_eos=False))
+        assert r.stats["drafted_by_position"][0] == 1, r.stats
+        hits += r.stats["accepted_by_position"][0]
+    assert abs(hits / runs - want) < bound, \
+        f"first-draft acceptance {hits / runs:.4f}, exact {want:.4f} +- {bound:.4f} " \
+        f"(one-hot q rows: {dropped:.4f})"
+
+
+def bridged_two_token_distribution(tiny, path, prefix):
+    """q(t1, t2): the bridged draft's own distribution over two champion tokens (its q rows)."""
+    q_after = bridged_q(tiny, path)
     q1 = q_after(prefix)
     joint = np.zeros((len(q1), len(q1)))
     for t1 in np.flatnonzero(q1 > 1e-4):
@@ -210,8 +239,8 @@ def test_the_browser_session_drafts_through_the_bridge(tiny, foreign):
 
 def test_rejection_runs_the_bridged_q_rows_on_every_backend(tiny, foreign, backend):
     """On the GPU a bridged draft is a host drafter whose q rows (champion ids) go up with its
-    tokens: it runs there and gets drafts accepted. (Its distribution is tested above on numpy;
-    the accept kernel's rule is the one verify.py states.)"""
+    tokens: it runs there and gets drafts accepted. (Its distribution: the test above on numpy,
+    the one below on the GPU.)"""
     engine = engine_for(tiny, foreign.tli_path, backend)
     accepted = drafted = 0
     for seed in range(3):
@@ -221,3 +250,21 @@ def test_rejection_runs_the_bridged_q_rows_on_every_backend(tiny, foreign, backe
         assert len(r.tokens) == 24
         accepted, drafted = accepted + r.stats["accepted"], drafted + r.stats["drafted"]
     assert 0 < accepted < drafted
+
+
+@requires_gpu
+def test_rejection_under_the_intersection_follows_the_champion_on_the_gpu(tiny, foreign):
+    """The distribution test above for the intersection ("tli") on the GPU engine, where the
+    accept kernel reads the q rows the host drafter uploads: 10,000 seeded runs, k = 2, the same
+    stated bounds (check_two_token_counts); then the first draft's acceptance against its exact
+    rate (check_first_acceptance). Teeth, measured once by patching bridged_choice: q rows
+    shifted by one id fail the first (TV 0.398 against the bound 0.058); one-hot rows of the
+    drafted token, which stay exact, fail the second (0.908 exact against 0.759)."""
+    prefix = tiny.tokenizer.encode("speculative decoding is exact. the")
+    exact = exact_two_token_distribution(tiny.champion, prefix, 1.0)
+    engine = engine_for(tiny, foreign.tli_path, "gpu")
+    counts, accepted, drafted, two_drafts = sample_two_tokens(
+        engine, prefix, 1.0, "fixed:2", exact.shape[0])
+    check_two_token_counts(counts, exact, "tli on the GPU, fixed:2")
+    assert drafted > 0 and 0 < accepted < drafted and two_drafts > 0, (accepted, drafted)
+    check_first_acceptance(engine, bridged_q(tiny, foreign.tli_path), prefix, exact)

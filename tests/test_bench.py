@@ -132,14 +132,14 @@ def test_bench_on_the_gpu_reports_the_pass_fields(tiny, tmp_path):
 
 
 def test_the_page_bench_names_at_most_one_draft_model():
-    """`build.py bench --drafts`: ngram and self:L are drafters; anything else is the one draft
-    model the page loads ("trained": the site's trained draft), and two are refused."""
+    """`build.py bench --drafts`: ngram, auto and self:L are drafters; anything else is the one
+    draft model the page loads ("trained": the site's trained draft), and two are refused."""
     from webtools.bench import draft_model, names_a_model
     from webtools.site import TRAINED_DRAFT
 
-    assert [names_a_model(d) for d in ("none", "ngram", "self:20", "trained", "tiny-close")] == \
-        [False, False, False, True, True]
-    assert draft_model(["ngram", "self:20"]) is None
+    assert [names_a_model(d) for d in ("none", "ngram", "auto", "self:20", "trained",
+                                       "tiny-close")] == [False, False, False, False, True, True]
+    assert draft_model(["ngram", "self:20", "auto"]) is None
     assert draft_model(["ngram", "trained"]) == TRAINED_DRAFT
     with pytest.raises(SystemExit, match="2 draft models"):
         draft_model(["trained", "tiny-close"])

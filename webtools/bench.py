@@ -208,7 +208,7 @@ def median_run(runs: list[dict]) -> dict:
 
 def names_a_model(draft: str) -> bool:
     """Whether a --drafts entry is a draft model (a site model name, or "trained")."""
-    return draft not in ("none", "ngram") and not draft.startswith("self:")
+    return draft not in ("none", "ngram", "auto") and not draft.startswith("self:")
 
 
 def draft_model(drafts: list[str]) -> str | None:
@@ -235,7 +235,10 @@ def run(args, base_url: str) -> int:
     baselines: list[dict] = []
     skipped: list[dict] = []
     model_draft = draft_model(drafts)
-    url = f"{base_url}index.html?model={args.model}&draft={model_draft or 'ngram'}"
+    # "auto" (the page's choice: the trained draft on a hardware adapter, else n-gram) is left
+    # to the worker unless another entry names the draft model.
+    url = (f"{base_url}index.html?model={args.model}&draft="
+           f"{model_draft or ('auto' if 'auto' in drafts else 'ngram')}")
     if args.max_ctx:
         url += f"&max_ctx={args.max_ctx}"
     url += f"&backend={args.backend}"
@@ -397,8 +400,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--strata", default=None, help="comma-separated strata to keep (default all)")
     ap.add_argument("--max-tokens", type=int, default=16, help="cap each prompt's max_tokens")
     ap.add_argument("--drafts", default="ngram",
-                    help="comma-separated drafters: ngram, self:L, and at most one draft model "
-                         "(a site model name, or trained: the site's trained draft)")
+                    help="comma-separated drafters: ngram, self:L, auto (the page's choice: "
+                         "the trained draft on a hardware WebGPU adapter, else ngram), and at "
+                         "most one draft model (a site model name, or trained: the site's "
+                         "trained draft)")
     ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
     ap.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
     native.add_sampling_options(ap)

@@ -24,7 +24,8 @@
 #                                  # workload, native WebGPU, champion-only side by side
 #
 # Settings (environment): NAME (draft-l4), LAYERS (0,10,20,29), MATRIX (Q4_1), GEN_MIN (3.4),
-# GEN_SEED (0: which answers, and which prompts first), TRAIN_MIN (4.0), STEPS (1300);
+# GEN_SEED (0: which answers, and which prompts first), GEN_SHARDS (0: all), GEN_BATCH (1536),
+# GEN_TOKENS (400000), GEN_DIR ($W/gen), TRAIN_MIN (4.0), STEPS (1300), BATCH (24000), LR (5e-4);
 # REFERENCE (a KL-distilled draft: token-selective distillation against it) and KEEP (0.8);
 # INIT (a draft GGUF to go on from) and QAT (1: train on the Q4_1 grid); BORROW (1: train with
 # the champion's own embedding and write a draft that borrows it) and GROW (champion layers to
@@ -81,25 +82,38 @@ selfprompts() {
 }
 
 gen() {
-    # the seed set and every self-written set, committed or just written in $W
-    local prompts=() f
-    for f in train/data/self_prompts*.jsonl $W/self_prompts*.jsonl; do
+    # the seed set and every self-written set, committed or just written in $W, in a fixed
+    # order: the committed sets as the shipped draft's chain gave them (train/split.py
+    # SHIPPED_ORDER; the shuffle depends on the order, and a glob's order on the locale), then
+    # any set just written. GEN_SHARDS caps the shards (0: all), GEN_BATCH and GEN_TOKENS
+    # batch the answers (the chain used 1536 and 400000), GEN_DIR is the folder (generate.py
+    # refuses one made by other settings).
+    local prompts=(--prompts train/data/seed_prompts.jsonl) f
+    for f in train/data/self_prompts_2.jsonl train/data/self_prompts.jsonl \
+             $(LC_ALL=C ls $W/self_prompts*.jsonl 2>/dev/null); do
         if [ -f "$f" ] && { [[ $f == train/* ]] || [ ! -f "train/data/$(basename "$f")" ]; }; then
             prompts+=(--prompts "$f")
         fi
     done
-    if [ ${#prompts[@]} -gt 0 ]; then prompts=(--prompts train/data/seed_prompts.jsonl "${prompts[@]}"); fi
-    python3 train/generate.py --champion $W/champ.gguf --out $W/gen --minutes "$GEN_MIN" \
-        --max-batch "${GEN_BATCH:-512}" --batch-tokens "${GEN_TOKENS:-96000}" \
+    python3 train/generate.py --champion $W/champ.gguf --out "${GEN_DIR:-$W/gen}" \
+        --minutes "$GEN_MIN" --shards "${GEN_SHARDS:-0}" \
+        --max-batch "${GEN_BATCH:-1536}" --batch-tokens "${GEN_TOKENS:-400000}" \
         --seed "${GEN_SEED:-0}" "${prompts[@]}" \
         2>&1 | tee -a "$OUT/train.log"
-    (cd $W && tar cf - gen) | gzip -1 | split -b 13000000 -d - "$OUT/gen.tar.gz.part"
+    local dir=${GEN_DIR:-$W/gen}
+    tar cf - -C "$(dirname "$dir")" "$(basename "$dir")" | gzip -1 \
+        | split -b 13000000 -d - "$OUT/gen.tar.gz.part"
 }
 
 distill() {
     mkdir -p $W/models
-    python3 train/distill.py --champion $W/champ.gguf --data $W/gen --layers "$LAYERS" \
+    # with INIT the draft names its own layers (LAYERS is for a draft made from the champion's)
+    local layers=(--layers "$LAYERS")
+    if [ -n "${INIT:-}" ]; then layers=(); fi
+    python3 train/distill.py --champion $W/champ.gguf --data "${GEN_DIR:-$W/gen}" \
+        "${layers[@]}" \
         --work $W/work-$NAME --steps "$STEPS" --minutes "$TRAIN_MIN" --matrix-type "$MATRIX" \
+        --batch-tokens "${BATCH:-24000}" --lr "${LR:-5e-4}" \
         ${REFERENCE:+--reference "$REFERENCE" --keep "$KEEP"} ${INIT:+--init "$INIT"} \
         ${QAT:+--qat} ${BORROW:+--borrow-embedding} ${GROW:+--grow "$GROW"} \
         ${ARGMAX:+--argmax-weight "$ARGMAX"} \
@@ -115,7 +129,8 @@ eagle() {
     # INIT_DRAFT (e.g. models/draft-l4.gguf) a draft model fed with the states (about 29 MB, QAT=1
     # for its Q4_1 layers; FEATURE=0 drops the feature loss; LR, BATCH)
     mkdir -p $W/models
-    python3 train/eagle.py --champion $W/champ.gguf --data $W/gen --work $W/work-$NAME \
+    python3 train/eagle.py --champion $W/champ.gguf --data "${GEN_DIR:-$W/gen}" \
+        --work $W/work-$NAME \
         --steps "$STEPS" --minutes "$TRAIN_MIN" --lr "${LR:-5e-4}" \
         --batch-tokens "${BATCH:-16000}" --feature-loss "${FEATURE:-0.1}" \
         ${INIT_DRAFT:+--init-draft "$INIT_DRAFT"} ${QAT:+--qat} \

@@ -31,9 +31,15 @@ round to nearest, as the export writes them), with the gradient passed straight 
 float weights: the file is Q4_1, so the weights learn where the grid puts them, instead of being
 rounded once after float training (llama_torch.FakeQ4_1).
 
-Resumable: the full training state is saved to --work every 100 steps and at the end; a run with
-the same --work goes on from there. Every run stops cleanly after --minutes.
-Evaluation on the held-out 5% of seed prompts (train/generate.py's split) reports, for greedy
+Resumable: the full training state (weights, AdamW moments, the position in the epoch; about
+280 MB for the 4-layer draft) is saved to --work every 100 steps and at the end, written under a
+temporary name and renamed, and a run with the same --work goes on from there, seeing the batches
+an uninterrupted run would have. The checkpoint records the run's settings (the data's and the
+starting draft's sha256, the steps, the objective, ...): a run with other settings refuses it
+instead of training on from it. It lives in --work only (the device's scratch disk; a file of
+that size does not come back through a call's 16 MiB), so a run resumes while its machine stays
+warm; every run stops cleanly after --minutes. The report records every argument.
+Evaluation on the held-out prompts (split.held_out, about 5% of each file) reports, for greedy
 answers, the share of positions where the draft's argmax is the champion's token and the
 acceptance rate of K=4 blocks (accepted drafted tokens / drafted tokens, as pyspec's stats count
 it), and for sampled answers the mean of sum(min(p, q)), the expected acceptance per position.
@@ -45,6 +51,8 @@ import argparse
 import glob
 import hashlib
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,8 +64,8 @@ from torch.nn.utils import parametrize
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from generate import SEEDS, held_out  # noqa: E402
 from seed_prompts import read_jsonl  # noqa: E402
+from split import SEEDS, held_out  # noqa: E402
 from llama_torch import (FakeQ4_1, cosine, from_gguf, grow, n_params, quantized_like,  # noqa: E402
                          to_gguf)
 
@@ -127,20 +135,60 @@ def collate(batch: list, dev) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens.to(dev), mask.to(dev)
 
 
-def optimizer_state(model, key: str, work: Path, dev, lr: float):
+def optimizer_state(model, key: str, work: Path, dev, lr: float, run: dict | None = None):
     """(trainable params, AdamW, state, checkpoint path), resumed from work/state.pt when it
-    exists (the model's weights saved under `key`)."""
+    exists (the model's weights saved under `key`). `run`: the settings this run trains with
+    (run_settings), kept in the state; a checkpoint of other settings is refused (SystemExit),
+    since going on from it would train another run's weights, or, past its steps, export them."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    state = {"step": 0, "epoch": 0, "in_epoch": 0, "losses": [], "seconds": 0.0}
+    state = {"step": 0, "epoch": 0, "in_epoch": 0, "losses": [], "seconds": 0.0, "run": run}
     ckpt = work / "state.pt"
     if ckpt.exists():
         saved = torch.load(ckpt, map_location=dev, weights_only=False)
+        before = saved["state"].get("run")
+        if run is not None and before != run:
+            changed = sorted(k for k in set(run) | set(before or {})
+                             if (before or {}).get(k) != run.get(k))
+            raise SystemExit(f"error: {ckpt} is the checkpoint of another run (it differs in "
+                             f"{', '.join(changed)}); give another --work, or delete it to "
+                             "start again")
         model.load_state_dict(saved[key])
         opt.load_state_dict(saved["opt"])
         state = saved["state"]
         print(f"resumed at step {state['step']}", flush=True)
     return params, opt, state, ckpt
+
+
+def run_settings(args, info: dict, ignore=("minutes", "work", "gguf", "eval_limit")) -> dict:
+    """What a checkpoint must match to be gone on from: every argument that changes the weights
+    (not the time slice, the folders or the evaluation), with files named by their sha256."""
+    out = {}
+    for name, value in sorted(vars(args).items()):
+        if name in ignore:
+            continue
+        path = Path(value) if isinstance(value, str) and value.endswith(".gguf") else None
+        out[name] = sha256_of(path) if path is not None and path.exists() else value
+    out["data_sha256"] = info["data_sha256"]
+    return out
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, where the training tree is a git checkout (a copy on the device
+    may not be)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def checkpointer(model, key: str, opt, state: dict, ckpt: Path):
@@ -151,7 +199,9 @@ def checkpointer(model, key: str, opt, state: dict, ckpt: Path):
     def save():
         state["seconds"] += time.time() - mark[0]
         mark[0] = time.time()
-        torch.save({key: model.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+        part = ckpt.with_name(ckpt.name + ".part")   # renamed once whole: a kill mid-write
+        torch.save({key: model.state_dict(), "opt": opt.state_dict(), "state": state}, part)
+        os.replace(part, ckpt)                       # leaves the last whole checkpoint
     return save
 
 
@@ -177,6 +227,7 @@ def train_steps(state: dict, train: list, args, dev, loss_of, opt, params, deadl
             opt.step()
             state["step"] += 1
             state["losses"].append(round(loss.item(), 5))
+            state["in_epoch"] = bi + 1   # where a checkpoint saved now goes on from
             if state["step"] % every == 0:
                 print(json.dumps({"step": state["step"],
                                   "loss": float(np.mean(state["losses"][-every:]))}), flush=True)
@@ -273,7 +324,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--champion", required=True)
     ap.add_argument("--data", required=True)
-    ap.add_argument("--layers", required=True, help="champion layers to start from, e.g. 0,29")
+    ap.add_argument("--layers", default="",
+                    help="champion layers to start from, e.g. 0,10,20,29 (not with --init, whose "
+                         "draft names its own)")
     ap.add_argument("--work", required=True)
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--minutes", type=float, default=7.0)
@@ -308,7 +361,10 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    layers = [int(x) for x in args.layers.split(",")]
+    if bool(args.layers) == bool(args.init):
+        ap.error("give --layers (champion layers to start from) or --init (a draft to go on "
+                 "from), one of the two")
+    layers = [int(x) for x in args.layers.split(",") if x]
 
     teacher, md = from_gguf(args.champion, device=dev)
     teacher = teacher.eval().requires_grad_(False)
@@ -316,7 +372,7 @@ def main(argv=None) -> int:
         ap.error("--qat trains for the Q4_1 grid: give --matrix-type Q4_1")
     if args.init:
         draft, init_md = from_gguf(args.init, device=dev, lender=args.champion)
-        layers = list(init_md.get("pyspec.draft.init_layers", layers))
+        layers = list(init_md["pyspec.draft.init_layers"])
     else:
         draft, _ = from_gguf(args.champion, layers=layers, device=dev)
     if args.borrow_embedding:   # the champion's embedding as pyspec reads it (Q8_0 here)
@@ -341,11 +397,16 @@ def main(argv=None) -> int:
             e = draft.tok_embd.weight.detach().cpu().numpy()
             draft.tok_embd.weight.copy_(torch.from_numpy(quantized_like(e, quant.Q4_1.type_id)))
     draft.tok_embd.weight.requires_grad_(False)
-    params, opt, state, ckpt = optimizer_state(draft, "draft", work, dev, args.lr)
-
+    if draft.head is not None:   # a champion with a head of its own: the draft's, frozen, as
+        with torch.no_grad():    # the file will hold it (llama_torch.to_gguf)
+            h = draft.head.weight.detach().cpu().numpy()
+            draft.head.weight.copy_(torch.from_numpy(quantized_like(h, quant.Q4_1.type_id)))
+        draft.head.weight.requires_grad_(False)
     held_sets: dict[str, list] = {}
     train, held, info = load_sequences(args.data, held_sets)
     held = held[:args.eval_limit]
+    params, opt, state, ckpt = optimizer_state(draft, "draft", work, dev, args.lr,
+                                               run_settings(args, info))
     print(json.dumps({"layers": layers, "trainable_params": n_params(draft), **info}), flush=True)
 
     save = checkpointer(draft, "draft", opt, state, ckpt)
@@ -375,7 +436,7 @@ def main(argv=None) -> int:
               "final_loss": float(np.mean(state["losses"][-50:])) if state["losses"] else None,
               "objective": objective,
               "trainable_params": n_params(draft), "batch_tokens": args.batch_tokens,
-              "lr": args.lr, **info}
+              "lr": args.lr, **info, "args": vars(args), "git_commit": git_commit()}
     report["matrix_type"] = args.matrix_type
     report["quantization_aware"] = args.qat
     report["embedding"] = ("borrowed: the champion's own token_embd.weight" if args.borrow_embedding

@@ -53,8 +53,9 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from distill import checkpointer, collate, load_sequences, optimizer_state, train_steps  # noqa: E402
-from generate import SEEDS  # noqa: E402
+from distill import (checkpointer, collate, git_commit, load_sequences,  # noqa: E402
+                     optimizer_state, run_settings, train_steps)
+from split import SEEDS  # noqa: E402
 from llama_torch import (FakeQ4_1, Layer, from_gguf, n_params, quantized_like,  # noqa: E402
                          rms_norm, rope)
 from torch.nn.utils import parametrize  # noqa: E402
@@ -313,13 +314,15 @@ def main(argv=None) -> int:
     if args.qat:
         for layer, n in layer_matrices(head):
             parametrize.register_parametrization(getattr(layer, n), "weight", FakeQ4_1())
-    params, opt, state, ckpt = optimizer_state(head, "head", work, dev, args.lr)
     train, held, info = load_sequences(args.data)
     held = held[:args.eval_limit]
+    params, opt, state, ckpt = optimizer_state(head, "head", work, dev, args.lr,
+                                               run_settings(args, info))
     print(json.dumps({"trainable_params": n_params(head), **info}), flush=True)
     save = checkpointer(head, "head", opt, state, ckpt)
-    start = evaluate(head, champion, held, dev) if draft is not None and state["step"] == 0 \
-        else None
+    if draft is not None and state["step"] == 0:   # kept in the state: a resumed run reports it
+        state["held_out_at_start"] = evaluate(head, champion, held, dev)
+    start = state.get("held_out_at_start")
 
     def loss_of(tokens, mask):
         with torch.autocast("cuda", torch.bfloat16, enabled=tokens.is_cuda):
@@ -338,7 +341,8 @@ def main(argv=None) -> int:
               "batch_tokens": args.batch_tokens, "lr": args.lr, "matrix_type": args.matrix_type,
               "quantization_aware": args.qat,
               "champion_sha256": champion_sha,
-              "seed_prompts_sha256": hashlib.sha256(SEEDS.read_bytes()).hexdigest(), **info}
+              "seed_prompts_sha256": hashlib.sha256(SEEDS.read_bytes()).hexdigest(), **info,
+              "args": vars(args), "git_commit": git_commit()}
     if args.init_draft:
         report["init_draft"] = {"gguf": Path(args.init_draft).name, "sha256": hashlib.sha256(
             Path(args.init_draft).read_bytes()).hexdigest()}

@@ -1,24 +1,32 @@
 """Make the draft's training text: the champion answers the frozen seed prompts.
 
     python train/generate.py --champion CHAMPION.gguf --out DIR [--max-new 160] [--minutes 6]
+        [--prompts FILE ...] [--seed S] [--shards N]
 
 Each prompt of the frozen prompt files (--prompts, repeatable; default the templated seed set
 train/data/seed_prompts.jsonl) is answered once greedily and twice sampled, at a temperature drawn
 from [0.7, 1.0] (the temperatures pyspec serves). With more than one file the prompts are shuffled
 together (a fixed permutation), so that a run stopped for time has answered every file alike.
 The answers are written as shards DIR/gen-NNN.npz (prompt ids, answer ids, temperature, prompt
-index and id) of a few megabytes each, and DIR/prompts.json names the prompt files and their
-sha256. Resumable: a shard already in DIR is skipped, and the run stops cleanly after
-`--minutes` so that it fits a slice of GPU time; run it again to go on. Logits are not stored:
-distillation runs the champion again on the same text (cheap on the GPU, and exact full
-distributions instead of a top-k cut).
+index and id) of a few megabytes each, and DIR/prompts.json names the prompt files (in order) and
+their sha256, and the settings that shape a shard (seed, --max-new, --max-batch,
+--batch-tokens, --limit: the batching changes which sampled answers come out). Resumable: a shard
+already in DIR is skipped, and the run stops cleanly after `--minutes` so that it fits a slice of
+GPU time; run it again to go on. A folder whose prompts.json records other files, another order
+or other settings is refused (its shards would be skipped as if this run had made them). Each
+shard is written under a temporary name and renamed, so a run killed mid-write leaves no shard
+to keep. `--shards N` stops after shards 0..N-1, so a stage's data does not depend on how fast
+the GPU was. Logits are not stored: distillation runs the champion again on the same text (cheap
+on the GPU, and exact full distributions instead of a top-k cut). Two runs of the same settings
+give the same prompts and temperatures; the sampled answers agree only statistically (bf16 and
+batched sampling on a GPU are not bit-reproducible across machines).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,31 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_torch import from_gguf  # noqa: E402
-from seed_prompts import read_jsonl  # noqa: E402
+from split import (SAMPLES, SEEDS, SHARD_PROMPTS, prompt_files,  # noqa: E402,F401
+                   read_prompts, run_mismatch)
 
 from pyspec.tokenizer import Tokenizer  # noqa: E402
-
-SEEDS = Path(__file__).resolve().parent / "data" / "seed_prompts.jsonl"
-SAMPLES = (0.0, "T", "T")         # per prompt: one greedy answer, two sampled at T ~ U[0.7, 1.0]
-SHARD_PROMPTS = 512               # prompts per shard (each answered len(SAMPLES) times)
-
-
-def held_out(prompt_id: str) -> bool:
-    """5% of the seed prompts, chosen by a hash of the id, are kept for measuring acceptance."""
-    return hashlib.sha256(prompt_id.encode()).digest()[0] < 13
-
-
-def read_prompts(paths: list[Path], seed: int) -> list[dict]:
-    """The prompt files' rows; more than one file is shuffled together by `seed`."""
-    rows = [row for path in paths for row in read_jsonl(path)]
-    if len(paths) > 1:
-        rows = [rows[i] for i in np.random.default_rng(seed).permutation(len(rows))]
-    return rows
-
-
-def prompt_files(paths: list[Path]) -> list[dict]:
-    return [{"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-             "prompts": len(read_jsonl(path))} for path in paths]
 
 
 def jobs(tok: Tokenizer, rows: list[dict], seed: int) -> list[tuple[int, list[int], float]]:
@@ -78,19 +65,32 @@ def main(argv=None) -> int:
     ap.add_argument("--max-batch", type=int, default=512, help="answers decoded together at most")
     ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (smoke test)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shards", type=int, default=0,
+                    help="stop after shards 0..N-1 (0: every shard)")
     ap.add_argument("--prompts", action="append", type=Path,
-                    help="a frozen prompt file (repeatable); default train/data/seed_prompts.jsonl")
+                    help="a frozen prompt file (repeatable, in order: the order sets the "
+                         "shuffle); default train/data/seed_prompts.jsonl")
     args = ap.parse_args(argv)
     paths = args.prompts or [SEEDS]
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    record = {"files": prompt_files(paths),
+              "settings": {"seed": args.seed, "max_new": args.max_new,
+                           "max_batch": args.max_batch, "batch_tokens": args.batch_tokens,
+                           "limit": args.limit}}
+    if (out / "prompts.json").exists():
+        why = run_mismatch(json.loads((out / "prompts.json").read_text()), record)
+        if why:
+            print(f"error: {out} holds shards of another run: {why}; give another --out",
+                  file=sys.stderr)
+            return 2
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model, md = from_gguf(args.champion, device=dev)
     model = model.to(torch.bfloat16 if dev == "cuda" else torch.float32).eval()
     tok = Tokenizer.from_metadata(md)
     rows = read_prompts(paths, args.seed)
-    (out / "prompts.json").write_text(json.dumps({"files": prompt_files(paths)}, indent=1))
+    (out / "prompts.json").write_text(json.dumps(record, indent=1))
     if args.limit:
         rows = rows[:args.limit]
     work = jobs(tok, rows, args.seed)
@@ -98,6 +98,8 @@ def main(argv=None) -> int:
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     per_shard = SHARD_PROMPTS * len(SAMPLES)
     n_shards = (len(work) + per_shard - 1) // per_shard
+    if args.shards:
+        n_shards = min(n_shards, args.shards)
     for s in range(n_shards):
         path = out / f"gen-{s:03d}.npz"
         if path.exists():
@@ -121,10 +123,12 @@ def main(argv=None) -> int:
                              np.asarray([len(x) for x in seqs], np.int32))
         p_ids, p_len = flat([j[1] for j in chunk])
         a_ids, a_len = flat(answers)
-        np.savez(path, prompt_ids=p_ids, prompt_len=p_len, answer_ids=a_ids, answer_len=a_len,
+        part = path.with_name(path.stem + ".part.npz")   # renamed once whole
+        np.savez(part, prompt_ids=p_ids, prompt_len=p_len, answer_ids=a_ids, answer_len=a_len,
                  temperature=np.asarray([j[2] for j in chunk], np.float32),
                  prompt_index=np.asarray([j[0] for j in chunk], np.int32),
                  prompt_id=np.asarray([rows[j[0]]["id"] for j in chunk]))
+        os.replace(part, path)
         print(json.dumps({"shard": s, "of": n_shards, "answers": len(chunk),
                           "answer_tokens": int(a_len.sum()), "elapsed_s": round(time.time() - t0, 1)}),
               flush=True)

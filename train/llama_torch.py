@@ -242,7 +242,9 @@ def to_gguf(model: Llama, champion_md: dict, path, name: str, extra: dict,
             embd_type: int = quant.Q4_1.type_id, matrix_type: int = quant.Q8_0.type_id,
             borrow_from: "gguf.GGUFFile | None" = None) -> None:
     """Write a draft GGUF with the champion's tokenizer and chat template. The head is tied to the
-    embedding; norms stay F32. With `borrow_from` (the champion's file) the draft borrows the
+    embedding where the model's is (the champion's is); a model with a head of its own (one
+    made from a champion with an untied output.weight) writes it as output.weight, in
+    `embd_type`; norms stay F32. With `borrow_from` (the champion's file) the draft borrows the
     champion's token embedding (gguf.py) instead of holding a copy in `embd_type`: the model
     must then have trained with exactly that embedding (its dequantized values)."""
     s = model.s
@@ -258,6 +260,8 @@ def to_gguf(model: Llama, champion_md: dict, path, name: str, extra: dict,
     get = lambda p: p.detach().float().cpu().numpy()  # noqa: E731
     tensors = {"token_embd.weight": (get(model.tok_embd.weight), embd_type),
                "output_norm.weight": (get(model.out_norm), quant.F32.type_id)}
+    if model.head is not None:    # untied: a file without it would tie the head to the embedding
+        tensors["output.weight"] = (get(model.head.weight), embd_type)
     for i, layer in enumerate(model.layers):
         for n in LAYER_TENSORS:
             p = getattr(layer, n)

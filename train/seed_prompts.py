@@ -1,8 +1,10 @@
 """The frozen seed-prompt set the champion answers to make the draft's training text.
 
-`python train/seed_prompts.py` writes train/data/seed_prompts.jsonl (one {"id", "kind",
-"messages"} per line) from fixed templates, word lists and one seeded RNG, and prints the set's
-8-gram overlap with the preregistered workload (../shared/workloads/public.jsonl). The workload is
+`python train/seed_prompts.py [--workload W]` writes train/data/seed_prompts.jsonl (one {"id",
+"kind", "messages"} per line) from fixed templates, word lists and one seeded RNG, and prints the
+set's overlap with the preregistered workload (default ../shared/workloads/public.jsonl): word
+8-grams, and whole workload messages of 4-7 words (overlap below). `--check FILE...` prints the
+same figures for frozen prompt files and writes nothing. The workload is
 read only to measure that overlap: no prompt is taken from it, and nothing here is tuned on it.
 The file is committed; models/MANIFEST.json records its sha256, so a changed set is a new draft.
 
@@ -13,6 +15,7 @@ the passages they quote are assembled from word lists about invented places, peo
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import random
@@ -271,24 +274,62 @@ def eight_grams(text: str) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + 8]) for i in range(len(words) - 7)}
 
 
+def short_messages(workload: Path = WORKLOAD) -> set[tuple[str, ...]]:
+    """The workload's messages of 4 to 7 words, as word tuples: too short to hold an 8-gram, so
+    the 8-gram check never sees them ("What is the capital?"). Shorter ones ("Thanks!") are
+    words any text may hold."""
+    out = set()
+    for row in read_jsonl(workload):
+        for m in row["messages"]:
+            words = tuple(re.findall(r"\w+", m["content"].lower()))
+            if 4 <= len(words) < 8:
+                out.add(words)
+    return out
+
+
+def holds_short(text: str, short: set[tuple[str, ...]]) -> bool:
+    """Whether `text` holds one of `short`'s messages word for word."""
+    words = re.findall(r"\w+", text.lower())
+    return any(tuple(words[i:i + len(s)]) == s for s in short for i in range(len(words)))
+
+
 def overlap(rows: list[dict], workload: Path = WORKLOAD) -> dict:
-    """Share of seed prompts that contain any word 8-gram of a workload prompt."""
+    """How many prompts contain any word 8-gram of a workload message, and how many a whole
+    workload message of 4-7 words (short_messages)."""
     held = set()
     for row in read_jsonl(workload):
         for m in row["messages"]:
             held |= eight_grams(m["content"])
-    hits = sum(1 for row in rows if eight_grams(row["messages"][-1]["content"]) & held)
+    short = short_messages(workload)
+    texts = [row["messages"][-1]["content"] for row in rows]
+    hits = sum(1 for text in texts if eight_grams(text) & held)
+    whole = [text for text in texts if holds_short(text, short)]
     return {"workload_8grams": len(held), "prompts_with_shared_8gram": hits,
-            "share": hits / len(rows)}
+            "share": hits / len(rows), "workload_short_messages": len(short),
+            "prompts_holding_a_short_message": len(whole), "examples": whole[:5]}
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", type=Path, default=WORKLOAD,
+                    help="the workload the overlap is measured against (read for that only)")
+    ap.add_argument("--check", type=Path, nargs="+", default=None,
+                    help="print the overlap of these frozen prompt files; write nothing")
+    args = ap.parse_args(argv)
+    if args.check:
+        for path in args.check:
+            rows = read_jsonl(path)
+            print(json.dumps({"file": path.name, "prompts": len(rows),
+                              "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                              "overlap": overlap(rows, args.workload)}, ensure_ascii=False))
+        return 0
     rows = prompts()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
                    encoding="utf-8")
     report = {"file": str(OUT.relative_to(HERE.parent)), "prompts": len(rows),
-              "sha256": hashlib.sha256(OUT.read_bytes()).hexdigest(), "overlap": overlap(rows)}
+              "sha256": hashlib.sha256(OUT.read_bytes()).hexdigest(),
+              "overlap": overlap(rows, args.workload)}
     print(json.dumps(report, indent=1))
     return 0
 

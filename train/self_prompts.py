@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_torch import from_gguf  # noqa: E402
-from seed_prompts import WORKLOAD, eight_grams, read_jsonl  # noqa: E402
+from seed_prompts import (WORKLOAD, eight_grams, holds_short, read_jsonl,  # noqa: E402
+                          short_messages)
 
 from pyspec.tokenizer import Tokenizer  # noqa: E402
 
@@ -83,13 +84,14 @@ def main(argv=None) -> int:
     for row in read_jsonl(args.workload):
         for m in row["messages"]:
             held |= eight_grams(m["content"])
+    short = short_messages(args.workload)   # 4-7 word messages hold no 8-gram: checked whole
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     kept = []
     seen = {fold(m["content"]) for path in args.exclude for row in read_jsonl(path)
             for m in row["messages"]}
     counts = {"sampled": 0, "unclosed": 0, "short": 0, "control_text": 0, "duplicate": 0,
-              "workload_8gram": 0}
+              "workload_8gram": 0, "workload_message": 0}
     while len(kept) < args.n:
         openers = [OPENERS[i] for i in rng.integers(0, len(OPENERS), args.batch)]
         temps = rng.uniform(0.7, 1.0, args.batch).tolist()
@@ -110,6 +112,8 @@ def main(argv=None) -> int:
                 counts["duplicate"] += 1
             elif eight_grams(text) & held:
                 counts["workload_8gram"] += 1
+            elif holds_short(text, short):
+                counts["workload_message"] += 1
             else:
                 seen.add(fold(text))
                 kept.append(text)

@@ -428,7 +428,8 @@ class Session:
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
         none | self:L | model | auto (the draft model where it pays, _draft_pays, else ngram;
-        the worker sends the draft only for a hardware adapter), "max_ctx": int, "backend": auto | webgpu | cpu (make_engine),
+        the worker sends the draft only for a hardware adapter), "max_ctx": int,
+        "backend": auto | webgpu | cpu (make_engine),
         "champion_name", "draft_name", "warm": prefill the chat template's system turn when
         warm() is called after load, while the visitor types (the page sets it; generate waits
         for it)}. Returns

@@ -91,7 +91,8 @@ def test_vocab_counts_writes_a_sidecar_the_engine_reads(tmp_path):
                           "--data", str(tmp_path / "gen"), "--out", str(tmp_path / "c.json"),
                           "--vocab", "16", "--head-rows", "2",
                           "--vocab-json", str(tmp_path / "d.vocab.json")],
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     counts = json.loads((tmp_path / "c.json").read_text())
     assert counts["ids"] == [5, 6] and counts["counts"] == [2, 1]    # 7 and 9: held out

@@ -55,9 +55,9 @@ def run_mismatch(recorded: dict, wanted: dict) -> str | None:
     files, another order, seed or batching must not be added to. A record without `settings`
     (written before they were kept) is judged on its files alone."""
     if [f["sha256"] for f in recorded.get("files", [])] != [f["sha256"] for f in wanted["files"]]:
-        return (f"its prompt files are {[f['file'] for f in recorded.get('files', [])]}, this run's "
-                f"{[f['file'] for f in wanted['files']]} (same names in another order, or other "
-                "bytes, give other shards)")
+        names = [f["file"] for f in recorded.get("files", [])]
+        return (f"its prompt files are {names}, this run's {[f['file'] for f in wanted['files']]} "
+                "(same names in another order, or other bytes, give other shards)")
     settings = recorded.get("settings")
     if settings is None:
         return None

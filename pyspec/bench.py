@@ -101,6 +101,9 @@ def check_options(args) -> None:
     check_sampling(args)
     if not [d for d in args.drafts.split(",") if d]:
         raise UsageError("--drafts names no drafter: give a comma-separated list, e.g. ngram")
+    if "" in args.drafts.split(","):
+        raise UsageError(f"--drafts {args.drafts!r} has an empty entry: give drafters between "
+                         "the commas, e.g. ngram,self:20")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out} is a file: bench writes a JSON and a plot into a "
                          "folder; name a folder")

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from . import champion_path, conversation, receipts
+from . import __version__, champion_path, conversation, receipts
 from .bench import add_sampling_options
 from .conversation import Fitted
 from .compat import IncompatiblePairError, bind_borrowed, check_pair
@@ -37,8 +37,24 @@ DEMO_MESSAGES = [{"role": "user", "content":
                   "the weather were nice yesterday, so me and my sister goes to the park. we "
                   "sees many dog playing near the lake and a old man feeding the ducks."}]
 
+CHAMPION_HELP = "the champion's GGUF (default: the installed SmolLM2-135M-Instruct Q4_1)"
 DRAFT_HELP = ("auto (trained on a GPU, else ngram) | ngram | self:L | none | trained (models/) | "
               "PATH to a GGUF (or model:PATH) | ngram+trained | ngram+PATH")
+
+
+# The engine's and the page's names for options, which its errors use, and the flags a user of
+# this command line typed for them.
+_OPTION_NAMES = re.compile(r"(?<![\w.-])(max_tokens|top_p|top_k|min_p|repetition_penalty|"
+                           r"presence_penalty|frequency_penalty|logit_bias|context_overflow|"
+                           r"json_schema)(?!\w)")
+
+
+def cli_words(message: str) -> str:
+    """An engine error in the command line's words: its option names as the flags (max_tokens
+    -> --max-tokens, verify=greedy -> --verify greedy, the context length -> --ctx)."""
+    message = _OPTION_NAMES.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+    message = re.sub(r"\bverify=(\w+)", r"--verify \1", message)
+    return message.replace("raise the context length", "raise the context length (--ctx)")
 
 
 def read_json(path: str, what: str):
@@ -85,6 +101,10 @@ def prompt_ids(tok: Tokenizer, args, ctx: int | None = None,
     if args.messages_json and getattr(args, "raw", False):
         raise UsageError("--raw applies to --prompt only: a --messages-json conversation is "
                          "always rendered with the chat template; leave out --raw")
+    if tok.chat_template is None and not getattr(args, "raw", False):
+        raise UsageError("this model has no chat template: pass --raw with --prompt to use the "
+                         "text as it is" + (" (a --messages-json conversation needs a template)"
+                                            if args.messages_json else ""))
     if args.messages_json:
         messages = read_messages(args.messages_json)
         if ctx is None:
@@ -101,6 +121,8 @@ def prompt_ids(tok: Tokenizer, args, ctx: int | None = None,
             raise PromptTooLongError(f"the prompt needs {len(ids)} tokens + max_tokens "
                                      f"{args.max_tokens} but the context holds {ctx}; "
                                      + conversation.room_advice("shorten it", ctx, most))
+        if short and len(ids) < ctx:     # the answer is cut at the context: said, not hidden
+            return Fitted(ids, answer_room=ctx - len(ids))
         return ids
     messages = [{"role": "user", "content": args.prompt}]
     if ctx is None:
@@ -112,6 +134,9 @@ def options(args) -> Options:
     if args.verify in ("replay", "rejection") and args.temperature == 0:
         print(f"note: --verify {args.verify} at temperature 0 runs as greedy (every rule picks "
               "the argmax there); add --temperature (e.g. 0.7) to sample", file=sys.stderr)
+    for text in args.stop or ():
+        if not utf8(text):   # argv bytes that are not UTF-8: a stop string that never matches
+            raise UsageError("a --stop string is not valid UTF-8 text; pass UTF-8")
     return Options(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
                    verify=args.verify, k=args.k, top_k=args.top_k, top_p=args.top_p,
                    min_p=args.min_p, repetition_penalty=args.repetition_penalty,
@@ -205,6 +230,9 @@ def cmd_chat(args) -> int:
     makes the exit status 2, so a script learns that some of its lines got no reply."""
     engine = make_engine(args)
     tok, ctx = engine.tokenizer, engine.kv.max_ctx
+    if tok.chat_template is None:
+        raise UsageError("chat needs a model with a chat template, and this one has none; "
+                         "use generate --raw --prompt TEXT for plain text")
     system = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict] = []
     opts, last, refused = options(args), None, 0
@@ -231,12 +259,16 @@ def cmd_chat(args) -> int:
             engine.forget()
             print("(conversation cleared)", file=sys.stderr)
         elif command == "/system":
+            rest = rest.strip()
             system = [{"role": "system", "content": rest}] if rest else []
             print("(system message set)" if rest else "(system message cleared)", file=sys.stderr)
         elif command == "/stats":
             print_stats(last) if last else print("(no reply yet)", file=sys.stderr)
         elif line.startswith("/"):
-            print(f"unknown command {command}; {CHAT_HELP}", file=sys.stderr)
+            print(f"error: unknown command {command}; {CHAT_HELP}", file=sys.stderr)
+            refused += 1
+        elif not utf8(line):
+            print("error: this line is not valid UTF-8 text; it got no reply", file=sys.stderr)
             refused += 1
         elif line.strip():
             try:
@@ -244,7 +276,7 @@ def cmd_chat(args) -> int:
                                           opts.max_tokens, ctx, args.context_overflow,
                                           engine.champion.config.context_length)
             except PyspecError as e:       # this turn is refused; the conversation goes on
-                print(f"error: {e}", file=sys.stderr)
+                print(f"error: {cli_words(str(e))}", file=sys.stderr)
                 refused += 1
                 continue
             if fitted.notice():
@@ -288,7 +320,23 @@ def print_stats(stats: dict) -> None:
           f"({s['accepted']}/{s['drafted']}), by position {s['accepted_by_position']}",
           file=sys.stderr)
     print(f"    {s['tokens_per_s']:.2f} tokens/s, first token {s['ttft_s']:.2f} s, "
-          f"schedule {s['schedule']}", file=sys.stderr)
+          f"{schedule_line(s['schedule'])}", file=sys.stderr)
+
+
+def schedule_line(schedule: dict | None) -> str:
+    """The K schedule's record in words: the policy, how many cycles drafted how many tokens,
+    and how often the break-even guard kept speculation off (stats.schedule has the counts)."""
+    if not schedule:
+        return "no schedule"
+    hist = {int(k): v for k, v in (schedule.get("k_histogram") or {}).items()}
+    cycles = sum(hist.values())
+    drafted = ", ".join(f"{n} x K={k}" for k, n in sorted(hist.items()) if k)
+    out = (f"K {schedule.get('policy')}: {cycles} cycles, "
+           f"{drafted or 'none drafted'}")
+    off = schedule.get("guard_off") or 0
+    if off:
+        out += f"; the guard kept speculation off for {off} (it would not have paid)"
+    return out
 
 
 def cmd_demo(args) -> int:
@@ -440,6 +488,8 @@ def cmd_check_pair(args) -> int:
         else:
             report.notes.append(f"the numpy engine runs its head cut to the {len(ids):,} ids "
                                 f"{os.path.basename(vocab_sidecar(draft))} ranks first")
+    if report.ok:
+        report.notes += pair_warnings(champion_file, draft_file, report)
     if args.json:
         print(json.dumps(report.to_json()))
     else:
@@ -447,6 +497,29 @@ def cmd_check_pair(args) -> int:
         for note in report.notes:
             print("  " + note)
     return 0 if report.ok else 1
+
+
+# Below this share of the champion's vocabulary a bridged draft can rarely propose its token.
+LOW_SHARE = 0.05
+
+
+def pair_warnings(champion_file: GGUFFile, draft_file: GGUFFile, report) -> list[str]:
+    """Notes for a pair that is compatible but cannot pay: a draft as large as the champion
+    costs a champion pass per draft token, and a draft that shares few of the champion's tokens
+    proposes little it can accept."""
+    notes = []
+    if not is_eagle(draft_file.metadata):
+        champ = Config.from_metadata(champion_file.metadata)
+        drf = Config.from_metadata(draft_file.metadata)
+        if drf.n_layers * drf.d_model >= champ.n_layers * champ.d_model:
+            notes.append(f"the draft is as large as the champion ({drf.n_layers} layers of "
+                         f"{drf.d_model} against {champ.n_layers} of {champ.d_model}): each "
+                         "draft token costs about a champion pass, so it cannot make decoding "
+                         "faster")
+    if report.bridge is not None and report.bridge.share < LOW_SHARE:
+        notes.append(f"only {100 * report.bridge.share:.1f}% of the champion's tokens are shared: "
+                     "the draft can propose few of them, so expect acceptance near 0")
+    return notes
 
 
 def cmd_receipt(args) -> int:
@@ -486,12 +559,15 @@ def cmd_bench(args) -> int:
 
 # --- parser ---------------------------------------------------------------------------------
 def _common_generation(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=128, help="tokens to generate at most")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the sampling seed (the same seed gives the same text)")
     p.add_argument("--verify", choices=["greedy", "replay", "rejection"], default=None,
                    help="default: greedy at temperature 0, replay above")
-    p.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
+    p.add_argument("--k", default="heuristic",
+                   help="drafts per cycle: fixed:K (0..64) | heuristic (the break-even guard "
+                        "picks) | confidence:P (0..1: draft while the draft is this sure)")
     p.add_argument("--backend", choices=["cpu", "numpy", "wgpu"], default="cpu",
                    help="cpu: numpy, row-at-a-time products (fastcpu.py); numpy: the plain "
                         "reference (model.py); wgpu: the WGSL kernels on native WebGPU")
@@ -532,6 +608,18 @@ def _prompt_source(p: argparse.ArgumentParser) -> None:
                    help="tokenize --prompt as is, no chat template (not with --messages-json)")
 
 
+class _Help(argparse.HelpFormatter):
+    """Every option's help ends with its default, where it has one and does not say it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.default is not None and action.default is not False
+                and action.default is not argparse.SUPPRESS and "default" not in text
+                and action.option_strings):
+            text += f" (default: {action.default})" if text else f"default: {action.default}"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
     """A command's option error is one line and a pointer to its --help, not argparse's usage
     block of a dozen lines with the error at its end; the bare command still shows its usage
@@ -546,11 +634,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m pyspec", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = _Parser(prog="python -m pyspec", description=__doc__.split("\n\n")[0],
+                 formatter_class=_Help)
+    ap.add_argument("--version", action="version", version=f"pyspec {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("generate", help="generate text")
-    p.add_argument("--champion")
+    p.add_argument("--champion", help=CHAMPION_HELP)
     p.add_argument("--draft", default="auto",
                    help=DRAFT_HELP)
     _prompt_source(p)
@@ -563,7 +653,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("chat", help="an interactive chat on stdin (conversation cache kept)")
-    p.add_argument("--champion")
+    p.add_argument("--champion", help=CHAMPION_HELP)
     p.add_argument("--draft", default="auto",
                    help=DRAFT_HELP)
     p.add_argument("--system", help="a system message")
@@ -573,47 +663,51 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("demo", help="champion-only vs speculative on the CPU, side by side")
-    p.add_argument("--champion")
-    p.add_argument("--draft", default="ngram")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--headless", action="store_true",
-                   help="accepted for symmetry with build.py demo: this demo always prints")
+    p.add_argument("--champion", help=CHAMPION_HELP)
+    p.add_argument("--draft", default="ngram", help="the speculative side's drafter")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens each side generates")
+    p.add_argument("--headless", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("tokenize", help="print token ids as JSON")
-    p.add_argument("--model")
+    p.add_argument("--model", help="the GGUF whose tokenizer to use (default: the champion)")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--text")
+    g.add_argument("--text", help="the text to tokenize")
     g.add_argument("--jsonl", help='a file of {"text": ...} lines; prints one id list per line')
     p.add_argument("--special", action="store_true", help="parse special tokens in the text")
     p.set_defaults(func=cmd_tokenize)
 
     p = sub.add_parser("score", help="teacher-forced scoring of a continuation")
-    p.add_argument("--champion")
+    p.add_argument("--champion", help=CHAMPION_HELP)
     _prompt_source(p)
     p.add_argument("--continuation-ids", required=True, help="JSON list of token ids")
-    p.add_argument("--top", type=int, default=5)
+    p.add_argument("--top", type=int, default=5,
+                   help="ids to list per position, with their raw logits")
     p.add_argument("--json", action="store_true", help="accepted for symmetry; output is JSON")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("check-pair",
-                       help="may this draft serve this champion, and through which bridge?")
+                       help="may this draft serve this champion, and through which bridge?",
+                       description="Classify a draft/champion pair from the two files. Exit "
+                                   "status: 0 the pair is accepted, 1 it is refused (the "
+                                   "reasons are printed), 2 bad input.")
     p.add_argument("--champion", help="default: the installed champion")
     p.add_argument("--draft", required=True,
                    help="trained | PATH to a GGUF (or model:PATH) | auto (the model it may use)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: ok, class, reasons, notes, shared_tokens, share")
     p.set_defaults(func=cmd_check_pair)
 
-    p = sub.add_parser("receipt", help="validate a receipt and print it")
+    p = sub.add_parser("receipt", help="check a receipt against its schema and print it")
     p.add_argument("file", help="a receipt JSON file (or the output of generate --json)")
     p.add_argument("--json", action="store_true", help="print it as one JSON object")
     p.set_defaults(func=cmd_receipt)
 
     p = sub.add_parser("bench", help="speculative vs champion-only on a workload, per stratum")
     p.add_argument("--workload", required=True, help="a JSONL workload (shared/workloads format)")
-    p.add_argument("--champion")
+    p.add_argument("--champion", help=CHAMPION_HELP)
     p.add_argument("--drafts", default="ngram,self:20", help="comma-separated drafters to compare")
-    p.add_argument("--k", default="heuristic")
+    p.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
     add_sampling_options(p)
     p.add_argument("--max-tokens", type=int, default=None,
                    help="cap each prompt's max_tokens (default, or 0: no cap)")
@@ -623,15 +717,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx", type=int, default=None, help="context positions to reserve")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of each prompt per side; a row compares each side's median run")
-    p.add_argument("--out", default="bench-out")
+    p.add_argument("--out", default="bench-out",
+                   help="the folder for the JSON and the plot")
     p.set_defaults(func=cmd_bench)
     for p in sub.choices.values():   # so that main() can name a command's unknown options
         p.set_defaults(parser=p)
+        p.formatter_class = _Help
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, unknown = parser().parse_known_args(argv)
+    ap = parser()
+    args, unknown = ap.parse_known_args(argv)
+    if args.command is None:      # a bare `python -m pyspec`: the commands, what each does
+        ap.print_help(sys.stderr)
+        return 2
     if unknown:
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
@@ -646,7 +746,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (PyspecError, OSError) as e:   # OSError: a path that cannot be read or written
-        print(f"error: {e}", file=sys.stderr)
+        # (bench's own errors name its flags, and "max_tokens" there is the workload's field)
+        text = cli_words(str(e)) if args.command in ("generate", "chat", "score", "demo") \
+            else str(e)
+        print(f"error: {text}", file=sys.stderr)
         return 2
     except MemoryError as e:
         print(f"error: out of memory ({e or 'an allocation failed'}); use a smaller model or "

@@ -3,9 +3,12 @@
 When the rendered messages plus `max_tokens` would not fit in the context, the default policy
 ("drop_oldest") drops the oldest whole turns, a user message together with the assistant
 messages that answer it, until they fit. It never drops a system message, never the last user
-message (the one being answered), and never part of a message. If the prompt still leaves no room
-for one token, or under the policy "error", the request is refused with PromptTooLongError
-(code prompt_too_long). What was dropped is reported as counts only (the receipt's `context`);
+message (the one being answered), and never part of a message. Where even every older turn left
+out would not make room for `max_tokens` (a max_tokens near or past the context), leaving turns
+out cannot honour it, so only those the prompt itself needs are left out and the answer is cut
+at the context; the notice says how long it can run. If the prompt still leaves no room for one
+token, or under the policy "error", the request is refused with PromptTooLongError (code
+prompt_too_long). What was dropped is reported as counts only (the receipt's `context`);
 the caller shows the notice.
 
 The conversation cache itself (reusing the KV rows of earlier turns) is the engine's
@@ -28,13 +31,20 @@ class Fitted:
     ids: list[int]              # the prompt's token ids after the policy
     dropped_messages: int = 0
     dropped_tokens: int = 0
+    answer_room: int | None = None   # tokens the answer can run to when fewer than max_tokens
 
     def notice(self) -> str | None:
-        """The user-facing notice, or None when nothing was dropped."""
-        if not self.dropped_messages:
-            return None
-        return (f"The conversation was longer than the context: the {self.dropped_messages} "
-                f"oldest message(s) ({self.dropped_tokens} tokens) were left out of this prompt.")
+        """The user-facing notice, or None when nothing was dropped and the answer has the room
+        it asked for."""
+        parts = []
+        if self.dropped_messages:
+            parts.append(f"The conversation was longer than the context: the "
+                         f"{self.dropped_messages} oldest message(s) ({self.dropped_tokens} "
+                         "tokens) were left out of this prompt.")
+        if self.answer_room is not None:
+            parts.append(f"The answer can run to {self.answer_room} tokens at most: the context "
+                         f"ends there (the prompt takes {len(self.ids)}).")
+        return " ".join(parts) or None
 
     def receipt(self) -> dict:
         return {"dropped_messages": self.dropped_messages, "dropped_tokens": self.dropped_tokens}
@@ -90,22 +100,30 @@ def fit(tokenizer, messages: list[dict], max_tokens: int, ctx: int,
             out = {i for turn in turns[:n] for i in turn}
             return out, tokenizer.encode_chat([m for i, m in enumerate(messages) if i not in out])
 
+        # Room for max_tokens, or, where no count of turns left out makes it, room for the
+        # prompt alone (the answer is cut at the context: leaving more out would lose the
+        # conversation and still not honour max_tokens).
+        room = max_tokens if len(without(len(turns))[1]) + max_tokens <= ctx else 1
         # The fewest turns to leave out; fitting only gets easier with more left out, so a
         # binary search over the count (a conversation may have thousands of messages).
         lo, hi = 0, len(turns)
         while lo < hi:
             mid = (lo + hi) // 2
-            if len(without(mid)[1]) + max_tokens <= ctx:
+            if len(without(mid)[1]) + room <= ctx:
                 hi = mid
             else:
                 lo = mid + 1
         if lo:
             gone, ids = without(lo)
-    if len(ids) >= ctx or (policy == "error" and len(ids) + max_tokens > ctx):
+    if policy == "error" and len(ids) + max_tokens > ctx:
         raise PromptTooLongError(
-            f"the conversation needs {len(ids)} prompt tokens + max_tokens {max_tokens} but the "
-            f"context holds {ctx}"
-            + (" even with every older turn left out" if policy == "drop_oldest" else
-               " (context_overflow is 'error'; 'drop_oldest' leaves out the oldest turns)")
+            f"the prompt needs {len(ids)} tokens + max_tokens {max_tokens} but the context holds "
+            f"{ctx} (context_overflow is 'error'; 'drop_oldest' leaves out the oldest turns)"
             + "; " + room_advice("shorten the last message", ctx, most))
-    return Fitted(ids, len(gone), full - len(ids))
+    if len(ids) >= ctx:
+        older = " even with every older turn left out" if gone else ""
+        raise PromptTooLongError(
+            f"the prompt needs {len(ids)} tokens{older} and the context holds {ctx}, which "
+            "leaves no room for an answer; " + room_advice("shorten the last message", ctx, most))
+    short = ctx - len(ids) if len(ids) + max_tokens > ctx else None
+    return Fitted(ids, len(gone), full - len(ids), short)

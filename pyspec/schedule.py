@@ -271,23 +271,25 @@ class Confidence(Policy):
 def parse(spec: str) -> Policy:
     """'fixed:K' | 'heuristic' | 'confidence:P' -> Policy."""
     name, _, arg = spec.partition(":")
+    usage = "use fixed:K (0 <= K <= 64), heuristic, or confidence:P (0 <= P <= 1)"
+    if name == "heuristic" and not arg:
+        return Heuristic()
+    number = None
     try:
-        if name == "fixed" and arg:
-            k = int(arg)
-            if not 0 <= k <= 64:
-                raise ValueError
-            return Policy(k, max(k, K_MAX))
-        if name == "heuristic" and not arg:
-            return Heuristic()
-        if name == "confidence" and arg:
-            p = float(arg)
-            if not 0 <= p <= 1:
-                raise ValueError
-            return Confidence(p)
+        number = int(arg) if name == "fixed" else float(arg) if name == "confidence" else None
     except ValueError:
         pass
-    raise ScheduleError(f"unknown speculation policy {spec!r}: use fixed:K (0 <= K <= 64), "
-                        f"heuristic, or confidence:P (0 <= P <= 1)")
+    if name == "fixed" and number is not None:
+        if not 0 <= number <= 64:
+            raise ScheduleError(f"speculation policy {spec!r}: K {number} is outside 0..64; "
+                                f"{usage}")
+        return Policy(number, max(number, K_MAX))
+    if name == "confidence" and number is not None:
+        if not 0 <= number <= 1:   # (NaN too)
+            raise ScheduleError(f"speculation policy {spec!r}: P {arg} is outside [0, 1]; "
+                                f"{usage}")
+        return Confidence(number)
+    raise ScheduleError(f"unknown speculation policy {spec!r}: {usage}")
 
 
 class Schedule:

@@ -716,10 +716,10 @@ def test_generate_argparse_errors(capsys, models, extra, words):
 @pytest.mark.parametrize("extra, words", [
     (["--k", "foo"], ["unknown speculation policy 'foo'"]),
     (["--k", "fixed:-1"], ["fixed:K"]),
-    (["--max-tokens", "0"], ["max_tokens must be a positive integer"]),
-    (["--max-tokens", "-3"], ["max_tokens"]),
+    (["--max-tokens", "0"], ["--max-tokens must be a positive integer"]),
+    (["--max-tokens", "-3"], ["--max-tokens"]),
     (["--temperature", "-1"], ["temperature"]),
-    (["--temperature", "0.8", "--verify", "greedy"], ["verify=greedy needs temperature 0"]),
+    (["--temperature", "0.8", "--verify", "greedy"], ["--verify greedy needs temperature 0"]),
     (["--draft", "self:9"], ["L must be an integer in 1..1"]),
     (["--draft", "self:x"], ["L must be an integer"]),
     (["--raw", "--prompt", LONG_TEXT], ["context holds 256"]),
@@ -742,7 +742,7 @@ def test_the_error_policy_refuses_a_prompt_that_leaves_too_little_room(capsys, m
         argv = ["generate", "--champion", models["champion"], "--prompt", "the cat sat on the mat",
                 "--max-tokens", "100", "--ctx", "80", "--draft", "none", *raw]
         code, out, err = run(capsys, *argv, "--context-overflow", "error")
-        assert_one_error_line(code, err, "max_tokens 100", "context holds 80")
+        assert_one_error_line(code, err, "--max-tokens 100", "context holds 80")
         assert out == ""
         code, out, err = run(capsys, *argv, "--json")
         assert code == 0 and json.loads(out)["finish_reason"] == "context", err
@@ -872,12 +872,12 @@ def test_generate_sampling_controls_and_stop(capsys, models):
     stop = r["text"][3:5]
     cut = generate_json(capsys, models["champion"], *flags, "--stop", "zz", "--stop", stop)
     assert cut["text"] == r["text"][:r["text"].find(stop)] and cut["finish_reason"] == "stop"
-    for extra, words in [(["--top-p", "0"], ["top_p must be a number in (0, 1]"]),
-                         (["--min-p", "1.5"], ["min_p"]), (["--top-k", "-2"], ["top_k"]),
-                         (["--repetition-penalty", "0"], ["repetition_penalty"]),
-                         (["--presence-penalty", "9"], ["presence_penalty"]),
+    for extra, words in [(["--top-p", "0"], ["--top-p must be a number in (0, 1]"]),
+                         (["--min-p", "1.5"], ["--min-p"]), (["--top-k", "-2"], ["--top-k"]),
+                         (["--repetition-penalty", "0"], ["--repetition-penalty"]),
+                         (["--presence-penalty", "9"], ["--presence-penalty"]),
                          (["--logit-bias", "7"], ["TOKEN_ID=BIAS"]),
-                         (["--logit-bias", "99999=1"], ["logit_bias key"]),
+                         (["--logit-bias", "99999=1"], ["--logit-bias key"]),
                          (["--stop", "a"] * 5, ["at most 4"])]:
         code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
                              "hi", "--max-tokens", 2, *extra)
@@ -923,7 +923,7 @@ def test_ctx_beyond_the_model_is_refused_naming_its_context(capsys, models):
         base = ["generate", "--champion", models["champion"], "--prompt", LONG_TEXT, *raw,
                 "--context-overflow", "error", "--max-tokens", 4]
         code, _, err = run(capsys, *base, "--ctx", 128)
-        assert_one_error_line(code, err, "raise the context length (up to the model's 256)")
+        assert_one_error_line(code, err, "raise the context length (--ctx) (up to the model's 256)")
         code, _, err = run(capsys, *base)
         assert_one_error_line(code, err, "256 positions is the model's whole context")
         assert "raise" not in err
@@ -950,3 +950,74 @@ def test_help_lists_every_command():
     description = p.stdout.split("positional arguments")[0]
     for command in cli.parser()._subparsers._group_actions[0].choices:
         assert command in description, (command, description)
+
+
+# ---------------------------------------------------------------------------------------------
+# what a new user meets: help, versions, messages in the command line's words
+# ---------------------------------------------------------------------------------------------
+def test_bare_command_lists_the_commands_and_version_prints(capsys):
+    code, out, err = run(capsys)
+    assert code == 2 and "generate" in err and "check-pair" in err and "Traceback" not in err
+    code, out, err = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"pyspec {pyspec.__version__}"
+    code, out, err = run(capsys, "generate", "--help")
+    assert code == 0 and "(default: 128)" in out and "(default: heuristic)" in out
+
+
+def test_a_model_without_a_chat_template_points_to_raw(capsys, models, tmp_path):
+    bare = tmp_path / "bare.gguf"
+    tok = {k: v for k, v in testmodels.tokenizer_metadata().items()
+           if k != "tokenizer.chat_template"}
+    testmodels.write_model(bare, seed=0, tokenizer=tok)
+    code, out, err = run(capsys, "generate", "--champion", bare, "--prompt", "the cat")
+    assert_one_error_line(code, err, "no chat template", "--raw")
+    code, out, err = run(capsys, "generate", "--champion", bare, "--prompt", "the cat", "--raw",
+                         "--max-tokens", 2)
+    assert code == 0, err
+    import io
+    sys.stdin = io.StringIO("hello\n")
+    try:
+        code, out, err = run(capsys, "chat", "--champion", bare)
+    finally:
+        sys.stdin = sys.__stdin__
+    assert_one_error_line(code, err, "chat needs a model with a chat template")
+
+
+def test_check_pair_notes_a_pair_that_cannot_pay(capsys, models):
+    code, out, err = run(capsys, "check-pair", "--champion", models["champion"], "--draft",
+                         models["copy"], "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"]
+    assert any("as large as the champion" in n for n in report["notes"]), report["notes"]
+
+
+def test_out_of_range_numbers_are_named_as_such(capsys, models, tmp_path):
+    for k, words in [("fixed:1000", "K 1000 is outside 0..64"),
+                     ("confidence:2", "P 2 is outside [0, 1]")]:
+        code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt",
+                             "hi", "--k", k)
+        assert_one_error_line(code, err, words)
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"id": "p1", "stratum": "chat", "max_tokens": 2, "messages": [
+        {"role": "user", "content": "hi"}]}) + "\n")
+    code, out, err = run(capsys, "bench", "--workload", workload, "--champion",
+                         models["champion"], "--drafts", "ngram,,none", "--out", tmp_path / "o")
+    assert_one_error_line(code, err, "empty entry")
+
+
+def test_a_max_tokens_past_the_context_says_where_the_answer_ends(capsys, models):
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
+                         "--max-tokens", 400, "--json")
+    assert code == 0 and "The answer can run to" in err, err
+    assert json.loads(out)["finish_reason"] in ("context", "stop")
+
+
+def test_wgpu_gets_a_runtime_dir_where_the_session_has_none(monkeypatch):
+    from pyspec.gpu import native
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    native._runtime_dir()
+    made = os.environ["XDG_RUNTIME_DIR"]
+    assert os.path.isdir(made) and (os.stat(made).st_mode & 0o777) == 0o700
+    native._runtime_dir()                      # one that exists is kept
+    assert os.environ["XDG_RUNTIME_DIR"] == made

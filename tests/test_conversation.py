@@ -187,6 +187,28 @@ def test_the_oldest_whole_turns_go_first_never_the_system_or_last_message(tiny):
                                 "dropped_tokens": fitted.dropped_tokens}
 
 
+def test_a_max_tokens_past_the_context_keeps_the_conversation(tiny):
+    """Where no count of turns left out makes room for max_tokens, leaving turns out cannot
+    honour it: the conversation stays (only what the prompt itself needs goes) and the notice
+    says how long the answer can run. Where leaving turns out does make room, it still does."""
+    encode = tiny.tokenizer.encode_chat
+    messages = conversation_of(3)
+    full = len(encode(messages))
+    fitted = conversation.fit(tiny.tokenizer, messages, 10_000, full + 20)
+    assert fitted.ids == encode(messages) and fitted.dropped_messages == 0
+    assert fitted.answer_room == 20 and "20 tokens at most" in fitted.notice()
+    # the prompt alone does not fit: the fewest turns that let it go, and no more
+    fitted = conversation.fit(tiny.tokenizer, messages, 10_000, full - 3)
+    assert 2 <= fitted.dropped_messages < 6 and fitted.answer_room == full - 3 - len(fitted.ids)
+    fewer = [messages[0]] + messages[1 + fitted.dropped_messages - 2:]
+    assert len(encode(fewer)) >= full - 3
+    assert "left out" in fitted.notice() and "at most" in fitted.notice()
+    # room for max_tokens that leaving turns out can make: made, as before
+    fitted = conversation.fit(tiny.tokenizer, messages, 16, full + 5)
+    assert fitted.dropped_messages >= 2 and fitted.answer_room is None
+    assert len(fitted.ids) + 16 <= full + 5
+
+
 def test_error_policy_and_a_last_message_too_long_are_refused(tiny):
     messages = conversation_of(6)
     full = len(tiny.tokenizer.encode_chat(messages))
@@ -272,11 +294,11 @@ def test_cli_generate_context_overflow(tiny, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--top-p", "5"], "top_p"),
-    (["--max-tokens", "0"], "max_tokens"),
+    (["--top-p", "5"], "--top-p"),
+    (["--max-tokens", "0"], "--max-tokens"),
     (["--k", "bogus"], "bogus"),
-    (["--logit-bias", "9999=1"], "logit_bias key"),
-    (["--verify", "greedy", "--temperature", "1"], "verify=greedy needs temperature 0"),
+    (["--logit-bias", "9999=1"], "--logit-bias key"),
+    (["--verify", "greedy", "--temperature", "1"], "--verify greedy needs temperature 0"),
 ], ids=["top-p", "max-tokens", "k", "logit-bias-id", "greedy-hot"])
 def test_cli_chat_refuses_bad_options_before_the_first_line(tiny, monkeypatch, capsys, extra,
                                                             words):

@@ -88,6 +88,6 @@ def parse_draft(spec: str, n_layers: int | None = None) -> DraftSpec:
     if (spec.lower().endswith(".gguf") or "/" in spec or "\\" in spec
             or os.path.isfile(spec)):
         return DraftSpec("model", path=spec)
-    raise DraftSpecError(f"unknown draft {spec!r}: use ngram, none, self:L, trained, the path "
-                         f"of a GGUF draft model (or model:PATH), or ngram+ one of the last "
-                         f"two; no file {spec!r} exists here")
+    raise DraftSpecError(f"unknown draft {spec!r}: use auto (the default), ngram, none, "
+                         f"self:L, trained, the path of a GGUF draft model (or model:PATH), "
+                         f"ngram+trained or ngram+PATH; no file {spec!r} exists here")

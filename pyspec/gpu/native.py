@@ -60,12 +60,28 @@ def available() -> bool:
 _ADAPTER = None
 
 
+def _runtime_dir() -> None:
+    """Give the Vulkan drivers an XDG_RUNTIME_DIR where the session has none (root, a container,
+    ssh): without one, Mesa's window-system code prints "error: XDG_RUNTIME_DIR is invalid or
+    not set" twice on stderr, on runs that then succeed, where a user reads "error:" as ours.
+    A private folder of our own; nothing is written there by a compute device."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    if not os.path.isdir(os.environ.get("XDG_RUNTIME_DIR") or "/nonexistent"):
+        os.environ["XDG_RUNTIME_DIR"] = path = tempfile.mkdtemp(prefix="pyspec-xdg-")  # 0700
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+
+
 def _adapter():
     global _ADAPTER
     if wgpu is None:
         raise NoAdapterError("wgpu-py is not installed: pip install wgpu==0.32.0 (and Debian's "
                              "mesa-vulkan-drivers for a CPU adapter)")
     if _ADAPTER is None:
+        _runtime_dir()
         try:
             _ADAPTER = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         except Exception as e:  # wgpu raises a bare RuntimeError when there is no Vulkan ICD

@@ -194,6 +194,17 @@ def test_a_follow_up_turn_reuses_the_cache_and_equals_native(tiny_page, tiny_pat
     assert second["stats"]["prefill_tokens"] < native.stats["prefill_tokens"]
 
 
+def test_a_max_tokens_past_the_context_says_where_the_answer_ends(tiny_page):
+    """No turn is left out for a max_tokens no count of turns could make room for: the answer
+    runs to the context's end and the notice (answer_capped) says how far it can go."""
+    page, _, _ = tiny_page
+    result = page.evaluate(_CONVERSE, [[{"role": "user", "content": "the cat"}],
+                                       {"max_tokens": 400, "draft": "none"}])
+    assert "The answer can run to" in result["notice"], result["notice"]
+    assert result["receipt"]["context"]["dropped_messages"] == 0
+    assert page.locator("#notice").get_attribute("data-code") == "answer_capped"
+
+
 def test_a_conversation_longer_than_the_context_drops_old_turns_with_a_notice(tiny_page,
                                                                               tiny_path):
     page, _, _ = tiny_page

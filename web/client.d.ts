@@ -60,7 +60,7 @@ export interface Progress {
 }
 
 export interface Notice {
-  code: string;           // "worker_died", "device_lost", "context_trimmed", ...
+  code: string;           // "worker_died", "device_lost", "context_trimmed", "answer_capped", ...
   message: string;
   at_token?: number;
 }

@@ -434,8 +434,12 @@ export class SpecDecoder {
   // A request's result: lastResult, and the notices it brings.
   #finish(result) {
     this.lastResult = result;
-    // The context-full policy left out the oldest turns (counts in receipt.context).
-    if (result.notice) this.#notice({ code: "context_trimmed", message: result.notice });
+    // The context-full policy left out the oldest turns (counts in receipt.context), or the
+    // answer can run only to the context's end (max_tokens past it).
+    if (result.notice) {
+      const trimmed = (result.receipt?.context?.dropped_messages ?? 0) > 0;
+      this.#notice({ code: trimmed ? "context_trimmed" : "answer_capped", message: result.notice });
+    }
     // Faults the worker recovered from by itself (a lost GPU device: finished on the CPU).
     const faults = result.receipt?.faults ?? [];
     faults.forEach((f, i) => {

@@ -174,11 +174,8 @@ def run_settings(args, info: dict, ignore=("minutes", "work", "gguf", "eval_limi
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def git_commit() -> str | None:

@@ -32,6 +32,13 @@ from . import rng, verify
 VERIFY_MODES = ("greedy", "replay", "rejection")
 
 
+class BadDraftError(verify.VerifyInputError):
+    """A drafter's logits no rule can use (NaN or +inf: corrupt draft weights). The engine goes
+    on champion-only (a bad draft costs speed, never the request) and records the fault."""
+
+    code = "bad_draft"
+
+
 @dataclass(frozen=True)
 class Rule:
     """How tokens are chosen this request: the verify mode, its sampling parameters, the
@@ -63,7 +70,7 @@ class Rule:
         acceptance; any q is exact, since verification sees the q it sampled from)."""
         if np.isnan(logits).any() or np.isposinf(logits).any():
             # Only a broken draft gets here (a champion's rows are checked where they are judged).
-            raise verify.VerifyInputError(
+            raise BadDraftError(
                 "the draft model's logits are NaN or +inf (its weights may be corrupt): check "
                 "or download the draft again, or run without it (draft ngram or none)")
         if self.processors and context is not None:

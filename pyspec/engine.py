@@ -378,7 +378,9 @@ class Engine:
         # with nothing in flight, and each member has its own guard (`scheds`). Not under a
         # schema, whose drafter wraps the active member for the whole request.
         combo = self.backend.combo if constraint is None else None
-        scheds: dict[str, schedule.Schedule] = {}   # by drafter name
+        # by drafter kind ("ngram", "model"): the stats and the receipt name members by kind,
+        # never by a name that may hold a file's path
+        scheds: dict[str, schedule.Schedule] = {}
 
         def setup(drafter):
             """(in_cycle, shadowed, classify, sched) for a drafter in this request."""
@@ -394,13 +396,14 @@ class Engine:
             # guard decide by that class's acceptance (schedule.py), where the host drafts.
             classify = None if in_cycle else getattr(drafter, "classify", None)
             name = drafter.name if drafter else "none"
-            if name not in scheds:
+            label = getattr(drafter, "kind", None) or name
+            if label not in scheds:
                 timing = self.guard_timing.setdefault(
                     (self.adapter, name, "in_cycle" if in_cycle else pipelined), {})
-                scheds[name] = schedule.Schedule(
+                scheds[label] = schedule.Schedule(
                     schedule.parse(opts.k) if scheds else policy, pipelined and not in_cycle,
                     timing, shadowed, in_cycle=in_cycle)
-            return in_cycle, shadowed, classify, scheds[name]
+            return in_cycle, shadowed, classify, scheds[label]
 
         if combo is not None:
             self.backend.drafter = combo.choose(prompt + done)
@@ -503,6 +506,15 @@ class Engine:
                     if queued is not None:   # submitted after the failed cycle: dropped too
                         self.backend.drop(queued)
                         queued = None
+                    if e.code == "bad_draft" and self.backend.drafter is not None:
+                        # A broken draft costs speed, never the request: nothing of this cycle
+                        # was emitted (its drafts failed before any pass), and the engine goes
+                        # on champion-only; the receipt records the fault, the page notes it.
+                        self.backend.drafter, combo, decided = None, None, None
+                        self.faults.append({"kind": "bad_draft", "at_token": n - len(prompt),
+                                            "cycle": st.champion_passes, "recovery_s": 0.0,
+                                            "adapter": self.adapter_class})
+                        continue
                     if self.recover is None or e.code not in RECOVERABLE:
                         raise
                     if sum(f["kind"] in RECOVERABLE for f in self.faults) >= MAX_RECOVERIES:

@@ -14,6 +14,8 @@ stats a run reports locally keep the description; only the receipt is coarse.
 
 from __future__ import annotations
 
+import re
+
 from . import __version__
 
 SCHEMA = "pyspec.receipt/1"
@@ -61,7 +63,8 @@ def build(engine, opts, mode: str, stats: dict) -> dict:
         "champion_sha256": engine.champion.sha256(),
         "draft": {"kind": draft_kind,
                   "layers": getattr(drafter, "layers", None),
-                  "sha256": model.sha256() if draft_kind in ("model", "combo") else None,
+                  "sha256": (model.sha256() if draft_kind in ("model", "combo", "eagle")
+                             else None),
                   # another vocabulary: {"kind": "idmap" | "tli", "shared_tokens",
                   # "champion_vocab", "share", "outside_stops"} (drafters/bridge.py)
                   "bridge": getattr(drafter, "bridge_stats", None)},
@@ -198,9 +201,30 @@ def _check_settings(receipt: dict) -> None:
                          "records the mode that ran")
 
 
+_KEY = re.compile(r"[a-z0-9_]+")
+
+
+def keys(node):
+    """Every key of every object in a JSON tree."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k
+            yield from keys(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from keys(v)
+
+
 def check(receipt: dict) -> None:
-    """Refuse a receipt that has grown a string field that could carry user text, or whose
-    adapter is named by anything but its class."""
+    """Refuse a receipt that has grown a string field that could carry user text, a key that is
+    not a plain name (a key can carry a path as well as a value can), or whose adapter is named
+    by anything but its class."""
+    for key in keys(receipt):
+        # (int keys: k_histogram's K, which JSON writes as digits)
+        if not (isinstance(key, int) and not isinstance(key, bool)
+                or isinstance(key, str) and _KEY.fullmatch(key)):
+            raise ValueError(f"receipt key {key!r} is not a field name (lower-case letters, "
+                             "digits, _); receipts carry no names or paths")
     allowed_strings = {"schema", "pyspec_version", "champion_sha256", "sha256", "kind",
                        "tokenizer_hash", "template_hash", "name", "verify", "adapter",
                        "finish_reason", "policy"}

@@ -432,8 +432,8 @@ class Schedule:
 
 def merged_stats(scheds: dict[str, Schedule]) -> dict:
     """A request's schedule stats: its schedule's, or where a combination of drafters ran
-    (drafters/combo.py; one schedule per member, by name) their counts summed, and each
-    member's own under "by_drafter"."""
+    (drafters/combo.py; one schedule per member, by kind: "ngram", "model") their counts
+    summed, and each member's own under "by_drafter"."""
     if len(scheds) == 1:
         return next(iter(scheds.values())).stats()
     parts = {name: s.stats() for name, s in scheds.items()}

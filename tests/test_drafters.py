@@ -146,3 +146,27 @@ def test_confidence_stop_ends_drafting_at_the_first_low_confidence(tiny):
     assert len(full.tokens) == 6
     d.reset(list(tiny.prompt))
     assert d.propose(list(tiny.prompt), 6, Rule("greedy", conf_threshold=1.01)).tokens == []
+
+
+@pytest.mark.parametrize("name", ["cpu", "fastcpu"])
+def test_a_broken_draft_costs_speed_not_the_request(tiny, tmp_path, name):
+    """A draft whose logits are NaN (corrupt weights) fails its first proposal: the request
+    goes on champion-only with the champion's tokens, the receipt records the fault
+    (bad_draft), and the engine's later requests decode without it."""
+    from pyspec import testmodels
+    from pyspec.engine import Engine, Options
+    from pyspec.load import backend
+    from pyspec.model import Model
+
+    weights = testmodels.random_weights(tiny.tokenizer.vocab_size, 2, 64, 4, 2, 128, seed=5)
+    weights["output_norm.weight"] = np.full_like(weights["output_norm.weight"], np.nan)
+    broken = tmp_path / "broken.gguf"
+    testmodels.write_model(broken, weights=weights)
+    opts = Options(max_tokens=16, stop_at_eos=False, k="fixed:2")
+    alone = Engine(backend(tiny.on(name), "none"), tiny.tokenizer).generate(tiny.prompt, opts)
+    engine = Engine(backend(tiny.on(name), str(broken), load_draft=Model.load), tiny.tokenizer)
+    r = engine.generate(tiny.prompt, opts)
+    assert r.tokens == alone.tokens and r.stats["drafted"] == 0
+    assert [f["kind"] for f in r.receipt["faults"]] == ["bad_draft"]
+    again = engine.generate(tiny.prompt, opts)
+    assert again.tokens == alone.tokens and again.receipt["faults"] == []

@@ -243,3 +243,6 @@ def test_ngram_with_an_eagle_head_equals_champion_only_and_names_the_head(tiny, 
     assert r.stats["drafted"] > 0
     assert r.receipt["draft"]["kind"] == "combo"
     assert r.receipt["draft"]["sha256"] == GGUFFile.open(head_path).sha256()
+    alone = engine_for(tiny, head_path).generate(tiny.prompt, Options(max_tokens=8))
+    assert alone.receipt["draft"]["kind"] == "eagle"     # the head alone is named as well
+    assert alone.receipt["draft"]["sha256"] == GGUFFile.open(head_path).sha256()

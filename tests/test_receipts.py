@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -213,6 +214,30 @@ def test_no_field_carries_a_description_a_path_or_user_text(tmp_path):
         assert s == receipts.SCHEMA or ("/" not in s and "\\" not in s), s
     for _, value in receipts.string_fields(receipt):   # so no output text either
         assert value in ALLOWED or HEX.match(value), value
+
+
+@pytest.mark.parametrize("name", ["cpu", "fastcpu"])
+def test_a_draft_under_a_private_path_leaves_no_trace_in_the_receipt(tiny, tmp_path, name):
+    """A draft model alone and in the n-gram combination (whose members' stats the receipt
+    keeps, by kind), from a home-like path: the receipt names neither the path nor the file,
+    and records the draft's sha256. A key holding a path is refused by check."""
+    home = tmp_path / "home" / "alice.smith" / "drafts"
+    home.mkdir(parents=True)
+    path = home / "my-private-draft.gguf"
+    path.write_bytes(Path(tiny.close_path).read_bytes())
+    for draft in (str(path), f"ngram+{path}"):
+        engine = Engine(backend(tiny.on(name), draft), tiny.tokenizer)
+        r = engine.generate(tiny.prompt, Options(max_tokens=24, stop_at_eos=False, k="fixed:2"))
+        blob = json.dumps(r.receipt).lower()
+        for word in ("alice", "home", "my-private-draft", ".gguf", str(tmp_path).lower()):
+            assert word not in blob, (draft, word)
+        assert HEX.match(r.receipt["draft"]["sha256"]), r.receipt["draft"]
+        if draft.startswith("ngram+"):
+            assert set(r.receipt["stats"]["schedule"]["by_drafter"]) == {"ngram", "model"}
+    bad = json.loads(json.dumps(r.receipt))
+    bad["stats"]["schedule"]["by_drafter"] = {f"model:{path}": {}}
+    with pytest.raises(ValueError, match="receipt key"):
+        receipts.check(bad)
 
 
 def test_receipt_names_the_adapter_class_on_each_backend(tiny, backend):

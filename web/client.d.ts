@@ -7,6 +7,7 @@
 // BEGIN SpecErrorCode: written by webtools/errorcodes.py from the sources; do not edit
 export type SpecErrorCode =
   | "bad_config"
+  | "bad_draft"
   | "bad_input"
   | "bad_model"
   | "bad_request"

@@ -1,5 +1,5 @@
-"""Command line: python -m pyspec generate | chat | tokenize | score | check-pair | receipt |
-bench | demo.
+"""Command line: python -m pyspec generate | chat | tokenize | detokenize | score | check-pair |
+receipt | bench | demo.
 
 Each command parses its options, loads what it needs and prints plain text or one JSON object.
 Errors a user can fix (bad files, bad pairs, long prompts, bad options) print one line starting
@@ -396,19 +396,35 @@ def cmd_tokenize(args) -> int:
     return 0
 
 
+def token_ids(text: str, flag: str) -> list[int]:
+    """A flag's JSON list of integer token ids, or a UsageError that says what is wanted."""
+    try:
+        ids = json.loads(text)
+    except (ValueError, RecursionError):
+        ids = None
+    if not isinstance(ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise UsageError(f"{flag} must be a JSON list of integer token ids, e.g. [19, 2]")
+    if not ids:
+        raise UsageError(f"{flag} is empty")
+    return ids
+
+
+def cmd_detokenize(args) -> int:
+    """The text of token ids (tokenize's inverse), as a JSON string."""
+    tok = Tokenizer.from_metadata(GGUFFile.open(args.model or champion_path()).metadata)
+    ids = token_ids(args.ids, "--ids")
+    bad = [t for t in ids if not 0 <= t < tok.vocab_size]
+    if bad:
+        raise UsageError(f"--ids {bad[:5]} are outside the vocabulary [0, {tok.vocab_size})")
+    print(json.dumps(tok.decode(ids, special=args.special), ensure_ascii=False))
+    return 0
+
+
 def cmd_score(args) -> int:
     champion, tok = load_champion(args.champion)
     ids = prompt_ids(tok, args)
-    try:
-        continuation = json.loads(args.continuation_ids)
-    except (ValueError, RecursionError):
-        continuation = None
-    if not isinstance(continuation, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) for t in continuation):
-        raise UsageError("--continuation-ids must be a JSON list of integer token ids, "
-                         "e.g. [19, 2]")
-    if not continuation:
-        raise UsageError("--continuation-ids is empty")
+    continuation = token_ids(args.continuation_ids, "--continuation-ids")
     if not ids:
         # Why: the logits predicting continuation[0] come from the last prompt row; with no
         # prompt there is none, and the slice below would silently misalign every position.
@@ -676,6 +692,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--jsonl", help='a file of {"text": ...} lines; prints one id list per line')
     p.add_argument("--special", action="store_true", help="parse special tokens in the text")
     p.set_defaults(func=cmd_tokenize)
+
+    p = sub.add_parser("detokenize", help="print the text of token ids as a JSON string")
+    p.add_argument("--model", help="the GGUF whose tokenizer to use (default: the champion)")
+    p.add_argument("--ids", required=True, help="a JSON list of token ids, e.g. [36]")
+    p.add_argument("--special", action="store_true", help="render control tokens as text")
+    p.set_defaults(func=cmd_detokenize)
 
     p = sub.add_parser("score", help="teacher-forced scoring of a continuation")
     p.add_argument("--champion", help=CHAMPION_HELP)

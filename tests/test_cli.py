@@ -1021,3 +1021,16 @@ def test_wgpu_gets_a_runtime_dir_where_the_session_has_none(monkeypatch):
     assert os.path.isdir(made) and (os.stat(made).st_mode & 0o777) == 0o700
     native._runtime_dir()                      # one that exists is kept
     assert os.environ["XDG_RUNTIME_DIR"] == made
+
+
+def test_detokenize_inverts_tokenize(capsys, models):
+    text = "the cat sat on the mat. ünïcode"
+    code, out, err = run(capsys, "tokenize", "--model", models["champion"], "--text", text)
+    assert code == 0, err
+    code, back, err = run(capsys, "detokenize", "--model", models["champion"], "--ids",
+                          out.strip())
+    assert code == 0 and json.loads(back) == text, (back, err)
+    for bad, words in [("[99999]", "outside the vocabulary"), ("[]", "is empty"),
+                       ("x", "JSON list of integer token ids")]:
+        code, out, err = run(capsys, "detokenize", "--model", models["champion"], "--ids", bad)
+        assert_one_error_line(code, err, words)

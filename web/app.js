@@ -2,10 +2,9 @@
 //
 // URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (auto | ngram |
 // none | self:L | a manifest model name used as draft model), k, verify, temperature, seed,
-// max_tokens,
-// max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine), drills=1 (fault
-// drills: run(prompt, {drill: "KIND@CYCLE"})), load_drill=KIND (a loading fault, see client.js;
-// it turns drills on), top_k, top_p, min_p and the three penalties. Headless drivers (build.py
+// max_tokens, max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine),
+// drills=1 (fault drills: run(prompt, {drill: "KIND@CYCLE"})), load_drill=KIND (a loading
+// fault, see client.js; it turns drills on), top_k, top_p, min_p and the three penalties. Headless drivers (build.py
 // demo --headless, e2e/) use window.pyspecApp:
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
 // (run starts a fresh conversation; the chat box keeps its history).

@@ -4,8 +4,8 @@
 // none | self:L | a manifest model name used as draft model), k, verify, temperature, seed,
 // max_tokens, max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.web.make_engine),
 // drills=1 (fault drills: run(prompt, {drill: "KIND@CYCLE"})), load_drill=KIND (a loading
-// fault, see client.js; it turns drills on), top_k, top_p, min_p and the three penalties. Headless drivers (build.py
-// demo --headless, e2e/) use window.pyspecApp:
+// fault, see client.js; it turns drills on), top_k, top_p, min_p and the three penalties.
+// Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
 // (run starts a fresh conversation; the chat box keeps its history).
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.

@@ -183,6 +183,21 @@ def make_engine(args) -> Engine:
     return Engine(backend(champion, args.draft, args.ctx), tok, recover=recover)
 
 
+FAULT_NOTES = {
+    "bad_draft": "the draft model's logits were NaN or +inf (its weights may be corrupt), so the "
+                 "request went on champion-only without it: check or download the draft again, "
+                 "or use --draft ngram or none",
+}
+
+
+def fault_notes(receipt: dict) -> None:
+    """A note on stderr for each fault the request recovered from (the receipt's faults)."""
+    for fault in receipt.get("faults", []):
+        text = FAULT_NOTES.get(fault["kind"], f"the GPU failed ({fault['kind']}); the request "
+                                              "finished on the CPU engine")
+        print(f"note: {text}", file=sys.stderr)
+
+
 def cmd_generate(args) -> int:
     engine = make_engine(args)
     ids = prompt_ids(engine.tokenizer, args, engine.kv.max_ctx,
@@ -202,8 +217,10 @@ def cmd_generate(args) -> int:
         fitted.annotate(report)
         print(json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
                                                  "receipt")}))
+        fault_notes(r.receipt)
         return 0
     report = stream_to_stdout(engine, fitted.ids, opts)
+    fault_notes(report["receipt"])
     print_stats(report["stats"])
     return 0
 
@@ -284,6 +301,7 @@ def cmd_chat(args) -> int:
                 # the dropped turns leave the history too, so later turns keep one prefix
                 history = history[fitted.dropped_messages:]
             report = stream_to_stdout(engine, fitted.ids, opts)
+            fault_notes(report["receipt"])
             history += [{"role": "user", "content": line},
                         {"role": "assistant", "content": report["text"]}]
             last = report["stats"]

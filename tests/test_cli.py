@@ -498,9 +498,9 @@ def test_a_tensor_of_another_shape_names_its_file(capsys, models, tmp_path):
     assert code == 1 and all(w in out for w in words), out
 
 
-def test_a_draft_with_broken_weights_is_named(capsys, models, tmp_path):
-    """A draft whose weights decode to NaN (every byte of its embedding 0xff) stops the run
-    with one error line that names the draft and what to do, not the forward pass."""
+def test_a_draft_with_broken_weights_costs_speed_and_is_named(capsys, models, tmp_path):
+    """A draft whose weights decode to NaN (every byte of its embedding 0xff) costs speed, not
+    the request: the text is champion-only's, and a note names the draft and what to do."""
     from pyspec.gguf import GGUFFile, RawTensor, write
 
     src = GGUFFile.open(models["draft"])
@@ -509,9 +509,15 @@ def test_a_draft_with_broken_weights_is_named(capsys, models, tmp_path):
     tensors["token_embd.weight"].data[:] = 0xFF
     path = tmp_path / "nan.gguf"
     write(path, dict(src.metadata), tensors)
-    code, _, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
-                       "--max-tokens", "4", "--k", "fixed:2", "--draft", str(path))
-    assert_one_error_line(code, err, "draft model's logits are NaN", "draft ngram or none")
+    code, out, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
+                         "--max-tokens", "4", "--k", "fixed:2", "--draft", str(path), "--json")
+    assert code == 0, err
+    assert "note: the draft model's logits were NaN" in err and "--draft ngram or none" in err
+    got = json.loads(out)
+    assert got["receipt"]["faults"][0]["kind"] == "bad_draft"
+    code, alone, err = run(capsys, "generate", "--champion", models["champion"], "--prompt", "hi",
+                           "--max-tokens", "4", "--draft", "none", "--json")
+    assert code == 0 and got["tokens"] == json.loads(alone)["tokens"], err
 
 
 def test_a_champion_with_broken_weights_is_named(capsys, models, tmp_path):

@@ -282,7 +282,8 @@ def test_a_request_pulled_late_after_a_death_goes_on_on_the_new_worker(page):
     first one's under it; both end as undisturbed runs do."""
     out = page.evaluate(LATE_PULL)
     short, long = out["refs"]
-    assert out["notices"] == ["worker_died", "worker_died"]    # both were stopped by it
+    # both were stopped by it (answer_capped: "long" asks for more than tiny's context holds)
+    assert [n for n in out["notices"] if n != "answer_capped"] == ["worker_died", "worker_died"]
     assert out["made"] == 2                                     # the first worker and one new
     assert out["a"] == short and out["b"] == long
 

@@ -259,7 +259,8 @@ def summarize(rows: list[dict]) -> dict:
         "draft_calls": sum(r["stats"]["draft_calls"] for r in rows),
         "tokens_per_s": spread([r["stats"]["tokens_per_s"] for r in rows]),
         "baseline_tokens_per_s": spread([r["baseline_tokens_per_s"] for r in rows]),
-        "peak_bytes": {k: max(r["stats"]["peak_bytes"][k] for r in rows)
+        "peak_bytes": {k: max((r["stats"]["peak_bytes"][k] for r in rows
+                               if r["stats"]["peak_bytes"][k] is not None), default=None)
                        for k in rows[0]["stats"]["peak_bytes"]},
     }
 

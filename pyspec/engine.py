@@ -682,5 +682,8 @@ class Engine:
                 "kv": self.backend.kv_bytes,
                 "kv_used": self.kv.peak_bytes,
                 "scratch": st.scratch,
+                # On a GPU: every byte of the device's buffers (weights, caches, the fixed
+                # scratch of ROWS_MAX x vocab rows), as allocated; None on the numpy engines
+                "device": getattr(getattr(self.champion, "dev", None), "allocated", None),
             },
         }

@@ -117,3 +117,17 @@ def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature
         runs[split] = (r.tokens, r.stats["drafted"], r.stats["accepted"])
     assert runs[True] == runs[False]
     assert runs[True][1] > 0
+
+
+def test_peak_bytes_report_what_the_device_holds(tiny):
+    """On a GPU `peak_bytes.device` is every byte the device's buffers hold (weights, caches,
+    the fixed scratch), as allocated, so more than the weights and the cache the other fields
+    count; the numpy engine has no device (None)."""
+    model = tiny.on("gpu")
+    engine = Engine(backend_for(model, "ngram"), tiny.tokenizer)
+    peak = engine.generate(tiny.prompt, Options(max_tokens=6)).stats["peak_bytes"]
+    assert peak["device"] == model.dev.allocated
+    assert peak["device"] > peak["weights"] + peak["kv"] + peak["scratch"]
+    engine.close()
+    cpu = Engine(backend_for(tiny.on("cpu"), "ngram"), tiny.tokenizer)
+    assert cpu.generate(tiny.prompt, Options(max_tokens=2)).stats["peak_bytes"]["device"] is None

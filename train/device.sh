@@ -18,6 +18,8 @@
 #   bash train/device.sh selfprompts  # the champion writes SELF_N (10000) user messages; `gen`
 #                                  # then answers them together with the templated seed set
 #   NAME=eagle-h1 STEPS=3000 bash train/device.sh eagle   # the EAGLE-style head instead
+#   NAME=eagle-t TAPS=2,15 FEATURE=0 bash train/device.sh eagle   # with EAGLE-3's low and
+#                                  # middle states too (HEAD_LAYERS=2: a two-layer head)
 #   NAME=draft-l4f INIT_DRAFT=models/draft-l4.gguf QAT=1 FEATURE=0 bash train/device.sh eagle
 #                                  # the shipped draft fed with the champion's states
 #   bash train/device.sh bench     # acceptance (--k fixed:4) and speed (heuristic) on the public
@@ -134,6 +136,7 @@ eagle() {
         --steps "$STEPS" --minutes "$TRAIN_MIN" --lr "${LR:-5e-4}" \
         --batch-tokens "${BATCH:-16000}" --feature-loss "${FEATURE:-0.1}" \
         ${INIT_DRAFT:+--init-draft "$INIT_DRAFT"} ${QAT:+--qat} \
+        ${TAPS:+--taps "$TAPS"} ${HEAD_LAYERS:+--head-layers "$HEAD_LAYERS"} \
         --gguf $W/models/$NAME.gguf 2>&1 | tee -a "$OUT/train.log"
     cp $W/work-$NAME/report.json "$OUT/$NAME-report.json"
     if [ -f $W/models/$NAME.gguf ]; then

@@ -14,7 +14,8 @@ row c, the next ones from rows fed with the head's own guess z and the drafted t
 
 Two shapes:
 - the head (default): one layer, started from the champion's last, with W_f = W_e = I; its
-  embedding, final norm and head are the champion's, referenced by the GGUF, not copied;
+  embedding, final norm and head are the champion's, referenced by the GGUF, not copied
+  (`--head-layers N`: N layers, from the champion's last N);
 - `--init-draft D.gguf`: a draft model fed with the champion's states. Its layers, embedding and
   final norm are the draft's (D's file, e.g. models/draft-l4.gguf), W_e = I and W_f = 0: it
   starts as exactly that draft (row s then reads e(y_s), the draft's own input), and training
@@ -29,6 +30,13 @@ against pyspec's EagleDrafter), and the held-out acceptance below is what drafti
 text (greedy, K = 4), not an estimate. Loss per step: forward KL(p_champion || q) at the rows
 whose drafted token is an answer token, plus `--feature-loss` x smooth-L1 of z against f_s (both
 through the champion's final norm), which keeps z in the space of the states the first step reads.
+
+`--taps 2,15` (an experiment, EAGLE-3's low, middle and high features): the first step also
+reads the champion's residual after each tapped layer (as the next layer's attention norm reads
+it), u_s = W_f norm(f_{s-1}) + W_t [taps at s - 1] + W_e e(y_s), W_t starting at 0 (so it starts
+as the plain head); the later steps have no taps to read (their rows are guesses), as in EAGLE-3.
+pyspec's engines do not run such a head, so no GGUF is written for it: the report's held-out
+acceptance is the measurement.
 
 Resumable (--work holds the state); the report has the held-out acceptance in pyspec's terms
 (for --init-draft also before the first step: the draft's own); --gguf writes the head (its
@@ -68,19 +76,25 @@ K = 4
 
 
 class Head(torch.nn.Module):
-    def __init__(self, champion, draft=None):
+    def __init__(self, champion, draft=None, taps=(), head_layers: int = 1):
         super().__init__()
         s = champion.s
         self.s = s
         self.champion = [champion]          # not a submodule: frozen, shared
+        self.taps = tuple(taps)             # champion layers whose states step 1 also reads
         self.fc_feat = torch.nn.Linear(s.d, s.d, bias=False)
         self.fc_embd = torch.nn.Linear(s.d, s.d, bias=False)
+        self.fc_taps = (torch.nn.Linear(len(self.taps) * s.d, s.d, bias=False)
+                        if self.taps else None)
         with torch.no_grad():
             self.fc_embd.weight.copy_(torch.eye(s.d))
-            if draft is None:              # start as "f + e" through the champion's last layer
+            if self.fc_taps is not None:   # the taps weigh nothing at the start
+                self.fc_taps.weight.zero_()
+            if draft is None:              # start as "f + e" through the champion's last layers
                 self.fc_feat.weight.copy_(torch.eye(s.d))
-                self.layers = torch.nn.ModuleList([Layer(s)])
-                self.layers[0].load_state_dict(champion.layers[-1].state_dict())
+                self.layers = torch.nn.ModuleList([Layer(s) for _ in range(head_layers)])
+                for mine, theirs in zip(self.layers, champion.layers[-head_layers:]):
+                    mine.load_state_dict(theirs.state_dict())
                 self.tok_embd = self.out_norm = None
                 self.draft = [None]
             else:                          # start as the draft: the states weigh nothing yet
@@ -103,15 +117,17 @@ class Head(torch.nn.Module):
             return rms_norm(z, c.out_norm, c.s.eps) @ c.head_weight().T.to(z.dtype)
         return rms_norm(z, self.out_norm, c.s.eps) @ self.draft[0].head_weight().T.to(z.dtype)
 
-    def step(self, j: int, g, tokens, cos, sin, past: list):
+    def step(self, j: int, g, tokens, cos, sin, past: list, tapped=None):
         """Unroll step j (1-based) at every row: g (B, T, d) the states read (row s: f_{s-1} at
         step 1, the previous step's guess at row s - 1 after), tokens (B, T). past: for steps
-        1 .. j-1, each layer's (k, v), (B, n_kv, T, hd) each. -> z (B, T, d), this step's
-        (k, v) per layer."""
+        1 .. j-1, each layer's (k, v), (B, n_kv, T, hd) each. tapped (B, T, taps * d): step 1's
+        taps at row s - 1, else None. -> z (B, T, d), this step's (k, v) per layer."""
         s = self.s
         c = self.champion[0]
         x = (self.fc_feat(rms_norm(g, c.out_norm, s.eps))
              + self.fc_embd(self.embed(tokens).to(g.dtype)))
+        if tapped is not None:
+            x = x + self.fc_taps(tapped.to(x.dtype))
         kvs = []
         for li, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, s.eps)
@@ -160,8 +176,13 @@ def ttt_attention(q, kvs: list, rep: int):
 
 def unroll(head, champion, tokens):
     """-> zs (K of (B, T, d): step j's z at rows 0..T-1), f (B, T, d), log_p (B, T, vocab)."""
+    tapped = None
     with torch.no_grad():
-        f = champion.features(tokens)                                      # (B, T, d)
+        if head.taps:
+            f, taps = champion.features(tokens, head.taps)                 # (B, T, d), [...]
+            tapped = shift_rows(torch.cat(taps, -1), 1)                    # row s: taps at s - 1
+        else:
+            f = champion.features(tokens)                                  # (B, T, d)
         c = champion
         log_p = torch.log_softmax((rms_norm(f, c.out_norm, c.s.eps)
                                    @ c.head_weight().T.to(f.dtype)).float(), -1)
@@ -170,7 +191,7 @@ def unroll(head, champion, tokens):
     g = shift_rows(f, 1)                              # row s reads f_{s-1}, zero at row 0
     past, zs = [], []
     for j in range(1, K + 1):
-        z, kv = head.step(j, g, tokens, cos, sin, past)
+        z, kv = head.step(j, g, tokens, cos, sin, past, tapped if j == 1 else None)
         past.append(kv)
         zs.append(z)
         g = shift_rows(z, 1)                          # row s of step j + 1 reads z of row s - 1
@@ -242,6 +263,8 @@ def quantize_head(head, input_type: int, layer_type: int) -> None:
     """Replace each matrix by what it reads back as after quantizing: W_f and W_e to
     `input_type`, the layers' to `layer_type`."""
     mats = [(head.fc_feat.weight, input_type), (head.fc_embd.weight, input_type)]
+    if head.fc_taps is not None:
+        mats.append((head.fc_taps.weight, input_type))
     mats += [(getattr(layer, n).weight, layer_type) for layer, n in layer_matrices(head)]
     for w, type_id in mats:
         w.copy_(torch.from_numpy(quantized_like(w.detach().float().cpu().numpy(), type_id))
@@ -295,12 +318,18 @@ def main(argv=None) -> int:
     ap.add_argument("--init-draft", default="",
                     help="a draft GGUF (e.g. models/draft-l4.gguf): its layers, embedding and "
                          "norm, fed with the champion's states (W_f = 0, W_e = I at the start)")
+    ap.add_argument("--taps", default="",
+                    help="champion layers (e.g. 2,15) whose states the first step reads beside "
+                         "the final one (EAGLE-3's features; measured, not written as a GGUF)")
+    ap.add_argument("--head-layers", type=int, default=1,
+                    help="layers in the head, from the champion's last (without --init-draft)")
     ap.add_argument("--qat", action="store_true",
                     help="with --init-draft: the layers train on the Q4_1 grid and are written "
                          "as Q4_1 (the draft's own type)")
     args = ap.parse_args(argv)
     if args.qat and not args.init_draft:
         ap.error("--qat is for --init-draft (a Q4_1 draft's layers)")
+    taps = tuple(int(t) for t in args.taps.split(",") if t.strip())
     t0 = time.time()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
@@ -310,7 +339,9 @@ def main(argv=None) -> int:
     champion = champion.eval().requires_grad_(False)
     draft = from_gguf(args.init_draft, device=dev, lender=args.champion)[0] \
         if args.init_draft else None
-    head = Head(champion, draft).to(dev)
+    if taps and not all(0 <= t < champion.s.n_layers - 1 for t in taps):
+        ap.error(f"--taps: layers of the champion before its last, 0 .. {champion.s.n_layers - 2}")
+    head = Head(champion, draft, taps, args.head_layers).to(dev)
     if args.qat:
         for layer, n in layer_matrices(head):
             parametrize.register_parametrization(getattr(layer, n), "weight", FakeQ4_1())
@@ -332,7 +363,8 @@ def main(argv=None) -> int:
     save()
     champion_sha = hashlib.sha256(Path(args.champion).read_bytes()).hexdigest()
     report = {"candidate": (f"fed-draft-{len(head.layers)}layer" if draft is not None
-                            else "eagle-1layer"),
+                            else f"eagle-{len(head.layers)}layer"
+                            + (f"-taps-{'-'.join(map(str, taps))}" if taps else "")),
               "steps": state["step"], "epochs": state["epoch"],
               "train_seconds": round(state["seconds"], 1), "trainable_params": n_params(head),
               "final_loss": float(np.mean(state["losses"][-100:])) if state["losses"] else None,
@@ -357,7 +389,9 @@ def main(argv=None) -> int:
         layer_type = quant.Q4_1.type_id if args.qat else type_id
         quantize_head(head, type_id, layer_type)       # score what the GGUF holds
         report["held_out"] = evaluate(head, champion, held, dev)
-        if args.gguf:
+        if args.gguf and taps:
+            report["gguf"] = "not written: pyspec's engines do not run a head with taps"
+        elif args.gguf:
             to_gguf(head, md, champion_sha, args.gguf, type_id,
                     {"pyspec.eagle.steps": state["step"]}, layer_type)
             report["gguf_sha256"] = hashlib.sha256(Path(args.gguf).read_bytes()).hexdigest()

@@ -113,15 +113,20 @@ class Llama(torch.nn.Module):
         h = rms_norm(x, layer.ffn_norm, eps)
         return x + layer.ffn_down(F.silu(layer.ffn_gate(h)) * layer.ffn_up(h))
 
-    def features(self, tokens):
+    def features(self, tokens, taps=()):
         """tokens (B, T), right-padded, at positions 0..T-1 -> the final residual states
-        (B, T, d), before the final norm."""
+        (B, T, d), before the final norm. With `taps` (layer indices): (final, [the residual
+        after each tapped layer, as the next layer's attention norm reads it]), the low and
+        middle states an EAGLE-3-style head reads beside the final one."""
         B, T = tokens.shape
         x = self.tok_embd(tokens)
         cos, sin = self.angles(torch.arange(T, device=tokens.device)[None], x.dtype)
-        for layer in self.layers:
+        tapped = {}
+        for i, layer in enumerate(self.layers):
             x = self._block(layer, x, cos, sin, None)
-        return x
+            if i in taps:
+                tapped[i] = rms_norm(x, self.layers[i + 1].attn_norm, self.s.eps)
+        return (x, [tapped[i] for i in taps]) if taps else x
 
     def hidden(self, tokens):
         """tokens (B, T) -> final-normed states (B, T, d)."""

@@ -131,3 +131,59 @@ def test_peak_bytes_report_what_the_device_holds(tiny):
     engine.close()
     cpu = Engine(backend_for(tiny.on("cpu"), "ngram"), tiny.tokenizer)
     assert cpu.generate(tiny.prompt, Options(max_tokens=2)).stats["peak_bytes"]["device"] is None
+
+
+# Requests of every cycle shape: greedy, replay, rejection (q rows on the device), and the usual
+# sampling controls (on the software adapter the filters run in the host accept: the champion's
+# rows come back in the cycle's one readback).
+CYCLE_REQUESTS = {
+    "greedy": {},
+    "replay": {"temperature": 0.8, "seed": 3},
+    "rejection": {"temperature": 0.8, "seed": 3, "verify": "rejection"},
+    "controls": {"temperature": 0.8, "seed": 3, "repetition_penalty": 1.1, "top_p": 0.9},
+}
+
+
+@requires_gpu
+@pytest.mark.parametrize("draft", ["model", "self:1", "ngram", "none"])
+def test_every_cycle_is_one_submission_and_one_readback(tiny, draft):
+    """DESIGN §7's cycle, counted at the device: after the prefill, every queue submission of a
+    request is a cycle's (drafting, the champion's pass, the accept kernel and the readback's
+    copy in one), and every readback is a cycle's one. A submission more is a cycle that went
+    ahead and was dropped unread at the request's end, counted by `drop`. Fails if a step (a
+    draft's catch-up, a q row, a penalty count, a host accept's gather) submits on its own or
+    reads back twice."""
+    model = tiny.on("gpu")
+    dev = model.dev
+    spec = tiny.close_path if draft == "model" else draft
+    engine = Engine(backend_for(model, spec, load_draft=Model.load), tiny.tokenizer)
+    backend = engine.backend
+    marks, dropped = {}, []
+    prefill, drop = backend.prefill, backend.drop
+
+    async def counted_prefill(*args, **kw):
+        await prefill(*args, **kw)
+        marks["after_prefill"] = (dev.submissions, dev.readbacks)
+
+    def counted_drop(c):
+        dropped.append(c)
+        drop(c)
+
+    backend.prefill, backend.drop = counted_prefill, counted_drop
+    greedy = engine.generate(tiny.prompt, Options(max_tokens=20, stop_at_eos=False)).tokens
+    # ... and one that a stop id ends early, past cycles that went ahead (dropped unread)
+    requests = {**CYCLE_REQUESTS, "stopped": {"stop_ids": (greedy[12],)}}
+    for name, extra in requests.items():
+        dropped.clear()
+        opts = Options(max_tokens=20, k="fixed:2", stop_at_eos=False, **extra)
+        result = engine.generate(tiny.prompt, opts)
+        submissions, readbacks = marks.pop("after_prefill")
+        cycles = backend.timing["cycles"]
+        # (a stop id ends the text before it: it is not emitted)
+        assert len(result.tokens) == (20 if name != "stopped" else greedy.index(greedy[12]))
+        assert cycles >= len(result.tokens) // 3, name
+        if draft != "none":
+            assert result.stats["drafted"] > 0, name
+        assert dev.readbacks - readbacks == cycles, name
+        assert dev.submissions - submissions == cycles + len(dropped), name
+    engine.close()

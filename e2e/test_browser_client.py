@@ -68,6 +68,57 @@ def test_weights_given_by_url_alone_are_cached_by_their_sha256(page, site_root):
     assert first["text"] and second["text"] == first["text"]
 
 
+CACHE = """async ([url, sha256]) => {%s
+  const d = await SpecDecoder.create({ champion: { url, sha256: sha256.toUpperCase() } });
+  const out = { listed: (await SpecDecoder.cachedModels()).find((m) => m.sha256 === sha256) };
+  out.keep = await SpecDecoder.clearCache({ keep: [sha256] });
+  out.clear = await SpecDecoder.clearCache();
+  out.after = (await SpecDecoder.cachedModels()).some((m) => m.sha256 === sha256);
+  out.stillServes = (await drain(d.generate(messages, { max_tokens: 4 }))).finish_reason;
+  out.badKeep = await codeOf(() => SpecDecoder.clearCache({ keep: ["tiny"] }));
+  d.terminate();
+  return out;
+}""" % PRELUDE
+
+
+def test_cached_weights_are_listed_and_cleared(page, site_root):
+    """SpecDecoder.cachedModels() lists the weights kept in OPFS by sha256 with their size;
+    clearCache({keep}) keeps those named and clearCache() removes the rest; a decoder that
+    loaded them goes on serving (its weights are in memory). A keep that is not a list of
+    sha256s is bad_config."""
+    manifest = json.loads((site_root / "manifest.json").read_text())
+    tiny = next(a for a in manifest["artifacts"] if a.get("model") == "tiny")
+    sha = tiny["sha256"]
+    out = page.evaluate(CACHE, [tiny["url"], sha])
+    assert out["listed"] == {"sha256": sha, "bytes": tiny["size"]}, out
+    assert sha in out["keep"]["kept"] and sha not in out["keep"]["removed"], out
+    assert sha in out["clear"]["removed"] and not out["clear"]["busy"], out
+    assert out["after"] is False and out["stillServes"] == "length"
+    assert out["badKeep"] == "bad_config"
+
+
+WRONG_SHA = """async ([url, sha256]) => {%s
+  try {
+    (await SpecDecoder.create({ champion: { url, sha256 } })).terminate();
+    return null;
+  } catch (e) {
+    return { code: e.code, message: e.message };
+  }
+}""" % PRELUDE
+
+
+def test_a_wrong_sha256_names_both_digests(page, site_root):
+    """Weights whose bytes do not hash to the sha256 given (a mistyped hash, or a server sending
+    another file): corrupt_download, the message giving the bytes' own sha256 beside the one
+    given, so that a typo shows as one."""
+    manifest = json.loads((site_root / "manifest.json").read_text())
+    tiny = next(a for a in manifest["artifacts"] if a.get("model") == "tiny")
+    out = page.evaluate(WRONG_SHA, [tiny["url"], "0" * 64])
+    assert out is not None and out["code"] == "corrupt_download", out
+    assert f"its bytes hash to {tiny['sha256']}" in out["message"], out
+    assert f"the sha256 given is {'0' * 64}" in out["message"], out
+
+
 LIFECYCLE = """async () => {%s
   const Real = window.Worker;
   let live = 0;      // workers made and not terminated
@@ -88,6 +139,14 @@ LIFECYCLE = """async () => {%s
                                                                  workerUrl: "./nope/worker.js" }));
     out.badWorkerUrl = await codeOf(() => SpecDecoder.create({ workerUrl: "http://[bad" }));
     out.badCallback = await codeOf(() => SpecDecoder.create({ champion: "tiny", onProgress: 5 }));
+    // An AbortSignal stops a load under way (at its first progress report), or one not begun.
+    const ac = new AbortController();
+    out.aborted = await codeOf(() => SpecDecoder.create({ champion: "tiny", signal: ac.signal,
+                                                          onProgress: () => ac.abort() }));
+    out.abortedBefore = await codeOf(() => SpecDecoder.create({ champion: "tiny",
+                                                                signal: AbortSignal.abort() }));
+    out.badSignal = await codeOf(() => SpecDecoder.create({ champion: "tiny", signal: 5 }));
+    out.liveAfterAbort = live;
     // The constructor alone starts nothing: a request is not_ready, and no fault is recorded.
     const unstarted = new SpecDecoder({ champion: "tiny" });
     out.unstarted = await codeOf(() => drain(unstarted.generate(messages, { max_tokens: 4 })));
@@ -166,10 +225,30 @@ def test_pyodide_files_a_host_serves_wrong_are_download_failed(browser, site_url
         assert word in out["message"], out
 
 
+def test_a_manifest_answered_with_a_page_is_download_failed_naming_it(browser, site_url):
+    """A host whose single-page-app fallback answers a missing manifest.json with its HTML page
+    (200, text/html): create() rejects with download_failed naming manifest.json and what it
+    was served as, not an internal JSON parse error."""
+    c = Context(browser, site_url)
+    c.ctx.route("**/manifest.json", lambda route: route.fulfill(
+        status=200, body="<!doctype html><title>app</title>",
+        headers={"content-type": "text/html"}))
+    try:
+        p = c.page("embed-example.html?model=none-such")
+        p.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
+        out = p.evaluate(PYODIDE_FILES)
+    finally:
+        c.ctx.close()
+    assert isinstance(out, dict) and out["code"] == "download_failed", out
+    assert "manifest.json next to worker.js is not JSON" in out["message"], out
+    assert "text/html" in out["message"], out
+
+
 def test_a_decoder_that_fails_or_is_terminated_leaves_no_worker(page):
     """A failed create() terminates the worker it started (a sha256 that is not 64 hex digits,
     a worker.js that is not there, a workerUrl that is no URL, an onProgress that is no
-    function, an insecure page: each a SpecError by its code); a decoder made by the
+    function, an insecure page: each a SpecError by its code), and so does one its AbortSignal
+    stops ("terminated"); a decoder made by the
     constructor alone is not_ready, with no fault recorded; an unknown create() or reload() option or a misspelt generate()
     option is refused (bad_config) by name; a config that cannot be sent to a worker is
     bad_request and the decoder goes on; after terminate() every call throws "terminated" and
@@ -179,6 +258,8 @@ def test_a_decoder_that_fails_or_is_terminated_leaves_no_worker(page):
                    "unknownOption": "bad_config", "liveAfterRefusal": 0,
                    "emptySha": "bad_request", "missingWorker": "download_failed",
                    "badWorkerUrl": "bad_config", "badCallback": "bad_config",
+                   "aborted": "terminated", "abortedBefore": "terminated",
+                   "badSignal": "bad_config", "liveAfterAbort": 0,
                    "unstarted": "not_ready", "unstartedNotices": 0,
                    "insecure": "insecure_context",
                    "liveAfterFaults": 0, "liveReady": 1,
@@ -188,6 +269,58 @@ def test_a_decoder_that_fails_or_is_terminated_leaves_no_worker(page):
                    "liveAfterTerminate": 0, "generateAfter": "terminated",
                    "statsAfter": "terminated", "cancelAfter": "terminated",
                    "terminatedInRestart": "terminated", "liveEnd": 0}
+
+
+IDLE_DEATH = """async () => {%s
+  const Real = window.Worker, made = [];
+  window.Worker = class extends Real {
+    constructor(...args) { super(...args); made.push(this); }
+  };
+  const noticed = async (d, n) => {        // the liveness check's notice, within 5 s
+    for (let i = 0; i < 100 && d.notices.length < n; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return d.notices.slice(n - 1).map((x) => x.code);
+  };
+  try {
+    const d = await SpecDecoder.create({ champion: "tiny" });
+    const out = {};
+    const first = await drain(d.generate(messages, { max_tokens: 6 }));
+    made.at(-1).terminate();                // the worker dies between requests
+    out.noticed = await noticed(d, 1);
+    out.stats = await codeOf(() => d.stats());
+    const again = d.generate(messages, { max_tokens: 6 });
+    let step, text = "";
+    while (!(step = await again.next()).done) text += step.value.text;
+    out.same = text === first.text;
+    out.faults = step.value.receipt.faults.length;
+    out.restarts = d.restarts;
+    out.workers = made.length;
+    made.at(-1).terminate();                // and again, then a reload
+    out.noticedAgain = await noticed(d, 2);
+    out.reloaded = (await d.reload()).champion;
+    out.workersAfterReload = made.length;
+    out.statsAfterReload = typeof (await d.stats());
+    out.notices = d.notices.length;
+    d.terminate();
+    return out;
+  } finally {
+    window.Worker = Real;
+  }
+}""" % PRELUDE
+
+
+def test_a_worker_that_dies_between_requests_is_replaced_by_the_next_one(page):
+    """A worker that dies while no request runs (here terminate() on it, as a browser may kill
+    an idle worker) is noticed by the liveness check (a worker_died notice at once); stats()
+    then says the worker is not running, and the next generate() starts a new worker before it
+    runs: the same text as before, no fault in its receipt (it was never interrupted), no
+    restart counted. reload() after such a death starts a new worker too."""
+    out = page.evaluate(IDLE_DEATH)
+    assert out == {"noticed": ["worker_died"], "stats": "worker_died", "same": True,
+                   "faults": 0, "restarts": 0, "workers": 2, "noticedAgain": ["worker_died"],
+                   "reloaded": "tiny", "workersAfterReload": 3, "statsAfterReload": "object",
+                   "notices": 2}
 
 
 CONCURRENT = """async () => {%s

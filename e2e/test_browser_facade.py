@@ -153,7 +153,10 @@ _REFUSED = """async ([messages, options]) => {
     ("stop", 5, "stop must be a string or object"),
     ("logit_bias", {"a": 1}, "logit_bias key 'a'"),
     ("response_format", {"type": "json_object"}, "json_object without a schema"),
-    ("n", 2, "unknown option n"),
+    ("n", 2, "n 2 is not supported: only 1"),
+    ("logprobs", True, "logprobs true is not supported: only false"),
+    ("stream_options", {"include_obfuscation": True}, "only {include_usage}"),
+    ("best_of", 2, "unknown option best_of"),
     ("model", "gpt-4o", "model gpt-4o is not loaded"),
     ("temperature", "hot", "temperature must be a number"),
     # JSON would make these null, that is the default: refused by name instead
@@ -166,6 +169,33 @@ def test_options_it_cannot_honour_are_refused_by_name(embed_page, option, value,
     assert refused["name"] == "SpecError" and refused["code"] == "bad_config"
     assert words in refused["message"], refused
     assert accepted is None          # null means "not given", as in JSON: the request runs
+
+
+_SEEDS = """async ([messages]) => {
+  const d = embed.decoder;
+  const ask = async (extra) => {
+    const r = await d.chat.completions.create({
+      messages, max_tokens: 12, temperature: 1.0, n: 1, logprobs: false,
+      stream_options: { include_usage: true }, ...extra });
+    return [r.choices[0].message.content, r.pyspec.receipt.seed];
+  };
+  const first = await ask({}), second = await ask({});
+  return { first, second, again: await ask({ seed: first[1] }),
+           greedy: await ask({ temperature: 0 }), given: await ask({ seed: 7 }) };
+}"""
+
+
+def test_a_sampled_request_without_a_seed_draws_its_own(embed_page):
+    """As OpenAI's: above temperature 0, two requests without a seed sample with two seeds (a
+    "regenerate" gets another answer); the receipt records the seed, and the same request with
+    it gives the same text again. A given seed is the request's; at temperature 0 none is
+    drawn (greedy reads no random numbers). n 1, logprobs false and stream_options are taken."""
+    out = embed_page.evaluate(_SEEDS, [MESSAGES])
+    first, second = out["first"], out["second"]
+    assert first[1] != second[1]
+    assert all(isinstance(s, int) and 0 <= s < 2 ** 53 for s in (first[1], second[1]))
+    assert out["again"] == first
+    assert out["greedy"][1] == 0 and out["given"][1] == 7
 
 
 def test_sampling_controls_and_stop_through_the_facade_equal_native(embed_page, tiny_path):

@@ -538,6 +538,12 @@ class Session:
             # A failed init leaves the session as it was: a model loaded before still serves.
             for name, value in before.items():
                 setattr(self, name, value)
+            if isinstance(e, MemoryError):   # the model does not fit the page's wasm memory
+                why = str(e) or "MemoryError"
+                return _error(SessionError(
+                    "out_of_memory", f"the model does not fit in this page's memory ({why}): "
+                    "load a smaller model (or a smaller maxCtx), or use a browser with more "
+                    "memory for the page"))
             return _error(e)
 
     def warm(self) -> None:

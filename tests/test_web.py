@@ -163,6 +163,26 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
     assert json.loads(run(s.load("[]", champion_bytes)))["error"]["code"] == "bad_config"
 
 
+def test_a_model_too_large_for_memory_is_out_of_memory_and_the_old_one_stays(
+        tiny, champion_bytes, monkeypatch):
+    """A MemoryError while loading (the page's wasm heap cannot hold the model) is
+    out_of_memory saying what to do, not internal with a traceback; the model loaded before
+    still serves."""
+    s = web.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 64}), champion_bytes))
+
+    def too_large(*args, **kw):
+        raise MemoryError
+    monkeypatch.setattr(web, "make_engine", too_large)
+    err = json.loads(run(s.load(json.dumps({"max_ctx": 128}), champion_bytes)))["error"]
+    assert err["code"] == "out_of_memory", err
+    assert "does not fit in this page's memory (MemoryError)" in err["message"]
+    assert "smaller model" in err["message"] and "Traceback" not in err["message"]
+    monkeypatch.undo()
+    out = json.loads(run(s.generate(1, MESSAGES, json.dumps({"max_tokens": 3}), lambda *a: None)))
+    assert out["stats"]["generated_tokens"] == 3
+
+
 def test_a_warm_session_prefills_the_chat_prefix_before_the_first_request(tiny, champion_bytes):
     """init option warm: the template's system turn is in the cache when the first request comes
     (load returns first and starts nothing; warm(), which the worker calls once ready is posted,

@@ -76,6 +76,10 @@ export interface SpecDecoderOptions {
    *  the fastest drafter measured, else "ngram" without downloading the draft; `info.draft_auto`
    *  says which and why. */
   draft?: ModelSpec;
+  /** The context the engine holds, prompt and answer together: default 2048 tokens (the KV
+   *  cache's memory), at most the champion's own (8192 for smollm2; a larger value is capped
+   *  there, `info.context` says what it got). Longer conversations lose their oldest turns
+   *  (the `context_trimmed` notice). */
   maxCtx?: number | null;
   backend?: "auto" | "webgpu" | "cpu";
   onProgress?: ((p: Progress) => void) | null;
@@ -83,6 +87,9 @@ export interface SpecDecoderOptions {
   stallTimeoutMs?: number;           // default 60000; 0 turns the stall check off
   onNotice?: ((n: Notice) => void) | null;
   drills?: boolean;                  // fault drills (config.drill, loseDevice); default false
+  /** create() only: aborting stops the load (the worker, its download, its hold on the cache);
+   *  create() then rejects with SpecError "terminated". */
+  signal?: AbortSignal | null;
   /** A loading fault drill for the first worker's load (drills: true): "opfs-truncate" |
    * "opfs-flip" | "opfs-quota" | "opfs-unavailable" | "download-drop" | "opfs-stall". */
   loadDrill?: string | null;
@@ -288,8 +295,17 @@ export interface ChatCompletionRequest extends Omit<SamplingConfig, "json_schema
   model?: string | null;
   /** Default 0 (greedy), not OpenAI's 1. */
   temperature?: number | null;
+  /** Default 128 (generate()'s), not the rest of the context. */
   max_tokens?: number | null;
+  /** Without one each request draws its own (as OpenAI: a regenerate samples afresh), which
+   *  pyspec.receipt.seed records; with one, the same request gives the same text again. */
   seed?: number | null;
+  /** Accepted at 1 only (one choice). */
+  n?: 1 | null;
+  /** Accepted at false only. */
+  logprobs?: false | null;
+  /** Accepted; the last chunk carries usage whatever it says. */
+  stream_options?: { include_usage?: boolean } | null;
   /** Aborting stops this request only (the decoder's others go on), after its current cycle or
    *  before it starts; it ends with finish_reason "abort". */
   signal?: AbortSignal | null;
@@ -373,6 +389,12 @@ export declare class SpecDecoder {
   static create(options?: SpecDecoderOptions): Promise<SpecDecoder>;
   /** Checks the options only; no worker starts (a request then is not_ready): use create. */
   constructor(options?: SpecDecoderOptions);
+  /** The weights cached in this origin's OPFS (one file per sha256, kept across visits and
+   *  never evicted by pyspec), largest first; [] without OPFS. */
+  static cachedModels(): Promise<{ sha256: string; bytes: number }[]>;
+  /** Remove cached weights but those in `keep`; busy: open in a running decoder. */
+  static clearCache(options?: { keep?: string[] }): Promise<{
+    removed: string[]; kept: string[]; busy: string[] }>;
   info: ReadyInfo | null;
   lastResult: GenerateResult | null;
   restarts: number;

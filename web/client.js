@@ -53,7 +53,8 @@ export class SpecError extends Error {
 const LOAD_FAULTS = new Set(["opfs_truncated", "opfs_corrupt", "opfs_quota", "opfs_unavailable",
                              "download_dropped", "opfs_busy"]);
 const GPU_FAULTS = { device_lost: "the GPU device was lost", gpu_error: "the GPU failed",
-                     gpu_timeout: "a GPU readback hung" };
+                     gpu_timeout: "a GPU readback hung",
+                     bad_draft: "the draft gave numbers it cannot draft from (NaN or infinite)" };
 
 const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
                           "error"]);
@@ -64,6 +65,16 @@ const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lo
 const FINISH = { stop: "stop", length: "length", context: "length", cancelled: "abort" };
 // Options of the OpenAI request that pyspec does not do yet: refused, never ignored.
 const NOT_YET = {};
+// OpenAI options pyspec honours only at one value, the one that asks for nothing more: taken
+// at it (code written for OpenAI or WebLLM sends them), refused at any other. stream_options
+// include_usage: the last chunk carries usage anyway.
+const ONLY_AT = {
+  n: [(v) => v === 1, "1"],
+  logprobs: [(v) => v === false, "false"],
+  stream_options: [(v) => typeof v === "object" && !Array.isArray(v) &&
+                          Object.keys(v).every((key) => key === "include_usage"),
+                   "{include_usage}"],
+};
 // The options it takes, by type; `pyspec` holds generate()'s own ({k, verify, draft, ...}).
 // The sampling controls (OpenAI's top_p, presence_penalty, frequency_penalty, logit_bias, stop;
 // top_k, min_p and repetition_penalty as WebLLM and vLLM take them) go to the worker as they
@@ -83,13 +94,22 @@ function facadeConfig(request, champion) {
   const config = {};
   for (const [name, value] of Object.entries(request)) {
     if (value === undefined || value === null) continue;
+    if (name in ONLY_AT) {
+      const [takes, only] = ONLY_AT[name];
+      if (!takes(value)) {
+        throw new SpecError("bad_config", `${name} ${JSON.stringify(value)} is not supported: ` +
+                            `only ${only} (or leave ${name} out)`);
+      }
+      continue;
+    }
     if (name in NOT_YET) {
       throw new SpecError("bad_config", `${name} is not supported yet (${NOT_YET[name]}); ` +
                           `leave ${name} out`);
     }
     if (!(name in FACADE_FIELDS)) {
       throw new SpecError("bad_config", `unknown option ${name}: chat.completions.create takes ` +
-                          `messages, stream, signal, ${Object.keys(FACADE_FIELDS).join(", ")}`);
+                          `messages, stream, signal, ${Object.keys(FACADE_FIELDS).join(", ")}` +
+                          ` (and ${Object.keys(ONLY_AT).join(", ")} at their defaults)`);
     }
     const kinds = [FACADE_FIELDS[name]].flat();
     if (!kinds.includes(typeof value)) {
@@ -107,7 +127,26 @@ function facadeConfig(request, champion) {
       config[name] = value;
     }
   }
+  // As OpenAI: a request above temperature 0 without a seed samples afresh each time (a
+  // "regenerate" gets another answer). Its seed is drawn here, below 2^53 (JSON's exact integers), and the receipt
+  // records it: the same request with that seed gives the same text again.
+  if (config.seed === undefined && config.temperature > 0) config.seed = randomSeed();
   return config;
+}
+
+// The weights' OPFS directory (worker.js OPFS_DIR), or null where the page has no OPFS.
+async function weightsDir() {
+  try {
+    const root = await navigator.storage.getDirectory();
+    return await root.getDirectoryHandle("pyspec-weights", { create: true });
+  } catch {
+    return null;
+  }
+}
+
+function randomSeed() {
+  const [hi, lo] = crypto.getRandomValues(new Uint32Array(2));
+  return (hi & 0x1fffff) * 2 ** 32 + lo;
 }
 
 // A number JSON cannot carry (NaN, Infinity) would reach the worker as null, that is as the
@@ -146,14 +185,70 @@ const TERMINATED = "the decoder was terminated: create a new one";
 export class SpecDecoder {
   /** Start a worker, load Pyodide, pyspec and the weights; resolves when ready to generate. */
   static async create(options = {}) {
-    const d = new SpecDecoder(options);
+    // signal: an AbortSignal that stops the load (an app that moves on while the weights
+    // download): the worker goes, with its download and its hold on the cache, and create()
+    // rejects with "terminated".
+    const { signal = null, ...rest } = options ?? {};
+    if (signal !== null && typeof signal?.aborted !== "boolean") {
+      throw new SpecError("bad_config", "signal must be an AbortSignal (an AbortController's)");
+    }
+    const d = new SpecDecoder(rest);
+    const aborted = () => new SpecError("terminated", "create() was aborted by its signal: the " +
+                                        "worker loading the model was stopped");
+    if (signal?.aborted) throw aborted();
+    const abort = () => d.terminate();
+    signal?.addEventListener("abort", abort, { once: true });
     try {
       await d.#start();
     } catch (e) {
       d.terminate();     // a decoder that never became ready leaves no worker behind
-      throw e;
+      throw signal?.aborted ? aborted() : e;
+    } finally {
+      signal?.removeEventListener("abort", abort);
     }
     return d;
+  }
+
+  // --- the weights cache ----------------------------------------------------------------
+  // Weights given with a sha256 are kept in this origin's OPFS (directory "pyspec-weights",
+  // one file per sha256) for the next visit, and nothing evicts them: an app that moves to
+  // another model clears the ones it no longer uses here.
+
+  /** The cached weights: [{sha256, bytes}], largest first ([] where OPFS is missing). */
+  static async cachedModels() {
+    const dir = await weightsDir();
+    const out = [];
+    for await (const [name, handle] of dir?.entries() ?? []) {
+      const match = /^([0-9a-f]{64})\.gguf$/.exec(name);
+      if (match && handle.kind === "file") {
+        out.push({ sha256: match[1], bytes: (await handle.getFile()).size });
+      }
+    }
+    return out.sort((a, b) => b.bytes - a.bytes);
+  }
+
+  /** Remove cached weights, all but the sha256s in `keep`: {removed, kept, busy}, each a list
+   *  of sha256s; busy ones are open in a running decoder (terminate it first). */
+  static async clearCache({ keep = [] } = {}) {
+    if (!Array.isArray(keep) || !keep.every((h) => /^[0-9a-fA-F]{64}$/.test(h))) {
+      throw new SpecError("bad_config", "keep must be a list of sha256s (64 hex digits)");
+    }
+    const kept = new Set(keep.map((h) => h.toLowerCase()));
+    const dir = await weightsDir();
+    const out = { removed: [], kept: [], busy: [] };
+    for (const { sha256 } of await SpecDecoder.cachedModels()) {
+      if (kept.has(sha256)) {
+        out.kept.push(sha256);
+        continue;
+      }
+      try {
+        await dir.removeEntry(`${sha256}.gguf`);
+        out.removed.push(sha256);
+      } catch {   // NoModificationAllowedError: a worker holds it open
+        out.busy.push(sha256);
+      }
+    }
+    return out;
   }
 
   #opts; #worker = null; #seq = 0; #pending = new Map();
@@ -264,11 +359,25 @@ export class SpecDecoder {
   }
 
   #died(error) {
+    // Between requests (none pending, running or restarting a worker): said now, and the next
+    // request or reload() starts a new worker before it runs, as a request of its own.
+    const idle = this.#worker !== null && !this.#pending.size && !this.#active.size &&
+      this.#restarting === null;
     this.#worker?.terminate();
     this.#worker = null;
     const pending = [...this.#pending.values()];
     this.#pending.clear();
     for (const p of pending) p.onDeath(error);
+    if (idle && !this.#terminated) {
+      this.#notice({ code: "worker_died", at_token: 0,
+                     message: `${error.message} between requests; the next request (or ` +
+                              "reload()) starts a new one" });
+    }
+  }
+
+  // A worker that died between requests is replaced before a request or reload() uses it.
+  #revive() {
+    return !this.#worker && this.#started && !this.#terminated ? this.#restart() : null;
   }
 
   // One request: resolves with its terminal reply, rejects with a SpecError.
@@ -279,7 +388,9 @@ export class SpecDecoder {
         return;
       }
       if (!this.#worker) {
-        reject(this.#started ? new SpecError("worker_died", "the worker is not running")
+        reject(this.#started ? new SpecError("worker_died", "the worker is not running (it " +
+                                             "stopped): the next generate() or reload() " +
+                                             "starts a new one")
           : new SpecError("not_ready", "this decoder has not started: make it with " +
                           "`await SpecDecoder.create(options)`, not the constructor alone"));
         return;
@@ -353,6 +464,7 @@ export class SpecDecoder {
     this.#active.add(req);
     try {
       for (;;) {
+        if (resume === null) await this.#revive();   // it died before this request
         const id = ++this.#seq;
         const queue = [];
         let wake = null;
@@ -446,10 +558,11 @@ export class SpecDecoder {
       // A dead worker was noticed when it happened, loading faults at init.
       if (f.kind === "worker_died" || f.kind === "worker_oom" || LOAD_FAULTS.has(f.kind)) return;
       const next = faults[i + 1]?.adapter ?? result.receipt.stats.adapter;
+      const how = f.kind === "bad_draft" ? "without the draft (champion-only: the same text)"
+        : next === "cpu-numpy" ? "on the CPU" : "on a new device";
       this.#notice({ code: f.kind, at_token: f.at_token,
                      message: `${GPU_FAULTS[f.kind] ?? f.kind} after ${f.at_token} ` +
-                              "tokens; the request went on from there " +
-                              (next === "cpu-numpy" ? "on the CPU" : "on a new device") });
+                              `tokens; the request went on from there ${how}` });
     });
     return result;
   }
@@ -505,7 +618,7 @@ export class SpecDecoder {
     if (maxCtx !== undefined) this.#opts.maxCtx = maxCtx;
     this.#opts.loadDrill = loadDrill;
     try {
-      await this.#init();
+      await (this.#revive() ?? this.#init());   // a worker that died is started anew
     } catch (e) {
       // The worker keeps the model it had (web.py), and so does a worker started later.
       Object.assign(this.#opts, before);

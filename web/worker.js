@@ -31,10 +31,14 @@
 //                                                   then {type:'chunk', id, offset, text, tokens,
 //                                                   ids, cycle}*
 //                                                   then {type:'done', id, text, tokens, stats, receipt,
-//                                                   finish_reason}   (finish_reason 'cancelled' after
-//                                                   a cancel; stats and receipt null for a request
-//                                                   cancelled before it started)
-//       config: {draft, k, verify, temperature, seed, max_tokens, drill, and the sampling
+//                                                   finish_reason, notice}   (finish_reason
+//                                                   'cancelled' after a cancel; stats and receipt
+//                                                   null for a request cancelled before it
+//                                                   started; notice: a message when the
+//                                                   conversation was fitted to the context, else
+//                                                   null)
+//       config: {draft, k, verify, temperature, seed, max_tokens, drill, context_overflow
+//       ('drop_oldest' default | 'error'), json_schema or response_format, and the sampling
 //       controls top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
 //       logit_bias, stop (web.py checks them)}; chunk.ids = the token
 //       ids committed since the last chunk (tokens = their count), cycle = cycles run so far,
@@ -55,7 +59,8 @@
 //                                                -> {type:'lose_device_ack', id, lost}
 // Unasked: {type:'heartbeat'} every HEARTBEAT_MS while the event loop is free, and a Web Lock
 // named after the worker (new Worker(url, {name})) held for its whole life, which the browser
-// releases when the worker dies, terminate() included: client.js's liveness checks.
+// releases when the worker dies, terminate() included: client.js's liveness checks ({type:
+// 'alive'}, once, says the lock is held, so the client may queue for it).
 // Any failure replies {type:'error', id, code, message, fatal}; fatal means this worker is unusable
 // (Pyodide crashed) and the client should start a new one. A message that is not an object, has
 // no known type, or has a field of the wrong type (REQUESTS below) gets code 'bad_request' before
@@ -109,9 +114,22 @@ const post = (msg) => self.postMessage(msg);
 
 // --- manifest and runtime ---------------------------------------------------------------------
 function manifest() {
-  manifestPromise ??= fetch(new URL("manifest.json", SITE)).then((r) => {
+  // A failed fetch is not kept: a later init (reload) asks again.
+  manifestPromise ??= fetch(new URL("manifest.json", SITE)).then(async (r) => {
     if (!r.ok) throw new WorkerError("download_failed", `manifest.json: HTTP ${r.status}`);
-    return r.json();
+    const body = await r.text();
+    try {
+      return JSON.parse(body);
+    } catch {
+      // A host's single-page-app fallback answers a missing file with its index.html, 200.
+      throw new WorkerError("download_failed", `manifest.json next to worker.js is not JSON ` +
+                            `(served as '${r.headers.get("content-type")}': a missing file ` +
+                            "answered with a page?); serve the site's manifest.json there");
+    }
+  }).catch((e) => {
+    manifestPromise = null;
+    throw e instanceof WorkerError ? e
+      : new WorkerError("download_failed", `manifest.json could not be fetched (${e.message})`);
   });
   return manifestPromise;
 }
@@ -666,9 +684,9 @@ async function readWeights(pyodide, fetched, progress, stats, load) {
     let at = 0;
     for (const c of fetched.chunks.splice(0)) { view.data.set(c, at); at += c.length; }
     const want = model.sha256 ?? model.expected;
-    const ok = !want || (await sha256Hex(view.data)) === want;
+    const got = want ? await sha256Hex(view.data) : null;
     view.release();
-    if (!ok) { buf.destroy(); throw new WorkerError("corrupt_download", `${model.url} does not match its sha256`); }
+    if (got !== want) { buf.destroy(); throw mismatch(model.url, want, got, ""); }
     return buf;
   }
   const access = await accessHandle(dir, name, load);
@@ -677,7 +695,7 @@ async function readWeights(pyodide, fetched, progress, stats, load) {
                                      progress, stats, load);
     return readWeights(pyodide, again, progress, stats, load);
   }
-  let corruptAt = null;
+  let corruptAt = null, got = null;
   try {
     for (let attempt = 0; attempt < 2; attempt++) {
       if (attempt > 0) await toOpfs(access, model, progress, stats, load);
@@ -688,7 +706,8 @@ async function readWeights(pyodide, fetched, progress, stats, load) {
         progress("cache", Math.min(at + READ_BLOCK, size), size, model.name);
       }
       progress("verify", 0, 1, model.name);
-      const ok = (await sha256Hex(view.data)) === model.sha256;
+      got = await sha256Hex(view.data);
+      const ok = got === model.sha256;
       view.release();
       if (ok) {
         if (corruptAt !== null) {
@@ -705,8 +724,15 @@ async function readWeights(pyodide, fetched, progress, stats, load) {
     access.close();
   }
   await dir.removeEntry(name).catch(() => {});
-  throw new WorkerError("corrupt_download",
-                        `${model.url} does not match its sha256 after a fresh download`);
+  throw mismatch(model.url, model.sha256, got, " after a fresh download");
+}
+
+// The bytes' sha256 is not the one given: both digests, so a mistyped sha256 shows as one.
+function mismatch(url, want, got, when) {
+  return new WorkerError("corrupt_download",
+                         `${url} does not match its sha256${when}: its bytes hash to ${got}, ` +
+                         `the sha256 given is ${want}; check the sha256 (or the file the ` +
+                         "server sends)");
 }
 
 // --- requests --------------------------------------------------------------------------------

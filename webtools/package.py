@@ -102,10 +102,18 @@ is fetched from a CDN.
 Serve `node_modules/pyspec/` as static files with the rest of your app (any static host: no
 COOP/COEP headers are needed). `.wasm` must be served as `application/wasm`.
 
+`workerUrl` defaults to `worker.js` next to `client.js` (`new URL("./worker.js",
+import.meta.url)`). A bundler that copies or pre-bundles `client.js` elsewhere (Vite's
+dependency pre-bundling does) moves `import.meta.url` away from `worker.js` and its `pyodide/`:
+give `workerUrl` as the URL where `node_modules/pyspec/worker.js` is served, as below, or
+exclude the package from pre-bundling (Vite: `optimizeDeps.exclude: ["pyspec"]`).
+
 ```js
 import {{ SpecDecoder }} from "./node_modules/pyspec/client.js";
 const decoder = await SpecDecoder.create({{
-  champion: {{ url: "/models/SmolLM2-135M-Instruct.Q4_1.gguf", sha256: "..." }},
+  // sha256: the file's own, 64 hex digits (`sha256sum FILE`), or leave it out (no cache)
+  champion: {{ url: "/models/SmolLM2-135M-Instruct.Q4_1.gguf" }},
+  workerUrl: "/node_modules/pyspec/worker.js",
 }});
 const reply = await decoder.chat.completions.create({{
   messages: [{{ role: "user", content: "Hello" }}], max_tokens: 64,

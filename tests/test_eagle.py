@@ -84,7 +84,8 @@ def test_replay_with_an_eagle_head_equals_champion_only_sampling(tiny, head_path
         assert r.stats["drafted"] > 0
 
 
-# Why three times test_engine's N_RUNS: with seeds 0..9,999 this head's TV landed at the null's
+# Why three times test_engine's N_RUNS: with seeds 0..9,999 (which every distribution test shared
+# then, an unlucky block: test_engine.seed_block) this head's TV landed at the null's
 # 0.999 quantile (0.0685 against 0.0684; the heads of noise seeds 4 and 5 at 0.0666 and 0.0682,
 # all on the same seeds, so not independent evidence). 30,000 runs gave 0.0392 against a null
 # median of 0.0377 and a bound of 0.0430, as a draft model of its own cache does (0.0375): no

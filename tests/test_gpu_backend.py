@@ -61,6 +61,7 @@ def test_engines_rebuilt_around_a_lent_model_free_their_buffers(tiny, draft):
     assert (dev.live_buffers, dev.allocated) == before
 
 
+@requires_gpu
 def test_prepared_plans_record_what_the_plain_loop_records(tiny, monkeypatch):
     """Natively, a plan is recorded through its Prepared raw handles (native.py); the same
     requests recorded dispatch by dispatch give the same tokens and the same cache rows."""
@@ -119,6 +120,7 @@ def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature
     assert runs[True][1] > 0
 
 
+@requires_gpu
 def test_peak_bytes_report_what_the_device_holds(tiny):
     """On a GPU `peak_bytes.device` is every byte the device's buffers hold (weights, caches,
     the fixed scratch), as allocated, so more than the weights and the cache the other fields

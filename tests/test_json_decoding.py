@@ -23,7 +23,8 @@ from pyspec.load import backend as backend_for
 from pyspec.model import Model
 from pyspec.tokenizer import Tokenizer
 from pyspec.vocab import Vocab
-from test_engine import check_two_token_counts, exact_two_token_distribution, null_tv_quantile
+from test_engine import (check_two_token_counts, exact_two_token_distribution,
+                         null_tv_quantile, seed_block)
 from test_jsonmask import JSON_CORPUS
 from test_jsonschema import SCHEMAS, validate
 
@@ -208,7 +209,7 @@ def test_rejection_matches_the_masked_champion_distribution(tj, draft):
         return (seq[:3], len(r.tokens) >= 3 or r.finish_reason == "stop",
                 r.stats["drafted"], r.stats["accepted"])
 
-    for seq, complete, d, a in map(one, range(10_000)):
+    for seq, complete, d, a in map(one, seed_block(10_000)):
         assert seq[0] == first and complete
         counts[seq[1], seq[2]] += 1
         drafted, accepted = drafted + d, accepted + a
@@ -406,7 +407,7 @@ def test_gpu_read_back_rejection_matches_the_masked_champion_distribution(tj, gp
                                masker.advance(masker.initial(), first), 1.0)
     engine, counts = _gpu_read_back_engine(tj, "close"), np.zeros_like(exact)
     drafted = accepted = 0
-    for seed in range(N_GPU_RUNS):
+    for seed in seed_block(N_GPU_RUNS):
         r = engine.generate(prompt, Options(max_tokens=4, temperature=1.0, seed=seed,
                                             verify="rejection", k="fixed:3",
                                             json_schema=SCHEMA_STRING))

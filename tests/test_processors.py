@@ -20,7 +20,8 @@ from pyspec.model import Model
 from pyspec.processors import (N_CANDIDATES, Chain, Filters, Penalties, Sampling, SamplingError,
                                keep_top_k, keep_top_p)
 
-from test_engine import N_RUNS, check_two_token_counts, null_tv_quantile, sample_two_tokens
+from test_engine import (N_RUNS, check_two_token_counts, null_tv_quantile, sample_two_tokens,
+                         seed_block)
 
 DRAFTS = ["ngram", "self:1", "close", "far"]
 
@@ -296,7 +297,7 @@ def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
     engine = on_device(engine_for(tiny, "self:1", "gpu"))
     counts = np.zeros_like(exact)
     accepted = drafted = 0
-    for seed in range(N_RUNS):
+    for seed in seed_block(N_RUNS):
         r = engine.generate(prefix, Options(max_tokens=3, temperature=temperature, seed=seed,
                                             verify="rejection", k="fixed:2", stop_at_eos=False,
                                             **controls))

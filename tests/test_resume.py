@@ -94,6 +94,13 @@ def test_rejection_resumes_to_a_valid_continuation_and_the_receipt_says_so(tiny,
     assert {k: recorded[k] for k in ("kind", "cycle", "at_token")} == {
         "kind": "worker_died", "cycle": 4, "at_token": cut}
     assert recorded["recovery_s"] >= 0.25 and recorded["adapter"] == engine.adapter_class
+    # Exact where it can be: champion-only, each token is sampled from its own position's key,
+    # so a resumed request continues as the uninterrupted one did, token for token.
+    alone = engine_for(tiny, backend, "none")
+    whole = alone.generate(tiny.prompt, opts)
+    for at in (1, cut, 25):
+        assert alone.generate(tiny.prompt, opts, Resume(whole.tokens[:at])).tokens == \
+            whole.tokens, at
 
 
 def test_a_resume_past_max_tokens_or_an_end_token_stops_at_once(tiny):

@@ -146,6 +146,9 @@ LIFECYCLE = """async () => {%s
     out.abortedBefore = await codeOf(() => SpecDecoder.create({ champion: "tiny",
                                                                 signal: AbortSignal.abort() }));
     out.badSignal = await codeOf(() => SpecDecoder.create({ champion: "tiny", signal: 5 }));
+    // Checked before anything loads, not after the weights have downloaded.
+    out.badBackend = await codeOf(() => SpecDecoder.create({ champion: "tiny", backend: "gpu" }));
+    out.badMaxCtx = await codeOf(() => SpecDecoder.create({ champion: "tiny", maxCtx: "big" }));
     out.liveAfterAbort = live;
     // The constructor alone starts nothing: a request is not_ready, and no fault is recorded.
     const unstarted = new SpecDecoder({ champion: "tiny" });
@@ -259,7 +262,8 @@ def test_a_decoder_that_fails_or_is_terminated_leaves_no_worker(page):
                    "emptySha": "bad_request", "missingWorker": "download_failed",
                    "badWorkerUrl": "bad_config", "badCallback": "bad_config",
                    "aborted": "terminated", "abortedBefore": "terminated",
-                   "badSignal": "bad_config", "liveAfterAbort": 0,
+                   "badSignal": "bad_config", "badBackend": "bad_config",
+                   "badMaxCtx": "bad_config", "liveAfterAbort": 0,
                    "unstarted": "not_ready", "unstartedNotices": 0,
                    "insecure": "insecure_context",
                    "liveAfterFaults": 0, "liveReady": 1,

@@ -180,6 +180,7 @@ const CREATE_OPTIONS = ["workerUrl", "champion", "draft", "maxCtx", "backend", "
                         "maxRestarts", "stallTimeoutMs", "onNotice", "drills", "loadDrill",
                         "snapshot"];
 const RELOAD_OPTIONS = ["loadDrill", "champion", "maxCtx"];
+const BACKENDS = ["auto", "webgpu", "cpu"];   // web.py BACKENDS
 const TERMINATED = "the decoder was terminated: create a new one";
 
 export class SpecDecoder {
@@ -285,6 +286,15 @@ export class SpecDecoder {
         throw new SpecError("bad_config", `${name} must be a function or null, got ` +
                             `${typeof value}`);
       }
+    }
+    // Checked here, not after Pyodide has started and the weights have downloaded.
+    if (!BACKENDS.includes(backend)) {
+      throw new SpecError("bad_config", `backend ${JSON.stringify(backend)} is not one of ` +
+                          `${BACKENDS.join(", ")}`);
+    }
+    if (maxCtx !== null && !(Number.isSafeInteger(maxCtx) && maxCtx > 0)) {
+      throw new SpecError("bad_config", `maxCtx must be a positive integer (tokens) or null, ` +
+                          `got ${maxCtx}`);
     }
     this.#opts = { workerUrl, champion, draft, maxCtx, backend, onProgress, maxRestarts,
                    stallTimeoutMs, onNotice, drills, loadDrill, snapshot };

@@ -109,6 +109,7 @@ let manifestPromise = null;
 let runtimePromise = null;     // {pyodide, session}
 let queue = Promise.resolve(); // init and generate requests run one after another
 const generating = new Set();  // ids of the generate requests queued or running here
+const cancelledEarly = new Set();   // ... cancelled before the runtime existed (a fresh worker)
 
 const post = (msg) => self.postMessage(msg);
 
@@ -874,6 +875,7 @@ async function init(msg) {
 
 async function generate(msg) {
   const { session } = await requireRuntime();
+  if (cancelledEarly.delete(msg.id)) session.cancel(msg.id, true);   // ends before it starts
   const onChunk = (offset, text, tokens, ids, cycle, marks) =>
     post({ type: "chunk", id: msg.id, offset, text, tokens, ids: JSON.parse(ids), cycle,
            ...JSON.parse(marks) });
@@ -910,8 +912,13 @@ async function handle(msg) {
     case "cancel": {
       // A request still waiting its turn (or being set up) is cancelled too: it ends before
       // its first cycle (web.py Session.cancel).
-      const { session } = await requireRuntime();
       const target = msg.target ?? msg.id;
+      if (!runtimePromise) {   // a new worker still starting: its queued request ends unrun
+        const queued = generating.has(target);
+        if (queued) cancelledEarly.add(target);
+        return { type: "cancel_ack", id: msg.id, cancelled: queued };
+      }
+      const { session } = await requireRuntime();
       return { type: "cancel_ack", id: msg.id,
                ...JSON.parse(session.cancel(target, generating.has(target))) };
     }

@@ -216,32 +216,32 @@ def test_pyodide_files_a_host_serves_wrong_are_download_failed(browser, site_url
             response = route.fetch()
             route.fulfill(response=response, headers={**response.headers, "content-type": fault})
 
-    c.ctx.route(f"**/pyodide/{file}", broken)
-    try:
-        p = c.page("embed-example.html?model=none-such")
-        p.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
-        out = p.evaluate(PYODIDE_FILES)
-    finally:
-        c.ctx.close()
+    out = create_under_route(c, f"**/pyodide/{file}", broken)
     assert isinstance(out, dict) and out["code"] == "download_failed", out
     for word in words:
         assert word in out["message"], out
+
+
+def create_under_route(c: Context, pattern: str, handler):
+    """What create() of the tiny model gives in a new page of `c` whose requests matching
+    `pattern` go to `handler` (a host that serves them wrong); the context is closed after."""
+    c.ctx.route(pattern, handler)
+    try:
+        p = c.page("embed-example.html?model=none-such")
+        p.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
+        return p.evaluate(PYODIDE_FILES)
+    finally:
+        c.ctx.close()
 
 
 def test_a_manifest_answered_with_a_page_is_download_failed_naming_it(browser, site_url):
     """A host whose single-page-app fallback answers a missing manifest.json with its HTML page
     (200, text/html): create() rejects with download_failed naming manifest.json and what it
     was served as, not an internal JSON parse error."""
-    c = Context(browser, site_url)
-    c.ctx.route("**/manifest.json", lambda route: route.fulfill(
-        status=200, body="<!doctype html><title>app</title>",
-        headers={"content-type": "text/html"}))
-    try:
-        p = c.page("embed-example.html?model=none-such")
-        p.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
-        out = p.evaluate(PYODIDE_FILES)
-    finally:
-        c.ctx.close()
+    out = create_under_route(Context(browser, site_url), "**/manifest.json",
+                             lambda route: route.fulfill(status=200,
+                                                         body="<!doctype html><title>app</title>",
+                                                         headers={"content-type": "text/html"}))
     assert isinstance(out, dict) and out["code"] == "download_failed", out
     assert "manifest.json next to worker.js is not JSON" in out["message"], out
     assert "text/html" in out["message"], out

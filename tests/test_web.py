@@ -163,6 +163,15 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
     assert json.loads(run(s.load("[]", champion_bytes)))["error"]["code"] == "bad_config"
 
 
+def test_the_client_checks_the_backends_the_session_takes():
+    """client.js refuses a backend before anything loads (its own BACKENDS): the list must be
+    web.py's, or a backend the engine takes would be refused in the page, or the reverse."""
+    source = (Path(__file__).resolve().parent.parent / "web" / "client.js").read_text()
+    listed = re.search(r"const BACKENDS = \[([^\]]*)\]", source)
+    assert listed, "client.js has no BACKENDS list"
+    assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == web.BACKENDS
+
+
 def test_a_model_too_large_for_memory_is_out_of_memory_and_the_old_one_stays(
         tiny, champion_bytes, monkeypatch):
     """A MemoryError while loading (the page's wasm heap cannot hold the model) is

@@ -128,8 +128,8 @@ function facadeConfig(request, champion) {
     }
   }
   // As OpenAI: a request above temperature 0 without a seed samples afresh each time (a
-  // "regenerate" gets another answer). Its seed is drawn here, below 2^53 (JSON's exact integers), and the receipt
-  // records it: the same request with that seed gives the same text again.
+  // "regenerate" gets another answer). Its seed is drawn here, below 2^53 (JSON's exact
+  // integers), and the receipt records it: the same request with it gives the same text again.
   if (config.seed === undefined && config.temperature > 0) config.seed = randomSeed();
   return config;
 }

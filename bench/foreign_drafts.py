@@ -21,9 +21,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyspec import champion_path, gguf  # noqa: E402
-from pyspec.compat import bind_borrowed  # noqa: E402
-from pyspec.bpe import TOKEN_NORMAL  # noqa: E402
+from pyspec import champion_path  # noqa: E402
+from pyspec.formats import gguf  # noqa: E402
+from pyspec.drafters.pairing import bind_borrowed  # noqa: E402
+from pyspec.text.bpe import TOKEN_NORMAL  # noqa: E402
 
 SPECIAL_KEYS = ("bos", "eos", "unknown", "padding")
 DROP_SHARE = 0.25   # tli: share of the merges dropped (the highest ranks)

@@ -14,10 +14,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from .pageutil import Context
 
 from webtools import browser as web_browser
 from webtools import serve, site
+
+from .pageutil import Context
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
-from pyspec.engine import Engine, Options
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
 from pyspec.load import backend
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
+from pyspec.options import Options
+from pyspec.text.tokenizer import Tokenizer
 
 TIMEOUT_S = 240                # Pyodide + numpy + pyspec start in 15-30 s on two busy cores
 LOCAL_HOSTS = {"localhost", "127.0.0.1"}

@@ -1,4 +1,4 @@
-"""web/dequant.js, the page's dequantizer, against pyspec/quant.py's numpy bit for bit, in Chromium.
+"""web/dequant.js, the page's dequantizer, against pyspec/formats/quant.py's numpy bit for bit, in Chromium.
 
 The blocks are the tiny model's own tensors plus random blocks whose scales include the awkward
 float16 values (subnormals, negative zero, the largest finite, sums that round). Infinite and
@@ -15,8 +15,8 @@ import base64
 import numpy as np
 import pytest
 
-from pyspec import quant
-from pyspec.gguf import GGUFFile
+from pyspec.formats import quant
+from pyspec.formats.gguf import GGUFFile
 
 pytestmark = pytest.mark.browser
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
+from pyspec.cpu.model import Model
+from pyspec.text.tokenizer import Tokenizer
 
 from .pageutil import TIMEOUT_S, Context, native_generate
 

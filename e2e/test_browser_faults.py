@@ -115,10 +115,11 @@ def faults_page(browser, site_url, need):
 def switched(site_root):
     """switched(mode, ids) -> the text of the native numpy engine resumed from `ids` (the
     reference of a request that moved from the GPU to the CPU after those ids)."""
-    from pyspec.cpu import CPUBackend
-    from pyspec.engine import Engine, Options, Resume
-    from pyspec.model import Model
-    from pyspec.tokenizer import Tokenizer
+    from pyspec.cpu.executor import CPUBackend
+    from pyspec.cpu.model import Model
+    from pyspec.engine import Engine, Resume
+    from pyspec.options import Options
+    from pyspec.text.tokenizer import Tokenizer
 
     pool = ThreadPoolExecutor(1)
     model = Model.load(str(site_root / "models" / "tiny.gguf"))

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pyspec import fastcpu, testmodels
-from pyspec.gguf import GGUFFile
-from pyspec.model import Config
-from pyspec.tokenizer import Tokenizer
+from pyspec import testmodels
+from pyspec.cpu import fastcpu
+from pyspec.cpu.model import Config
+from pyspec.formats.gguf import GGUFFile
+from pyspec.text.tokenizer import Tokenizer
 
 from .pageutil import TIMEOUT_S, Context, native_generate, ready, run
 

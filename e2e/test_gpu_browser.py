@@ -51,11 +51,12 @@ def tiny_path(site_root):
 @pytest.fixture(scope="module")
 def native_wgpu(tiny_path, gpu):
     """run(draft, **options) -> Result of the GPU engine on wgpu-py (lavapipe on CI)."""
-    from pyspec.engine import Engine, Options
-    from pyspec.load import backend
-    from pyspec.gguf import GGUFFile
+    from pyspec.engine import Engine
+    from pyspec.formats.gguf import GGUFFile
     from pyspec.gpu import load_model, open_device
-    from pyspec.tokenizer import Tokenizer
+    from pyspec.load import backend
+    from pyspec.options import Options
+    from pyspec.text.tokenizer import Tokenizer
 
     pool = ThreadPoolExecutor(1)   # one thread owns the device
     f = GGUFFile.open(tiny_path)

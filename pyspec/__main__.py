@@ -1,7 +1,7 @@
-"""`python -m pyspec ...`: see pyspec/cli.py."""
+"""`python -m pyspec ...`: see pyspec/apps/cli.py."""
 
 import sys
 
-from .cli import main
+from .apps.cli import main
 
 sys.exit(main())

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import processors as proc
-from . import rng, verify
+from .rules import processors as proc
+from .rules import rng, verify
 
 VERIFY_MODES = ("greedy", "replay", "rejection")
 

@@ -48,3 +48,19 @@ class OutOfMemoryError(PyspecError, MemoryError):
     """A host allocation failed; the message says what was being allocated and how to shrink it."""
 
     code = "out_of_memory"
+
+
+class OptionsError(PyspecError, ValueError):
+    """An invalid generation option."""
+
+    code = "bad_config"
+
+
+class ContextOverflowError(PyspecError, ValueError):
+    """The sequence would grow past the cache's context length."""
+
+    code = "prompt_too_long"
+
+
+class PromptTooLongError(ContextOverflowError):
+    """The prompt leaves no room in the context to generate."""

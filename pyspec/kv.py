@@ -15,13 +15,7 @@ import math
 
 import numpy as np
 
-from .errors import OutOfMemoryError, PyspecError
-
-
-class ContextOverflowError(PyspecError, ValueError):
-    """The sequence would grow past the cache's context length."""
-
-    code = "prompt_too_long"
+from .errors import ContextOverflowError, OutOfMemoryError
 
 
 class KVCache:

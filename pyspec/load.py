@@ -15,15 +15,15 @@ import json
 import os
 
 from . import champion_path
-from .compat import bind_borrowed, check_pair
-from .cpu import CPUBackend
-from .fastcpu import FastModel
+from .cpu.executor import CPUBackend
+from .cpu.fastcpu import FastModel
+from .cpu.model import Config, Model, ModelError, load_tensors, shape_error
 from .drafters import BridgedModel
 from .drafters.eagle import EagleHead, is_eagle
+from .drafters.pairing import bind_borrowed, check_pair
 from .errors import UsageError
-from .gguf import GGUFFile
-from .model import Config, Model, ModelError, load_tensors, shape_error
-from .tokenizer import Tokenizer
+from .formats.gguf import GGUFFile
+from .text.tokenizer import Tokenizer
 
 VOCAB_SCHEMA = "pyspec.draft-vocab/1"
 

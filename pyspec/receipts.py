@@ -177,7 +177,7 @@ def validate(receipt) -> None:
 def _check_settings(receipt: dict) -> None:
     """verify, seed and the sampling controls, by the rules a request's options are checked by
     (processors.Sampling.check for the controls), and verify as the mode those settings ran."""
-    from .processors import Sampling, SamplingError
+    from .rules.processors import Sampling, SamplingError
 
     sampling = receipt["sampling"]
     if not isinstance(sampling, dict) or set(sampling) != set(_SAMPLING_KEYS):

@@ -17,8 +17,8 @@ import re
 
 import numpy as np
 
-from . import gguf, quant
-from .tokenizer import _bytes_to_unicode
+from .formats import gguf, quant
+from .text.tokenizer import _bytes_to_unicode
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

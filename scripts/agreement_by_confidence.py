@@ -26,7 +26,6 @@ import platform
 import statistics
 
 import numpy as np
-
 from tree_estimate import cached
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "workloads",
@@ -44,11 +43,12 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
 def positions(workload: str, max_tokens: int) -> list[dict]:
     """Per public prompt: id, stratum, and per answer position (p1, p2, draft agrees)."""
     from pyspec import champion_path, trained_draft_path
-    from pyspec.bench import check_messages, read_workload
-    from pyspec.engine import Engine, Options
-    from pyspec.gguf import GGUFFile
+    from pyspec.apps.bench import check_messages, read_workload
+    from pyspec.cpu.model import Model
+    from pyspec.engine import Engine
+    from pyspec.formats.gguf import GGUFFile
     from pyspec.load import backend, load_champion
-    from pyspec.model import Model
+    from pyspec.options import Options
 
     items = [it for it in read_workload(workload) if it["stratum"] != "adversarial"]
     champion, tok = load_champion(champion_path(), "cpu", 2048)

@@ -5,7 +5,7 @@ tiles, `--backend numpy`) against fastcpu.py's row-at-a-time products (`--backen
         [--drafts ngram,self:20] [--out bench/results]
 
 Both engines share one GGUFFile. For every prompt each engine runs champion-only and each
-drafter back to back (pyspec/bench.py's rows: speedup over champion-only on the same engine), the
+drafter back to back (pyspec/apps/bench.py's rows: speedup over champion-only on the same engine), the
 engine order alternating per prompt, so a busy neighbour on the shared cores hits both alike.
 Per engine it reports pyspec bench's tables plus the guard's decisions (webtools.bench's
 guard_decisions); on top, the champion-only and best-drafter tokens/s of each engine and their
@@ -25,13 +25,14 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pyspec import bench, champion_path  # noqa: E402
+from pyspec import champion_path  # noqa: E402
+from pyspec.apps import bench
+from pyspec.cpu.fastcpu import FastModel  # noqa: E402
+from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
-from pyspec.fastcpu import FastModel  # noqa: E402
-from pyspec.gguf import GGUFFile  # noqa: E402
+from pyspec.formats.gguf import GGUFFile  # noqa: E402
 from pyspec.load import backend  # noqa: E402
-from pyspec.model import Model  # noqa: E402
-from pyspec.tokenizer import Tokenizer  # noqa: E402
+from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 from webtools.bench import guard_decisions  # noqa: E402
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",

@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from pyspec import champion_path, fastcpu
+from pyspec import champion_path
+from pyspec.cpu import fastcpu
 from pyspec.kv import KVCache
 
 

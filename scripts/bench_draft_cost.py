@@ -21,11 +21,11 @@ import time
 import numpy as np
 
 from pyspec import champion_path, trained_draft_path
-from pyspec.compat import bind_borrowed
+from pyspec.cpu.fastcpu import FastModel
+from pyspec.cpu.model import Model
 from pyspec.drafters.eagle import EagleHead, is_eagle
-from pyspec.fastcpu import FastModel
-from pyspec.gguf import GGUFFile
-from pyspec.model import Model
+from pyspec.drafters.pairing import bind_borrowed
+from pyspec.formats.gguf import GGUFFile
 
 PREFIX = [1, 330, 2391, 314, 253, 1092, 30, 441]   # a short prefix of token ids (ctx before the step)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspec import jsonmask  # noqa: E402
+from pyspec.rules import jsonmask  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
 from pyspec.load import backend, load_champion  # noqa: E402
 
@@ -140,8 +140,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.masks_only:
         from pyspec import champion_path
-        from pyspec.gguf import GGUFFile
-        from pyspec.tokenizer import Tokenizer
+        from pyspec.formats.gguf import GGUFFile
+        from pyspec.text.tokenizer import Tokenizer
 
         tok = Tokenizer.from_metadata(GGUFFile.open(args.champion or champion_path()).metadata)
         cost = mask_cost(tok, prompts(set(args.only.split(",")) if args.only else None))

@@ -39,13 +39,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspec import champion_path, jsonmask  # noqa: E402
-from pyspec.gguf import GGUFFile  # noqa: E402
+from pyspec import champion_path  # noqa: E402
+from pyspec.rules import jsonmask  # noqa: E402
+from pyspec.formats.gguf import GGUFFile  # noqa: E402
 from pyspec.gpu import native, sampling  # noqa: E402
 from pyspec.gpu.device import ROWS_MAX  # noqa: E402
 from pyspec.gpu.step import Steps  # noqa: E402
-from pyspec.processors import Filters  # noqa: E402
-from pyspec.tokenizer import Tokenizer  # noqa: E402
+from pyspec.rules.processors import Filters  # noqa: E402
+from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 
 PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "json_prompts.jsonl"
 ROWS = (1, 5, 16)

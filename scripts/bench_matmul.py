@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from pyspec import champion_path
-from pyspec.gguf import GGUFFile
+from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu import native, ops
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.step import Steps

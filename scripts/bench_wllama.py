@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyspec import bench as native, champion_path  # noqa: E402
+from pyspec import champion_path  # noqa: E402
+from pyspec.apps import bench as native
 from webtools import browser, serve  # noqa: E402
 
 WLLAMA = "@wllama/wllama@3.8.1"

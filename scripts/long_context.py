@@ -75,8 +75,9 @@ def peak_rss() -> int:
 def run_engine(kind: str, max_tokens: int, champion: str | None) -> dict:
     """End to end on the engine: "numpy" (the CPU engine) or "wgpu-e2e" (native WebGPU, for a
     real GPU: on lavapipe the prefill alone takes hours, hence run_wgpu's estimate)."""
-    from pyspec.engine import Engine, Options
+    from pyspec.engine import Engine
     from pyspec.load import backend, load_champion
+    from pyspec.options import Options
 
     load = os.getloadavg()[0]
     model, tokenizer = load_champion(champion, "wgpu" if kind == "wgpu-e2e" else "cpu", CTX)
@@ -134,12 +135,12 @@ def _interpolate(points: dict[int, float], pos: int) -> float:
 
 def run_wgpu(positions: list[int]) -> dict:
     from pyspec import champion_path
-    from pyspec.gguf import GGUFFile
+    from pyspec.formats.gguf import GGUFFile
     from pyspec.gpu import load_model, open_device
     from pyspec.gpu.device import ROWS_MAX
     from pyspec.gpu.ops import attention_scratch_bytes
     from pyspec.gpu.step import SLOT_CHAMPION
-    from pyspec.tokenizer import Tokenizer
+    from pyspec.text.tokenizer import Tokenizer
 
     load = os.getloadavg()[0]
     t0 = time.perf_counter()

@@ -31,8 +31,9 @@ LONGEST = 15   # drafts scored per position: the most any match proposes
 def answers(args) -> list[dict]:
     if args.tokens and os.path.exists(args.tokens):
         return json.loads(Path(args.tokens).read_text())
-    from pyspec.engine import Engine, Options
+    from pyspec.engine import Engine
     from pyspec.load import backend, load_champion
+    from pyspec.options import Options
     by_kind: dict[str, list] = defaultdict(list)
     for line in SEEDS.read_text().splitlines():
         row = json.loads(line)

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pyspec import champion_path  # noqa: E402
-from pyspec.gguf import GGUFFile  # noqa: E402
-from pyspec.tokenizer import Tokenizer  # noqa: E402
+from pyspec.formats.gguf import GGUFFile  # noqa: E402
+from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 from webtools import browser, serve, site  # noqa: E402
 
 PROMPTS = ROOT / "bench" / "json_prompts.jsonl"
@@ -43,8 +43,8 @@ PAGE = "page-mask-cost.html"   # answered by the browser context itself (never i
 PYTHON = """
 import json, statistics, time
 import numpy as np
-from pyspec import jsonmask
-from pyspec.tokenizer import Tokenizer
+from pyspec.rules import jsonmask
+from pyspec.text.tokenizer import Tokenizer
 
 md = json.load(open("/home/pyodide/tokenizer.json"))
 items = json.load(open("/home/pyodide/items.json"))

@@ -27,11 +27,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from pyspec.engine import Engine, Options
-from pyspec.bench import last_cycle, recorded_request
+from pyspec.apps.bench import last_cycle, recorded_request
+from pyspec.engine import Engine
 from pyspec.gpu.backend import GPUBackend
 from pyspec.gpu.device import Copy, Dispatch
 from pyspec.load import backend, load_champion
+from pyspec.options import Options
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper who "
                                       "finds a message in a bottle."}]

@@ -1,4 +1,4 @@
-"""Record golden token ids for pyspec/tokenizer.py from llama.cpp (through llama-cpp-python).
+"""Record golden token ids for pyspec/text/tokenizer.py from llama.cpp (through llama-cpp-python).
 
 Builds a fixed corpus (handwritten seeds plus systematic combinations: English, code, whitespace
 runs, numbers, contractions, punctuation, emoji, many scripts, chat-template renders holding special

@@ -32,15 +32,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 from bench_draft_cost import numpy_step_s  # noqa: E402  (scripts/: the step timing it reports)
+
 from pyspec import trained_draft_path  # noqa: E402
-from pyspec.bench import first_per_stratum, read_workload  # noqa: E402
-from pyspec.cpu import CPUBackend  # noqa: E402
+from pyspec.apps.bench import first_per_stratum, read_workload  # noqa: E402
+from pyspec.cpu.executor import CPUBackend  # noqa: E402
+from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.drafters.model_draft import ModelDrafter  # noqa: E402
+from pyspec.drafters.pairing import bind_borrowed  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
-from pyspec.compat import bind_borrowed  # noqa: E402
-from pyspec.gguf import GGUFFile  # noqa: E402
+from pyspec.formats.gguf import GGUFFile  # noqa: E402
 from pyspec.load import load_champion  # noqa: E402
-from pyspec.model import Model  # noqa: E402
 
 
 def frequencies(data: str, vocab: int) -> np.ndarray:

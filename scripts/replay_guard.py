@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspec import schedule  # noqa: E402
-from pyspec.bench import read_workload  # noqa: E402
+from pyspec.apps.bench import read_workload  # noqa: E402
 from pyspec.drafters.ngram import NgramDrafter  # noqa: E402
 from pyspec.engine import _score_previews  # noqa: E402
 
@@ -33,8 +33,9 @@ from pyspec.engine import _score_previews  # noqa: E402
 def greedy_outputs(workload: str, cache: str | None, max_tokens: int) -> list[dict]:
     if cache and Path(cache).exists():
         return json.loads(Path(cache).read_text())
-    from pyspec.engine import Engine, Options
+    from pyspec.engine import Engine
     from pyspec.load import backend, load_champion
+    from pyspec.options import Options
     champion, tok = load_champion(None, "cpu", 2048)
     engine = Engine(backend(champion, "none"), tok)
     out = []

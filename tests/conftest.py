@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from pyspec import testmodels
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
+from pyspec.cpu.model import Model
+from pyspec.text.tokenizer import Tokenizer
 
 
 class Tiny:
@@ -30,16 +30,16 @@ class Tiny:
 
     def on(self, backend: str):
         """The champion for a backend: the numpy Model ("cpu"), the row-at-a-time FastModel
-        ("fastcpu", pyspec/fastcpu.py) or a GPUModel ("gpu")."""
+        ("fastcpu", pyspec/cpu/fastcpu.py) or a GPUModel ("gpu")."""
         if backend == "cpu":
             return self.champion
         if backend == "fastcpu":
             if self._fast is None:
-                from pyspec.fastcpu import FastModel
+                from pyspec.cpu.fastcpu import FastModel
                 self._fast = FastModel.load(self.champion_path)
             return self._fast
         if self._gpu is None:
-            from pyspec.gguf import GGUFFile
+            from pyspec.formats.gguf import GGUFFile
             from pyspec.gpu import load_model
             self._gpu = load_model(gpu_device(), GGUFFile.open(self.champion_path))
         return self._gpu
@@ -76,7 +76,7 @@ def champion_gguf_pair():
     import gguf as gguf_ref
 
     from pyspec import champion_path
-    from pyspec.gguf import GGUFFile
+    from pyspec.formats.gguf import GGUFFile
 
     path = champion_path()
     return GGUFFile.open(path), gguf_ref.GGUFReader(path)
@@ -113,7 +113,7 @@ class Foreign:
     get random rows, weak in the head)."""
 
     def __init__(self, tiny: Tiny, root):
-        from pyspec.compat import make_bridge
+        from pyspec.drafters.pairing import make_bridge
         weights = testmodels.perturb(testmodels.random_weights(tiny.champion.config.vocab_size,
                                                                2, 64, 4, 2, 128, seed=1), 0.04, 7)
         self.perm_path = str(root / "perm.gguf")

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from pyspec import cli
-
 from conftest import requires_gpu
+from pyspec.apps import cli
 
 
 def test_bench_writes_json_and_plot(tiny, tmp_path):
@@ -87,7 +86,7 @@ def test_bench_reads_zero_as_all_as_the_page_bench_does():
     page's) and here alike; a negative value is refused."""
     import argparse
 
-    from pyspec.bench import check_options
+    from pyspec.apps.bench import check_options
     from pyspec.errors import UsageError
 
     args = argparse.Namespace(max_tokens=0, per_stratum=0, ctx=None, repeat=1, drafts="ngram",

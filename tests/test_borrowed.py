@@ -17,12 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyspec import cli, gguf, quant, testmodels
-from pyspec.compat import IncompatiblePairError, bind_borrowed
-from pyspec.engine import Engine, Options
-from pyspec.gguf import GGUFError, GGUFFile
-from pyspec.load import backend as backend_for, load_draft_checked
-from pyspec.model import Model, ModelError
+from pyspec import testmodels
+from pyspec.apps import cli
+from pyspec.cpu.model import Model, ModelError
+from pyspec.drafters.pairing import IncompatiblePairError, bind_borrowed
+from pyspec.engine import Engine
+from pyspec.formats import gguf, quant
+from pyspec.formats.gguf import GGUFError, GGUFFile
+from pyspec.load import backend as backend_for
+from pyspec.load import load_draft_checked
+from pyspec.options import Options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train"))
 from borrow import borrow  # noqa: E402  (train/borrow.py: rewrites a draft to borrow)

@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import requires_gpu
-from test_engine import (N_RUNS, check_two_token_counts, exact_two_token_distribution,
-                         null_tv_quantile, sample_two_tokens, seed_block)
+from test_engine import (
+    N_RUNS,
+    check_two_token_counts,
+    exact_two_token_distribution,
+    null_tv_quantile,
+    sample_two_tokens,
+    seed_block,
+)
 
-from pyspec import receipts, verify
-from pyspec.compat import check_pair
+from conftest import requires_gpu
+from pyspec import receipts
+from pyspec.cpu.model import Model
 from pyspec.cycle import Rule
 from pyspec.drafters.bridge import BridgedDrafter, DraftView, bridged_choice
-from pyspec.engine import Engine, Options
-from pyspec.gguf import GGUFFile
+from pyspec.drafters.pairing import check_pair
+from pyspec.engine import Engine
+from pyspec.formats.gguf import GGUFFile
 from pyspec.load import backend as backend_for
-from pyspec.model import Model
-from pyspec.processors import Processor
+from pyspec.options import Options
+from pyspec.rules import verify
+from pyspec.rules.processors import Processor
 
 TEXTS = ["the cat sat on the mat. the dog ate the bone.",
          "a fish swam in the deep sea; def f(x): return x + 1\n",
@@ -211,18 +219,18 @@ def bridged_two_token_distribution(tiny, path, prefix):
 
 
 def test_the_browser_session_drafts_through_the_bridge(tiny, foreign):
-    """web.Session given a draft with another vocabulary at init (the page's path): the same
+    """session.Session given a draft with another vocabulary at init (the page's path): the same
     greedy text as champion-only, the class and intersection in the stats."""
     import asyncio
     import json
     from pathlib import Path
 
-    from pyspec import web
+    from pyspec.apps import session
 
     async def no_device():
         raise AssertionError("the cpu backend opens no device")
 
-    s = web.Session(no_device)
+    s = session.Session(no_device)
     info = json.loads(asyncio.run(s.load(json.dumps({"backend": "cpu"}),
                                          Path(tiny.champion_path).read_bytes(),
                                          Path(foreign.tli_path).read_bytes())))

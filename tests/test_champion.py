@@ -5,10 +5,11 @@ champion-only output byte for byte, on 8 prompts of the public workload (one per
 from __future__ import annotations
 
 import pytest
-
-from pyspec.load import backend, load_champion
-from pyspec.engine import Engine, Options
 from test_receipts import workload
+
+from pyspec.engine import Engine
+from pyspec.load import backend, load_champion
+from pyspec.options import Options
 
 pytestmark = pytest.mark.champion
 

@@ -1,6 +1,6 @@
-"""Tests for pyspec/cli.py on tiny random test models (pyspec.testmodels, context 256).
+"""Tests for pyspec/apps/cli.py on tiny random test models (pyspec.testmodels, context 256).
 
-Most cases call `pyspec.cli.main([...])` in process and read stdout / stderr with capsys; a few run
+Most cases call `pyspec.apps.cli.main([...])` in process and read stdout / stderr with capsys; a few run
 `python -m pyspec` as a subprocess to check the real entry point: exit status and that a user error
 prints one "error:" line and no traceback.
 
@@ -29,13 +29,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import greedy_pick, reference_decode
 import pyspec
-from pyspec import cli, receipts, testmodels
-from pyspec.fastcpu import FastModel
+from conftest import greedy_pick, reference_decode
+from pyspec import receipts, testmodels
+from pyspec.apps import cli
+from pyspec.cpu.fastcpu import FastModel
+from pyspec.cpu.model import Model
 from pyspec.load import default_draft
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
+from pyspec.text.tokenizer import Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "the cat sat on the mat. the dog"
@@ -455,7 +456,7 @@ def test_check_pair_reads_the_tensors_generate_would_load(capsys, models, tmp_pa
     """A draft whose metadata pairs but whose tensors do not make the model it says (one
     missing, more layers than it holds, a product of another width) fails check-pair, as it
     would fail generate, naming the tensor."""
-    from pyspec.gguf import GGUFFile, RawTensor, write
+    from pyspec.formats.gguf import GGUFFile, RawTensor, write
 
     src = GGUFFile.open(models["draft"])
     tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
@@ -479,7 +480,7 @@ def test_a_tensor_of_another_shape_names_its_file(capsys, models, tmp_path):
     """A GGUF whose metadata makes a tensor another shape than it holds: loading it as the
     champion (either CPU backend) or as the draft, and check-pair, name the file and say to
     pick another model."""
-    from pyspec.gguf import GGUFFile, RawTensor, write
+    from pyspec.formats.gguf import GGUFFile, RawTensor, write
 
     src = GGUFFile.open(models["draft"])
     tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
@@ -501,7 +502,7 @@ def test_a_tensor_of_another_shape_names_its_file(capsys, models, tmp_path):
 def test_a_draft_with_broken_weights_costs_speed_and_is_named(capsys, models, tmp_path):
     """A draft whose weights decode to NaN (every byte of its embedding 0xff) costs speed, not
     the request: the text is champion-only's, and a note names the draft and what to do."""
-    from pyspec.gguf import GGUFFile, RawTensor, write
+    from pyspec.formats.gguf import GGUFFile, RawTensor, write
 
     src = GGUFFile.open(models["draft"])
     tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
@@ -524,7 +525,7 @@ def test_a_champion_with_broken_weights_is_named(capsys, models, tmp_path):
     """A champion whose weights decode to NaN (every byte of its weight data 0xff) stops
     generate and score with one error line that names the champion's weights and what to do,
     not the forward pass."""
-    from pyspec.gguf import GGUFFile, RawTensor, write
+    from pyspec.formats.gguf import GGUFFile, RawTensor, write
 
     src = GGUFFile.open(models["champion"])
     tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
@@ -861,8 +862,9 @@ def test_bench_refuses_bad_input_before_anything_runs(tiny, tmp_path, capsys, li
 def test_generate_sampling_controls_and_stop(capsys, models):
     """The sampling flags reach the engine as Options (the same tokens as Engine.generate with
     them), --stop cuts the text before the stop string, and bad values get one error line."""
-    from pyspec.engine import Engine, Options
+    from pyspec.engine import Engine
     from pyspec.load import backend
+    from pyspec.options import Options
     flags = ("--max-tokens", 12, "--temperature", 0.9, "--seed", 5, "--top-p", 0.8, "--top-k",
              30, "--min-p", 0.01, "--repetition-penalty", 1.3, "--presence-penalty", 0.5,
              "--frequency-penalty", 0.2, "--logit-bias", "101=3", "--logit-bias", "65=-100")
@@ -938,7 +940,8 @@ def test_ctx_beyond_the_model_is_refused_naming_its_context(capsys, models):
 def test_prompt_too_long_for_the_engine_names_the_models_context(models):
     """The engine's own refusal (a prompt that fills the context) names how far the context
     can be raised, or that it is the model's whole context."""
-    from pyspec.engine import Engine, PromptTooLongError
+    from pyspec.engine import Engine
+    from pyspec.errors import PromptTooLongError
     from pyspec.load import backend
 
     model = Model.load(models["champion"])

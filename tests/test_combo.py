@@ -14,8 +14,9 @@ from pyspec import receipts
 from pyspec.drafters import Combo, DraftSpec, DraftSpecError, parse_draft
 from pyspec.drafters import combo as combo_mod
 from pyspec.drafters.ngram import NgramDrafter
-from pyspec.engine import Engine, Options
+from pyspec.engine import Engine
 from pyspec.load import backend as backend_for
+from pyspec.options import Options
 
 
 def test_parse_a_combination():

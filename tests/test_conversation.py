@@ -1,5 +1,5 @@
 """Conversations: the engine's conversation cache (KV rows kept across turns), cancel during
-prefill, and the context-full policy (pyspec/conversation.py).
+prefill, and the context-full policy (pyspec/text/conversation.py).
 
 Oracle: a fresh engine that prefills the whole conversation. A follow-up turn must give the same
 tokens, and its cache rows must be bit-identical to the fresh prefill's, on numpy and on native
@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 from conftest import requires_gpu
-from pyspec import conversation
-from pyspec.engine import Engine, Options, PromptTooLongError
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
+from pyspec.errors import PromptTooLongError
 from pyspec.load import backend as backend_for
-from pyspec.model import Model
+from pyspec.options import Options
+from pyspec.text import conversation
 
 
 def new_engine(tiny, backend, draft="ngram", max_ctx=None) -> Engine:
@@ -227,7 +229,7 @@ def run_chat(tiny, monkeypatch, capsys, script: str, *extra: str,
              expect: int = 0) -> tuple[str, str]:
     import io
 
-    from pyspec import cli
+    from pyspec.apps import cli
 
     monkeypatch.setattr("sys.stdin", io.StringIO(script))
     code = cli.main(["chat", "--champion", tiny.champion_path, "--max-tokens", "6", *extra])
@@ -275,7 +277,7 @@ def test_cli_chat_exit_status_counts_refused_lines(tiny, monkeypatch, capsys):
 def test_cli_generate_context_overflow(tiny, tmp_path, capsys):
     import json
 
-    from pyspec import cli
+    from pyspec.apps import cli
 
     path = tmp_path / "chat.json"
     path.write_text(json.dumps(conversation_of(3)))
@@ -306,7 +308,7 @@ def test_cli_chat_refuses_bad_options_before_the_first_line(tiny, monkeypatch, c
     and no reply first, on a terminal as on piped input (the input is never read)."""
     import io
 
-    from pyspec import cli
+    from pyspec.apps import cli
 
     class Terminal(io.StringIO):
         def isatty(self):

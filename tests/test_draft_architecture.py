@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_engine import (
+    PREFIX_TEMPERATURE,
+    assert_two_token_distribution,
+    exact_two_token_distribution,
+)
 
-from pyspec import quant, testmodels
-from pyspec.compat import bind_borrowed
+from pyspec import testmodels
+from pyspec.cpu.model import Model
+from pyspec.drafters.pairing import bind_borrowed
 from pyspec.engine import Engine
-from pyspec.gguf import GGUFFile
+from pyspec.formats import quant
+from pyspec.formats.gguf import GGUFFile
 from pyspec.load import backend as backend_for
-from pyspec.model import Model
-from test_engine import (PREFIX_TEMPERATURE, assert_two_token_distribution,
-                         exact_two_token_distribution)
 
 
 def load_bound(path: str, champion_path: str) -> Model:

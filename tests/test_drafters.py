@@ -5,11 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pyspec.cpu.model import Model
 from pyspec.cycle import Rule
-from pyspec.drafters import DraftSpec, DraftSpecError, Proposal, make_drafter, parse_draft
+from pyspec.drafters import (
+    DraftSpec,
+    DraftSpecError,
+    Proposal,
+    make_drafter,
+    parse_draft,
+)
 from pyspec.drafters.model_draft import STEADY_FEED, ModelDrafter
 from pyspec.drafters.ngram import NgramDrafter
-from pyspec.model import Model
 
 GREEDY = Rule("greedy")   # argmax drafts; threshold 0 never stops
 
@@ -154,9 +160,10 @@ def test_a_broken_draft_costs_speed_not_the_request(tiny, tmp_path, name):
     goes on champion-only with the champion's tokens, the receipt records the fault
     (bad_draft), and the engine's later requests decode without it."""
     from pyspec import testmodels
-    from pyspec.engine import Engine, Options
+    from pyspec.cpu.model import Model
+    from pyspec.engine import Engine
     from pyspec.load import backend
-    from pyspec.model import Model
+    from pyspec.options import Options
 
     weights = testmodels.random_weights(tiny.tokenizer.vocab_size, 2, 64, 4, 2, 128, seed=5)
     weights["output_norm.weight"] = np.full_like(weights["output_norm.weight"], np.nan)

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_engine import N_RUNS, assert_two_token_distribution, replay_reference
 
 from conftest import greedy_pick, reference_decode
 from pyspec import testmodels
-from pyspec.compat import IncompatiblePairError
+from pyspec.cpu.model import Model, ModelError
+from pyspec.cycle import Rule
 from pyspec.drafters import DraftSpecError
 from pyspec.drafters.eagle import EagleDrafter
-from pyspec.cycle import Rule
-from pyspec.engine import Engine, Options
-from pyspec.load import backend as backend_for, load_draft_checked
-from pyspec.model import Model, ModelError
-from test_engine import N_RUNS, assert_two_token_distribution, replay_reference
+from pyspec.drafters.pairing import IncompatiblePairError
+from pyspec.engine import Engine
+from pyspec.load import backend as backend_for
+from pyspec.load import load_draft_checked
+from pyspec.options import Options
 
 BACKENDS = ["cpu", "fastcpu"]
 
@@ -200,7 +202,7 @@ def test_a_head_for_another_champion_is_refused(tiny, tmp_path):
 
 
 def test_an_incomplete_head_is_a_clear_error(tiny, tmp_path):
-    from pyspec import gguf
+    from pyspec.formats import gguf
     src = gguf.GGUFFile.open(tiny_head(tiny, tmp_path))
     tensors = {n: (src.dequantize(n), 0) for n in src.tensors if "fc_embd" not in n}
     path = str(tmp_path / "incomplete.gguf")
@@ -236,7 +238,7 @@ def test_ngram_with_an_eagle_head_equals_champion_only_and_names_the_head(tiny, 
                                                                          greedy_reference):
     """`ngram+HEAD`: n-gram where the context repeats, the head elsewhere; the output is the
     champion's, and the receipt names the head's weights."""
-    from pyspec.gguf import GGUFFile
+    from pyspec.formats.gguf import GGUFFile
 
     engine = engine_for(tiny, f"ngram+{head_path}")
     r = engine.generate(tiny.prompt, Options(max_tokens=40, k="fixed:2", stop_at_eos=False))

@@ -16,11 +16,14 @@ import numpy as np
 import pytest
 
 from conftest import greedy_pick, reference_decode, requires_gpu
-from pyspec import rng, schedule, verify
+from pyspec import schedule
+from pyspec.cpu.model import Model
 from pyspec.drafters import Proposal
-from pyspec.engine import Engine, Options, OptionsError, PromptTooLongError
+from pyspec.engine import Engine
+from pyspec.errors import OptionsError, PromptTooLongError
 from pyspec.load import backend as backend_for
-from pyspec.model import Model
+from pyspec.options import Options
+from pyspec.rules import rng, verify
 
 DRAFTS = ["none", "ngram", "self:1", "close", "far"]
 
@@ -486,8 +489,8 @@ def test_draft_with_a_shorter_context_only_stops_drafting(tiny, greedy_reference
 
 def test_head_and_tokenizer_must_agree(tiny, tmp_path):
     from pyspec import testmodels
-    from pyspec.model import ModelError
-    from pyspec.tokenizer import Tokenizer
+    from pyspec.cpu.model import ModelError
+    from pyspec.text.tokenizer import Tokenizer
     path = str(tmp_path / "other.gguf")
     testmodels.write_model(path, tokenizer=testmodels.tokenizer_metadata(n_merges=40))
     with pytest.raises(ModelError, match="tokenizer"):
@@ -515,7 +518,7 @@ def test_a_gpu_fault_finishes_the_request_on_the_recovery_backend(tiny, greedy_r
                                                                      backend, fail_at):
     """A fault mid-request: the cycle in flight is dropped, the committed tokens are re-prefilled
     on the recovery backend (champion-only), and the text goes on without a repeat or a gap."""
-    from pyspec.cpu import CPUBackend
+    from pyspec.cpu.executor import CPUBackend
     from pyspec.gpu.device import DeviceLostError
 
     engine = engine_for(tiny, "ngram", backend)
@@ -548,7 +551,7 @@ def test_a_gpu_failing_again_and_again_stops_at_the_retry_limit_keeping_its_text
     """Each recovery backend fails again (a device lost three times in one request): the engine
     recovers MAX_RECOVERIES times, then stops with RecoveryLimitError (code
     gpu_unrecoverable); the chunks shown before it are a prefix of the undisturbed text."""
-    from pyspec.cpu import CPUBackend
+    from pyspec.cpu.executor import CPUBackend
     from pyspec.engine import MAX_RECOVERIES, RecoveryLimitError
     from pyspec.gpu.device import DeviceLostError
 

@@ -1,4 +1,4 @@
-"""Tests for pyspec/fastcpu.py: the row-at-a-time CPU engine keeps model.py's contracts.
+"""Tests for pyspec/cpu/fastcpu.py: the row-at-a-time CPU engine keeps model.py's contracts.
 
 - Batch invariance (DESIGN §1), bit for bit, for both row kernels, on tiny shapes and on the real
   champion (rows 1..17 against one-token passes: model.py's check).
@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_model import (
+    check_against_fresh_run,
+    check_batch_invariance,
+    random_transactions,
+)
 
-from pyspec import champion_path, fastcpu
+from pyspec import champion_path
+from pyspec.cpu import fastcpu
+from pyspec.cpu.model import Model
 from pyspec.errors import UsageError
-from pyspec.model import Model
 from pyspec.testmodels import write_model
-from test_model import check_batch_invariance, check_against_fresh_run, random_transactions
 
 SHAPES = [dict(d=64, n_heads=4, n_kv=2, d_ff=128, n_layers=2),
           dict(d=96, n_heads=6, n_kv=3, d_ff=64, n_layers=3),

@@ -1,6 +1,6 @@
 """Hostile input to the command line (issue 11): `generate` and `check-pair` never crash.
 
-Every input runs `pyspec.cli.main` in process (a few also as `python -m pyspec`, to see the real
+Every input runs `pyspec.apps.cli.main` in process (a few also as `python -m pyspec`, to see the real
 stderr). Each run ends in one of three outcomes:
 - ran: exit 0, or for check-pair exit 1 (NOT compatible is its answer, not an error);
 - refused: exit 2 and stderr is exactly one line that starts with "error: ";
@@ -33,7 +33,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyspec import cli, gguf, testmodels
+from pyspec import testmodels
+from pyspec.apps import cli
+from pyspec.formats import gguf
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20250311

@@ -1,4 +1,4 @@
-"""Tests for pyspec/gguf.py: the reader against the `gguf` package (the outside oracle), the
+"""Tests for pyspec/formats/gguf.py: the reader against the `gguf` package (the outside oracle), the
 writer's round trip in both directions, and malformed input.
 
 - Champion: metadata equals `gguf.GGUFReader`'s field contents key by key (same order); tensor
@@ -23,8 +23,8 @@ import gguf as gguf_ref
 import numpy as np
 import pytest
 
-from pyspec import gguf, quant
-from pyspec.gguf import ARRAY, BOOL, STRING, UINT8, UINT32, GGUFError, GGUFFile
+from pyspec.formats import gguf, quant
+from pyspec.formats.gguf import ARRAY, BOOL, STRING, UINT8, UINT32, GGUFError, GGUFFile
 
 FUZZ_SEED = 20241129
 FUZZ_MUTATIONS = 3000

@@ -16,12 +16,12 @@ import asyncio
 import numpy as np
 import pytest
 
-from pyspec.engine import Engine, Options
+from conftest import requires_gpu
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
 from pyspec.gpu.backend import GPUBackend
 from pyspec.load import backend as backend_for
-from pyspec.model import Model
-
-from conftest import requires_gpu
+from pyspec.options import Options
 
 REBUILDS = 20
 

@@ -13,15 +13,16 @@ import asyncio
 
 import numpy as np
 import pytest
+from test_receipts import workload
 
 from conftest import gpu_device, requires_gpu
 from pyspec import champion_path
-from pyspec.engine import Engine, Options
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
+from pyspec.formats.gguf import GGUFFile
 from pyspec.load import backend
-from pyspec.gguf import GGUFFile
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
-from test_receipts import workload
+from pyspec.options import Options
+from pyspec.text.tokenizer import Tokenizer
 
 pytestmark = [pytest.mark.champion, requires_gpu]
 

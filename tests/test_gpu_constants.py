@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from pyspec import rng
 from pyspec.gpu import constants, device, ops, sampling, step
+from pyspec.rules import rng
 
 SHADERS = sorted(device.shader_dir().glob("*.wgsl"))
 CONST = re.compile(r"^\s*const\s+(\w+)\s*:", re.M)

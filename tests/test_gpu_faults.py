@@ -19,13 +19,14 @@ import pytest
 
 from conftest import requires_gpu
 from pyspec import champion_path
-from pyspec.cpu import CPUBackend
-from pyspec.engine import Engine, Options, Resume
-from pyspec.gguf import GGUFFile
+from pyspec.cpu.executor import CPUBackend
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine, Resume
+from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu import DeviceLostError, load_model, open_device
 from pyspec.load import backend as backend_for
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
+from pyspec.options import Options
+from pyspec.text.tokenizer import Tokenizer
 
 pytestmark = requires_gpu
 

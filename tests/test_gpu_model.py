@@ -79,7 +79,7 @@ LONG = 1000   # cache rows before the pass: past every split attention makes (op
 def long_file(tmp_path_factory):
     """The tiny champion's weights with 2048 positions, and a numpy Model of it."""
     from pyspec import testmodels
-    from pyspec.model import Model
+    from pyspec.cpu.model import Model
 
     path = tmp_path_factory.mktemp("long") / "champion-2048.gguf"
     testmodels.write_model(path, seed=1, ctx=2048)
@@ -92,7 +92,7 @@ def test_long_context_forward(long_file, kernels):
     ones a software adapter runs (the adapter kind picks attention's entry point and the
     products' split): it agrees with the reference, and each of its rows is bit-identical to a
     one-token pass at that position."""
-    from pyspec.gguf import GGUFFile
+    from pyspec.formats.gguf import GGUFFile
     from pyspec.gpu import load_model, native
 
     path, ref_model = long_file

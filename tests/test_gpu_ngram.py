@@ -14,7 +14,12 @@ import pytest
 from conftest import gpu_device
 from pyspec.drafters.ngram import NgramDrafter
 from pyspec.gpu import sampling
-from pyspec.gpu.constants import ACCEPT_N_ACCEPTED, ACCEPT_TOKENS, ACCEPT_WORDS, FLAG_ONE_HOT
+from pyspec.gpu.constants import (
+    ACCEPT_N_ACCEPTED,
+    ACCEPT_TOKENS,
+    ACCEPT_WORDS,
+    FLAG_ONE_HOT,
+)
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.ngram import STEP_OFFSET, DeviceNgram
 from pyspec.gpu.step import MODES, pack_step

@@ -1,9 +1,9 @@
 """The forward's GPU kernels (pyspec/gpu/ops.py, shaders/*.wgsl) against the numpy reference
-(pyspec/model.py), and their batch invariance, bit for bit.
+(pyspec/cpu/model.py), and their batch invariance, bit for bit.
 
 References: model.matmul, model.rms_norm, Model.rope, Model.attention and the forward's SiLU gate
 expression; embeddings against quant.dequantize (exact). Weights come from real GGUF files written
-by pyspec.gguf / testmodels, so Weight.upload and its Q8_0 repacking are exercised.
+by pyspec.formats.gguf / testmodels, so Weight.upload and its Q8_0 repacking are exercised.
 Float tolerances are atol + rtol * |ref|, stated at each check.
 """
 
@@ -14,12 +14,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from pyspec import gguf, quant, testmodels
-from pyspec.gguf import GGUFFile
+from pyspec import testmodels
+from pyspec.cpu.model import Model, matmul, rms_norm
+from pyspec.formats import gguf, quant
+from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu import native, ops
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.step import Steps
-from pyspec.model import Model, matmul, rms_norm
 
 pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.py)
 

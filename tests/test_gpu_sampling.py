@@ -1,6 +1,6 @@
 """Tests for the sampling and accept kernels (shaders/sample.wgsl, shaders/accept.wgsl,
-pyspec/gpu/sampling.py) against the references they must equal: pyspec/rng.py for the random
-numbers and pyspec/verify.py for every token choice and accept decision.
+pyspec/gpu/sampling.py) against the references they must equal: pyspec/rules/rng.py for the random
+numbers and pyspec/rules/verify.py for every token choice and accept decision.
 
 Tokens, ids and accept decisions must match exactly. Floats use atol + rtol * |ref|:
 Gumbel noise 1e-6 + 1e-6 |g| (f32 logs), probabilities and confidences 1e-9 + 2e-5 |p| (f32 exp
@@ -17,10 +17,10 @@ import re
 import numpy as np
 import pytest
 
-from pyspec import rng, verify
 from pyspec.gpu import native, sampling
 from pyspec.gpu.device import ROWS_MAX, load_shader, shader_dir
 from pyspec.gpu.step import Steps
+from pyspec.rules import rng, verify
 
 ARGMAX_CHUNK = sampling.ARGMAX_CHUNK
 
@@ -447,7 +447,7 @@ def test_penalize_rows_and_count_tokens_equal_the_host_processor(dev, vocab):
     included), bias, repetition, presence and frequency: within 1e-6 + 1e-6 |ref| of
     processors.Penalties in float64; then count_tokens adds an accept output's emitted tokens."""
     from pyspec.gpu.constants import ACCEPT_N_EMITTED, ACCEPT_TOKENS, ACCEPT_WORDS
-    from pyspec.processors import Penalties
+    from pyspec.rules.processors import Penalties
     gen = np.random.default_rng(vocab)
     k, prompt_len = 6, 20
     prefix = [int(t) for t in gen.integers(0, vocab, 30)]
@@ -540,7 +540,7 @@ def cut_at_rounding(row: np.ndarray, t: float, case: dict) -> bool:
     host's answer is its rounding's, and the device's is the exact one (the mirror's)."""
     if case.get("top_p", 1.0) >= 1.0:
         return False
-    from pyspec.processors import keep_top_k
+    from pyspec.rules.processors import keep_top_k
     if case.get("top_k"):
         row = np.where(keep_top_k(row, case["top_k"]), row, -np.inf)
     p = np.exp((row - row.max()) / t)
@@ -590,7 +590,7 @@ def test_filter_rows_equal_the_host_filters_and_the_mirror(dev, vocab, split):
     Ties: top_k and top_p cut inside a run of equal logits (lower ids kept), -0 equals +0, an
     all-equal row. Off and edge values change nothing: top_k 0 or >= vocab, top_p 1, min_p 0;
     a row with one allowed token keeps only it."""
-    from pyspec.processors import Filters
+    from pyspec.rules.processors import Filters
     gen, t = np.random.default_rng(vocab + 7), 0.7
     logits = random_logits(gen, 8, vocab)
     top = np.sort(logits[1])[::-1]
@@ -742,8 +742,9 @@ def test_filtered_sampling_follows_the_host_distribution(dev, controls, split):
     excluded token is drawn. Teeth: the unfiltered distribution lies more than ten times the
     bound away. The row is filtered once; 64 sampling dispatches of 16 rows per submission, each
     row at its own position (its own key)."""
-    from pyspec.processors import Filters
     from test_engine import null_tv_quantile, total_variation
+
+    from pyspec.rules.processors import Filters
     vocab, t, groups, rounds = 33, 0.9, 64, 10
     row = random_logits(np.random.default_rng(4), 1, vocab, scale=0.8)[0]   # (vocab,)
     exact = verify.softmax(Filters(t, **controls).apply(row[None].astype(np.float64), [], [])[0],

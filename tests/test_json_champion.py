@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from pyspec.engine import Engine, Options
-from pyspec.jsonschema import compile_schema
-from pyspec.load import backend, load_champion
 from test_jsonschema import SCHEMAS, validate
+
+from pyspec.engine import Engine
+from pyspec.load import backend, load_champion
+from pyspec.options import Options
+from pyspec.rules.jsonschema import compile_schema
 
 pytestmark = pytest.mark.champion
 

@@ -14,19 +14,26 @@ import json
 
 import numpy as np
 import pytest
-
-from pyspec import testmodels, verify
-from pyspec.engine import Engine, Options, OptionsError
-from pyspec.jsonmask import Masker
-from pyspec.jsonschema import SchemaError, compile_schema
-from pyspec.load import backend as backend_for
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
-from pyspec.vocab import Vocab
-from test_engine import (check_two_token_counts, exact_two_token_distribution,
-                         null_tv_quantile, seed_block)
+from test_engine import (
+    check_two_token_counts,
+    exact_two_token_distribution,
+    null_tv_quantile,
+    seed_block,
+)
 from test_jsonmask import JSON_CORPUS
 from test_jsonschema import SCHEMAS, validate
+
+from pyspec import testmodels
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
+from pyspec.errors import OptionsError
+from pyspec.load import backend as backend_for
+from pyspec.options import Options
+from pyspec.rules import verify
+from pyspec.rules.jsonmask import Masker
+from pyspec.rules.jsonschema import SchemaError, compile_schema
+from pyspec.text.tokenizer import Tokenizer
+from pyspec.text.vocab import Vocab
 
 DRAFTS = ["none", "ngram", "self:1", "close"]
 
@@ -49,7 +56,7 @@ class TinyJson:
     def fast(self):
         """The champion on the engine the CLI and the page run (fastcpu.FastModel)."""
         if self._fast is None:
-            from pyspec.fastcpu import FastModel
+            from pyspec.cpu.fastcpu import FastModel
             self._fast = FastModel.load(self.path)
         return self._fast
 
@@ -240,7 +247,7 @@ def test_a_plain_request_after_a_schema_request_is_unchanged(tj):
 
 
 def test_cli_generate_json_schema(tj, tmp_path, capsys):
-    from pyspec import cli
+    from pyspec.apps import cli
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(SCHEMAS["weather"]))
     argv = ["generate", "--champion", tj.path, "--messages-json", None, "--json",
@@ -258,7 +265,7 @@ def test_cli_generate_json_schema(tj, tmp_path, capsys):
 
 
 def test_the_worker_config_takes_json_schema_or_openai_response_format():
-    from pyspec.web import SessionError, _schema
+    from pyspec.apps.session import SessionError, _schema
     schema = SCHEMAS["point"]
     fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema, "strict": True}}
     assert _schema({"response_format": fmt}) == schema
@@ -280,7 +287,7 @@ def test_gpu_schema_requests_equal_constrained_champion_only(tj, gpu, draft):
     model, and the host accept's run (the rows read back, the mask applied by numpy) byte for
     byte: greedy, and replay at T = 0.8 with top_k and min_p on the device too."""
     from conftest import gpu_device
-    from pyspec.gguf import GGUFFile
+    from pyspec.formats.gguf import GGUFFile
     from pyspec.gpu import load_model
 
     model = load_model(gpu_device(), GGUFFile.open(tj.path))
@@ -326,7 +333,7 @@ def test_gpu_schema_requests_under_the_guard_run_cycle_by_cycle(tj, gpu):
     drafts every run of forced tokens) an n-gram request on WebGPU neither looks its drafts up
     on the device nor lets a cycle go ahead, and its tokens are constrained champion-only's."""
     from conftest import gpu_device
-    from pyspec.gguf import GGUFFile
+    from pyspec.formats.gguf import GGUFFile
     from pyspec.gpu import load_model
 
     if not hasattr(tj, "gpu_model"):
@@ -357,7 +364,7 @@ SCHEMA_STRING = {"type": "string", "maxLength": 30}   # after the forced quote m
 
 def _gpu_read_back_engine(tj, draft: str) -> Engine:
     from conftest import gpu_device
-    from pyspec.gguf import GGUFFile
+    from pyspec.formats.gguf import GGUFFile
     from pyspec.gpu import load_model
 
     if not hasattr(tj, "gpu_model"):

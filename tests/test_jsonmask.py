@@ -1,4 +1,4 @@
-"""pyspec/jsonmask.py: token masks against brute force (every token's bytes run through the
+"""pyspec/rules/jsonmask.py: token masks against brute force (every token's bytes run through the
 grammar), the forced-token rule, the constraint's incremental states, on a tiny vocabulary with
 JSON punctuation merges and on the real champion's vocabulary."""
 
@@ -8,15 +8,15 @@ import random
 
 import numpy as np
 import pytest
+from test_jsonschema import SCHEMAS, dump, sample
 
 from pyspec import champion_path
-from pyspec.gguf import GGUFFile
-from pyspec.jsonmask import Constraint, JsonMask, Masker
-from pyspec.jsonschema import compile_schema
+from pyspec.formats.gguf import GGUFFile
+from pyspec.rules.jsonmask import Constraint, JsonMask, Masker
+from pyspec.rules.jsonschema import compile_schema
 from pyspec.testmodels import tokenizer_metadata
-from pyspec.tokenizer import Tokenizer
-from pyspec.vocab import Vocab
-from test_jsonschema import SCHEMAS, dump, sample
+from pyspec.text.tokenizer import Tokenizer
+from pyspec.text.vocab import Vocab
 
 JSON_CORPUS = ('{"name":"Ann","age":31,"tags":["red","blue"],"ok":true,"x":null}\n'
                '[{"sku":"A1","qty":2},{"sku":"B22","qty":10}] {"city":"Paris","temp_c":-1.5}\n'

@@ -1,4 +1,4 @@
-"""pyspec/jsonschema.py: the schema subset and its byte automaton. Oracles: `validate` below (a
+"""pyspec/rules/jsonschema.py: the schema subset and its byte automaton. Oracles: `validate` below (a
 small validator of the subset, written here, sharing nothing with the grammar) and Python's
 json module; random documents are drawn from each schema and mutated."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from pyspec.jsonschema import SchemaError, compile_schema
+from pyspec.rules.jsonschema import SchemaError, compile_schema
 
 # Eight bounded schemas (every string and array has a maximum): the real-champion tests and the
 # bench use them too.

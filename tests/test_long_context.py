@@ -21,14 +21,15 @@ import asyncio
 
 import pytest
 
-from pyspec import testmodels
-from pyspec.engine import Engine, Options, PromptTooLongError
-from pyspec.fastcpu import FastModel
-from pyspec.load import backend as backend_for
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
-
 from conftest import BACKENDS, gpu_device
+from pyspec import testmodels
+from pyspec.cpu.fastcpu import FastModel
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
+from pyspec.errors import PromptTooLongError
+from pyspec.load import backend as backend_for
+from pyspec.options import Options
+from pyspec.text.tokenizer import Tokenizer
 
 CTX = testmodels.LONG_CONTEXT["ctx"]
 PROMPT_TOKENS = 8000
@@ -46,7 +47,7 @@ def load(path: str, backend: str):
         return Model.load(path)
     if backend == "fastcpu":
         return FastModel.load(path)
-    from pyspec.gguf import GGUFFile
+    from pyspec.formats.gguf import GGUFFile
     from pyspec.gpu import load_model
     return load_model(gpu_device(), GGUFFile.open(path), CTX)
 

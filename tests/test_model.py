@@ -1,4 +1,4 @@
-"""Tests for pyspec/model.py (and its use of pyspec/kv.py) on the real champion and tiny test models.
+"""Tests for pyspec/cpu/model.py (and its use of pyspec/kv.py) on the real champion and tiny test models.
 
 - Against llama.cpp: golden greedy continuations and top-2 logits recorded by llama-cpp-python 0.3.36
   (scripts/record_golden_llama.py -> tests/golden/llama_greedy.json), teacher-forced through our
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from pyspec import champion_path
-from pyspec.model import Model
+from pyspec.cpu.model import Model
 from pyspec.testmodels import write_model
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "llama_greedy.json"
@@ -256,7 +256,7 @@ def test_kv_transactions_champion(champion):
 
 
 def test_bad_metadata_raises_model_error():
-    from pyspec.model import Config, ModelError
+    from pyspec.cpu.model import Config, ModelError
     good = {"general.architecture": "llama", "llama.block_count": 2, "llama.context_length": 64,
             "llama.embedding_length": 64, "llama.feed_forward_length": 128,
             "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,

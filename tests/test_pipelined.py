@@ -16,8 +16,9 @@ import dataclasses
 import pytest
 
 from conftest import greedy_pick, reference_decode, requires_gpu
-from pyspec.engine import Engine, Options
+from pyspec.engine import Engine
 from pyspec.load import backend as backend_for
+from pyspec.options import Options
 
 pytestmark = requires_gpu
 

@@ -1,4 +1,4 @@
-"""The sampling controls (pyspec/processors.py): their semantics on hand-made rows, and exactness
+"""The sampling controls (pyspec/rules/processors.py): their semantics on hand-made rows, and exactness
 of speculative decoding under them on the tiny models: greedy and replay equal processed
 champion-only decoding (a plain loop that applies the same processors row by row), and rejection
 sampling follows the processed distribution.
@@ -11,17 +11,30 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_engine import (
+    N_RUNS,
+    check_two_token_counts,
+    null_tv_quantile,
+    sample_two_tokens,
+    seed_block,
+)
 
 from conftest import requires_gpu
-from pyspec import rng, verify
-from pyspec.engine import Engine, Options
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
 from pyspec.load import backend as backend_for
-from pyspec.model import Model
-from pyspec.processors import (N_CANDIDATES, Chain, Filters, Penalties, Sampling, SamplingError,
-                               keep_top_k, keep_top_p)
-
-from test_engine import (N_RUNS, check_two_token_counts, null_tv_quantile, sample_two_tokens,
-                         seed_block)
+from pyspec.options import Options
+from pyspec.rules import rng, verify
+from pyspec.rules.processors import (
+    N_CANDIDATES,
+    Chain,
+    Filters,
+    Penalties,
+    Sampling,
+    SamplingError,
+    keep_top_k,
+    keep_top_p,
+)
 
 DRAFTS = ["ngram", "self:1", "close", "far"]
 

@@ -1,4 +1,4 @@
-"""Tests for pyspec/quant.py: dequantization bit for bit against the `gguf` package (the outside
+"""Tests for pyspec/formats/quant.py: dequantization bit for bit against the `gguf` package (the outside
 oracle, `gguf.quants`), the block layouts, and quantization error bounds.
 
 - Champion (required): `GGUFFile.dequantize` equals `gguf.quants.dequantize` of the data that
@@ -19,7 +19,7 @@ import gguf as gguf_ref
 import numpy as np
 import pytest
 
-from pyspec import quant
+from pyspec.formats import quant
 
 SEED = 1129
 Q_FORMATS = (quant.Q8_0, quant.Q4_0, quant.Q4_1)

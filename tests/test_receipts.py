@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 import pyspec
-
 from conftest import gpu_device
 from pyspec import champion_path, receipts, testmodels
-from pyspec.cpu import CPUBackend
-from pyspec.engine import Engine, Options
+from pyspec.cpu.executor import CPUBackend
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
+from pyspec.formats.gguf import GGUFFile
 from pyspec.load import backend
-from pyspec.gguf import GGUFFile
-from pyspec.model import Model
-from pyspec.tokenizer import Tokenizer
+from pyspec.options import Options
+from pyspec.text.tokenizer import Tokenizer
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "workloads",
                         "public.jsonl")
@@ -320,8 +320,9 @@ def test_every_kind_of_real_receipt_validates(tiny, draft, opts):
 def test_a_drafter_of_the_callers_own_is_recorded_as_custom(tiny):
     """A drafter the caller writes may call itself anything: its receipt says "custom" (a
     receipt's kinds are the library's), and the request is not refused for it."""
-    from conftest import greedy_pick, reference_decode
     from test_engine import scripted
+
+    from conftest import greedy_pick, reference_decode
 
     truth = reference_decode(tiny.champion, tiny.prompt, 8, greedy_pick)
     r = scripted(tiny, truth).generate(

@@ -15,12 +15,17 @@ import shutil
 
 import numpy as np
 import pytest
+from test_engine import (
+    PREFIX_TEMPERATURE,
+    assert_two_token_distribution,
+    exact_two_token_distribution,
+)
 
-from pyspec.engine import Engine, Options
-from pyspec.load import VOCAB_SCHEMA, backend as backend_for, load_draft_checked, vocab_sidecar
-from pyspec.model import OUTSIDE_HEAD, Model, ModelError
-from test_engine import (PREFIX_TEMPERATURE, assert_two_token_distribution,
-                         exact_two_token_distribution)
+from pyspec.cpu.model import OUTSIDE_HEAD, Model, ModelError
+from pyspec.engine import Engine
+from pyspec.load import VOCAB_SCHEMA, load_draft_checked, vocab_sidecar
+from pyspec.load import backend as backend_for
+from pyspec.options import Options
 
 
 def kept_ids(vocab: int) -> list[int]:

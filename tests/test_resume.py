@@ -13,8 +13,10 @@ import asyncio
 
 import pytest
 
-from pyspec.engine import Engine, Options, OptionsError, PromptTooLongError, Resume
+from pyspec.engine import Engine, Resume
+from pyspec.errors import OptionsError, PromptTooLongError
 from pyspec.load import backend as backend_for
+from pyspec.options import Options
 
 MODES = {"greedy": {}, "replay": {"temperature": 0.8, "seed": 77}}
 N = 40

@@ -1,4 +1,4 @@
-"""Tests for pyspec/rng.py: known answers (WGSL parity), scalar/vector identity, statistics."""
+"""Tests for pyspec/rules/rng.py: known answers (WGSL parity), scalar/vector identity, statistics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyspec import rng
+from pyspec.rules import rng
 
 GENERATOR = Path(__file__).resolve().parent.parent / "scripts" / "rng_known_answers.c"
 

@@ -1,4 +1,4 @@
-"""Stop strings (pyspec/stops.py) and the engine's use of them: the output ends right before the
+"""Stop strings (pyspec/text/stops.py) and the engine's use of them: the output ends right before the
 first stop string to complete, wherever token and cycle boundaries fall; the stream never shows
 a partial stop string; speculative runs stop where champion-only does; a resume from the chunks'
 ids shows each character once.
@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 from conftest import greedy_pick, reference_decode
-from pyspec.engine import Engine, Options, OptionsError, Resume
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine, Resume
+from pyspec.errors import OptionsError
 from pyspec.load import backend as backend_for
-from pyspec.model import Model
-from pyspec.stops import StopStrings, held_suffix
+from pyspec.options import Options
+from pyspec.text.stops import StopStrings, held_suffix
 
 N = 40
 

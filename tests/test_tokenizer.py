@@ -1,4 +1,4 @@
-"""Tests for pyspec/tokenizer.py against the champion's GGUF vocabulary.
+"""Tests for pyspec/text/tokenizer.py against the champion's GGUF vocabulary.
 
 Golden ids come from llama.cpp (llama-cpp-python 0.3.36, see scripts/record_golden_tokens.py);
 chat renders are checked against jinja2 running the model's own template.
@@ -13,8 +13,8 @@ import pathlib
 import pytest
 
 from pyspec import champion_path
-from pyspec.gguf import GGUFFile
-from pyspec.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError
+from pyspec.formats.gguf import GGUFFile
+from pyspec.text.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "tokenizer_ids.json"
 

@@ -18,16 +18,17 @@ import json
 import os
 
 import pytest
+from test_receipts import workload
 
 from conftest import gpu_device, requires_gpu
 from pyspec import champion_path, trained_draft_path
-from pyspec.compat import check_pair
 from pyspec.drafters import parse_draft
-from pyspec.engine import Engine, Options
-from pyspec.gguf import GGUFFile
+from pyspec.drafters.pairing import check_pair
+from pyspec.engine import Engine
+from pyspec.formats.gguf import GGUFFile
 from pyspec.load import backend, load_champion, reduced_head_ids, vocab_sidecar
-from pyspec.tokenizer import Tokenizer
-from test_receipts import workload
+from pyspec.options import Options
+from pyspec.text.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.champion
 

@@ -1,5 +1,5 @@
-"""Tests for pyspec/verify.py: exactness of the rejection rule in distribution (Monte Carlo with the
-real pyspec.rng uniforms), the deterministic rules' exact decisions, and the edge cases.
+"""Tests for pyspec/rules/verify.py: exactness of the rejection rule in distribution (Monte Carlo with the
+real pyspec.rules.rng uniforms), the deterministic rules' exact decisions, and the edge cases.
 
 Statistical bounds: an empirical frequency f of a token with probability p over n draws must lie
 within 4 standard errors, |f - p| <= 4 sqrt(p (1 - p) / n); a token with p = 0 must never appear.
@@ -9,12 +9,11 @@ way on every run.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
-from pyspec import rng, verify
-from pyspec.verify import Verdict, VerifyInputError
+from pyspec.rules import rng, verify
+from pyspec.rules.verify import Verdict, VerifyInputError
 
 SEED = 20240917
 
@@ -350,7 +349,7 @@ def test_replay_temperature_zero_is_greedy_and_shift_invariant():
 
 
 def test_replay_samples_follow_softmax():
-    # Gumbel-max with pyspec.rng noise, one position per draw: 40,000 draws, 4 standard errors.
+    # Gumbel-max with pyspec.rules.rng noise, one position per draw: 40,000 draws, 4 standard errors.
     logits = np.array([1.0, 0.0, -1.0, 2.0, -np.inf, 0.5])
     t = 0.7
     noise = rng.gumbel(SEED, np.arange(40_000), 6)  # (40000, 6), one position per row

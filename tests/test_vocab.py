@@ -1,11 +1,11 @@
-"""pyspec/vocab.py: byte strings per id, the reverse index and the intersection of two vocabularies,
+"""pyspec/text/vocab.py: byte strings per id, the reverse index and the intersection of two vocabularies,
 on the real champion's tokenizer (its bytes must decode back to what the tokenizer writes) and on
 tiny vocabularies built here."""
 
 from pyspec import champion_path
-from pyspec.gguf import GGUFFile
-from pyspec.tokenizer import Tokenizer
-from pyspec.vocab import Vocab
+from pyspec.formats.gguf import GGUFFile
+from pyspec.text.tokenizer import Tokenizer
+from pyspec.text.vocab import Vocab
 
 
 def tiny(tokens, types=None):

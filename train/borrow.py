@@ -3,7 +3,7 @@
     python train/borrow.py --draft D.gguf --champion C.gguf --out OUT.gguf [--tensors token_embd.weight]
 
 Every other tensor is copied byte for byte. The borrowed tensors are read from the champion at
-load time (pyspec/gguf.py), bound by the sha256 of their bytes (compat.bind_borrowed), so the
+load time (pyspec/formats/gguf.py), bound by the sha256 of their bytes (compat.bind_borrowed), so the
 draft's file holds only what it does not share. The draft then reads the champion's own tensor:
 for this champion's token embedding that is Q8_0 where a draft distilled with a Q4_1 copy read
 Q4_1, so the draft computes something slightly different and its acceptance must be measured
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspec import gguf  # noqa: E402
+from pyspec.formats import gguf  # noqa: E402
 
 _BORROWED_KEYS = (gguf.BORROWED_NAMES, gguf.BORROWED_TYPES, gguf.BORROWED_SHA256)
 

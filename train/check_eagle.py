@@ -26,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import eagle  # noqa: E402
-from eagle import K, Head, shift_rows, to_gguf, unroll  # noqa: E402
+from eagle import Head, K, shift_rows, to_gguf, unroll  # noqa: E402
 from llama_torch import from_gguf  # noqa: E402
 
-from pyspec import quant  # noqa: E402
+from pyspec.formats import quant  # noqa: E402
+from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.drafters.eagle import EagleDrafter, EagleHead  # noqa: E402
-from pyspec.gguf import GGUFFile  # noqa: E402
-from pyspec.model import Model  # noqa: E402
-from pyspec.tokenizer import Tokenizer  # noqa: E402
+from pyspec.formats.gguf import GGUFFile  # noqa: E402
+from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 
 
 class Teacher:

@@ -1,11 +1,11 @@
-"""Check that train/llama_torch.py computes what pyspec.model computes, on the champion.
+"""Check that train/llama_torch.py computes what pyspec.cpu.model computes, on the champion.
 
     python train/check_torch.py --champion C.gguf
 
 Runs one chat prompt through both (float32) and prints the largest logit difference and whether
 every position's argmax agrees; exits 1 when they disagree by more than 1e-3 (float32 noise over
 30 layers was 8.6e-5 on the H200). It also checks that `--qat`'s torch Q4_1 round trip
-(llama_torch.FakeQ4_1) equals pyspec.quant's on weights off the grid (the champion's first
+(llama_torch.FakeQ4_1) equals pyspec.formats.quant's on weights off the grid (the champion's first
 layer matrix, already Q4_1, plus noise, and random matrices of other scales, with ties and
 constant blocks), and passes the gradient straight through. Run it before trusting data or a
 draft made with the torch model.
@@ -26,10 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_torch import FakeQ4_1, from_gguf, quantized_like  # noqa: E402
 
-from pyspec import quant  # noqa: E402
-
-from pyspec.model import Model  # noqa: E402
-from pyspec.tokenizer import Tokenizer  # noqa: E402
+from pyspec.formats import quant  # noqa: E402
+from pyspec.cpu.model import Model  # noqa: E402
+from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -64,14 +64,21 @@ from torch.nn.utils import parametrize
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from llama_torch import (  # noqa: E402
+    FakeQ4_1,
+    cosine,
+    from_gguf,
+    grow,
+    n_params,
+    quantized_like,
+    to_gguf,
+)
 from seed_prompts import read_jsonl  # noqa: E402
 from split import SEEDS, held_out  # noqa: E402
-from llama_torch import (FakeQ4_1, cosine, from_gguf, grow, n_params, quantized_like,  # noqa: E402
-                         to_gguf)
 
-from pyspec import quant  # noqa: E402
-from pyspec.gguf import GGUFFile  # noqa: E402
-from pyspec.model import LAYER_TENSORS  # noqa: E402
+from pyspec.formats import quant  # noqa: E402
+from pyspec.cpu.model import LAYER_TENSORS  # noqa: E402
+from pyspec.formats.gguf import GGUFFile  # noqa: E402
 
 MAX_LEN = 1152
 

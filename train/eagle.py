@@ -61,16 +61,31 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from distill import (checkpointer, collate, git_commit, load_sequences,  # noqa: E402
-                     optimizer_state, run_settings, train_steps)
+from distill import (  # noqa: E402
+    checkpointer,
+    collate,
+    git_commit,
+    load_sequences,
+    optimizer_state,
+    run_settings,
+    train_steps,
+)
+from llama_torch import (  # noqa: E402
+    FakeQ4_1,
+    Layer,
+    from_gguf,
+    n_params,
+    quantized_like,
+    rms_norm,
+    rope,
+)
 from split import SEEDS  # noqa: E402
-from llama_torch import (FakeQ4_1, Layer, from_gguf, n_params, quantized_like,  # noqa: E402
-                         rms_norm, rope)
 from torch.nn.utils import parametrize  # noqa: E402
 
-from pyspec import gguf, quant  # noqa: E402
+from pyspec.formats import quant  # noqa: E402
+from pyspec.cpu.model import LAYER_TENSORS  # noqa: E402
 from pyspec.drafters.eagle import EAGLE_TENSORS  # noqa: E402
-from pyspec.model import LAYER_TENSORS  # noqa: E402
+from pyspec.formats import gguf
 
 K = 4
 

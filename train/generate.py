@@ -38,10 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_torch import from_gguf  # noqa: E402
-from split import (SAMPLES, SEEDS, SHARD_PROMPTS, prompt_files,  # noqa: E402,F401
-                   read_prompts, run_mismatch)
+from split import (  # noqa: E402,F401
+    SAMPLES,
+    SEEDS,
+    SHARD_PROMPTS,
+    prompt_files,
+    read_prompts,
+    run_mismatch,
+)
 
-from pyspec.tokenizer import Tokenizer  # noqa: E402
+from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 
 
 def jobs(tok: Tokenizer, rows: list[dict], seed: int) -> list[tuple[int, list[int], float]]:

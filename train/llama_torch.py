@@ -1,7 +1,7 @@
 """A PyTorch Llama with pyspec's semantics, for making training text and training drafts.
 
 Training only: PyTorch is never a runtime dependency of pyspec. The forward follows
-`pyspec.model.Model.forward` (RMSNorm, Q/K/V, llama.cpp NORM-mode RoPE over adjacent pairs,
+`pyspec.cpu.model.Model.forward` (RMSNorm, Q/K/V, llama.cpp NORM-mode RoPE over adjacent pairs,
 grouped-query causal attention, SiLU-gated MLP, tied or separate head) so that a draft trained
 here means the same thing when pyspec runs it. `from_gguf` reads weights through pyspec's own GGUF
 reader and dequantizer; `to_gguf` writes a draft with the champion's tokenizer metadata.
@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pyspec import gguf, quant
-from pyspec.compat import bind_borrowed
-from pyspec.model import LAYER_TENSORS, Config
+from pyspec.cpu.model import LAYER_TENSORS, Config
+from pyspec.drafters.pairing import bind_borrowed
+from pyspec.formats import gguf, quant
 
 
 @dataclass
@@ -230,7 +230,7 @@ def quantized_like(values: np.ndarray, type_id: int) -> np.ndarray:
 
 class FakeQ4_1(torch.nn.Module):
     """Quantization-aware training: a weight as Q4_1 reads it back (blocks of 32 along a row,
-    f16 scale and minimum, round to nearest, as pyspec.quant writes it), with the gradient passed
+    f16 scale and minimum, round to nearest, as pyspec.formats.quant writes it), with the gradient passed
     straight through to the float weight. Registered with torch.nn.utils.parametrize."""
 
     def forward(self, w):

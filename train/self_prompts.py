@@ -35,10 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_torch import from_gguf  # noqa: E402
-from seed_prompts import (WORKLOAD, eight_grams, holds_short, read_jsonl,  # noqa: E402
-                          short_messages)
+from seed_prompts import WORKLOAD, eight_grams, holds_short, read_jsonl, short_messages  # noqa: E402
 
-from pyspec.tokenizer import Tokenizer  # noqa: E402
+from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "data" / "self_prompts.jsonl"
 # Openings of the user messages people write to an assistant (questions, requests, tasks);

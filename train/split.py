@@ -11,7 +11,6 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-
 from seed_prompts import read_jsonl
 
 DATA = Path(__file__).resolve().parent / "data"

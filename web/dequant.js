@@ -1,6 +1,6 @@
-// Dequantization for the CPU engine in the page: pyspec/quant.py's Q4_1 and Q8_0 block formats
+// Dequantization for the CPU engine in the page: pyspec/formats/quant.py's Q4_1 and Q8_0 block formats
 // to float32, written straight into a numpy array. worker.js registers this module in Pyodide as
-// `pyspec_dequant`; quant.py calls it through `quant.use_kernels` (pyspec/web.py sets it).
+// `pyspec_dequant`; quant.py calls it through `quant.use_kernels` (pyspec/apps/session.py sets it).
 //
 // Why in JavaScript: numpy in wasm makes four passes over every weight (nibbles, cast, scale,
 // offset), 1.9 s for the champion's 135M weights; one JIT-compiled loop is ten times faster.

@@ -67,7 +67,7 @@
 // anything runs; the worker stays usable. Fields the Python session reads (config, messages)
 // are checked there and refused as 'bad_config'.
 //
-// Not here: decoding (pyspec/web.py and the engine), retries across workers (client.js).
+// Not here: decoding (pyspec/apps/session.py and the engine), retries across workers (client.js).
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import * as webgpuHelpers from "./webgpu.js";
@@ -170,7 +170,7 @@ function runtime(progress, { snapshot = true, drill = null } = {}) {
     await checkPyodideFiles(m);
     const pyodide = await startPyodide(startup, dir, shipped);
     pyodide.registerJsModule("pyspec_webgpu", webgpuHelpers);   // pyspec/gpu/browser.py's
-    pyodide.registerJsModule("pyspec_dequant", dequantKernels); // pyspec/web.py's
+    pyodide.registerJsModule("pyspec_dequant", dequantKernels); // pyspec/apps/session.py's
     lap("pyodide");
     progress("runtime", 1, 3);
     // numpy (Pyodide's own build, its sha256 checked against pyodide-lock.json when the site was
@@ -187,7 +187,7 @@ function runtime(progress, { snapshot = true, drill = null } = {}) {
     }
     lap("packages");
     progress("runtime", 2, 3);
-    const session = pyodide.runPython("from pyspec.web import Session\nSession()");
+    const session = pyodide.runPython("from pyspec.apps.session import Session\nSession()");
     lap("import");
     progress("runtime", 3, 3);
     return { pyodide, session };

@@ -5,7 +5,7 @@
 
 One page session serves the whole run. For every prompt, champion-only ("none") and each drafter
 run back to back through the page's own decoder (`pyspecApp.decoder().generate`, the worker
-protocol), the order alternating per prompt as in pyspec/bench.py, so drift in a shared, slow
+protocol), the order alternating per prompt as in pyspec/apps/bench.py, so drift in a shared, slow
 software adapter hits both sides alike; `--repeat N` runs each side N times per prompt and keeps
 its median run. Per stratum it reports what `python -m pyspec bench`
 reports (its summarize / print_table / plot are reused: the rows have the same shape), and on top:
@@ -20,7 +20,7 @@ Writes `<out>/bench-browser.json` (rewritten after every prompt, so a stopped ru
 measured) and `<out>/bench-browser.png`; the adapter named in both is the one the page's `ready`
 message reports.
 
-Not here: the page and worker (web/), decoding (pyspec), the native benchmark (pyspec/bench.py).
+Not here: the page and worker (web/), decoding (pyspec), the native benchmark (pyspec/apps/bench.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from pyspec import bench as native
+from pyspec.apps import bench as native
 from pyspec.errors import UsageError
 
 from . import browser, serve, site
@@ -306,7 +306,7 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
             break
         max_tokens = min(it.get("max_tokens", 128), args.max_tokens or 1 << 30)
         # Alternate who runs first, so that drift or a warm cache favours neither side. With
-        # --repeat, each side's median run (by tokens/s) stands for it, as in pyspec/bench.py.
+        # --repeat, each side's median run (by tokens/s) stands for it, as in pyspec/apps/bench.py.
         names = ["none", *drafts]
         tries: dict[str, list] = {d: [] for d in names}
         out: dict = {}

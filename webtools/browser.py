@@ -35,7 +35,7 @@ FLAGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-vulkan=swi
          "--no-first-run"]
 
 
-# Fault drills the demo can run: client.js runs worker-terminate, pyspec/web.py the request's
+# Fault drills the demo can run: client.js runs worker-terminate, pyspec/apps/session.py the request's
 # (GPU_FAULTS need the WebGPU engine, worker-oom does not), worker.js the loading ones.
 GPU_FAULTS = ("device-lost", "device-lost-repeat", "gpu-oom", "readback-throw", "readback-hang")
 LOAD_FAULTS = ("opfs-truncate", "opfs-flip", "opfs-quota", "opfs-unavailable", "download-drop",
@@ -93,9 +93,9 @@ def check_layers(root: Path, args) -> None:
     name = page_draft(args.draft)[0]
     if not name.startswith("self:"):
         return
+    from pyspec.cpu.model import Config
     from pyspec.drafters import parse_draft
-    from pyspec.gguf import GGUFFile
-    from pyspec.model import Config
+    from pyspec.formats.gguf import GGUFFile
 
     artifacts = json.loads((root / "manifest.json").read_text())["artifacts"]
     model = next((a for a in artifacts if a.get("kind") == "model"
@@ -188,7 +188,7 @@ def run_headless(base: str, args) -> int:
         print(f"[fault] {f['kind']} at cycle {f.get('cycle')}, token {f.get('at_token')}: "
               f"recovered in {f.get('recovery_s', 0):.2f} s", file=sys.stderr)
     sys.stdout.write("\n")
-    from pyspec.cli import print_stats
+    from pyspec.apps.cli import print_stats
     if result["stats"]:
         print_stats(result["stats"])
     return 0
@@ -211,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--max-ctx", type=int, default=None)
     ap.add_argument("--backend", choices=["auto", "webgpu", "cpu"], default="auto",
-                    help="a hint to pyspec.web.make_engine (auto: WebGPU on a hardware "
+                    help="a hint to pyspec.apps.session.make_engine (auto: WebGPU on a hardware "
                          "adapter, the numpy engine on a software one such as SwiftShader)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--fault", type=fault_spec, default=None, metavar="KIND@CYCLE",
@@ -226,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from pyspec.errors import PyspecError
-    from pyspec.engine import Options
+    from pyspec.options import Options
 
     try:   # the request's options, checked before a site is built or a page opened
         Options(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,

@@ -233,8 +233,8 @@ DRAFT_FOR = {TRAINED_DRAFT: "smollm2", BORROWING_DRAFT: "tiny"}   # drafts offer
 def tokenizer_of(path: Path) -> str | None:
     """The fingerprint of a model's tokenizer (what decides its ids), or None where it has none
     pyspec reads: the page offers a draft model only to a champion of the same fingerprint."""
-    from pyspec.gguf import GGUFFile
-    from pyspec.tokenizer import Tokenizer
+    from pyspec.formats.gguf import GGUFFile
+    from pyspec.text.tokenizer import Tokenizer
 
     try:
         return Tokenizer.from_metadata(GGUFFile.open(path).metadata).fingerprint()

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compat import Bridge
+from ..cpu.model import Model, prefill
 from ..cycle import Rule, draft_rows_kept
-from ..model import Model, prefill
-from ..verify import VerifyInputError
+from ..rules.verify import VerifyInputError
+from .pairing import Bridge
 from .proposal import Proposal
 
 TAIL_TOKENS = 8   # draft tokens of the current text run that are re-encoded with new bytes

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
+from ..cpu.model import Model, prefill
 from ..cycle import Rule, draft_rows_kept
 from ..kv import KVCache
-from ..model import Model, prefill
 from .proposal import Proposal
 
 

@@ -77,17 +77,25 @@ import time
 
 import numpy as np
 
-from .. import compat, rng, verify
+from ..cpu.model import Model
 from ..cycle import Executor, Outcome, Rule, draft_rows_kept
-from ..drafters import (BridgedDrafter, Combo, DraftSpecError, Proposal, make_drafter,
-                        no_draft_model, parse_draft)
+from ..drafters import pairing
+from ..drafters import (
+    BridgedDrafter,
+    Combo,
+    DraftSpecError,
+    Proposal,
+    make_drafter,
+    no_draft_model,
+    parse_draft,
+)
 from ..drafters.eagle import is_eagle
 from ..drafters.ngram import NgramDrafter
-from ..gguf import GGUFFile
+from ..formats.gguf import GGUFFile
 from ..kv import rows_kept
-from ..jsonmask import JsonMask
-from ..processors import Filters, Penalties
-from ..model import Model
+from ..rules import rng, verify
+from ..rules.jsonmask import JsonMask
+from ..rules.processors import Filters, Penalties
 from . import sampling
 from .ahead import DeviceFeed
 from .device import ROWS_MAX, Copy, count_commands
@@ -367,9 +375,9 @@ class GPUBackend(Executor):
         if d.path is None or not os.path.exists(d.path):
             raise no_draft_model(named or spec, d.path)
         f = GGUFFile.open(d.path)
-        report = compat.check_pair(champ.metadata, f.metadata)
+        report = pairing.check_pair(champ.metadata, f.metadata)
         report.raise_if_bad()
-        compat.bind_borrowed(f, champ.file)   # its embedding may be the champion's
+        pairing.bind_borrowed(f, champ.file)   # its embedding may be the champion's
         if is_eagle(f.metadata):
             raise DraftSpecError(f"draft {spec!r} is an EAGLE-style head: it reads the "
                                  "champion's states, which only the numpy engine keeps so far "

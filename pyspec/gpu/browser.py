@@ -34,8 +34,15 @@ import time
 
 import numpy as np
 
-from .device import (Copy, Device, DeviceLostError, Dispatch, GPUError, GPUTimeoutError,
-                     NoAdapterError)
+from .device import (
+    Copy,
+    Device,
+    DeviceLostError,
+    Dispatch,
+    GPUError,
+    GPUTimeoutError,
+    NoAdapterError,
+)
 
 try:  # only Pyodide has these; natively this module imports but `create` refuses
     import js

@@ -18,7 +18,7 @@ layouts (Step, each kernel's Params), which their packers keep in field order.
 
 from __future__ import annotations
 
-from .. import rng
+from ..rules import rng
 
 ROWS_MAX = 16        # the most rows one pass carries: K + 1 <= 16 (thin matrix products, M <= 16)
 

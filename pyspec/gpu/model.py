@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gguf import GGUFFile
+from ..cpu.model import Config, LoadedWeights, ModelError, load_tensors
+from ..formats.gguf import GGUFFile
 from ..kv import KVCache
-from ..model import Config, LoadedWeights, ModelError, load_tensors
 from . import ops
 from .device import ROWS_MAX, Device
 from .step import Steps
-
 
 _FUSED = tuple(f".{n}.weight" for n in ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"))
 

@@ -18,19 +18,28 @@ import asyncio
 import itertools
 import time
 
-from .device import (Device, DeviceLostError, Dispatch, GPUError, NoAdapterError, Prepared,
-                     flatten)
+from .device import (
+    Device,
+    DeviceLostError,
+    Dispatch,
+    GPUError,
+    NoAdapterError,
+    Prepared,
+    flatten,
+)
 
 try:  # wgpu-py is optional: the CPU engine and the browser build do not need it
     import wgpu
-    from wgpu.backends.wgpu_native._ffi import ffi as _ffi, lib as _raw
+    from wgpu.backends.wgpu_native._ffi import ffi as _ffi
+    from wgpu.backends.wgpu_native._ffi import lib as _raw
     _NULL = _ffi.NULL
     # A map for reading without wgpu-py's extra empty submission first ("READ_NOSYNC", its own
     # mode name): that submission is for data written by queue.write_buffer, and it blocks while
     # the GPU is busy (a map asked for behind a cycle in flight waited for the whole cycle).
     # Staging buffers here are written only by copies in submissions already made.
     _READ = "READ_NOSYNC"
-    from wgpu.backends.wgpu_native._api import libf as _checked_raw, new_struct as _new_struct
+    from wgpu.backends.wgpu_native._api import libf as _checked_raw
+    from wgpu.backends.wgpu_native._api import new_struct as _new_struct
 
     # The readback maps of `expect` (see there): key -> WGPUMapAsyncStatus, filled by this one
     # callback (userdata1 carries the key) whichever thread's poll settles the map.

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import quant
-from ..gguf import GGUFFile
+from ..formats import quant
+from ..formats.gguf import GGUFFile
+
 # the shaders get the same names (constants.py)
 from .constants import ATTN_WG, ATTN_WG_CPU, MATMUL_OUTS, WG
 from .device import ROWS_MAX, Dispatch, ShapeError, binding_size, need, split_workgroups
-
 
 # --- weights ------------------------------------------------------------------------------------
 

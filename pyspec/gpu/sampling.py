@@ -27,13 +27,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import rng
+from ..rules import rng
+
 # accept's output layout and the workgroup sizes, which the shaders get under the same names
 # (constants.py; shaders/accept.wgsl says what each accept word holds).
-from .constants import (ACCEPT_HOW, ACCEPT_K_EFF, ACCEPT_N_ACCEPTED, ACCEPT_N_EMITTED,  # noqa: F401
-                        ACCEPT_P, ACCEPT_Q, ACCEPT_TESTS, ACCEPT_TOKENS, ACCEPT_WORDS, ARGMAX_CHUNK,
-                        HOW_BONUS, HOW_CHAMPION, HOW_EMPTY_RESIDUAL, HOW_RESIDUAL, NONE,
-                        RNG_FILL_WG, WG_ROW)
+from .constants import (  # noqa: F401
+    ACCEPT_HOW,
+    ACCEPT_K_EFF,
+    ACCEPT_N_ACCEPTED,
+    ACCEPT_N_EMITTED,
+    ACCEPT_P,
+    ACCEPT_Q,
+    ACCEPT_TESTS,
+    ACCEPT_TOKENS,
+    ACCEPT_WORDS,
+    ARGMAX_CHUNK,
+    HOW_BONUS,
+    HOW_CHAMPION,
+    HOW_EMPTY_RESIDUAL,
+    HOW_RESIDUAL,
+    NONE,
+    RNG_FILL_WG,
+    WG_ROW,
+)
 from .device import ROWS_MAX, Dispatch, ShapeError, need
 
 HOW = {HOW_CHAMPION: "champion", HOW_RESIDUAL: "residual",

@@ -6,7 +6,7 @@ classed as llama.cpp classes them (src/unicode-data.cpp). Standard library only.
 
 Not in scope: other pre-tokenizers, Unicode normalisation (llama.cpp applies none for this
 family), special-token strings (cut out before this step, see `bpe.partition`), byte encoding and
-merges (`pyspec/bpe.py`). Nothing here raises: every str splits.
+merges (`pyspec/text/bpe.py`). Nothing here raises: every str splits.
 
 Known divergence from llama.cpp: character classes come from `unicodedata` plus the letters /
 numbers added in Unicode 15.0 and 15.1 (llama.cpp's table is Unicode 15.1). On a Python whose

@@ -28,10 +28,11 @@ import statistics
 import sys
 import time
 
-from .drafters import parse_draft
-from .engine import Engine, Options, PromptTooLongError
-from .errors import PyspecError, UsageError
-from .load import backend, load_champion
+from ..drafters import parse_draft
+from ..engine import Engine
+from ..errors import PromptTooLongError, PyspecError, UsageError
+from ..load import backend, load_champion
+from ..options import Options
 
 
 def read_workload(path: str) -> list[dict]:
@@ -300,7 +301,7 @@ def run_bench(args) -> int:
     if args.backend == "wgpu":
         serial = Engine(backend(champion, "none", args.ctx), tok)
         serial.backend.pipelined = False
-        from .gpu.measure import measure
+        from ..gpu.measure import measure
         print("measuring pass costs by rows ...", file=sys.stderr, flush=True)
         gpu = measure(champion)
         readbacks_before = champion.dev.readbacks
@@ -407,7 +408,7 @@ def prefill_tok_s(engine: Engine, vocab: int, n: int = 1000) -> float | None:
 
 def recorded_request(engine, prompt: list[int], options: Options) -> tuple:
     """(result, the flattened commands of each of the request's submissions, in order)."""
-    from .gpu.device import flatten
+    from ..gpu.device import flatten
     dev, kept = engine.backend.dev, []
     submit = dev.submit
 
@@ -473,7 +474,7 @@ def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,
            "ttft_s": spread([r["baseline_ttft_s"] for r in base])["median"]}
     if gpu is None:
         return out
-    from .gpu.step import SLOT_CHAMPION
+    from ..gpu.step import SLOT_CHAMPION
 
     # The whole pass as one compute pass (timestamps at its ends); the per-dispatch profile's
     # sum counts a pass's overhead per dispatch, so it is the fallback only.

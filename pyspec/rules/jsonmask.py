@@ -29,8 +29,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..text.vocab import SortedBytes, Vocab
 from .jsonschema import S_NORMAL, STR, Grammar, compile_schema, string_byte
-from .vocab import SortedBytes, Vocab
 
 CACHE_STATES = 512        # masks kept per grammar
 _DONE = ("done",)         # the state after EOS: nothing may follow

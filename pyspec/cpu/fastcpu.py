@@ -30,8 +30,8 @@ import os
 
 import numpy as np
 
-from .errors import UsageError
-from .gguf import GGUFFile
+from ..errors import UsageError
+from ..formats.gguf import GGUFFile
 from .model import Model
 
 KERNELS = ("blas", "einsum")

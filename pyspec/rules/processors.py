@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import PyspecError
+from ..errors import PyspecError
 
 N_CANDIDATES = 1024   # top_p sorts this many leading tokens first; the full vocab only if needed
 

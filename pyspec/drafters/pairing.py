@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import PyspecError
-from .model import Config, ModelError
-from .tokenizer import SUPPORTED_PRE, Tokenizer, TokenizerError
-from .vocab import Vocab
+from ..cpu.model import Config, ModelError
+from ..errors import PyspecError
+from ..text.tokenizer import SUPPORTED_PRE, Tokenizer, TokenizerError
+from ..text.vocab import Vocab
 
 CLASSES = ("identical", "idmap", "tli")
 

@@ -13,7 +13,7 @@ correction or bonus token). Three rules:
                       max(p_target - q_draft, 0).
 
 Nothing here draws random numbers, reads files or keeps state: the uniforms and the Gumbel noise
-come from `pyspec.rng` through the caller, so the GPU accept kernel, fed the same numbers, must
+come from `pyspec.rules.rng` through the caller, so the GPU accept kernel, fed the same numbers, must
 make the same decisions. Running models, KV rollback and choosing K live elsewhere.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PyspecError
+from ..errors import PyspecError
 
 
 class VerifyInputError(PyspecError, ValueError):
@@ -271,7 +271,7 @@ def _check_probs(name: str, probs: np.ndarray) -> None:  # (..., vocab)
 
 def _check_uniforms(name: str, u: np.ndarray) -> None:
     if not ((u >= 0) & (u < 1)).all():
-        raise VerifyInputError(f"{name} must lie in [0, 1); draw it with pyspec.rng.uniform")
+        raise VerifyInputError(f"{name} must lie in [0, 1); draw it with pyspec.rules.rng.uniform")
 
 
 def _check_rejection_inputs(p_target, q_draft, draft_tokens, u_accept, u_residual, u_bonus):

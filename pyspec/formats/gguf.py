@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import PyspecError
 from . import quant
-from .errors import PyspecError
 
 MAGIC = b"GGUF"
 VERSION = 3

@@ -9,9 +9,9 @@ incremental decoder that never emits half a UTF-8 character. Runs on CPython >= 
 This module is the facade: `Tokenizer.from_metadata` validates the metadata, `Tokenizer` keeps the
 vocabulary tables and checks every caller's input, and `TokenizerError` is raised only from here.
 The work itself lives in three modules that raise nothing of their own:
-- `pyspec/pretokenize.py`: the `smollm` split of a text into words;
-- `pyspec/bpe.py`: byte alphabet, special-token cuts, merges, token bytes, `IncrementalDecoder`;
-- `pyspec/chat.py`: recognising and rendering ChatML templates.
+- `pyspec/text/pretokenize.py`: the `smollm` split of a text into words;
+- `pyspec/text/bpe.py`: byte alphabet, special-token cuts, merges, token bytes, `IncrementalDecoder`;
+- `pyspec/text/chat.py`: recognising and rendering ChatML templates.
 
 Not in scope: SentencePiece / WordPiece / Unigram vocabularies, other pre-tokenizers (they raise
 `TokenizerError`), Unicode normalisation (llama.cpp applies none for this family). The known
@@ -24,11 +24,20 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping
 
-from .bpe import (TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_USER_DEFINED,
-                  IncrementalDecoder, merge_word, partition, special_tokens, token_bytes)
+from ..errors import PyspecError
+from .bpe import (
+    TOKEN_CONTROL,
+    TOKEN_NORMAL,
+    TOKEN_UNKNOWN,
+    TOKEN_USER_DEFINED,
+    IncrementalDecoder,
+    merge_word,
+    partition,
+    special_tokens,
+    token_bytes,
+)
 from .bpe import bytes_to_unicode as _bytes_to_unicode  # noqa: F401  (pyspec.testmodels imports it)
 from .chat import chatml_segments, parse_chatml
-from .errors import PyspecError
 from .pretokenize import split_smollm
 
 __all__ = ["Tokenizer", "TokenizerError", "IncrementalDecoder", "SUPPORTED_MODELS", "SUPPORTED_PRE",
@@ -96,7 +105,7 @@ class Tokenizer:
         if pre not in SUPPORTED_PRE:
             raise TokenizerError(f"pre-tokenizer {pre!r} is not supported; this tokenizer handles "
                                  f"tokenizer.ggml.pre in {SUPPORTED_PRE}. Use a model exported with one "
-                                 "of these, or add its split rules to pyspec/pretokenize.py")
+                                 "of these, or add its split rules to pyspec/text/pretokenize.py")
         tokens, merges = get("tokens"), get("merges")
         if not tokens or merges is None:
             raise TokenizerError("GGUF metadata lacks tokenizer.ggml.tokens or tokenizer.ggml.merges; "

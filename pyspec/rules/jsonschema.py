@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 
-from .errors import PyspecError
+from ..errors import PyspecError
 
 MAX_INT_DIGITS = 15
 MAX_FRAC_DIGITS = 15

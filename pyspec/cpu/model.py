@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PyspecError
-from .gguf import GGUFError, GGUFFile
-from .kv import KVCache
+from ..errors import PyspecError
+from ..formats.gguf import GGUFError, GGUFFile
+from ..kv import KVCache
 
 TILE = 8  # rows per matrix-product tile; every product sees exactly this many rows
 # A reduced head's logit for every id outside it (Model.reduce_head): finite, so that a row whose

@@ -1,4 +1,4 @@
-"""The worker's Python side (pyspec/web.py) without a browser: make_engine's backend choice and the
+"""The worker's Python side (pyspec/apps/session.py) without a browser: make_engine's backend choice and the
 Session's JSON protocol, on the tiny model.
 
 WebGPU here is either the native device (lavapipe on CI), standing in for navigator.gpu's, or a
@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from conftest import requires_gpu
-from pyspec import web
 from pyspec.drafters import parse_draft
-from pyspec.engine import Options
-from pyspec.gguf import GGUFFile
+from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu.device import GPUError, NoAdapterError
+from pyspec.options import Options
+from pyspec.apps import session
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = json.dumps([{"role": "user", "content": "the cat sat on the mat. the cat"}])
@@ -55,7 +55,7 @@ def champion_bytes(tiny):
 
 def engine(tiny, champion_bytes, backend="auto", open_device=None, previous=None):
     file = GGUFFile(champion_bytes, "champion")
-    return run(web.make_engine(file, tiny.tokenizer, "ngram", 256, previous, backend,
+    return run(session.make_engine(file, tiny.tokenizer, "ngram", 256, previous, backend,
                                open_device or opener(NoAdapterError("no adapter"))))
 
 
@@ -80,14 +80,14 @@ def test_make_engine_falls_back_to_numpy_and_says_why(tiny, champion_bytes, back
 
 def test_make_engine_keeps_a_cpu_choice_for_the_next_drafter(tiny, champion_bytes):
     first = engine(tiny, champion_bytes, "auto", opener(SoftwareAdapter()))
-    second = run(web.make_engine(GGUFFile(champion_bytes, "c"), tiny.tokenizer, "self:1", 256,
+    second = run(session.make_engine(GGUFFile(champion_bytes, "c"), tiny.tokenizer, "self:1", 256,
                                  first, "auto", opener(AssertionError("not asked again"))))
     assert second.champion is first.champion
     assert second.fallbacks == first.fallbacks and second.fallback_reason == first.fallback_reason
 
 
 def test_make_engine_refuses_an_unknown_backend(tiny, champion_bytes):
-    with pytest.raises(web.SessionError) as e:
+    with pytest.raises(session.SessionError) as e:
         engine(tiny, champion_bytes, "metal")
     assert e.value.code == "bad_config"
 
@@ -109,7 +109,7 @@ def test_make_engine_uses_a_hardware_adapter_and_recovers_on_a_new_device_or_the
     opts = Options(max_tokens=12, stop_at_eos=False)
     assert e.generate(tiny.prompt, opts).tokens == cpu.generate(tiny.prompt, opts).tokens
     # Another drafter reuses the champion already on the device.
-    again = run(web.make_engine(e.champion.file, tiny.tokenizer, "self:1", 256, e, "webgpu",
+    again = run(session.make_engine(e.champion.file, tiny.tokenizer, "self:1", 256, e, "webgpu",
                                 opener(AssertionError("the device is not opened twice"))))
     assert again.champion is e.champion
     # A lost device is replaced by a new one; any other fault (the device still alive) gives
@@ -122,7 +122,7 @@ def test_make_engine_uses_a_hardware_adapter_and_recovers_on_a_new_device_or_the
 
 # --- Session: the JSON protocol ----------------------------------------------------------------
 def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes):
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     err = json.loads(run(s.generate(1, MESSAGES, "{}", lambda *a: None)))["error"]
     assert err["code"] == "not_ready"
 
@@ -165,11 +165,11 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
 
 def test_the_client_checks_the_backends_the_session_takes():
     """client.js refuses a backend before anything loads (its own BACKENDS): the list must be
-    web.py's, or a backend the engine takes would be refused in the page, or the reverse."""
+    session.py's, or a backend the engine takes would be refused in the page, or the reverse."""
     source = (Path(__file__).resolve().parent.parent / "web" / "client.js").read_text()
     listed = re.search(r"const BACKENDS = \[([^\]]*)\]", source)
     assert listed, "client.js has no BACKENDS list"
-    assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == web.BACKENDS
+    assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == session.BACKENDS
 
 
 def test_a_model_too_large_for_memory_is_out_of_memory_and_the_old_one_stays(
@@ -177,12 +177,12 @@ def test_a_model_too_large_for_memory_is_out_of_memory_and_the_old_one_stays(
     """A MemoryError while loading (the page's wasm heap cannot hold the model) is
     out_of_memory saying what to do, not internal with a traceback; the model loaded before
     still serves."""
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load(json.dumps({"max_ctx": 64}), champion_bytes))
 
     def too_large(*args, **kw):
         raise MemoryError
-    monkeypatch.setattr(web, "make_engine", too_large)
+    monkeypatch.setattr(session, "make_engine", too_large)
     err = json.loads(run(s.load(json.dumps({"max_ctx": 128}), champion_bytes)))["error"]
     assert err["code"] == "out_of_memory", err
     assert "does not fit in this page's memory (MemoryError)" in err["message"]
@@ -198,7 +198,7 @@ def test_a_warm_session_prefills_the_chat_prefix_before_the_first_request(tiny, 
     starts it; generate waits for it), and the request gives the same tokens and the same cache
     rows as a cold session. A request that comes before warm() prefills for itself."""
     async def first_request(warm: bool, early: bool = False):
-        s = web.Session(opener(NoAdapterError("none here")))
+        s = session.Session(opener(NoAdapterError("none here")))
         await s.load(json.dumps({"max_ctx": 128, "warm": warm}), champion_bytes)
         assert s.warming is None and (s.warm_next is not None) == warm
         if not early:
@@ -209,7 +209,7 @@ def test_a_warm_session_prefills_the_chat_prefix_before_the_first_request(tiny, 
         assert s.warming is None and s.warm_next is None
         return s, json.loads(done)
 
-    prefix = web.chat_prefix(tiny.tokenizer)
+    prefix = session.chat_prefix(tiny.tokenizer)
     (warm_s, warm), (cold_s, cold) = run(first_request(True)), run(first_request(False))
     _, early = run(first_request(True, early=True))
     assert early["tokens"] == cold["tokens"] and early["stats"]["reused_tokens"] == 0
@@ -224,7 +224,7 @@ def test_a_warm_session_prefills_the_chat_prefix_before_the_first_request(tiny, 
 
 
 def test_session_cancel_only_touches_the_running_request(tiny, champion_bytes):
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load("{}", champion_bytes))
     assert json.loads(s.cancel(7)) == {"cancelled": False}
     seen = []
@@ -246,7 +246,7 @@ def test_a_request_cancelled_while_it_waits_ends_before_its_first_cycle(tiny, ch
     """worker.js cancels a request it holds queued behind another (or being set up) with
     waiting=True: the request then ends at once when its turn comes, text empty, finish_reason
     cancelled, and the session forgets the id; the next request runs as usual."""
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load("{}", champion_bytes))
     assert json.loads(s.cancel(4, waiting=True)) == {"cancelled": True}
     seen = []
@@ -266,7 +266,7 @@ def test_session_resumes_from_the_ids_its_chunks_carried(tiny, champion_bytes):
     the undisturbed one (greedy and replay); the receipt records the fault, never the ids."""
     for config in ({"max_tokens": 24, "k": "fixed:3"},
                    {"max_tokens": 24, "k": "fixed:3", "temperature": 0.8, "seed": 9}):
-        s = web.Session(opener(NoAdapterError("none here")))
+        s = session.Session(opener(NoAdapterError("none here")))
         run(s.load("{}", champion_bytes))
         chunks = []
         full = json.loads(run(s.generate(1, MESSAGES, json.dumps(config),
@@ -277,7 +277,7 @@ def test_session_resumes_from_the_ids_its_chunks_carried(tiny, champion_bytes):
         shown = "".join(c[1] for c in got)
         resume = {"ids": [t for c in got for t in json.loads(c[3])],
                   "fault": {"kind": "worker_died", "cycle": got[-1][4], "restart_s": 1.5}}
-        fresh = web.Session(opener(NoAdapterError("none here")))
+        fresh = session.Session(opener(NoAdapterError("none here")))
         run(fresh.load("{}", champion_bytes))
         more = []
         done = json.loads(run(fresh.generate(2, MESSAGES, json.dumps(config),
@@ -298,7 +298,7 @@ def test_session_resumes_from_the_ids_its_chunks_carried(tiny, champion_bytes):
 
 
 def test_fault_drills_need_drills_switched_on(tiny, champion_bytes):
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load("{}", champion_bytes))
     assert json.loads(s.lose_device())["error"]["code"] == "bad_request"
     drill = json.dumps({"drill": "device-lost@2"})
@@ -337,7 +337,7 @@ MALFORMED_OPTIONS = ["", "[]", "null", '{"max_ctx": "big"}', '{"max_ctx": 0}',
 
 
 def test_session_refuses_malformed_requests_by_code_and_stays_usable(tiny, champion_bytes):
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load(json.dumps({"max_ctx": 64}), champion_bytes))
     good = json.dumps({"max_tokens": 4})
     reference = json.loads(run(s.generate(1, MESSAGES, good, lambda *a: None)))
@@ -371,7 +371,7 @@ def test_only_reading_the_request_is_blamed_on_it(tiny, champion_bytes, monkeypa
     valid one is worker_oom when memory ran out (client.js resumes on a new worker), else
     internal. A checked request calls on_start once before it runs (worker.js's `started`,
     which the facade's create() waits for); a refused one never does."""
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load(json.dumps({"max_ctx": 64}), champion_bytes))
     started = []
 
@@ -385,7 +385,7 @@ def test_only_reading_the_request_is_blamed_on_it(tiny, champion_bytes, monkeypa
                                                                       "internal")]:
         async def failing(*args, failure=failure, **kwargs):
             raise failure
-        monkeypatch.setattr(web, "make_engine", failing)
+        monkeypatch.setattr(session, "make_engine", failing)
         err = generate({"max_tokens": 2, "draft": "none"})["error"]   # a new engine for "none"
         assert err["code"] == code, err
     assert started == [0]
@@ -395,7 +395,7 @@ def test_only_reading_the_request_is_blamed_on_it(tiny, champion_bytes, monkeypa
 def test_session_takes_the_sampling_controls_by_their_openai_names(tiny, champion_bytes):
     """A generate config's sampling controls and stop reach the engine (the same tokens as
     Engine.generate with those Options); wrong types and values are bad_config by name."""
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load(json.dumps({"max_ctx": 128, "draft": "ngram"}), champion_bytes))
     config = {"max_tokens": 10, "temperature": 0.9, "seed": 4, "top_p": 0.8, "top_k": 40,
               "min_p": 0.02, "repetition_penalty": 1.3, "presence_penalty": 0.4,
@@ -451,7 +451,7 @@ def test_the_page_combines_ngram_with_its_draft_model(tiny, champion_bytes):
     """draft "ngram+model": n-gram where the text repeats, the draft model given at init
     elsewhere (drafters/combo.py); the tokens are champion-only's. Without a draft model it is
     bad_config, as "model" is."""
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load(json.dumps({"max_ctx": 128, "draft": "none"}), champion_bytes,
                Path(tiny.close_path).read_bytes()))
     config = {"max_tokens": 24, "k": "fixed:3"}
@@ -462,7 +462,7 @@ def test_the_page_combines_ngram_with_its_draft_model(tiny, champion_bytes):
     assert both["tokens"] == alone["tokens"] and both["stats"]["drafted"] > 0
     assert both["stats"]["drafter"].startswith("ngram+") and both["receipt"]["draft"]["kind"] == \
         "combo"
-    bare = web.Session(opener(NoAdapterError("none here")))
+    bare = session.Session(opener(NoAdapterError("none here")))
     run(bare.load(json.dumps({"max_ctx": 128}), champion_bytes))
     err = json.loads(run(bare.generate(1, MESSAGES, json.dumps({"draft": "ngram+model"}),
                                        lambda *a: None)))["error"]
@@ -476,7 +476,7 @@ def test_the_page_runs_its_draft_with_the_reduced_head_it_is_given(tiny, champio
     head cut, and a broken one is bad_model, naming the file, with the session as it was."""
     ids = [i for i in range(tiny.champion.config.vocab_size) if i % 3]
     vocab = json.dumps({"schema": "pyspec.draft-vocab/1", "head_rows": len(ids), "ids": ids})
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     draft = Path(tiny.close_path).read_bytes()
     info = json.loads(run(s.load(json.dumps({"max_ctx": 128, "draft": "none",
                                              "draft_name": "close.gguf",
@@ -510,7 +510,7 @@ def test_the_sites_reduced_head_is_left_out_for_a_draft_of_another_vocabulary(
     testmodels.write_model(foreign, seed=2, tokenizer=testmodels.tokenizer_metadata(n_merges=40))
     ids = list(range(0, 300, 2))
     vocab = json.dumps({"schema": "pyspec.draft-vocab/1", "head_rows": len(ids), "ids": ids})
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     load = {"max_ctx": 128, "draft": "model", "draft_name": "foreign.gguf", "draft_vocab": vocab}
     info = json.loads(run(s.load(json.dumps({**load, "draft_vocab_shipped": True}),
                                  champion_bytes, foreign.read_bytes())))
@@ -530,7 +530,7 @@ def test_the_sites_reduced_head_is_left_out_for_a_draft_of_another_vocabulary(
 @pytest.mark.parametrize("draft", ["trained", "ngram+trained"])
 def test_the_page_says_how_to_draft_with_the_trained_draft(tiny, champion_bytes, draft):
     """"trained" is the CLI's file in models/: the page says to give the draft at init."""
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     run(s.load(json.dumps({"max_ctx": 128}), champion_bytes))
     err = json.loads(run(s.generate(1, MESSAGES, json.dumps({"draft": draft}),
                                     lambda *a: None)))["error"]
@@ -542,7 +542,7 @@ def test_the_guard_remembers_a_drafter_across_engines(tiny, champion_bytes):
     """Choosing another drafter rebuilds the engine (a fresh cache); the guard's times and
     acceptance per (adapter, drafter) stay with the session, so a drafter chosen again needs no
     champion-only baseline first (as in one native engine). A new init forgets them."""
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     draft = Path(tiny.close_path).read_bytes()
     run(s.load(json.dumps({"max_ctx": 128, "draft": "none"}), champion_bytes, draft))
     config = {"max_tokens": 16, "k": "heuristic"}
@@ -566,7 +566,7 @@ def test_the_page_auto_draft_uses_its_draft_model_only_where_it_pays(tiny, champ
     says why (ready.draft_auto); without a draft model it is n-gram with nothing to say; a
     request's "auto" follows the same rule. Tokens are champion-only's either way."""
     draft = Path(tiny.close_path).read_bytes()
-    s = web.Session(opener(NoAdapterError("none here")))
+    s = session.Session(opener(NoAdapterError("none here")))
     info = json.loads(run(s.load(json.dumps({"max_ctx": 128, "draft": "auto"}), champion_bytes,
                                  draft)))
     assert info["draft"] == "ngram" and "cpu-numpy" in info["draft_auto"], info
@@ -578,7 +578,7 @@ def test_the_page_auto_draft_uses_its_draft_model_only_where_it_pays(tiny, champ
         out = json.loads(run(s.generate(2 + i, MESSAGES, json.dumps({**config, "draft": ask}),
                                         lambda *a: None)))
         assert out["tokens"] == alone["tokens"] and out["stats"]["drafter"] == "ngram"
-    bare = web.Session(opener(NoAdapterError("none here")))
+    bare = session.Session(opener(NoAdapterError("none here")))
     info = json.loads(run(bare.load(json.dumps({"max_ctx": 128, "draft": "auto"}),
                                     champion_bytes)))
     assert info["draft"] == "ngram" and info["draft_auto"] is None
@@ -596,7 +596,7 @@ def test_the_page_auto_draft_drafts_with_its_model_on_a_hardware_adapter(tiny, c
     for software in (False, True):
         dev = open_device()
         dev.is_cpu = software
-        s = web.Session(opener(dev))
+        s = session.Session(opener(dev))
         try:
             info = json.loads(run(s.load(json.dumps({"max_ctx": 128, "draft": "auto",
                                                      "backend": "webgpu"}),

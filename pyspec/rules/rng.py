@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .errors import PyspecError
+from ..errors import PyspecError
 
 # ---------------------------------------------------------------------------------------------
 # Streams: one per use, so no two decisions ever share a number.

@@ -17,20 +17,28 @@ import sys
 
 import numpy as np
 
-from . import __version__, champion_path, conversation, receipts
+from .. import __version__, champion_path, receipts
+from ..cpu.executor import CPUBackend
+from ..cpu.model import Config, Model, ModelError
+from ..drafters import parse_draft
+from ..drafters.eagle import binding_problem, is_eagle
+from ..drafters.pairing import IncompatiblePairError, bind_borrowed, check_pair
+from ..engine import Engine
+from ..errors import PromptTooLongError, PyspecError, UsageError
+from ..formats.gguf import GGUFFile
+from ..load import (
+    backend,
+    check_tensors,
+    load_champion,
+    reduced_head_ids,
+    vocab_sidecar,
+)
+from ..options import Options
+from ..rules.verify import log_softmax
+from ..text import conversation
+from ..text.conversation import Fitted
+from ..text.tokenizer import Tokenizer
 from .bench import add_sampling_options
-from .conversation import Fitted
-from .compat import IncompatiblePairError, bind_borrowed, check_pair
-from .drafters.eagle import binding_problem, is_eagle
-from .cpu import CPUBackend
-from .drafters import parse_draft
-from .engine import Engine, Options, PromptTooLongError
-from .errors import PyspecError, UsageError
-from .gguf import GGUFFile
-from .load import backend, check_tensors, load_champion, reduced_head_ids, vocab_sidecar
-from .model import Config, Model, ModelError
-from .tokenizer import Tokenizer
-from .verify import log_softmax
 
 DEMO_MESSAGES = [{"role": "user", "content":
                   "Correct the grammar of this text and return only the corrected text:\n"

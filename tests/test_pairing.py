@@ -1,4 +1,4 @@
-"""Champion/draft pairing (pyspec/compat.py): the three classes, found from the GGUFs alone, and the
+"""Champion/draft pairing (pyspec/drafters/pairing.py): the three classes, found from the GGUFs alone, and the
 pairs that no exact bridge can serve. The expected intersections are counted here from the
 token lists, independently of vocab.py."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pyspec import testmodels
-from pyspec.bpe import token_bytes
-from pyspec.compat import IncompatiblePairError, check_pair
-from pyspec.gguf import GGUFFile
+from pyspec.drafters.pairing import IncompatiblePairError, check_pair
+from pyspec.formats.gguf import GGUFFile
+from pyspec.text.bpe import token_bytes
 
 
 def metadata(path):

@@ -23,20 +23,24 @@ import json
 import time
 import traceback
 
-from . import __version__, conversation, quant
-from .compat import bind_borrowed, check_pair
-from .cpu import CPUBackend
-from .drafters import BridgedModel, Combo, DraftSpecError, model_drafter, parse_draft
-from .drafters.eagle import is_eagle
-from .drafters.ngram import NgramDrafter
-from .engine import Engine, Options, Resume
-from .fastcpu import FastModel
-from .errors import PyspecError, error_code
-from .gguf import GGUFFile
-from .gpu.device import DEVICE_DRILLS
-from .load import backend as backend_for, parse_reduced_head
-from .model import Config, Model
-from .tokenizer import Tokenizer, TokenizerError
+from .. import __version__
+from ..cpu.executor import CPUBackend
+from ..cpu.fastcpu import FastModel
+from ..cpu.model import Config, Model
+from ..drafters import BridgedModel, Combo, DraftSpecError, model_drafter, parse_draft
+from ..drafters.eagle import is_eagle
+from ..drafters.ngram import NgramDrafter
+from ..drafters.pairing import bind_borrowed, check_pair
+from ..engine import Engine, Resume
+from ..errors import PyspecError, error_code
+from ..formats import quant
+from ..formats.gguf import GGUFFile
+from ..gpu.device import DEVICE_DRILLS
+from ..load import backend as backend_for
+from ..load import parse_reduced_head
+from ..options import Options
+from ..text import conversation
+from ..text.tokenizer import Tokenizer, TokenizerError
 
 # Most context a browser session allocates by default: the champion's full 8192 positions would
 # cost 30 * 8192 * 3 * 64 * 4 B * 2 = 377 MB of KV cache in wasm memory.
@@ -221,7 +225,7 @@ BACKENDS = ("auto", "webgpu", "cpu")
 
 
 async def _browser_device():
-    from .gpu.browser import BrowserDevice
+    from ..gpu.browser import BrowserDevice
 
     return await BrowserDevice.create()
 
@@ -245,8 +249,8 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
     `previous` (the engine this one replaces, for another drafter) lends its GPU model.
     `open_device()` (awaited) gives the WebGPU device: navigator.gpu's in the page; tests pass
     another."""
-    from .gpu import GPUError, NoAdapterError
-    from .gpu.model import GPUModel
+    from ..gpu import GPUError, NoAdapterError
+    from ..gpu.model import GPUModel
 
     if backend not in BACKENDS:
         raise SessionError("bad_config", f"unknown backend {backend!r}: use one of {BACKENDS}")
@@ -261,8 +265,8 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
             gpu_model = getattr(previous, "champion", None)
             if (not isinstance(gpu_model, GPUModel) or gpu_model.file is not file
                     or gpu_model.dev.lost is not None):
-                from .gpu import load_model
-                from .gpu.step import SLOT_CHAMPION
+                from ..gpu import load_model
+                from ..gpu.step import SLOT_CHAMPION
 
                 dev = await open_device()
                 if backend == "auto" and dev.is_cpu:
@@ -304,8 +308,8 @@ def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
     weights uploaded again); any other fault (a readback that threw or hung, an out-of-memory),
     or no new device, goes to the numpy champion. A device that failed but is not lost is
     destroyed, so its buffers go with it."""
-    from .gpu import GPUError, load_model
-    from .gpu.backend import GPUBackend
+    from ..gpu import GPUError, load_model
+    from ..gpu.backend import GPUBackend
 
     current = [gpu_model]
 
@@ -744,7 +748,7 @@ class Session:
         bytes (gpu.browser.live; zeros natively), for the page's leak checks."""
         memory = {"gpu_devices": 0, "gpu_bytes": 0}
         try:
-            from .gpu import browser
+            from ..gpu import browser
             memory = browser.live()
         except ImportError:  # pragma: no cover - the browser module imports everywhere
             pass

@@ -66,7 +66,7 @@ def _float_nibbles(qs: np.ndarray) -> np.ndarray:
 
 
 # Faster dequantizers a host lends (by type id): kernel(raw uint8, out float32) fills `out`, bit for
-# bit as dequantize below would. The page lends web/dequant.js's (pyspec/web.py); natively none.
+# bit as dequantize below would. The page lends web/dequant.js's (pyspec/apps/session.py); natively none.
 _KERNELS: dict[int, Callable[[np.ndarray, np.ndarray], None]] = {}
 
 

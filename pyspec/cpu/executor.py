@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .cycle import Executor, Outcome, Rule
-from .drafters import Proposal, make_drafter
+from ..cycle import Executor, Outcome, Rule
+from ..drafters import Proposal, make_drafter
 from .fastcpu import one_blas_thread
 from .model import Model
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .engine import OptionsError, PromptTooLongError
+from ..errors import OptionsError, PromptTooLongError
 
 POLICIES = ("drop_oldest", "error")
 

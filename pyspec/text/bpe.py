@@ -6,8 +6,8 @@ incremental decoder that never emits half a UTF-8 character. Pure functions over
 caller has already checked (`tokenizer.Tokenizer` builds and validates it, keeps the lookup tables
 and the word cache, and raises `TokenizerError`); nothing here raises it. Standard library only.
 
-Not in scope: splitting text into words (`pyspec/pretokenize.py`), chat templates
-(`pyspec/chat.py`), reading GGUF metadata, SentencePiece / WordPiece / Unigram vocabularies, and
+Not in scope: splitting text into words (`pyspec/text/pretokenize.py`), chat templates
+(`pyspec/text/chat.py`), reading GGUF metadata, SentencePiece / WordPiece / Unigram vocabularies, and
 llama.cpp's `clean_spaces` detokenizer option (off for `smollm`).
 
 Known divergences from llama.cpp, none of which the golden corpus exercises:

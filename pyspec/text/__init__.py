@@ -1,0 +1,1 @@
+"""Text in and out: tokenizers, chat templates, vocabularies, stop strings, conversation fitting."""

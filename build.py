@@ -60,9 +60,11 @@ PINS = [
 # Debian packages: a Vulkan driver with a CPU adapter (lavapipe) for native WebGPU, and the
 # browser for the demo page and the e2e tests (WebGPU on its bundled SwiftShader).
 APT = ["mesa-vulkan-drivers", "chromium"]
-# From npm, for tests only: the TypeScript compiler type-checks web/client.d.ts against the
-# embed example (tests/test_types.py). Installed into .cache/node, never shipped.
-NODE_PINS = ["typescript@5.6.3"]
+# From npm, for tests and tools only, installed into .cache/node, never shipped: the TypeScript
+# compiler type-checks web/client.d.ts against the embed example (tests/test_types.py); `webgpu`
+# is Dawn's Node binding (Chrome's WebGPU), with which webtools/dawn.mjs runs the page's worker
+# in Node on a real GPU (e2e/test_dawn.py).
+NODE_PINS = ["typescript@5.6.3", "webgpu@0.6.2"]
 NODE_PREFIX = os.path.join(ROOT, ".cache", "node")
 # The champion's weights. Installed without its dependencies (llm, llama-cpp-python), which
 # pyspec never imports.
@@ -115,18 +117,23 @@ def apt_install(packages: list[str]) -> None:
               flush=True)
 
 
+def node_pin_installed(pin: str) -> bool:
+    name, _, version = pin.rpartition("@")
+    have = os.path.join(NODE_PREFIX, "node_modules", name, "package.json")
+    if not os.path.exists(have):
+        return False
+    with open(have) as f:
+        return f'"version": "{version}"' in f.read()
+
+
 def node_tools() -> None:
     """npm (Debian's, unless Node already brings one) and the pinned test tools from npm."""
     if shutil.which("npm") is None:
         apt_install(["npm"])
     if shutil.which("npm") is None:
         return
-    have = os.path.join(NODE_PREFIX, "node_modules", "typescript", "package.json")
-    want = NODE_PINS[0].split("@")[1]
-    if os.path.exists(have):
-        with open(have) as f:
-            if f'"version": "{want}"' in f.read():
-                return
+    if all(node_pin_installed(pin) for pin in NODE_PINS):
+        return
     run(["npm", "install", "--no-audit", "--no-fund", "--prefix", NODE_PREFIX, *NODE_PINS])
 
 

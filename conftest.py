@@ -3,7 +3,8 @@ a skip into a failure.
 
 `PYSPEC_REQUIRE=gpu,browser` (CI sets it in .ci/run) says that this machine must have a native
 WebGPU adapter (`gpu`: wgpu-py finds one, lavapipe on CI) and Chromium with a WebGPU adapter
-(`browser`). A test that needs a part asks the `need` fixture: `need("gpu", why)` fails the test
+(`browser`); `dawn` asks for an adapter that Dawn in Node accepts (a hardware GPU: e2e/test_dawn.py),
+which CI's lavapipe is not. A test that needs a part asks the `need` fixture: `need("gpu", why)` fails the test
 when the part is required, and skips it, with the reason, when it is not. Without the variable
 the GPU and browser tests skip where their part is missing, as on a developer's laptop.
 """
@@ -14,7 +15,7 @@ import os
 
 import pytest
 
-PARTS = ("gpu", "browser")
+PARTS = ("gpu", "browser", "dawn")
 
 
 def required() -> set[str]:

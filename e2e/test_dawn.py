@@ -1,0 +1,54 @@
+"""The page's worker in Node (webtools/dawn.mjs): the same code path as in the browser, without one.
+
+On the numpy engine it runs on every machine, and its tokens equal the native engine's. Under
+Dawn's WebGPU it needs an adapter Dawn accepts (a hardware GPU: Dawn passes over Mesa 22's
+lavapipe, and names why); where there is none the test skips with Dawn's own message, and
+PYSPEC_REQUIRE=dawn makes that a failure.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e.pageutil import native_generate
+from webtools import dawn
+
+MESSAGES = [{"role": "user", "content": "the cat sat on the mat. the cat"}]
+
+
+@pytest.fixture(scope="module")
+def harness(need):
+    try:
+        probe = dawn.run(probe=True, timeout=120)
+    except dawn.DawnError as e:
+        need("browser", f"the Node harness cannot run: {e}")
+    return probe
+
+
+@pytest.fixture(scope="module")
+def tiny_path(site_root):
+    return str(site_root / "models" / "tiny.gguf")
+
+
+def test_the_worker_in_node_gives_the_native_tokens_on_the_cpu_engine(harness, site_root,
+                                                                       tiny_path):
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=12)
+    out = dawn.run(tiny_path, site=site_root, backend="cpu", draft="none",
+                   prompt=MESSAGES[0]["content"], max_tokens=12)
+    assert out.ready["adapter"] == "cpu-numpy"
+    assert out.runs[0]["tokens"] == native.tokens
+    assert out.runs[0]["text"] == native.text
+
+
+def test_the_worker_under_dawn_gives_the_native_tokens(harness, need, site_root, tiny_path):
+    if harness.adapter is None:
+        need("dawn", harness.why_no_adapter())
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=12)
+    ngram = dawn.run(tiny_path, site=site_root, backend="webgpu", draft="ngram", k="fixed:3",
+                     prompt=MESSAGES[0]["content"], max_tokens=12)
+    alone = dawn.run(tiny_path, site=site_root, backend="webgpu", draft="none",
+                     prompt=MESSAGES[0]["content"], max_tokens=12)
+    assert ngram.ready["adapter"] != "cpu-numpy", ngram.ready
+    # Greedy speculation is exact on the device it runs on; the device and the CPU agree on a
+    # tiny model's peaked logits (tests/test_gpu_model.py holds the margins).
+    assert ngram.runs[0]["tokens"] == alone.runs[0]["tokens"] == native.tokens

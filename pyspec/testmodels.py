@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from .formats import gguf, quant
+from .formats import gguf, mixes, quant
 from .text.tokenizer import _bytes_to_unicode
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -87,10 +87,12 @@ def random_weights(vocab: int, n_layers: int, d: int, n_heads: int, n_kv: int, d
 def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv: int = 2,
                 d_ff: int = 128, n_merges: int = 64, seed: int = 0, ctx: int = 256,
                 weights: dict[str, np.ndarray] | None = None, tokenizer: dict | None = None,
-                matrix_type: int = quant.Q4_1.type_id,
+                matrix_type: int | str = quant.Q4_1.type_id,
                 embd_type: int = quant.Q8_0.type_id) -> dict[str, np.ndarray]:
     """Write a tiny Llama GGUF; returns its float weights (before quantization). Without
-    "output.weight" in `weights` the head is tied to the embedding."""
+    "output.weight" in `weights` the head is tied to the embedding. `matrix_type` "Q4_K_M"
+    gives every tensor (the embedding too) the type llama.cpp's Q4_K_M would (mixes.py): with
+    widths under 256 that is the Q5_0 / Q8_0 fallbacks; d = 256 makes K-quants."""
     md_tok = tokenizer or tokenizer_metadata(n_merges)
     vocab = len(md_tok["tokenizer.ggml.tokens"])
     w = weights or random_weights(vocab, n_layers, d, n_heads, n_kv, d_ff, seed)
@@ -101,7 +103,11 @@ def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv:
           "llama.rope.freq_base": 10000.0, "llama.attention.layer_norm_rms_epsilon": 1e-5,
           "llama.vocab_size": vocab, **md_tok}
 
+    mix = mixes.q4_k_m_mix({n: v.shape for n, v in w.items()}) if matrix_type == "Q4_K_M" else {}
+
     def kind(name):
+        if name in mix:
+            return mix[name]
         if name.endswith("norm.weight"):
             return quant.F32.type_id
         return embd_type if name == "token_embd.weight" else matrix_type

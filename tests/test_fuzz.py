@@ -14,7 +14,8 @@ The inputs, all from fixed seeds:
 - GGUF files: the malformed corpus of tests/test_gguf.py, then seeded mutations of a tiny model
   (pyspec.testmodels.write_model): bit flips, truncations, byte insertions, and metadata values
   overwritten with boundary values (0, 1, -1, 2^31 - 1, ...), each given to `generate` as the
-  champion and to `check-pair` as the draft;
+  champion and to `check-pair` as the draft; and mutations of a Q4_K_M model (the K-quants, with
+  infinite super-block scales among them);
 - hostile option values (--ctx, --k, --draft, --prompt bytes that are not UTF-8, ...).
 Each test prints its counts (`pytest -s`) and asserts 0 crashes, and that both ran and refused
 occur (so a fuzz that only ever reaches the first check would fail).
@@ -298,6 +299,33 @@ def test_gguf_mutations(capsys, champion, tmp_path):
             data, label = mutate_bytes(rng, blob, hot=header), f"byte mutation {i}"
         path.write_bytes(data)
         run_both(tally, capsys, champion, path, f"mutation {i}: {label}")
+    tally.report()
+
+
+K_MUTATIONS = 48
+
+
+def test_k_quant_gguf_mutations(capsys, champion, tmp_path):
+    """A Q4_K_M model (Q4_K, Q6_K and F32 tensors, formats/mixes.py) mutated anywhere, its data
+    most of all, and with each K-quant tensor's first super-block scale set to infinity: every
+    run runs or is refused, never crashes (a non-finite scale is NonFiniteScaleError)."""
+    model = tmp_path / "q4_k_m.gguf"
+    testmodels.write_model(model, seed=2, n_layers=1, d=256, n_heads=4, n_kv=2, d_ff=256,
+                           matrix_type="Q4_K_M")
+    tally = Tally("Q4_K_M mutations")
+    blob = model.read_bytes()
+    f = gguf.GGUFFile(blob)
+    path = tmp_path / "mutant.gguf"
+    for name, t in f.tensors.items():
+        if t.format.name in ("Q4_K", "Q6_K"):
+            at = t.offset + (208 if t.format.name == "Q6_K" else 0)
+            path.write_bytes(blob[:at] + b"\x00\x7c" + blob[at + 2:])       # f16 +inf
+            run_both(tally, capsys, champion, path, f"infinite scale in {name}")
+    rng = np.random.default_rng(SEED + 1)
+    for i in range(K_MUTATIONS):
+        path.write_bytes(mutate_bytes(rng, blob))
+        run_both(tally, capsys, champion, path, f"K mutation {i}")
+    run_both(tally, capsys, champion, model, "the valid model")
     tally.report()
 
 

@@ -23,12 +23,12 @@ import gguf as gguf_ref
 import numpy as np
 import pytest
 
-from pyspec.formats import gguf, quant
+from pyspec.formats import gguf, kquant, quant
 from pyspec.formats.gguf import ARRAY, BOOL, STRING, UINT8, UINT32, GGUFError, GGUFFile
 
 FUZZ_SEED = 20241129
 FUZZ_MUTATIONS = 3000
-ALL_TYPES = (quant.F32, quant.F16, quant.Q8_0, quant.Q4_0, quant.Q4_1)
+ALL_TYPES = tuple(quant.FORMATS.values())
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -111,6 +111,12 @@ ROUND_TRIP_TENSORS = {
     "q4_0.3d": ((2, 3, 32), quant.Q4_0),
     "q4_1.4d": ((2, 1, 2, 64), quant.Q4_1),
     "f32.4d": ((1, 2, 3, 4), quant.F32),
+    "q5_0.2d": ((2, 64), quant.Q5_0),
+    "q5_1.1d": ((96,), quant.Q5_1),
+    "q4_k.2d": ((2, 256), quant.Q4_K),
+    "q5_k.3d": ((1, 2, 256), quant.Q5_K),
+    "q6_k.2d": ((3, 512), quant.Q6_K),
+    "bf16.2d": ((3, 7), quant.BF16),
 }
 
 
@@ -195,7 +201,7 @@ def test_we_read_reference_written_file(tmp_path):
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 64)).astype(np.float32)
     tensors = {"f32": (x, quant.F32), "f16": (x.astype(np.float16), quant.F16)}
-    for fmt in (quant.Q8_0, quant.Q4_0, quant.Q4_1):
+    for fmt in (quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.BF16):
         qtype = gguf_ref.GGMLQuantizationType(fmt.type_id)
         tensors[fmt.name.lower()] = (gguf_ref.quants.quantize(x, qtype), fmt)
     for name, (data, fmt) in tensors.items():
@@ -241,9 +247,10 @@ def test_writer_custom_alignment(tmp_path):
     ({"t": (np.zeros((2, 48)), quant.Q8_0.type_id)}, None, ValueError),   # row not whole blocks
     ({"t": (np.float32(1.0), quant.F32.type_id)}, None, ValueError),      # 0 dims
     ({"t": (np.zeros((1,) * 5), quant.F32.type_id)}, None, ValueError),   # 5 dims
-    ({"t": (np.zeros(32), 12)}, None, ValueError),                        # unsupported type
+    ({"t": (np.zeros(256), 11)}, None, ValueError),                       # unsupported type
+    ({"t": (np.zeros(128), quant.Q4_K.type_id)}, None, ValueError),       # half a super-block
     ({}, 12, ValueError),                                                 # not a multiple of 8
-], ids=["partial-block", "0-dims", "5-dims", "q4_k", "alignment-12"])
+], ids=["partial-block", "0-dims", "5-dims", "q3_k", "partial-q4_k", "alignment-12"])
 def test_writer_refuses_what_the_reader_would_refuse(tmp_path, tensors, alignment, error):
     with pytest.raises(error):
         gguf.write(tmp_path / "x.gguf", {}, tensors, alignment=alignment)
@@ -302,7 +309,9 @@ def small(tmp_path_factory):
                {"a": (rng.standard_normal(8), quant.F32.type_id),
                 "b": (rng.standard_normal((2, 32)), quant.Q8_0.type_id),
                 "c": (rng.standard_normal(32), quant.Q4_1.type_id),
-                "d": (rng.standard_normal(4), quant.F16.type_id)})
+                "d": (rng.standard_normal(4), quant.F16.type_id),
+                "e": (rng.standard_normal(256), quant.Q4_K.type_id),
+                "f": (rng.standard_normal(256), quant.Q6_K.type_id)})
     blob = path.read_bytes()
     f = GGUFFile(blob)
     return blob, f, max(t.offset + t.nbytes for t in f.tensors.values())
@@ -401,8 +410,14 @@ MALFORMED = {
     "n-dims-0": (_file([], [_ti("t", [])], bytes(32)), "dims", KV_AT),
     "n-dims-5": (_file([], [_ti("t", [1] * 5)], bytes(32)), "dims", KV_AT),
     "n-dims-huge": (_file([], [_s("t") + struct.pack("<I", 2**32 - 1) + bytes(40)]), "dims", KV_AT),
-    "unknown-tensor-type": (_file([], [_ti("t", [32], 99)], bytes(160)), "type 99", KV_AT),
-    "unsupported-q4_k": (_file([], [_ti("t", [256], 12)], bytes(160)), "type 12", KV_AT),
+    "unknown-tensor-type": (_file([], [_ti("t", [32], 99)], bytes(160)), "unknown type 99",
+                            KV_AT),
+    "unsupported-iq2_xs": (_file([], [_ti("t", [256], 17)], bytes(160)), "IQ2_XS", KV_AT),
+    "unsupported-q3_k": (_file([], [_ti("t", [256], 11)], bytes(160)), "Q3_K", KV_AT),
+    "unsupported-tq1_0": (_file([], [_ti("t", [256], 34)], bytes(160)), "TQ1_0", KV_AT),
+    "q4_k-past-eof": (_file([], [_ti("t", [256], 12)], bytes(100)), "past the end", 64 + 100),
+    "q4_k-partial-super-block": (_file([], [_ti("t", [128], 12)], bytes(160)), "block size",
+                                 KV_AT),
     "misaligned-offset": (_file([], [_ti("t", [8], 0, 4)], bytes(64)), "aligned", KV_AT),
     # (the offset of data past the end is where the file ends)
     "data-past-eof": (_file([], [_ti("t", [8], 0, 32)], bytes(32)), "past the end", 96),
@@ -492,3 +507,43 @@ def test_random_mutations_parse_or_raise_gguf_error(small):
         except Exception as e:  # anything else is a reader bug: report the mutation
             pytest.fail(f"mutation {i} {edits}: {type(e).__name__}: {e}")
     assert outcomes["parsed"] > 100 and outcomes["refused"] > 100, outcomes
+
+
+def test_refused_types_name_the_tensor_and_the_type():
+    """IQ*, Q2_K, Q3_K, TQ* ...: refused when the file is parsed, by name, with what to do."""
+    with pytest.raises(gguf.UnsupportedTypeError) as e:
+        GGUFFile(_file([], [_ti("blk.0.ffn_down.weight", [256, 4], 16)], bytes(1024)), "m.gguf")
+    message = str(e.value)
+    assert "'blk.0.ffn_down.weight' is IQ2_XXS (ggml type 16)" in message
+    assert "Q4_K_M" in message and "llama-quantize" in message and message.startswith("m.gguf: ")
+
+
+def test_truncated_k_quant_tensor_is_a_named_error(tmp_path):
+    path = tmp_path / "k.gguf"
+    gguf.write(path, {}, {"w": (np.ones((4, 256), np.float32), quant.Q5_K.type_id)})
+    blob = path.read_bytes()
+    end = len(blob)
+    with pytest.raises(gguf.TruncatedTensorError, match="tensor 'w' data .* runs past the end"):
+        GGUFFile(blob[:end - 1])
+
+
+@pytest.mark.parametrize("fmt", quant.K_QUANTS, ids=lambda f: f.name)
+def test_non_finite_k_quant_scale_is_a_named_error(tmp_path, fmt):
+    """A super-block whose d (or dmin) is NaN or infinite: reading the tensor (to dequantize
+    or to upload it) says which tensor and which super-block; other tensors still read."""
+    path = tmp_path / "k.gguf"
+    rng = np.random.default_rng(5)
+    gguf.write(path, {}, {"ok": (rng.standard_normal(256), fmt.type_id),
+                          "blk.1.attn_k.weight": (rng.standard_normal((3, 512)), fmt.type_id)})
+    blob = bytearray(path.read_bytes())
+    info = GGUFFile(bytes(blob)).tensors["blk.1.attn_k.weight"]
+    for at, value in zip(kquant.SCALE_OFFSETS[fmt.name], (np.inf, np.nan)):
+        bad = bytearray(blob)
+        where = info.offset + 4 * fmt.block_bytes + at                  # super-block 4
+        bad[where:where + 2] = np.array([value], np.float16).tobytes()
+        f = GGUFFile(bytes(bad), "m.gguf")
+        with pytest.raises(gguf.NonFiniteScaleError) as e:
+            f.dequantize("blk.1.attn_k.weight")
+        assert "tensor 'blk.1.attn_k.weight' (" + fmt.name + "): super-block 4" in str(e.value)
+        assert e.value.offset == info.offset + 4 * fmt.block_bytes
+        assert np.isfinite(f.dequantize("ok")).all()

@@ -13,6 +13,10 @@ A draft may *borrow* tensors from the champion it was trained beside instead of 
 says that the file is a draft to load beside its champion. Which champion may lend is the
 pairing's question (`compat.bind_borrowed`).
 
+A tensor in a type pyspec does not read (quant.FORMATS) is refused by name when the file is
+parsed (UnsupportedTypeError), one whose data runs past the end too (TruncatedTensorError), and a
+K-quant tensor with a non-finite super-block scale when its bytes are read (NonFiniteScaleError).
+
 The writer exists to make small test models and drafts; it writes the same layout (spec:
 github.com/ggml-org/ggml/blob/master/docs/gguf.md). Dequantization lives in `quant.py`.
 """
@@ -65,6 +69,18 @@ class GGUFError(PyspecError, ValueError):
         super().__init__(f"{source}: {reason}{where}." + (f" {advice}" if advice else ""))
         self.offset = offset
         self.reason = reason
+
+
+class UnsupportedTypeError(GGUFError):
+    """A tensor is in a ggml type pyspec does not read (IQ*, Q2_K, Q3_K, TQ*, ...)."""
+
+
+class TruncatedTensorError(GGUFError):
+    """A tensor's data runs past the end of the file (a cut download, or dims that lie)."""
+
+
+class NonFiniteScaleError(GGUFError):
+    """A K-quant super-block's f16 scale (d or dmin) is NaN or infinite."""
 
 
 @dataclass(frozen=True)
@@ -222,8 +238,11 @@ class GGUFFile:
             type_id = cur.scalar("<I", f"type of {name!r}")
             rel = cur.scalar("<Q", f"offset of {name!r}")
             if type_id not in quant.FORMATS:
-                cur.fail(f"tensor {name!r} has type {type_id}; pyspec supports "
-                         f"{', '.join(f.name for f in quant.FORMATS.values())}", start)
+                raise UnsupportedTypeError(
+                    f"tensor {name!r} is {quant.type_name(type_id)} (ggml type {type_id}), a "
+                    f"block format pyspec does not read; it reads "
+                    f"{', '.join(f.name for f in quant.FORMATS.values())} (a Q4_K_M, Q5_K_M or "
+                    "Q8_0 file of the model, from llama-quantize, will do)", start, source)
             fmt = quant.FORMATS[type_id]
             n = 1
             for d in dims:
@@ -247,8 +266,8 @@ class GGUFFile:
                 # Why the file's size as the offset: the message then reads "... the end of
                 # the file at byte <size>", true whether the file was cut or the dims are bad
                 # (the tensor's entry itself, earlier, is whole).
-                cur.fail(f"tensor {name!r} data [{off}, {off + nbytes}) runs past the end of the "
-                         "file", cur.size)
+                raise TruncatedTensorError(f"tensor {name!r} data [{off}, {off + nbytes}) runs "
+                                           "past the end of the file", cur.size, source)
             self.tensors[name] = TensorInfo(name, shape, type_id, off, nbytes)
         self.borrowed = self._read_borrowed(cur)
         self._lender: GGUFFile | None = None
@@ -300,10 +319,18 @@ class GGUFFile:
         return cls(buf, os.path.basename(os.fspath(path)))
 
     def raw(self, name: str) -> np.ndarray:
-        """Zero-copy uint8 view of a tensor's bytes (a borrowed one's in its lender's buffer)."""
+        """Zero-copy uint8 view of a tensor's bytes (a borrowed one's in its lender's buffer).
+        A K-quant tensor is checked first: a non-finite super-block scale raises
+        NonFiniteScaleError (it would make every value of its 256 NaN or infinite)."""
         t = self.tensor(name)
         buf = self.buf if name in self.tensors else self._lender.buf
-        return np.frombuffer(buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
+        raw = np.frombuffer(buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
+        bad = quant.first_bad_scale(raw, t.type_id)
+        if bad is not None:
+            at = t.offset + bad * t.format.block_bytes
+            raise NonFiniteScaleError(f"tensor {name!r} ({t.format.name}): super-block {bad} has "
+                                      "a NaN or infinite scale (d or dmin)", at, self.source)
+        return raw
 
     def tensor(self, name: str) -> TensorInfo:
         if name in self.tensors:

@@ -1,0 +1,141 @@
+"""`python -m pyspec info MODEL.gguf`: a model card, read from the file's header, before any load.
+
+The card says what the file is (architecture, parameters, tensor types, context, chat template
+family, size) and what pyspec can do with it here: whether its architecture and block formats
+are ones pyspec runs (the same checks a load makes, so a refusal names the same reason), and for
+each backend the memory it needs by a stated rule:
+
+- CPU engines (`cpu`, `numpy`, and the page without a usable GPU) dequantize every matrix to
+  float32 at load: 4 bytes a parameter, plus the KV cache in float32 at the chosen context.
+  Natively that is held against the machine's memory; in the page against the wasm heap, which
+  is 32-bit (4 GiB), less PAGE_RUNTIME_BYTES for Pyodide, numpy and pyspec.
+- GPU engines (`wgpu`, the page on WebGPU) keep weights in their block format: the file's tensor
+  bytes on the device, plus the KV cache. WebGPU tells no memory size, so the rule checks what it
+  does tell: every tensor must fit one storage binding (the spec's default limit is 128 MiB;
+  adapters offer more, and pyspec asks for the adapter's maximum). The out-of-memory fault path
+  stays the backstop.
+
+Not here: loading (load.py), the page's own card from HTTP Range requests (web/).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+
+from ..cpu.model import Config, ModelError
+from ..errors import PyspecError
+from ..formats.gguf import GGUFError, GGUFFile
+
+# Pyodide, numpy and pyspec in the wasm heap before any weight (measured: 778 MB after loading
+# the 135M champion, whose float32 weights and cache take about 600 MB; README "CPU engine").
+PAGE_RUNTIME_BYTES = 300 << 20
+WASM_HEAP_BYTES = 4 << 30
+WEBGPU_DEFAULT_BINDING = 128 << 20   # maxStorageBufferBindingSize, the WebGPU spec's default
+
+TEMPLATE_FAMILIES = (   # a marker in the template text -> its family
+    ("<|im_start|>", "ChatML"), ("<|start_header_id|>", "Llama 3"),
+    ("<start_of_turn>", "Gemma"), ("[INST]", "Llama 2 / Mistral"),
+)
+
+
+def template_family(template: str | None) -> str:
+    if not template:
+        return "none (the file has no chat template: use --raw)"
+    for marker, family in TEMPLATE_FAMILIES:
+        if marker in template:
+            return family
+    return "other (rendered from the file's own template)"
+
+
+def memory_host() -> int | None:
+    """Bytes of memory on this machine, where the OS says (None in the page)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def card(path: str, ctx: int | None = None) -> dict:
+    """The card of the GGUF at `path` as a dict (what `info --json` prints); `ctx` is the context
+    the memory rule assumes (default: the model's own, as a load reserves it)."""
+    size = os.path.getsize(path)
+    out: dict = {"file": os.path.basename(path), "bytes": size, "runs": False, "refusal": None}
+    try:
+        f = GGUFFile.open(path)
+    except GGUFError as e:
+        out["refusal"] = str(e)
+        return out
+    md = f.metadata
+    params = sum(math.prod(t.shape) for t in f.tensors.values())
+    types = Counter(t.format.name for t in f.tensors.values())
+    out.update(architecture=md.get("general.architecture"), name=md.get("general.name"),
+               parameters=params, tensor_types=dict(types.most_common()),
+               template=template_family(md.get("tokenizer.chat_template")),
+               tokenizer=md.get("tokenizer.ggml.model"), pre=md.get("tokenizer.ggml.pre"))
+    try:
+        cfg = Config.from_metadata(md)
+    except (ModelError, PyspecError) as e:
+        out["refusal"] = str(e)
+        return out
+    ctx = min(ctx or cfg.context_length, cfg.context_length)
+    kv = 2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4
+    largest = max(f.tensors.values(), key=lambda t: t.nbytes)
+    out.update(runs=True, context=cfg.context_length, layers=cfg.n_layers,
+               vocab=cfg.vocab_size, kv_context=ctx, kv_bytes=kv,
+               largest_tensor={"name": largest.name, "bytes": largest.nbytes},
+               backends=backends(params, kv, largest.nbytes, size))
+    return out
+
+
+def backends(params: int, kv: int, largest: int, file_bytes: int) -> dict:
+    """Each backend's verdict by the module docstring's rule: {backend: {fits, needs, why}}."""
+    cpu_needs = 4 * params + kv
+    host = memory_host()
+    page_cpu = cpu_needs + PAGE_RUNTIME_BYTES
+    gpu_needs = file_bytes + kv
+    binding_ok = largest <= WEBGPU_DEFAULT_BINDING
+    return {
+        "cpu": {"fits": host is None or cpu_needs < host, "needs": cpu_needs,
+                "why": f"float32 weights and cache against {gib(host)} of memory"
+                       if host else "float32 weights and cache"},
+        "page-cpu": {"fits": page_cpu <= WASM_HEAP_BYTES, "needs": page_cpu,
+                     "why": "float32 weights, cache and the runtime against the page's 4 GiB "
+                            "wasm heap"},
+        "webgpu": {"fits": True, "needs": gpu_needs,
+                   "why": "weights in their block format; the largest tensor fits WebGPU's "
+                          "default 128 MiB binding" if binding_ok else
+                          f"the largest tensor ({gib(largest)}) needs an adapter whose "
+                          "maxStorageBufferBindingSize is at least that (desktop GPUs offer "
+                          "2-4 GiB; the spec's default is 128 MiB)"},
+    }
+
+
+def gib(n: int | None) -> str:
+    """Bytes in GiB, or MiB below one GiB."""
+    if n is None:
+        return "?"
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def render(c: dict) -> str:
+    """The card as lines of text."""
+    lines = [f"{c['file']}: {gib(c['bytes'])}"]
+    if "architecture" in c:
+        lines += [f"  architecture  {c['architecture']}" + (f" ({c['name']})" if c["name"] else ""),
+                  f"  parameters    {c['parameters'] / 1e6:,.1f} M",
+                  "  tensor types  " + ", ".join(f"{k} x{v}" for k, v in c["tensor_types"].items()),
+                  f"  tokenizer     {c['tokenizer']} (pre: {c['pre']})",
+                  f"  chat template {c['template']}"]
+    if not c["runs"]:
+        lines.append(f"  pyspec cannot run it: {c['refusal']}")
+        return "\n".join(lines)
+    lines += [f"  context       {c['context']:,} tokens, {c['layers']} layers, vocabulary "
+              f"{c['vocab']:,}",
+              f"  KV cache      {gib(c['kv_bytes'])} at {c['kv_context']:,} tokens (float32)",
+              "  backends (memory rule: `pyspec info --help`):"]
+    for name, b in c["backends"].items():
+        verdict = "fits" if b["fits"] else "too large"
+        lines.append(f"    {name:<9} {verdict:<9} needs {gib(b['needs'])}: {b['why']}")
+    return "\n".join(lines)

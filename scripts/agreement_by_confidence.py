@@ -43,7 +43,7 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
 def positions(workload: str, max_tokens: int) -> list[dict]:
     """Per public prompt: id, stratum, and per answer position (p1, p2, draft agrees)."""
     from pyspec import champion_path, trained_draft_path
-    from pyspec.apps.bench import check_messages, read_workload
+    from pyspec.apps.workload import check_messages, read_workload
     from pyspec.cpu.model import Model
     from pyspec.engine import Engine
     from pyspec.formats.gguf import GGUFFile

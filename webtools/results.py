@@ -1,6 +1,7 @@
 """The headline results table of README.md, made from the result files it links to, so that no
-figure in it can drift from its file: `python -m webtools.results` prints it, and
-tests/test_docs.py checks that README.md holds exactly this table.
+figure in it can drift from its file, and docs/sampling-and-json.md's table of schema-constrained
+decoding the same way: `python -m webtools.results` prints both, and tests/test_docs.py checks
+that the two pages hold exactly these tables.
 
 Each row is one claim: a drafter in one result file against champion-only in the same run.
 Speedups are the median over prompts with the range and the number of prompts; a drafter that
@@ -70,5 +71,27 @@ def table(root: Path = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
+# (where it ran, result file) of scripts/bench_json.py runs: docs/sampling-and-json.md's table
+JSON_CLAIMS = [("NVIDIA H200, native WebGPU", "json-h200.json"),
+               ("2-core AMD EPYC, numpy engine", "json-cpu.json")]
+
+
+def json_table(root: Path = RESULTS) -> str:
+    """Schema-constrained decoding against constrained champion-only, from bench_json's files."""
+    lines = ["| where (file) | forced tokens alone | forced + n-gram [range] (prompts) | outputs |",
+             "|---|---|---|---|"]
+    for where, name in JSON_CLAIMS:
+        runs = json.loads((root / name).read_text())["overall"]
+        forced, ngram = runs["none/heuristic"], runs["ngram/heuristic"]
+        lo, hi = ngram["speedup_range"]
+        same = "all identical" if ngram["all_equal_to_reference"] else "NOT all identical"
+        lines.append(f"| {where} ([`{name}`](../bench/results/{name})) | "
+                     f"{forced['speedup_median']:.2f}x | **{ngram['speedup_median']:.2f}x** "
+                     f"[{lo:.2f}, {hi:.2f}] ({ngram['prompts']}) | {same} |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
     print(table(), end="")
+    print()
+    print(json_table(), end="")

@@ -55,9 +55,21 @@ def git_commit(root: str = ROOT) -> dict:
 
 
 def machine() -> dict:
-    """The host: OS, CPU, core count and Python."""
-    return {"platform": platform.platform(), "processor": platform.processor() or None,
+    """The host: OS, CPU model, core count and Python."""
+    return {"platform": platform.platform(), "processor": cpu_model(),
             "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo on Linux; platform.processor() elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def record(*, champion: str | None, drafts: dict[str, str | None], workload: str | None,

@@ -130,6 +130,8 @@ def main() -> int:
         "answer_median_agreement": round(statistics.median(
             float(np.mean(a["agrees"])) for a in answers), 4),
     }
+    from pyspec.apps import provenance
+    provenance.stamp(result, workload=args.workload)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"agreement {result['draft_agreement']}, champion p1 median "

@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pyspec import champion_path  # noqa: E402
-from pyspec.apps import bench, benchstats, workload
+from pyspec.apps import bench, benchstats, provenance, workload  # noqa: E402
 from pyspec.cpu.fastcpu import FastModel  # noqa: E402
 from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
@@ -101,6 +101,7 @@ def main() -> int:
                          / before["drafter_tokens_per_s_median"][before["best_drafter"]])}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "cpu-before-after.json")
+    provenance.stamp(result, workload=args.workload)
     with open(path, "w") as fh:
         json.dump(result, fh, indent=1)
     plot(result, strata, drafts, path.removesuffix(".json") + ".png")

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pyspec import champion_path  # noqa: E402
-from pyspec.apps import benchstats, workload
+from pyspec.apps import benchstats, provenance, workload  # noqa: E402
 from webtools import browser, serve  # noqa: E402
 
 WLLAMA = "@wllama/wllama@3.8.1"
@@ -182,6 +182,7 @@ def main() -> int:
                 "champion_only": champion["median"] / theirs, "best_drafter": best[0] / theirs}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "wllama-vs-pyspec-cpu.json")
+    provenance.stamp(result, workload=args.workload)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result["ratio_pyspec_over_wllama"], indent=1))

@@ -195,6 +195,8 @@ def main() -> int:
             row["overall"] = round(statistics.median(speed.values()), 3)
             result["two_chains"][name] = row
             print(f"{name:45s} " + " ".join(f"{s[:6]} {v:.2f}" for s, v in row.items()))
+    from pyspec.apps import provenance
+    provenance.stamp(result, workload=args.workload)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"top-n agreement {result['draft_top_n_agreement']}")

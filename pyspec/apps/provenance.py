@@ -2,7 +2,7 @@
 after the run: the commit, the sha256 of the champion, of each draft model and of the workload,
 the date, the machine and the adapter (`record`), and for every output the sha256 of its token
 ids (`tokens_sha256`), from which "identical to champion-only" can be recounted
-(`recount_identical`). It also holds the rule that a drafter which drafted in fewer than
+(`recount_identical`); `stamp` adds the record to a measuring script's result. It also holds the rule that a drafter which drafted in fewer than
 `DRAFTED_MIN` of its cycles "did not draft" (`outcome`): its output equals champion-only's
 because it barely ran, which says nothing about its exactness or its speed.
 
@@ -82,6 +82,22 @@ def record(*, champion: str | None, drafts: dict[str, str | None], workload: str
             **git_commit(), "machine": machine(), "backend": backend, "adapter": adapter,
             "champion": named(champion), "workload": named(workload),
             "drafts": {d: named(path) if path else None for d, path in drafts.items()}}
+
+
+def stamp(result: dict, *, champion: str | None = None, drafts: dict | None = None,
+          workload: str | None = None, adapter: str | None = None,
+          backend: str | None = None) -> dict:
+    """`result` with its "provenance" (record's) added, for the measuring scripts; the champion
+    defaults to the installed one."""
+    if champion is None:
+        from .. import champion_path
+        try:
+            champion = champion_path()
+        except FileNotFoundError:
+            pass
+    result["provenance"] = record(champion=champion, drafts=drafts or {}, workload=workload,
+                                  adapter=adapter or result.get("adapter"), backend=backend)
+    return result
 
 
 def drafted_share(stats: list[dict]) -> float:

@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pyspec import champion_path  # noqa: E402
-from pyspec.apps import bench, benchstats, provenance, workload  # noqa: E402
+from pyspec.apps import benchstats, provenance, workload  # noqa: E402
 from pyspec.cpu.fastcpu import FastModel  # noqa: E402
 from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402

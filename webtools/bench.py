@@ -7,8 +7,8 @@ One page session serves the whole run. For every prompt, champion-only ("none") 
 run back to back through the page's own decoder (`pyspecApp.decoder().generate`, the worker
 protocol), the order alternating per prompt as in pyspec/apps/bench.py, so drift in a shared, slow
 software adapter hits both sides alike; `--repeat N` runs each side N times per prompt and keeps
-its median run. Per stratum it reports what `python -m pyspec bench`
-reports (its summarize / print_table / plot are reused: the rows have the same shape), and on top:
+its median run. Per stratum it reports what `python -m pyspec bench` reports
+(pyspec/apps/benchstats.py: the rows have the same shape; provenance.py's record), and on top:
   - page timings: navigation to ready, the worker's phases (Pyodide + pyspec, weights from
     OPFS or the network, model load = the `load` phase: parse, dequantize, upload, compile),
     and the first request's time to first token;

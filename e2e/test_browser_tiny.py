@@ -38,6 +38,24 @@ def tiny_page(browser, site_url):
 
 
 @pytest.fixture(scope="module")
+def cpu_page(tiny_page, browser, site_url):
+    """The page on its numpy engine (`backend=cpu`), whatever it picks on its own: the module's
+    page where that already is the CPU engine (a software adapter, as on CI), else a page of
+    its own, so the CPU engine's exactness tests run on every machine."""
+    page, info, c = tiny_page
+    if info["adapter"] == "cpu-numpy":
+        yield page, info
+        return
+    own = Context(browser, site_url)
+    page = own.page("index.html?model=tiny&backend=cpu")
+    info = ready(page)
+    assert info["adapter"] == "cpu-numpy", info["adapter"]
+    yield page, info
+    own.ctx.close()
+    assert not own.offsite, f"requests to other origins: {own.offsite}"
+
+
+@pytest.fixture(scope="module")
 def tiny_path(site_root):
     return str(site_root / "models" / "tiny.gguf")
 
@@ -82,13 +100,11 @@ def test_greedy_speculative_equals_champion_only_and_native(tiny_page, tiny_path
         assert ngram["stats"][key] == native_ngram.stats[key], key
 
 
-def test_the_cpu_engine_picks_the_kernel_and_tokens_of_cpython(tiny_page, tiny_path,
+def test_the_cpu_engine_picks_the_kernel_and_tokens_of_cpython(cpu_page, tiny_path,
                                                                monkeypatch):
     """The page's CPU engine (fastcpu) chooses its row kernel by the rule CPython applies to a
     numpy without BLAS, and gives the tokens and accept decisions of that kernel natively."""
-    page, info, _ = tiny_page
-    if info["adapter"] != "cpu-numpy":
-        pytest.skip(f"the page chose {info['adapter']}, not the CPU engine")
+    page, info = cpu_page
     monkeypatch.setattr(fastcpu, "numpy_has_blas", lambda: False)   # Pyodide's numpy has none
     monkeypatch.delenv("PYSPEC_CPU_KERNEL", raising=False)
     kernel = fastcpu.choose_kernel()
@@ -113,14 +129,12 @@ def test_replay_equals_native_for_the_same_seed(tiny_page, tiny_path):
     assert browser_none["tokens"] == native.tokens
 
 
-def test_rejection_equals_native_seed_by_seed(tiny_page, tiny_path):
+def test_rejection_equals_native_seed_by_seed(cpu_page, tiny_path):
     """Rejection sampling in the page's CPU engine: for each seed the tokens and accept
     decisions of the native engine with the page's kernel (its samples depend on the draft
     and K, not only on the seed, so drafters are compared with their own native runs). Its
     distribution is tested natively (tests/test_engine.py)."""
-    page, info, _ = tiny_page
-    if info["adapter"] != "cpu-numpy":
-        pytest.skip(f"the page chose {info['adapter']}, not the CPU engine")
+    page, info = cpu_page
     load = functools.partial(fastcpu.FastModel.load, kernel=info["cpu_kernel"])
     for seed in range(4):
         options = {"temperature": 0.9, "seed": seed, "verify": "rejection", "k": "fixed:2",

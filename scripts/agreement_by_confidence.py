@@ -43,7 +43,7 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
 def positions(workload: str, max_tokens: int) -> list[dict]:
     """Per public prompt: id, stratum, and per answer position (p1, p2, draft agrees)."""
     from pyspec import champion_path, trained_draft_path
-    from pyspec.apps.bench import check_messages, read_workload
+    from pyspec.apps.workload import check_messages, read_workload
     from pyspec.cpu.model import Model
     from pyspec.engine import Engine
     from pyspec.formats.gguf import GGUFFile
@@ -130,6 +130,8 @@ def main() -> int:
         "answer_median_agreement": round(statistics.median(
             float(np.mean(a["agrees"])) for a in answers), 4),
     }
+    from pyspec.apps import provenance
+    provenance.stamp(result, workload=args.workload)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"agreement {result['draft_agreement']}, champion p1 median "

@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pyspec.apps import provenance  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
 from pyspec.load import backend, load_champion  # noqa: E402
 
@@ -118,6 +119,7 @@ def main(argv=None) -> int:
                                   "max_latency_s": max(c["latency_s"] for c in cancels)},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    provenance.stamp(result)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "per_turn"}, indent=1))
     return 0

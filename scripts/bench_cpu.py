@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pyspec import champion_path  # noqa: E402
-from pyspec.apps import bench
+from pyspec.apps import benchstats, provenance, workload  # noqa: E402
 from pyspec.cpu.fastcpu import FastModel  # noqa: E402
 from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
@@ -48,7 +48,7 @@ def main() -> int:
     p.add_argument("--k", default="heuristic")
     p.add_argument("--out", default="bench/results")
     args = p.parse_args()
-    items = bench.first_per_stratum(bench.read_workload(args.workload), args.per_stratum)
+    items = workload.first_per_stratum(workload.read_workload(args.workload), args.per_stratum)
     drafts = [d for d in args.drafts.split(",") if d]
     f = GGUFFile.open(champion_path())
     tok = Tokenizer.from_metadata(f.metadata)
@@ -71,7 +71,7 @@ def main() -> int:
             base_tps[e].append(base.stats["tokens_per_s"])
             line.append(f"{e}: base {base.stats['tokens_per_s']:.2f}")
             for d in drafts:
-                row = bench.compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens)
+                row = benchstats.compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens)
                 rows[e][d].append(row)
                 line.append(f"{d} {row['stats']['tokens_per_s']:.2f} (x{row['speedup']:.2f})")
         print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
@@ -85,13 +85,13 @@ def main() -> int:
         best = {d: statistics.median(r["stats"]["tokens_per_s"] for r in rows[e][d])
                 for d in drafts}
         result["engines"][e] = {
-            "champion_only_tokens_per_s": bench.spread(base_tps[e]),
+            "champion_only_tokens_per_s": benchstats.spread(base_tps[e]),
             "drafter_tokens_per_s_median": best,
             "best_drafter": max(best, key=best.get),
             "identical_to_champion_only": all(r["identical"] for d in drafts for r in rows[e][d]),
-            "drafters": bench.drafter_tables(rows[e], strata),
+            "drafters": benchstats.drafter_tables(rows[e], strata),
             "schedule": {d: guard_decisions(rows[e][d]) for d in drafts},
-            "prompts": bench.prompt_lines(rows[e]),
+            "prompts": benchstats.prompt_lines(rows[e]),
         }
     before, after = result["engines"]["numpy"], result["engines"]["cpu"]
     result["ratio_after_over_before"] = {
@@ -101,6 +101,7 @@ def main() -> int:
                          / before["drafter_tokens_per_s_median"][before["best_drafter"]])}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "cpu-before-after.json")
+    provenance.stamp(result, workload=args.workload)
     with open(path, "w") as fh:
         json.dump(result, fh, indent=1)
     plot(result, strata, drafts, path.removesuffix(".json") + ".png")

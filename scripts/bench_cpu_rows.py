@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from pyspec import champion_path
+from pyspec.apps import provenance
 from pyspec.cpu import fastcpu
 from pyspec.kv import KVCache
 
@@ -66,6 +67,7 @@ def main() -> None:
             for m, ts in times[b].items()}
         print(b, {m: v["median_ms"] for m, v in result["blocks"][str(b)].items()},
               {m: v["over_one_row"] for m, v in result["blocks"][str(b)].items()})
+    provenance.stamp(result)
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
 

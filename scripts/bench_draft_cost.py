@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from pyspec import champion_path, trained_draft_path
+from pyspec.apps import provenance
 from pyspec.cpu.fastcpu import FastModel
 from pyspec.cpu.model import Model
 from pyspec.drafters.eagle import EagleHead, is_eagle
@@ -78,6 +79,7 @@ def main() -> int:
                       [1])["pass_s"]["1"]
         result["wgpu"] = {"adapter": dev.name, "champion_pass_s": g_c, "draft_step_s": g_d,
                           "draft_over_champion": g_d / g_c}
+    provenance.stamp(result)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result, indent=1))

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from webtools import browser as web_browser  # noqa: E402
 from webtools import serve, site  # noqa: E402
+from pyspec.apps import provenance  # noqa: E402
 
 PROMPT = "the cat sat on the mat. the cat"
 MODES = {"greedy": {"temperature": 0}, "replay": {"temperature": 0.8, "seed": 5}}
@@ -129,6 +130,7 @@ def write(args, info: dict, undisturbed: dict, table: dict) -> None:
               "undisturbed_wall_s": {m: summary(v) for m, v in undisturbed.items()},
               "faults": table}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    provenance.stamp(result, champion="")
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 

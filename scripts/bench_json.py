@@ -34,6 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pyspec.apps import provenance  # noqa: E402
+from pyspec.apps.bench import draft_file  # noqa: E402
 from pyspec.rules import jsonmask  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
 from pyspec.load import backend, load_champion  # noqa: E402
@@ -171,6 +173,8 @@ def main(argv=None) -> int:
               "backend": args.backend, "adapter": next(iter(engines.values())).adapter,
               "champion": args.champion or "smollm2", "k": args.k, "runs": args.runs,
               "vocab_tables_s": tables_s, "mask_cost": mask_cost(tok, items), "prompts": {}}
+    provenance.stamp(result, champion=args.champion, workload=str(PROMPTS), backend=args.backend,
+                     drafts={d: draft_file(d.removeprefix("readback:")) for _, d, _ in configs})
     for item in items:
         ids = tok.encode_chat(item["messages"])
         engines["none"].generate(ids, Options(max_tokens=2, json_schema=item["schema"]))  # warm
@@ -192,6 +196,7 @@ def main(argv=None) -> int:
                 "mask_ms_per_row_p50": summary([r["mask_ms_per_row_p50"] for r in runs]),
                 "mask_rows": r0["mask_rows"],
                 "equal_to_reference": all(r["tokens"] == ref["tokens"] for r in runs),
+                "tokens_sha256": [provenance.tokens_sha256(r["tokens"]) for r in runs],
                 "parses": r0["parses"],
                 "speedup": summary([r["tokens_per_s"] / c["tokens_per_s"] for r, c in
                                     zip(runs, rows["champion-only"])])}

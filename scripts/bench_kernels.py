@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pyspec.apps import provenance
 from pyspec.gpu import device as device_mod
 from pyspec.gpu import native, ops
 from pyspec.gpu.device import ROWS_MAX
@@ -225,6 +226,7 @@ def main() -> None:
             cells = "".join(f"  rows={r}: {t:7.2f}" for r, t in us.items())
             print(f"{label:<12}{name:<28}{cells}  {ok}", flush=True)
     if args.json:
+        provenance.stamp(result)
         args.json.write_text(json.dumps(result, indent=1))
 
 

@@ -40,6 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspec import champion_path  # noqa: E402
+from pyspec.apps import provenance  # noqa: E402
 from pyspec.rules import jsonmask  # noqa: E402
 from pyspec.formats.gguf import GGUFFile  # noqa: E402
 from pyspec.gpu import native, sampling  # noqa: E402
@@ -161,6 +162,7 @@ def main(argv=None) -> int:
               "reps": args.reps, "prompts": len(items), "filters": FILTERS, "split": args.split,
               "rows": per_rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    provenance.stamp(result, champion=args.champion)
     Path(args.out).write_text(json.dumps(result, indent=1))
     return 0
 

@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspec import testmodels  # noqa: E402
+from pyspec.apps import provenance  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
 from pyspec.load import backend, load_champion  # noqa: E402
 
@@ -101,6 +102,7 @@ def main(argv=None) -> int:
                                       "champion_passes": passes}
             print(key, json.dumps(result["configs"][key]), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    provenance.stamp(result, champion=args.champion, workload=args.workload)
     Path(args.out).write_text(json.dumps(result, indent=1))
     plot(result, Path(args.out).with_suffix(".png"))
     return 0

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from webtools import browser, serve, site  # noqa: E402
+from pyspec.apps import provenance  # noqa: E402
 
 WAIT_SNAPSHOT = """async () => {
   for (;;) {
@@ -108,6 +109,7 @@ def main(argv=None) -> int:
                 "phases_ms": {p: summary([v["phases_ms"][p] for v in vs]) for p in PHASES}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    provenance.stamp(result)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     plot(result, out.with_suffix(".png"))
     for name, s in result["summary"].items():

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pyspec import champion_path  # noqa: E402
-from pyspec.apps import bench as native
+from pyspec.apps import benchstats, provenance, workload  # noqa: E402
 from webtools import browser, serve  # noqa: E402
 
 WLLAMA = "@wllama/wllama@3.8.1"
@@ -122,8 +122,8 @@ def run_wllama(items: list[dict], threads: list[int], max_tokens: int, root: Pat
                 decode = [r["timings"]["predicted_per_second"] for r in res["runs"]
                           if r["timings"]]
                 prompt = [r["timings"]["prompt_per_second"] for r in res["runs"] if r["timings"]]
-                res["decode_tokens_per_s"] = native.spread(decode) if decode else None
-                res["prompt_tokens_per_s"] = native.spread(prompt) if prompt else None
+                res["decode_tokens_per_s"] = benchstats.spread(decode) if decode else None
+                res["prompt_tokens_per_s"] = benchstats.spread(prompt) if prompt else None
                 out[str(n)] = res
                 print(f"wllama n_threads={n}: decode {res['decode_tokens_per_s']}, "
                       f"load {res['load_s']:.1f} s", file=sys.stderr, flush=True)
@@ -145,7 +145,7 @@ def main() -> int:
                    help="a `webtools.bench --backend cpu` JSON made beside this run")
     p.add_argument("--out", default="bench/results")
     args = p.parse_args()
-    items = native.first_per_stratum(native.read_workload(args.workload), args.per_stratum)
+    items = workload.first_per_stratum(workload.read_workload(args.workload), args.per_stratum)
     if args.strata:
         items = [it for it in items if it["stratum"] in args.strata.split(",")]
     t0 = time.time()
@@ -167,7 +167,7 @@ def main() -> int:
     for r in pyspec["requests"]:
         if r["id"] in ids:
             by_drafter.setdefault(r["drafter"], []).append(r["tokens_per_s"])
-    champion = native.spread(by_drafter.pop("none", [])) if "none" in by_drafter else {}
+    champion = benchstats.spread(by_drafter.pop("none", [])) if "none" in by_drafter else {}
     best = max((statistics.median(v), d) for d, v in by_drafter.items())
     result = {"wllama": WLLAMA, "pyspec_json": os.path.basename(args.pyspec_json),
               "max_tokens": args.max_tokens, "prompts": [it["id"] for it in items],
@@ -182,6 +182,7 @@ def main() -> int:
                 "champion_only": champion["median"] / theirs, "best_drafter": best[0] / theirs}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "wllama-vs-pyspec-cpu.json")
+    provenance.stamp(result, workload=args.workload)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result["ratio_pyspec_over_wllama"], indent=1))

@@ -22,6 +22,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from pyspec.apps import provenance
 from pyspec.drafters import ngram
 
 SEEDS = Path(__file__).resolve().parent.parent / "train" / "data" / "seed_prompts.jsonl"
@@ -91,6 +92,7 @@ def main() -> int:
                                      "mean_right": s[2] / s[0]} for n, s in sorted(stats.items())},
         "drafts_by_match": list(ngram.DRAFTS_BY_MATCH),
     }
+    provenance.stamp(report, champion=args.champion, workload=str(SEEDS))
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     for n, s in report["by_match_length"].items():
         print(f"match {n}: {s['positions']} positions, first draft right {s['first_right']:.2f}, "

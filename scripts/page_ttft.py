@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from webtools import browser, serve, site  # noqa: E402
 from webtools.bench import RECORD_WORKER, page_phases  # noqa: E402
+from pyspec.apps import provenance  # noqa: E402
 
 
 def visit(context, base: str, prompt: str) -> dict:
@@ -82,6 +83,7 @@ def main() -> int:
               "ready_s_median_cached": statistics.median(v["ready_s"] for v in cached),
               "wasm_bytes_max": max(v["wasm_bytes"] or 0 for v in visits), "visits": visits}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    provenance.stamp(result)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

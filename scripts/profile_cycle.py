@@ -27,6 +27,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from pyspec.apps import provenance
 from pyspec.apps.bench import last_cycle, recorded_request
 from pyspec.engine import Engine
 from pyspec.gpu.backend import GPUBackend
@@ -232,6 +233,7 @@ def main() -> None:
     result["argmax"] = args.argmax
     print(json.dumps(result, indent=1))
     if args.json:
+        provenance.stamp(result, champion=args.champion)
         args.json.write_text(json.dumps(result, indent=1))
 
 

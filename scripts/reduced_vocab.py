@@ -34,7 +34,8 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]
 from bench_draft_cost import numpy_step_s  # noqa: E402  (scripts/: the step timing it reports)
 
 from pyspec import trained_draft_path  # noqa: E402
-from pyspec.apps.bench import first_per_stratum, read_workload  # noqa: E402
+from pyspec.apps import provenance  # noqa: E402
+from pyspec.apps.workload import first_per_stratum, read_workload  # noqa: E402
 from pyspec.cpu.executor import CPUBackend  # noqa: E402
 from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.drafters.model_draft import ModelDrafter  # noqa: E402
@@ -114,6 +115,7 @@ def main() -> int:
     for r in rows:
         r["draft_step_vs_champion_pass"] = r["draft_step_s"] / champion_step
     if args.json:
+        provenance.stamp(result, workload=args.workload)
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
             f.write("\n")

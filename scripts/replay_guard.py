@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspec import schedule  # noqa: E402
-from pyspec.apps.bench import read_workload  # noqa: E402
+from pyspec.apps.workload import read_workload  # noqa: E402
 from pyspec.drafters.ngram import NgramDrafter  # noqa: E402
 from pyspec.engine import _score_previews  # noqa: E402
 

@@ -48,7 +48,7 @@ H200 = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "h200.j
 def answer_ranks(workload: str, max_tokens: int) -> list[dict]:
     """Per public prompt: its id, stratum, and the draft's rank of each greedy champion token."""
     from pyspec import champion_path, trained_draft_path
-    from pyspec.apps.bench import check_messages, read_workload
+    from pyspec.apps.workload import check_messages, read_workload
     from pyspec.cpu.model import Model
     from pyspec.engine import Engine
     from pyspec.formats.gguf import GGUFFile
@@ -195,6 +195,8 @@ def main() -> int:
             row["overall"] = round(statistics.median(speed.values()), 3)
             result["two_chains"][name] = row
             print(f"{name:45s} " + " ".join(f"{s[:6]} {v:.2f}" for s, v in row.items()))
+    from pyspec.apps import provenance
+    provenance.stamp(result, workload=args.workload)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"top-n agreement {result['draft_top_n_agreement']}")

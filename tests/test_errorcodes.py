@@ -1,6 +1,6 @@
 """webtools/errorcodes.py: client.d.ts's SpecErrorCode union is exactly the codes raised in
 pyspec/ and web/, and the reader of the sources finds every kind of raise (checked against the
-classes Python itself knows and against codes named in the README)."""
+classes Python itself knows and against codes named in docs/faults.md)."""
 
 from __future__ import annotations
 
@@ -61,10 +61,10 @@ def test_every_pyspec_error_class_code_is_in_the_union():
     assert codes <= set(errorcodes.codes())
 
 
-def test_codes_the_readme_names_exist():
-    readme = (ROOT / "README.md").read_text()
-    named = re.search(r"`SpecError` with a `code` \(([^)]*)\)", readme)
-    assert named, "the README's sentence naming the SpecError codes moved"
+def test_codes_the_docs_name_exist():
+    page = (ROOT / "docs" / "faults.md").read_text()
+    named = re.search(r"`SpecError` with a `code` \(([^)]*)\)", page)
+    assert named, "docs/faults.md's sentence naming the SpecError codes moved"
     assert set(re.findall(r"`([a-z_]+)`", named.group(1))) <= set(errorcodes.codes())
 
 

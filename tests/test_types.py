@@ -79,10 +79,10 @@ def test_a_mistyped_option_is_caught(tmp_path):
 
 
 def readme_decoder_script() -> str:
-    """The README's two examples of the decoder (generate(), then the facade) as one module,
+    """docs/embedding.md's two examples of the decoder (generate(), then the facade) as one module,
     with the page element they write to declared and the annotations TypeScript wants where
     JavaScript has none (a literal's role widens to string)."""
-    blocks = re.findall(r"```js\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    blocks = re.findall(r"```js\n(.*?)```", (ROOT / "docs" / "embedding.md").read_text(), re.S)
     start = next(i for i, b in enumerate(blocks) if 'from "./client.js"' in b)
     first, facade = blocks[start], blocks[start + 1]
     assert "chat.completions.create" in facade
@@ -93,8 +93,8 @@ def readme_decoder_script() -> str:
                           'import { SpecDecoder, type ChatMessage } from "./client.js";')
 
 
-def test_the_readme_examples_type_check(tmp_path):
-    """What a developer pastes from the README compiles under --strict: the last chunk is told
+def test_the_documented_examples_type_check(tmp_path):
+    """What a developer pastes from docs/embedding.md compiles under --strict: the last chunk is told
     from the others by `chunk.usage`, and its stats may be null."""
     done = tsc(tmp_path, "readme.ts", readme_decoder_script(), "--strict")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -179,7 +179,7 @@ function jsonConfig() {
   }
 }
 
-// The Sampling section (README "Sampling controls"): empty fields are off; stop strings one per
+// The Sampling section (docs/sampling-and-json.md): empty fields are off; stop strings one per
 // line (\n and \t written as escapes); logit_bias as "ID=BIAS, ID=BIAS". The worker checks
 // the values and refuses bad ones by name.
 function samplingConfig() {

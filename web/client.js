@@ -85,7 +85,7 @@ const FACADE_FIELDS = { temperature: "number", max_tokens: "number", seed: "numb
                         presence_penalty: "number", frequency_penalty: "number",
                         logit_bias: "object", stop: ["string", "object"],
                         // {type: "json_schema", json_schema: {name, schema, strict}}: the
-                        // output follows the schema (web.py checks it; the subset in the README)
+                        // output follows the schema (session.py checks it; the subset in docs/sampling-and-json.md)
                         response_format: "object" };
 
 // The generate() config for a facade request (without messages, stream, signal), or a SpecError

@@ -7,8 +7,8 @@ One page session serves the whole run. For every prompt, champion-only ("none") 
 run back to back through the page's own decoder (`pyspecApp.decoder().generate`, the worker
 protocol), the order alternating per prompt as in pyspec/apps/bench.py, so drift in a shared, slow
 software adapter hits both sides alike; `--repeat N` runs each side N times per prompt and keeps
-its median run. Per stratum it reports what `python -m pyspec bench`
-reports (its summarize / print_table / plot are reused: the rows have the same shape), and on top:
+its median run. Per stratum it reports what `python -m pyspec bench` reports
+(pyspec/apps/benchstats.py: the rows have the same shape; provenance.py's record), and on top:
   - page timings: navigation to ready, the worker's phases (Pyodide + pyspec, weights from
     OPFS or the network, model load = the `load` phase: parse, dequantize, upload, compile),
     and the first request's time to first token;
@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from pyspec.apps import bench as native
+from pyspec.apps import bench as native, benchstats, provenance, workload
 from pyspec.errors import UsageError
 
 from . import browser, serve, site
@@ -124,14 +123,15 @@ def guard_decisions(rows: list[dict]) -> dict:
 
 def overhead(stats_list: list[dict]) -> dict:
     """Pyodide overhead per decode cycle from backend_timing (empty on the CPU fallback)."""
-    out = native.per_cycle([s["backend_timing"] for s in stats_list if s.get("backend_timing")])
+    out = benchstats.per_cycle([s["backend_timing"] for s in stats_list if s.get("backend_timing")])
     total = out["host_s_per_cycle"] + out["wait_s_per_cycle"]
     out["host_share"] = out["host_s_per_cycle"] / total if total else None
     return out
 
 
 def build_result(args, ready: dict, page: dict, rows: dict, baselines: list[dict],
-                 skipped: list[dict], chromium: str, t0: float, done: bool) -> dict:
+                 skipped: list[dict], chromium: str, t0: float, done: bool,
+                 origin: dict) -> dict:
     strata = sorted({r["stratum"] for rs in rows.values() for r in rs})
     base_tps = [b["stats"]["tokens_per_s"] for b in baselines]
     gpu = ready.get("webgpu") or {}
@@ -143,8 +143,8 @@ def build_result(args, ready: dict, page: dict, rows: dict, baselines: list[dict
         "browser": chromium,
         "model": args.model,
         "complete": done,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "webgpu_flags": browser.FLAGS},
+        "provenance": origin,
+        "webgpu_flags": browser.FLAGS,
         "workload": os.path.basename(args.workload),
         "per_stratum": args.per_stratum,
         "max_tokens_cap": args.max_tokens,
@@ -155,16 +155,16 @@ def build_result(args, ready: dict, page: dict, rows: dict, baselines: list[dict
         "repeat": max(1, args.repeat),
         "page": page,
         "first_token_s": baselines[0]["first_token_s"] if baselines else None,
-        "champion_tok_s": native.spread(base_tps),
+        "champion_tok_s": benchstats.spread(base_tps),
         "champion_s_per_token": statistics.median([1 / x for x in base_tps]) if base_tps else None,
-        "drafters": native.drafter_tables(rows, strata),
+        "drafters": benchstats.drafter_tables(rows, strata),
         "schedule": {d: {"overall": guard_decisions(rs),
                          "strata": {s: guard_decisions([r for r in rs if r["stratum"] == s])
                                     for s in strata if any(r["stratum"] == s for r in rs)}}
                      for d, rs in rows.items() if rs},
         "pyodide_overhead": {"none": overhead([b["stats"] for b in baselines]),
                              **{d: overhead([r["stats"] for r in rs]) for d, rs in rows.items()}},
-        "prompts": native.prompt_lines(rows),
+        "prompts": benchstats.prompt_lines(rows),
         "requests": [b["line"] for b in baselines] + [r["line"] for rs in rows.values() for r in rs],
         "skipped": skipped,
         "wall_s": time.perf_counter() - t0,
@@ -179,11 +179,11 @@ def write(result: dict, out: str, final: bool) -> str:
     os.replace(path + ".tmp", path)
     strata = sorted({s for d in result["drafters"].values() for s in d["strata"]})
     if final and result["drafters"]:
-        native.plot(result, strata, os.path.join(out, "bench-browser.png"),
-                    title=f"pyspec in the browser: {result['model']} on adapter "
-                          f"{result['adapter']}, {result['browser']}\n"
-                          f"{result['per_stratum'] or 'all'} prompt(s) per stratum, at most "
-                          f"{result['max_tokens_cap'] or 'the workload’s'} tokens each")
+        benchstats.plot(result, strata, os.path.join(out, "bench-browser.png"),
+                        title=f"pyspec in the browser: {result['model']} on adapter "
+                              f"{result['adapter']}, {result['browser']}\n"
+                              f"{result['per_stratum'] or 'all'} prompt(s) per stratum, at most "
+                              f"{result['max_tokens_cap'] or 'the workload’s'} tokens each")
     return path
 
 
@@ -221,12 +221,13 @@ def draft_model(drafts: list[str]) -> str | None:
     return named[0] if named else None
 
 
-def run(args, base_url: str) -> int:
+def run(args, base_url: str, champion: str | None) -> int:
+    """The run in one page session; `champion`: the site's file of --model (its provenance)."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
     native.check_sampling(args)
-    items = native.first_per_stratum(native.read_workload(args.workload), args.per_stratum)
+    items = workload.first_per_stratum(workload.read_workload(args.workload), args.per_stratum)
     if args.strata:
         wanted = set(args.strata.split(","))
         items = [it for it in items if it["stratum"] in wanted]
@@ -272,9 +273,13 @@ def run(args, base_url: str) -> int:
         if ready.get("fallback"):
             print(f"note: the page fell back to the CPU: {ready['fallback']}", file=sys.stderr)
 
+        origin = provenance.record(
+            champion=champion, workload=args.workload, adapter=ready.get("adapter"),
+            backend="browser", drafts={d: native.draft_file(d) for d in drafts if d != "auto"})
+
         def current(done: bool) -> dict:
             return build_result(args, ready, page_info, rows, baselines, skipped, chromium, t0,
-                                done)
+                                done, origin)
 
         done = True
         try:
@@ -343,11 +348,11 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
         msg = [f"[{n}/{len(items)}] {it['id']:<15} none {base['stats']['tokens_per_s']:.2f} tok/s"
                f" ttft {base['stats']['ttft_s']:.1f}s"]
         for d in drafts:
-            row = native.compare(it, runs[d]["stats"], runs[d]["tokens"], base["stats"],
-                                 base["tokens"], exact)
+            row = benchstats.compare(it, runs[d]["stats"], runs[d]["tokens"], base["stats"],
+                                     base["tokens"], exact)
             if exact:
-                row["identical"] = all(r["tokens"] == base["tokens"]
-                                       for r in tries[d] + tries["none"])
+                benchstats.identity_over_repeats(
+                    row, [r["tokens"] for r in tries[d] + tries["none"]], base["tokens"])
             row["line"] = line(it, d, runs[d])
             rows[d].append(row)
             msg.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} "
@@ -358,7 +363,7 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
 
 def report(result: dict) -> None:
     strata = sorted({s for d in result["drafters"].values() for s in d["strata"]})
-    native.print_table(result, strata)
+    benchstats.print_table(result, strata)
     page = result["page"]
     tps = result["champion_tok_s"]
     print(f"\nadapter {result['adapter']} ({result['browser']}), model {result['model']}")
@@ -421,6 +426,14 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def model_file(manifest: Path, model: str) -> str | None:
+    """The site's file of a model name (manifest.json's entry of kind "model"), or None."""
+    for entry in json.loads(manifest.read_text())["artifacts"]:
+        if entry["kind"] == "model" and entry.get("model") == model:
+            return str(manifest.parent / entry["url"])
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -432,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, interrupted)   # `timeout` and CI stop with SIGTERM
     server, base = serve.start(Path(manifest).parent)
     try:
-        return run(args, base)
+        return run(args, base, model_file(Path(manifest), args.model))
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -16,6 +16,9 @@ the pipelined run (`pipelining`); when n-gram is among the drafters, `ngram@host
 drafts from the host, each cycle read before the next is encoded, next to the device lookup
 whose cycles go ahead (gpu/backend.py); and for each draft model D, `D@host`: its cycles fed
 from the host, each read before the next, next to those fed on the device (gpu/ahead.py).
+
+Every result records where it came from and each output's token hash (provenance.py). Not here:
+the workload's format (workload.py), the statistics, table and plot (benchstats.py).
 """
 
 from __future__ import annotations
@@ -23,68 +26,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
+from .. import champion_path
 from ..drafters import parse_draft
 from ..engine import Engine
 from ..errors import PromptTooLongError, PyspecError, UsageError
 from ..load import backend, load_champion
 from ..options import Options
-
-
-def read_workload(path: str) -> list[dict]:
-    """JSONL lines of {id, stratum, messages[, max_tokens]} (the shared/workloads format), each
-    line checked before anything runs: UsageError naming the file and line otherwise (the
-    messages themselves: check_messages, once the tokenizer is loaded)."""
-    items = []
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    it = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UsageError(f"{path} line {n} is not JSON ({e.msg})") from e
-                except RecursionError:
-                    raise UsageError(f"{path} line {n}: its JSON is nested too deeply") from None
-                problem = _line_problem(it)
-                if problem:
-                    raise UsageError(f"{path} line {n}: {problem}")
-                items.append({**it, "line": n})
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read the workload {path}: {e}") from e
-    if not items:
-        raise UsageError(f"{path} holds no prompts")
-    return items
-
-
-def _line_problem(it) -> str | None:
-    """What is wrong with one workload line's fields, or None."""
-    if not isinstance(it, dict) or not {"id", "stratum", "messages"} <= it.keys():
-        return "each line needs id, stratum and messages"
-    if not isinstance(it["id"], str) or not isinstance(it["stratum"], str):
-        return "id and stratum must be strings"
-    if not isinstance(it["messages"], list) or not it["messages"]:
-        return "messages must be a non-empty list of {role, content}"
-    tokens = it.get("max_tokens", 128)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        return f"max_tokens must be a positive integer, got {tokens!r:.40}"
-    return None
-
-
-def check_messages(items: list[dict], tok, path: str) -> list[list[int]]:
-    """Each prompt's ids, or UsageError naming the line whose messages the template refuses."""
-    try:
-        out = []
-        for it in items:
-            out.append(tok.encode_chat(it["messages"]))
-        return out
-    except PyspecError as e:
-        raise UsageError(f"{path} line {it['line']} ({it['id']}): {e}") from e
+from .benchstats import (compare, drafter_tables, identity_over_repeats, per_cycle,
+                         pipelining_table, plot, print_table, prompt_lines, spread)
+from .provenance import record
+from .workload import check_messages, first_per_stratum, read_workload
 
 
 def check_options(args) -> None:
@@ -162,112 +117,13 @@ def exact_outputs(args) -> bool:
     return sampling(args, 1).resolved_verify() != "rejection"
 
 
-def first_per_stratum(items: list[dict], n: int | None) -> list[dict]:
-    """The first `n` prompts of each stratum, in workload order (all of them when n is None)."""
-    if not n:
-        return items
-    kept, seen = [], {}
-    for it in items:
-        seen[it["stratum"]] = seen.get(it["stratum"], 0) + 1
-        if seen[it["stratum"]] <= n:
-            kept.append(it)
-    return kept
-
-
-def compare(item: dict, stats: dict, tokens: list[int], base_stats: dict,
-            base_tokens: list[int], exact: bool = True) -> dict:
-    """One prompt's row for `summarize`: a drafter's run against the champion-only run next to it.
-    `stats` are engine stats (Engine.generate, or the browser worker's `done` message); `exact`:
-    whether the two outputs must be the same tokens (not under rejection sampling)."""
-    return {"id": item["id"], "stratum": item["stratum"], "stats": stats,
-            "identical": tokens == base_tokens if exact else None,
-            "speedup": stats["tokens_per_s"] / base_stats["tokens_per_s"],
-            "baseline_tokens_per_s": base_stats["tokens_per_s"],
-            "baseline_ttft_s": base_stats["ttft_s"],
-            "baseline_passes": base_stats["champion_passes"],
-            "baseline_pass_s": base_stats["verify_s"] / base_stats["champion_passes"],
-            "pass_s": stats["verify_s"] / stats["champion_passes"]}
+HOST_LOOKUP = "ngram@host"   # the bench's name for n-gram drafting with the device lookup off
+HOST_FEED = "@host"          # after a draft model's name: its cycles fed from the host
 
 
 def median_run(runs: list):
     """The run with the median tokens/s (the lower middle one of an even count)."""
     return sorted(runs, key=lambda r: r.stats["tokens_per_s"])[(len(runs) - 1) // 2]
-
-
-def drafter_tables(rows: dict[str, list[dict]], strata: list[str]) -> dict:
-    """drafter -> {"overall": summary, "strata": {stratum: summary}} (strata with no row skipped)."""
-    return {d: {"overall": summarize(rs),
-                "strata": {s: summarize([r for r in rs if r["stratum"] == s])
-                           for s in strata if any(r["stratum"] == s for r in rs)}}
-            for d, rs in rows.items() if rs}
-
-
-def prompt_lines(rows: dict[str, list[dict]]) -> dict:
-    return {d: [{k: r[k] for k in ("id", "stratum", "identical", "speedup")} |
-                {"tokens_per_pass": r["stats"]["tokens_per_pass"],
-                 "guard": {k: v for k, v in r["stats"]["schedule"].items() if k != "policy"}}
-                for r in rs]
-            for d, rs in rows.items()}
-
-
-def per_cycle(timings: list[dict]) -> dict:
-    """GPU backend_timing dicts ({cycles, host_s, wait_s, readbacks} per request) -> seconds of
-    host work (encode + submit) and of waiting for the readback per decode cycle: means, and the
-    median and range of the cycles' own host times (`host_s_cycle`), and of those encoded while
-    no other cycle was in flight (`host_s_cycle_alone`: on a software adapter, whose threads run
-    on the host's cores, the host's own cost; the others share the cores with the GPU's work)."""
-    cycles = sum(t.get("cycles", 0) for t in timings)
-    return {"cycles": cycles,
-            "readbacks_per_cycle": sum(t.get("readbacks", 0) for t in timings) / max(cycles, 1),
-            "host_s_per_cycle": sum(t.get("host_s", 0.0) for t in timings) / max(cycles, 1),
-            "host_s_cycle": spread([h for t in timings for h in t.get("host_s_cycles", [])]),
-            "host_s_cycle_alone": spread([h for t in timings for h in t.get("host_s_alone", [])]),
-            "wait_s_per_cycle": sum(t.get("wait_s", 0.0) for t in timings) / max(cycles, 1)}
-
-
-def spread(values: list[float]) -> dict:
-    if not values:
-        return {"median": None, "min": None, "max": None, "n": 0}
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "n": len(values)}
-
-
-def summarize(rows: list[dict]) -> dict:
-    """Rows of one drafter in one stratum -> medians and ranges."""
-    longest = max(len(r["stats"]["drafted_by_position"]) for r in rows)
-    by_pos_drafted = [sum(r["stats"]["drafted_by_position"][i] for r in rows
-                          if i < len(r["stats"]["drafted_by_position"])) for i in range(longest)]
-    by_pos_accepted = [sum(r["stats"]["accepted_by_position"][i] for r in rows
-                           if i < len(r["stats"]["accepted_by_position"])) for i in range(longest)]
-    drafted = sum(r["stats"]["drafted"] for r in rows)
-    return {
-        "prompts": len(rows),
-        # None under rejection sampling, where outputs agree in distribution only
-        "identical_to_baseline": (None if any(r["identical"] is None for r in rows)
-                                  else sum(r["identical"] for r in rows)),
-        "speedup": spread([r["speedup"] for r in rows]),
-        "tokens_per_pass": spread([r["stats"]["tokens_per_pass"] for r in rows]),
-        "acceptance": (sum(r["stats"]["accepted"] for r in rows) / drafted) if drafted else 0.0,
-        "acceptance_by_position": [a / d if d else None
-                                   for a, d in zip(by_pos_accepted, by_pos_drafted)],
-        "ttft_s": spread([r["stats"]["ttft_s"] for r in rows]),
-        "baseline_ttft_s": spread([r["baseline_ttft_s"] for r in rows]),
-        "champion_passes": sum(r["stats"]["champion_passes"] for r in rows),
-        "baseline_champion_passes": sum(r["baseline_passes"] for r in rows),
-        # seconds per champion pass on each side: the same kernel, so a gap here is machine noise
-        "pass_s": spread([r["pass_s"] for r in rows]),
-        "baseline_pass_s": spread([r["baseline_pass_s"] for r in rows]),
-        "draft_calls": sum(r["stats"]["draft_calls"] for r in rows),
-        "tokens_per_s": spread([r["stats"]["tokens_per_s"] for r in rows]),
-        "baseline_tokens_per_s": spread([r["baseline_tokens_per_s"] for r in rows]),
-        "peak_bytes": {k: max((r["stats"]["peak_bytes"][k] for r in rows
-                               if r["stats"]["peak_bytes"][k] is not None), default=None)
-                       for k in rows[0]["stats"]["peak_bytes"]},
-    }
-
-
-HOST_LOOKUP = "ngram@host"   # the bench's name for n-gram drafting with the device lookup off
-HOST_FEED = "@host"          # after a draft model's name: its cycles fed from the host
 
 
 def run_bench(args) -> int:
@@ -338,7 +194,8 @@ def run_bench(args) -> int:
         for d in drafts:
             row = compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens, exact)
             if exact:
-                row["identical"] = all(t.tokens == base.tokens for t in tries[d] + tries["none"])
+                identity_over_repeats(row, [t.tokens for t in tries[d] + tries["none"]],
+                                      base.tokens)
             rows[d].append(row)
             line.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} tok/pass)")
         print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
@@ -354,8 +211,9 @@ def run_bench(args) -> int:
     result = {
         "backend": args.backend,
         "adapter": engines["none"].adapter,
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpus": os.cpu_count()},
+        "provenance": record(champion=args.champion or champion_path(), workload=args.workload,
+                             drafts={d: draft_file(d) for d in drafts},
+                             adapter=engines["none"].adapter, backend=args.backend),
         "workload": os.path.basename(args.workload),
         **headline(rows, gpu, champion, prefill),
         "k_policy": args.k,
@@ -394,6 +252,12 @@ def run_bench(args) -> int:
               f"{p['identical']}/{p['prompts']}")
     print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def draft_file(drafter: str) -> str | None:
+    """The draft model file a bench drafter names (its @host A/B twin: the same file), or None."""
+    spec = parse_draft(drafter.removesuffix(HOST_FEED))
+    return spec.path if spec.kind in ("model", "combo") else None
 
 
 def prefill_tok_s(engine: Engine, vocab: int, n: int = 1000) -> float | None:
@@ -450,15 +314,6 @@ def cycle_seconds(engine, prompt: list[int], n: int = 50) -> float:
     return asyncio.run(run())
 
 
-def pipelining_table(rows: list[dict]) -> dict:
-    """Champion-only with each cycle submitted before the last is read (the default on a GPU)
-    vs read cycle by cycle, side by side per prompt: tokens/s and their ratio."""
-    return {"prompts": len(rows), "identical": sum(r["identical"] for r in rows),
-            "champion_tok_s": spread([r["pipelined_tok_s"] for r in rows]),
-            "champion_tok_s_serial": spread([r["serial_tok_s"] for r in rows]),
-            "ratio": spread([r["pipelined_tok_s"] / r["serial_tok_s"] for r in rows])}
-
-
 def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,
              prefill: float | None) -> dict:
     """The fields every bench JSON leads with: champion-only tokens/s (median over prompts, and
@@ -499,45 +354,3 @@ def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,
     return out
 
 
-def print_table(result: dict, strata: list[str]) -> None:
-    for d, res in result["drafters"].items():
-        print(f"\n{d}: stratum  speedup median [min, max]  tokens/pass  acceptance  identical")
-        for s in [*strata, "overall"]:
-            r = res["overall"] if s == "overall" else res["strata"][s]
-            sp = r["speedup"]
-            same = r["identical_to_baseline"]
-            print(f"  {s:<13} {sp['median']:.2f} [{sp['min']:.2f}, {sp['max']:.2f}]   "
-                  f"{r['tokens_per_pass']['median']:.2f}        {r['acceptance']:.2f}      "
-                  f"{'-' if same is None else same}/{r['prompts']}")
-
-
-def plot(result: dict, strata: list[str], path: str, title: str | None = None) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed; skipping the plot", file=sys.stderr)
-        return
-    drafts = list(result["drafters"])
-    labels = [*strata, "overall"]
-    fig, axes = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
-    width = 0.8 / max(len(drafts), 1)
-    for j, d in enumerate(drafts):
-        res = result["drafters"][d]
-        rows = [res["overall"] if s == "overall" else res["strata"][s] for s in labels]
-        xs = [i + j * width for i in range(len(labels))]
-        for ax, key in zip(axes, ("speedup", "tokens_per_pass")):
-            med = [r[key]["median"] for r in rows]
-            err = [[m - r[key]["min"] for m, r in zip(med, rows)],
-                   [r[key]["max"] - m for m, r in zip(med, rows)]]
-            ax.bar(xs, med, width, yerr=err, capsize=2, label=d)
-    axes[0].axhline(1.0, color="k", lw=0.8)
-    axes[0].set_ylabel("decode speedup vs champion-only\n(median, range)")
-    axes[1].set_ylabel("tokens per champion pass\n(median, range)")
-    axes[1].set_xticks([i + width * (len(drafts) - 1) / 2 for i in range(len(labels))])
-    axes[1].set_xticklabels(labels, rotation=30)
-    axes[0].legend()
-    axes[0].set_title(title or f"pyspec bench, backend {result['backend']} ({result['adapter']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)

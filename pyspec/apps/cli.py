@@ -615,7 +615,7 @@ def _common_generation(p: argparse.ArgumentParser) -> None:
                         "reference (model.py); wgpu: the WGSL kernels on native WebGPU")
     p.add_argument("--ctx", type=int, default=None,
                    help="context positions to reserve, at most the model's own (the default)")
-    # The sampling controls, applied in this order (processors.py; README "Sampling controls").
+    # The sampling controls, applied in this order (processors.py; docs/sampling-and-json.md).
     s = p.add_argument_group("sampling controls (applied in this order)")
     s.add_argument("--logit-bias", action="append", metavar="ID=BIAS",
                    help="add BIAS in [-100, 100] to a token's logit (repeatable)")
@@ -690,7 +690,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--json-schema", metavar="FILE",
                    help="a JSON schema file: the output is compact JSON that follows it "
-                        "(the subset in the README)")
+                        "(the subset in docs/sampling-and-json.md)")
     _context_overflow(p)
     p.set_defaults(func=cmd_generate)
 

@@ -8,16 +8,17 @@ kernel is chosen per numpy build (`choose_kernel`), once, never per call:
 
   - "blas": `np.matmul(w, x_row)`, BLAS sgemv, where numpy has a BLAS (CPython from PyPI: its
     OpenBLAS). Run on one OpenBLAS thread (`one_blas_thread`): on the 2 shared cores the default
-    two threads made a (1536, 576) product 50x slower under load (README, "The CPU engine").
+    two threads made a (1536, 576) product 50x slower under load (docs/cpu-engine.md).
   - "einsum": `np.einsum("oi,i->o", w, x_row)`, where numpy has no BLAS (Pyodide): its matmul
-    falls back to a plain loop that einsum's unrolled dot product beats 2.5x in wasm (README).
+    falls back to a plain loop that einsum's unrolled dot product beats 2.5x in wasm
+    (docs/cpu-engine.md).
 
 The row is copied into a 64-byte-aligned buffer first, so a kernel that branches on alignment
 sees the same alignment for every row. Everything else (norms, RoPE, attention, the cache) is
 model.Model's: attention there already runs row by row.
 
-Measured and not taken (README): scipy's OpenBLAS sgemm in Pyodide (no faster than numpy's own
-loop, 2.7 s to import), a fixed 8-row sgemm tile natively (a one-row pass costs ~8 rows).
+Measured and not taken (docs/cpu-engine.md): scipy's OpenBLAS sgemm in Pyodide (no faster than
+numpy's own loop, 2.7 s to import), a fixed 8-row sgemm tile natively (a one-row pass costs ~8 rows).
 Not here: the reference forward and its tiles (model.py), the executor's cycle (cpu.py).
 """
 

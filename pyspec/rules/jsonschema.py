@@ -14,7 +14,7 @@ The subset (every other keyword is refused with SchemaError, code bad_config, na
   number, integer, boolean, null; `type` may be a list of distinct types (e.g. ["string",
   "null"]); `enum` of any JSON values, alone or with a type; annotations (title, description,
   $schema, $comment, default, examples) are accepted and ignored.
-What is written (documented in the README):
+What is written (documented in docs/sampling-and-json.md):
   - compact JSON, no whitespace anywhere: {"a":1,"b":[true,null]}; keys as json.dumps writes
     them (ensure_ascii=False), enum values likewise;
   - strings: any Unicode text as well-formed UTF-8 (no control bytes below 0x20), escapes

@@ -21,7 +21,7 @@ UNSCALED logits with the excluded tokens at -inf; the rule divides by T as it al
 request without processors bit-identical to before, and -inf / T is -inf. At T = 0 (greedy) the
 filters are skipped: each keeps the argmax (lowest id among ties), so they cannot change it.
 
-Fixed order (issue 12, README): [the JSON-schema mask, first, so that every later step acts on the
+Fixed order (issue 12, docs/): [the JSON-schema mask, first, so that every later step acts on the
 allowed tokens only], logit_bias, repetition_penalty (prompt and output tokens, HF semantics),
 presence_penalty and frequency_penalty (output tokens only, OpenAI semantics), then temperature,
 top_k, top_p, min_p. Ties and boundaries, deterministic:

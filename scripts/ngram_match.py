@@ -1,7 +1,7 @@
 """How often n-gram drafts are right, by the length of the suffix they matched: the measurement
 behind drafters/ngram.py's DRAFTS_BY_MATCH.
 
-The champion answers prompts of the frozen training seed set (train/data/seed_prompts.jsonl, the
+The champion answers prompts of the frozen training seed set (train/data/seed_prompts.jsonl.gz, the
 first --per-kind of each kind; never the evaluation workload), greedy. Then at every position of
 every answer the host drafter's lookup runs on the tokens so far, as a cycle would, and its
 drafts (up to 15) are scored against the champion's next tokens: by the matched suffix length
@@ -17,6 +17,7 @@ when it exists, so the analysis can be rerun without the champion.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 from collections import defaultdict
@@ -25,7 +26,7 @@ from pathlib import Path
 from pyspec.apps import provenance
 from pyspec.drafters import ngram
 
-SEEDS = Path(__file__).resolve().parent.parent / "train" / "data" / "seed_prompts.jsonl"
+SEEDS = Path(__file__).resolve().parent.parent / "train" / "data" / "seed_prompts.jsonl.gz"
 LONGEST = 15   # drafts scored per position: the most any match proposes
 
 
@@ -36,7 +37,7 @@ def answers(args) -> list[dict]:
     from pyspec.load import backend, load_champion
     from pyspec.options import Options
     by_kind: dict[str, list] = defaultdict(list)
-    for line in SEEDS.read_text().splitlines():
+    for line in gzip.decompress(SEEDS.read_bytes()).decode("utf-8").split("\n")[:-1]:
         row = json.loads(line)
         if len(by_kind[row["kind"]]) < args.per_kind:
             by_kind[row["kind"]].append(row)
@@ -84,7 +85,7 @@ def main() -> int:
             s[1] += right > 0
             s[2] += right
     report = {
-        "prompts": len(rows), "source": "train/data/seed_prompts.jsonl",
+        "prompts": len(rows), "source": "train/data/seed_prompts.jsonl.gz",
         "answers": f"greedy, at most {args.max_tokens} tokens, the first {args.per_kind} "
                    "prompts of each kind",
         "positions": sum(s[0] for s in stats.values()),

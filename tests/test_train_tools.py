@@ -26,7 +26,12 @@ DATA = ROOT / "train" / "data"
 
 
 def test_a_generation_folder_takes_only_the_run_that_made_it():
-    files = split.prompt_files([DATA / "seed_prompts.jsonl", DATA / "self_prompts.jsonl"])
+    files = split.prompt_files([DATA / "seed_prompts.jsonl.gz", DATA / "self_prompts.jsonl.gz"])
+    # named and hashed as the uncompressed files the shipped draft's runs recorded
+    manifest = json.loads((ROOT / "models" / "MANIFEST.json").read_text())["drafts"][0]
+    assert [(f["file"], f["sha256"]) for f in files] == [
+        ("seed_prompts.jsonl", manifest["seed_prompts"]["sha256"]),
+        ("self_prompts.jsonl", manifest["self_prompts"][0]["sha256"])]
     settings = {"seed": 1, "max_new": 160, "max_batch": 1536, "batch_tokens": 400000, "limit": 0}
     run = {"files": files, "settings": settings}
     assert split.run_mismatch(run, run) is None
@@ -35,8 +40,8 @@ def test_a_generation_folder_takes_only_the_run_that_made_it():
     other = split.run_mismatch({"files": files, "settings": {**settings, "seed": 0}}, run)
     assert other == "its settings differ: seed 0 -> 1"
     # the order sets the shuffle: the same files in another order give other shards
-    a = split.read_prompts([DATA / "self_prompts.jsonl", DATA / "self_prompts_2.jsonl"], 1)
-    b = split.read_prompts([DATA / "self_prompts_2.jsonl", DATA / "self_prompts.jsonl"], 1)
+    a = split.read_prompts([DATA / "self_prompts.jsonl.gz", DATA / "self_prompts_2.jsonl.gz"], 1)
+    b = split.read_prompts([DATA / "self_prompts_2.jsonl.gz", DATA / "self_prompts.jsonl.gz"], 1)
     assert [r["id"] for r in a[:512]] != [r["id"] for r in b[:512]]
 
 
@@ -45,7 +50,7 @@ def test_the_frozen_prompts_overlap_the_workload_as_the_manifest_says():
     the figures models/MANIFEST.json records, recomputed. A change to a frozen file, to the
     workload or to the check shows here."""
     entry = json.loads((ROOT / "models" / "MANIFEST.json").read_text())["drafts"][0]
-    want = {"seed_prompts.jsonl": 0, "self_prompts.jsonl": 3, "self_prompts_2.jsonl": 3}
+    want = {"seed_prompts.jsonl.gz": 0, "self_prompts.jsonl.gz": 3, "self_prompts_2.jsonl.gz": 3}
     assert seed_prompts.short_messages(WORKLOAD) == {
         ("what", "is", "the", "capital"),
         ("tell", "me", "something", "interesting", "about", "octopuses")}

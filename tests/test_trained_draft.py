@@ -13,6 +13,7 @@ Not here: the rejection-mode distribution test with a draft of this architecture
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -62,8 +63,10 @@ def test_manifest_matches_the_files():
     assert sha256(path) == entry["sha256"]
     assert sha256(champion_path()) == entry["champion"]["sha256"]
     # the frozen prompt files it was trained on: the templated seed set and the self-written sets
+    # (committed gzipped; the sha256 names the uncompressed bytes)
     for prompts in (entry["seed_prompts"], *entry["self_prompts"]):
-        assert sha256(os.path.join(ROOT, prompts["file"])) == prompts["sha256"]
+        with gzip.open(os.path.join(ROOT, prompts["file"])) as f:
+            assert hashlib.sha256(f.read()).hexdigest() == prompts["sha256"]
     for key in ("steps", "train_seconds", "final_loss"):
         assert entry["training"][key] > 0
     assert 0 < entry["held_out"]["greedy_acceptance_rate_k4"] < 1

@@ -69,12 +69,12 @@ setup() {
 selfprompts() {
     # the champion writes SELF_N user messages (train/self_prompts.py) into $W/$SELF_FILE; they
     # come back to be committed under train/data/, and `gen` answers them with the seed set. A
-    # later set (SELF_FILE=self_prompts_2.jsonl SELF_SEED=1) excludes the sets already committed
-    # and continues their ids.
-    local file=${SELF_FILE:-self_prompts.jsonl} earlier=() first=0
-    for f in train/data/self_prompts*.jsonl; do
+    # later set (SELF_FILE=self_prompts_3.jsonl.gz SELF_SEED=2) excludes the sets already
+    # committed (gzipped) and continues their ids.
+    local file=${SELF_FILE:-self_prompts.jsonl.gz} earlier=() first=0
+    for f in train/data/self_prompts*.jsonl.gz; do
         if [ -f "$f" ] && [ "$(basename "$f")" != "$file" ]; then
-            earlier+=(--exclude "$f"); first=$((first + $(wc -l < "$f")))
+            earlier+=(--exclude "$f"); first=$((first + $(zcat "$f" | wc -l)))
         fi
     done
     python3 train/self_prompts.py --champion $W/champ.gguf --n "${SELF_N:-10000}" \
@@ -90,10 +90,10 @@ gen() {
     # any set just written. GEN_SHARDS caps the shards (0: all), GEN_BATCH and GEN_TOKENS
     # batch the answers (the chain used 1536 and 400000), GEN_DIR is the folder (generate.py
     # refuses one made by other settings).
-    local prompts=(--prompts train/data/seed_prompts.jsonl) f
-    for f in train/data/self_prompts_2.jsonl train/data/self_prompts.jsonl \
-             $(LC_ALL=C ls $W/self_prompts*.jsonl 2>/dev/null); do
-        if [ -f "$f" ] && { [[ $f == train/* ]] || [ ! -f "train/data/$(basename "$f")" ]; }; then
+    local prompts=(--prompts train/data/seed_prompts.jsonl.gz) f
+    for f in train/data/self_prompts_2.jsonl.gz train/data/self_prompts.jsonl.gz \
+             $(LC_ALL=C ls $W/self_prompts*.jsonl* 2>/dev/null); do
+        if [ -f "$f" ] && { [[ $f == train/* ]] || [ ! -f "train/data/$(basename "$f" .gz).gz" ]; }; then
             prompts+=(--prompts "$f")
         fi
     done

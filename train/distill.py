@@ -73,7 +73,7 @@ from llama_torch import (  # noqa: E402
     quantized_like,
     to_gguf,
 )
-from seed_prompts import read_jsonl  # noqa: E402
+from seed_prompts import data_bytes, read_jsonl  # noqa: E402
 from split import SEEDS, held_out  # noqa: E402
 
 from pyspec.formats import quant  # noqa: E402
@@ -452,7 +452,7 @@ def main(argv=None) -> int:
         report["init"] = {"gguf": Path(args.init).name,
                           "sha256": hashlib.sha256(Path(args.init).read_bytes()).hexdigest()}
     report["champion_sha256"] = hashlib.sha256(Path(args.champion).read_bytes()).hexdigest()
-    report["seed_prompts_sha256"] = hashlib.sha256(SEEDS.read_bytes()).hexdigest()
+    report["seed_prompts_sha256"] = hashlib.sha256(data_bytes(SEEDS)).hexdigest()
     if state["step"] >= args.steps:
         matrix_type = quant.BY_NAME[args.matrix_type].type_id
         if args.qat:  # keep the weights as trained (on the grid), then quantize them as always

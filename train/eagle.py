@@ -79,6 +79,7 @@ from llama_torch import (  # noqa: E402
     rms_norm,
     rope,
 )
+from seed_prompts import data_bytes  # noqa: E402
 from split import SEEDS  # noqa: E402
 from torch.nn.utils import parametrize  # noqa: E402
 
@@ -388,7 +389,7 @@ def main(argv=None) -> int:
               "batch_tokens": args.batch_tokens, "lr": args.lr, "matrix_type": args.matrix_type,
               "quantization_aware": args.qat,
               "champion_sha256": champion_sha,
-              "seed_prompts_sha256": hashlib.sha256(SEEDS.read_bytes()).hexdigest(), **info,
+              "seed_prompts_sha256": hashlib.sha256(data_bytes(SEEDS)).hexdigest(), **info,
               "args": vars(args), "git_commit": git_commit()}
     if args.init_draft:
         report["init_draft"] = {"gguf": Path(args.init_draft).name, "sha256": hashlib.sha256(

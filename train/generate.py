@@ -4,7 +4,7 @@
         [--prompts FILE ...] [--seed S] [--shards N]
 
 Each prompt of the frozen prompt files (--prompts, repeatable; default the templated seed set
-train/data/seed_prompts.jsonl) is answered once greedily and twice sampled, at a temperature drawn
+train/data/seed_prompts.jsonl.gz) is answered once greedily and twice sampled, at a temperature drawn
 from [0.7, 1.0] (the temperatures pyspec serves). With more than one file the prompts are shuffled
 together (a fixed permutation), so that a run stopped for time has answered every file alike.
 The answers are written as shards DIR/gen-NNN.npz (prompt ids, answer ids, temperature, prompt
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
                     help="stop after shards 0..N-1 (0: every shard)")
     ap.add_argument("--prompts", action="append", type=Path,
                     help="a frozen prompt file (repeatable, in order: the order sets the "
-                         "shuffle); default train/data/seed_prompts.jsonl")
+                         "shuffle); default train/data/seed_prompts.jsonl.gz")
     args = ap.parse_args(argv)
     paths = args.prompts or [SEEDS]
     t0 = time.time()

@@ -1,6 +1,6 @@
 """The frozen seed-prompt set the champion answers to make the draft's training text.
 
-`python train/seed_prompts.py [--workload W]` writes train/data/seed_prompts.jsonl (one {"id",
+`python train/seed_prompts.py [--workload W]` writes train/data/seed_prompts.jsonl.gz (one {"id",
 "kind", "messages"} per line) from fixed templates, word lists and one seeded RNG, and prints the
 set's overlap with the preregistered workload (default ../shared/workloads/public.jsonl): word
 8-grams, and whole workload messages of 4-7 words (overlap below). `--check FILE...` prints the
@@ -16,6 +16,7 @@ the passages they quote are assembled from word lists about invented places, peo
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import random
@@ -24,7 +25,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-OUT = HERE / "data" / "seed_prompts.jsonl"
+OUT = HERE / "data" / "seed_prompts.jsonl.gz"
 WORKLOAD = HERE.parent.parent / "shared" / "workloads" / "public.jsonl"
 SEED = 20261130
 N_PROMPTS = 6000
@@ -263,10 +264,27 @@ def prompts(n: int = N_PROMPTS, seed: int = SEED) -> list[dict]:
     return out
 
 
+def data_bytes(path: Path) -> bytes:
+    """A data file's bytes, uncompressed: the frozen sets are committed gzipped (`.jsonl.gz`),
+    and their sha256 (models/MANIFEST.json, prompt_files) names these bytes, not the gzip's."""
+    data = Path(path).read_bytes()
+    return gzip.decompress(data) if str(path).endswith(".gz") else data
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    """A JSON-lines file's rows. Why not str.splitlines: it also splits at U+2028, U+0085 and the
-    like, which a message may hold (json.dumps(ensure_ascii=False) leaves them raw)."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+    """A JSON-lines file's rows (gzipped or not). Why not str.splitlines: it also splits at
+    U+2028, U+0085 and the like, which a message may hold (json.dumps(ensure_ascii=False) leaves
+    them raw)."""
+    return [json.loads(line) for line in data_bytes(path).decode("utf-8").split("\n") if line]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    """Write rows as JSON lines (gzipped, reproducibly, where the name ends in .gz); returns the
+    sha256 of the uncompressed bytes."""
+    data = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data, 9, mtime=0) if str(path).endswith(".gz") else data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def eight_grams(text: str) -> set[tuple[str, ...]]:
@@ -320,15 +338,12 @@ def main(argv=None) -> int:
         for path in args.check:
             rows = read_jsonl(path)
             print(json.dumps({"file": path.name, "prompts": len(rows),
-                              "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                              "sha256": hashlib.sha256(data_bytes(path)).hexdigest(),
                               "overlap": overlap(rows, args.workload)}, ensure_ascii=False))
         return 0
     rows = prompts()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
-                   encoding="utf-8")
-    report = {"file": str(OUT.relative_to(HERE.parent)), "prompts": len(rows),
-              "sha256": hashlib.sha256(OUT.read_bytes()).hexdigest(),
+    digest = write_jsonl(OUT, rows)
+    report = {"file": str(OUT.relative_to(HERE.parent)), "prompts": len(rows), "sha256": digest,
               "overlap": overlap(rows, args.workload)}
     print(json.dumps(report, indent=1))
     return 0

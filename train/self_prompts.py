@@ -11,7 +11,7 @@ the message is started with a common opening word, so that requests, questions a
 appear. A message is kept when the champion closed it (`<|im_end|>`) within --max-new tokens, it
 has 3 words or more, it is not a duplicate (case and spacing folded) and it shares no word 8-gram
 with the workload (../shared/workloads/public.jsonl, read only for that check). The kept set is written to
-train/data/self_prompts.jsonl ({"id", "kind": "self", "messages"}) and committed: like the seed
+train/data/self_prompts.jsonl.gz ({"id", "kind": "self", "messages"}) and committed: like the seed
 set it is frozen before the champion answers it, and models/MANIFEST.json records its sha256.
 A later set is drawn with another --seed, --exclude names the sets already committed (their
 messages count as duplicates) and --first-id continues their ids, so that the sets can be answered
@@ -35,11 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_torch import from_gguf  # noqa: E402
-from seed_prompts import WORKLOAD, eight_grams, holds_short, read_jsonl, short_messages  # noqa: E402
+from seed_prompts import (  # noqa: E402
+    WORKLOAD, eight_grams, holds_short, read_jsonl, short_messages, write_jsonl)
 
 from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 
-OUT = Path(__file__).resolve().parent / "data" / "self_prompts.jsonl"
+OUT = Path(__file__).resolve().parent / "data" / "self_prompts.jsonl.gz"
 # Openings of the user messages people write to an assistant (questions, requests, tasks);
 # "" lets the champion choose the first word itself.
 OPENERS = ("", "", "", "", "", "", "Can you", "Could you", "What", "How", "Why", "Write", "Explain",
@@ -122,11 +123,8 @@ def main(argv=None) -> int:
              "messages": [{"role": "user", "content": text}]}
             for i, text in enumerate(kept[:args.n])]
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
-                   encoding="utf-8")
-    print(json.dumps({"file": str(out), "prompts": len(rows),
-                      "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+    digest = write_jsonl(out, rows)
+    print(json.dumps({"file": str(out), "prompts": len(rows), "sha256": digest,
                       "workload_8grams": len(held), "filtered": counts,
                       "excluded_sets": [path.name for path in args.exclude],
                       "seconds": round(time.time() - t0, 1)}, indent=1), flush=True)

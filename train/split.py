@@ -11,10 +11,10 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-from seed_prompts import read_jsonl
+from seed_prompts import data_bytes, read_jsonl
 
 DATA = Path(__file__).resolve().parent / "data"
-SEEDS = DATA / "seed_prompts.jsonl"
+SEEDS = DATA / "seed_prompts.jsonl.gz"
 # The order the shipped draft's chain gave the files to generate.py (every report's
 # `prompt_files`): the shuffle below depends on it, so device.sh names the files in this order
 # rather than by a shell glob, whose order follows the locale.
@@ -43,8 +43,10 @@ def read_prompts(paths: list[Path], seed: int) -> list[dict]:
 
 
 def prompt_files(paths: list[Path]) -> list[dict]:
-    """Each file's name, sha256 and prompt count, in the order given."""
-    return [{"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    """Each file's name, sha256 and prompt count, in the order given: of the uncompressed bytes,
+    under the name without .gz, as the runs before the sets were gzipped recorded them."""
+    return [{"file": path.name.removesuffix(".gz"),
+             "sha256": hashlib.sha256(data_bytes(path)).hexdigest(),
              "prompts": len(read_jsonl(path))} for path in paths]
 
 

@@ -106,17 +106,26 @@ def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv:
           "llama.rope.freq_base": 10000.0, "llama.attention.layer_norm_rms_epsilon": 1e-5,
           "llama.vocab_size": vocab, **md_tok}
 
-    mix = mixes.q4_k_m_mix({n: v.shape for n, v in w.items()}) if matrix_type == "Q4_K_M" else {}
+    gguf.write(path, md, tensor_types(w, matrix_type, embd_type))
+    return w
 
-    def kind(name):
+
+def tensor_types(w: dict[str, np.ndarray], matrix_type: int | str, embd_type: int | str
+                 ) -> dict[str, tuple[np.ndarray, int]]:
+    """Each tensor with its ggml type, for gguf.write: 1-D tensors (norms, biases, rope factors)
+    F32, the embedding `embd_type`, other matrices `matrix_type`; "Q4_K_M" (either) gives every
+    tensor the type llama.cpp's Q4_K_M would (mixes.py)."""
+    mix = (mixes.q4_k_m_mix({n: v.shape for n, v in w.items()})
+           if "Q4_K_M" in (matrix_type, embd_type) else {})
+
+    def kind(name, v):
         if name in mix:
             return mix[name]
-        if name.endswith("norm.weight"):
+        if v.ndim == 1:
             return quant.F32.type_id
         return embd_type if name == "token_embd.weight" else matrix_type
 
-    gguf.write(path, md, {n: (v, kind(n)) for n, v in w.items()})
-    return w
+    return {n: (v, kind(n, v)) for n, v in w.items()}
 
 
 # --- model families (cpu/model.py ARCHITECTURES) ------------------------------------------------
@@ -128,6 +137,14 @@ FAMILY_SHAPES = {
     "qwen2": {"n_layers": 2, "d": 64, "n_heads": 4, "n_kv": 2, "head_dim": 16, "d_ff": 128},
     "qwen3": {"n_layers": 2, "d": 64, "n_heads": 4, "n_kv": 2, "head_dim": 32, "d_ff": 128},
     "gemma3": {"n_layers": 4, "d": 64, "n_heads": 4, "n_kv": 1, "head_dim": 32, "d_ff": 128},
+}
+# Wider variants whose rows are multiples of 256, so that a Q4_K_M mix holds real K-quants
+# (Q4_K, Q6_K) rather than the Q5_0 / Q8_0 fallbacks, with the real head sizes 64, 128 and 256.
+FAMILY_WIDE = {
+    "llama": dict(d=256, n_heads=4, n_kv=2, head_dim=64, d_ff=512),
+    "qwen2": dict(d=256, n_heads=4, n_kv=2, head_dim=64, d_ff=512),
+    "qwen3": dict(d=256, n_heads=4, n_kv=2, head_dim=128, d_ff=512),
+    "gemma3": dict(d=256, n_heads=4, n_kv=1, head_dim=256, d_ff=512),
 }
 # The metadata each family's converter writes beyond the shape (llama.cpp's convert_hf_to_gguf
 # and conversion/*.py), at the real models' values.
@@ -181,12 +198,13 @@ def family_weights(arch: str, vocab: int, *, n_layers: int, d: int, n_heads: int
 
 def write_family_model(path, arch: str, *, seed: int = 0, ctx: int = 256, n_merges: int = 64,
                        weights: dict[str, np.ndarray] | None = None,
-                       matrix_type: int = quant.F32.type_id,
-                       embd_type: int | None = None, **shape) -> dict[str, np.ndarray]:
+                       matrix_type: int | str = quant.F32.type_id,
+                       embd_type: int | str | None = None, **shape) -> dict[str, np.ndarray]:
     """Write a tiny GGUF of family `arch` (FAMILY_SHAPES[arch], `shape` over it) with the
     family's metadata keys and tensor names; returns its float weights. Matrices in
     `matrix_type`, the embedding in `embd_type` (default: the same), norms, biases and rope
-    factors in F32. Peaked as random_weights makes them (a head gain of 4)."""
+    factors in F32; "Q4_K_M" as llama.cpp's mix (d=256 for K-quants, else its Q5_0 / Q5_1 /
+    Q8_0 fallbacks). Peaked as random_weights makes them (a head gain of 4)."""
     shape = {**FAMILY_SHAPES[arch], **shape}
     md_tok = tokenizer_metadata(n_merges)
     vocab = len(md_tok["tokenizer.ggml.tokens"])
@@ -194,13 +212,7 @@ def write_family_model(path, arch: str, *, seed: int = 0, ctx: int = 256, n_merg
     md = {**family_metadata(arch, ctx=ctx, **shape), "general.name": f"pyspec-tiny-{arch}-{seed}",
           f"{arch}.vocab_size": vocab, **md_tok}
     embd_type = matrix_type if embd_type is None else embd_type
-
-    def kind(name, v):
-        if v.ndim == 1:
-            return quant.F32.type_id
-        return embd_type if name == "token_embd.weight" else matrix_type
-
-    gguf.write(path, md, {n: (v, kind(n, v)) for n, v in w.items()})
+    gguf.write(path, md, tensor_types(w, matrix_type, embd_type))
     return w
 
 

@@ -26,7 +26,14 @@ from pyspec.rules import rng, verify
 from pyspec.text.tokenizer import Tokenizer
 
 FAMILIES = list(testmodels.FAMILY_SHAPES)
-FORMATS = {"F32": quant.F32.type_id, "F16": quant.F16.type_id, "Q8_0": quant.Q8_0.type_id}
+FORMATS = {"F32": quant.F32.type_id, "F16": quant.F16.type_id, "Q8_0": quant.Q8_0.type_id,
+           "Q4_K_M": "Q4_K_M", "Q4_K_M-wide": "Q4_K_M"}
+
+
+def write(path, arch: str, fmt: str, **kw) -> None:
+    """The tiny model of `arch` in format `fmt` ("-wide": testmodels.FAMILY_WIDE's shape)."""
+    wide = testmodels.FAMILY_WIDE[arch] if fmt.endswith("-wide") else {}
+    testmodels.write_family_model(path, arch, matrix_type=FORMATS[fmt], **wide, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +41,9 @@ def paths(tmp_path_factory):
     """(family, format) -> the path of its tiny model (seed 3), written once."""
     root, out = tmp_path_factory.mktemp("families"), {}
     for arch in FAMILIES:
-        for fmt, type_id in FORMATS.items():
+        for fmt in FORMATS:
             out[arch, fmt] = str(root / f"{arch}-{fmt}.gguf")
-            testmodels.write_family_model(out[arch, fmt], arch, seed=3, matrix_type=type_id)
+            write(out[arch, fmt], arch, fmt, seed=3)
     return out
 
 
@@ -181,7 +188,7 @@ def drafts(paths, tmp_path_factory):
 @pytest.mark.parametrize("arch", FAMILIES)
 @pytest.mark.parametrize("engine_kind", [Model, FastModel])
 def test_speculative_output_equals_champion_only(paths, drafts, arch, engine_kind):
-    path = paths[arch, "Q8_0"]
+    path = paths[arch, "Q4_K_M"]
     champion = engine_kind.load(path)
     tok = Tokenizer.from_metadata(champion.metadata)
     prompt = prompt_ids(path)
@@ -201,3 +208,15 @@ def test_speculative_output_equals_champion_only(paths, drafts, arch, engine_kin
             assert r.tokens == replay, f"{draft}, K={k}, replay"
         if draft != "ngram":
             assert r.stats["accepted"] > 0
+
+
+def test_q4_k_m_models_hold_k_quants_and_their_fallbacks(paths):
+    """The narrow Q4_K_M files hold llama.cpp's fallbacks for widths that are not multiples of
+    256 (Q5_0, Q8_0), the wide ones real K-quants (Q4_K, Q6_K)."""
+    def formats(path):
+        f = gguf.GGUFFile.open(path)
+        return {f.tensor(n).format.name for n in f.tensors if len(f.tensor(n).shape) == 2}
+
+    for arch in FAMILIES:
+        assert formats(paths[arch, "Q4_K_M"]) == {"Q5_0", "Q8_0"}
+        assert formats(paths[arch, "Q4_K_M-wide"]) == {"Q4_K", "Q6_K"}

@@ -13,6 +13,7 @@ and `reindex` carries weights over to another vocabulary row by row.
 from __future__ import annotations
 
 import collections
+import itertools
 import re
 
 import numpy as np
@@ -36,7 +37,7 @@ def tokenizer_metadata(n_merges: int = 64, corpus: str = CORPUS) -> dict:
     words = [[byte_char[b] for b in w.encode()] for w in re.findall(r" ?\S+", corpus)]
     merges = []
     for _ in range(n_merges):
-        pairs = collections.Counter((a, b) for w in words for a, b in zip(w, w[1:]))
+        pairs = collections.Counter((a, b) for w in words for a, b in itertools.pairwise(w))
         if not pairs:
             break
         (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
@@ -62,10 +63,12 @@ def tokenizer_metadata(n_merges: int = 64, corpus: str = CORPUS) -> dict:
 
 
 def random_weights(vocab: int, n_layers: int, d: int, n_heads: int, n_kv: int, d_ff: int,
-                   seed: int, head_gain: float = 4.0, layer_gain: float = 2.0
-                   ) -> dict[str, np.ndarray]:
+                   seed: int, head_gain: float = 4.0, layer_gain: float = 2.0,
+                   head_dim: int | None = None) -> dict[str, np.ndarray]:
+    """A Llama layout's weights: embedding, head, final norm, and each layer's norms and
+    matrices (head_dim defaults to d / n_heads)."""
     rng = np.random.default_rng(seed)
-    hd = d // n_heads
+    hd = head_dim or d // n_heads
 
     def mat(rows, cols, gain=1.0):
         return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
@@ -78,7 +81,7 @@ def random_weights(vocab: int, n_layers: int, d: int, n_heads: int, n_kv: int, d
         w.update({p + "attn_norm.weight": (1 + 0.1 * rng.standard_normal(d)).astype(np.float32),
                   p + "ffn_norm.weight": (1 + 0.1 * rng.standard_normal(d)).astype(np.float32),
                   p + "attn_q.weight": mat(n_heads * hd, d), p + "attn_k.weight": mat(n_kv * hd, d),
-                  p + "attn_v.weight": mat(n_kv * hd, d), p + "attn_output.weight": mat(d, d, layer_gain),
+                  p + "attn_v.weight": mat(n_kv * hd, d), p + "attn_output.weight": mat(d, n_heads * hd, layer_gain),
                   p + "ffn_gate.weight": mat(d_ff, d), p + "ffn_up.weight": mat(d_ff, d),
                   p + "ffn_down.weight": mat(d, d_ff, layer_gain)})
     return w
@@ -103,16 +106,113 @@ def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv:
           "llama.rope.freq_base": 10000.0, "llama.attention.layer_norm_rms_epsilon": 1e-5,
           "llama.vocab_size": vocab, **md_tok}
 
-    mix = mixes.q4_k_m_mix({n: v.shape for n, v in w.items()}) if matrix_type == "Q4_K_M" else {}
+    gguf.write(path, md, tensor_types(w, matrix_type, embd_type))
+    return w
 
-    def kind(name):
+
+def tensor_types(w: dict[str, np.ndarray], matrix_type: int | str, embd_type: int | str
+                 ) -> dict[str, tuple[np.ndarray, int]]:
+    """Each tensor with its ggml type, for gguf.write: 1-D tensors (norms, biases, rope factors)
+    F32, the embedding `embd_type`, other matrices `matrix_type`; "Q4_K_M" (either) gives every
+    tensor the type llama.cpp's Q4_K_M would (mixes.py)."""
+    mix = (mixes.q4_k_m_mix({n: v.shape for n, v in w.items()})
+           if "Q4_K_M" in (matrix_type, embd_type) else {})
+
+    def kind(name, v):
         if name in mix:
             return mix[name]
-        if name.endswith("norm.weight"):
+        if v.ndim == 1:
             return quant.F32.type_id
         return embd_type if name == "token_embd.weight" else matrix_type
 
-    gguf.write(path, md, {n: (v, kind(n)) for n, v in w.items()})
+    return {n: (v, kind(n, v)) for n, v in w.items()}
+
+
+# --- model families (cpu/model.py ARCHITECTURES) ------------------------------------------------
+# Each family's tiny shape: head sizes other than d / n_heads where the family allows it (qwen3,
+# gemma3), a grouped-KV ratio above 1, and for gemma3 local layers (a window of 8 keys, every
+# second layer global) so that a prompt of a few dozen tokens crosses the window.
+FAMILY_SHAPES = {
+    "llama": {"n_layers": 2, "d": 64, "n_heads": 4, "n_kv": 2, "head_dim": 16, "d_ff": 128},
+    "qwen2": {"n_layers": 2, "d": 64, "n_heads": 4, "n_kv": 2, "head_dim": 16, "d_ff": 128},
+    "qwen3": {"n_layers": 2, "d": 64, "n_heads": 4, "n_kv": 2, "head_dim": 32, "d_ff": 128},
+    "gemma3": {"n_layers": 4, "d": 64, "n_heads": 4, "n_kv": 1, "head_dim": 32, "d_ff": 128},
+}
+# Wider variants whose rows are multiples of 256, so that a Q4_K_M mix holds real K-quants
+# (Q4_K, Q6_K) rather than the Q5_0 / Q8_0 fallbacks, with the real head sizes 64, 128 and 256.
+FAMILY_WIDE = {
+    "llama": dict(d=256, n_heads=4, n_kv=2, head_dim=64, d_ff=512),
+    "qwen2": dict(d=256, n_heads=4, n_kv=2, head_dim=64, d_ff=512),
+    "qwen3": dict(d=256, n_heads=4, n_kv=2, head_dim=128, d_ff=512),
+    "gemma3": dict(d=256, n_heads=4, n_kv=1, head_dim=256, d_ff=512),
+}
+# The metadata each family's converter writes beyond the shape (llama.cpp's convert_hf_to_gguf
+# and conversion/*.py), at the real models' values.
+FAMILY_METADATA = {
+    "llama": {"rope.freq_base": 500000.0, "attention.layer_norm_rms_epsilon": 1e-5},
+    "qwen2": {"rope.freq_base": 1000000.0, "attention.layer_norm_rms_epsilon": 1e-6},
+    "qwen3": {"rope.freq_base": 1000000.0, "attention.layer_norm_rms_epsilon": 1e-6},
+    "gemma3": {"rope.freq_base": 1000000.0, "attention.layer_norm_rms_epsilon": 1e-6,
+               "attention.sliding_window": 8, "attention.sliding_window_pattern": 2},
+}
+
+
+def family_metadata(arch: str, *, n_layers: int, d: int, n_heads: int, n_kv: int,
+                    head_dim: int, d_ff: int, ctx: int = 256, **extra) -> dict:
+    """The "ARCH.*" metadata of a model of `arch` (FAMILY_METADATA's values, `extra` over
+    them), key and value lengths always written, as the Llama 3 / Qwen3 / Gemma 3 converters do."""
+    keys = {"block_count": n_layers, "context_length": ctx, "embedding_length": d,
+            "feed_forward_length": d_ff, "attention.head_count": n_heads,
+            "attention.head_count_kv": n_kv, "attention.key_length": head_dim,
+            "attention.value_length": head_dim, "rope.dimension_count": head_dim,
+            **FAMILY_METADATA[arch], **extra}
+    return {"general.architecture": arch, **{f"{arch}.{k}": v for k, v in keys.items()}}
+
+
+def family_weights(arch: str, vocab: int, *, n_layers: int, d: int, n_heads: int, n_kv: int,
+                   head_dim: int, d_ff: int, seed: int, rope_freqs: bool = True
+                   ) -> dict[str, np.ndarray]:
+    """random_weights plus the family's own tensors (drawn after them, so the shared ones are
+    random_weights'): qwen2's Q/K/V biases, qwen3's and gemma3's per-head Q/K norms, gemma3's
+    post-norms, and for llama Llama 3's rope frequency factors (1 for the fast pairs up to 8 for
+    the slow ones, as its converter writes them)."""
+    w = random_weights(vocab, n_layers, d, n_heads, n_kv, d_ff, seed, head_dim=head_dim)
+    rng = np.random.default_rng(seed + 7919)
+
+    def norm(n):
+        return (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        if arch == "qwen2":
+            for name, n in (("attn_q", n_heads), ("attn_k", n_kv), ("attn_v", n_kv)):
+                w[p + name + ".bias"] = (0.5 * rng.standard_normal(n * head_dim)).astype(np.float32)
+        if arch in ("qwen3", "gemma3"):
+            w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm(head_dim), norm(head_dim)
+        if arch == "gemma3":
+            w[p + "post_attention_norm.weight"], w[p + "post_ffw_norm.weight"] = norm(d), norm(d)
+    if arch == "llama" and rope_freqs:
+        w["rope_freqs.weight"] = np.geomspace(1, 8, head_dim // 2).astype(np.float32)
+    return w
+
+
+def write_family_model(path, arch: str, *, seed: int = 0, ctx: int = 256, n_merges: int = 64,
+                       weights: dict[str, np.ndarray] | None = None,
+                       matrix_type: int | str = quant.F32.type_id,
+                       embd_type: int | str | None = None, **shape) -> dict[str, np.ndarray]:
+    """Write a tiny GGUF of family `arch` (FAMILY_SHAPES[arch], `shape` over it) with the
+    family's metadata keys and tensor names; returns its float weights. Matrices in
+    `matrix_type`, the embedding in `embd_type` (default: the same), norms, biases and rope
+    factors in F32; "Q4_K_M" as llama.cpp's mix (d=256 for K-quants, else its Q5_0 / Q5_1 /
+    Q8_0 fallbacks). Peaked as random_weights makes them (a head gain of 4)."""
+    shape = {**FAMILY_SHAPES[arch], **shape}
+    md_tok = tokenizer_metadata(n_merges)
+    vocab = len(md_tok["tokenizer.ggml.tokens"])
+    w = weights or family_weights(arch, vocab, seed=seed, **shape)
+    md = {**family_metadata(arch, ctx=ctx, **shape), "general.name": f"pyspec-tiny-{arch}-{seed}",
+          f"{arch}.vocab_size": vocab, **md_tok}
+    embd_type = matrix_type if embd_type is None else embd_type
+    gguf.write(path, md, tensor_types(w, matrix_type, embd_type))
     return w
 
 
@@ -121,8 +221,8 @@ def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv:
 # layer, two heads of 4 dims, f32 weights, which have no 32-wide quant blocks): attention costs a
 # pass in proportion to layers x heads x head_dim x positions, and an 8,000-token prefill on a
 # software adapter is what a test pays for. write_model(path, seed=1, **LONG_CONTEXT).
-LONG_CONTEXT = dict(ctx=8192, n_layers=1, d=8, n_heads=2, n_kv=1, d_ff=16,
-                    matrix_type=quant.F32.type_id, embd_type=quant.F32.type_id)
+LONG_CONTEXT = {"ctx": 8192, "n_layers": 1, "d": 8, "n_heads": 2, "n_kv": 1, "d_ff": 16,
+                    "matrix_type": quant.F32.type_id, "embd_type": quant.F32.type_id}
 
 
 def perturb(weights: dict[str, np.ndarray], scale: float, seed: int) -> dict[str, np.ndarray]:

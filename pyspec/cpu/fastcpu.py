@@ -15,7 +15,7 @@ kernel is chosen per numpy build (`choose_kernel`), once, never per call:
 
 The row is copied into a 64-byte-aligned buffer first, so a kernel that branches on alignment
 sees the same alignment for every row. Everything else (norms, RoPE, attention, the cache) is
-model.Model's: attention there already runs row by row.
+model.Model's, but for RoPE's cos / sin, kept in tables: attention there already runs row by row.
 
 Measured and not taken (docs/cpu-engine.md): scipy's OpenBLAS sgemm in Pyodide (no faster than
 numpy's own loop, 2.7 s to import), a fixed 8-row sgemm tile natively (a one-row pass costs ~8 rows).
@@ -140,11 +140,12 @@ class FastModel(Model):
         if self.kernel not in KERNELS:
             raise UsageError(f"kernel {self.kernel!r} is not a row kernel: use one of {KERNELS}")
         self._rows: dict[int, np.ndarray] = {}   # n_in -> its aligned row buffer
-        hd2 = self.config.head_dim // 2
-        self._cos = self._sin = np.zeros((0, hd2), self.dtype)   # (positions, hd/2) tables
+        empty = np.zeros((0, self.config.head_dim // 2), self.dtype)
+        # [global, local] layers' (cos, sin) tables, (positions, hd/2) each
+        self._tables = [(empty, empty), (empty, empty)]
 
     @classmethod
-    def load(cls, path, kernel: str | None = None) -> "FastModel":
+    def load(cls, path, kernel: str | None = None) -> FastModel:
         return cls(GGUFFile.open(path), kernel)
 
     def product(self, x: np.ndarray, w: np.ndarray, exact: bool = True) -> np.ndarray:
@@ -155,22 +156,18 @@ class FastModel(Model):
             row = self._rows[n_in] = _aligned(n_in, self.dtype)
         return rows_product(x, w, self.kernel, row)
 
-    def rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Model.rope with its cos / sin looked up in tables instead of recomputed for every layer
-        (a tenth of a one-token pass in Pyodide): the tables hold the same float32 values Model.rope
-        computes, element by element. x (m, heads, hd) -> same."""
+    def rope_angles(self, positions: np.ndarray, local: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Model.rope_angles looked up in tables instead of recomputed for every layer (a tenth
+        of a one-token pass in Pyodide): the tables hold the same float32 values Model computes,
+        element by element. -> (cos, sin), (m, hd/2) each."""
         need = int(positions.max()) + 1
-        if need > len(self._cos):
-            size = max(need, 2 * len(self._cos), 256)
-            ang = np.arange(size, dtype=np.float64)[:, None] * self.inv_freq[None, :]  # (size, hd/2)
-            self._cos, self._sin = np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)
-        cos = self._cos[positions][:, None, :]                                  # (m, 1, hd/2)
-        sin = self._sin[positions][:, None, :]
-        x0, x1 = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
-        out[..., 0::2] = x0 * cos - x1 * sin
-        out[..., 1::2] = x0 * sin + x1 * cos
-        return out
+        cos, sin = self._tables[local]
+        if need > len(cos):
+            size = max(need, 2 * len(cos), 256)
+            ang = np.arange(size, dtype=np.float64)[:, None] * self.inv_freq[local][None, :]
+            cos, sin = np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)  # (size, hd/2)
+            self._tables[local] = cos, sin
+        return cos[positions], sin[positions]
 
     def forward(self, *args, **kw) -> np.ndarray:
         with one_blas_thread():

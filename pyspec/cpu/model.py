@@ -1,4 +1,4 @@
-"""Model config from GGUF metadata and the reference Llama forward on the CPU (numpy).
+"""The reference forward of every model family (config.py) on the CPU, in numpy.
 
 The forward is *batch-invariant*: the logits of row i of a forward over positions [n, n+m) are
 bit-identical to a one-token forward at position n+i. This is what makes greedy speculative output
@@ -15,112 +15,29 @@ Not here: sampling (verify.py), the generation loop (engine.py), caches (kv.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..errors import PyspecError
-from ..formats.gguf import GGUFError, GGUFFile
+from ..formats.gguf import GGUFFile
 from ..kv import KVCache
+from .config import (  # noqa: F401 - Config and its helpers, imported from here by many modules
+    ARCHITECTURES,
+    LAYER_TENSORS,
+    Config,
+    ModelError,
+    layer_shapes,
+    layer_tensors,
+    load_tensors,
+    rope_factors,
+    rope_inv_freq,
+    shape_error,
+    tensor_name,
+)
 
 TILE = 8  # rows per matrix-product tile; every product sees exactly this many rows
 # A reduced head's logit for every id outside it (Model.reduce_head): finite, so that a row whose
 # every kept id a processor masks (a JSON schema) still has a softmax, and so far below any real
 # logit that its probability is exactly 0 in float32 (exp(-1e30 - max) underflows).
 OUTSIDE_HEAD = -1e30
-
-
-class ModelError(PyspecError, ValueError):
-    """The GGUF holds a model pyspec cannot run."""
-
-    code = "bad_model"
-
-
-@dataclass(frozen=True)
-class Config:
-    n_layers: int
-    d_model: int
-    d_ff: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    context_length: int
-    rope_base: float
-    rms_eps: float
-
-    @classmethod
-    def from_metadata(cls, md: dict) -> "Config":
-        arch = md.get("general.architecture")
-        if arch != "llama":
-            raise ModelError(f"architecture {arch!r} is not supported; pyspec runs 'llama' models")
-
-        def get(key, default=None, kind=int):
-            v = md.get(f"llama.{key}", default)
-            if v is None:
-                raise ModelError(f"metadata key 'llama.{key}' is missing; the GGUF is incomplete")
-            if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-                raise ModelError(f"metadata 'llama.{key}' = {v!r} must be a positive integer; "
-                                 "the GGUF is corrupt")
-            if kind is float and (not isinstance(v, (int, float)) or not v > 0):
-                raise ModelError(f"metadata 'llama.{key}' = {v!r} must be a positive number")
-            return v
-
-        d_model, n_heads = get("embedding_length"), get("attention.head_count")
-        n_kv = get("attention.head_count_kv", n_heads)
-        if d_model % n_heads or n_heads % n_kv:
-            raise ModelError(f"head counts {n_heads}/{n_kv} do not divide width {d_model}")
-        head_dim = d_model // n_heads
-        if head_dim % 2:
-            raise ModelError(f"head size {head_dim} is odd; RoPE needs pairs")
-        if get("rope.dimension_count", head_dim) != head_dim:
-            raise ModelError("partial RoPE is not supported")
-        vocab = md.get("llama.vocab_size") or len(md.get("tokenizer.ggml.tokens", ()))
-        if not isinstance(vocab, int) or vocab <= 0:
-            raise ModelError("the vocabulary size is unknown (no llama.vocab_size and no tokens)")
-        return cls(n_layers=get("block_count"), d_model=d_model, d_ff=get("feed_forward_length"),
-                   n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, vocab_size=vocab,
-                   context_length=get("context_length"),
-                   rope_base=float(get("rope.freq_base", 10000.0, float)),
-                   rms_eps=float(get("attention.layer_norm_rms_epsilon", None, float)))
-
-
-LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
-
-
-def layer_shapes(cfg: Config) -> dict[str, tuple]:
-    """The shape of each of a layer's tensors (LAYER_TENSORS), in the GGUF's (n_out, n_in)."""
-    d, hd = cfg.d_model, cfg.head_dim
-    return {"attn_norm": (d,), "attn_q": (cfg.n_heads * hd, d),
-            "attn_k": (cfg.n_kv_heads * hd, d), "attn_v": (cfg.n_kv_heads * hd, d),
-            "attn_output": (d, cfg.n_heads * hd), "ffn_norm": (d,),
-            "ffn_gate": (cfg.d_ff, d), "ffn_up": (cfg.d_ff, d), "ffn_down": (d, cfg.d_ff)}
-
-
-def shape_error(source: str, name: str, got: tuple, want: tuple) -> ModelError:
-    """The one wording of a tensor whose shape is not the one the file's metadata gives it
-    (Model on loading, load.check_tensors before it), naming the file."""
-    return ModelError(f"{source}: tensor {name!r} has shape {tuple(got)}, but the file's own "
-                      f"metadata makes it {tuple(want)}; the file is broken or not a model "
-                      "pyspec can run: download it again or pick another model")
-
-
-def load_tensors(f: GGUFFile, cfg: Config, load):
-    """(tok_embd, out_norm, head, layers) of a Llama GGUF, each made by `load(name, shape)`;
-    the CPU model dequantizes there, the GPU model uploads. A missing output.weight means the
-    head is tied to the embedding."""
-    d, shapes = cfg.d_model, layer_shapes(cfg)
-    try:
-        tok_embd = load("token_embd.weight", (cfg.vocab_size, d))                 # (vocab, d)
-        out_norm = load("output_norm.weight", (d,))
-        head = (load("output.weight", (cfg.vocab_size, d))
-                if f.has("output.weight") else tok_embd)                          # (vocab, d)
-        layers = [{n: load(f"blk.{i}.{n}.weight", shapes[n]) for n in LAYER_TENSORS}
-                  for i in range(cfg.n_layers)]
-    except GGUFError as e:
-        raise ModelError(f"{f.source} is not a complete Llama model: {e.reason}") from e
-    return tok_embd, out_norm, head, layers
 
 
 def matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -148,7 +65,30 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(ms + x.dtype.type(eps)) * weight
 
 
-def prefill(model: "Model", kv: KVCache, prompt: list[int], exact: bool = True,
+def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
+    """x (m, heads, hd) with its pairs rotated by angles of cos, sin (m, 1, hd/2): pairs
+    (2i, 2i+1), or (i, i + hd/2) when `neox`."""
+    half = x.shape[-1] // 2
+    i0, i1 = (slice(0, half), slice(half, None)) if neox else (slice(0, None, 2),
+                                                               slice(1, None, 2))
+    x0, x1 = x[..., i0], x[..., i1]
+    out = np.empty_like(x)
+    out[..., i0] = x0 * cos - x1 * sin
+    out[..., i1] = x0 * sin + x1 * cos
+    return out
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh form (ggml_gelu): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    c = x.dtype.type(np.sqrt(2 / np.pi))
+    return x.dtype.type(0.5) * x * (1 + np.tanh(c * (x + x.dtype.type(0.044715) * x * x * x)))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1 + np.exp(-x))
+
+
+def prefill(model: Model, kv: KVCache, prompt: list[int], exact: bool = True,
             start: int = 0) -> None:
     """Fill the cache with every prompt token but the last: the first decoding step feeds that
     one, so a cache always lags the token sequence by one row. Rows below `start` are kept
@@ -194,9 +134,9 @@ class Model(LoadedWeights):
         self.source = f.source
         self.file = f
         self._sha256: str | None = None
-        hd = cfg.head_dim
-        half = hd // 2
-        self.inv_freq = (cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2 / hd))  # (hd/2,)
+        self.rope_freqs = rope_factors(f, cfg)                  # None or (hd/2,) float32
+        # (hd/2,) per kind of layer: [global, local]
+        self.inv_freq = [rope_inv_freq(cfg, local, self.rope_freqs) for local in (False, True)]
 
     def _load(self, name: str, shape: tuple) -> np.ndarray:
         """Tensor `name` dequantized to the model's dtype, checked to have `shape`."""
@@ -206,7 +146,7 @@ class Model(LoadedWeights):
         return w.astype(self.dtype, copy=False)
 
     @classmethod
-    def load(cls, path, dtype=np.float32) -> "Model":
+    def load(cls, path, dtype=np.float32) -> Model:
         return cls(GGUFFile.open(path), dtype)
 
     head_ids: np.ndarray | None = None   # a reduced head's ids (reduce_head), sorted
@@ -229,44 +169,47 @@ class Model(LoadedWeights):
         ctx = min(max_ctx or cfg.context_length, cfg.context_length)
         return KVCache(n_layers or cfg.n_layers, ctx, cfg.n_kv_heads, cfg.head_dim, self.dtype)
 
-    def rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Rotate adjacent pairs (x[2i], x[2i+1]) by pos * base^(-2i/hd) (llama.cpp NORM mode;
-        the GGUF converter permutes Q/K rows for it). x (m, heads, hd) -> same."""
-        ang = positions[:, None].astype(np.float64) * self.inv_freq[None, :]   # (m, hd/2)
-        cos = np.cos(ang).astype(self.dtype)[:, None, :]
-        sin = np.sin(ang).astype(self.dtype)[:, None, :]
-        x0, x1 = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
-        out[..., 0::2] = x0 * cos - x1 * sin
-        out[..., 1::2] = x0 * sin + x1 * cos
-        return out
+    def rope_angles(self, positions: np.ndarray, local: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(cos, sin) of each position's angles, (m, hd/2) each, in the model's dtype."""
+        ang = positions[:, None].astype(np.float64) * self.inv_freq[local][None, :]  # (m, hd/2)
+        return np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)
+
+    def rope(self, x: np.ndarray, positions: np.ndarray, local: bool = False) -> np.ndarray:
+        """Rotate each head's pairs by pos * inv_freq: adjacent pairs (x[2i], x[2i+1]) (llama.cpp
+        NORM mode; the llama converter permutes Q/K rows for it) or, with config.rope_neox,
+        (x[i], x[i + hd/2]) (NEOX mode). x (m, heads, hd) -> same."""
+        cos, sin = self.rope_angles(positions, local)
+        return rotate(x, cos[:, None, :], sin[:, None, :], self.config.rope_neox)
 
     def attention(self, q: np.ndarray, kc: np.ndarray, vc: np.ndarray,
-                  positions: np.ndarray, exact: bool = True) -> np.ndarray:
+                  positions: np.ndarray, exact: bool = True, window: int = 0) -> np.ndarray:
         """q (m, n_heads, hd); kc, vc (max_ctx, n_kv, hd) -> (m, n_heads*hd), one row at a time:
-        row i attends to positions [0, positions[i]] exactly as a one-token pass would.
+        row i attends to positions [0, positions[i]] exactly as a one-token pass would, or to the
+        last `window` of them (a sliding-window layer, itself included, as llama.cpp masks).
         exact=False (drafts) computes blocks of rows at once under a causal mask."""
         cfg = self.config
         group = cfg.n_heads // cfg.n_kv_heads  # query head h reads kv head h // group
-        scale = self.dtype.type(1.0 / np.sqrt(cfg.head_dim))
+        scale = self.dtype.type(cfg.attn_scale)
         if not exact and len(positions) > 1:
-            return self._attention_blocks(q, kc, vc, positions, group, scale)
+            return self._attention_blocks(q, kc, vc, positions, group, scale, window)
         out = np.empty((q.shape[0], cfg.n_heads * cfg.head_dim), self.dtype)
         for i, pos in enumerate(positions):
+            lo = max(0, pos + 1 - window) if window else 0
             qi = q[i].reshape(cfg.n_kv_heads, group, cfg.head_dim)        # (kv, group, hd)
-            k = kc[:pos + 1].transpose(1, 2, 0)                            # (kv, hd, t)
-            v = vc[:pos + 1].transpose(1, 0, 2)                            # (kv, t, hd)
+            k = kc[lo:pos + 1].transpose(1, 2, 0)                          # (kv, hd, t)
+            v = vc[lo:pos + 1].transpose(1, 0, 2)                          # (kv, t, hd)
             s = np.matmul(qi, k) * scale                                   # (kv, group, t)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             out[i] = np.matmul(s, v).reshape(-1)                           # (kv, group, hd)
         return out
 
-    def _attention_blocks(self, q, kc, vc, positions, group: int, scale,
+    def _attention_blocks(self, q, kc, vc, positions, group: int, scale, window: int = 0,
                           block: int = 256) -> np.ndarray:
         """`attention` for `block` query rows per product (a draft's prefill: hundreds of rows
-        through a few layers). Row i still sees keys [0, positions[i]] only; the sums run in
-        another order, so the numbers differ from the row loop in the last bits."""
+        through a few layers). Row i still sees keys [0, positions[i]] only (its window's on a
+        local layer); the sums run in another order, so the numbers differ from the row loop in
+        the last bits."""
         cfg = self.config
         m, hd, kvh = q.shape[0], cfg.head_dim, cfg.n_kv_heads
         out = np.empty((m, cfg.n_heads * hd), self.dtype)
@@ -276,8 +219,10 @@ class Model(LoadedWeights):
             qb = q[a:a + b].reshape(b, kvh, group, hd).transpose(1, 0, 2, 3)
             s = np.matmul(qb.reshape(kvh, b * group, hd), kc[:t].transpose(1, 2, 0)) * scale
             s = s.reshape(kvh, b, group, t)
-            future = np.arange(t)[None, :] > pos[:, None]                    # (b, t): masked keys
-            s = np.where(future[None, :, None, :], -np.inf, s)
+            masked = np.arange(t)[None, :] > pos[:, None]                    # (b, t): future keys
+            if window:
+                masked |= np.arange(t)[None, :] <= pos[:, None] - window     # outside the window
+            s = np.where(masked[None, :, None, :], -np.inf, s)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             o = np.matmul(s.reshape(kvh, b * group, t), vc[:t].transpose(1, 0, 2))  # (kv, b*g, hd)
@@ -287,13 +232,44 @@ class Model(LoadedWeights):
     def scratch_bytes(self, rows: int, logit_rows: int) -> int:
         """Activation bytes of a pass over `rows` tokens producing `logit_rows` logits rows."""
         cfg = self.config
-        per_row = 4 * cfg.d_model + 2 * cfg.n_kv_heads * cfg.head_dim + 3 * cfg.d_ff
+        per_row = (3 * cfg.d_model + (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+                   + 3 * cfg.d_ff)
         return (rows * per_row + logit_rows * cfg.vocab_size) * self.dtype.itemsize
 
     def product(self, x: np.ndarray, w: np.ndarray, exact: bool = True) -> np.ndarray:
         """x (m, n_in) @ w.T -> (m, n_out): `matmul`'s tiles, or plain BLAS when not exact.
         fastcpu.FastModel replaces it with row-at-a-time products."""
         return matmul(x, w) if exact else _plain_matmul(x, w)
+
+    def _attention_branch(self, x, w: dict, kv: KVCache, li: int, start: int,
+                          positions: np.ndarray, mm, exact: bool) -> np.ndarray:
+        """Layer li's attention over x (m, d), its K and V rows stored in kv -> (m, d), the
+        output added to the residual (after its post-norm in gemma3)."""
+        cfg, eps, m = self.config, self.config.rms_eps, x.shape[0]
+        local = cfg.swa_layers[li]
+        h = rms_norm(x, w["attn_norm"], eps)                                # (m, d)
+        q, k, v = (mm(h, w[n]) for n in ("attn_q", "attn_k", "attn_v"))  # (m, heads*hd) ...
+        if cfg.qkv_bias:
+            q, k, v = q + w["attn_q.bias"], k + w["attn_k.bias"], v + w["attn_v.bias"]
+        q = q.reshape(m, cfg.n_heads, cfg.head_dim)
+        k = k.reshape(m, cfg.n_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:   # per head, over its head_dim values
+            q, k = rms_norm(q, w["attn_q_norm"], eps), rms_norm(k, w["attn_k_norm"], eps)
+        kv.k[li, start:start + m] = self.rope(k, positions, local)
+        kv.v[li, start:start + m] = v.reshape(m, cfg.n_kv_heads, cfg.head_dim)
+        a = self.attention(self.rope(q, positions, local), kv.k[li], kv.v[li], positions, exact,
+                           cfg.sliding_window if local else 0)
+        o = mm(a, w["attn_output"])                                         # (m, d)
+        return rms_norm(o, w["post_attention_norm"], eps) if cfg.post_norms else o
+
+    def _ffn_branch(self, x, w: dict, mm) -> np.ndarray:
+        """The gated FFN over x (m, d) -> (m, d), the output added to the residual."""
+        cfg = self.config
+        h = rms_norm(x, w["ffn_norm"], cfg.rms_eps)
+        g = mm(h, w["ffn_gate"])                                            # (m, d_ff)
+        act = gelu_tanh(g) if cfg.act == "gelu_tanh" else silu(g)
+        f = mm(act * mm(h, w["ffn_up"]), w["ffn_down"])                     # (m, d)
+        return rms_norm(f, w["post_ffw_norm"], cfg.rms_eps) if cfg.post_norms else f
 
     def forward(self, tokens, kv: KVCache, n_layers: int | None = None,
                 last_only: bool = False, exact: bool = True,
@@ -308,7 +284,7 @@ class Model(LoadedWeights):
         several times faster) and gives up batch invariance: for drafts, whose numbers only ever
         affect speed, never for the champion."""
         cfg = self.config
-        mm = lambda x, w: self.product(x, w, exact)  # noqa: E731
+        mm = lambda x, w: self.product(x, w, exact)
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if tokens.size == 0:
             raise ValueError("forward needs at least one token")
@@ -318,22 +294,14 @@ class Model(LoadedWeights):
         start = kv.append(m)
         positions = np.arange(start, start + m)
         x = self.tok_embd[tokens] if inputs is None else inputs            # (m, d)
-        eps = cfg.rms_eps
+        if cfg.embed_scale != 1.0 and inputs is None:
+            x = x * self.dtype.type(cfg.embed_scale)
         for li, w in enumerate(self.layers[:n_layers or cfg.n_layers]):
-            h = rms_norm(x, w["attn_norm"], eps)                            # (m, d)
-            q = self.rope(mm(h, w["attn_q"]).reshape(m, cfg.n_heads, cfg.head_dim), positions)
-            k = self.rope(mm(h, w["attn_k"]).reshape(m, cfg.n_kv_heads, cfg.head_dim),
-                          positions)
-            kv.k[li, start:start + m] = k
-            kv.v[li, start:start + m] = mm(h, w["attn_v"]).reshape(m, cfg.n_kv_heads,
-                                                                        cfg.head_dim)
-            x = x + mm(self.attention(q, kv.k[li], kv.v[li], positions, exact), w["attn_output"])
-            h = rms_norm(x, w["ffn_norm"], eps)
-            g = mm(h, w["ffn_gate"])                                        # (m, d_ff)
-            x = x + mm(g / (1 + np.exp(-g)) * mm(h, w["ffn_up"]), w["ffn_down"])
+            x = x + self._attention_branch(x, w, kv, li, start, positions, mm, exact)
+            x = x + self._ffn_branch(x, w, mm)
         if kv.states is not None and (n_layers or cfg.n_layers) >= cfg.n_layers:
             kv.states[start:start + m] = x   # final states only, never a self:L draft's
-        x = rms_norm(x[m - 1:] if last_only else x[logits_from:], self.out_norm, eps)
+        x = rms_norm(x[m - 1:] if last_only else x[logits_from:], self.out_norm, cfg.rms_eps)
         if self.head_ids is None:
             return mm(x, self.head)                                           # (rows, vocab)
         logits = np.full((x.shape[0], cfg.vocab_size), OUTSIDE_HEAD, self.dtype)

@@ -142,16 +142,21 @@ def test_render_chat_default_system_is_read_from_template(metadata):
 
 
 @pytest.mark.parametrize("template", [
-    None,
     "{% for m in messages %}{{ m['content'] }}{% endfor %}",
     CHATML_NO_DEFAULT.replace("{% endfor %}", "\n{% endfor %}"),  # literal text between tags
     CHATML_NO_DEFAULT.replace("message['content']", "message['content'] | trim"),
 ])
-def test_render_chat_refuses_unknown_templates(metadata, template):
-    md = dict(metadata, **{"tokenizer.chat_template": template})
-    if template is None:
-        del md["tokenizer.chat_template"]
-    with pytest.raises(TokenizerError):
+def test_render_chat_renders_other_templates_through_jinja(metadata, template):
+    """Templates the ChatML fast path does not recognise render through jinja2 (template.py)."""
+    tok = Tokenizer.from_metadata(dict(metadata, **{"tokenizer.chat_template": template}))
+    assert tok._chatml_system is None
+    for messages in CHATS:
+        assert tok.render_chat(messages) == jinja_render(template, messages, True)
+
+
+def test_render_chat_without_a_template_raises(metadata):
+    md = {k: v for k, v in metadata.items() if k != "tokenizer.chat_template"}
+    with pytest.raises(TokenizerError, match="no tokenizer.chat_template"):
         Tokenizer.from_metadata(md).render_chat([{"role": "user", "content": "hi"}])
 
 
@@ -196,7 +201,7 @@ def test_stream_decoder_invalid_bytes(tok):
 
 @pytest.mark.parametrize("change", [
     {"tokenizer.ggml.model": "llama"},
-    {"tokenizer.ggml.pre": "llama-bpe"},
+    {"tokenizer.ggml.pre": "deepseek-llm"},
     {"tokenizer.ggml.pre": None},
     {"tokenizer.ggml.tokens": []},
     {"tokenizer.ggml.merges": None},
@@ -211,8 +216,9 @@ def test_bad_metadata_raises(metadata, change):
 
 
 def test_unsupported_pre_names_supported(metadata):
-    with pytest.raises(TokenizerError, match="smollm"):
-        Tokenizer.from_metadata(dict(metadata, **{"tokenizer.ggml.pre": "qwen2"}))
+    with pytest.raises(TokenizerError, match="smollm") as info:
+        Tokenizer.from_metadata(dict(metadata, **{"tokenizer.ggml.pre": "falcon"}))
+    assert all(pre in str(info.value) for pre in ("gpt-2", "llama-bpe", "qwen2"))
 
 
 def test_bad_calls_raise(tok, metadata):

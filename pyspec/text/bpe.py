@@ -6,9 +6,12 @@ incremental decoder that never emits half a UTF-8 character. Pure functions over
 caller has already checked (`tokenizer.Tokenizer` builds and validates it, keeps the lookup tables
 and the word cache, and raises `TokenizerError`); nothing here raises it. Standard library only.
 
+Also llama.cpp's `clean_spaces` detokenizer rule, which the stream decoder applies where a
+vocabulary sets it (`gpt-2`, `llama-bpe`; not `smollm`, `qwen2` nor SentencePiece).
+
 Not in scope: splitting text into words (`pyspec/text/pretokenize.py`), chat templates
-(`pyspec/text/chat.py`), reading GGUF metadata, SentencePiece / WordPiece / Unigram vocabularies, and
-llama.cpp's `clean_spaces` detokenizer option (off for `smollm`).
+(`pyspec/text/chat.py`, `template.py`), reading GGUF metadata, the SentencePiece-style model
+(`spm.py`), WordPiece / Unigram vocabularies.
 
 Known divergences from llama.cpp, none of which the golden corpus exercises:
 - If a merged piece or a byte is missing from the vocabulary (never in a well-formed vocabulary),
@@ -99,13 +102,17 @@ def partition(text: str, specials: list[tuple[int, str, int]], special: bool) ->
 
 
 def merge_word(word: str, ranks: Mapping[tuple[str, str], int],
-               token_to_id: Mapping[str, int]) -> tuple[int, ...]:
+               token_to_id: Mapping[str, int], ignore_merges: bool = False) -> tuple[int, ...]:
     """Merge the byte characters of one word by rank (llama.cpp `llm_tokenizer_bpe_session`).
 
     The lowest-rank adjacent pair merges first, the leftmost among equal ranks. Queue entries
-    go stale when a neighbour merges; they are recognised by their text and skipped.
+    go stale when a neighbour merges; they are recognised by their text and skipped. With
+    `ignore_merges` (Llama 3), a word that is a token as a whole is that token, merges or not.
     """
-    symbols = list(word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_BYTE_CHAR))
+    encoded = word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_BYTE_CHAR)
+    if ignore_merges and encoded in token_to_id:
+        return (token_to_id[encoded],)
+    symbols = list(encoded)
     n = len(symbols)
     nxt = [*range(1, n), -1]  # (n,) linked list over symbols that are still alive
     prv = list(range(-1, n - 1))
@@ -159,8 +166,43 @@ def token_bytes(text: str, kind: int, special: bool) -> bytes:
     return b""
 
 
+def clean_spaces(text: str) -> str:
+    """llama.cpp's `clean_spaces` detokenizer rule (`llama_vocab::impl::detokenize`), three passes:
+    drop the space before `?!.,`; turn " ' " into "'"; drop the space before 's 'm 're 've.
+
+    Each pass looks at most three characters past a space, so text cut after three non-space
+    characters cleans piece by piece alike (`IncrementalDecoder` relies on it). The passes run
+    on characters here and on bytes in llama.cpp: the same, as every character involved is ASCII.
+    """
+    out = text[:1]
+    for ch in text[1:]:
+        if ch in "?!.," and out[-1] == " ":
+            out = out[:-1]
+        out += ch
+    chars, out, i, gone = out, out[:1], 1, -1
+    while i < len(chars):
+        if (chars[i] == "'" and i + 1 < len(chars) and chars[i - 1] == " " == chars[i + 1]
+                and i - 1 != gone):   # llama.cpp blanks the space it drops after the quote
+            out = out[:-1] + "'"
+            gone = i + 1
+            i += 2
+            continue
+        out += chars[i]
+        i += 1
+    chars, out = out, out[:1]
+    for i in range(1, len(chars)):
+        if (chars[i - 1] == " " and chars[i] == "'" and i + 1 < len(chars)
+                and (chars[i + 1] in "sm" or chars[i + 1:i + 3] in ("re", "ve"))):
+            out = out[:-1]
+        out += chars[i]
+    return out
+
+
 class _TokenSource(Protocol):
     """What the stream decoder needs of a tokenizer (`tokenizer.Tokenizer` is one)."""
+
+    strip_first_space: bool   # the first token's leading space is dropped (SentencePiece prefix)
+    clean_spaces: bool        # llama.cpp's clean_spaces rule applies
 
     def token_bytes(self, token_id: int, special: bool = True) -> bytes: ...
 
@@ -169,20 +211,39 @@ class IncrementalDecoder:
     """Feed token ids one at a time and get back only the newly completed text.
 
     The bytes of a character split across tokens (emoji, CJK) are held until the character is
-    complete, so no chunk ends in half a character. Invalid bytes become U+FFFD as in `decode`,
-    and the concatenation of all chunks plus `flush()` equals `decode(ids)`.
+    complete, so no chunk ends in half a character. Where the vocabulary cleans spaces, text is
+    also held until three non-space characters follow the last space (see `clean_spaces`).
+    Invalid bytes become U+FFFD as in `decode`, and the concatenation of all chunks plus
+    `flush()` equals `decode(ids)`.
     """
 
     def __init__(self, tokenizer: _TokenSource, special: bool = False):
         self._tokenizer = tokenizer
         self._special = special
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._first = True
+        self._held = ""   # decoded text not yet cleaned and shown
 
     def feed(self, token_id: int) -> str:
-        return self._utf8.decode(self._tokenizer.token_bytes(int(token_id), self._special))
+        data = self._tokenizer.token_bytes(int(token_id), self._special)
+        if self._first and self._tokenizer.strip_first_space and data[:1] == b" ":
+            data = data[1:]
+        self._first = False
+        text = self._utf8.decode(data)
+        if not self._tokenizer.clean_spaces:
+            return text
+        self._held += text
+        cut = len(self._held)
+        while cut >= 3 and " " in self._held[cut - 3:cut]:
+            cut -= 1
+        if cut < 3:
+            return ""
+        out, self._held = clean_spaces(self._held[:cut]), self._held[cut:]
+        return out
 
     def flush(self) -> str:
-        """The held-back bytes of an unfinished character, as U+FFFD; resets the decoder."""
-        text = self._utf8.decode(b"", final=True)
+        """The held-back text (an unfinished character as U+FFFD); resets the decoder."""
+        text = self._held + self._utf8.decode(b"", final=True)
         self._utf8.reset()
-        return text
+        self._first, self._held = True, ""
+        return clean_spaces(text) if self._tokenizer.clean_spaces else text

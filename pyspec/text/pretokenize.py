@@ -1,11 +1,15 @@
 """Pre-tokenization: cut a text into the words that byte-level BPE then encodes one by one.
 
-Scope: llama.cpp's `smollm` pre-tokenizer (src/llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_SMOLLM), that
-is every \\p{N} character alone and then the GPT-2 split of each gap, with \\p{L}, \\p{N} and \\s
-classed as llama.cpp classes them (src/unicode-data.cpp). Standard library only.
+Scope: llama.cpp's pre-tokenizers (src/llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_*) of the families
+pyspec reads: `gpt-2` (the GPT-2 regex), `smollm` (every \\p{N} character alone, then the GPT-2
+split of each gap), `llama-bpe` (Llama 3) and `qwen2` (Llama 3's regex with single digits), each
+written as the hand-coded splitter llama.cpp runs for its regex (src/unicode.cpp
+`unicode_regex_split_custom_*`), with \\p{L}, \\p{N} and \\s classed as llama.cpp classes them
+(src/unicode-data.cpp). Hand-coded, not `re`: Python's `re` has no \\p{L}, and the `regex` module
+is not in the runtime (it would be one more wheel for the page). Standard library only.
 
-Not in scope: other pre-tokenizers, Unicode normalisation (llama.cpp applies none for this
-family), special-token strings (cut out before this step, see `bpe.partition`), byte encoding and
+Not in scope: which pre-tokenizer a file names (`tokenizer.py`), Unicode normalisation (llama.cpp
+applies none for these families), special-token strings (cut out before this step, see `bpe.partition`), byte encoding and
 merges (`pyspec/text/bpe.py`). Nothing here raises: every str splits.
 
 Known divergence from llama.cpp: character classes come from `unicodedata` plus the letters /
@@ -73,15 +77,15 @@ def split_smollm(text: str) -> list[str]:
     for pos, ch in enumerate(text):
         if _char_class(ch) == _NUMBER:
             if pos > start:
-                words.extend(_split_gpt2(text[start:pos]))
+                words.extend(split_gpt2(text[start:pos]))
             words.append(ch)
             start = pos + 1
     if start < len(text):
-        words.extend(_split_gpt2(text[start:]))
+        words.extend(split_gpt2(text[start:]))
     return words
 
 
-def _split_gpt2(text: str) -> list[str]:
+def split_gpt2(text: str) -> list[str]:
     """`'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)` and gaps.
 
     A transcription of llama.cpp's `unicode_regex_split_custom_gpt2`, which is what llama.cpp runs
@@ -120,3 +124,62 @@ def _split_gpt2(text: str) -> list[str]:
         words.append(text[begin:pos])
         begin = pos
     return words
+
+
+def split_llama3(text: str) -> list[str]:
+    """Llama 3's split (pre `llama-bpe`): digits in runs of up to three."""
+    return _split_llama3_family(text, 3)
+
+
+def split_qwen2(text: str) -> list[str]:
+    """Qwen2's split (pre `qwen2`): Llama 3's regex with every digit alone."""
+    return _split_llama3_family(text, 1)
+
+
+def _split_llama3_family(text: str, digits: int) -> list[str]:
+    """`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,digits}|
+    ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+` and gaps, as llama.cpp's
+    `unicode_regex_split_custom_llama3` / `_qwen2` run it (alternatives tried in this order)."""
+    n = len(text)
+    classes = [_char_class(ch) for ch in text] + [_OUT]  # (n+1,) sentinel past the end
+    words: list[str] = []
+    begin = pos = 0
+    while pos < n:
+        ch, cls = text[pos], classes[pos]
+        if ch == "'" and pos + 1 < n:  # contractions, either case (ASCII: nothing else lowers to these)
+            if text[pos + 1] in "sStTmMdD":
+                pos += 2
+            elif pos + 2 < n and text[pos + 1:pos + 3].lower() in ("re", "ve", "ll"):
+                pos += 3
+        if pos == begin and ch not in "\r\n" and cls != _NUMBER and _LETTER in (cls, classes[pos + 1]):
+            pos += 1  # one optional non-letter, then letters
+            while classes[pos] == _LETTER:
+                pos += 1
+        elif pos == begin and cls == _NUMBER:
+            while pos - begin < digits and classes[pos] == _NUMBER:
+                pos += 1
+        elif pos == begin and (classes[pos + 1] if ch == " " else cls) == _OTHER:
+            pos += ch == " "  # an optional space, punctuation, then line breaks
+            while classes[pos] == _OTHER:
+                pos += 1
+            while pos < n and text[pos] in "\r\n":
+                pos += 1
+        elif pos == begin:
+            pos = _whitespace_end(text, classes, pos)
+        words.append(text[begin:pos])
+        begin = pos
+    return words
+
+
+def _whitespace_end(text: str, classes: list[int], pos: int) -> int:
+    """End of `\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+` at `pos`, or pos + 1 when none matches."""
+    run, line_end = 0, 0
+    while classes[pos + run] == _SPACE:
+        if text[pos + run] in "\r\n":
+            line_end = pos + run + 1
+        run += 1
+    if line_end:                             # \s*[\r\n]+: up to the last line break of the run
+        return line_end
+    if run > 1 and pos + run < len(text):    # \s+(?!\S): leave one space to the next word
+        return pos + run - 1
+    return pos + max(run, 1)

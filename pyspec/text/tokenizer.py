@@ -301,6 +301,8 @@ class Tokenizer:
                 ids.append(fragment)
                 after_special = True
             elif self._split is None:
+                if not fragment:  # an empty text is no fragment in llama.cpp: no space prefix
+                    continue
                 text = (" " if self.add_space_prefix and after_special else "") + fragment
                 ids.extend(self._merge_spm(text.replace(" ", spm.SPACE)))
                 after_special = False

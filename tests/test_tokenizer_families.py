@@ -8,6 +8,7 @@ from the llama-cpp-python 0.3.36 sdist into .cache/llama.cpp/ by `build.py setup
 
 from __future__ import annotations
 
+import functools
 import pathlib
 
 import pytest
@@ -23,8 +24,13 @@ needs_fixtures = pytest.mark.skipif(not (FIXTURES / "ggml-vocab-gpt-2.gguf").exi
                                     reason="run `python3 build.py setup` (llama.cpp's test vocabularies)")
 
 
-def vocab_tokenizer(name: str) -> Tokenizer:
-    return Tokenizer.from_metadata(GGUFFile.open(FIXTURES / f"ggml-vocab-{name}.gguf").metadata)
+@functools.lru_cache(maxsize=None)
+def vocab_metadata(name: str) -> dict:
+    return GGUFFile.open(FIXTURES / f"ggml-vocab-{name}.gguf").metadata
+
+
+def vocab_tokenizer(name: str, **changes) -> Tokenizer:
+    return Tokenizer.from_metadata({**vocab_metadata(name), **changes})
 
 
 def vocab_cases(name: str) -> list[tuple[str, list[int]]]:

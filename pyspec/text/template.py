@@ -127,8 +127,8 @@ def _protector(controls: tuple[str, ...], literals: list[str]):
 def _render(source: str, budget: _Budget, **context) -> str:
     """jinja2's render of `source`, bounded by `budget`; any failure is a RenderError."""
     try:
-        env = _environment_class()(budget)
-        template = env.from_string(source)
+        env, template = _compiled(source)
+        env.budget = budget
         out: list[str] = []
         produced = 0
         for chunk in template.generate(**context):
@@ -145,6 +145,13 @@ def _render(source: str, budget: _Budget, **context) -> str:
         raise RenderError("the template ran out of memory") from None
     except Exception as exc:  # a template's own error, a sandbox refusal, a syntax error
         raise RenderError(f"{type(exc).__name__}: {exc}") from None
+
+
+@lru_cache(maxsize=8)
+def _compiled(source: str):
+    """(environment, template) of a template text, compiled once; the caller sets the budget."""
+    env = _environment_class()(_Budget(0))
+    return env, env.from_string(source)
 
 
 def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):

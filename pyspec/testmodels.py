@@ -62,6 +62,52 @@ def tokenizer_metadata(n_merges: int = 64, corpus: str = CORPUS) -> dict:
     }
 
 
+# Gemma 3's tokenizer settings (its GGUF: model "llama", no space prefix, byte fallback, BOS added,
+# <eos> = 1, <bos> = 2, turns marked by <start_of_turn> / <end_of_turn>), over a small vocabulary.
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
+GEMMA_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'assistant' %}"
+                  "{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+                  "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+                  "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
+
+
+def gemma3_tokenizer_metadata(n_pieces: int = 96, corpus: str = CORPUS) -> dict:
+    """GGUF tokenizer metadata with Gemma 3's settings: specials, the 256 byte-fallback tokens,
+    then pieces learnt greedily on `corpus` (spaces as U+2581), each scored below the last."""
+    words = [list(w.replace(" ", "\u2581")) for w in re.findall(r" ?\S+", corpus)]
+    pieces = sorted({ch for w in words for ch in w})
+    for _ in range(n_pieces):
+        pairs = collections.Counter((a, b) for w in words for a, b in zip(w, w[1:]))
+        if not pairs:
+            break
+        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        pieces.append(a + b)
+        for w in words:
+            i = 0
+            while i < len(w) - 1:
+                if w[i] == a and w[i + 1] == b:
+                    w[i:i + 2] = [a + b]
+                i += 1
+    tokens = GEMMA_SPECIALS + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [3, 3, 3, 2, 3, 3, 3] + [6] * 256 + [1] * len(pieces)
+    scores = [0.0] * (len(GEMMA_SPECIALS) + 256) + [-float(i) for i in range(len(pieces))]
+    return {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": 2,
+        "tokenizer.ggml.eos_token_id": 1,
+        "tokenizer.ggml.unknown_token_id": 3,
+        "tokenizer.ggml.padding_token_id": 0,
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_eos_token": False,
+        "tokenizer.ggml.add_space_prefix": False,
+        "tokenizer.chat_template": GEMMA_TEMPLATE,
+    }
+
+
 def random_weights(vocab: int, n_layers: int, d: int, n_heads: int, n_kv: int, d_ff: int,
                    seed: int, head_gain: float = 4.0, layer_gain: float = 2.0,
                    head_dim: int | None = None) -> dict[str, np.ndarray]:

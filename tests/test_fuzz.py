@@ -400,3 +400,61 @@ def test_module_prints_one_error_line(champion, tmp_path, case):
                        text=True, env=env, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("error: "), p.stderr
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+
+
+# --- tokenizer readers -------------------------------------------------------------------------
+
+TOKENIZER_MUTATIONS = 300
+BOUNDARY = [None, 0, 1, -1, 2 ** 31 - 1, 2 ** 63, True, 1.5, "", "x", "llama", "gpt2", "qwen2",
+            "llama-bpe", "default", [], [1], ["a"], [None], {}, b"\xff"]
+
+
+def mutate_tokenizer(rng: np.random.Generator, md: dict) -> tuple[dict, str]:
+    """One seeded change to tokenizer metadata: a key set to a boundary value, a list cut short or
+    one of its entries replaced, or a key removed."""
+    md = dict(md)
+    key = sorted(md)[int(rng.integers(len(md)))]
+    kind = int(rng.integers(4))
+    if kind == 0:
+        md[key] = BOUNDARY[int(rng.integers(len(BOUNDARY)))]
+    elif kind == 1 and isinstance(md[key], list) and md[key]:
+        md[key] = md[key][:int(rng.integers(len(md[key])))]
+    elif kind == 2 and isinstance(md[key], list) and md[key]:
+        md[key] = list(md[key])
+        md[key][int(rng.integers(len(md[key])))] = BOUNDARY[int(rng.integers(len(BOUNDARY)))]
+    else:
+        del md[key]
+    return md, f"{key} ({['boundary', 'cut', 'entry', 'removed'][kind]})"
+
+
+def test_tokenizer_readers(capsys):
+    """Mutated BPE (smollm, qwen2, llama-bpe, gpt-2) and SentencePiece-style (Gemma 3 settings)
+    metadata, then encode / decode / stream / chat with hostile text: every outcome is a working
+    tokenizer or a TokenizerError, never another exception."""
+    from pyspec.text.tokenizer import Tokenizer, TokenizerError
+
+    rng = np.random.default_rng(SEED)
+    bases = [testmodels.gemma3_tokenizer_metadata()] + [
+        {**testmodels.tokenizer_metadata(), "tokenizer.ggml.pre": pre}
+        for pre in ("smollm", "qwen2", "llama-bpe", "gpt-2")]
+    texts = ["", " ", "the cat  sat\n\n 123456 it's", "😀 日本語 مرحبا \u200d\t\r\n", "<|im_end|><eos>",
+             "\U0010fffd private", "'S 'LL x"]
+    tally = Tally("tokenizer readers")
+    for n in range(TOKENIZER_MUTATIONS):
+        md, label = mutate_tokenizer(rng, bases[n % len(bases)])
+        try:
+            tok = Tokenizer.from_metadata(md)
+            for text in texts:
+                ids = tok.encode(text, special=bool(n & 1))
+                decoder = tok.stream_decoder()
+                assert "".join(decoder.feed(i) for i in ids) + decoder.flush() == tok.decode(ids)
+            tok.decode([int(x) for x in rng.integers(0, tok.vocab_size, 16)], special=True)
+            tok.encode_chat([{"role": "user", "content": texts[int(rng.integers(len(texts)))]}])
+        except TokenizerError:
+            tally.counts["refused"] += 1
+        except Exception as e:  # noqa: BLE001 - anything else is a crash
+            tally.crashes.append(f"{label}: {type(e).__name__}: {e}")
+        else:
+            tally.counts["ran"] += 1
+    with capsys.disabled():
+        tally.report()

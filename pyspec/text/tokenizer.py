@@ -177,7 +177,11 @@ class Tokenizer:
                                  "splits nothing before this model, so the file is inconsistent; "
                                  "re-export it with tokenizer.ggml.pre 'default'")
         tokens, merges, scores = get("tokens"), get("merges"), get("scores")
-        if not tokens or (model == "gpt2" and merges is None) or (model == "llama" and scores is None):
+        template = md.get("tokenizer.chat_template")
+        if template is not None and not isinstance(template, str):
+            raise TokenizerError(f"tokenizer.chat_template is a {type(template).__name__}, not text; "
+                                 "the GGUF metadata is corrupt, re-export the model")
+        if not isinstance(tokens, list) or not tokens or (model == "gpt2" and merges is None) or (model == "llama" and scores is None):
             raise TokenizerError(f"GGUF metadata lacks tokenizer.ggml.tokens or tokenizer.ggml."
                                  f"{'merges' if model == 'gpt2' else 'scores'}; the file has no "
                                  "usable vocabulary, re-export it with its tokenizer")
@@ -206,7 +210,7 @@ class Tokenizer:
                    scores=[float(x) for x in scores] if model == "llama" else None,
                    model=model, pre=pre, special_ids=special_ids, add_bos=add_bos,
                    add_space_prefix=model == "llama" and bool(get("add_space_prefix", True)),
-                   chat_template=md.get("tokenizer.chat_template"))
+                   chat_template=template)
 
     # --- identity -------------------------------------------------------------------------------
 

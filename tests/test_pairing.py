@@ -75,9 +75,40 @@ def test_a_different_template_is_reported_not_refused(tiny):
 
 def test_an_unknown_pre_tokenizer_only_shapes_the_drafts_view(tiny):
     champion_md = metadata(tiny.champion_path)
-    report = check_pair(champion_md, {**champion_md, "tokenizer.ggml.pre": "qwen2"})
+    report = check_pair(champion_md, {**champion_md, "tokenizer.ggml.pre": "falcon"})
     assert report.ok and report.kind == "idmap" and not report.bridge.same_segmentation
-    assert any("'qwen2' is read as 'smollm'" in n for n in report.notes)
+    assert any("'falcon' is read as 'smollm'" in n for n in report.notes)
+
+
+def test_a_known_pre_tokenizer_of_another_family_is_read_as_itself(tiny):
+    """qwen2 and llama-bpe drafts are read with their own split: same tokens, other cuts."""
+    champion_md = metadata(tiny.champion_path)
+    for pre in ("qwen2", "llama-bpe", "gpt-2"):
+        report = check_pair(champion_md, {**champion_md, "tokenizer.ggml.pre": pre})
+        assert report.ok and report.kind == "idmap" and not report.bridge.same_segmentation
+        assert not any("is read as" in n for n in report.notes)
+        assert any(f"byte-level BPE ({pre})" in n for n in report.notes)
+
+
+def test_the_same_family_at_another_size_shares_ids(tiny):
+    champion_md = metadata(tiny.champion_path)
+    draft_md = metadata(tiny.far_path)
+    report = check_pair(champion_md, draft_md)
+    assert report.ok and report.kind == "identical"
+    note = next(n for n in report.notes if "one tokenizer" in n)
+    assert "the same family (llama)" in note and "shared ids" in note
+
+
+def test_a_sentencepiece_draft_for_a_bpe_champion_is_bridged_by_bytes(tiny):
+    """Gemma 3's tokenizer settings against the byte-level BPE champion: their byte strings
+    meet (a piece "▁the" is the bytes " the"), so the pair is a token-level intersection."""
+    champion_md = metadata(tiny.champion_path)
+    gemma = testmodels.gemma3_tokenizer_metadata()
+    draft_md = {**champion_md, **gemma, "llama.vocab_size": len(gemma["tokenizer.ggml.tokens"])}
+    report = check_pair(champion_md, draft_md)
+    assert report.ok and report.kind == "tli", report.reasons
+    assert 0 < report.bridge.size < len(gemma["tokenizer.ggml.tokens"])
+    assert any("SentencePiece-style" in n and "byte strings" in n for n in report.notes)
 
 
 @pytest.mark.parametrize("change, reason", [

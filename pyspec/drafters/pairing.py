@@ -28,6 +28,13 @@ incompatible_draft, which says why and what to do):
 A draft whose pre-tokenizer pyspec lacks is read with the champion family's split (`smollm`): the
 split only shapes the draft's view of the context (speed), never the bridge (its byte strings).
 
+Across model families (text/tokenizer.py reads byte-level BPE with the smollm, gpt-2, llama-bpe
+and qwen2 splits, and the SentencePiece-style model of Llama 2 / Gemma): the same tokenizer is
+"identical" (shared ids), and a draft of the same architecture at another size is then a valid
+draft, said in the notes; a draft of another family goes through the id map or the token-level
+intersection of their byte strings (a SentencePiece piece "▁the" is the bytes " the"), or is
+refused with the reason above.
+
 A draft that borrows tensors from its champion (gguf.py: the token embedding, so that the draft
 file holds only its layers) is bound to champions that hold those very bytes:
 `bind_borrowed` checks each one's type and sha256 and lends them, else IncompatiblePairError.
@@ -104,8 +111,8 @@ class PairReport:
         if not self.ok:
             raise IncompatiblePairError(
                 "the draft cannot be used with this champion: " + "; ".join(self.reasons)
-                + ". Pick a draft with a byte-level BPE vocabulary that shares tokens with the "
-                "champion's, or use the drafter ngram or self:L.")
+                + ". Pick a draft whose vocabulary (byte-level BPE or SentencePiece-style) "
+                "shares tokens with the champion's, or use the drafter ngram or self:L.")
 
     def describe(self) -> str:
         """One line: the class and what it implies."""
@@ -200,6 +207,7 @@ def check_pair(champion_md: dict, draft_md: dict) -> PairReport:
         notes.append(f"the draft's context is {draft_cfg.context_length} positions, the "
                      f"champion's {champ_cfg.context_length}: past position "
                      f"{draft_cfg.context_length} the champion decodes alone")
+    notes.append(_family_note(champion_md, draft_md, champ_cfg, draft_cfg, champ_tok, draft_tok))
     if champ_tok.fingerprint() == draft_tok.fingerprint():
         return PairReport(True, [], notes, "identical", vocab=champ_tok.vocab_size)
     bridge = make_bridge(champ_tok, draft_tok)
@@ -207,6 +215,24 @@ def check_pair(champion_md: dict, draft_md: dict) -> PairReport:
         return PairReport(False, ["the two vocabularies share no token, so the draft could "
                                   "never propose one"], notes)
     return PairReport(True, [], notes, bridge.kind, bridge)
+
+
+def _tokenizer_name(tok: Tokenizer) -> str:
+    return "SentencePiece-style" if tok.model == "llama" else f"byte-level BPE ({tok.pre})"
+
+
+def _family_note(champion_md: dict, draft_md: dict, champ_cfg: Config, draft_cfg: Config,
+                 champ_tok: Tokenizer, draft_tok: Tokenizer) -> str:
+    """What the two models are to each other: one family at two sizes, or two families."""
+    arch = champion_md.get("general.architecture"), draft_md.get("general.architecture")
+    if champ_tok.fingerprint() == draft_tok.fingerprint():
+        size = ("at another size" if (champ_cfg.n_layers, champ_cfg.d_model)
+                != (draft_cfg.n_layers, draft_cfg.d_model) else "at the same size")
+        kin = f"the same family ({arch[0]}) {size}" if arch[0] == arch[1] else \
+            f"architectures {arch[0]} and {arch[1]}"
+        return f"{kin}, one tokenizer ({_tokenizer_name(champ_tok)}): shared ids"
+    return (f"other tokenizers: the champion's {arch[0]} {_tokenizer_name(champ_tok)}, the "
+            f"draft's {arch[1]} {_tokenizer_name(draft_tok)}; bridged by their byte strings")
 
 
 def make_bridge(champion: Tokenizer, draft: Tokenizer) -> Bridge:

@@ -108,3 +108,35 @@ def test_specials_parse_only_when_asked(family):
     eos = tok.tokens[tok.eos_id]
     assert tok.encode(f"a{eos}b", special=True, add_bos=False).count(tok.eos_id) == 1
     assert tok.eos_id not in tok.encode(f"a{eos}b", special=False, add_bos=False)
+
+
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "family_ids.json"
+
+
+@needs_fixtures
+@pytest.mark.skipif(not GOLDEN.exists(), reason="record it: scripts/record_golden_families.py")
+def test_random_texts_match_llama_cpp():
+    """Seeded random texts (code, emoji, CJK, RTL, whitespace and digit runs, control-token
+    strings) against llama.cpp's own tokenizer, per vocabulary; the Gemma 3 settings vocabulary
+    is pyspec.testmodels.gemma3_tokenizer_metadata, written to GGUF by the recording script."""
+    import hashlib
+    import json
+
+    from pyspec import testmodels
+
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    assert "llama-cpp-python 0.3.36" in golden["source"]
+    assert set(golden["vocabs"]) == {*VOCABS, "gemma3-settings"}
+    failures = []
+    for name, entry in golden["vocabs"].items():
+        if name == "gemma3-settings":
+            tok = Tokenizer.from_metadata(testmodels.gemma3_tokenizer_metadata())
+        else:
+            path = FIXTURES / f"ggml-vocab-{name}.gguf"
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"]
+            tok = vocab_tokenizer(name)
+        assert len(entry["cases"]) >= 100
+        failures += [f"{name} {text!r} special={special}:\n  ours  {ours}\n  llama {ids}"
+                     for text, special, ids in entry["cases"]
+                     if (ours := tok.encode(text, special=special, add_bos=False)) != ids]
+    assert not failures, f"{len(failures)} cases differ:\n" + "\n".join(failures[:20])

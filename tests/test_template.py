@@ -173,3 +173,22 @@ def test_hostile_templates_get_a_named_error_quickly(source):
         tok.encode_chat([{"role": "user", "content": "hi"}])
     assert time.monotonic() - start < 10
     assert isinstance(info.value, TokenizerError) and "did not render" in str(info.value)
+
+
+def test_without_jinja2_a_template_is_a_named_error(monkeypatch):
+    """The page ships no jinja2 yet: a non-ChatML template says so; ChatML still renders."""
+    import sys
+
+    from pyspec.text import template
+
+    template._environment_class.cache_clear()
+    template._compiled.cache_clear()
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+    try:
+        tok = vocab_tokenizer("gpt-2", **{"tokenizer.chat_template": "{{ messages[0]['content'] }}"})
+        with pytest.raises(TemplateError, match="jinja2 is not installed"):
+            tok.render_chat([{"role": "user", "content": "hi"}])
+        assert vocab_tokenizer("qwen2").render_chat([{"role": "user", "content": "hi"}])
+    finally:
+        template._environment_class.cache_clear()
+        template._compiled.cache_clear()

@@ -1,13 +1,14 @@
-"""ChatML chat templates, recognised by structure and rendered by hand (no jinja2 at runtime).
+"""ChatML chat templates, recognised by structure and rendered by hand: the fast path (no jinja2).
 
 Scope: deciding whether a GGUF `tokenizer.chat_template` is the ChatML template as HF ships it
 (optionally with a default system message), and rendering a list of messages the way that template
 would, as pieces marked by whether the template or a message wrote them, so that the caller can
 let only the template's own text form control tokens.
 
-Not in scope: any other template family, checking the messages or raising `TokenizerError`
-(`tokenizer.Tokenizer` checks the template and the messages before rendering), and tokenization
-(`tokenizer.Tokenizer.encode_chat` turns the pieces into ids). Standard library only.
+Not in scope: any other template family (`template.py` renders those through jinja2), checking
+the messages or raising `TokenizerError` (`tokenizer.Tokenizer` checks the template and the
+messages before rendering), and tokenization (`tokenizer.Tokenizer.encode_chat` turns the pieces
+into ids). Standard library only.
 """
 
 from __future__ import annotations

@@ -180,9 +180,13 @@ def _format_size(fmt: str) -> int:
 @lru_cache(maxsize=None)
 def _environment_class():
     """The bounded environment class, built on first use so that jinja2 loads only then."""
-    from jinja2 import nodes
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-    from jinja2.visitor import NodeTransformer
+    try:
+        from jinja2 import nodes
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from jinja2.visitor import NodeTransformer
+    except ImportError:
+        raise RenderError("jinja2 is not installed in this runtime (the page ships none yet); "
+                          "only ChatML templates render without it") from None
 
     class Guard(NodeTransformer):
         """Routes every for-loop's iterable and every `~` through the budget."""

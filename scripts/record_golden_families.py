@@ -9,6 +9,12 @@ and write tests/golden/family_ids.json (read by tests/test_families.py).
 
 Usage: python scripts/record_golden_families.py [--out PATH.json] [--count N]
 Needs llama-cpp-python 0.3.36 and the `gguf` package; not part of the pyspec runtime, never run in CI.
+
+Without llama-cpp-python, the same llama.cpp sources (its sdist's vendor/llama.cpp) can tokenize
+through scripts/llama_tokenize.cpp (llama_tokenize with add_special=false, as Llama.tokenize
+calls it): `--driver-input DIR` writes the texts (DIR/texts.rec) and the Gemma 3 settings GGUF
+there; run `llama_tokenize VOCAB.gguf DIR/texts.rec DIR/NAME.ids` per vocabulary; then
+`--driver-output DIR` writes the golden file from those ids.
 """
 
 from __future__ import annotations
@@ -82,14 +88,45 @@ def write_gemma3_vocab(path: pathlib.Path) -> None:
     writer.close()
 
 
-def main() -> None:
-    import llama_cpp
+def write_driver_input(folder: pathlib.Path, texts: list[tuple[str, bool]]) -> None:
+    """Records "<special> <nbytes>\n<bytes>\n" for llama_tokenize.cpp, and the Gemma 3 vocab."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "texts.rec", "wb") as f:
+        for text, special in texts:
+            data = text.encode("utf-8")
+            f.write(f"{int(special)} {len(data)}\n".encode() + data + b"\n")
+    write_gemma3_vocab(folder / "ggml-vocab-gemma3-settings.gguf")
 
+
+def from_driver_output(folder: pathlib.Path, texts: list[tuple[str, bool]]) -> dict:
+    vocabs = {}
+    for name in [*VOCABS, "gemma3-settings"]:
+        lines = (folder / f"{name}.ids").read_text().splitlines()
+        assert len(lines) == len(texts), name
+        sha = (hashlib.sha256((FIXTURES / f"ggml-vocab-{name}.gguf").read_bytes()).hexdigest()
+               if name in VOCABS else None)
+        vocabs[name] = {"sha256": sha, "cases": [[t, s, [int(x) for x in line.split()]]
+                                                 for (t, s), line in zip(texts, lines)]}
+    return {"source": "llama.cpp as vendored in llama-cpp-python 0.3.36: llama_tokenize(vocab, "
+                      "text, add_special=false, parse_special=...) through "
+                      "scripts/llama_tokenize.cpp; scripts/record_golden_families.py",
+            "vocabs": vocabs}
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
     parser.add_argument("--count", type=int, default=160)
+    parser.add_argument("--driver-input", type=pathlib.Path)
+    parser.add_argument("--driver-output", type=pathlib.Path)
     args = parser.parse_args()
     texts = random_texts(args.count)
+    if args.driver_input:
+        return write_driver_input(args.driver_input, texts)
+    if args.driver_output:
+        return write_golden(args.out, from_driver_output(args.driver_output, texts))
+    import llama_cpp
+
     with tempfile.TemporaryDirectory() as tmp:
         paths = {name: FIXTURES / f"ggml-vocab-{name}.gguf" for name in VOCABS}
         paths["gemma3-settings"] = pathlib.Path(tmp) / "gemma3-settings.gguf"
@@ -105,9 +142,13 @@ def main() -> None:
     golden = {"source": f"llama-cpp-python {llama_cpp.__version__}: Llama(path, vocab_only=True)"
                         ".tokenize(text, add_bos=False, special=...); scripts/record_golden_families.py",
               "vocabs": vocabs}
-    args.out.write_text(json.dumps(golden, ensure_ascii=False, separators=(",", ":")) + "\n",
-                        encoding="utf-8")
-    print(f"wrote {args.out}: {len(texts)} texts x {len(vocabs)} vocabularies")
+    write_golden(args.out, golden)
+
+
+def write_golden(out: pathlib.Path, golden: dict) -> None:
+    out.write_text(json.dumps(golden, ensure_ascii=False, separators=(",", ":")) + "\n",
+                   encoding="utf-8")
+    print(f"wrote {out}: {len(golden['vocabs'])} vocabularies")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,33 @@
+// Tokenize records with llama.cpp (llama_tokenize as llama-cpp-python's Llama.tokenize calls it).
+// Input records: "<special> <nbytes>\n<bytes>\n"; output: one line of ids per record.
+#include "llama.h"
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+int main(int argc, char ** argv) {
+    llama_backend_init();
+    auto mp = llama_model_default_params();
+    mp.vocab_only = true;
+    llama_model * model = llama_model_load_from_file(argv[1], mp);
+    if (!model) { fprintf(stderr, "load failed\n"); return 1; }
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    std::ifstream in(argv[2], std::ios::binary);
+    FILE * out = fopen(argv[3], "w");
+    int special; size_t n;
+    while (in >> special >> n) {
+        in.get();
+        std::string text(n, '\0');
+        in.read(&text[0], n);
+        in.get();
+        std::vector<llama_token> toks(n * 2 + 16);
+        int k = llama_tokenize(vocab, text.data(), text.size(), toks.data(), toks.size(), false, special != 0);
+        if (k < 0) { toks.resize(-k); k = llama_tokenize(vocab, text.data(), text.size(), toks.data(), toks.size(), false, special != 0); }
+        for (int i = 0; i < k; i++) fprintf(out, i ? " %d" : "%d", toks[i]);
+        fprintf(out, "\n");
+    }
+    fclose(out);
+    llama_model_free(model);
+    return 0;
+}

@@ -19,6 +19,7 @@ from .cpu.executor import CPUBackend
 from .cpu.fastcpu import FastModel
 from .cpu.model import Config, Model, ModelError, load_tensors, shape_error
 from .drafters import BridgedModel
+from .drafters.auto import auto_draft
 from .drafters.eagle import EagleHead, is_eagle
 from .drafters.pairing import bind_borrowed, check_pair
 from .errors import UsageError
@@ -130,26 +131,19 @@ def parse_reduced_head(text: str, vocab: int, source: str) -> list[int]:
 
 
 def default_draft(champion) -> str:
-    """What `--draft auto` (the CLI's default) means for this champion: the drafter measured
-    fastest on its kind of backend. On a GPU that is not a software adapter, "trained" (the
-    shipped draft, when the checkout has it): on the H200 it ran 1.43x champion-only under the
-    guard against n-gram's 1.19x and ngram+trained's 1.30x, in one run (bench/results/h200.json,
-    2026-12-04; 1.41x against 1.15x in h200-1203-night.json). On the numpy engine and
-    on CPU adapters (lavapipe, SwiftShader), "ngram": on the numpy engine the trained draft with
-    its reduced head ran 1.03x guarded against n-gram's 1.01x, within the run-to-run spread
-    (bench/results/cpu-guard-reduced-head.json), and on the page's numpy engine, which this
-    choice serves too, the draft with its reduced head ran 1.00x guarded (`long` 0.968x), n-gram
-    1.00x with every stratum at 0.988x or more (bench/results/browser-cpu-guard3.json); on CPU
-    adapters four draft steps cost more than the rows they save (bench/results/README.md)."""
+    """What `--draft auto` (the CLI's default) means for this champion: the drafters.auto rule,
+    with "trained" (the shipped draft, when the checkout has it) as the draft model."""
     from . import trained_draft_path
 
-    if isinstance(champion, Model) or champion.dev.is_cpu:
-        return "ngram"
     try:
         trained_draft_path()
+        has_model = True
     except FileNotFoundError:
-        return "ngram"
-    return "trained"
+        has_model = False
+    engine = ("cpu" if isinstance(champion, Model) else "software" if champion.dev.is_cpu
+              else "gpu")
+    model, _ = auto_draft(has_model, engine, "this backend")   # the reason goes unprinted
+    return "trained" if model else "ngram"
 
 
 def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None):

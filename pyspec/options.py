@@ -1,12 +1,21 @@
-"""Every generation option of a request, once: its type, default and range, and the check that
-a request's values are usable. The engine reads an `Options`; the front ends build one.
+"""Every option of a generate request, once (REQUEST): its name, types, default, range, help and
+OpenAI name; the `Options` the engine reads, with its defaults from the table; and the check that
+a request's values are usable.
 
-Not here: what the options do (the engine, rules/processors.py, text/stops.py, rules/jsonschema.py).
+The front ends are written from REQUEST: the command line's flags (apps/cli.py), the page
+session's field checks (apps/session.py), web/options.js (the client's facade fields, written by
+webtools/optionsjs.py), and tests/test_options.py ties web/client.d.ts and the ranges of
+`Options.check` to it. A new option is a new row here (and a field of Options if the engine reads
+it); the tests say which file to regenerate or extend.
+
+Not here: what the options do (the engine, rules/processors.py, text/stops.py,
+rules/jsonschema.py); the load options (a model, a drafter, a backend), whose values differ by
+front end (paths and native backends on the command line, manifest names and WebGPU in the page).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -15,28 +24,110 @@ from .cycle import VERIFY_MODES
 from .errors import OptionsError
 from .rules.jsonschema import compile_schema
 from .rules.processors import Sampling
+from .text.conversation import POLICIES
 from .text.stops import MAX_STOPS
+
+
+@dataclass(frozen=True)
+class Option:
+    """One request option. `types`: the JSON values it takes (int, float, str, list, dict; a
+    bool is none of them); null or absent means `default`. `range`: the values it takes, as an
+    interval ("[-2, 2]", "(0, 1]", ">= 0"; tests/test_options.py checks Options.check against
+    it) or words. `openai`: its name in a chat.completions request (OpenAI's, or as WebLLM and
+    vLLM take it; None: only under the facade's `pyspec`). `flag`: the command line's argparse
+    extras (metavar, action), or None for no flag. `engine`: an Options field; else the
+    session's own (the drafter, a drill). `sampling`: one of the sampling controls (applied in
+    the order of the table)."""
+    name: str
+    types: tuple
+    default: object
+    help: str
+    range: str = ""
+    choices: tuple | None = None
+    openai: str | None = None
+    flag: dict | None = field(default_factory=dict)
+    engine: bool = True
+    sampling: bool = False
+
+    def line(self) -> str:
+        """The help line: the range first, where it has one."""
+        return f"{self.range}; {self.help}" if self.range else self.help
+
+
+NUMBER = (int, float)
+REQUEST = (
+    Option("max_tokens", (int,), 128, "tokens to generate at most", ">= 1",
+           openai="max_tokens"),
+    Option("temperature", NUMBER, 0.0, "0 is greedy", ">= 0", openai="temperature"),
+    Option("seed", (int,), 0, "the sampling seed (the same seed gives the same text)",
+           "[0, 2^64)", openai="seed"),
+    Option("verify", (str,), None, "default: greedy at temperature 0, replay above",
+           choices=VERIFY_MODES),
+    Option("k", (str,), "heuristic", "drafts per cycle: fixed:K (0..64) | heuristic (the "
+           "break-even guard picks) | confidence:P (0..1: draft while the draft is this sure)"),
+    Option("draft", (str,), None, "this request's drafter (default: the loaded one)",
+           flag=None, engine=False),
+    Option("drill", (str,), None, "a fault drill KIND@CYCLE (a session loaded with drills on)",
+           flag=None, engine=False),
+    Option("context_overflow", (str,), "drop_oldest", "a conversation too long for the "
+           "context: leave out its oldest turns (default) or refuse it", choices=POLICIES,
+           engine=False),
+    # The sampling controls, applied in this order (processors.py; docs/sampling-and-json.md).
+    Option("logit_bias", (dict,), {}, "add BIAS in [-100, 100] to a token's logit (repeatable)",
+           openai="logit_bias", flag={"action": "append", "metavar": "ID=BIAS"}, sampling=True),
+    Option("repetition_penalty", NUMBER, 1.0, "divides positive / multiplies negative logits "
+           "of tokens in the prompt and output (HF); 1 = off", "(0, 1e6]",
+           openai="repetition_penalty", sampling=True),
+    Option("presence_penalty", NUMBER, 0.0, "subtracted once from each token in the output "
+           "(OpenAI)", "[-2, 2]", openai="presence_penalty", sampling=True),
+    Option("frequency_penalty", NUMBER, 0.0, "subtracted per occurrence in the output (OpenAI)",
+           "[-2, 2]", openai="frequency_penalty", sampling=True),
+    Option("top_k", (int,), 0, "keep the K likeliest tokens; 0 = off", ">= 0", openai="top_k",
+           sampling=True),
+    Option("top_p", NUMBER, 1.0, "keep the smallest set of likeliest tokens with mass >= P",
+           "(0, 1]", openai="top_p", sampling=True),
+    Option("min_p", NUMBER, 0.0, "drop tokens below P times the top probability", "[0, 1]",
+           openai="min_p", sampling=True),
+    Option("stop", (str, list), (), f"end the output before TEXT (repeatable, up to "
+           f"{MAX_STOPS}); \\n, \\t and \\\\ in TEXT are a newline, a tab and a backslash",
+           openai="stop", flag={"action": "append", "metavar": "TEXT"}, sampling=True),
+    # Constrained output: a JSON schema, or OpenAI's response_format (apps/session.py reads it).
+    Option("json_schema", (dict,), None, "a JSON schema file: the output is compact JSON that "
+           "follows it (the subset in docs/sampling-and-json.md)", flag={"metavar": "FILE"}),
+    Option("response_format", (dict,), None, "OpenAI's {type: 'json_schema', json_schema: "
+           "{name, schema, strict}} or {type: 'text'}", openai="response_format", flag=None,
+           engine=False),
+)
+OPTION = {o.name: o for o in REQUEST}
+
+
+def _default(name: str):
+    value = OPTION[name].default
+    if isinstance(value, (dict, list)):
+        return field(default_factory=lambda: type(value)(value))
+    return field(default=value)
 
 
 @dataclass
 class Options:
-    max_tokens: int = 128
-    temperature: float = 0.0
-    seed: int = 0
-    verify: str | None = None     # None: greedy at T = 0, replay above
-    k: str = "heuristic"
+    """A request's options as the engine reads them; the defaults are REQUEST's."""
+    max_tokens: int = _default("max_tokens")
+    temperature: float = _default("temperature")
+    seed: int = _default("seed")
+    verify: str | None = _default("verify")   # None: greedy at T = 0, replay above
+    k: str = _default("k")
     stop_at_eos: bool = True
     stop_ids: tuple = ()          # more token ids that end generation, besides the model's EOG
     # The sampling controls (processors.py: their order, counting, ties), OpenAI-style names.
-    top_k: int = 0                # 0 = off
-    top_p: float = 1.0            # 1 = off
-    min_p: float = 0.0            # 0 = off
-    repetition_penalty: float = 1.0        # prompt and output tokens (HF); 1 = off
-    presence_penalty: float = 0.0          # output tokens only (OpenAI)
-    frequency_penalty: float = 0.0         # output tokens only (OpenAI)
-    logit_bias: dict = field(default_factory=dict)   # token id -> bias in [-100, 100]
-    stop: tuple = ()              # up to 4 stop strings (stops.py), cut from the output
-    json_schema: dict | str | None = None  # the output follows this schema (jsonschema.py)
+    top_k: int = _default("top_k")
+    top_p: float = _default("top_p")
+    min_p: float = _default("min_p")
+    repetition_penalty: float = _default("repetition_penalty")  # prompt and output tokens (HF)
+    presence_penalty: float = _default("presence_penalty")      # output tokens only (OpenAI)
+    frequency_penalty: float = _default("frequency_penalty")    # output tokens only (OpenAI)
+    logit_bias: dict = _default("logit_bias")     # token id -> bias in [-100, 100]
+    stop: tuple = _default("stop")                # stop strings (stops.py), cut from the output
+    json_schema: dict | str | None = _default("json_schema")   # the output follows it
 
     def sampling(self) -> Sampling:
         return Sampling(logit_bias=self.logit_bias, repetition_penalty=self.repetition_penalty,
@@ -73,3 +164,20 @@ class Options:
                 raise OptionsError("json_schema needs stop_at_eos: the end-of-text token is "
                                    "what ends the JSON value")
             compile_schema(self.json_schema)   # a SchemaError names what is not supported
+
+
+def from_request(values: dict) -> Options:
+    """The Options of a request's fields (their types already checked; null or absent: the
+    default; "" for a string option: its default too). A number option is a float, a stop
+    string alone a list of one (as in the OpenAI API). Options.check judges the values."""
+    out = {}
+    for name in (f.name for f in fields(Options)):
+        option, value = OPTION.get(name), values.get(name)
+        if option is None or value is None or value == "":
+            continue
+        if float in option.types and not isinstance(value, bool):
+            value = float(value)
+        elif name == "stop":
+            value = tuple([value] if isinstance(value, str) else value)
+        out[name] = value
+    return Options(**out)

@@ -32,7 +32,7 @@ import pytest
 import pyspec
 from conftest import greedy_pick, reference_decode
 from pyspec import receipts, testmodels
-from pyspec.apps import cli
+from pyspec.apps import cli, request
 from pyspec.cpu.fastcpu import FastModel
 from pyspec.cpu.model import Model
 from pyspec.load import default_draft
@@ -895,8 +895,8 @@ def test_generate_sampling_controls_and_stop(capsys, models):
 def test_stop_reads_backslash_escapes(capsys, models, tok):
     """--stop "\\n" (what a shell passes for "\\n": a backslash and an n) stops at a newline, as
     the demo page reads its stop strings; \\t is a tab, \\\\ a backslash, other backslashes stay."""
-    assert cli.unescape(r"\n\n") == "\n\n" and cli.unescape(r"a\tb") == "a\tb"
-    assert cli.unescape(r"\\n") == "\\n" and cli.unescape(r"\x\\") == "\\x\\"
+    assert request.unescape(r"\n\n") == "\n\n" and request.unescape(r"a\tb") == "a\tb"
+    assert request.unescape(r"\\n") == "\\n" and request.unescape(r"\x\\") == "\\x\\"
     newline = tok.encode("\n")
     assert len(newline) == 1
     flags = ("--max-tokens", 6, "--draft", "none", "--logit-bias", f"{newline[0]}=100")

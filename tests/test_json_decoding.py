@@ -265,17 +265,17 @@ def test_cli_generate_json_schema(tj, tmp_path, capsys):
 
 
 def test_the_worker_config_takes_json_schema_or_openai_response_format():
-    from pyspec.apps.session import SessionError, _schema
+    from pyspec.apps.wire import SessionError, schema_of
     schema = SCHEMAS["point"]
     fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema, "strict": True}}
-    assert _schema({"response_format": fmt}) == schema
-    assert _schema({"json_schema": schema}) == schema
-    assert _schema({"response_format": {"type": "text"}}) is None and _schema({}) is None
+    assert schema_of({"response_format": fmt}) == schema
+    assert schema_of({"json_schema": schema}) == schema
+    assert schema_of({"response_format": {"type": "text"}}) is None and schema_of({}) is None
     for bad in ({"response_format": {"type": "json_object"}},
                 {"response_format": {"type": "json_schema", "json_schema": {"schema": "x"}}},
                 {"response_format": fmt, "json_schema": schema}):
         with pytest.raises(SessionError) as e:
-            _schema(bad)
+            schema_of(bad)
         assert e.value.code == "bad_config"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspec.apps import session
+from pyspec.apps import wire
 from webtools import browser, serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,9 +59,9 @@ def test_every_fault_drill_has_one_name_everywhere():
     assert tuple(re.findall(r'"([a-z-]+)"', load)) == browser.LOAD_FAULTS
     client = (ROOT / "web" / "client.js").read_text()
     assert "worker-terminate@" in client
-    request_kinds = {*session.SESSION_DRILLS, "worker-terminate"}
+    request_kinds = {*wire.SESSION_DRILLS, "worker-terminate"}
     assert request_kinds | set(browser.LOAD_FAULTS) | {"two-pages"} == set(browser.FAULTS)
-    assert set(browser.GPU_FAULTS) <= set(session.SESSION_DRILLS)
+    assert set(browser.GPU_FAULTS) <= set(wire.SESSION_DRILLS)
     for kind in browser.FAULTS:
         assert browser.fault_spec(f"{kind}@3") == f"{kind}@3"
     assert browser.fault_spec("opfs-flip") == "opfs-flip@0"

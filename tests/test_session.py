@@ -21,7 +21,7 @@ from pyspec.drafters import parse_draft
 from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu.device import GPUError, NoAdapterError
 from pyspec.options import Options
-from pyspec.apps import session
+from pyspec.apps import page_engine, session
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = json.dumps([{"role": "user", "content": "the cat sat on the mat. the cat"}])
@@ -169,7 +169,7 @@ def test_the_client_checks_the_backends_the_session_takes():
     source = (Path(__file__).resolve().parent.parent / "web" / "client.js").read_text()
     listed = re.search(r"const BACKENDS = \[([^\]]*)\]", source)
     assert listed, "client.js has no BACKENDS list"
-    assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == session.BACKENDS
+    assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == page_engine.BACKENDS
 
 
 def test_a_model_too_large_for_memory_is_out_of_memory_and_the_old_one_stays(

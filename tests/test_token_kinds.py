@@ -55,9 +55,9 @@ def test_kinds_add_up_to_the_stats_and_offsets_to_the_text(tiny, draft, temperat
 def test_the_worker_counts_offsets_in_utf16_units_as_javascript_does():
     """web.py's chunks carry UTF-16 offsets: an emoji is one code point but two units, and
     client.js compares offsets with JavaScript string lengths to never show text twice."""
-    from pyspec.apps.session import _Utf16
+    from pyspec.apps.wire import Utf16
 
-    u, text = _Utf16(), ""
+    u, text = Utf16(), ""
     for piece in ["ab", "🐙c", "", "d😀😀", "e"]:
         u.add(piece)
         text += piece

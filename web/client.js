@@ -38,16 +38,13 @@
 // as notices too (the `ready` message's notices).
 // Errors are SpecError with a `code` (see worker.js).
 //
-// The OpenAI-style facade (`d.chat.completions.create(request)`, below) is the same generate()
-// in the shape of the OpenAI SDK and WebLLM; client.d.ts types both.
+// The OpenAI-style facade (`d.chat.completions.create(request)`, facade.js) is the same
+// generate() in the shape of the OpenAI SDK and WebLLM; client.d.ts types both.
 
-export class SpecError extends Error {
-  constructor(code, message) {
-    super(message);
-    this.name = "SpecError";
-    this.code = code;
-  }
-}
+import { SpecError } from "./errors.js";
+import { completions } from "./facade.js";
+
+export { SpecError };
 
 // Receipt fault kinds met while loading (web.py LOAD_FAULTS): noticed at init, not per request.
 const LOAD_FAULTS = new Set(["opfs_truncated", "opfs_corrupt", "opfs_quota", "opfs_unavailable",
@@ -59,81 +56,6 @@ const GPU_FAULTS = { device_lost: "the GPU device was lost", gpu_error: "the GPU
 const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
                           "error"]);
 
-// --- the facade's request ----------------------------------------------------------------
-// The engine's finish reasons in OpenAI's words. "cancelled" (an AbortSignal) becomes "abort",
-// as in WebLLM: OpenAI has no word for a request the caller stopped.
-const FINISH = { stop: "stop", length: "length", context: "length", cancelled: "abort" };
-// Options of the OpenAI request that pyspec does not do yet: refused, never ignored.
-const NOT_YET = {};
-// OpenAI options pyspec honours only at one value, the one that asks for nothing more: taken
-// at it (code written for OpenAI or WebLLM sends them), refused at any other. stream_options
-// include_usage: the last chunk carries usage anyway.
-const ONLY_AT = {
-  n: [(v) => v === 1, "1"],
-  logprobs: [(v) => v === false, "false"],
-  stream_options: [(v) => typeof v === "object" && !Array.isArray(v) &&
-                          Object.keys(v).every((key) => key === "include_usage"),
-                   "{include_usage}"],
-};
-// The options it takes, by type; `pyspec` holds generate()'s own ({k, verify, draft, ...}).
-// The sampling controls (OpenAI's top_p, presence_penalty, frequency_penalty, logit_bias, stop;
-// top_k, min_p and repetition_penalty as WebLLM and vLLM take them) go to the worker as they
-// are: web.py checks their values. stop is a string or a list of strings.
-const FACADE_FIELDS = { temperature: "number", max_tokens: "number", seed: "number",
-                        model: "string", pyspec: "object", top_p: "number", top_k: "number",
-                        min_p: "number", repetition_penalty: "number",
-                        presence_penalty: "number", frequency_penalty: "number",
-                        logit_bias: "object", stop: ["string", "object"],
-                        // {type: "json_schema", json_schema: {name, schema, strict}}: the
-                        // output follows the schema (session.py checks it; the subset in docs/sampling-and-json.md)
-                        response_format: "object" };
-
-// The generate() config for a facade request (without messages, stream, signal), or a SpecError
-// naming the option it cannot take. null or undefined means "not given", as in JSON.
-function facadeConfig(request, champion) {
-  const config = {};
-  for (const [name, value] of Object.entries(request)) {
-    if (value === undefined || value === null) continue;
-    if (name in ONLY_AT) {
-      const [takes, only] = ONLY_AT[name];
-      if (!takes(value)) {
-        throw new SpecError("bad_config", `${name} ${JSON.stringify(value)} is not supported: ` +
-                            `only ${only} (or leave ${name} out)`);
-      }
-      continue;
-    }
-    if (name in NOT_YET) {
-      throw new SpecError("bad_config", `${name} is not supported yet (${NOT_YET[name]}); ` +
-                          `leave ${name} out`);
-    }
-    if (!(name in FACADE_FIELDS)) {
-      throw new SpecError("bad_config", `unknown option ${name}: chat.completions.create takes ` +
-                          `messages, stream, signal, ${Object.keys(FACADE_FIELDS).join(", ")}` +
-                          ` (and ${Object.keys(ONLY_AT).join(", ")} at their defaults)`);
-    }
-    const kinds = [FACADE_FIELDS[name]].flat();
-    if (!kinds.includes(typeof value)) {
-      throw new SpecError("bad_config",
-                          `${name} must be a ${kinds.join(" or ")}, got ${typeof value}`);
-    }
-    if (name === "model") {
-      if (value !== champion) {
-        throw new SpecError("bad_config", `model ${value} is not loaded: this decoder runs ` +
-                            `${champion} (create another SpecDecoder for another model)`);
-      }
-    } else if (name === "pyspec") {
-      Object.assign(config, value);     // {k, verify, draft, context_overflow}: the worker checks
-    } else {
-      config[name] = value;
-    }
-  }
-  // As OpenAI: a request above temperature 0 without a seed samples afresh each time (a
-  // "regenerate" gets another answer). Its seed is drawn here, below 2^53 (JSON's exact
-  // integers), and the receipt records it: the same request with it gives the same text again.
-  if (config.seed === undefined && config.temperature > 0) config.seed = randomSeed();
-  return config;
-}
-
 // The weights' OPFS directory (worker.js OPFS_DIR), or null where the page has no OPFS.
 async function weightsDir() {
   try {
@@ -142,11 +64,6 @@ async function weightsDir() {
   } catch {
     return null;
   }
-}
-
-function randomSeed() {
-  const [hi, lo] = crypto.getRandomValues(new Uint32Array(2));
-  return (hi & 0x1fffff) * 2 ** 32 + lo;
 }
 
 // A number JSON cannot carry (NaN, Infinity) would reach the worker as null, that is as the
@@ -159,19 +76,6 @@ function checkFinite(value, name, seen = new Set()) {
   seen.add(value);
   for (const [key, item] of Object.entries(value)) {
     checkFinite(item, name ? `${name}.${key}` : key, seen);
-  }
-}
-
-// The facade's stream, once create() has its first step: that step, then the rest. The rest
-// is closed however the caller stops, so a request it broke out of is cancelled.
-async function* streamFrom(first, rest) {
-  try {
-    const step = await first;
-    if (step.done) return;
-    yield step.value;
-    yield* rest;
-  } finally {
-    await rest.return();
   }
 }
 
@@ -263,7 +167,12 @@ export class SpecDecoder {
   lastResult = null;    // the last finished request: {text, tokens, stats, receipt, finish_reason}
   restarts = 0;
   notices = [];         // {code, message, at_token} of each recovery, in order
-  chat = { completions: { create: (request) => this.#createCompletion(request) } };
+  chat = { completions: completions({
+    run: (messages, config, req) => this.#run(messages, config, req),
+    cancel: (req) => this.#cancelRequest(req),
+    loaded: () => this.info?.champion,
+    champion: () => this.info?.champion ?? this.#opts.champion,
+  }) };
 
   constructor(options = {}) {
     // Browsers give crypto.randomUUID, OPFS and Web Locks to secure contexts only.
@@ -648,85 +557,6 @@ export class SpecDecoder {
   // A fault drill (drills: true only): destroy the worker's WebGPU device, as a GPU reset would.
   // A running request finishes on the CPU from its committed tokens (the receipt records it).
   async loseDevice() { return (await this.#request("lose_device")).lost; }
-
-  // --- the OpenAI-style facade -------------------------------------------------------------
-  // chat.completions.create(request): with stream: true, resolves to an async iterator of
-  // `chat.completion.chunk`s (the first delta carries the role; the last chunk carries
-  // finish_reason, usage and pyspec); otherwise to one `chat.completion`. Both run generate()
-  // with the same messages and config, so the text is the SpecDecoder's own. A request it
-  // cannot honour is refused (SpecError bad_config naming the option) before anything runs.
-  async #createCompletion(request) {
-    const { messages, stream = false, signal = null, ...rest } = request ?? {};
-    const config = facadeConfig(rest, this.info?.champion);
-    if (!Array.isArray(messages)) {
-      throw new SpecError("bad_config", "messages must be an array of {role, content}");
-    }
-    if (signal !== null && typeof signal?.aborted !== "boolean") {
-      throw new SpecError("bad_config", "signal must be an AbortSignal (an AbortController's)");
-    }
-    const head = { id: `chatcmpl-${crypto.randomUUID()}`, created: Math.floor(Date.now() / 1000),
-                   model: this.info?.champion ?? this.#opts.champion };
-    let started;
-    const checked = new Promise((resolve) => { started = resolve; });
-    const req = { onStarted: () => started() };
-    const chunks = this.#completionChunks(messages, config, signal, head, req);
-    if (stream) {
-      // The stream is returned once a worker has checked the request and started it (or it
-      // ended first), so a bad value rejects this call, as the OpenAI SDK's create() rejects on
-      // the server's answer. A request queued behind another resolves when its turn comes.
-      const first = chunks.next();
-      first.catch(() => {});     // its rejection is this call's, below, or the stream's
-      await Promise.race([checked, first]);
-      return streamFrom(first, chunks);
-    }
-    let content = "", last = null;
-    for await (const chunk of chunks) {
-      content += chunk.choices[0].delta.content ?? "";
-      last = chunk;
-    }
-    return { ...head, object: "chat.completion",
-             choices: [{ index: 0, message: { role: "assistant", content },
-                         finish_reason: last.choices[0].finish_reason, logprobs: null }],
-             usage: last.usage, pyspec: last.pyspec };
-  }
-
-  async *#completionChunks(messages, config, signal, head, req) {
-    const chunk = (delta, finish_reason = null, extra = {}) => (
-      { ...head, object: "chat.completion.chunk",
-        choices: [{ index: 0, delta, finish_reason, logprobs: null }], ...extra });
-    // Abort cancels this request (not the decoder's others): it stops after its current cycle,
-    // or before it starts where it waits behind another or for a new worker, and ends as usual,
-    // its last chunk saying finish_reason "abort". A signal aborted already: at once.
-    const abort = () => { this.#cancelRequest(req); };
-    req.cancelled = Boolean(signal?.aborted);
-    signal?.addEventListener("abort", abort, { once: true });
-    let role = { role: "assistant" }, completion = 0;
-    const run = this.#run(messages, config, req);
-    let step = null;
-    try {
-      while (!(step = await run.next()).done) {
-        const c = step.value;
-        completion += c.tokens;
-        yield chunk({ ...role, content: c.text }, null,
-                    { pyspec: { offset: c.offset, tokens: c.tokens } });
-        role = {};
-      }
-    } finally {
-      signal?.removeEventListener("abort", abort);
-      if (!step?.done) await run.return();   // the caller broke out: the request is cancelled
-    }
-    // This request's own result (lastResult may be a concurrent request's by now).
-    const { finish_reason, stats, receipt, notice = null } = step.value;
-    // stats is null for a request stopped before it ran (aborted while it waited): then the
-    // prompt was never counted, and usage says so with null rather than a made-up 0.
-    const prompt = stats?.prompt_tokens ?? null;
-    completion = stats?.generated_tokens ?? completion;
-    const delta = role.role ? { ...role, content: "" } : {};   // no text at all: still the role
-    yield chunk(delta, FINISH[finish_reason] ?? finish_reason, {
-      usage: { prompt_tokens: prompt, completion_tokens: completion,
-               total_tokens: prompt === null ? null : prompt + completion },
-      pyspec: { finish_reason, stats, receipt, notice } });
-  }
 
   /** Stop the worker now; the decoder is done (later calls throw SpecError "terminated"). */
   terminate() {

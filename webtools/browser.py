@@ -188,7 +188,7 @@ def run_headless(base: str, args) -> int:
         print(f"[fault] {f['kind']} at cycle {f.get('cycle')}, token {f.get('at_token')}: "
               f"recovered in {f.get('recovery_s', 0):.2f} s", file=sys.stderr)
     sys.stdout.write("\n")
-    from pyspec.apps.cli import print_stats
+    from pyspec.apps.generate import print_stats
     if result["stats"]:
         print_stats(result["stats"])
     return 0

@@ -3,7 +3,7 @@
     dist/package/
       package.json    name "pyspec", ES module, exports "." (client.js + client.d.ts) and
                       "./worker.js"; no dependencies, so `npm install ./pyspec-X.tgz` is offline
-      client.js client.d.ts worker.js webgpu.js dequant.js snapshot.js snapshot-worker.js
+      client.js client.d.ts worker.js and every module they load (runtime_files)
       manifest.json   the site's manifest without models
       pyodide/        Pyodide 0.27.7 core + its numpy wheel (as the site)
       wheels/         the pyspec wheel
@@ -35,8 +35,23 @@ from . import site
 
 ROOT = site.ROOT
 PACKAGE = ROOT / "dist" / "package"
-RUNTIME_FILES = ("client.js", "client.d.ts", "worker.js", "webgpu.js", "dequant.js",
-                 "snapshot.js", "snapshot-worker.js")
+# A module a web/*.js file loads: `import ... from "./x.js"`, `import("./x.js")` or
+# `new URL("./x.js", import.meta.url)` (a worker's script).
+_LOADS = re.compile(r'(?:from |import\(|new URL\()\s*"\./([\w.-]+\.js)"')
+
+
+def runtime_files(web: Path = ROOT / "web") -> tuple[str, ...]:
+    """client.js, client.d.ts, worker.js and every web/ module they load, directly or not."""
+    found, todo = [], ["client.js", "worker.js"]
+    while todo:
+        name = todo.pop(0)
+        if name not in found:
+            found.append(name)
+            todo += _LOADS.findall((web / name).read_text())
+    return ("client.d.ts", *sorted(found))
+
+
+RUNTIME_FILES = runtime_files()
 
 # The Content-Security-Policy the runtime needs, and no more: Pyodide compiles WebAssembly
 # ('wasm-unsafe-eval'); the worker, its module imports, the wheels and the weights all come from

@@ -4,6 +4,7 @@ one origin, with a manifest of every artifact's url, sha256 and size.
     dist/site/
       index.html app.js style.css worker.js client.js embed-example.html    (every file of web/)
       client.d.ts    the client's types (its SpecErrorCode refreshed first: errorcodes.py)
+      options.js     the request options' table for the client (refreshed first: optionsjs.py)
       pyodide/       Pyodide 0.27.7 core (npm tarball) + its numpy wheel + the snapshot of
                      its start-up that the worker starts from (build_snapshot: made by Node)
       wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl)
@@ -37,7 +38,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from . import errorcodes
+from . import errorcodes, optionsjs
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "downloads"
@@ -334,6 +335,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     snapshot = build_snapshot(site / "pyodide")
     wheel = build_wheel(site / "wheels")
     errorcodes.refresh()     # client.d.ts's SpecErrorCode, from the code that raises them
+    optionsjs.refresh()      # web/options.js, from pyspec/options.py's table
     web = sorted(p.name for p in (ROOT / "web").iterdir() if p.is_file())
     for name in web:
         copy_if_changed(ROOT / "web" / name, site / name)

@@ -163,7 +163,7 @@ def run_bench(args) -> int:
         readbacks_before = champion.dev.readbacks
     t0 = time.time()
     for n, (it, ids) in enumerate(zip(items, prompts), 1):
-        max_tokens = it.get("max_tokens", 128)
+        max_tokens = it.get("max_tokens", Options.max_tokens)
         if args.max_tokens:
             max_tokens = min(max_tokens, args.max_tokens)
         # Alternate who runs first, so that drift or a warm cache favours neither side. With

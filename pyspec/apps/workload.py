@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from ..errors import PyspecError, UsageError
+from ..options import Options
 
 
 def read_workload(path: str) -> list[dict]:
@@ -47,7 +48,7 @@ def _line_problem(it) -> str | None:
         return "id and stratum must be strings"
     if not isinstance(it["messages"], list) or not it["messages"]:
         return "messages must be a non-empty list of {role, content}"
-    tokens = it.get("max_tokens", 128)
+    tokens = it.get("max_tokens", Options.max_tokens)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         return f"max_tokens must be a positive integer, got {tokens!r:.40}"
     return None

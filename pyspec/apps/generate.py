@@ -1,0 +1,233 @@
+"""The commands that generate: generate (one prompt), chat (a conversation on stdin) and demo
+(champion-only against speculative, side by side), and how they print a stream and its stats.
+
+Not here: the request's flags and prompt (request.py), the parser (cli.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from .. import champion_path
+from ..cpu.executor import CPUBackend
+from ..cpu.model import Model
+from ..engine import Engine
+from ..errors import PyspecError, UsageError
+from ..load import backend, load_champion
+from ..options import Options
+from ..text import conversation
+from ..text.conversation import Fitted
+from .request import cli_words, options, prompt_ids, utf8
+
+DEMO_MESSAGES = [{"role": "user", "content":
+                  "Correct the grammar of this text and return only the corrected text:\n"
+                  "the weather were nice yesterday, so me and my sister goes to the park. we "
+                  "sees many dog playing near the lake and a old man feeding the ducks."}]
+
+
+# --- commands -------------------------------------------------------------------------------
+def make_engine(args) -> Engine:
+    if args.ctx is not None and args.ctx < 1:
+        raise UsageError(f"--ctx must be a positive number of positions, got {args.ctx}")
+    champion, tok = load_champion(args.champion, args.backend, args.ctx)
+    recover = None
+    if args.backend == "wgpu":  # a lost device finishes the request on the CPU, champion-only
+        def recover():
+            return CPUBackend(Model.load(args.champion or champion_path()), "none", args.ctx)
+    return Engine(backend(champion, args.draft, args.ctx), tok, recover=recover)
+
+
+FAULT_NOTES = {
+    "bad_draft": "the draft model's logits were NaN or +inf (its weights may be corrupt), so the "
+                 "request went on champion-only without it: check or download the draft again, "
+                 "or use --draft ngram or none",
+}
+
+
+def fault_notes(receipt: dict) -> None:
+    """A note on stderr for each fault the request recovered from (the receipt's faults)."""
+    for fault in receipt.get("faults", []):
+        text = FAULT_NOTES.get(fault["kind"], f"the GPU failed ({fault['kind']}); the request "
+                                              "finished on the CPU engine")
+        print(f"note: {text}", file=sys.stderr)
+
+
+def cmd_generate(args) -> int:
+    engine = make_engine(args)
+    ids = prompt_ids(engine.tokenizer, args, engine.kv.max_ctx,
+                     engine.champion.config.context_length)
+    fitted = ids if isinstance(ids, Fitted) else Fitted(ids)
+    if fitted.notice():
+        print(f"note: {fitted.notice()}", file=sys.stderr)
+    opts = options(args)
+    short = draft_context(engine)
+    if short is not None and short < len(fitted.ids) + args.max_tokens:
+        print(f"note: the draft's context is {short} positions: past position {short} the "
+              "champion decodes alone", file=sys.stderr)
+    if args.json:
+        r = engine.generate(fitted.ids, opts)
+        report = {"text": r.text, "tokens": r.tokens, "finish_reason": r.finish_reason,
+                  "stats": r.stats, "receipt": r.receipt}
+        fitted.annotate(report)
+        print(json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
+                                                 "receipt")}))
+        fault_notes(r.receipt)
+        return 0
+    report = stream_to_stdout(engine, fitted.ids, opts)
+    fault_notes(report["receipt"])
+    print_stats(report["stats"])
+    return 0
+
+
+def draft_context(engine) -> int | None:
+    """The context of the engine's draft model (a combination's too), or None (no draft model,
+    or n-gram / self:L, which read the champion's)."""
+    drafter = engine.draft_source
+    if getattr(drafter, "kind", None) == "combo":
+        drafter = drafter.model
+    kv = getattr(drafter, "kv", None) or getattr(getattr(drafter, "model", None), "kv", None)
+    if kv is None or getattr(drafter, "shares_cache", False):
+        return None
+    return kv.max_ctx
+
+
+CHAT_HELP = "commands: /reset (forget the conversation), /system TEXT, /stats, /quit"
+
+
+def cmd_chat(args) -> int:
+    """An interactive chat on stdin: each line is a user message, the reply streams to stdout.
+    The engine's conversation cache prefills only each turn's new tokens. A refused line (a
+    message that does not fit, an unknown command) does not end the chat; on piped input it
+    makes the exit status 2, so a script learns that some of its lines got no reply."""
+    engine = make_engine(args)
+    tok, ctx = engine.tokenizer, engine.kv.max_ctx
+    if tok.chat_template is None:
+        raise UsageError("chat needs a model with a chat template, and this one has none; "
+                         "use generate --raw --prompt TEXT for plain text")
+    system = [{"role": "system", "content": args.system}] if args.system else []
+    history: list[dict] = []
+    opts, last, refused = options(args), None, 0
+    # Why: the engine checks options at each request; a chat checks them before its first line,
+    # so that a bad option ends it at once and never after the user has typed a message.
+    opts.check()
+    opts.sampling().check(tok.vocab_size)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        name = engine.draft_source.name if engine.draft_source else "none"
+        print(f"pyspec chat ({engine.adapter}, drafter {name}); {CHAT_HELP}", file=sys.stderr)
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        line = line.rstrip("\n")
+        command, _, rest = line.partition(" ")
+        if command in ("/quit", "/exit"):
+            break
+        if command == "/reset":
+            history = []
+            engine.forget()
+            print("(conversation cleared)", file=sys.stderr)
+        elif command == "/system":
+            rest = rest.strip()
+            system = [{"role": "system", "content": rest}] if rest else []
+            print("(system message set)" if rest else "(system message cleared)", file=sys.stderr)
+        elif command == "/stats":
+            print_stats(last) if last else print("(no reply yet)", file=sys.stderr)
+        elif line.startswith("/"):
+            print(f"error: unknown command {command}; {CHAT_HELP}", file=sys.stderr)
+            refused += 1
+        elif not utf8(line):
+            print("error: this line is not valid UTF-8 text; it got no reply", file=sys.stderr)
+            refused += 1
+        elif line.strip():
+            try:
+                fitted = conversation.fit(tok, system + history + [{"role": "user", "content": line}],
+                                          opts.max_tokens, ctx, args.context_overflow,
+                                          engine.champion.config.context_length)
+            except PyspecError as e:       # this turn is refused; the conversation goes on
+                print(f"error: {cli_words(str(e))}", file=sys.stderr)
+                refused += 1
+                continue
+            if fitted.notice():
+                print(f"({fitted.notice()})", file=sys.stderr)
+                # the dropped turns leave the history too, so later turns keep one prefix
+                history = history[fitted.dropped_messages:]
+            report = stream_to_stdout(engine, fitted.ids, opts)
+            fault_notes(report["receipt"])
+            history += [{"role": "user", "content": line},
+                        {"role": "assistant", "content": report["text"]}]
+            last = report["stats"]
+            if args.stats:
+                print_stats(last)
+    if refused and not interactive:
+        print(f"error: {refused} line{'s' * (refused > 1)} of the input got no reply",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def stream_to_stdout(engine: Engine, ids: list[int], opts: Options) -> dict:
+    report: dict = {}
+
+    async def run():
+        async for chunk in engine.stream(ids, opts, report):
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+
+    asyncio.run(run())
+    sys.stdout.write("\n")
+    return report
+
+
+def print_stats(stats: dict) -> None:
+    s = stats
+    print(f"--- {s['generated_tokens']} tokens ({s['finish_reason']}) | drafter {s['drafter']} | "
+          f"adapter {s['adapter']}", file=sys.stderr)
+    print(f"    champion passes {s['champion_passes']}, draft calls {s['draft_calls']}, "
+          f"tokens/pass {s['tokens_per_pass']:.2f}, acceptance {s['acceptance_rate']:.2f} "
+          f"({s['accepted']}/{s['drafted']}), by position {s['accepted_by_position']}",
+          file=sys.stderr)
+    print(f"    {s['tokens_per_s']:.2f} tokens/s, first token {s['ttft_s']:.2f} s, "
+          f"{schedule_line(s['schedule'])}", file=sys.stderr)
+
+
+def schedule_line(schedule: dict | None) -> str:
+    """The K schedule's record in words: the policy, how many cycles drafted how many tokens,
+    and how often the break-even guard kept speculation off (stats.schedule has the counts)."""
+    if not schedule:
+        return "no schedule"
+    hist = {int(k): v for k, v in (schedule.get("k_histogram") or {}).items()}
+    cycles = sum(hist.values())
+    drafted = ", ".join(f"{n} x K={k}" for k, n in sorted(hist.items()) if k)
+    out = (f"K {schedule.get('policy')}: {cycles} cycles, "
+           f"{drafted or 'none drafted'}")
+    off = schedule.get("guard_off") or 0
+    if off:
+        out += f"; the guard kept speculation off for {off} (it would not have paid)"
+    return out
+
+
+def cmd_demo(args) -> int:
+    champion, tok = load_champion(args.champion)
+    ids = tok.encode_chat(DEMO_MESSAGES)
+    opts = Options(max_tokens=args.max_tokens)
+    opts.check()
+    # Both engines first: a --draft it cannot run is refused before the champion-only half.
+    engines = [(draft, Engine(backend(champion, draft), tok)) for draft in ("none", args.draft)]
+    print(f"prompt: {DEMO_MESSAGES[0]['content']}\n", file=sys.stderr)
+    for draft, engine in engines:
+        print(f"=== {'champion only' if draft == 'none' else 'speculative, draft ' + draft} ===",
+              file=sys.stderr)
+        report = stream_to_stdout(engine, ids, opts)
+        print_stats(report["stats"])
+        if draft == "none":
+            baseline = report
+    same = baseline["tokens"] == report["tokens"]
+    print(f"\nidentical output: {same}; speedup "
+          f"{report['stats']['tokens_per_s'] / baseline['stats']['tokens_per_s']:.2f}x",
+          file=sys.stderr)
+    return 0 if same else 1

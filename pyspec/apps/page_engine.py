@@ -1,0 +1,119 @@
+"""The page's engine: THE backend choice (make_engine: WebGPU on a hardware adapter, else the
+numpy engine, with the reason in the receipt), and the recovery after a GPU fault.
+
+Not here: the session's state (session.py), the JSON boundary (wire.py).
+"""
+
+from __future__ import annotations
+
+from ..cpu.executor import CPUBackend
+from ..cpu.fastcpu import FastModel
+from ..engine import Engine
+from ..formats.gguf import GGUFFile
+from ..load import backend as backend_for
+from ..text.tokenizer import Tokenizer
+from .wire import SessionError
+
+
+# --- the backend ------------------------------------------------------------------------------
+BACKENDS = ("auto", "webgpu", "cpu")
+
+
+async def browser_device():
+    from ..gpu.browser import BrowserDevice
+
+    return await BrowserDevice.create()
+
+
+async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
+                      previous: Engine | None = None, backend: str = "auto",
+                      open_device=browser_device) -> Engine:
+    """THE backend choice, in one place.
+
+    "webgpu": the champion uploaded to a pyspec.gpu.browser device, the same GPU engine as
+    natively. "cpu": the numpy engine (adapter "cpu-numpy") over a fastcpu.FastModel (products
+    row by row, einsum in Pyodide). "auto" (the default): WebGPU on a hardware adapter; on a
+    software adapter (SwiftShader: `is_cpu`, the adapter's isFallbackAdapter) the numpy engine,
+    which runs the 135M champion far faster in wasm than SwiftShader runs its kernels (0.8 vs
+    0.013 tokens/s measured on 2 cores with model.py's tiles, see bench/results/README.md).
+    Whenever the GPU is not used the reason is in `engine.fallback_reason` and a code in the
+    receipt's fallbacks (Engine fields).
+
+    The CPU Model (which dequantizes every weight: about 540 MB for the champion in wasm) is made
+    only when the CPU engine is chosen. The champion goes to the GPU once per session:
+    `previous` (the engine this one replaces, for another drafter) lends its GPU model.
+    `open_device()` (awaited) gives the WebGPU device: navigator.gpu's in the page; tests pass
+    another."""
+    from ..gpu import GPUError, NoAdapterError
+    from ..gpu.model import GPUModel
+
+    if backend not in BACKENDS:
+        raise SessionError("bad_config", f"unknown backend {backend!r}: use one of {BACKENDS}")
+    fallbacks = previous.fallbacks if previous is not None else []
+    if fallbacks:
+        # This session already chose the CPU: keep that choice and its reason.
+        kind, reason = fallbacks[0]["kind"], previous.fallback_reason
+    elif backend == "cpu":
+        kind, reason = "cpu_requested", "the CPU engine was requested (backend=cpu)"
+    else:
+        try:
+            gpu_model = getattr(previous, "champion", None)
+            if (not isinstance(gpu_model, GPUModel) or gpu_model.file is not file
+                    or gpu_model.dev.lost is not None):
+                from ..gpu import load_model
+                from ..gpu.step import SLOT_CHAMPION
+
+                dev = await open_device()
+                if backend == "auto" and dev.is_cpu:
+                    dev.destroy()
+                    raise _SoftwareAdapter(f"the WebGPU adapter ({dev.name}) is a software "
+                                           "renderer, slower than the CPU engine; "
+                                           "pass backend=webgpu to use it anyway")
+                gpu_model = load_model(dev, file, max_ctx=max_ctx)
+                # Compile the forward's pipelines now: a shader this browser rejects falls back
+                # to the CPU here rather than failing the first request (and TTFT excludes it).
+                gpu_model.forward_dispatches(SLOT_CHAMPION)
+                await dev.check()
+            return Engine(backend_for(gpu_model, draft, max_ctx), tokenizer,
+                          recover=_recovery(gpu_model, file, max_ctx, open_device))
+        except _SoftwareAdapter as e:
+            kind, reason = "software_adapter", str(e)
+        except NoAdapterError as e:
+            kind, reason = "no_webgpu", str(e)
+        except GPUError as e:   # ShapeError among them: a tensor the GPU kernels do not take
+            kind, reason = "webgpu_error", str(e)
+    champion = previous.champion if fallbacks else FastModel(file)
+    return Engine(backend_for(champion, draft, max_ctx), tokenizer, fallback_reason=reason,
+                  fallbacks=[{"kind": kind, "adapter": "cpu-numpy"}])
+
+
+def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
+    """The engine's `recover` (DESIGN §8): after a GPU fault the request goes on, champion-only,
+    from its committed tokens. A lost device is replaced by a new one of the same adapter (its
+    weights uploaded again); any other fault (a readback that threw or hung, an out-of-memory),
+    or no new device, goes to the numpy champion. A device that failed but is not lost is
+    destroyed, so its buffers go with it."""
+    from ..gpu import GPUError, load_model
+    from ..gpu.backend import GPUBackend
+
+    current = [gpu_model]
+
+    async def recover():
+        failed = current[0]
+        if failed is not None and failed.dev.lost is None:
+            failed.dev.destroy()
+        elif failed is not None:
+            try:
+                dev = await open_device()
+                current[0] = load_model(dev, file, max_ctx=max_ctx)
+                return GPUBackend(current[0], "none", max_ctx)
+            except GPUError:
+                pass
+        current[0] = None
+        return CPUBackend(FastModel(file), "none", max_ctx)
+
+    return recover
+
+
+class _SoftwareAdapter(Exception):
+    """auto chose the CPU over a software WebGPU adapter."""

@@ -1,7 +1,7 @@
 """The real champion (SmolLM2-135M, 98 MB) in the browser: 16 greedy tokens for two public
 prompts equal the native engine's.
 
-The page runs with the default backend choice (pyspec.apps.session.make_engine, "auto"): WebGPU on a
+The page runs with the default backend choice (apps/page_engine.make_engine, "auto"): WebGPU on a
 hardware adapter, the numpy engine in wasm on a software one such as CI's SwiftShader, where it
 is about 50x faster (bench/results/README.md). On two cores that takes about 2 minutes;
 `-m "not champion"` deselects it."""

@@ -54,8 +54,8 @@ def test_no_range_gets_the_whole_file_and_a_range_past_the_end_416(base):
 
 
 def test_every_fault_drill_has_one_name_everywhere():
-    worker = (ROOT / "web" / "worker.js").read_text()
-    load = re.search(r"const LOAD_DRILLS = \[([^\]]*)\]", worker)[1]
+    weights = (ROOT / "web" / "weights.js").read_text()
+    load = re.search(r"const LOAD_DRILLS = \[([^\]]*)\]", weights)[1]
     assert tuple(re.findall(r'"([a-z-]+)"', load)) == browser.LOAD_FAULTS
     client = (ROOT / "web" / "client.js").read_text()
     assert "worker-terminate@" in client

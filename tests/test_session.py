@@ -611,3 +611,26 @@ def test_the_page_auto_draft_drafts_with_its_model_on_a_hardware_adapter(tiny, c
         finally:
             s.engine.close()
             dev.destroy()
+
+
+def test_the_worker_asks_the_session_for_the_auto_draft():
+    """worker.js holds no copy of the "auto" rule: it sends what it knows before any draft
+    downloads (a trained draft in the manifest, init's backend, the WebGPU adapter) and fetches
+    the draft model only where Session.auto_draft (drafters/auto.py, the CLI's rule too) says."""
+    s = session.Session()
+    hardware = {"available": True, "fallback": False, "description": "a GPU"}
+
+    def ask(has_model, backend, webgpu):
+        return json.loads(s.auto_draft(json.dumps({"has_model": has_model, "backend": backend,
+                                                   "webgpu": webgpu})))
+
+    out = ask(True, "auto", hardware)
+    assert out["model"] is True and "a GPU" in out["reason"]
+    assert ask(True, "webgpu", hardware)["model"] is True
+    software = ask(True, "webgpu", {**hardware, "fallback": True})
+    assert software["model"] is False and "software WebGPU adapter" in software["reason"]
+    for facts in [(False, "auto", hardware), (True, "cpu", hardware), (True, "auto", None),
+                  (True, "auto", {"available": False})]:
+        out = ask(*facts)
+        assert out["model"] is False and out["reason"].endswith("prompt n-gram"), facts
+

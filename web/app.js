@@ -2,7 +2,7 @@
 //
 // URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (auto | ngram |
 // none | self:L | a manifest model name used as draft model), k, verify, temperature, seed,
-// max_tokens, max_ctx, backend (auto | webgpu | cpu: a hint to pyspec.apps.session.make_engine),
+// max_tokens, max_ctx, backend (auto | webgpu | cpu: a hint to apps/page_engine.make_engine),
 // drills=1 (fault drills: run(prompt, {drill: "KIND@CYCLE"})), load_drill=KIND (a loading
 // fault, see client.js; it turns drills on), top_k, top_p, min_p and the three penalties.
 // Headless drivers (build.py demo --headless, e2e/) use window.pyspecApp:

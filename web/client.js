@@ -56,7 +56,7 @@ const GPU_FAULTS = { device_lost: "the GPU device was lost", gpu_error: "the GPU
 const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
                           "error"]);
 
-// The weights' OPFS directory (worker.js OPFS_DIR), or null where the page has no OPFS.
+// The weights' OPFS directory (weights.js OPFS_DIR), or null where the page has no OPFS.
 async function weightsDir() {
   try {
     const root = await navigator.storage.getDirectory();
@@ -84,7 +84,7 @@ const CREATE_OPTIONS = ["workerUrl", "champion", "draft", "maxCtx", "backend", "
                         "maxRestarts", "stallTimeoutMs", "onNotice", "drills", "loadDrill",
                         "snapshot"];
 const RELOAD_OPTIONS = ["loadDrill", "champion", "maxCtx"];
-const BACKENDS = ["auto", "webgpu", "cpu"];   // web.py BACKENDS
+const BACKENDS = ["auto", "webgpu", "cpu"];   // pyspec/apps/page_engine.py BACKENDS
 const TERMINATED = "the decoder was terminated: create a new one";
 
 export class SpecDecoder {

@@ -14,14 +14,14 @@
 //                 digits, either case; a model without one is not cached)
 //       draft: 'ngram' (default) | 'auto' | 'none' | 'self:L' | a model name or {url, sha256?,
 //              vocab?} (a draft model; vocab: {url, sha256?} of its reduced head, fetchVocab).
-//              'auto': the manifest's trained draft for the champion on a hardware WebGPU
-//              adapter, else n-gram (autoDraft); ready.draft_auto says why
+//              'auto': the manifest's trained draft for the champion where it pays, as
+//              Python's rule decides (autoDraft), else n-gram; ready.draft_auto says why
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
-//       drill: a loading fault drill (drills on), LOAD_DRILLS below
+//       drill: a loading fault drill (drills on), weights.js LOAD_DRILLS
 //       snapshot: false starts Python without a Pyodide snapshot (shipped or saved) and imports
-//       without the bytecode cache (startPyodide below)
+//       without the bytecode cache (runtime.js)
 //       startup: {snapshot, bytecode, snapshot_error?, phases_ms: {pyodide, packages, import,
-//       weights, model}}: how the runtime started (startPyodide below), where the time went
+//       weights, model}}: how the runtime started (runtime.js), where the time went
 //       notices: [{code, message}] of faults met while loading, recovered from (a damaged
 //       cache downloaded again, no OPFS, a dropped download resumed, ...); the receipt's faults
 //       record them too (web.py LOAD_FAULTS)
@@ -67,311 +67,36 @@
 // anything runs; the worker stays usable. Fields the Python session reads (config, messages)
 // are checked there and refused as 'bad_config'.
 //
+// Modules: runtime.js (start-up: Pyodide, the snapshot, the bytecode cache), weights.js (OPFS,
+// downloads, checks), manifest.js (what they share); here the requests and their handlers.
 // Not here: decoding (pyspec/apps/session.py and the engine), retries across workers (client.js).
 
-import { loadPyodide } from "./pyodide/pyodide.mjs";
-import * as webgpuHelpers from "./webgpu.js";
-import * as dequantKernels from "./dequant.js";
-import { SNAPSHOT_NAME, checkSnapshot, readBytecode, readSnapshot, snapshotDir }
-  from "./snapshot.js";
+import { WorkerError, manifest, sleep } from "./manifest.js";
+import { busyEnd, busyStart, hasRuntime, makeCachesWhenIdle, requireRuntime, runtime,
+         runtimeStartup } from "./runtime.js";
+import { LOAD_DRILLS, fetchVocab, fetchWeights, readWeights, resolveModel } from "./weights.js";
 
-const SITE = new URL("./", import.meta.url);
-const OPFS_DIR = "pyspec-weights";
-const READ_BLOCK = 8 << 20;   // bytes per OPFS read, one progress report each
 const HEARTBEAT_MS = 1000;    // client.js's stall timeout must be well above this
-// A dropped download is retried this many times, after BACKOFF_MS, then 2x, 4x, ... (0.25 +
-// 0.5 + 1 + 2 + 4 s at most), each from the byte it reached (a Range request).
-const DOWNLOAD_RETRIES = 5;
-const BACKOFF_MS = 250;
-// The weights cache held by another page of this site (OPFS access handles are exclusive): wait
-// for it this long, polling, before downloading into memory instead.
-const BUSY_WAIT_MS = 30000;
-// One try at the handle that has no answer after this long counts as refused (see tryAccess).
-const ACCESS_TRY_MS = 2000;
-// Loading fault drills (init's drill, drills on), each made real here:
-//   opfs-truncate / opfs-flip   the cached file cut to half / bytes flipped, as a later load
-//                               finds it: detected (size / sha256) and downloaded again
-//   opfs-quota                  a write to OPFS refused with QuotaExceededError (on a first
-//                               visit: the cached file is removed first): from memory
-//   opfs-unavailable            no OPFS (as in a private window): from memory, with a notice
-//   download-drop               the download (a first visit's) cut halfway, the connection
-//                               cancelled: resumed with a Range request
-//   opfs-stall                  the first try at the file's access handle never answers (as
-//                               Chromium's at times does, tryAccess): asked again
-const LOAD_DRILLS = ["opfs-truncate", "opfs-flip", "opfs-quota", "opfs-unavailable",
-                     "download-drop", "opfs-stall"];
 
-class WorkerError extends Error {
-  constructor(code, message) { super(message); this.code = code; }
-}
-
-let manifestPromise = null;
-let runtimePromise = null;     // {pyodide, session}
 let queue = Promise.resolve(); // init and generate requests run one after another
 const generating = new Set();  // ids of the generate requests queued or running here
 const cancelledEarly = new Set();   // ... cancelled before the runtime existed (a fresh worker)
 
 const post = (msg) => self.postMessage(msg);
 
-// --- manifest and runtime ---------------------------------------------------------------------
-function manifest() {
-  // A failed fetch is not kept: a later init (reload) asks again.
-  manifestPromise ??= fetch(new URL("manifest.json", SITE)).then(async (r) => {
-    if (!r.ok) throw new WorkerError("download_failed", `manifest.json: HTTP ${r.status}`);
-    const body = await r.text();
-    try {
-      return JSON.parse(body);
-    } catch {
-      // A host's single-page-app fallback answers a missing file with its index.html, 200.
-      throw new WorkerError("download_failed", `manifest.json next to worker.js is not JSON ` +
-                            `(served as '${r.headers.get("content-type")}': a missing file ` +
-                            "answered with a page?); serve the site's manifest.json there");
-    }
-  }).catch((e) => {
-    manifestPromise = null;
-    throw e instanceof WorkerError ? e
-      : new WorkerError("download_failed", `manifest.json could not be fetched (${e.message})`);
-  });
-  return manifestPromise;
-}
-
-async function sha256Hex(bytes) {
-  const digest = await crypto.subtle.digest("SHA-256", bytes);   // copies `bytes` synchronously
-  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-// How this worker's runtime started (the ready message's `startup`): the snapshot's and the
-// bytecode cache's fate and each phase's milliseconds; the phases of the weights and the model
-// are each init's own.
-let runtimeStartup = null;
-let runtimeWheels = null;      // {artifacts, data}: what the caches' maker unpacks, until it runs
-
-function runtime(progress, { snapshot = true, drill = null } = {}) {
-  runtimePromise ??= (async () => {
-    const caches = !snapshot ? "off" : drill === "opfs-unavailable" ? "unavailable" : null;
-    const startup = runtimeStartup = { snapshot: caches, bytecode: caches, phases_ms: {} };
-    const m = await manifest();
-    progress("runtime", 0, 3);
-    let t = performance.now();
-    const lap = (phase) => {
-      const now = performance.now();
-      startup.phases_ms[phase] = Math.round(now - t);
-      t = now;
-    };
-    // The wheels download (and are checked), and the caches are read, while Python starts.
-    const artifacts = m.artifacts.filter((a) => a.kind === "pyodide-wheel" ||
-                                                a.kind === "pyspec-wheel");
-    const wheels = Promise.all(artifacts.map(wheel));
-    wheels.catch(() => {});   // a failure is reported where they are awaited, not before
-    const dir = caches === null ? await snapshotDir() : null;
-    if (caches === null && !dir) startup.snapshot = startup.bytecode = "unavailable";
-    const bytecode = dir ? readBytecode(dir, artifacts) : null;
-    const shipped = m.artifacts.find((a) => a.kind === "pyodide-snapshot");
-    await checkPyodideFiles(m);
-    const pyodide = await startPyodide(startup, dir, shipped);
-    pyodide.registerJsModule("pyspec_webgpu", webgpuHelpers);   // pyspec/gpu/browser.py's
-    pyodide.registerJsModule("pyspec_dequant", dequantKernels); // pyspec/apps/session.py's
-    lap("pyodide");
-    progress("runtime", 1, 3);
-    // numpy (Pyodide's own build, its sha256 checked against pyodide-lock.json when the site was
-    // built, and against the manifest here) and pyspec are unpacked into site-packages, dist-info
-    // included. Not loadPackage: it loads all 19 of numpy's shared libraries at once, 7.4 MB of
-    // wasm; unpacked, an import loads the ones it needs (numpy.random's 2 MB are never loaded),
-    // a second faster. No micropip: loading it, packaging and its resolver, another second.
-    const sitePackages = pyodide.runPython("import sysconfig\nsysconfig.get_path('purelib')");
-    const data = await wheels;
-    for (const bytes of data) pyodide.unpackArchive(bytes, "zip", { extractDir: sitePackages });
-    if (dir) {
-      startup.bytecode = unpackBytecode(pyodide, await bytecode, sitePackages, startup);
-      if (startup.bytecode === "making") runtimeWheels = { artifacts, data };
-    }
-    lap("packages");
-    progress("runtime", 2, 3);
-    const session = pyodide.runPython("from pyspec.apps.session import Session\nSession()");
-    lap("import");
-    progress("runtime", 3, 3);
-    return { pyodide, session };
-  })();
-  runtimePromise.catch(() => { runtimePromise = null; });
-  return runtimePromise;
-}
-
-// Pyodide's own files (the manifest's kind "pyodide"; pyodide.mjs has loaded with this worker),
-// asked for with HEAD before Python starts: loadPyodide neither rejects nor returns when its
-// wasm is missing or served as another type than application/wasm (the streaming compile
-// refuses it, and Pyodide only logs a warning), and a missing python_stdlib.zip surfaces as a
-// Python traceback. Either is a deployment mistake: download_failed, naming the file.
-async function checkPyodideFiles(m) {
-  const files = m.artifacts.filter((a) => a.kind === "pyodide" && !a.url.endsWith(".mjs"));
-  await Promise.all(files.map(async (a) => {
-    let resp;
-    try {
-      resp = await fetch(new URL(a.url, SITE), { method: "HEAD" });
-    } catch (e) {
-      throw new WorkerError("download_failed", `${a.url}: ${e.message ?? e}`);
-    }
-    if (resp.status === 405 || resp.status === 501) return;   // a host without HEAD: unchecked
-    if (!resp.ok) throw new WorkerError("download_failed", `${a.url}: HTTP ${resp.status}`);
-    const type = resp.headers.get("content-type") ?? "";
-    if (a.url.endsWith(".wasm") && !type.startsWith("application/wasm")) {
-      throw new WorkerError("download_failed", `${a.url} is served as '${type || "no type"}': ` +
-                            "WebAssembly needs application/wasm; set that type for .wasm files " +
-                            "on the server");
-    }
-  }));
-}
-
-// A wheel of the manifest, its bytes checked against the manifest's sha256.
-async function wheel(artifact) {
-  const resp = await fetch(new URL(artifact.url, SITE));
-  if (!resp.ok) throw new WorkerError("download_failed", `${artifact.url}: HTTP ${resp.status}`);
-  const data = new Uint8Array(await resp.arrayBuffer());
-  if ((await sha256Hex(data)) !== artifact.sha256) {
-    throw new WorkerError("corrupt_download", `${artifact.url} does not match its sha256`);
-  }
-  return data;
-}
-
-// The bytecode cache (snapshot.js) unpacked beside the wheels' source: "cached", or "making"
-// when there is none for these wheels or it is damaged (its __pycache__ folders are removed
-// then, so Python compiles the source as without a cache).
-function unpackBytecode(pyodide, zip, sitePackages, startup) {
-  if (!zip) return "making";
-  try {
-    pyodide.unpackArchive(zip, "zip", { extractDir: sitePackages });
-    return "cached";
-  } catch (e) {
-    startup.snapshot_error = `the bytecode cache is damaged: ${e.message ?? e}`;
-    pyodide.runPython("import os, shutil, sysconfig\nsite = sysconfig.get_path('purelib')\n" +
-                      "for top in ('numpy', 'pyspec'):\n" +
-                      "    for folder, _, _ in list(os.walk(os.path.join(site, top))):\n" +
-                      "        if folder.endswith('__pycache__'): shutil.rmtree(folder)");
-    return "making";
-  }
-}
-
-// --- the Pyodide snapshot and the bytecode cache (snapshot.js) --------------------------------
-// startup.snapshot and startup.bytecode, in the ready message (and in stats replies, as they
-// change):
-//   "restored"   Python started from the snapshot a visit before saved in OPFS
-//   "shipped"    ... from the one the site ships (pyodide/, made at build), none saved here
-//   "cached"     (bytecode) numpy and pyspec imported from the bytecode a visit before saved
-//   "making"     none was usable: Python started the ordinary way (or compiled the source), and
-//                once ready is posted snapshot-worker.js makes it for the next visit ("saved"
-//                when it has, "failed" with snapshot_error when it could not)
-//   "off"        init's snapshot: false;  "unavailable": no OPFS (a private window), where the
-//                shipped snapshot still serves
-async function startPyodide(startup, dir, shipped) {
-  const indexURL = new URL("pyodide/", SITE).href;
-  if (startup.snapshot === "off") return loadPyodide({ indexURL });
-  // A saved snapshot that is damaged or does not start is removed, so later visits do not read
-  // it again (the shipped one serves, or a new one is made).
-  const sources = [];
-  if (dir) {
-    sources.push(["restored", "saved", (fail) => readSnapshot(dir, fail),
-                  () => dir.removeEntry(SNAPSHOT_NAME).catch(() => {})]);
-  }
-  if (shipped) sources.push(["shipped", "shipped", (fail) => fetchSnapshot(shipped, fail), null]);
-  for (const [state, which, read, discard] of sources) {
-    let failed = false;
-    const fail = (why) => { failed = true; startup.snapshot_error = why; };
-    const memory = await read(fail);
-    if (memory) {
-      try {
-        const pyodide = await loadPyodide({ indexURL, _loadSnapshot: memory });
-        startup.snapshot = state;
-        return pyodide;
-      } catch (e) {
-        fail(`the ${which} snapshot did not start: ${e}`);
-      }
-    }
-    if (failed) await discard?.();
-  }
-  if (dir) startup.snapshot = "making";   // else it stays "unavailable": nowhere to save one
-  return loadPyodide({ indexURL });
-}
-
-// The site's snapshot (its manifest artifact), or null.
-async function fetchSnapshot(artifact, problem) {
-  try {
-    const resp = await fetch(new URL(artifact.url, SITE));
-    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
-    const memory = await checkSnapshot(new Uint8Array(await resp.arrayBuffer()));
-    if (memory) return memory;
-    problem(`the shipped snapshot ${artifact.url} is damaged (its sha256 does not match)`);
-  } catch (e) {
-    problem(`cannot fetch the shipped snapshot ${artifact.url}: ${e.message ?? e}`);
-  }
-  return null;
-}
-
-// Requests (init, generate) queued or running, and when the last one ended: the caches' maker
-// waits for the worker to be idle IDLE_MS, so it does not compete with a first request for the
-// two cores (a visitor usually reads or types for a while after ready).
-let busy = 0;
-let lastBusy = 0;
-const IDLE_MS = 2000;
-
-function whenIdle(task) {
-  const poll = () => {
-    if (busy === 0 && performance.now() - lastBusy >= IDLE_MS) task();
-    else setTimeout(poll, 250);
-  };
-  poll();
-}
-
-// The snapshot and bytecode for the next visit, made by a worker of its own; once per worker.
-let cacheMaker = null;
-
-function makeCaches(startup) {
-  cacheMaker ??= new Promise((resolve) => {
-    const { artifacts, data } = runtimeWheels ?? { artifacts: [], data: [] };
-    runtimeWheels = null;
-    const maker = new Worker(new URL("./snapshot-worker.js", import.meta.url),
-                             { type: "module", name: "pyspec-snapshot" });
-    const done = (outcome, error) => {
-      for (const key of ["snapshot", "bytecode"]) {
-        if (startup[key] === "making") startup[key] = outcome;
-      }
-      if (error) startup.snapshot_error = error;
-      maker.terminate();
-      resolve();
-    };
-    maker.onmessage = (e) => (e.data?.saved ? done("saved") : done("failed", e.data?.error));
-    maker.onerror = (e) => done("failed", `the snapshot worker failed: ${e.message ?? e}`);
-    maker.postMessage({ snapshot: startup.snapshot === "making",
-                        wheels: artifacts.map((a) => ({ sha256: a.sha256 })), data });
-  });
-  return cacheMaker;
-}
-
-// The draft "auto" (pyspec.load.default_draft's rule for the page): the trained draft the
-// manifest lists for this champion (draft_for) on a hardware WebGPU adapter, where it ran 1.43x
-// champion-only on the H200 against n-gram's 1.19x (bench/results/h200.json); n-gram on the CPU
-// engine and on a software adapter, where the draft does not pay (browser-cpu-guard3.json).
-// {draft: a manifest name or "ngram", reason, webgpu: webgpuInfo()'s answer when asked}.
-async function autoDraft(champion, backend) {
+// --- the draft "auto" -------------------------------------------------------------------------
+// Python's rule (pyspec/drafters/auto.py, through Session.auto_draft), given what only the
+// worker knows before anything downloads: whether the manifest lists a trained draft for this
+// champion (draft_for), and the WebGPU adapter. {draft: a manifest name or "ngram", reason,
+// webgpu: webgpuInfo()'s answer when asked}.
+async function autoDraft(running, champion, backend) {
   const m = await manifest();
   const trained = m.artifacts.find((x) => x.kind === "model" && x.draft_for === champion.name);
-  if (!trained) {
-    return { draft: "ngram", reason: `manifest.json has no trained draft for ${champion.name}: ` +
-             "prompt n-gram" };
-  }
-  if (backend === "cpu") {
-    return { draft: "ngram", reason: "the CPU engine was asked for (backend cpu), where the " +
-             "trained draft does not pay: prompt n-gram" };
-  }
-  const webgpu = await webgpuInfo();
-  if (!webgpu.available) {
-    return { draft: "ngram", webgpu, reason: "no WebGPU adapter, so the CPU engine runs, where " +
-             "the trained draft does not pay: prompt n-gram" };
-  }
-  if (webgpu.fallback === true) {
-    return { draft: "ngram", webgpu, reason: "a software WebGPU adapter, where the trained " +
-             "draft does not pay: prompt n-gram" };
-  }
-  return { draft: trained.model, webgpu, reason: `a hardware WebGPU adapter: the trained draft ` +
-           `${trained.model}` };
+  const webgpu = backend === "cpu" ? null : await webgpuInfo();
+  const { session } = await running;
+  const facts = { has_model: Boolean(trained), backend, webgpu };
+  const { model, reason } = JSON.parse(session.auto_draft(JSON.stringify(facts)));
+  return { draft: model ? trained.model : "ngram", reason, webgpu };
 }
 
 async function webgpuInfo() {
@@ -390,350 +115,6 @@ async function webgpuInfo() {
   } catch (e) {
     return { available: false, error: String(e) };
   }
-}
-
-// --- weights: OPFS keyed by sha256 --------------------------------------------------------------
-async function resolveModel(spec) {
-  const m = await manifest();
-  if (typeof spec === "string") {
-    const a = m.artifacts.find((x) => x.kind === "model" && x.model === spec);
-    if (a) {
-      // A draft's reduced head (DRAFT.vocab.json), where the site ships one: see fetchVocab.
-      const v = m.artifacts.find((x) => x.kind === "draft-vocab" && x.model === spec);
-      // (shipped: sent with the draft whatever the champion; web.py leaves it out for a draft
-      // with another vocabulary, which runs bridged on its full head.)
-      return { name: spec, url: new URL(a.url, SITE).href, sha256: a.sha256, size: a.size,
-               vocab: v ? { url: new URL(v.url, SITE).href, sha256: v.sha256, shipped: true }
-                 : null };
-    }
-    if (!spec.includes("/") && !spec.endsWith(".gguf")) {
-      const names = m.artifacts.filter((x) => x.kind === "model").map((x) => x.model);
-      throw new WorkerError("unknown_model", `no model named '${spec}' in manifest.json; ` + (
-        names.length ? `use one of ${names.join(", ")} or a URL`
-          : "this build ships no models (the npm package does not): give the model as " +
-            "{url, sha256} of a GGUF your site serves"));
-    }
-    spec = { url: spec };
-  }
-  const url = new URL(spec.url, SITE);
-  // Lower case, as sha256Hex writes it (and the OPFS file is named).
-  return { name: url.pathname.split("/").pop(), url: url.href,
-           sha256: spec.sha256?.toLowerCase() ?? null, size: spec.size ?? null,
-           vocab: spec.vocab ? { url: new URL(spec.vocab.url, SITE).href,
-                                 sha256: spec.vocab.sha256?.toLowerCase() ?? null } : null };
-}
-
-// A draft's reduced head: a JSON ranking of token ids (schema pyspec.draft-vocab/1) whose first
-// head_rows the numpy engine's draft keeps (load.parse_reduced_head); 242 KB for draft-l4, so
-// fetched each init (the HTTP cache keeps it), not kept in OPFS. Fetched as weights are
-// (download: retries, a dropped body resumed), then checked against its sha256.
-async function fetchVocab(vocab, load) {
-  const parts = [];
-  const quiet = { drill: null, fault: (...args) => load.fault(...args) };   // drills: the models'
-  const name = vocab.url.split("/").pop();
-  const n = await download({ url: vocab.url, name, size: null }, () => {},
-                           (chunk, at) => parts.push([chunk, at]), quiet);
-  const bytes = new Uint8Array(n);
-  for (const [chunk, at] of parts) bytes.set(chunk, at);
-  if (vocab.sha256 && await sha256Hex(bytes) !== vocab.sha256) {
-    throw new WorkerError("corrupt_download", `${vocab.url} does not match its sha256`);
-  }
-  return new TextDecoder().decode(bytes);
-}
-
-async function opfsDir(drill) {
-  if (drill === "opfs-unavailable") return null;
-  try {
-    const root = await navigator.storage.getDirectory();
-    return await root.getDirectoryHandle(OPFS_DIR, { create: true });
-  } catch {
-    return null;   // no OPFS here (e.g. a private window): download every time
-  }
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// Stream the response body into `sink(chunk, at)`, reporting progress. A connection that drops
-// mid-body is retried (DOWNLOAD_RETRIES, with backoff) from the byte it reached, by a Range
-// request; a server that answers it with the whole file (200) restarts the sink at 0.
-async function download(model, progress, sink, load) {
-  let loaded = 0, last = 0, total = 0, dropped = null;
-  for (let attempt = 0; ; attempt++) {
-    let resp;
-    try {
-      resp = await fetch(model.url, loaded ? { headers: { Range: `bytes=${loaded}-` } } : {});
-    } catch (e) {
-      if (attempt >= DOWNLOAD_RETRIES) {
-        throw new WorkerError("download_failed", `cannot fetch ${model.url}: ${e.message}`);
-      }
-      await sleep(BACKOFF_MS * 2 ** attempt);
-      continue;
-    }
-    if (!resp.ok) throw new WorkerError("download_failed", `${model.url}: HTTP ${resp.status}`);
-    if (resp.status !== 206) loaded = 0;
-    total = loaded + (Number(resp.headers.get("content-length")) || (model.size ?? 0) - loaded);
-    const reader = resp.body.getReader();
-    let drop = null;       // a read that failed: the connection dropped
-    for (;;) {
-      let chunk;
-      try {
-        chunk = await reader.read();
-      } catch (e) {
-        drop = e;
-        break;
-      }
-      if (chunk.done) break;
-      let value = chunk.value;
-      const half = Math.floor(total / 2);
-      const cut = load.drill === "download-drop" && loaded + value.length > half;
-      if (cut) value = value.subarray(0, half - loaded);   // the drill: cut at half, for real
-      sink(value, loaded);
-      loaded += value.length;
-      if (loaded - last > (1 << 20) || loaded === total) {
-        progress("download", loaded, total, model.name);
-        last = loaded;
-      }
-      if (cut) {
-        load.drill = null;
-        await reader.cancel();
-        drop = new TypeError("network error (the connection dropped)");
-        break;
-      }
-    }
-    if (drop) {
-      if (attempt >= DOWNLOAD_RETRIES) {
-        throw new WorkerError("download_failed", `${model.url} dropped at byte ${loaded} of ` +
-                              `${total} ${attempt + 1} times: ${drop.message}`);
-      }
-      dropped ??= { at: loaded, t0: performance.now() };
-      await sleep(BACKOFF_MS * 2 ** attempt);
-      continue;
-    }
-    if (dropped) {
-      load.fault("download_dropped", dropped.t0,
-                 `the download of ${model.name} dropped at byte ${dropped.at} of ${total}; ` +
-                 `it went on from there (a Range request) and completed`);
-    }
-    return loaded;
-  }
-}
-
-// One try at an access handle for `name`. Chromium at times never settles
-// createSyncAccessHandle while pages contend for the file (e2e test_two_pages_load_at_once met
-// it about once in five runs: a try made while a third page held the handle stayed pending for
-// good). So a try with no answer in ACCESS_TRY_MS fails with a TimeoutError, to be tried again,
-// and a handle it gives later is closed at once, never kept locked by no one. `stall`: the
-// opfs-stall drill's try, which never answers.
-function tryAccess(dir, name, stall) {
-  const attempt = stall ? new Promise(() => {})
-    : dir.getFileHandle(name, { create: true }).then((f) => f.createSyncAccessHandle());
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      attempt.then((late) => late.close(), () => {});
-      reject(new DOMException(`no answer in ${ACCESS_TRY_MS} ms`, "TimeoutError"));
-    }, ACCESS_TRY_MS);
-    attempt.then((handle) => { clearTimeout(timer); resolve(handle); },
-                 (e) => { clearTimeout(timer); reject(e); });
-  });
-}
-
-// An OPFS access handle for `name`, waiting while another page of this site holds it (they are
-// exclusive: NoModificationAllowedError); null when it stays held for BUSY_WAIT_MS.
-async function accessHandle(dir, name, load) {
-  const t0 = performance.now();
-  let held = false;      // did another page hold it? (a slow but free handle is no one's fault)
-  let stalled = false;   // did a try go unanswered?
-  const who = () => (held ? "another page of this site held the weights cache"
-    : `the browser left a request for the weights cache unanswered for ${ACCESS_TRY_MS / 1000} s`);
-  for (let wait = 50; ; wait = Math.min(2 * wait, 1000)) {
-    try {
-      const stall = load.drill === "opfs-stall";
-      if (stall) load.drill = null;
-      const handle = await tryAccess(dir, name, stall);
-      if (held || stalled) {
-        load.fault("opfs_busy", t0, `${who()}; this page waited ` +
-                   `${((performance.now() - t0) / 1000).toFixed(1)} s for it`);
-      }
-      return handle;
-    } catch (e) {
-      const retry = e?.name === "NoModificationAllowedError" || e?.name === "TimeoutError";
-      if (!retry || performance.now() - t0 > BUSY_WAIT_MS) {
-        if (retry) {
-          load.fault("opfs_busy", t0, `${who()}; this page downloaded the weights into memory ` +
-                     "instead");
-        } else {
-          load.fault("opfs_unavailable", t0, `the weights cache could not be opened (${e?.name}: ` +
-                     `${e?.message}); the weights run from memory and are downloaded again on ` +
-                     "the next visit");
-        }
-        return null;
-      }
-      held ||= e.name === "NoModificationAllowedError";
-      stalled ||= e.name === "TimeoutError";
-      await sleep(wait);
-    }
-  }
-}
-
-// A Python bytearray of `size` bytes and a Uint8Array view of it in wasm memory. The view is
-// valid only until Python next allocates (wasm memory may grow), so use it at once.
-function pyBuffer(pyodide, size) {
-  const builtins = pyodide.pyimport("builtins");
-  const buf = builtins.bytearray(size);
-  builtins.destroy();
-  const view = buf.getBuffer("u8");
-  return { buf, view };
-}
-
-// Stage 1, in parallel with loading Pyodide: make sure OPFS holds a file of the right size
-// (download it when missing or truncated). Without OPFS (or without a known sha256), keep the
-// downloaded chunks in memory instead. `load` collects the faults met (init's notices).
-async function fetchWeights(model, progress, stats, load) {
-  const dir = model.sha256 ? await opfsDir(load.drill) : null;
-  if (model.sha256 && !dir) {
-    load.fault("opfs_unavailable", performance.now(), "this browser gives the page no " +
-               "storage (OPFS), as in a private window: the weights run from memory and are " +
-               "downloaded again on every visit");
-  }
-  if (!dir) {
-    const chunks = [];
-    stats.downloaded += await download(model, progress, (c, at) => {
-      if (at === 0) chunks.length = 0;
-      chunks.push(c);
-    }, load);
-    return { model, dir: null, chunks };
-  }
-  const name = `${model.sha256}.gguf`;
-  const memory = () => fetchWeights({ ...model, sha256: null, expected: model.sha256 },
-                                    progress, stats, load);
-  if (load.drill === "opfs-quota" || load.drill === "download-drop") {
-    await dir.removeEntry(name).catch(() => {});   // these drills strike on a first visit
-  }
-  const access = await accessHandle(dir, name, load);
-  if (!access) return memory();   // held by another page all along: go on without the cache
-  try {
-    if (load.drill === "opfs-truncate" || load.drill === "opfs-flip") {
-      await damage(access, model, progress, stats, load);
-    }
-    const size = access.getSize();
-    // A model given by URL without its size: a file there is the one its sha256 names, checked
-    // as it is read (readWeights downloads it again where it is not).
-    if (size === model.size || (model.size == null && size > 0)) {
-      stats.cached = true;
-    } else {
-      const t0 = performance.now();
-      await toOpfs(access, model, progress, stats, load);
-      if (size > 0) {
-        load.fault("opfs_truncated", t0, `the cached ${model.name} was incomplete (${size} ` +
-                   `of ${model.size} bytes); it was downloaded again`);
-      }
-    }
-  } catch (e) {
-    if (e?.name !== "QuotaExceededError") throw e;
-    const t0 = performance.now();
-    access.truncate(0);
-    access.close();
-    await dir.removeEntry(name).catch(() => {});
-    const fetched = await memory();
-    load.fault("opfs_quota", t0, "the browser's storage quota is full: the weights run from " +
-               "memory this time (free some site data to cache them)");
-    return fetched;
-  } finally {
-    access.close();
-  }
-  return { model, dir, name };
-}
-
-async function toOpfs(access, model, progress, stats, load) {
-  access.truncate(0);
-  const quotaAt = load.drill === "opfs-quota" ? (model.size ?? 2) / 2 : Infinity;
-  stats.downloaded += await download(model, progress, (c, at) => {
-    if (at + c.length > quotaAt) {
-      // The drill: OPFS refuses the write as a full quota would.
-      throw new DOMException("the storage quota is exceeded", "QuotaExceededError");
-    }
-    access.write(c, { at });
-  }, load);
-  access.flush();
-}
-
-// The opfs-truncate / opfs-flip drills: the cache as a later load finds it after a crash
-// mid-write or a bad disk (the file is downloaded first where it is not cached yet).
-async function damage(access, model, progress, stats, load) {
-  const drill = load.drill;
-  load.drill = null;
-  if (access.getSize() !== model.size) await toOpfs(access, model, progress, stats, load);
-  if (drill === "opfs-truncate") {
-    access.truncate(Math.floor(model.size / 2));
-  } else {
-    const bytes = new Uint8Array(64);
-    access.read(bytes, { at: 4096 });
-    for (let i = 0; i < bytes.length; i++) bytes[i] ^= 0xff;
-    access.write(bytes, { at: 4096 });
-  }
-  access.flush();
-}
-
-// Stage 2: copy the bytes straight into a Python bytearray (wasm memory) and check their sha256
-// there, so no second full copy stays in JavaScript. A mismatch (a corrupt or stale OPFS file)
-// downloads the file again, once.
-async function readWeights(pyodide, fetched, progress, stats, load) {
-  const { model, dir, name } = fetched;
-  if (!dir) {
-    const size = fetched.chunks.reduce((n, c) => n + c.length, 0);
-    const { buf, view } = pyBuffer(pyodide, size);
-    let at = 0;
-    for (const c of fetched.chunks.splice(0)) { view.data.set(c, at); at += c.length; }
-    const want = model.sha256 ?? model.expected;
-    const got = want ? await sha256Hex(view.data) : null;
-    view.release();
-    if (want && got !== want) { buf.destroy(); throw mismatch(model.url, want, got, ""); }
-    return buf;
-  }
-  const access = await accessHandle(dir, name, load);
-  if (!access) {   // another page took the cache between the stages: read into memory instead
-    const again = await fetchWeights({ ...model, sha256: null, expected: model.sha256 },
-                                     progress, stats, load);
-    return readWeights(pyodide, again, progress, stats, load);
-  }
-  let corruptAt = null, got = null;
-  try {
-    for (let attempt = 0; attempt < 2; attempt++) {
-      if (attempt > 0) await toOpfs(access, model, progress, stats, load);
-      const size = access.getSize();
-      const { buf, view } = pyBuffer(pyodide, size);
-      for (let at = 0; at < size; at += READ_BLOCK) {
-        access.read(view.data.subarray(at, Math.min(at + READ_BLOCK, size)), { at });
-        progress("cache", Math.min(at + READ_BLOCK, size), size, model.name);
-      }
-      progress("verify", 0, 1, model.name);
-      got = await sha256Hex(view.data);
-      const ok = got === model.sha256;
-      view.release();
-      if (ok) {
-        if (corruptAt !== null) {
-          load.fault("opfs_corrupt", corruptAt, `the cached ${model.name} did not match its ` +
-                     "sha256 (corrupt bytes); it was downloaded again");
-        }
-        return buf;
-      }
-      buf.destroy();
-      stats.corrupt += 1;
-      corruptAt ??= performance.now();
-    }
-  } finally {
-    access.close();
-  }
-  await dir.removeEntry(name).catch(() => {});
-  throw mismatch(model.url, model.sha256, got, " after a fresh download");
-}
-
-// The bytes' sha256 is not the one given: both digests, so a mistyped sha256 shows as one.
-function mismatch(url, want, got, when) {
-  return new WorkerError("corrupt_download",
-                         `${url} does not match its sha256${when}: its bytes hash to ${got}, ` +
-                         `the sha256 given is ${want}; check the sha256 (or the file the ` +
-                         "server sends)");
 }
 
 // --- requests --------------------------------------------------------------------------------
@@ -808,15 +189,6 @@ async function init(msg) {
     post({ type: "progress", id: msg.id, phase, loaded, total, ...(label != null && { label }) });
   const t0 = performance.now();
   const champion = await resolveModel(msg.champion ?? "smollm2");
-  // "auto": the site's trained draft for this champion where it pays (a hardware adapter), else
-  // n-gram; decided before anything downloads, so a page on a CPU never fetches the draft.
-  const auto = msg.draft === "auto" ? await autoDraft(champion, msg.backend ?? "auto") : null;
-  const drafter = auto ? auto.draft : msg.draft;
-  const draftIsModel = drafter && !(typeof drafter === "string" && NON_MODEL_DRAFTS.test(drafter));
-  const draft = draftIsModel ? await resolveModel(drafter).catch((e) => {
-    e.message = `draft: ${e.message}`;   // which of the two models it is about
-    throw e;
-  }) : null;
   const weights = { downloaded: 0, cached: false, corrupt: 0 };
   if (msg.drill != null && (!msg.drills || !LOAD_DRILLS.includes(msg.drill))) {
     throw new WorkerError("bad_config", `init's drill must be one of ${LOAD_DRILLS.join(", ")}` +
@@ -828,12 +200,8 @@ async function init(msg) {
                    this.faults.push({ kind, recovery_s: (performance.now() - t0) / 1000 });
                    this.notices.push({ code: kind, message });
                  } };
-  // Downloads run while Pyodide loads; a bad URL fails here without waiting for the runtime.
-  const [{ pyodide, session }, champFetched, draftFetched, draftVocab] = await Promise.all([
-    runtime(progress, { snapshot: msg.snapshot ?? true, drill: load.drill }),
-    fetchWeights(champion, progress, weights, load),
-    draft && fetchWeights(draft, progress, weights, load),
-    draft?.vocab && fetchVocab(draft.vocab, load)]);
+  const { pyodide, session, champFetched, auto, draft, draftFetched, draftVocab } =
+    await fetchModels(msg, champion, progress, weights, load);
   const t1 = performance.now();
   const champBuf = await readWeights(pyodide, champFetched, progress, weights, load);
   let draftBuf = null;
@@ -841,7 +209,7 @@ async function init(msg) {
     if (draft) draftBuf = await readWeights(pyodide, draftFetched, progress, weights, load);
     const t2 = performance.now();
     progress("load", 0, 1, champion.name);
-    // backend: "auto" (web.make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
+    // backend: "auto" (make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
     const options = { draft: auto ? "auto" : draft ? "model" : msg.draft ?? "ngram",
                       max_ctx: msg.maxCtx ?? null,
                       backend: msg.backend ?? "auto", champion_name: champion.name,
@@ -849,7 +217,7 @@ async function init(msg) {
                       draft_vocab_shipped: draft?.vocab?.shipped ?? false,
                       drills: msg.drills ?? false,
                       load_faults: load.faults,
-                      warm: true };   // the system turn is prefilled after ready (web.py)
+                      warm: true };   // the system turn is prefilled after ready (Session.warm)
     const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
     if (info.error) throw new WorkerError(info.error.code, info.error.message);
     Object.assign(runtimeStartup.phases_ms, { weights: Math.round(t2 - t1),
@@ -860,17 +228,43 @@ async function init(msg) {
            champion: champion.name, draft_model: draft?.name ?? null, weights,
            notices: load.notices, startup: structuredClone(runtimeStartup),
            init_ms: performance.now() - t0 });
-    // Once ready is out: the system turn's prefill (web.py Session.warm), and, once this worker
-    // has been idle a while, the snapshot and bytecode for the next visit, on another core.
+    // Once ready is out: the system turn's prefill (Session.warm), and, once this worker has
+    // been idle a while, the snapshot and bytecode for the next visit, on another core.
     session.warm();
-    if ([runtimeStartup.snapshot, runtimeStartup.bytecode].includes("making")) {
-      whenIdle(() => makeCaches(runtimeStartup));
-    }
+    makeCachesWhenIdle();
     return null;      // posted above
   } finally {
     champBuf.destroy();           // Python keeps its own reference; drop the JS handle
     draftBuf?.destroy();
   }
+}
+
+// The runtime started and the models fetched, all at once: the champion downloads while Pyodide
+// loads (a bad URL fails here without waiting for the runtime). A draft "auto" is decided by
+// Python once the runtime is up (autoDraft), before the draft downloads, so a page where the
+// draft does not pay never fetches it.
+async function fetchModels(msg, champion, progress, weights, load) {
+  const running = runtime(progress, { snapshot: msg.snapshot ?? true, drill: load.drill });
+  const draftModel = async (drafter) => {
+    const isModel = drafter && !(typeof drafter === "string" && NON_MODEL_DRAFTS.test(drafter));
+    return isModel ? resolveModel(drafter).catch((e) => {
+      e.message = `draft: ${e.message}`;   // which of the two models it is about
+      throw e;
+    }) : null;
+  };
+  const given = msg.draft === "auto" ? null : await draftModel(msg.draft);
+  const drafting = (async () => {
+    const auto = msg.draft === "auto" ? await autoDraft(running, champion, msg.backend ?? "auto")
+      : null;
+    const draft = auto ? await draftModel(auto.draft) : given;
+    const [draftFetched, draftVocab] = await Promise.all([
+      draft && fetchWeights(draft, progress, weights, load),
+      draft?.vocab && fetchVocab(draft.vocab, load)]);
+    return { auto, draft, draftFetched, draftVocab };
+  })();
+  const [{ pyodide, session }, champFetched, drafted] = await Promise.all([
+    running, fetchWeights(champion, progress, weights, load), drafting]);
+  return { pyodide, session, champFetched, ...drafted };
 }
 
 async function generate(msg) {
@@ -887,24 +281,18 @@ async function generate(msg) {
   return { type: "done", id: msg.id, ...out };
 }
 
-async function requireRuntime() {
-  if (!runtimePromise) throw new WorkerError("not_ready", "send init first");
-  return runtimePromise;
-}
-
 async function handle(msg) {
   checkRequest(msg);
   switch (msg.type) {
     case "init":
     case "generate": {
       // One at a time, in arrival order: a request waits for the one before it to finish.
-      busy += 1;
+      busyStart();
       if (msg.type === "generate") generating.add(msg.id);
       const run = queue.then(() => (msg.type === "init" ? init(msg) : generate(msg)));
       queue = run.catch(() => {});
       run.finally(() => {
-        busy -= 1;
-        lastBusy = performance.now();
+        busyEnd();
         if (msg.type === "generate") generating.delete(msg.id);
       }).catch(() => {});
       return run;
@@ -913,7 +301,7 @@ async function handle(msg) {
       // A request still waiting its turn (or being set up) is cancelled too: it ends before
       // its first cycle (web.py Session.cancel).
       const target = msg.target ?? msg.id;
-      if (!runtimePromise) {   // a new worker still starting: its queued request ends unrun
+      if (!hasRuntime()) {   // a new worker still starting: its queued request ends unrun
         const queued = generating.has(target);
         if (queued) cancelledEarly.add(target);
         return { type: "cancel_ack", id: msg.id, cancelled: queued };

@@ -211,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--max-ctx", type=int, default=None)
     ap.add_argument("--backend", choices=["auto", "webgpu", "cpu"], default="auto",
-                    help="a hint to pyspec.apps.session.make_engine (auto: WebGPU on a hardware "
+                    help="a hint to apps/page_engine.make_engine (auto: WebGPU on a hardware "
                          "adapter, the numpy engine on a software one such as SwiftShader)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--fault", type=fault_spec, default=None, metavar="KIND@CYCLE",

@@ -15,7 +15,6 @@ from ..text.tokenizer import Tokenizer
 from .wire import SessionError
 
 
-# --- the backend ------------------------------------------------------------------------------
 BACKENDS = ("auto", "webgpu", "cpu")
 
 

@@ -1,0 +1,375 @@
+// The worker's weights (worker.js): models resolved from the manifest or a URL, kept in OPFS
+// keyed by sha256 (downloaded once with progress, resumed by Range requests when the connection
+// drops, checked, downloaded again when corrupt), read into Python's memory and checked there;
+// the loading fault drills (LOAD_DRILLS) made real. `load` collects the faults met, recovered
+// from (init's notices, the receipts' faults).
+//
+// Not here: Pyodide's start (runtime.js), the requests (worker.js).
+
+import { SITE, WorkerError, manifest, sha256Hex, sleep } from "./manifest.js";
+
+const OPFS_DIR = "pyspec-weights";
+const READ_BLOCK = 8 << 20;   // bytes per OPFS read, one progress report each
+// A dropped download is retried this many times, after BACKOFF_MS, then 2x, 4x, ... (0.25 +
+// 0.5 + 1 + 2 + 4 s at most), each from the byte it reached (a Range request).
+const DOWNLOAD_RETRIES = 5;
+const BACKOFF_MS = 250;
+// The weights cache held by another page of this site (OPFS access handles are exclusive): wait
+// for it this long, polling, before downloading into memory instead.
+const BUSY_WAIT_MS = 30000;
+// One try at the handle that has no answer after this long counts as refused (see tryAccess).
+const ACCESS_TRY_MS = 2000;
+// Loading fault drills (init's drill, drills on), each made real here:
+//   opfs-truncate / opfs-flip   the cached file cut to half / bytes flipped, as a later load
+//                               finds it: detected (size / sha256) and downloaded again
+//   opfs-quota                  a write to OPFS refused with QuotaExceededError (on a first
+//                               visit: the cached file is removed first): from memory
+//   opfs-unavailable            no OPFS (as in a private window): from memory, with a notice
+//   download-drop               the download (a first visit's) cut halfway, the connection
+//                               cancelled: resumed with a Range request
+//   opfs-stall                  the first try at the file's access handle never answers (as
+//                               Chromium's at times does, tryAccess): asked again
+export const LOAD_DRILLS = ["opfs-truncate", "opfs-flip", "opfs-quota", "opfs-unavailable",
+                            "download-drop", "opfs-stall"];
+
+
+export async function resolveModel(spec) {
+  const m = await manifest();
+  if (typeof spec === "string") {
+    const a = m.artifacts.find((x) => x.kind === "model" && x.model === spec);
+    if (a) {
+      // A draft's reduced head (DRAFT.vocab.json), where the site ships one: see fetchVocab.
+      const v = m.artifacts.find((x) => x.kind === "draft-vocab" && x.model === spec);
+      // (shipped: sent with the draft whatever the champion; web.py leaves it out for a draft
+      // with another vocabulary, which runs bridged on its full head.)
+      return { name: spec, url: new URL(a.url, SITE).href, sha256: a.sha256, size: a.size,
+               vocab: v ? { url: new URL(v.url, SITE).href, sha256: v.sha256, shipped: true }
+                 : null };
+    }
+    if (!spec.includes("/") && !spec.endsWith(".gguf")) {
+      const names = m.artifacts.filter((x) => x.kind === "model").map((x) => x.model);
+      throw new WorkerError("unknown_model", `no model named '${spec}' in manifest.json; ` + (
+        names.length ? `use one of ${names.join(", ")} or a URL`
+          : "this build ships no models (the npm package does not): give the model as " +
+            "{url, sha256} of a GGUF your site serves"));
+    }
+    spec = { url: spec };
+  }
+  const url = new URL(spec.url, SITE);
+  // Lower case, as sha256Hex writes it (and the OPFS file is named).
+  return { name: url.pathname.split("/").pop(), url: url.href,
+           sha256: spec.sha256?.toLowerCase() ?? null, size: spec.size ?? null,
+           vocab: spec.vocab ? { url: new URL(spec.vocab.url, SITE).href,
+                                 sha256: spec.vocab.sha256?.toLowerCase() ?? null } : null };
+}
+
+// A draft's reduced head: a JSON ranking of token ids (schema pyspec.draft-vocab/1) whose first
+// head_rows the numpy engine's draft keeps (load.parse_reduced_head); 242 KB for draft-l4, so
+// fetched each init (the HTTP cache keeps it), not kept in OPFS. Fetched as weights are
+// (download: retries, a dropped body resumed), then checked against its sha256.
+export async function fetchVocab(vocab, load) {
+  const parts = [];
+  const quiet = { drill: null, fault: (...args) => load.fault(...args) };   // drills: the models'
+  const name = vocab.url.split("/").pop();
+  const n = await download({ url: vocab.url, name, size: null }, () => {},
+                           (chunk, at) => parts.push([chunk, at]), quiet);
+  const bytes = new Uint8Array(n);
+  for (const [chunk, at] of parts) bytes.set(chunk, at);
+  if (vocab.sha256 && await sha256Hex(bytes) !== vocab.sha256) {
+    throw new WorkerError("corrupt_download", `${vocab.url} does not match its sha256`);
+  }
+  return new TextDecoder().decode(bytes);
+}
+
+async function opfsDir(drill) {
+  if (drill === "opfs-unavailable") return null;
+  try {
+    const root = await navigator.storage.getDirectory();
+    return await root.getDirectoryHandle(OPFS_DIR, { create: true });
+  } catch {
+    return null;   // no OPFS here (e.g. a private window): download every time
+  }
+}
+
+// Stream the response body into `sink(chunk, at)`, reporting progress. A connection that drops
+// mid-body is retried (DOWNLOAD_RETRIES, with backoff) from the byte it reached, by a Range
+// request; a server that answers it with the whole file (200) restarts the sink at 0.
+async function download(model, progress, sink, load) {
+  let loaded = 0, last = 0, total = 0, dropped = null;
+  for (let attempt = 0; ; attempt++) {
+    let resp;
+    try {
+      resp = await fetch(model.url, loaded ? { headers: { Range: `bytes=${loaded}-` } } : {});
+    } catch (e) {
+      if (attempt >= DOWNLOAD_RETRIES) {
+        throw new WorkerError("download_failed", `cannot fetch ${model.url}: ${e.message}`);
+      }
+      await sleep(BACKOFF_MS * 2 ** attempt);
+      continue;
+    }
+    if (!resp.ok) throw new WorkerError("download_failed", `${model.url}: HTTP ${resp.status}`);
+    if (resp.status !== 206) loaded = 0;
+    total = loaded + (Number(resp.headers.get("content-length")) || (model.size ?? 0) - loaded);
+    const reader = resp.body.getReader();
+    let drop = null;       // a read that failed: the connection dropped
+    for (;;) {
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch (e) {
+        drop = e;
+        break;
+      }
+      if (chunk.done) break;
+      let value = chunk.value;
+      const half = Math.floor(total / 2);
+      const cut = load.drill === "download-drop" && loaded + value.length > half;
+      if (cut) value = value.subarray(0, half - loaded);   // the drill: cut at half, for real
+      sink(value, loaded);
+      loaded += value.length;
+      if (loaded - last > (1 << 20) || loaded === total) {
+        progress("download", loaded, total, model.name);
+        last = loaded;
+      }
+      if (cut) {
+        load.drill = null;
+        await reader.cancel();
+        drop = new TypeError("network error (the connection dropped)");
+        break;
+      }
+    }
+    if (drop) {
+      if (attempt >= DOWNLOAD_RETRIES) {
+        throw new WorkerError("download_failed", `${model.url} dropped at byte ${loaded} of ` +
+                              `${total} ${attempt + 1} times: ${drop.message}`);
+      }
+      dropped ??= { at: loaded, t0: performance.now() };
+      await sleep(BACKOFF_MS * 2 ** attempt);
+      continue;
+    }
+    if (dropped) {
+      load.fault("download_dropped", dropped.t0,
+                 `the download of ${model.name} dropped at byte ${dropped.at} of ${total}; ` +
+                 `it went on from there (a Range request) and completed`);
+    }
+    return loaded;
+  }
+}
+
+// One try at an access handle for `name`. Chromium at times never settles
+// createSyncAccessHandle while pages contend for the file (e2e test_two_pages_load_at_once met
+// it about once in five runs: a try made while a third page held the handle stayed pending for
+// good). So a try with no answer in ACCESS_TRY_MS fails with a TimeoutError, to be tried again,
+// and a handle it gives later is closed at once, never kept locked by no one. `stall`: the
+// opfs-stall drill's try, which never answers.
+function tryAccess(dir, name, stall) {
+  const attempt = stall ? new Promise(() => {})
+    : dir.getFileHandle(name, { create: true }).then((f) => f.createSyncAccessHandle());
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      attempt.then((late) => late.close(), () => {});
+      reject(new DOMException(`no answer in ${ACCESS_TRY_MS} ms`, "TimeoutError"));
+    }, ACCESS_TRY_MS);
+    attempt.then((handle) => { clearTimeout(timer); resolve(handle); },
+                 (e) => { clearTimeout(timer); reject(e); });
+  });
+}
+
+// An OPFS access handle for `name`, waiting while another page of this site holds it (they are
+// exclusive: NoModificationAllowedError); null when it stays held for BUSY_WAIT_MS.
+async function accessHandle(dir, name, load) {
+  const t0 = performance.now();
+  let held = false;      // did another page hold it? (a slow but free handle is no one's fault)
+  let stalled = false;   // did a try go unanswered?
+  const who = () => (held ? "another page of this site held the weights cache"
+    : `the browser left a request for the weights cache unanswered for ${ACCESS_TRY_MS / 1000} s`);
+  for (let wait = 50; ; wait = Math.min(2 * wait, 1000)) {
+    try {
+      const stall = load.drill === "opfs-stall";
+      if (stall) load.drill = null;
+      const handle = await tryAccess(dir, name, stall);
+      if (held || stalled) {
+        load.fault("opfs_busy", t0, `${who()}; this page waited ` +
+                   `${((performance.now() - t0) / 1000).toFixed(1)} s for it`);
+      }
+      return handle;
+    } catch (e) {
+      const retry = e?.name === "NoModificationAllowedError" || e?.name === "TimeoutError";
+      if (!retry || performance.now() - t0 > BUSY_WAIT_MS) {
+        if (retry) {
+          load.fault("opfs_busy", t0, `${who()}; this page downloaded the weights into memory ` +
+                     "instead");
+        } else {
+          load.fault("opfs_unavailable", t0, `the weights cache could not be opened (${e?.name}: ` +
+                     `${e?.message}); the weights run from memory and are downloaded again on ` +
+                     "the next visit");
+        }
+        return null;
+      }
+      held ||= e.name === "NoModificationAllowedError";
+      stalled ||= e.name === "TimeoutError";
+      await sleep(wait);
+    }
+  }
+}
+
+// A Python bytearray of `size` bytes and a Uint8Array view of it in wasm memory. The view is
+// valid only until Python next allocates (wasm memory may grow), so use it at once.
+function pyBuffer(pyodide, size) {
+  const builtins = pyodide.pyimport("builtins");
+  const buf = builtins.bytearray(size);
+  builtins.destroy();
+  const view = buf.getBuffer("u8");
+  return { buf, view };
+}
+
+// Stage 1, in parallel with loading Pyodide: make sure OPFS holds a file of the right size
+// (download it when missing or truncated). Without OPFS (or without a known sha256), keep the
+// downloaded chunks in memory instead. `load` collects the faults met (init's notices).
+export async function fetchWeights(model, progress, stats, load) {
+  const dir = model.sha256 ? await opfsDir(load.drill) : null;
+  if (model.sha256 && !dir) {
+    load.fault("opfs_unavailable", performance.now(), "this browser gives the page no " +
+               "storage (OPFS), as in a private window: the weights run from memory and are " +
+               "downloaded again on every visit");
+  }
+  if (!dir) {
+    const chunks = [];
+    stats.downloaded += await download(model, progress, (c, at) => {
+      if (at === 0) chunks.length = 0;
+      chunks.push(c);
+    }, load);
+    return { model, dir: null, chunks };
+  }
+  const name = `${model.sha256}.gguf`;
+  const memory = () => fetchWeights({ ...model, sha256: null, expected: model.sha256 },
+                                    progress, stats, load);
+  if (load.drill === "opfs-quota" || load.drill === "download-drop") {
+    await dir.removeEntry(name).catch(() => {});   // these drills strike on a first visit
+  }
+  const access = await accessHandle(dir, name, load);
+  if (!access) return memory();   // held by another page all along: go on without the cache
+  try {
+    if (load.drill === "opfs-truncate" || load.drill === "opfs-flip") {
+      await damage(access, model, progress, stats, load);
+    }
+    const size = access.getSize();
+    // A model given by URL without its size: a file there is the one its sha256 names, checked
+    // as it is read (readWeights downloads it again where it is not).
+    if (size === model.size || (model.size == null && size > 0)) {
+      stats.cached = true;
+    } else {
+      const t0 = performance.now();
+      await toOpfs(access, model, progress, stats, load);
+      if (size > 0) {
+        load.fault("opfs_truncated", t0, `the cached ${model.name} was incomplete (${size} ` +
+                   `of ${model.size} bytes); it was downloaded again`);
+      }
+    }
+  } catch (e) {
+    if (e?.name !== "QuotaExceededError") throw e;
+    const t0 = performance.now();
+    access.truncate(0);
+    access.close();
+    await dir.removeEntry(name).catch(() => {});
+    const fetched = await memory();
+    load.fault("opfs_quota", t0, "the browser's storage quota is full: the weights run from " +
+               "memory this time (free some site data to cache them)");
+    return fetched;
+  } finally {
+    access.close();
+  }
+  return { model, dir, name };
+}
+
+async function toOpfs(access, model, progress, stats, load) {
+  access.truncate(0);
+  const quotaAt = load.drill === "opfs-quota" ? (model.size ?? 2) / 2 : Infinity;
+  stats.downloaded += await download(model, progress, (c, at) => {
+    if (at + c.length > quotaAt) {
+      // The drill: OPFS refuses the write as a full quota would.
+      throw new DOMException("the storage quota is exceeded", "QuotaExceededError");
+    }
+    access.write(c, { at });
+  }, load);
+  access.flush();
+}
+
+// The opfs-truncate / opfs-flip drills: the cache as a later load finds it after a crash
+// mid-write or a bad disk (the file is downloaded first where it is not cached yet).
+async function damage(access, model, progress, stats, load) {
+  const drill = load.drill;
+  load.drill = null;
+  if (access.getSize() !== model.size) await toOpfs(access, model, progress, stats, load);
+  if (drill === "opfs-truncate") {
+    access.truncate(Math.floor(model.size / 2));
+  } else {
+    const bytes = new Uint8Array(64);
+    access.read(bytes, { at: 4096 });
+    for (let i = 0; i < bytes.length; i++) bytes[i] ^= 0xff;
+    access.write(bytes, { at: 4096 });
+  }
+  access.flush();
+}
+
+// Stage 2: copy the bytes straight into a Python bytearray (wasm memory) and check their sha256
+// there, so no second full copy stays in JavaScript. A mismatch (a corrupt or stale OPFS file)
+// downloads the file again, once.
+export async function readWeights(pyodide, fetched, progress, stats, load) {
+  const { model, dir, name } = fetched;
+  if (!dir) {
+    const size = fetched.chunks.reduce((n, c) => n + c.length, 0);
+    const { buf, view } = pyBuffer(pyodide, size);
+    let at = 0;
+    for (const c of fetched.chunks.splice(0)) { view.data.set(c, at); at += c.length; }
+    const want = model.sha256 ?? model.expected;
+    const got = want ? await sha256Hex(view.data) : null;
+    view.release();
+    if (want && got !== want) { buf.destroy(); throw mismatch(model.url, want, got, ""); }
+    return buf;
+  }
+  const access = await accessHandle(dir, name, load);
+  if (!access) {   // another page took the cache between the stages: read into memory instead
+    const again = await fetchWeights({ ...model, sha256: null, expected: model.sha256 },
+                                     progress, stats, load);
+    return readWeights(pyodide, again, progress, stats, load);
+  }
+  let corruptAt = null, got = null;
+  try {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      if (attempt > 0) await toOpfs(access, model, progress, stats, load);
+      const size = access.getSize();
+      const { buf, view } = pyBuffer(pyodide, size);
+      for (let at = 0; at < size; at += READ_BLOCK) {
+        access.read(view.data.subarray(at, Math.min(at + READ_BLOCK, size)), { at });
+        progress("cache", Math.min(at + READ_BLOCK, size), size, model.name);
+      }
+      progress("verify", 0, 1, model.name);
+      got = await sha256Hex(view.data);
+      const ok = got === model.sha256;
+      view.release();
+      if (ok) {
+        if (corruptAt !== null) {
+          load.fault("opfs_corrupt", corruptAt, `the cached ${model.name} did not match its ` +
+                     "sha256 (corrupt bytes); it was downloaded again");
+        }
+        return buf;
+      }
+      buf.destroy();
+      stats.corrupt += 1;
+      corruptAt ??= performance.now();
+    }
+  } finally {
+    access.close();
+  }
+  await dir.removeEntry(name).catch(() => {});
+  throw mismatch(model.url, model.sha256, got, " after a fresh download");
+}
+
+// The bytes' sha256 is not the one given: both digests, so a mistyped sha256 shows as one.
+function mismatch(url, want, got, when) {
+  return new WorkerError("corrupt_download",
+                         `${url} does not match its sha256${when}: its bytes hash to ${got}, ` +
+                         `the sha256 given is ${want}; check the sha256 (or the file the ` +
+                         "server sends)");
+}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspec.apps import cli, wire
+from pyspec.apps import cli
 from pyspec.errors import PyspecError
 from pyspec.options import OPTION, REQUEST, Options, from_request
 from webtools import optionsjs
@@ -81,10 +81,6 @@ def test_every_option_with_a_flag_is_a_flag_of_generate_with_its_default():
         if "action" not in o.flag:
             assert flags[o.name].default == o.default, o.name
             assert tuple(flags[o.name].choices or ()) == tuple(o.choices or ()), o.name
-
-
-def test_the_session_checks_each_option_by_its_types():
-    assert wire.GENERATE_FIELDS == {o.name: o.types for o in REQUEST}
 
 
 def _interface(name: str) -> dict[str, str]:

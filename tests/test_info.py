@@ -6,6 +6,7 @@ pyspec cannot run gets the same reason a load would give, and a broken file a ca
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -71,3 +72,16 @@ def test_a_truncated_file_gets_a_card_that_says_so(tmp_path, tiny):
     c = info.card(str(cut))
     assert not c["runs"] and c["refusal"]
     assert "cannot run it" in info.render(c)
+
+
+def test_the_info_command_prints_the_card_and_says_by_its_status(tiny, tmp_path, capsys):
+    from pyspec.apps import cli
+    assert cli.main(["info", str(tiny)]) == 0
+    assert "architecture  llama" in capsys.readouterr().out
+    assert cli.main(["info", str(tiny), "--json", "--ctx", "64"]) == 0
+    assert json.loads(capsys.readouterr().out)["kv_context"] == 64
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny.read_bytes()[:100])
+    assert cli.main(["info", str(cut)]) == 1
+    assert cli.main(["info", str(tmp_path / "missing.gguf")]) == 2
+    assert "no file at" in capsys.readouterr().err

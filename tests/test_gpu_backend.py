@@ -19,7 +19,6 @@ import pytest
 from conftest import requires_gpu
 from pyspec.cpu.model import Model
 from pyspec.engine import Engine
-from pyspec.gpu.backend import GPUBackend
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 
@@ -102,15 +101,14 @@ def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature
                    k="fixed:3", verify=verify)
 
     def request():
-        engine = Engine(backend_for(model, tiny.close_path, load_draft=Model.load),
-                        tiny.tokenizer)
+        engine = Engine(backend_for(model, tiny.close_path, load_draft=Model.load,
+                                    split_rows=split), tiny.tokenizer)
         result = engine.generate(tiny.prompt, opts)
         engine.close()
         return result
 
     runs = {}
     for split in (False, True):
-        monkeypatch.setattr(GPUBackend, "split_rows", split)
         request()   # the champion's own plans, kept for the next engine
         before = (dev.live_buffers, dev.allocated)
         r = request()

@@ -79,7 +79,7 @@ def draft_paths(tiny, tmp_path_factory) -> dict[str, str]:
     ("gpu", "copy", "fixed:1", True), ("cpu", "borrowed", "fixed:2", False)])
 def test_rejection_with_a_trained_shape_draft_matches_the_champion(tiny, draft_paths, backend,
                                                                    kind, k, gpu_defaults,
-                                                                   request, monkeypatch):
+                                                                   request):
     if backend == "gpu":
         request.getfixturevalue("gpu")
     paths = dict(split_rows=True, draft_ahead=True) if gpu_defaults else {}

@@ -86,8 +86,7 @@ def test_prepared_plans_record_what_the_plain_loop_records(tiny, monkeypatch):
 @requires_gpu
 @pytest.mark.parametrize("temperature, verify", [(0.0, None), (0.9, None), (0.9, "rejection")],
                          ids=["greedy", "replay", "rejection"])
-def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature, verify,
-                                                               monkeypatch):
+def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature, verify):
     """A GPU's per-row kernels split over each row (argmax_parts + argmax_merge, softmax_parts +
     softmax_write, sample_parts + sample_pick: sampling.py), forced on the software adapter,
     which takes one workgroup per row: the champion's choices and a draft model's (with their

@@ -303,7 +303,7 @@ class Session:
         """Stream one request. `on_chunk(offset, text, n_tokens, ids_json, cycle, marks_json)` is
         called once per cycle that commits text (ids_json: the JSON list of the ids committed
         since the last chunk; cycle: cycles run so far; marks_json: {"kinds", "starts"}, each
-        id's engine.TOKEN_KINDS entry and where its text begins; offsets in UTF-16 code units,
+        id's chunks.TOKEN_KINDS entry and where its text begins; offsets in UTF-16 code units,
         as JavaScript counts). config: {max_tokens, temperature, seed, verify, k, draft, drill}.
         resume: null or {ids, fault} (_resume): go on from the ids an interrupted run of this
         request committed. `on_start()`, when given, is called once the request is checked and

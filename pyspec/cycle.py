@@ -32,6 +32,25 @@ from .rules import rng, verify
 VERIFY_MODES = ("greedy", "replay", "rejection")
 
 
+@dataclass
+class Proposal:
+    """A drafter's proposal (step 1 on the host): the drafted tokens and the distributions they
+    were drawn from."""
+
+    tokens: list[int] = field(default_factory=list)       # (k,)
+    q_draft: list[np.ndarray | None] = field(default_factory=list)  # k rows (vocab,); None = one-hot
+
+    def q_matrix(self, vocab: int) -> np.ndarray:
+        """(k, vocab) float64: the draft distributions, one-hot rows for deterministic proposals."""
+        q = np.zeros((len(self.tokens), vocab))
+        for i, (t, row) in enumerate(zip(self.tokens, self.q_draft)):
+            if row is None:
+                q[i, t] = 1.0
+            else:
+                q[i] = row
+        return q
+
+
 class BadDraftError(verify.VerifyInputError):
     """A drafter's logits no rule can use (NaN or +inf: corrupt draft weights). The engine goes
     on champion-only (a bad draft costs speed, never the request) and records the fault."""
@@ -120,7 +139,7 @@ def draft_rows_kept(fed_before: int, drafts_fed: int, n_accepted: int) -> int:
     fed before drafting (all committed tokens), plus those of the drafts it was fed that were
     accepted. Never the last draft's (it is not fed: its logits would not be used), nor a row
     for the correction or bonus token, which the draft has not seen yet; it is fed next cycle.
-    Shared by the CPU model draft (drafters/model_draft.py) and the GPU draft (gpu/backend.py);
+    Shared by the CPU model draft (drafters/model_draft.py) and the GPU draft (gpu/draft.py);
     `self:L` has no cache of its own (the champion's verify pass rewrites its rows)."""
     return fed_before + min(n_accepted, drafts_fed)
 
@@ -141,23 +160,19 @@ class Outcome:
 class Executor:
     """What the cycle needs from a backend. Besides the steps below, an executor has
     `adapter` (a name), `adapter_class` (the receipt's: receipts.ADAPTER_CLASSES), `champion`,
-    `kv` (the champion's cache bookkeeping), `drafter` (or None), `k_max` (drafts one pass can
-    verify), `timing` (per-request counters for the stats), and `prefill(prompt)` (awaited).
-    `combo`: for `--draft ngram+MODEL` the drafters.combo.Combo whose members the engine makes
-    the `drafter` in turn (prefill resets both). Byte accounting is shared here."""
+    `kv` (the champion's cache bookkeeping), `drafter` (the drafter it was built with, or None),
+    `combo` (for `--draft ngram+MODEL`, the drafters.combo.Combo whose members the engine
+    chooses between; its draft model is then the `drafter`), `k_max` (drafts one pass can
+    verify), `timing` (per-request counters for the stats), and `prefill(prompt, start,
+    should_stop, drafter)` (awaited; it resets the request's `drafter`). The drafter of a
+    cycle is passed in (`submit`): a request may draft with another one (a schema's forced
+    drafts around it, one member of a combination). Byte accounting is shared here."""
 
     k_max = 64
     combo = None
 
-    def _reset_drafters(self, prompt: list[int]) -> None:
-        """A new request's drafter state: the drafter's, or every member's of a combination."""
-        if self.combo is not None:
-            self.combo.reset(prompt)
-        elif self.drafter:
-            self.drafter.reset(prompt)
-
     def _take(self, drafter):
-        """The drafter a factory made, as the backend holds it: a combination's draft model
+        """The drafter a loader made, as the backend holds it: a combination's draft model
         active, the combination kept in `combo`."""
         if getattr(drafter, "kind", None) == "combo":
             self.combo = drafter
@@ -165,23 +180,28 @@ class Executor:
         return drafter
 
     # --- the cycle's steps (see the module docstring) ---------------------------------------
-    def draft(self, tokens: list[int], k: int, rule: Rule):
-        """Step 1; returns the drafts in the executor's own form (host tokens or a device
-        reference), whose `k` says how many were proposed."""
+    def record(self, drafter, k: int):
+        """Start a cycle drafted by `drafter` (None: champion-only) with up to k drafts; returns
+        the recording the steps below are given and `submit` ends."""
         raise NotImplementedError
 
-    def champion_pass(self, last: int, drafts) -> None:
+    def draft(self, rec, tokens: list[int], k: int, rule: Rule):
+        """Step 1; returns the drafts in the executor's own form (host tokens, or None for
+        drafts that stay on the device); how many were proposed is the recording's `k`."""
+        raise NotImplementedError
+
+    def champion_pass(self, rec, last: int | None, drafts) -> None:
         """Step 2: drop the rows left pending (a self:L draft's), then one pass over
         [last] + drafts at the cache's next positions."""
         raise NotImplementedError
 
-    def accept(self, drafts, tokens: list[int], rule: Rule) -> None:
+    def accept(self, rec, drafts, tokens: list[int], rule: Rule) -> None:
         """Step 3: the rule for `rule.mode` over the pass's rows, for positions n..n+k after
         the n committed `tokens` (the processors' context)."""
         raise NotImplementedError
 
-    def submit(self):
-        """End the cycle's encoding; returns a handle for `read`."""
+    def submit(self, rec):
+        """End the cycle's encoding; returns a handle for `read` (with its `k`)."""
         raise NotImplementedError
 
     def pipelines(self, rule: Rule) -> bool:
@@ -189,22 +209,23 @@ class Executor:
         read (`submit_after(handle, rule)`, and `drop(handle)` for one never read)."""
         return False
 
-    def drafts_ahead(self, rule: Rule) -> bool:
-        """Whether this executor drafts on the device, so that a speculative cycle too can be
-        submitted before the one in flight is read (`submit_ahead(tokens, k, rule, limit)`)."""
+    def drafts_ahead(self, rule: Rule, drafter) -> bool:
+        """Whether `drafter` drafts on this executor's device, so that a speculative cycle too
+        can be submitted before the one in flight is read (`submit_ahead(tokens, k, rule,
+        limit, drafter)`)."""
         return False
 
     async def read(self, handle) -> Outcome:
         """Await the verdict of a submitted cycle."""
         raise NotImplementedError
 
-    def commit(self, outcome: Outcome) -> None:
+    def commit(self, outcome: Outcome, drafter) -> None:
         """Step 4: keep the champion's rows for t_{n-1} and the accepted drafts, and the
         draft's confirmed rows."""
         if not outcome.committed:
             self.kv.commit(outcome.verdict.n_accepted + 1)
-        if self.drafter is not None:
-            self.drafter.confirm(outcome.verdict.n_accepted)
+        if drafter is not None:
+            drafter.confirm(outcome.verdict.n_accepted)
 
     def close(self) -> None:
         """Free what the executor allocated for itself now (GPU buffers: gpu/backend.py); a
@@ -223,17 +244,20 @@ class Executor:
         return self.kv.nbytes + (self.drafter.kv_bytes if self.drafter else 0)
 
 
-def submit(ex: Executor, tokens: list[int], k: int, rule: Rule):
-    """Encode one cycle for the committed `tokens` with up to k drafts; returns its handle."""
+def submit(ex: Executor, tokens: list[int] | None, k: int, rule: Rule, drafter, rec=None):
+    """Encode one cycle for the committed `tokens` with up to k drafts by `drafter`; returns its
+    handle. `rec`: a recording the executor started itself, for a cycle that goes ahead of the
+    one in flight (tokens None: it goes on from what the device holds; gpu/backend.py)."""
     k = min(k, ex.k_max)
-    drafts = ex.draft(tokens, k, rule)          # d_1..d_k for positions n..n+k-1
-    ex.champion_pass(tokens[-1], drafts)        # rows [t_{n-1}, d_1..d_k]
-    ex.accept(drafts, tokens, rule)             # row i decides position n + i
-    return ex.submit()
+    rec = ex.record(drafter, k) if rec is None else rec
+    drafts = ex.draft(rec, tokens, k, rule)                   # d_1..d_k for positions n..n+k-1
+    ex.champion_pass(rec, tokens[-1] if tokens else None, drafts)   # rows [t_{n-1}, d_1..d_k]
+    ex.accept(rec, drafts, tokens, rule)                      # row i decides position n + i
+    return ex.submit(rec)
 
 
-async def collect(ex: Executor, handle) -> Outcome:
+async def collect(ex: Executor, handle, drafter) -> Outcome:
     """Read a submitted cycle's verdict and commit what it kept."""
     outcome = await ex.read(handle)
-    ex.commit(outcome)
+    ex.commit(outcome, drafter)
     return outcome

@@ -6,10 +6,14 @@ the engine appends the emitted tokens, applies the stop rules (end of generation
 context, cancel) and streams text. Text is emitted only for committed tokens, through an
 incremental detokenizer, so a stream can never show a token twice or a broken UTF-8 character.
 
+The loop (`Engine.stream`) runs named steps over a request's state, a `Request` value: plan the
+request, prefill, then per cycle plan it, run it (submit, and where the next needs nothing from
+the host submit that one too), recover from a fault, emit its text; then finish and report.
 Randomness is keyed by the absolute position of the token being chosen (rng.py), so replay mode is
 byte-identical to champion-only sampling for the same seed whatever the drafter and k.
-Not here: the cycle (cycle.py), the backends that run it (cpu.py, gpu/backend.py) and building
-them (load.py), the rules (verify.py), k policies (schedule.py), the drafters.
+Not here: the cycle (cycle.py), the backends that run it (cpu/executor.py, gpu/backend.py) and
+building them (load.py), the rules (rules/verify.py), k policies (schedule.py), the drafters,
+chunks and results (chunks.py), the stats (stats.py).
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ import asyncio
 import dataclasses
 import inspect
 import time
-from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from . import cycle, receipts, schedule
+from .chunks import Chunk, Resume, Result, token_kind
 from .cpu.model import ModelError
 from .cycle import Executor, Rule
 from .drafters import NgramDrafter
@@ -29,7 +33,9 @@ from .drafters.forced import ForcedDrafter
 from .errors import OptionsError, PromptTooLongError, PyspecError
 from .kv import rows_kept
 from .options import Options
+from .request import Request, forced, score_previews
 from .rules import jsonmask
+from .stats import summary
 from .text.stops import StopStrings
 
 
@@ -47,115 +53,10 @@ RECOVERABLE = ("gpu_error", "device_lost", "gpu_timeout")
 MAX_RECOVERIES = 2
 
 
-@dataclass
-class Chunk:
-    """Text newly shown, and the tokens committed since the last chunk. With stop strings, the
-    ids may include tokens whose text is (partly) held back (stops.py): the held tail is a
-    function of the text, so a Resume from the ids recomputes it and shows it when decided."""
-    offset: int          # character offset of `text` in the whole output
-    text: str
-    n_tokens: int        # tokens committed since the last chunk: len(ids)
-    ids: list[int] = field(default_factory=list)   # their ids, what a Resume goes on from
-    cycle: int = 0       # cycles this request has run so far (fault drills strike by it)
-    kinds: list[str] = field(default_factory=list)  # each id's TOKEN_KINDS entry
-    starts: list[int] = field(default_factory=list) # each id's character offset in the output
-                                                    # (where its text begins; never in receipts)
-
-
-# What each emitted token was, for pages that show speculation at work: "champion" a plain decode
-# step (k = 0), "accepted" a draft the champion accepted, "corrected" the champion's own token at
-# the first rejected draft, "bonus" its token after a block accepted whole, "forced" the one token
-# a JSON schema allowed (drafted for free). A forced token is also an accepted draft; forced wins.
-TOKEN_KINDS = ("champion", "accepted", "corrected", "bonus", "forced")
-
-
-def token_kind(i: int, n_accepted: int, k: int) -> str:
-    """The kind of token i of a cycle's verdict (n_accepted drafts of k, then one champion token)."""
-    if i < n_accepted:
-        return "accepted"
-    return "champion" if k == 0 else "bonus" if n_accepted == k else "corrected"
-
-
-def _forced(constraint, generated: list[int], j: int) -> bool:
-    """Did the schema allow exactly one token at generated[j]?"""
-    constraint.state_after(generated)
-    state = constraint.states[j]
-    return (state is not None and state is not constraint.done
-            and constraint.masker.mask(state).forced is not None)
-
-
-def _score_previews(previews: list[tuple[int, list[int], int | None]], tokens: list[int],
-                    sched: schedule.Schedule) -> list[tuple[int, list[int], int | None]]:
-    """Score each preview (position, drafts, class) whose fate the committed tokens now decide (a
-    disagreement, or all of its drafts reached) with the schedule; return the rest."""
-    waiting = []
-    for at, draft, cls in previews:
-        seen = tokens[at:at + len(draft)]
-        agree = 0
-        while agree < len(seen) and seen[agree] == draft[agree]:
-            agree += 1
-        if agree < len(seen) or len(seen) == len(draft):
-            sched.shadow(len(draft), agree, cls)
-        else:
-            waiting.append((at, draft, cls))
-    return waiting
-
-
-@dataclass
-class Resume:
-    """Where an interrupted run of the same request got to (DESIGN §8): `ids`, the token ids its
-    chunks carried (all it committed, in order), and `fault`, what interrupted it, for the
-    receipt: {"kind": a code, "cycle": int, "restart_s": seconds from the fault until this
-    request began}. The request goes on from prompt + ids; the ids count toward max_tokens."""
-    ids: list[int]
-    fault: dict | None = None
-
-
-@dataclass
-class Result:
-    text: str
-    tokens: list[int]
-    finish_reason: str   # "stop" (end of generation token), "length" (max_tokens), "context",
-                         # "cancelled" (should_stop said so between cycles)
-    stats: dict
-    receipt: dict
-
-
-@dataclass
-class _Stats:
-    champion_passes: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    drafted_by_position: list = field(default_factory=lambda: [0] * schedule.K_MAX)
-    accepted_by_position: list = field(default_factory=lambda: [0] * schedule.K_MAX)
-    t_draft: float = 0.0
-    t_verify: float = 0.0
-    scratch: int = 0      # peak activation bytes of a pass
-    draft_calls_before: int = 0   # the drafter's lifetime call count when this request began
-
-    def record(self, k: int, n_accepted: int, t_draft: float, t_verify: float) -> None:
-        self.champion_passes += 1
-        self.t_draft += t_draft
-        self.t_verify += t_verify
-        self.drafted += k
-        self.accepted += n_accepted
-        grow = k - len(self.drafted_by_position)
-        if grow > 0:
-            self.drafted_by_position += [0] * grow
-            self.accepted_by_position += [0] * grow
-        for i in range(k):
-            self.drafted_by_position[i] += 1
-            self.accepted_by_position[i] += i < n_accepted
-
-
-def _host_drafter(backend):
-    """The drafter a schema request wraps. Its masks are host data, so drafts come from the
-    host: a CPU drafter as it is; on a GPU backend, what its schema_drafter says (a GPU draft
-    never sends its tokens to the host inside a cycle: n-gram lookup, or the draft read back in
-    a submission of its own)."""
-    if hasattr(backend, "schema_drafter"):
-        return backend.schema_drafter()
-    d = backend.drafter
+def _host_drafter(d):
+    """The drafter a schema request wraps (its masks are host data, so drafts come from the
+    host): a host drafter as it is; for a draft on the GPU, n-gram lookup (reading its tokens
+    back in a submission of their own measured slower: bench/results/README.md)."""
     return d if d is None or hasattr(d, "propose") else NgramDrafter()
 
 
@@ -167,9 +68,9 @@ class Engine:
         """`backend` is a cpu.CPUBackend or gpu.backend.GPUBackend (load.backend builds one).
         `recover()` returns a backend (or an awaitable of one) to go on with after a GPU fault
         (a new device, or the numpy champion; champion-only); it is called again for a later
-        fault, up to MAX_RECOVERIES per request; without it the fault propagates. `fallbacks` are codes of why
-        a GPU was not used ([{"kind", "adapter"}], for the receipt) and `fallback_reason` says
-        it in words (web.make_engine)."""
+        fault, up to MAX_RECOVERIES per request; without it the fault propagates. `fallbacks`
+        are codes of why a GPU was not used ([{"kind", "adapter"}], for the receipt) and
+        `fallback_reason` says it in words (apps/session.make_engine)."""
         champion = backend.champion
         if champion.config.vocab_size != tokenizer.vocab_size:
             raise ModelError(f"the model's head has {champion.config.vocab_size} rows but its "
@@ -185,10 +86,11 @@ class Engine:
         self._held: tuple | None = None
         self._json: dict = {}    # jsonmask.constrain's vocabulary index and masks per schema
         # The break-even guard's measured times, per (adapter, drafter), kept across requests
-        # (schedule.CostModel): a request need not measure champion-only and the draft again.
-        # Whoever replaces engines within one session (web.py, per drafter choice) hands the
-        # next one the same dict.
+        # (schedule.CostModel), so a request need not measure them again; the session hands
+        # the engine that replaces this one (another drafter) the same dict.
         self.guard_timing: dict[tuple, dict] = {}
+        # A drafter found broken (its logits NaN or +inf: bad_draft) drafts no later request.
+        self.draft_broken = False
 
     @property
     def champion(self):
@@ -209,13 +111,14 @@ class Engine:
 
     @property
     def drafter(self):
-        return self.backend.drafter
+        """The backend's drafter, the one a request drafts with (None once found broken)."""
+        return None if self.draft_broken else self.backend.drafter
 
     @property
     def draft_source(self):
         """What drafts for this engine as the stats and receipts name it: the drafter, or the
-        combination (drafters/combo.py) whose member is the drafter now."""
-        return self.backend.combo or self.backend.drafter
+        combination (drafters/combo.py) whose members draft in turn."""
+        return None if self.draft_broken else self.backend.combo or self.backend.drafter
 
     # --- the conversation cache ---------------------------------------------------------------
     def reusable(self, prompt: list[int]) -> int:
@@ -241,7 +144,7 @@ class Engine:
         tokens = list(prefix) + [0]     # prefill commits the rows of all but the last token
         start = self.reusable(tokens)
         self._held = None
-        await self.backend.prefill(tokens, start)
+        await self.backend.prefill(tokens, start, None, self.draft_source)
         self._held = (self.kv, self.kv.epoch, list(prefix))
 
     # --- the loop ---------------------------------------------------------------------------
@@ -274,7 +177,38 @@ class Engine:
         (text, tokens) is the whole answer. Greedy and replay give exactly the undisturbed text,
         since every random number is keyed by position; rejection gives a valid continuation
         (its drafts, hence its uniforms' uses, differ) and the receipt records the resume."""
-        opts = opts or Options()
+        req = self._plan_request(prompt, opts or Options(), resume)
+        await self._prefill(req, resume, should_stop)
+        try:
+            while self._goes_on(req, should_stop):
+                k, cls = self._plan_cycle(req)
+                try:
+                    went_ahead = req.queued is not None
+                    handle = self._submit(req, k)
+                    out = await cycle.collect(self.backend, handle, req.drafter)
+                except PyspecError as e:
+                    if not await self._recover(req, e):
+                        raise
+                    continue
+                chunk, stopped = self._emit(req, out, cls, went_ahead)
+                if chunk is not None:
+                    yield chunk
+                if stopped:
+                    break
+                await asyncio.sleep(0)  # let a cancel or another task in between cycles
+        finally:
+            if req.queued is not None:   # the request ended before it: never read, never shown
+                self.backend.drop(req.queued)
+        tail = self._finish(req)
+        if tail:
+            yield req.chunk(tail)
+        if report is not None:
+            report.update(self._report(req))
+
+    # --- the loop's steps -----------------------------------------------------------------
+    def _plan_request(self, prompt: list[int], opts: Options, resume: Resume | None) -> Request:
+        """The request checked (options, prompt, resumed ids), its rule, and its drafter: the
+        backend's, a member of its combination, or forced drafts around it under a schema."""
         opts.check()
         mode = opts.resolved_verify()
         ctx = self.kv.max_ctx
@@ -294,268 +228,255 @@ class Engine:
         sampling.check(self.tokenizer.vocab_size)
         rule = Rule(mode, opts.temperature, opts.seed, policy.conf_threshold,
                     sampling.chain(self.tokenizer.vocab_size, len(prompt), opts.temperature))
-        self._unwrap()
-        constraint = None
+        req = Request(prompt, opts, mode, rule, policy, ctx, done,
+                      limit=len(prompt) + opts.max_tokens, eog=set(opts.stop_ids),
+                      detok=self.tokenizer.stream_decoder(), stops=StopStrings(opts.stop))
+        if opts.stop_at_eos:
+            req.eog |= set(self.tokenizer.eog_ids)
+        drafter = self.drafter
         if opts.json_schema is not None:
             # The mask is the first processor; forced tokens are drafted around the drafter's.
-            constraint = jsonmask.constrain(self._json, self.tokenizer, opts.json_schema,
-                                            len(prompt))
-            rule = dataclasses.replace(rule, processors=(jsonmask.JsonMask(constraint),)
-                                       + rule.processors)
-            self.backend.drafter = ForcedDrafter(_host_drafter(self.backend), constraint,
-                                                 given_back=self.backend.drafter)
-        pipelined = constraint is None and self.backend.pipelines(rule)
+            req.constraint = jsonmask.constrain(self._json, self.tokenizer, opts.json_schema,
+                                                len(prompt))
+            req.rule = dataclasses.replace(rule, processors=(jsonmask.JsonMask(req.constraint),)
+                                           + rule.processors)
+            drafter = ForcedDrafter(_host_drafter(drafter), req.constraint)
+        req.pipelined = req.constraint is None and self.backend.pipelines(req.rule)
         # `--draft ngram+MODEL` (drafters/combo.py): the member to draft is chosen between cycles
         # with nothing in flight, and each member has its own guard (`scheds`). Not under a
         # schema, whose drafter wraps the active member for the whole request.
-        combo = self.backend.combo if constraint is None else None
-        # by drafter kind ("ngram", "model"): the stats and the receipt name members by kind,
-        # never by a name that may hold a file's path
-        scheds: dict[str, schedule.Schedule] = {}
-
-        def setup(drafter):
-            """(in_cycle, shadowed, classify, sched) for a drafter in this request."""
-            # Drafts looked up on the device (n-gram on a GPU): every cycle goes ahead,
-            # speculative or not, so the schedule measures them all alike (no separate
-            # champion-only rate).
-            in_cycle = pipelined and drafter is not None and self.backend.drafts_ahead(rule)
-            # A drafter that is free to ask (n-gram) is scored in shadow while speculation is
-            # off: `previews` holds (position, what it would have drafted there) until the
-            # champion's tokens decide how many of them a speculative cycle would have kept.
-            shadowed = policy.guarded and hasattr(drafter, "preview")
-            # A drafter that classifies its next proposal (n-gram: the match's length) has the
-            # guard decide by that class's acceptance (schedule.py), where the host drafts.
-            classify = None if in_cycle else getattr(drafter, "classify", None)
-            name = drafter.name if drafter else "none"
-            label = getattr(drafter, "kind", None) or name
-            if label not in scheds:
-                timing = self.guard_timing.setdefault(
-                    (self.adapter, name, "in_cycle" if in_cycle else pipelined), {})
-                scheds[label] = schedule.Schedule(
-                    schedule.parse(opts.k) if scheds else policy, pipelined and not in_cycle,
-                    timing, shadowed, in_cycle=in_cycle)
-            return in_cycle, shadowed, classify, scheds[label]
-
-        if combo is not None:
-            self.backend.drafter = combo.choose(prompt + done)
-        drafter = self.backend.drafter
-        in_cycle, shadowed, classify, sched = setup(drafter)
-        previews: list[tuple[int, list[int], int | None]] = []
+        req.combo = self.draft_source if req.constraint is None and self.backend.combo else None
+        self._use(req, req.combo.choose(prompt + done) if req.combo is not None else drafter)
         self.faults = []
-        eog = set(self.tokenizer.eog_ids if opts.stop_at_eos else ()) | set(opts.stop_ids)
-        detok = self.tokenizer.stream_decoder()
-        stops = StopStrings(opts.stop)
-        st = _Stats(draft_calls_before=self.draft_source.calls if self.draft_source else 0)
-        t_start = time.perf_counter()
+        return req
 
-        tokens, out_text, ttft, finish = list(prompt) + done, "", None, "length"
-        reused = self.reusable(tokens)
+    def _use(self, req: Request, drafter) -> None:
+        """Draft the next cycles with `drafter`: its schedule and how its cycles go."""
+        req.drafter, req.previews = drafter, []
+        # Drafts looked up on the device (n-gram on a GPU): every cycle goes ahead, speculative
+        # or not, so the schedule measures them all alike (no separate champion-only rate).
+        req.in_cycle = (req.pipelined and drafter is not None
+                        and self.backend.drafts_ahead(req.rule, drafter))
+        # A drafter that is free to ask (n-gram) is scored in shadow while speculation is off:
+        # `previews` holds (position, what it would have drafted there) until the champion's
+        # tokens decide how many of them a speculative cycle would have kept.
+        shadowed = req.policy.guarded and hasattr(drafter, "preview")
+        req.previewer = drafter if shadowed else None
+        # A drafter that classifies its next proposal (n-gram: the match's length) has the
+        # guard decide by that class's acceptance (schedule.py), where the host drafts.
+        req.classify = None if req.in_cycle else getattr(drafter, "classify", None)
+        name = drafter.name if drafter else "none"
+        label = getattr(drafter, "kind", None) or name
+        if label not in req.scheds:
+            timing = self.guard_timing.setdefault(
+                (self.adapter, name, "in_cycle" if req.in_cycle else req.pipelined), {})
+            req.scheds[label] = schedule.Schedule(
+                schedule.parse(req.opts.k) if req.scheds else req.policy,
+                req.pipelined and not req.in_cycle, timing, shadowed, in_cycle=req.in_cycle)
+        req.sched = req.scheds[label]
+
+    async def _prefill(self, req: Request, resume: Resume | None, should_stop) -> None:
+        """The prompt and the resumed ids into the cache (what the conversation cache holds is
+        kept), and the resumed ids' text primed: the interrupted run showed it."""
+        source = self._source(req)
+        req.st.draft_calls_before = source.calls if source else 0
+        req.t_start = time.perf_counter()
+        req.tokens = req.prompt + req.done
+        req.reused = self.reusable(req.tokens)
         self._held = None
-        await self.backend.prefill(tokens, reused, should_stop)
-        self._held = (self.kv, self.kv.epoch, tokens)   # tokens grows as the request commits
-        st.scratch = self.backend.scratch_bytes(max(1, len(tokens) - 1 - reused), 1)
-        t_prefill = time.perf_counter() - t_start
-        if self.kv.committed < len(tokens) - 1:
-            finish = "cancelled"                         # during prefill: nothing generated
-        # The resumed ids' text was shown by the interrupted run: the decoder is primed with it
-        # (bytes of a character they left incomplete stay pending) and offsets continue after it,
-        # less the tail it held back for the stop strings (a function of the text: stops.py).
-        primed = "".join(detok.feed(t) for t in done)
-        out_text, unsent = stops.feed(primed)[0], []
-        decoded, marks = len(primed), []   # characters decoded so far; (kind, start) of unsent
+        await self.backend.prefill(req.tokens, req.reused, should_stop, source)
+        self._held = (self.kv, self.kv.epoch, req.tokens)   # it grows as the request commits
+        req.st.scratch = self.backend.scratch_bytes(max(1, len(req.tokens) - 1 - req.reused), 1)
+        req.t_prefill = time.perf_counter() - req.t_start
+        if self.kv.committed < len(req.tokens) - 1:
+            req.finish = "cancelled"                         # during prefill: nothing generated
+        # The decoder is primed with the resumed ids (bytes of a character they left incomplete
+        # stay pending) and offsets continue after their text, less the tail it held back for
+        # the stop strings (a function of the text: stops.py).
+        primed = "".join(req.detok.feed(t) for t in req.done)
+        req.out_text, req.decoded = req.stops.feed(primed)[0], len(primed)
         if resume is not None and resume.fault:
-            self.faults.append({**resume.fault, "at_token": len(done),
-                                "recovery_s": resume.fault.get("restart_s", 0.0) + t_prefill,
+            self.faults.append({**resume.fault, "at_token": len(req.done),
+                                "recovery_s": resume.fault.get("restart_s", 0.0) + req.t_prefill,
                                 "adapter": self.adapter_class})
 
-        # Pipelined decoding (champion-only cycles on a GPU, gpu/backend.py): `queued` is the
-        # next cycle, submitted before this one is read, fed on the device by this one's token.
-        # It is read next iteration, or dropped unread when the request ends here. The schedule
-        # then decides a cycle's k before it has observed the cycle in flight (it observes every
-        # cycle, in order, one cycle late): `decided` keeps a k > 0 so decided for the next one.
-        # With drafts looked up on the device (`in_cycle`), any cycle goes ahead, fed on the
-        # device by the verdict of the one before: the next is submitted unless the cycle in
-        # flight might reach the end of the budget (`limit` tokens) or of the context.
-        queued, decided = None, None
-        limit = len(prompt) + opts.max_tokens
-        try:
-            while finish != "cancelled" and len(tokens) - len(prompt) < opts.max_tokens:
-                n = len(tokens)
-                if should_stop is not None and should_stop():
-                    finish = "cancelled"
-                    break
-                if n > ctx:
-                    finish = "context"
-                    break
-                remaining = opts.max_tokens - (n - len(prompt))
-                if combo is not None and queued is None and decided is None:
-                    chosen = combo.choose(tokens)
-                    if chosen is not drafter:   # nothing in flight: switch members here
-                        self.backend.drafter = drafter = chosen
-                        in_cycle, shadowed, classify, sched = setup(drafter)
-                        previews = []
-                # Never draft past the budget: k + 1 emitted tokens must fit in `remaining`, so a
-                # block never needs cutting at max_tokens; and never past the context.
-                cls = None   # the class of this cycle's proposal, where the guard used one
-                if queued is not None:
-                    k = 0
-                elif decided is not None:
-                    k, decided = decided, None
-                else:
-                    if classify is not None and self.drafter:
-                        cls = classify(tokens)
-                    k = min(sched.next_k(cls) if self.drafter else 0, remaining - 1, ctx - n)
-                if constraint is not None and type(sched.policy) is not schedule.Policy:
-                    # Forced tokens cost no drafting and are always accepted: the break-even guard's
-                    # k (0 where verify rows cost, as on the CPU) must not leave them out. A fixed:K
-                    # policy runs what it asks (fixed:0 is constrained champion-only).
-                    ahead = constraint.forced_ahead(tokens[len(prompt):], self.backend.k_max)
-                    k = max(k, min(ahead, remaining - 1, ctx - n))
-                try:
-                    went_ahead = queued is not None
-                    if in_cycle:
-                        handle = queued or self.backend.submit_ahead(tokens, k, rule, limit)
-                        end, queued = n + handle.k + 1, None
-                        # (a combination about to switch members reads this cycle first)
-                        if (end <= ctx and end < limit
-                                and (combo is None or combo.choose(tokens) is drafter)):
-                            queued = self.backend.submit_ahead(
-                                None, sched.next_k() if self.drafter else 0, rule, limit)
-                    else:
-                        handle, queued = queued or cycle.submit(self.backend, tokens, k, rule), None
-                    if (not in_cycle and handle.k == 0 and remaining > 1 and n + 1 <= ctx
-                            and constraint is None and self.backend.pipelines(rule)):
-                        # This cycle emits exactly one token: the next one's caps are known.
-                        k_next = min(sched.next_k() if self.drafter else 0, remaining - 2,
-                                     ctx - n - 1)
-                        if k_next == 0:
-                            queued = self.backend.submit_after(handle, rule)
-                        else:
-                            decided = k_next   # drafts need this cycle's token on the host
-                    out = await cycle.collect(self.backend, handle)
-                except PyspecError as e:
-                    if queued is not None:   # submitted after the failed cycle: dropped too
-                        self.backend.drop(queued)
-                        queued = None
-                    if e.code == "bad_draft" and self.backend.drafter is not None:
-                        # A broken draft costs speed, never the request: nothing of this cycle
-                        # was emitted (its drafts failed before any pass), and the engine goes
-                        # on champion-only; the receipt records the fault, the page notes it.
-                        self.backend.drafter, combo, decided = None, None, None
-                        self.faults.append({"kind": "bad_draft", "at_token": n - len(prompt),
-                                            "cycle": st.champion_passes, "recovery_s": 0.0,
-                                            "adapter": self.adapter_class})
-                        continue
-                    if self.recover is None or e.code not in RECOVERABLE:
-                        raise
-                    if sum(f["kind"] in RECOVERABLE for f in self.faults) >= MAX_RECOVERIES:
-                        raise RecoveryLimitError(
-                            f"the GPU failed {MAX_RECOVERIES + 1} times in this request ({e.code}: "
-                            f"{e}); pyspec recovers at most {MAX_RECOVERIES} times per request, "
-                            f"so it stopped after the {n - len(prompt)} tokens already shown. "
-                            "Send the request again, or use the CPU engine (backend cpu)") from e
-                    # The cycle in flight is dropped (nothing of it was emitted); the committed
-                    # tokens are re-prefilled on the recovery backend and the request goes on from
-                    # there, so no text is ever shown twice.
-                    t_fault, failed = time.perf_counter(), self.adapter_class
-                    backend = self.recover()
-                    self.backend = await backend if inspect.isawaitable(backend) else backend
-                    self._held = None
-                    await self.backend.prefill(tokens)
-                    self._held = (self.kv, self.kv.epoch, tokens)
-                    combo = None   # the recovery backend drafts nothing
-                    in_cycle = in_cycle and self.backend.drafts_ahead(rule)
-                    classify = None if in_cycle else getattr(drafter, "classify", None)
-                    sched.pipelined = self.backend.pipelines(rule) and not in_cycle
-                    sched.in_cycle = in_cycle
-                    decided = None
-                    self.faults.append({"kind": e.code, "at_token": n - len(prompt),
-                                        "cycle": st.champion_passes,
-                                        "recovery_s": time.perf_counter() - t_fault,
-                                        "adapter": failed})
-                    continue
-                verdict, k_real = out.verdict, out.k
-                sched.observe(k_real, verdict.n_accepted, out.t_draft, out.t_verify,
-                              went_ahead and not in_cycle, cls)
-                st.record(k_real, verdict.n_accepted, out.t_draft + out.t_catch_up, out.t_verify)
-                st.scratch = max(st.scratch, self.backend.scratch_bytes(k_real + 1, k_real + 1))
+    def _source(self, req: Request):
+        """What drafts the request as its stats and receipt name it: the combination whose
+        members draft in turn, else its drafter (None after a bad draft)."""
+        return (None if self.draft_broken else self.backend.combo) or req.drafter
 
-                new = list(verdict.tokens)
-                stop = next((i for i, t in enumerate(new) if t in eog), None)
-                if stop is not None:
-                    new, finish = new[:stop], "stop"
-                text, hit = "", False
-                for i, t in enumerate(new):   # token by token: a stop string ends after its token
-                    piece = detok.feed(t)
-                    marks.append((token_kind(i, verdict.n_accepted, k_real), decoded))
-                    decoded += len(piece)
-                    shown, hit = stops.feed(piece)
-                    text += shown
-                    if hit:
-                        new, stop, finish = new[:i + 1], i, "stop"
-                        break
-                if constraint is not None:
-                    for j in range(len(new)):
-                        if _forced(constraint, tokens[len(prompt):] + new, n - len(prompt) + j):
-                            at = len(marks) - len(new) + j
-                            marks[at] = ("forced", marks[at][1])
-                tokens += new
-                unsent += new
-                if shadowed:
-                    previews = _score_previews(previews, tokens, sched)
-                    if k_real == 0 and stop is None:
-                        previews.append((len(tokens), drafter.preview(
-                            tokens, min(policy.k_max, self.backend.k_max)),
-                            classify(tokens) if classify is not None else None))
-                if stop is not None and not hit:   # end of generation: flush what was held
-                    shown, hit = stops.feed(detok.flush())
-                    text += shown if hit else shown + stops.flush()
-                if ttft is None:
-                    ttft = time.perf_counter() - t_start
-                if text:
-                    # A chunk carries the ids of every token committed since the last one (a cycle
-                    # whose bytes end mid-character, or whose text is all held back for a stop
-                    # string, yields no chunk), so the chunks' ids are always exactly the tokens
-                    # behind the text shown plus the held-back tail, which is a function of their
-                    # text (stops.held_suffix): what a Resume needs.
-                    yield Chunk(len(out_text), text, len(unsent), unsent, st.champion_passes,
-                                [m[0] for m in marks], [m[1] for m in marks])
-                    out_text, unsent, marks = out_text + text, [], []
-                if stop is not None:
-                    break
-                await asyncio.sleep(0)  # let a cancel or another task in between cycles
-        finally:
-            if queued is not None:   # the request ended before it: never read, never shown
-                self.backend.drop(queued)
-        # A cancelled request shows only whole characters: bytes of a character that the next
-        # cycle would have completed are not flushed as U+FFFD, so its text is always a prefix
-        # of what the uncancelled request would have shown.
-        # Held-back text is shown at a length or context end, never at a cancel (the uncancelled
-        # request might have stopped inside it).
-        tail = ""
-        if finish in ("length", "context"):
-            tail, hit = stops.feed(detok.flush())
-            if hit:
-                finish = "stop"
+    @staticmethod
+    def _goes_on(req: Request, should_stop) -> bool:
+        """Whether another cycle runs: not cancelled, max_tokens and the context not reached."""
+        if req.finish != "cancelled" and req.remaining > 0:
+            if should_stop is not None and should_stop():
+                req.finish = "cancelled"
+            elif len(req.tokens) > req.ctx:
+                req.finish = "context"
+        return req.finish not in ("cancelled", "context") and req.remaining > 0
+
+    def _plan_cycle(self, req: Request) -> tuple[int, int | None]:
+        """(k, the class of the proposal where the guard used one) for the next cycle. Never
+        draft past the budget: k + 1 emitted tokens must fit in what remains, so a block never
+        needs cutting at max_tokens; and never past the context."""
+        n, tokens, cls = len(req.tokens), req.tokens, None
+        if req.combo is not None and req.queued is None and req.decided is None:
+            chosen = req.combo.choose(tokens)
+            if chosen is not req.drafter:   # nothing in flight: switch members here
+                self._use(req, chosen)
+        if req.queued is not None:
+            k = 0
+        elif req.decided is not None:
+            k, req.decided = req.decided, None
+        else:
+            if req.classify is not None and req.drafter:
+                cls = req.classify(tokens)
+            k = min(req.sched.next_k(cls) if req.drafter else 0, req.remaining - 1, req.ctx - n)
+        if req.constraint is not None and type(req.sched.policy) is not schedule.Policy:
+            # Forced tokens cost no drafting and are always accepted: the break-even guard's k
+            # (0 where verify rows cost, as on the CPU) must not leave them out. A fixed:K
+            # policy runs what it asks (fixed:0 is constrained champion-only).
+            ahead = req.constraint.forced_ahead(tokens[len(req.prompt):], self.backend.k_max)
+            k = max(k, min(ahead, req.remaining - 1, req.ctx - n))
+        return k, cls
+
+    def _submit(self, req: Request, k: int):
+        """Submit the cycle (or take the one submitted ahead) and, where the next one needs
+        nothing from the host, that one too before this one is read (gpu/backend.py); the
+        schedule then observes every cycle, in order, one cycle late. With drafts made on the
+        device (`in_cycle`) any cycle goes ahead unless the one in flight might reach the end
+        of the budget or of the context."""
+        b, tokens, n, drafter = self.backend, req.tokens, len(req.tokens), req.drafter
+        if req.in_cycle:
+            handle = req.queued or b.submit_ahead(tokens, k, req.rule, req.limit, drafter)
+            end, req.queued = n + handle.k + 1, None
+            # (a combination about to switch members reads this cycle first)
+            if (end <= req.ctx and end < req.limit
+                    and (req.combo is None or req.combo.choose(tokens) is drafter)):
+                req.queued = b.submit_ahead(None, req.sched.next_k() if drafter else 0,
+                                            req.rule, req.limit, drafter)
+            return handle
+        handle = req.queued or cycle.submit(b, tokens, k, req.rule, drafter)
+        req.queued = None
+        if (handle.k == 0 and req.remaining > 1 and n + 1 <= req.ctx
+                and req.constraint is None and b.pipelines(req.rule)):
+            # This cycle emits exactly one token: the next one's caps are known.
+            k_next = min(req.sched.next_k() if drafter else 0, req.remaining - 2,
+                         req.ctx - n - 1)
+            if k_next == 0:
+                req.queued = b.submit_after(handle, req.rule)
             else:
-                tail += stops.flush()
-        if tail:
-            yield Chunk(len(out_text), tail, len(unsent), unsent, st.champion_passes,
-                        [m[0] for m in marks], [m[1] for m in marks])
-            out_text += tail
+                req.decided = k_next   # drafts need this cycle's token on the host
+        return handle
 
-        if report is not None:
-            wall = time.perf_counter() - t_start
-            generated = tokens[len(prompt):]
-            stats = self._stats(st, scheds, len(generated), wall, t_prefill, ttft, finish)
-            stats["prompt_tokens"] = len(prompt)   # reused + prefill + 1 (the last one is decoded)
-            stats["prefill_tokens"] = max(0, len(prompt) - 1 - reused)
-            stats["reused_tokens"] = reused
-            stats["resumed_tokens"] = len(done)
-            stats["forced_tokens"] = constraint.forced_count(generated) if constraint else 0
-            report.update(text=out_text, tokens=generated, finish_reason=finish, stats=stats,
-                          receipt=receipts.build(self, opts, mode, stats))
-        self._unwrap()
+    async def _recover(self, req: Request, e: PyspecError) -> bool:
+        """After a cycle failed (nothing of it was emitted): whether the request goes on. A
+        broken draft costs speed, never the request: it goes on champion-only. A GPU fault goes
+        to the recovery backend, which re-prefills the committed tokens, so no text is ever
+        shown twice; the receipt records either."""
+        if req.queued is not None:   # submitted after the failed cycle: dropped too
+            self.backend.drop(req.queued)
+            req.queued = None
+        fault = {"kind": e.code, "at_token": req.generated, "cycle": req.st.champion_passes}
+        if e.code == "bad_draft" and req.drafter is not None:
+            req.drafter = req.combo = req.decided = None
+            self.draft_broken = True
+            self.faults.append({**fault, "recovery_s": 0.0, "adapter": self.adapter_class})
+            return True
+        if self.recover is None or e.code not in RECOVERABLE:
+            return False
+        if sum(f["kind"] in RECOVERABLE for f in self.faults) >= MAX_RECOVERIES:
+            raise RecoveryLimitError(
+                f"the GPU failed {MAX_RECOVERIES + 1} times in this request ({e.code}: {e}); "
+                f"pyspec recovers at most {MAX_RECOVERIES} times per request, so it stopped "
+                f"after the {req.generated} tokens already shown. Send the request again, or "
+                "use the CPU engine (backend cpu)") from e
+        t_fault, failed = time.perf_counter(), self.adapter_class
+        backend = self.recover()
+        self.backend = await backend if inspect.isawaitable(backend) else backend
+        self._held = None
+        await self.backend.prefill(req.tokens)
+        self._held = (self.kv, self.kv.epoch, req.tokens)
+        req.combo = req.drafter = req.decided = None   # the recovery backend drafts nothing
+        req.in_cycle, req.classify = False, None
+        req.sched.pipelined, req.sched.in_cycle = self.backend.pipelines(req.rule), False
+        self.faults.append({**fault, "recovery_s": time.perf_counter() - t_fault,
+                            "adapter": failed})
+        return True
+
+    def _emit(self, req: Request, out: cycle.Outcome, cls, went_ahead: bool):
+        """Observe a cycle's outcome and commit its tokens up to a stop; (the chunk of text it
+        shows or None, whether the request stops here)."""
+        verdict, k = out.verdict, out.k
+        req.sched.observe(k, verdict.n_accepted, out.t_draft, out.t_verify,
+                          went_ahead and not req.in_cycle, cls)
+        req.st.record(k, verdict.n_accepted, out.t_draft + out.t_catch_up, out.t_verify)
+        req.st.scratch = max(req.st.scratch, self.backend.scratch_bytes(k + 1, k + 1))
+        new = list(verdict.tokens)
+        stop = next((i for i, t in enumerate(new) if t in req.eog), None)
+        if stop is not None:
+            new, req.finish = new[:stop], "stop"
+        text, hit = "", False
+        for i, t in enumerate(new):   # token by token: a stop string ends after its token
+            piece = req.detok.feed(t)
+            req.marks.append((token_kind(i, verdict.n_accepted, k), req.decoded))
+            req.decoded += len(piece)
+            shown, hit = req.stops.feed(piece)
+            text += shown
+            if hit:
+                new, stop, req.finish = new[:i + 1], i, "stop"
+                break
+        if req.constraint is not None:
+            at = req.generated
+            for j in range(len(new)):
+                if forced(req.constraint, req.tokens[len(req.prompt):] + new, at + j):
+                    m = len(req.marks) - len(new) + j
+                    req.marks[m] = ("forced", req.marks[m][1])
+        req.tokens += new   # in place: the conversation cache holds this list
+        req.unsent += new
+        if req.previewer is not None:
+            req.previews = score_previews(req.previews, req.tokens, req.sched)
+            if k == 0 and stop is None:
+                req.previews.append((len(req.tokens), req.previewer.preview(
+                    req.tokens, min(req.policy.k_max, self.backend.k_max)),
+                    req.classify(req.tokens) if req.classify is not None else None))
+        if stop is not None and not hit:   # end of generation: flush what was held
+            shown, hit = req.stops.feed(req.detok.flush())
+            text += shown if hit else shown + req.stops.flush()
+        if req.ttft is None:
+            req.ttft = time.perf_counter() - req.t_start
+        return (req.chunk(text) if text else None), stop is not None
+
+    @staticmethod
+    def _finish(req: Request) -> str:
+        """The text held back, shown at a length or context end, never at a cancel (the
+        uncancelled request might have stopped inside it). A cancelled request shows only whole
+        characters: bytes of a character that the next cycle would have completed are not
+        flushed as U+FFFD, so its text is always a prefix of what the uncancelled request would
+        have shown."""
+        if req.finish not in ("length", "context"):
+            return ""
+        tail, hit = req.stops.feed(req.detok.flush())
+        if hit:
+            req.finish = "stop"
+            return tail
+        return tail + req.stops.flush()
+
+    def _report(self, req: Request) -> dict:
+        """The Result fields: text, tokens, finish reason, stats and receipt."""
+        wall = time.perf_counter() - req.t_start
+        generated = req.tokens[len(req.prompt):]
+        source = self._source(req)
+        stats = summary(req.st, self.backend, source, req.scheds, len(generated), wall,
+                        req.t_prefill, req.ttft, req.finish)
+        stats["prompt_tokens"] = len(req.prompt)   # reused + prefill + 1 (the last one decoded)
+        stats["prefill_tokens"] = max(0, len(req.prompt) - 1 - req.reused)
+        stats["reused_tokens"] = req.reused
+        stats["resumed_tokens"] = len(req.done)
+        stats["forced_tokens"] = (req.constraint.forced_count(generated) if req.constraint
+                                  else 0)
+        return dict(text=req.out_text, tokens=generated, finish_reason=req.finish, stats=stats,
+                    receipt=receipts.build(self, req.opts, req.mode, stats, source))
 
     def close(self) -> None:
         """Free now what this engine's backend allocated for itself (a GPU backend's buffers),
@@ -563,11 +484,6 @@ class Engine:
         owner (web.make_engine). The engine serves no request afterwards."""
         self._held = None
         self.backend.close()
-
-    def _unwrap(self) -> None:
-        """Give the backend back the drafter a schema request wrapped (drafters/forced.py)."""
-        if isinstance(self.backend.drafter, ForcedDrafter):
-            self.backend.drafter = self.backend.drafter.given_back
 
     def generate(self, prompt: list[int], opts: Options | None = None,
                  resume: Resume | None = None) -> Result:
@@ -580,41 +496,3 @@ class Engine:
 
         asyncio.run(drain())
         return Result(**report)
-
-    def _stats(self, st: _Stats, scheds, n_generated, wall, t_prefill, ttft, finish) -> dict:
-        decode = max(wall - t_prefill, 1e-9)
-        drafter = self.draft_source
-        return {
-            "adapter": self.adapter,
-            "drafter": drafter.name if drafter else "none",
-            # a draft with another vocabulary (drafters/bridge.py): class, intersection size
-            "bridge": getattr(drafter, "bridge_stats", None),
-            "generated_tokens": n_generated,
-            "finish_reason": finish,
-            "champion_passes": st.champion_passes,
-            "draft_calls": drafter.calls - st.draft_calls_before if drafter else 0,
-            "drafted": st.drafted,
-            "accepted": st.accepted,
-            "acceptance_rate": st.accepted / st.drafted if st.drafted else 0.0,
-            "tokens_per_pass": n_generated / st.champion_passes if st.champion_passes else 0.0,
-            "drafted_by_position": st.drafted_by_position,
-            "accepted_by_position": st.accepted_by_position,
-            "schedule": schedule.merged_stats(scheds),
-            "tokens_per_s": n_generated / decode,
-            "ttft_s": ttft,
-            "prefill_s": t_prefill,
-            "draft_s": st.t_draft,
-            "verify_s": st.t_verify,
-            "wall_s": wall,
-            # GPU backends: per-cycle host time (encode + submit) vs time awaiting the readback
-            "backend_timing": dict(self.backend.timing),
-            "peak_bytes": {
-                "weights": self.backend.weight_bytes,
-                "kv": self.backend.kv_bytes,
-                "kv_used": self.kv.peak_bytes,
-                "scratch": st.scratch,
-                # On a GPU: every byte of the device's buffers (weights, caches, the fixed
-                # scratch of ROWS_MAX x vocab rows), as allocated; None on the numpy engines
-                "device": getattr(getattr(self.champion, "dev", None), "allocated", None),
-            },
-        }

@@ -4,8 +4,10 @@
     engine = Engine(backend(champion, "ngram"), tok)
 
 `backend` is the one place that maps a champion to its executor: a model.Model runs on the
-numpy executor (cpu.py), a gpu.model.GPUModel on the GPU one (gpu/backend.py). The browser's
-choice between the two (a software adapter, no WebGPU) is web.make_engine's.
+numpy executor (cpu/executor.py), a gpu.model.GPUModel on the GPU one (gpu/backend.py). The
+browser's choice between the two (a software adapter, no WebGPU) is apps/session.make_engine's.
+`make_drafter` is the one draft loader: the drafter for a --draft spec on either backend (the
+CLI, check-pair, the benchmark and the page's session all come through it).
 Not here: the generation loop (engine.py), the cycle (cycle.py).
 """
 
@@ -18,9 +20,21 @@ from . import champion_path
 from .cpu.executor import CPUBackend
 from .cpu.fastcpu import FastModel
 from .cpu.model import Config, Model, ModelError, load_tensors, shape_error
-from .drafters import BridgedModel
+from .drafters import (
+    BridgedDrafter,
+    BridgedModel,
+    Combo,
+    DraftSpecError,
+    EagleDrafter,
+    EagleHead,
+    ModelDrafter,
+    NgramDrafter,
+    SelfDrafter,
+    no_draft_model,
+    parse_draft,
+)
 from .drafters.auto import auto_draft
-from .drafters.eagle import EagleHead, is_eagle
+from .drafters.eagle import is_eagle
 from .drafters.pairing import bind_borrowed, check_pair
 from .errors import UsageError
 from .formats.gguf import GGUFFile
@@ -51,16 +65,24 @@ def load_champion(path: str | None, backend: str = "cpu",
     return model, Tokenizer.from_metadata(model.metadata)
 
 
+def _paired(path: str, champion):
+    """A draft's GGUF file, checked against the champion (pairing.IncompatiblePairError says
+    why a pair cannot be used), its borrowed tensors bound to the champion's; and the report."""
+    draft_file = GGUFFile.open(path)
+    report = check_pair(champion.metadata, draft_file.metadata)
+    report.raise_if_bad()
+    bind_borrowed(draft_file, champion.file)   # its embedding may be the champion's
+    return draft_file, report
+
+
 def load_draft_checked(champion):
-    """A loader for a draft model's GGUF path: the Model for a draft with the champion's
-    tokenizer, a drafters.BridgedModel for one with another vocabulary (compat.py's classes),
-    compat.IncompatiblePairError (which says why) for a pair that cannot be bridged, or for a
-    draft that borrows tensors this champion does not hold byte for byte."""
+    """A loader for a draft model's GGUF path on the numpy engine: the Model for a draft with the
+    champion's tokenizer, a drafters.BridgedModel for one with another vocabulary, an EagleHead
+    for a head over the champion's states, pairing.IncompatiblePairError (which says why) for a
+    pair that cannot be bridged, or for a draft that borrows tensors this champion does not hold
+    byte for byte."""
     def load(path: str):
-        draft_file = GGUFFile.open(path)
-        report = check_pair(champion.metadata, draft_file.metadata)
-        report.raise_if_bad()
-        bind_borrowed(draft_file, champion.file)   # its embedding may be the champion's
+        draft_file, report = _paired(path, champion)
         if is_eagle(draft_file.metadata):
             return EagleHead(draft_file, champion)
         model = Model(draft_file)
@@ -146,14 +168,87 @@ def default_draft(champion) -> str:
     return "trained" if model else "ngram"
 
 
-def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None):
+def make_drafter(spec: str, champion, cache=None, load_model=None, *, given=None,
+                 named: str | None = None):
+    """THE draft loader: the drafter for a --draft spec on `champion`'s backend (None for
+    "none"). On the numpy engine `cache` is the champion's KV cache (self:L shares it, an EAGLE
+    head reads its states) and `load_model(path)` loads a draft model (default:
+    load_draft_checked); on a GPU a draft model of the champion's vocabulary runs on the device
+    (gpu/draft.GPUDraft), one of another vocabulary on the host. `given`: the draft model the
+    spec `model` names (the page's, loaded from its bytes: a Model or BridgedModel). `named`:
+    the spec as the user gave it, for errors about a part of it (a combination's model)."""
+    d = parse_draft(spec, champion.config.n_layers)
+    on_gpu = not isinstance(champion, Model)
+    max_ctx = champion.kv.max_ctx if on_gpu else cache.max_ctx if cache is not None else None
+    if d.kind == "none":
+        return None
+    if d.kind == "ngram":
+        return NgramDrafter()
+    if d.kind == "combo":
+        return Combo(NgramDrafter(), make_drafter(str(d.model), champion, cache, load_model,
+                                                  given=given, named=spec))
+    if d.kind == "self":
+        if on_gpu:
+            from .gpu.draft import GPUDraft
+            return GPUDraft(champion, d.layers, spec, shares_cache=True)
+        return SelfDrafter(champion, cache, d.layers)
+    if d.path is None and given is not None:
+        return model_drafter(given, max_ctx)
+    if d.path is None or not os.path.exists(d.path):
+        raise no_draft_model(named or spec, d.path)
+    if on_gpu:
+        return _gpu_drafter(d.path, champion, spec)
+    return model_drafter((load_model or load_draft_checked(champion))(d.path), max_ctx, cache)
+
+
+def model_drafter(loaded, max_ctx: int | None = None, champion_cache=None):
+    """The host drafter for a loaded draft model: a ModelDrafter for the champion's own
+    vocabulary, a BridgedDrafter for a BridgedModel, an EagleDrafter for an EagleHead (it reads
+    the states `champion_cache` keeps)."""
+    if isinstance(loaded, BridgedModel):
+        return BridgedDrafter(loaded.model, loaded.bridge, max_ctx)
+    if isinstance(loaded, EagleHead):
+        if champion_cache is None:
+            raise DraftSpecError(f"{loaded.source}: an EAGLE-style head reads the champion's "
+                                 "states, and this engine does not keep them")
+        return EagleDrafter(loaded, champion_cache, max_ctx)
+    return ModelDrafter(loaded, max_ctx)
+
+
+def _gpu_drafter(path: str, champion, spec: str):
+    """A draft model for a GPU champion: on the device, or, with another vocabulary, on the host
+    (the GPU draft steps sample champion ids directly; its tokens and q rows go up per cycle)."""
+    from .gpu.draft import GPUDraft
+    from .gpu.model import GPUModel
+
+    f, report = _paired(path, champion)
+    if is_eagle(f.metadata):
+        raise DraftSpecError(f"draft {spec!r} is an EAGLE-style head: it reads the champion's "
+                             "states, which only the numpy engine keeps so far (backend cpu); "
+                             "on a GPU use ngram or a draft model")
+    if report.bridge is not None:
+        return BridgedDrafter(Model(f), report.bridge, champion.kv.max_ctx)
+    model = GPUModel(champion.dev, f, champion.steps, champion.kv.max_ctx, label="draft",
+                     lender=champion)
+    return GPUDraft(model, None, f"model:{path}", shares_cache=False)
+
+
+def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None, *,
+            given=None, **paths):
     """The executor for a champion and a --draft spec (or drafter object; "auto":
-    default_draft's choice). `load_draft(path)` loads a CPU draft model (default:
-    load_draft_checked); GPU drafts load on the device."""
+    default_draft's choice), its drafter made by make_drafter (`load_draft`, `given`: its
+    arguments). `paths`: a GPU backend's gpu.backend.Paths fields, the benchmark's comparisons."""
     if draft == "auto":
         draft = default_draft(champion)
     if isinstance(champion, Model):
-        return CPUBackend(champion, draft, max_ctx, load_draft or load_draft_checked(champion))
+        kv = champion.new_cache(max_ctx)
+        drafter = (make_drafter(draft, champion, kv, load_draft, given=given)
+                   if isinstance(draft, str) else draft)
+        return CPUBackend(champion, drafter, kv=kv)
     from .gpu.backend import GPUBackend
 
-    return GPUBackend(champion, draft, max_ctx)
+    owned: list = []   # what the drafter puts on the device is the backend's (its `close`)
+    with champion.dev.owned(owned):
+        champion.limit_context(max_ctx)
+        drafter = make_drafter(draft, champion, given=given) if isinstance(draft, str) else draft
+    return GPUBackend(champion, drafter, max_ctx, owned=owned, **paths)

@@ -48,8 +48,9 @@ _STATS_KEYS = ("adapter", "generated_tokens", "finish_reason", "champion_passes"
                "resumed_tokens", "forced_tokens")
 
 
-def build(engine, opts, mode: str, stats: dict) -> dict:
-    drafter = engine.draft_source
+def build(engine, opts, mode: str, stats: dict, drafter) -> dict:
+    """The receipt of a request `engine` ran with `opts` under verify `mode`, drafted by
+    `drafter` (its draft source: a combination, a schema's forced drafts, ...)."""
     draft_kind = getattr(drafter, "kind", "custom") if drafter else "none"
     if draft_kind not in DRAFT_KINDS:   # a drafter of the caller's own, whatever it calls itself
         draft_kind = "custom"

@@ -3,13 +3,13 @@ against constrained champion-only, on the json stratum of the public workload (i
 with the schemas in bench/json_prompts.jsonl) and the 8 schema prompts written there.
 
     .venv/bin/python scripts/bench_json.py --out bench/results/json-cpu.json \\
-        [--backend numpy|cpu|wgpu] [--champion PATH] [--drafts none,ngram@fixed:4,readback:trained] \\
+        [--backend numpy|cpu|wgpu] [--champion PATH] [--drafts none,ngram@fixed:4,trained] \\
         [--k heuristic] [--runs 3] [--only ID,ID]
 
 Per prompt, side by side in one run: the reference, constrained champion-only (k = 0, no forced
 drafts), then each drafter under the schema ("none": forced tokens only; "ngram": forced tokens
-around n-gram proposals; "readback:SPEC": forced tokens around a GPU draft's proposals, read back
-in a submission of their own). Every run starts with cold masks (the schema's mask cache dropped; the
+around n-gram proposals; a GPU draft gives way to n-gram under a schema: engine._host_drafter).
+Every run starts with cold masks (the schema's mask cache dropped; the
 vocabulary's tables, built once per engine, are timed apart), so the mask time includes every
 mask computed. Recorded: generated tokens, champion passes, forced tokens, decode tokens/s, the
 host seconds of the mask processor per masked row (JsonMask.apply, timed by wrapping it here),
@@ -159,11 +159,7 @@ def main(argv=None) -> int:
         configs.append((f"{d}/{k or args.k}", d, k or args.k))
     engines = {}
     for _, d, _ in configs:
-        # "readback:SPEC": a GPU draft read back in a submission of its own (two submissions a
-        # cycle) instead of giving way to n-gram under the schema (gpu/backend.ReadBackDraft).
-        spec = d.removeprefix("readback:")
-        engines[d] = Engine(backend(champion, spec, 1024 if args.backend == "wgpu" else None), tok)
-        engines[d].backend.read_back_drafts = d != spec
+        engines[d] = Engine(backend(champion, d, 1024 if args.backend == "wgpu" else None), tok)
     t = time.perf_counter()
     for e in engines.values():   # the vocabulary tables, once per engine (a page load)
         jsonmask.constrain(e._json, tok, {"type": "null"}, 0)

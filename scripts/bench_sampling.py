@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pyspec import testmodels  # noqa: E402
 from pyspec.apps import provenance  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
+from pyspec.gpu.processors import KINDS  # noqa: E402
 from pyspec.load import backend, load_champion  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent.parent.parent / "shared" / "workloads" / "public.jsonl"
@@ -79,9 +80,10 @@ def main(argv=None) -> int:
               "prompt_tokens": len(ids), "configs": {}}
     for draft in args.drafts.split(","):
         k = "fixed:0" if draft == "none" else "fixed:4"
-        engine = Engine(backend(champion, draft, champion.kv.max_ctx), tok)
         for name, (controls, on_device) in CONFIGS.items():
-            engine.backend.device_penalties = engine.backend.device_filters = on_device
+            # the processors on the device (gpu.backend.Paths), or the host accept
+            engine = Engine(backend(champion, draft, champion.kv.max_ctx,
+                                    device_processors=KINDS if on_device else ()), tok)
             opts = Options(max_tokens=args.tokens, k=k, stop_at_eos=False, **controls)
             engine.generate(ids, Options(max_tokens=2, k=k, **controls))       # warm-up
             per_cycle, host, wait, accept, passes = [], [], [], [], []

@@ -30,7 +30,6 @@ from pathlib import Path
 from pyspec.apps import provenance
 from pyspec.apps.bench import last_cycle, recorded_request
 from pyspec.engine import Engine
-from pyspec.gpu.backend import GPUBackend
 from pyspec.gpu.device import Copy, Dispatch
 from pyspec.load import backend, load_champion
 from pyspec.options import Options
@@ -106,10 +105,11 @@ def compute_passes(commands: list) -> int:
     return passes
 
 
-def speculative(champion, tok, ids: list[int], draft: str, k: str, tokens: int) -> dict:
+def speculative(champion, tok, ids: list[int], draft: str, k: str, tokens: int,
+                paths: dict) -> dict:
     """Requests with `draft` at `k` (greedy, pipelined), then their cycle's parts (module doc)."""
     dev = champion.dev
-    engine = Engine(backend(champion, draft), tok)
+    engine = Engine(backend(champion, draft, **paths), tok)
     options = Options(max_tokens=tokens, k=k, stop_at_eos=False)
     engine.generate(ids, Options(max_tokens=8, k=k, stop_at_eos=False))   # warm-up
     runs = []
@@ -172,10 +172,11 @@ def main() -> None:
                              "default: the backend's choice for the adapter)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    GPUBackend.split_rows = {"default": None, "split": True, "rows": False}[args.argmax]
+    paths = {"default": {}, "split": {"split_rows": True},
+             "rows": {"split_rows": False}}[args.argmax]   # gpu.backend.Paths
     champion, tok = load_champion(args.champion, "wgpu")
     dev = champion.dev
-    engine = Engine(backend(champion, "none"), tok)
+    engine = Engine(backend(champion, "none", **paths), tok)
     ids = tok.encode_chat(PROMPT)
     engine.generate(ids, Options(max_tokens=8, k="fixed:0", stop_at_eos=False))   # warm-up
     runs = [engine.generate(ids, Options(max_tokens=args.tokens, k="fixed:0", stop_at_eos=False))
@@ -229,7 +230,8 @@ def main() -> None:
                              sorted(by_kernel.items(), key=lambda kv: -kv[1][1])},
     }
     if args.draft:
-        result["speculative"] = speculative(champion, tok, ids, args.draft, args.k, args.tokens)
+        result["speculative"] = speculative(champion, tok, ids, args.draft, args.k, args.tokens,
+                                            paths)
     result["argmax"] = args.argmax
     print(json.dumps(result, indent=1))
     if args.json:

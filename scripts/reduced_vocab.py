@@ -72,7 +72,7 @@ def main() -> int:
     items = first_per_stratum(read_workload(args.workload), args.per_stratum)
     prompts = [tok.encode_chat(it["messages"]) for it in items]
 
-    base = Engine(CPUBackend(champion, "none"), tok)
+    base = Engine(CPUBackend(champion), tok)
     reference = [base.generate(p, Options(max_tokens=args.max_tokens, k="fixed:0")).tokens
                  for p in prompts]
     greedy = np.concatenate([np.asarray(t, np.int64) for t in reference])

@@ -37,22 +37,20 @@ def prompt_of(tiny) -> list[int]:
                                  " a dog ran far. the cat sat on the")
 
 
-def outputs(tiny, champion, draft, opts, prepare=None):
-    engine = Engine(backend_for(champion, draft), tiny.tokenizer)
-    if prepare:
-        prepare(engine.backend)
+def outputs(tiny, champion, draft, opts, paths=None):
+    engine = Engine(backend_for(champion, draft, **(paths or {})), tiny.tokenizer)
     r = engine.generate(prompt_of(tiny), opts)
     return r, engine
 
 
-def check_against_champion_only(tiny, champion, prepare=None):
+def check_against_champion_only(tiny, champion, paths=None):
     cases = {"greedy": Options(max_tokens=40, stop_at_eos=False, k="fixed:3"),
              "replay": Options(max_tokens=40, stop_at_eos=False, k="fixed:3", temperature=0.9,
                                seed=11, verify="replay")}
     ahead = {}   # per case, the cycles that went ahead (a GPU backend's timing)
     for name, opts in cases.items():
         alone, _ = outputs(tiny, champion, "none", opts)
-        both, engine = outputs(tiny, champion, f"ngram+{tiny.close_path}", opts, prepare)
+        both, engine = outputs(tiny, champion, f"ngram+{tiny.close_path}", opts, paths)
         assert both.tokens == alone.tokens, name
         members = both.stats["schedule"]["by_drafter"]
         assert set(members) == {"ngram", "model"}, members   # by kind: no name, no path
@@ -80,9 +78,8 @@ def test_a_combination_gives_the_champions_output_on_webgpu(tiny):
     are two paths: more cycles go ahead fed on the device (the same tokens, the same choices)."""
     ahead = {}
     for fed_on_device in (True, False):
-        def prepare(backend):
-            backend.device_draft_ahead = fed_on_device
-        ahead[fed_on_device] = check_against_champion_only(tiny, tiny.on("gpu"), prepare)
+        ahead[fed_on_device] = check_against_champion_only(tiny, tiny.on("gpu"),
+                                                           dict(draft_ahead=fed_on_device))
     for case in ahead[True]:
         assert ahead[True][case] > ahead[False][case], (case, ahead)
 

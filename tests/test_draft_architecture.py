@@ -79,16 +79,13 @@ def draft_paths(tiny, tmp_path_factory) -> dict[str, str]:
     ("gpu", "copy", "fixed:1", True), ("cpu", "borrowed", "fixed:2", False)])
 def test_rejection_with_a_trained_shape_draft_matches_the_champion(tiny, draft_paths, backend,
                                                                    kind, k, gpu_defaults,
-                                                                   request, monkeypatch):
+                                                                   request):
     if backend == "gpu":
         request.getfixturevalue("gpu")
-    if gpu_defaults:
-        from pyspec.gpu.backend import GPUBackend
-        monkeypatch.setattr(GPUBackend, "split_rows", True)
-        monkeypatch.setattr(GPUBackend, "device_draft_ahead", True)
+    paths = dict(split_rows=True, draft_ahead=True) if gpu_defaults else {}
     path = draft_paths[kind]
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
-    engine = Engine(backend_for(tiny.on(backend), path), tiny.tokenizer)
+    engine = Engine(backend_for(tiny.on(backend), path, **paths), tiny.tokenizer)
     exact, bound = assert_two_token_distribution(engine, tiny.champion, prefix, k,
                                                  two_drafts=k == "fixed:2")
     # teeth: the draft's own distribution is further from the champion's than the bound

@@ -11,11 +11,11 @@ from pyspec.drafters import (
     DraftSpec,
     DraftSpecError,
     Proposal,
-    make_drafter,
     parse_draft,
 )
 from pyspec.drafters.model_draft import STEADY_FEED, ModelDrafter
 from pyspec.drafters.ngram import NgramDrafter
+from pyspec.load import make_drafter
 
 GREEDY = Rule("greedy")   # argmax drafts; threshold 0 never stops
 

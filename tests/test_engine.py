@@ -68,9 +68,9 @@ def test_greedy_equals_champion_only_for_every_k(tiny, greedy_reference, draft, 
 
 
 def test_previews_are_scored_against_the_tokens_that_follow():
-    """engine._score_previews: a preview is scored once the tokens decide it (a disagreement, or
+    """request.score_previews: a preview is scored once the tokens decide it (a disagreement, or
     all of its drafts reached), with how many leading drafts agree; the rest wait."""
-    from pyspec.engine import _score_previews
+    from pyspec.request import score_previews
     seen = []
 
     class Sched:
@@ -78,10 +78,10 @@ def test_previews_are_scored_against_the_tokens_that_follow():
             seen.append((k, n, cls))
 
     tokens = [1, 2, 3, 4]
-    waiting = _score_previews([(2, [3, 9], 1), (2, [3, 4, 5], 4), (4, [], 0), (3, [4], None)],
+    waiting = score_previews([(2, [3, 9], 1), (2, [3, 4, 5], 4), (4, [], 0), (3, [4], None)],
                               tokens, Sched())
     assert seen == [(2, 1, 1), (0, 0, 0), (1, 1, None)] and waiting == [(2, [3, 4, 5], 4)]
-    assert _score_previews(waiting, tokens + [5], Sched()) == [] and seen[-1] == (3, 3, 4)
+    assert score_previews(waiting, tokens + [5], Sched()) == [] and seen[-1] == (3, 3, 4)
 
 
 def test_a_guarded_ngram_request_learns_from_previews(tiny, greedy_reference, backend):
@@ -228,15 +228,15 @@ def test_rejection_matches_champion_distribution(tiny, backend, draft, k, temper
     # The confidence stop is under test, not the break-even guard: on a busy machine the guard's
     # timings can switch drafting off for the whole run, leaving nothing to check.
     monkeypatch.setattr(schedule.Confidence, "guarded", False)
+    paths = {}
     if backend == "gpu":
         request.getfixturevalue("gpu")
-        from pyspec.gpu.backend import GPUBackend
-        monkeypatch.setattr(GPUBackend, "split_rows", True)
+        paths = dict(split_rows=True)
     # Short, so that 10,000 runs stay fast.
     prefix = (ngram_friendly_prefix(tiny.champion, tiny.tokenizer) if draft == "ngram"
               else tiny.tokenizer.encode("the cat. the cat. the"))
     exact, bound = assert_two_token_distribution(
-        engine_for(tiny, draft, backend), tiny.champion, prefix, k,
+        engine_for(tiny, draft, backend, **paths), tiny.champion, prefix, k,
         # guarded policies spend the first cycle measuring k = 0
         two_drafts=k == "fixed:2", temperature=temperature,
         # The combination's joint TV on seeds 0..9,999 read 0.0696 against a bound of 0.0684 (at
@@ -277,13 +277,12 @@ def test_rejection_at_draft_positions_three_and_four(tiny, backend, monkeypatch,
     defaults (the draft fed on the device, the per-row kernels split over each row): there the
     draft's samples, its q rows and the accept kernel's tests at rows 3 and 4 are the device's."""
     monkeypatch.setattr(schedule.Confidence, "guarded", False)
+    paths = {}
     if backend == "gpu":
         request.getfixturevalue("gpu")
-        from pyspec.gpu.backend import GPUBackend
-        monkeypatch.setattr(GPUBackend, "split_rows", True)
-        monkeypatch.setattr(GPUBackend, "device_draft_ahead", True)
+        paths = dict(split_rows=True, draft_ahead=True)
     prefix = tiny.tokenizer.encode("the cat. the cat. the")
-    engine = engine_for(tiny, "close", backend)
+    engine = engine_for(tiny, "close", backend, **paths)
     p1 = _exact_after(tiny.champion, prefix, 1.0)
     t1 = int(np.argmax(p1))
     t2 = int(np.argmax(_exact_after(tiny.champion, prefix + [t1], 1.0)))
@@ -479,9 +478,9 @@ def test_draft_with_a_shorter_context_only_stops_drafting(tiny, greedy_reference
     from pyspec import testmodels
     path = str(tmp_path / "short.gguf")
     testmodels.write_model(path, seed=1, ctx=80)   # same weights as the champion, 80 positions
-    engine = Engine(backend_for(tiny.on(backend), path, load_draft=Model.load), tiny.tokenizer)
-    if backend == "gpu":   # fed on the device where the adapter would (it is not: its context)
-        engine.backend.device_draft_ahead = True
+    # on a GPU, fed on the device where the adapter would (it is not: its context)
+    engine = Engine(backend_for(tiny.on(backend), path, load_draft=Model.load,
+                                draft_ahead=True), tiny.tokenizer)
     r = engine.generate(tiny.prompt, Options(max_tokens=40, k="fixed:3", stop_at_eos=False))
     assert r.tokens == greedy_reference
     assert 0 < r.stats["drafted"] < 30  # drafts until position 80, then none
@@ -523,7 +522,7 @@ def test_a_gpu_fault_finishes_the_request_on_the_recovery_backend(tiny, greedy_r
 
     engine = engine_for(tiny, "ngram", backend)
     engine.backend = FailingBackend(engine.backend, fail_at, DeviceLostError("device lost"))
-    engine.recover = lambda: CPUBackend(tiny.champion, "none")
+    engine.recover = lambda: CPUBackend(tiny.champion)
     report, chunks = {}, []
 
     async def run():
@@ -561,7 +560,7 @@ def test_a_gpu_failing_again_and_again_stops_at_the_retry_limit_keeping_its_text
 
     async def recover():   # an awaitable backend, as the page's new-device search gives
         recoveries.append(1)
-        return FailingBackend(CPUBackend(tiny.champion, "none"), 3, DeviceLostError("again"))
+        return FailingBackend(CPUBackend(tiny.champion), 3, DeviceLostError("again"))
 
     engine.recover = recover
     chunks = []

@@ -19,7 +19,6 @@ import pytest
 from conftest import requires_gpu
 from pyspec.cpu.model import Model
 from pyspec.engine import Engine
-from pyspec.gpu.backend import GPUBackend
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 
@@ -87,8 +86,7 @@ def test_prepared_plans_record_what_the_plain_loop_records(tiny, monkeypatch):
 @requires_gpu
 @pytest.mark.parametrize("temperature, verify", [(0.0, None), (0.9, None), (0.9, "rejection")],
                          ids=["greedy", "replay", "rejection"])
-def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature, verify,
-                                                               monkeypatch):
+def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature, verify):
     """A GPU's per-row kernels split over each row (argmax_parts + argmax_merge, softmax_parts +
     softmax_write, sample_parts + sample_pick: sampling.py), forced on the software adapter,
     which takes one workgroup per row: the champion's choices and a draft model's (with their
@@ -102,15 +100,14 @@ def test_the_split_rows_decode_what_one_workgroup_per_row_does(tiny, temperature
                    k="fixed:3", verify=verify)
 
     def request():
-        engine = Engine(backend_for(model, tiny.close_path, load_draft=Model.load),
-                        tiny.tokenizer)
+        engine = Engine(backend_for(model, tiny.close_path, load_draft=Model.load,
+                                    split_rows=split), tiny.tokenizer)
         result = engine.generate(tiny.prompt, opts)
         engine.close()
         return result
 
     runs = {}
     for split in (False, True):
-        monkeypatch.setattr(GPUBackend, "split_rows", split)
         request()   # the champion's own plans, kept for the next engine
         before = (dev.live_buffers, dev.allocated)
         r = request()

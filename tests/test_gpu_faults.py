@@ -90,7 +90,7 @@ def test_every_call_on_a_destroyed_device_is_a_device_loss(tiny):
 def test_device_loss_mid_generation_recovers_to_the_switched_reference(tiny, mode):
     opts = lambda: Options(max_tokens=40, k="fixed:3", stop_at_eos=False, **MODES[mode])
     file = GGUFFile.open(tiny.champion_path)
-    recover = lambda: CPUBackend(tiny.champion, "none")
+    recover = lambda: CPUBackend(tiny.champion)
     dev = open_device()
     engine = Engine(backend_for(load_model(dev, file), "ngram"), tiny.tokenizer, recover=recover)
     report, chunks = lose_device_mid_stream(engine, dev, tiny.prompt, opts(), after_chunks=3)
@@ -111,12 +111,12 @@ def test_device_loss_with_two_cycles_in_flight(tiny, draft):
     opts = lambda: Options(max_tokens=30, stop_at_eos=False,
                            k="heuristic" if draft == "none" else "fixed:3")
     spec = tiny.close_path if draft == "model" else draft
-    recover = lambda: CPUBackend(tiny.champion, "none")
+    recover = lambda: CPUBackend(tiny.champion)
     dev = open_device()
-    engine = Engine(backend_for(load_model(dev, GGUFFile.open(tiny.champion_path)), spec),
+    engine = Engine(backend_for(load_model(dev, GGUFFile.open(tiny.champion_path)), spec,
+                                draft_ahead=True),   # off by default on a software adapter
                     tiny.tokenizer, recover=recover)
     gpu = engine.backend
-    gpu.device_draft_ahead = True   # off by default on a software adapter
     report, chunks = lose_device_mid_stream(engine, dev, tiny.prompt, opts(), after_chunks=3)
     assert gpu.timing["ahead"] >= 2, "the cycles went ahead of their readbacks"
     at = report["receipt"]["faults"][0]["at_token"]
@@ -136,7 +136,7 @@ def test_device_loss_mid_generation_on_the_champion():
     prompt = tok.encode_chat([{"role": "user", "content": "Name three colours of the rainbow."}])
     opts = lambda: Options(max_tokens=12, k="fixed:2", stop_at_eos=False)
     cpu_model = Model(file)
-    recover = lambda: CPUBackend(cpu_model, "none", 256)
+    recover = lambda: CPUBackend(cpu_model, None, 256)
     dev = open_device()
     gpu = load_model(dev, file, max_ctx=256)
     engine = Engine(backend_for(gpu, "ngram", 256), tok, recover=recover)

@@ -27,6 +27,7 @@ from pyspec import testmodels
 from pyspec.cpu.model import Model
 from pyspec.engine import Engine
 from pyspec.errors import OptionsError
+from pyspec.gpu.processors import KINDS
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 from pyspec.rules import verify
@@ -305,15 +306,13 @@ def test_gpu_schema_requests_equal_constrained_champion_only(tj, gpu, draft):
         assert "mask_s" in timing and "host_accept_s" not in timing
         sampled = dict(max_tokens=120, k="fixed:4", json_schema=SCHEMAS[name], temperature=0.8,
                        seed=5, top_k=6, min_p=0.02)
-        engine.backend.device_filters = True    # also on a software adapter
-        try:
-            on_device = engine.generate(tj.prompt, Options(**sampled))
-            engine.backend.device_mask = engine.backend.device_filters = False   # host accept
-            host = engine.generate(tj.prompt, Options(max_tokens=120, k="fixed:4",
-                                                      json_schema=SCHEMAS[name]))
-            host_sampled = engine.generate(tj.prompt, Options(**sampled))
-        finally:
-            engine.backend.device_mask, engine.backend.device_filters = True, None
+        # the filters on the device also on a software adapter; then the host accept
+        on_device = Engine(backend_for(model, draft, device_processors=KINDS),
+                           tj.tokenizer).generate(tj.prompt, Options(**sampled))
+        host_engine = Engine(backend_for(model, draft, device_processors=()), tj.tokenizer)
+        host = host_engine.generate(tj.prompt, Options(max_tokens=120, k="fixed:4",
+                                                       json_schema=SCHEMAS[name]))
+        host_sampled = host_engine.generate(tj.prompt, Options(**sampled))
         assert host.tokens == r.tokens and host_sampled.tokens == on_device.tokens
         # replay's reference is constrained champion-only sampling with the same seed, on the
         # GPU and on the CPU (the two agree on this model), not another speculative run
@@ -357,74 +356,3 @@ def test_the_guard_never_leaves_out_forced_tokens(tj):
     assert r.tokens == ref.tokens
     assert r.stats["champion_passes"] < ref.stats["champion_passes"]
     assert r.stats["accepted"] >= ref.stats["forced_tokens"] - r.stats["champion_passes"]
-
-
-SCHEMA_STRING = {"type": "string", "maxLength": 30}   # after the forced quote most tokens pass
-
-
-def _gpu_read_back_engine(tj, draft: str) -> Engine:
-    from conftest import gpu_device
-    from pyspec.formats.gguf import GGUFFile
-    from pyspec.gpu import load_model
-
-    if not hasattr(tj, "gpu_model"):
-        tj.gpu_model = load_model(gpu_device(), GGUFFile.open(tj.path))
-    engine = Engine(backend_for(tj.gpu_model, tj.close_path if draft == "close" else draft),
-                    tj.tokenizer)
-    engine.backend.read_back_drafts = True
-    return engine
-
-
-@pytest.mark.parametrize("draft", ["self:1", "close"])
-def test_gpu_read_back_drafts_equal_constrained_champion_only(tj, gpu, draft):
-    """The two-submission alternative (gpu/backend.ReadBackDraft): under a schema a GPU draft
-    runs its steps in a submission of its own and is read back, the host masks, and the verify
-    pass is a second submission. Greedy and replay (T = 0.8) equal the GPU's constrained
-    champion-only runs, and the draft, not n-gram, drafted. Its drafts never see the mask: on
-    this random model they pass it only inside a string."""
-    engine = _gpu_read_back_engine(tj, draft)
-    plain = Engine(backend_for(tj.gpu_model, "none"), tj.tokenizer)
-    for name in ("order", "nested", "string"):
-        for extra in ({}, {"temperature": 0.8, "seed": 5}):
-            schema = SCHEMA_STRING if name == "string" else SCHEMAS[name]
-            opts = dict(max_tokens=120, json_schema=schema, **extra)
-            ref = plain.generate(tj.prompt, Options(k="fixed:0", **opts))
-            r = engine.generate(tj.prompt, Options(k="fixed:4", **opts))
-            assert r.tokens == ref.tokens, (name, extra)
-            assert r.stats["drafter"] == f"forced+{engine.drafter.name}"
-            assert r.stats["forced_tokens"] > 0 and r.stats["draft_calls"] > 0, r.stats
-            if draft == "close" and name == "string":
-                assert r.stats["drafted"] > r.stats["forced_tokens"], r.stats
-            assert r.stats["champion_passes"] < ref.stats["champion_passes"]
-    assert engine.drafter.name == draft or draft == "close"   # given back after the request
-
-
-def test_gpu_read_back_rejection_matches_the_masked_champion_distribution(tj, gpu):
-    """The read-back draft's q rows (copied from the GPU after its own submission) under
-    rejection sampling, inside a string where most of its drafts pass the mask: 10,000 seeded
-    runs (the forced quote and two drafts in one block). Stated bound as in the CPU test
-    above: TV of the joint of the two tokens after the quote below the 99.9th percentile of the
-    TV of 10,000 exact draws."""
-    tok = tj.tokenizer
-    masker = Masker(compile_schema(SCHEMA_STRING), Vocab(tok), tok.eos_id)
-    first = masker.mask(masker.initial()).forced
-    assert tok.token_bytes(first) == b'"'
-    prompt = tj.prompt[:6]   # short: a run is one block and its prefill
-    exact = exact_masked_joint(tj, masker, prompt + [first],
-                               masker.advance(masker.initial(), first), 1.0)
-    engine, counts = _gpu_read_back_engine(tj, "close"), np.zeros_like(exact)
-    drafted = accepted = 0
-    for seed in seed_block(N_GPU_RUNS):
-        r = engine.generate(prompt, Options(max_tokens=4, temperature=1.0, seed=seed,
-                                            verify="rejection", k="fixed:3",
-                                            json_schema=SCHEMA_STRING))
-        seq = r.tokens + [tok.eos_id] * 2   # an end token ended it early (not in tokens)
-        assert seq[0] == first
-        counts[seq[1], seq[2]] += 1
-        drafted += r.stats["drafted"] - r.stats["forced_tokens"]
-        accepted += r.stats["accepted"] - r.stats["forced_tokens"]
-    check_two_token_counts(counts, exact, "read back, close")
-    assert 0 < accepted < drafted, (accepted, drafted)
-
-
-N_GPU_RUNS = 10_000

@@ -1,8 +1,9 @@
 """The package's import structure: no circles, and no imports that run back up the layers.
 
 Layers, bottom to top, by package (LAYERS below): errors; formats and text; rules; the core
-values (kv, cycle, schedule, receipts, options); cpu; drafters; the executors (gpu,
-cpu.executor); engine, load and testmodels; apps. Imports inside functions count too: a lazy import is still a dependency.
+values (kv, cycle, schedule, receipts, options, chunks, stats, request); cpu (with its
+executor); drafters; gpu; engine, load and testmodels; apps. Imports inside functions count too:
+a lazy import is still a dependency.
 """
 
 from __future__ import annotations
@@ -79,10 +80,12 @@ LAYERS = [
     ["pyspec", "pyspec.errors"],                         # the champion's location, the errors
     ["pyspec.formats", "pyspec.text"],                   # bytes of files, text in and out
     ["pyspec.rules"],                                    # pure rules (the JSON mask reads text.vocab)
-    ["pyspec.kv", "pyspec.cycle", "pyspec.schedule", "pyspec.receipts", "pyspec.options"],
-    ["pyspec.cpu"],                                      # the numpy forward and the fast engine
+    ["pyspec.kv", "pyspec.cycle", "pyspec.schedule", "pyspec.receipts", "pyspec.options",
+     "pyspec.chunks", "pyspec.stats", "pyspec.request"],
+    ["pyspec.cpu"],                                      # the numpy forward, the fast engine and
+                                                         # the numpy executor of the cycle
     ["pyspec.drafters"],                                 # draft sources, pairing checks
-    ["pyspec.gpu", "pyspec.cpu.executor"],               # the executors of the cycle
+    ["pyspec.gpu"],                                      # the GPU executor of the cycle
     ["pyspec.engine", "pyspec.load", "pyspec.testmodels"],
     ["pyspec.apps", "pyspec.__main__"],                  # the front ends
 ]

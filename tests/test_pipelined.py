@@ -17,6 +17,7 @@ import pytest
 
 from conftest import greedy_pick, reference_decode, requires_gpu
 from pyspec.engine import Engine
+from pyspec.gpu.processors import KINDS
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 
@@ -75,10 +76,10 @@ def test_a_pipelined_request_ends_where_an_unpipelined_one_does(tiny, reference,
         opts = dataclasses.replace(opts, k="fixed:3")
     results = {}
     for pipelined in (True, False):
-        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path if draft == "model" else draft),
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path if draft == "model" else draft,
+                                    pipelined=pipelined,
+                                    draft_ahead=True),   # off by default on a software adapter
                         tiny.tokenizer)
-        engine.backend.pipelined = pipelined
-        engine.backend.device_draft_ahead = True   # off by default on a software adapter
         report, chunks = run(engine, tiny.prompt, opts, cancel_after)
         timing = report["stats"]["backend_timing"]
         assert (timing["ahead"] > 0) == pipelined, timing
@@ -131,10 +132,11 @@ def test_which_cycles_go_ahead(tiny):
              ("model", drafts, False, False, 0),
              ("model", drafts, False, True, None)]
     for draft, opts, device_filters, on_device, ahead in cases:
-        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path if draft == "model" else draft),
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path if draft == "model" else draft,
+                                    # top_k on the device or the host
+                                    device_processors=KINDS if device_filters else KINDS[:2],
+                                    device_ngram=on_device, draft_ahead=on_device),
                         tiny.tokenizer)
-        engine.backend.device_filters = device_filters   # top_k on the device or the host
-        engine.backend.device_ngram = engine.backend.device_draft_ahead = on_device
         emitted, read = [], engine.backend.read
 
         async def counted(c):
@@ -193,8 +195,8 @@ def test_a_cycle_whose_drafter_had_nothing_lets_the_next_go_ahead(tiny, referenc
 
     monkeypatch.setattr(schedule.Schedule, "next_k", next_k)
     monkeypatch.setattr(NgramDrafter, "propose", lambda self, tokens, k, rule: Proposal())
-    engine = Engine(backend_for(tiny.on("gpu"), "ngram"), tiny.tokenizer)
-    engine.backend.device_ngram = False   # the host's drafter, which the patch empties
+    # the host's drafter, which the patch empties
+    engine = Engine(backend_for(tiny.on("gpu"), "ngram", device_ngram=False), tiny.tokenizer)
     r = engine.generate(tiny.prompt, Options(max_tokens=40, k="heuristic", stop_at_eos=False))
     assert r.tokens == reference
     # Every cycle emits one token: cycle c (0-based) asks for call c + 1, capped at the tokens
@@ -245,8 +247,8 @@ def test_a_draft_model_is_fed_on_the_device_by_default_on_a_gpu_only(tiny):
     software adapter (where they measured slower); set either way, they go as told."""
     opts = Options(max_tokens=12, stop_at_eos=False, k="fixed:3")
     for setting in (None, True, False):
-        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path), tiny.tokenizer)
-        engine.backend.device_draft_ahead = setting
+        given = {} if setting is None else {"draft_ahead": setting}
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path, **given), tiny.tokenizer)
         fed = (not engine.backend.dev.is_cpu) if setting is None else setting
         r = engine.generate(tiny.prompt, opts)
         assert (r.stats["backend_timing"]["ahead"] > 0) == fed, setting
@@ -273,8 +275,8 @@ def test_a_draft_fed_on_the_device_catches_up_after_champion_only_cycles(tiny, m
             return calls[-1]
 
         monkeypatch.setattr(schedule.Schedule, "next_k", next_k)
-        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path), tiny.tokenizer)
-        engine.backend.device_draft_ahead = on_device
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path, draft_ahead=on_device),
+                        tiny.tokenizer)
         r = engine.generate(tiny.prompt, Options(max_tokens=60, k="heuristic",
                                                  stop_at_eos=False))
         assert r.tokens == reference

@@ -22,6 +22,7 @@ from test_engine import (
 from conftest import requires_gpu
 from pyspec.cpu.model import Model
 from pyspec.engine import Engine
+from pyspec.gpu.processors import KINDS
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 from pyspec.rules import rng, verify
@@ -132,9 +133,10 @@ def test_bad_controls_are_refused_by_name():
 
 
 # --- exactness on the tiny models ----------------------------------------------------------------
-def engine_for(tiny, draft, backend="cpu") -> Engine:
+def engine_for(tiny, draft, backend="cpu", **paths) -> Engine:
     spec = {"close": tiny.close_path, "far": tiny.far_path}.get(draft, draft)
-    return Engine(backend_for(tiny.on(backend), spec, load_draft=Model.load), tiny.tokenizer)
+    return Engine(backend_for(tiny.on(backend), spec, load_draft=Model.load, **paths),
+                  tiny.tokenizer)
 
 
 def processed_reference(model, prompt, n, controls, temperature=0.0, seed=0):
@@ -239,10 +241,9 @@ def test_rejection_follows_the_processed_distribution(tiny, backend):
 GPU_DRAFTS = ["ngram", "self:1", "close"]
 
 
-def on_device(engine: Engine) -> Engine:
+def on_device(tiny, draft: str) -> Engine:
     """Every control on the device, the filters too where the adapter is a software one."""
-    engine.backend.device_filters = True
-    return engine
+    return engine_for(tiny, draft, "gpu", device_processors=KINDS)
 
 
 @requires_gpu
@@ -261,12 +262,11 @@ def test_gpu_equals_gpu_champion_only_under_processors(tiny, name):
     for temperature, seed in ((0.0, 0), (0.9, 77)):
         opts = dict(max_tokens=24, temperature=temperature, seed=seed, stop_at_eos=False,
                     **controls)
-        base = on_device(engine_for(tiny, "none", "gpu")).generate(tiny.prompt, Options(**opts))
+        base = on_device(tiny, "none").generate(tiny.prompt, Options(**opts))
         assert base.tokens == processed_reference(tiny.champion, tiny.prompt, 24, controls,
                                                   temperature, seed)
         assert base.stats["backend_timing"]["readbacks"] == base.stats["champion_passes"]
-        fallback = engine_for(tiny, "ngram", "gpu")
-        fallback.backend.device_penalties = fallback.backend.device_filters = False
+        fallback = engine_for(tiny, "ngram", "gpu", device_processors=())   # host accept
         host = fallback.generate(tiny.prompt, Options(k="fixed:3", **opts))
         assert host.tokens == base.tokens and "host_accept_s" in host.stats["backend_timing"]
         auto = engine_for(tiny, "ngram", "gpu")   # the default: filters on the host on software
@@ -276,7 +276,7 @@ def test_gpu_equals_gpu_champion_only_under_processors(tiny, name):
         assert ("host_accept_s" in r.stats["backend_timing"]) == (
             filtered and auto.backend.dev.is_cpu)
         for draft in GPU_DRAFTS:
-            engine = on_device(engine_for(tiny, draft, "gpu"))
+            engine = on_device(tiny, draft)
             # confidence:0.5: on GPU drafts the host applies the confidence stop
             for k in ("fixed:2", "fixed:5", "confidence:0.5"):
                 r = engine.generate(tiny.prompt, Options(k=k, **opts))
@@ -307,7 +307,7 @@ def test_gpu_rejection_follows_the_processed_distribution(tiny, name):
     exact = processed_two_token_distribution(tiny.champion, prefix, temperature, controls)
     bound = null_tv_quantile(exact, N_RUNS, 0.999)
     assert 0.5 * np.abs(plain - exact).sum() > 3 * bound
-    engine = on_device(engine_for(tiny, "self:1", "gpu"))
+    engine = on_device(tiny, "self:1")
     counts = np.zeros_like(exact)
     accepted = drafted = 0
     for seed in seed_block(N_RUNS):

@@ -20,6 +20,7 @@ from conftest import gpu_device
 from pyspec import champion_path, receipts, testmodels
 from pyspec.cpu.executor import CPUBackend
 from pyspec.cpu.model import Model
+from pyspec.drafters import NgramDrafter
 from pyspec.engine import Engine
 from pyspec.formats.gguf import GGUFFile
 from pyspec.load import backend
@@ -191,8 +192,8 @@ def test_no_field_carries_a_description_a_path_or_user_text(tmp_path):
     testmodels.write_model(path, seed=3)
     model = Model.load(path)
     tok = Tokenizer.from_metadata(model.metadata)
-    engine = Engine(DescribedBackend(CPUBackend(model, "ngram")), tok,
-                    recover=lambda: CPUBackend(model, "none"),
+    engine = Engine(DescribedBackend(CPUBackend(model, NgramDrafter())), tok,
+                    recover=lambda: CPUBackend(model),
                     fallbacks=[{"kind": "webgpu_error", "adapter": "cpu-numpy"}],
                     fallback_reason=f"shader rejected by {DescribedBackend.adapter}")
     secret = "Alice Smith, 12 Rue de la Paix, password hunter2"

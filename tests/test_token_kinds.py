@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from pyspec.cpu.model import Model
-from pyspec.engine import TOKEN_KINDS, Engine
+from pyspec.chunks import TOKEN_KINDS
+from pyspec.engine import Engine
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 

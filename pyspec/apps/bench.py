@@ -133,21 +133,22 @@ def run_bench(args) -> int:
     exact = exact_outputs(args)
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     prompts = check_messages(items, tok, args.workload)
-    engines = {d: Engine(backend(champion, d, args.ctx), tok)
+    # A draft model's cycles fed on the device (gpu/ahead.py; on by default on a GPU, off on a
+    # software adapter): on here either way, against them fed from the host (below).
+    ahead = {"draft_ahead": True} if args.backend == "wgpu" else {}
+    engines = {d: Engine(backend(champion, d, args.ctx, **ahead), tok)
                for d in ["none", *drafts]}
     if args.backend == "wgpu" and "ngram" in drafts:
         # The A/B of pipelined speculative cycles: n-gram drafts from the host, each cycle read
         # before the next is submitted (gpu/backend.py), next to the device lookup's.
-        engines[HOST_LOOKUP] = Engine(backend(champion, "ngram", args.ctx), tok)
-        engines[HOST_LOOKUP].backend.device_ngram = False
+        engines[HOST_LOOKUP] = Engine(backend(champion, "ngram", args.ctx, device_ngram=False),
+                                      tok)
         drafts.append(HOST_LOOKUP)
     if args.backend == "wgpu":
-        # The A/B of a draft model's cycles fed on the device (gpu/ahead.py; on by default on a
-        # GPU, off on a software adapter: on here either way) and fed from the host.
+        # The A/B of a draft model's cycles fed on the device and fed from the host.
         for d in [d for d in drafts if d != HOST_LOOKUP and parse_draft(d).kind == "model"]:
-            engines[d].backend.device_draft_ahead = True
-            engines[d + HOST_FEED] = Engine(backend(champion, d, args.ctx), tok)
-            engines[d + HOST_FEED].backend.device_draft_ahead = False
+            engines[d + HOST_FEED] = Engine(backend(champion, d, args.ctx, draft_ahead=False),
+                                            tok)
             drafts.append(d + HOST_FEED)
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     skipped: list[dict] = []
@@ -155,8 +156,7 @@ def run_bench(args) -> int:
     # On a GPU, champion-only read cycle by cycle too: the A/B of pipelining.
     serial, pipelining = None, []
     if args.backend == "wgpu":
-        serial = Engine(backend(champion, "none", args.ctx), tok)
-        serial.backend.pipelined = False
+        serial = Engine(backend(champion, "none", args.ctx, pipelined=False), tok)
         from ..gpu.measure import measure
         print("measuring pass costs by rows ...", file=sys.stderr, flush=True)
         gpu = measure(champion)

@@ -35,7 +35,7 @@ def make_engine(args) -> Engine:
     recover = None
     if args.backend == "wgpu":  # a lost device finishes the request on the CPU, champion-only
         def recover():
-            return CPUBackend(Model.load(args.champion or champion_path()), "none", args.ctx)
+            return CPUBackend(Model.load(args.champion or champion_path()), None, args.ctx)
     return Engine(backend(champion, args.draft, args.ctx), tok, recover=recover)
 
 

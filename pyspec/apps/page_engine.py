@@ -26,7 +26,7 @@ async def browser_device():
 
 async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                       previous: Engine | None = None, backend: str = "auto",
-                      open_device=browser_device) -> Engine:
+                      open_device=browser_device, given=None) -> Engine:
     """THE backend choice, in one place.
 
     "webgpu": the champion uploaded to a pyspec.gpu.browser device, the same GPU engine as
@@ -42,7 +42,8 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
     only when the CPU engine is chosen. The champion goes to the GPU once per session:
     `previous` (the engine this one replaces, for another drafter) lends its GPU model.
     `open_device()` (awaited) gives the WebGPU device: navigator.gpu's in the page; tests pass
-    another."""
+    another. `given`: the page's draft model, which the draft spec `model` names
+    (load.make_drafter)."""
     from ..gpu import GPUError, NoAdapterError
     from ..gpu.model import GPUModel
 
@@ -73,7 +74,7 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                 # to the CPU here rather than failing the first request (and TTFT excludes it).
                 gpu_model.forward_dispatches(SLOT_CHAMPION)
                 await dev.check()
-            return Engine(backend_for(gpu_model, draft, max_ctx), tokenizer,
+            return Engine(backend_for(gpu_model, draft, max_ctx, given=given), tokenizer,
                           recover=_recovery(gpu_model, file, max_ctx, open_device))
         except _SoftwareAdapter as e:
             kind, reason = "software_adapter", str(e)
@@ -82,7 +83,8 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
         except GPUError as e:   # ShapeError among them: a tensor the GPU kernels do not take
             kind, reason = "webgpu_error", str(e)
     champion = previous.champion if fallbacks else FastModel(file)
-    return Engine(backend_for(champion, draft, max_ctx), tokenizer, fallback_reason=reason,
+    return Engine(backend_for(champion, draft, max_ctx, given=given), tokenizer,
+                  fallback_reason=reason,
                   fallbacks=[{"kind": kind, "adapter": "cpu-numpy"}])
 
 
@@ -105,11 +107,11 @@ def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
             try:
                 dev = await open_device()
                 current[0] = load_model(dev, file, max_ctx=max_ctx)
-                return GPUBackend(current[0], "none", max_ctx)
+                return GPUBackend(current[0], None, max_ctx)
             except GPUError:
                 pass
         current[0] = None
-        return CPUBackend(FastModel(file), "none", max_ctx)
+        return CPUBackend(FastModel(file), None, max_ctx)
 
     return recover
 

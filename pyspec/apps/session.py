@@ -19,10 +19,9 @@ import time
 
 from .. import __version__
 from ..cpu.model import Config, Model
-from ..drafters import BridgedModel, Combo, DraftSpecError, model_drafter, parse_draft
+from ..drafters import BridgedModel, DraftSpecError, parse_draft
 from ..drafters.auto import auto_draft
 from ..drafters.eagle import is_eagle
-from ..drafters.ngram import NgramDrafter
 from ..drafters.pairing import bind_borrowed, check_pair
 from ..engine import Engine
 from ..formats import quant
@@ -276,19 +275,17 @@ class Session:
                                    "trained draft: in the page give the draft model at init "
                                    "(a model of the site's manifest, or its URL) and choose "
                                    "draft 'model' (or 'ngram+model')")
-            spec, parsed = draft, parse_draft(draft, self.config.n_layers)
+            parsed = parse_draft(draft, self.config.n_layers)
             if parsed.needs_weights:
                 # The page's draft model arrives as a buffer at init; no paths in the browser.
                 if parsed.path is not None or self.draft_model is None:
                     raise SessionError("bad_config", f"draft {draft!r} needs a draft model: "
                                        "give it at init and choose draft 'model' (or "
                                        "'ngram+model': n-gram where the text repeats)")
-                spec = model_drafter(self.draft_model, self.max_ctx)
-                if parsed.kind == "combo":
-                    spec = Combo(NgramDrafter(), spec)
             previous = self.engine
-            self.engine = await make_engine(self.file, self.tokenizer, spec, self.max_ctx,
-                                            previous, self.backend, self.open_device)
+            self.engine = await make_engine(self.file, self.tokenizer, draft, self.max_ctx,
+                                            previous, self.backend, self.open_device,
+                                            given=self.draft_model)
             # The guard's times and acceptance per (adapter, drafter) outlive the engine: a
             # drafter chosen again starts from what it measured before (in the page as in one
             # native engine), not from a champion-only baseline and a probe (for a draft model
@@ -306,7 +303,7 @@ class Session:
         """Stream one request. `on_chunk(offset, text, n_tokens, ids_json, cycle, marks_json)` is
         called once per cycle that commits text (ids_json: the JSON list of the ids committed
         since the last chunk; cycle: cycles run so far; marks_json: {"kinds", "starts"}, each
-        id's engine.TOKEN_KINDS entry and where its text begins; offsets in UTF-16 code units,
+        id's chunks.TOKEN_KINDS entry and where its text begins; offsets in UTF-16 code units,
         as JavaScript counts). config: {max_tokens, temperature, seed, verify, k, draft, drill}.
         resume: null or {ids, fault} (_resume): go on from the ids an interrupted run of this
         request committed. `on_start()`, when given, is called once the request is checked and

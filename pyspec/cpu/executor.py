@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
-from ..cycle import Executor, Outcome, Rule
-from ..drafters import Proposal, make_drafter
+from ..cycle import Executor, Outcome, Proposal, Rule
 from .fastcpu import one_blas_thread
 from .model import Model
 
@@ -21,27 +21,36 @@ from .model import Model
 PREFILL_BLOCK = 32
 
 
+@dataclass
+class Cycle:
+    """A cycle as the steps run it: its drafter, times, the pass's logits and then its verdict."""
+
+    drafter: object
+    t0: float                  # start of the cycle
+    t1: float = 0.0            # end of its drafting
+    catch_up: float = 0.0      # ... of which the draft's catch-up (Outcome.t_catch_up)
+    k: int = 0
+    logits: object = None      # (k+1, vocab) of the champion pass
+    done: Outcome | None = None
+
+
 class CPUBackend(Executor):
     adapter = adapter_class = "cpu-numpy"   # the numpy engine's name and its receipt class
 
-    def __init__(self, champion: Model, draft="ngram", max_ctx: int | None = None,
-                 load_draft=None):
-        """`draft` is a --draft spec (drafters.parse_draft) or a drafter object;
-        `load_draft(path)` loads a draft model's GGUF (load.load_draft_checked)."""
+    def __init__(self, champion: Model, drafter=None, max_ctx: int | None = None, kv=None):
+        """`drafter`: what load.make_drafter built (None: champion-only); `kv`: the champion's
+        cache when the drafter was built over it (self:L shares it), else a new one."""
         self.champion = champion
-        self.kv = champion.new_cache(max_ctx)
-        self.drafter = self._take(make_drafter(draft, champion, self.kv, load_draft)
-                                  if isinstance(draft, str) else draft)
+        self.kv = kv if kv is not None else champion.new_cache(max_ctx)
+        self.drafter = self._take(drafter)
         self.timing: dict = {}
-        self._logits = None        # (k+1, vocab) of the last champion pass
-        self._t0 = self._t1 = 0.0  # start of the cycle, end of its drafting
-        self._catch_up = 0.0       # ... of which the draft's catch-up (Outcome.t_catch_up)
-        self._done: Outcome | None = None  # the verdict of the cycle being encoded
 
-    async def prefill(self, prompt: list[int], start: int = 0, should_stop=None) -> None:
+    async def prefill(self, prompt: list[int], start: int = 0, should_stop=None,
+                      drafter=None) -> None:
         """Commit the rows of prompt[start:-1] after the `start` rows kept (they hold
-        prompt[:start]), PREFILL_BLOCK rows at a time. When should_stop() says so between blocks
-        it stops there: the rows committed so far stay valid, and the drafter is not reset."""
+        prompt[:start]), PREFILL_BLOCK rows at a time, and reset the request's `drafter`. When
+        should_stop() says so between blocks it stops there: the rows committed so far stay
+        valid, and the drafter is not reset."""
         self.kv.truncate(start)
         body = prompt[:-1]
         for i in range(start, len(body), PREFILL_BLOCK):
@@ -52,33 +61,36 @@ class CPUBackend(Executor):
             block = body[i:i + PREFILL_BLOCK]
             self.champion.forward(block, self.kv, last_only=True)
             self.kv.commit(len(block))
-        with one_blas_thread():           # a draft model prefills here (draft(), below)
-            self._reset_drafters(prompt)
+        if drafter is not None:
+            with one_blas_thread():       # a draft model prefills here (draft(), below)
+                drafter.reset(prompt)
 
-    def draft(self, tokens: list[int], k: int, rule: Rule) -> Proposal:
-        self._t0 = time.perf_counter()
+    def record(self, drafter, k: int) -> Cycle:
+        return Cycle(drafter, time.perf_counter())
+
+    def draft(self, c: Cycle, tokens: list[int], k: int, rule: Rule) -> Proposal:
+        d = c.drafter
         # A draft model's products on one OpenBLAS thread, as the champion's (fastcpu): on two
         # shared cores the default two threads made a draft step 40x slower under load.
         with one_blas_thread():
-            proposal = (self.drafter.propose(tokens, k, rule) if k > 0 and self.drafter
-                        else Proposal())
+            proposal = d.propose(tokens, k, rule) if k > 0 and d else Proposal()
         del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
-        self._t1 = time.perf_counter()
-        self._catch_up = getattr(self.drafter, "catch_up_s", 0.0) if k > 0 else 0.0
+        c.t1, c.k = time.perf_counter(), len(proposal.tokens)
+        c.catch_up = getattr(d, "catch_up_s", 0.0) if k > 0 else 0.0
         return proposal
 
-    def champion_pass(self, last: int, drafts: Proposal) -> None:
+    def champion_pass(self, c: Cycle, last: int, drafts: Proposal) -> None:
         self.kv.rollback()  # a self:L draft leaves rows here; this pass rewrites them
-        self._logits = self.champion.forward([last] + drafts.tokens, self.kv)  # (k+1, vocab)
+        c.logits = self.champion.forward([last] + drafts.tokens, self.kv)  # (k+1, vocab)
 
-    def accept(self, drafts: Proposal, tokens: list[int], rule: Rule) -> None:
-        q_draft = drafts.q_matrix(self._logits.shape[1]) if rule.mode == "rejection" else None
-        verdict = rule.verdict(self._logits, drafts.tokens, q_draft, tokens)
-        self._done = Outcome(verdict, len(drafts.tokens), self._t1 - self._t0 - self._catch_up,
-                             time.perf_counter() - self._t1, t_catch_up=self._catch_up)
+    def accept(self, c: Cycle, drafts: Proposal, tokens: list[int], rule: Rule) -> None:
+        q_draft = drafts.q_matrix(c.logits.shape[1]) if rule.mode == "rejection" else None
+        verdict = rule.verdict(c.logits, drafts.tokens, q_draft, tokens)
+        c.done = Outcome(verdict, len(drafts.tokens), c.t1 - c.t0 - c.catch_up,
+                         time.perf_counter() - c.t1, t_catch_up=c.catch_up)
 
-    def submit(self) -> Outcome:
-        return self._done
+    def submit(self, c: Cycle) -> Cycle:
+        return c
 
-    async def read(self, handle: Outcome) -> Outcome:
-        return handle
+    async def read(self, c: Cycle) -> Outcome:
+        return c.done

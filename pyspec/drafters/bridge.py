@@ -34,10 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cpu.model import Model, prefill
-from ..cycle import Rule, draft_rows_kept
+from ..cycle import Proposal, Rule, draft_rows_kept
 from ..rules.verify import VerifyInputError
 from .pairing import Bridge
-from .proposal import Proposal
 
 TAIL_TOKENS = 8   # draft tokens of the current text run that are re-encoded with new bytes
 

@@ -26,10 +26,9 @@ import time
 import numpy as np
 
 from ..cpu.model import LAYER_TENSORS, Config, Model, ModelError, layer_shapes, rms_norm
-from ..cycle import Rule
+from ..cycle import Proposal, Rule
 from ..formats.gguf import GGUFError, GGUFFile
 from .pairing import IncompatiblePairError
-from .proposal import Proposal
 
 EAGLE_TENSORS = ("eagle.fc_feat.weight", "eagle.fc_embd.weight")   # W_f, W_e: (d, d) each
 

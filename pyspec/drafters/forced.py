@@ -16,18 +16,15 @@ Not here: the masks (jsonmask.py), the rules (verify.py).
 
 from __future__ import annotations
 
-from ..cycle import Rule
-from .proposal import Proposal
+from ..cycle import Proposal, Rule
 
 
 class ForcedDrafter:
     """The drafter protocol (drafters/__init__.py) over `inner` (None: forced tokens only) and
-    a request's jsonmask.Constraint. `given_back` is the backend's drafter to restore after the
-    request (a GPU draft that `inner`, n-gram, stood in for; else `inner` itself)."""
+    a request's jsonmask.Constraint."""
 
-    def __init__(self, inner, constraint, given_back=None):
+    def __init__(self, inner, constraint):
         self.inner, self.constraint = inner, constraint
-        self.given_back = given_back if given_back is not None else inner
         self.name = f"forced+{inner.name}" if inner else "forced"
         self.kind = inner.kind if inner else "forced"
         self.weight_bytes = inner.weight_bytes if inner else 0

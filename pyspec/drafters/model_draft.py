@@ -12,9 +12,8 @@ from __future__ import annotations
 import time
 
 from ..cpu.model import Model, prefill
-from ..cycle import Rule, draft_rows_kept
+from ..cycle import Proposal, Rule, draft_rows_kept
 from ..kv import KVCache
-from .proposal import Proposal
 
 
 def _draft_steps(model: Model, kv: KVCache, feed: list[int], tokens: list[int], k: int,

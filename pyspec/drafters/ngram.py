@@ -13,8 +13,7 @@ against the champion's own tokens while speculation is off (schedule.Schedule.sh
 
 from __future__ import annotations
 
-from ..cycle import Rule
-from .proposal import Proposal
+from ..cycle import Proposal, Rule
 
 MAX_N = 4   # longest suffix tried
 MIN_N = 1   # shortest suffix tried

@@ -1,7 +1,7 @@
 """A GPU draft model's cycles fed on the device (shaders/ahead.wgsl), which lets them go ahead:
 the cycle's first dispatch takes the tokens the cycle before emitted from the accept kernel's
 words, so the cycle needs nothing from the host and is submitted before the one in flight is read
-(gpu/backend.py, "Pipelined speculative cycles"), as n-gram cycles are (gpu/ngram.py).
+(gpu/backend.py, "Going ahead"; gpu/sources.FedDraft), as n-gram cycles are (gpu/ngram.py).
 
 The draft's first step feeds the last m committed tokens, then its own drafts follow one row at
 a time. The host must know m when it encodes the cycle (its copies read the step's last row), and
@@ -14,7 +14,7 @@ it does, although the cycle before may still be in flight:
   would pass ROWS_MAX, a champion-only cycle runs the draft's first step anyway, feeding only
   (then m = 1);
 - at a request's first cycle, m = the committed tokens past the draft cache's committed rows.
-GPUDraft (gpu/backend.py) keeps m (`plan_ahead`), and its `confirm` the draft cache's bookkeeping
+GPUDraft (gpu/draft.py) keeps m (`plan_ahead`), and its `confirm` the draft cache's bookkeeping
 from the verdicts as they are read: after a cycle, the committed tokens less the m of the cycle
 after it have rows.
 """

@@ -1,7 +1,7 @@
 """The n-gram drafter on the device (shaders/ngram.wgsl), which lets speculative cycles go ahead:
 a cycle whose drafts are looked up on the GPU, in the history the cycles before appended there,
 needs nothing from the host, so it is submitted before the one in flight is read
-(gpu/backend.py, "Pipelined speculative cycles").
+(gpu/backend.py, "Going ahead"; gpu/sources.DeviceLookup).
 
 `DeviceNgram` owns the history, the state (its length and the pass's Step) and the parameters;
 `advance` is the dispatch that starts each such cycle. Its proposals are those of

@@ -1,0 +1,138 @@
+"""Draft sources: the ways a cycle's drafts reach the champion's verify pass on the GPU.
+
+Each has one method, `encode(b, rec, tokens, k, rule, limit)`, that records into the cycle's
+Recording (gpu/recording.py) the drafting and the pass's input (its tokens and Step), on
+backend `b`; it returns the drafts as the accept step needs them (a host Proposal, or None for
+drafts that stay on the device). `tokens`: the committed tokens, or None for a cycle recorded
+while the one before is in flight (it goes on from what the device holds).
+  HostProposal   a drafter on the host (n-gram, a draft model of another vocabulary, the
+                 grammar-forced drafts), or none: its tokens (and q rows) go up with the step
+                 data.
+  DeviceDraft    a draft model (or the champion's first L layers) sampling on the GPU.
+  DeviceLookup   n-gram drafts looked up on the GPU (gpu/ngram.py) in a history the cycles
+                 before appended from their accept words: the cycle needs nothing from the host,
+                 so it goes ahead of the one in flight. Its first dispatch appends the tokens the
+                 cycle before emitted, drafts up to k (fewer at the budget `limit` and the
+                 context's end) and writes the pass's tokens and Step: positions and row counts
+                 follow the GPU's verdict, never the host's guess; the host commits the rows
+                 when it reads the cycle.
+  FedDraft       a draft model on the GPU fed from the cycle before (gpu/ahead.py): the cycle's
+                 first dispatch takes the tokens it emitted, feeds the draft's first step the
+                 last m committed tokens and writes every Step of the cycle; it goes ahead too.
+  FromBefore     a champion-only cycle fed by the token the cycle in flight emits, copied on the
+                 device from its accept words (pipelined decoding); that cycle keeps exactly one
+                 row whatever its verdict, so its row is committed when this one is recorded.
+Not here: the pass and the accept step (gpu/backend.py), the draft's steps (gpu/draft.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..cycle import Proposal, Rule
+from . import sampling
+from .device import Copy
+from .draft import GPUDraft, draft_slot, encode_steps, step_copies, step_plan
+from .recording import Recording
+from .step import SLOT_CHAMPION
+
+
+class HostProposal:
+    """Drafts proposed on the host, or none (drafter None, or k = 0)."""
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+
+    def encode(self, b, rec: Recording, tokens: list[int], k: int, rule: Rule,
+               limit: int | None = None) -> Proposal:
+        d = self.drafter
+        proposal = d.propose(tokens, k, rule) if k > 0 and d else Proposal()
+        del proposal.tokens[k:], proposal.q_draft[k:]   # a drafter may return fewer, never more
+        rec.t_draft = time.perf_counter() - rec.t0
+        rec.k = len(proposal.tokens)
+        b.kv.rollback()   # a self:L draft left rows here; the champion pass rewrites them
+        rec.pos = b.champion.feed([tokens[-1]] + proposal.tokens, SLOT_CHAMPION)
+        return proposal
+
+
+class DeviceDraft:
+    """A draft's k steps on the GPU; their tokens are rows 1..k of the champion's token list."""
+
+    def __init__(self, draft: GPUDraft):
+        self.draft = draft
+
+    def encode(self, b, rec: Recording, tokens: list[int], k: int, rule: Rule,
+               limit: int | None = None) -> None:
+        rec.k = encode_steps(b, rec, self.draft, tokens, k, rule)
+        rec.on_device = True
+        b.kv.rollback()   # a self:L draft left rows here; the champion pass rewrites them
+        rec.pos = b.kv.append(rec.k + 1)
+        b.dev.write(b.champion.tokens, np.array([tokens[-1]], np.uint32))   # row 0 from the host
+
+
+def _going_ahead(b, rec: Recording, tokens: list[int] | None, start) -> None:
+    """A device-written cycle: no step slot or position from the host; `start(tokens)` begins
+    the device's state at a request's first such cycle."""
+    rec.slots, rec.pos, rec.looked_up = 0, None, True
+    if tokens is not None:
+        b.kv.rollback()
+        start(tokens)
+    else:
+        rec.ahead = True
+
+
+class DeviceLookup:
+    """n-gram drafts looked up on the GPU (see the module docstring)."""
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+
+    def encode(self, b, rec: Recording, tokens: list[int] | None, k: int, rule: Rule,
+               limit: int) -> None:
+        lookup = b.lookup()
+        _going_ahead(b, rec, tokens, lookup.start)
+        if k:
+            self.drafter.calls += 1
+        lookup.set(k, limit, rule.seed, rule.temperature, rule.mode)
+        rec.commands += [lookup.plan, lookup.step_copy(b.champion.steps, SLOT_CHAMPION)]
+        rec.k = k
+
+
+class FedDraft:
+    """A draft model on the GPU fed from the cycle before (see the module docstring)."""
+
+    def __init__(self, draft: GPUDraft):
+        self.draft = draft
+
+    def encode(self, b, rec: Recording, tokens: list[int] | None, k: int, rule: Rule,
+               limit: int) -> None:
+        draft, feed = self.draft, b.feed()
+
+        def start(tokens):
+            draft.start_ahead(tokens, draft_slot(0))
+            feed.start(tokens)
+
+        _going_ahead(b, rec, tokens, start)
+        rec.fed, rec.on_device, rec.k = draft, True, k
+        m, runs = draft.plan_ahead(k)
+        steps = max(k, int(runs))
+        feed.set(k, m, limit, rule.seed, rule.temperature, rule.mode,
+                 one_hot=rule.mode != "rejection" or k == 0)
+        rec.commands += [feed.plan, feed.steps_copy(b.champion.steps, 1 + steps)]
+        draft.calls += k
+        for i in range(steps):
+            rec.commands.append(step_plan(b, draft, draft_slot(i), rule.mode))
+            rec.commands += step_copies(b, draft, i, k, m - 1 if i == 0 else 0, rule.mode)
+
+
+class FromBefore:
+    """A champion-only cycle fed by the token of the cycle in flight (see the module docstring)."""
+
+    def encode(self, b, rec: Recording, tokens, k: int, rule: Rule,
+               limit: int | None = None) -> Proposal:
+        rec.ahead = True
+        rec.pos = b.kv.append(1)
+        rec.commands.append(Copy(b.out, 4 * sampling.ACCEPT_TOKENS, b.champion.tokens, 0, 4))
+        return Proposal()

@@ -1,21 +1,23 @@
 // Token embedding: x[r, :] = row tokens[r] of the table, dequantized, for r < step.rows.
-// The table uses the layouts of matmul.wgsl (Q8_0 repacked to 9 u32 per block, so a tied head and
-// the embedding share one buffer). The result is bit-identical to quant.dequantize: d * q (+ m)
-// in f32, rounded after each operation (see embed_q4_1 for how the add is kept unfused).
+// The table uses the layouts of blocks.wgsl (Q8_0 repacked to 9 u32 per block, so a tied head and
+// the embedding share one buffer), or f32, or bf16. The result is bit-identical to
+// quant.dequantize: d * q (+ m) in f32, rounded after each operation (see embed_q4_1 for how the
+// add is kept unfused).
 // One thread per element of (ROWS_MAX, d); no barriers. Token ids >= vocab are clamped (robustness
 // only: the engine never feeds them).
 
 //!include step.wgsl
+//!include blocks.wgsl
 
 struct Params {
-    d: u32,      // width of a row (a multiple of 32 for Q8_0 / Q4_1)
+    d: u32,      // width of a row (a multiple of 32 for the block formats, 256 for K-quants)
     vocab: u32,  // rows of the table
     one: f32,    // 1.0, opaque to the compiler (see embed_q4_1)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
-@group(0) @binding(2) var<storage, read> table: array<u32>;     // (vocab, d/32, 9|5) | (vocab, d)
+@group(0) @binding(2) var<storage, read> w: array<u32>;         // (vocab, row words) the table
 @group(0) @binding(3) var<storage, read> tokens: array<u32>;    // (ROWS_MAX,)
 @group(0) @binding(4) var<storage, read_write> x: array<f32>;   // (ROWS_MAX, d)
 
@@ -43,8 +45,8 @@ fn embed_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     }
     let blk = (el.token * (params.d / 32u) + el.e / 32u) * 9u;
     let i = el.e % 32u;
-    let d = unpack2x16float(table[blk]).x;
-    let q = bitcast<i32>(table[blk + 1u + i / 4u] << (24u - 8u * (i % 4u))) >> 24u;
+    let d = unpack2x16float(w[blk]).x;
+    let q = bitcast<i32>(w[blk + 1u + i / 4u] << (24u - 8u * (i % 4u))) >> 24u;
     x[el.at] = d * f32(q);
 }
 
@@ -57,9 +59,9 @@ fn embed_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     }
     let blk = (el.token * (params.d / 32u) + el.e / 32u) * 5u;
     let i = el.e % 32u;
-    let dm = unpack2x16float(table[blk]);
+    let dm = unpack2x16float(w[blk]);
     let shift = 8u * (i % 4u) + select(0u, 4u, i >= 16u);
-    let q = f32((table[blk + 1u + (i % 16u) / 4u] >> shift) & 15u);
+    let q = f32((w[blk + 1u + (i % 16u) / 4u] >> shift) & 15u);
     // Why `* params.one`: a compiler may contract d * q + m into one fma (one rounding), which
     // would differ from the reference's two roundings. The product of d * q feeds a multiply, not
     // an add, so it is rounded; fma(p, 1, m) then equals p + m rounded once, as in numpy.
@@ -73,5 +75,65 @@ fn embed_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid
     if (!el.ok) {
         return;
     }
-    x[el.at] = bitcast<f32>(table[el.token * params.d + el.e]);
+    x[el.at] = bitcast<f32>(w[el.token * params.d + el.e]);
+}
+
+// The formats of blocks.wgsl's `affine`: p + o with each operand `* params.one`: both are
+// products (Q4_K's o is -(dmin m)), and either could otherwise be contracted into an fma with the
+// add, one rounding where the reference has two (see embed_q4_1).
+fn embed_unpacked(kind: u32, t: u32, wid: vec3<u32>, nwg: vec3<u32>) {
+    let el = element(t, wid, nwg);
+    if (!el.ok) {
+        return;
+    }
+    let i = el.e % 32u;
+    let a = affine(kind, load_block(kind, 0u, el.token, el.e / 32u, params.d / 32u), i / 4u);
+    x[el.at] = a.p[i % 4u] * params.one + a.o[i % 4u] * params.one;
+}
+
+@compute @workgroup_size(WG)
+fn embed_q4_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    embed_unpacked(KIND_Q4_0, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn embed_q5_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    embed_unpacked(KIND_Q5_0, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn embed_q5_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    embed_unpacked(KIND_Q5_1, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn embed_q4_k(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    embed_unpacked(KIND_Q4_K, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn embed_q5_k(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    embed_unpacked(KIND_Q5_K, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn embed_q6_k(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    embed_unpacked(KIND_Q6_K, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn embed_bf16(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let el = element(t, wid, nwg);
+    if (!el.ok) {
+        return;
+    }
+    let at = el.token * params.d + el.e;   // element index: two per u32, the low half first
+    x[el.at] = bitcast<f32>((w[at / 2u] >> (16u * (at % 2u))) << 16u);
 }

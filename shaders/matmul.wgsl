@@ -1,11 +1,9 @@
-// Thin matrix products y = W x over 1..ROWS_MAX rows, with Q4_1, Q8_0 or f32 weights (DESIGN §7).
+// Thin matrix products y = W x over 1..ROWS_MAX rows (DESIGN §7), with weights in a block format
+// (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: blocks.wgsl has their layouts), f32 or bf16.
 //
-// W is (n_out, n_in), row-major, in blocks of 32 along n_in (llama.cpp ggml-common.h layouts):
-//   Q4_1: 5 u32 per block: f16 d | f16 m, then 16 bytes of nibbles; value i < 16 is the low
-//         nibble of byte i, value i >= 16 the high nibble of byte i - 16; w = d * q + m.
-//   Q8_0: repacked at upload (ops.Weight) from 34 to 36 bytes so that it is u32-aligned:
-//         9 u32 per block: f16 d | 0, then 32 int8 (value i is byte i); w = d * q.
-//   f32:  one u32 (f32 bits) per element, read a vec4 at a time; n_in a multiple of 4.
+// W is (n_out, n_in), row-major, quantized in units of 32 along n_in (blocks.wgsl), or
+//   f32:  one u32 (f32 bits) per element, read a vec4 at a time; n_in a multiple of 4;
+//   bf16: two elements per u32 (the low half first), read 4 at a time; n_in a multiple of 4.
 //
 // Work split: a thread owns MATMUL_OUTS = 4 consecutive outputs and one `lane` of them; the
 // `lanes` threads of an output group take the blocks lane, lane + lanes, ... Rows go in tiles of
@@ -46,10 +44,11 @@
 // V cache `v_out` (row step.pos + r of each); with EPILOGUE_ROPE the Q and K pairs are rotated.
 
 //!include step.wgsl
+//!include blocks.wgsl
 
 struct Params {
     n_out: u32,       // outputs (rows of W)
-    n_in: u32,        // inputs (columns of W): a multiple of 32 (Q4_1, Q8_0) or of 4 (f32)
+    n_in: u32,        // inputs (columns of W): a multiple of 32 (256: K-quants) or of 4 (f32, bf16)
     lanes: u32,       // threads sharing one output group's dot products: 1, 2, 4, ... 64 (WG)
     out_at_pos: u32,  // 1: pass row r goes to row step.pos + r of y (a KV cache); 0: to row r
     accumulate: u32,  // 1: y += W x (the residual add); 0: y = W x
@@ -62,16 +61,16 @@ struct Params {
     kv_rows: u32,     // ... rows k_out and v_out hold (max_ctx)
     norm: u32,        // 1: RMSNorm folded in (see above)
     eps: f32,         // norm: the epsilon
+    v_kind: u32,      // Q, K, V as one product whose V rows are in another format: its KIND_*
+    v_at: u32,        // ... and the word of W where they start (quantized_v); else NONE, 0
 }
 
-const Q4_1: u32 = 0u;
-const Q8_0: u32 = 1u;
 const EPILOGUE_ROPE: u32 = 1u;       // ops.matmul's epilogue codes
 const EPILOGUE_SILU_GATE: u32 = 2u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
-@group(0) @binding(2) var<storage, read> w: array<u32>;       // (n_out, n_in/32, 5|9)|(n_out, n_in)
+@group(0) @binding(2) var<storage, read> w: array<u32>;       // (n_out, row words) blocks.wgsl
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>; // (ROWS_MAX, n_in/4)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (y_rows, n_out)
 @group(0) @binding(5) var<storage, read> table: array<vec2<f32>>;  // (rope_rows, head_dim/2) cos, sin
@@ -111,44 +110,6 @@ fn x_tile(c: u32, r0: u32, rows: u32, rs: u32) -> mat4x4<f32> {
     return t;
 }
 
-// One quantized block of 32 weights: Q4_1 s = (d, m), q0 = the 4 nibble words; Q8_0 s = (d, 0),
-// q0, q1 = the 8 int8 words.
-struct Block {
-    s: vec2<f32>,
-    q0: vec4<u32>,
-    q1: vec4<u32>,
-}
-
-fn load_block(kind: u32, j: u32, b: u32, nb: u32) -> Block {
-    if (kind == Q4_1) {
-        let at = (j * nb + b) * 5u;
-        return Block(unpack2x16float(w[at]), vec4<u32>(w[at + 1u], w[at + 2u], w[at + 3u],
-                     w[at + 4u]), vec4<u32>());
-    }
-    let at = (j * nb + b) * 9u;
-    return Block(unpack2x16float(w[at]), vec4<u32>(w[at + 1u], w[at + 2u], w[at + 3u], w[at + 4u]),
-                 vec4<u32>(w[at + 5u], w[at + 6u], w[at + 7u], w[at + 8u]));
-}
-
-// Bytes 0..3 of q, low nibbles (shift 0) or high nibbles (shift 4), as f32.
-fn nibbles(q: u32, shift: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(15u));
-}
-
-// Bytes 0..3 of q as signed int8, as f32.
-fn int8s(q: u32) -> vec4<f32> {
-    let s = bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u));
-    return vec4<f32>(s >> vec4<u32>(24u));
-}
-
-// Weights 4i..4i+3 of a block (i a constant 0..7 once inlined).
-fn chunk(kind: u32, blk: Block, i: u32) -> vec4<f32> {
-    if (kind == Q4_1) {
-        return blk.s.x * nibbles(blk.q0[i % 4u], i / 4u * 4u) + blk.s.y;
-    }
-    return blk.s.x * int8s(select(blk.q0[i % 4u], blk.q1[i % 4u], i >= 4u));
-}
-
 // A thread's sums over a row tile: acc (column o = output j0 + o, component k = row r0 + k) and,
 // with the folded norm, sq (column k = row r0 + k: its squares, componentwise).
 struct Tile {
@@ -178,17 +139,17 @@ fn mac(kind: u32, t: ptr<function, Tile>, b0: Block, b1: Block, b2: Block, b3: B
                            a[2] + chunk(kind, b2, i) * xt, a[3] + chunk(kind, b3, i) * xt);
 }
 
-// This thread's partial sums of outputs j0..j0+3 over rows r0..r0+3 (quantized weights).
-fn tile_quant(kind: u32, j0: u32, lane: u32, r0: u32, rows: u32) -> Tile {
+// This thread's partial sums of W's rows j (its outputs, clamped) over rows r0..r0+3 of the
+// pass (quantized weights of `kind`, rows from word `base`).
+fn tile_quant(kind: u32, base: u32, j: vec4<u32>, lane: u32, r0: u32, rows: u32) -> Tile {
     let nb = params.n_in / 32u;
     let rs = params.n_in / 4u;
-    let j = vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
     var t = Tile();
     for (var b = lane; b < nb; b += params.lanes) {
-        let b0 = load_block(kind, j.x, b, nb);
-        let b1 = load_block(kind, j.y, b, nb);
-        let b2 = load_block(kind, j.z, b, nb);
-        let b3 = load_block(kind, j.w, b, nb);
+        let b0 = load_block(kind, base, j.x, b, nb);
+        let b1 = load_block(kind, base, j.y, b, nb);
+        let b2 = load_block(kind, base, j.z, b, nb);
+        let b3 = load_block(kind, base, j.w, b, nb);
         let c = r0 * rs + b * 8u;
         mac(kind, &t, b0, b1, b2, b3, 0u, c, r0, rows, rs);
         mac(kind, &t, b0, b1, b2, b3, 1u, c + 1u, r0, rows, rs);
@@ -343,47 +304,137 @@ fn finish(t: u32, j0: u32, r0: u32, rows: u32, tile: Tile) {
     }
 }
 
-@compute @workgroup_size(WG)
-fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
-               @builtin(num_workgroups) nwg: vec3<u32>) {
+// W's rows of outputs j0..j0+3, clamped into W: outputs past n_out compute on its last row.
+fn out_rows(j0: u32) -> vec4<u32> {
+    return vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
+}
+
+// The product with quantized weights of `kind`: each workgroup layer takes its row tiles.
+fn quantized(kind: u32, t: u32, wid: vec3<u32>, nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
     for (var r0 = wid.z * 4u; r0 < rows; r0 += 4u * nwg.z) {
-        finish(t, j0, r0, rows, tile_quant(Q4_1, j0, t % params.lanes, r0, rows));
+        finish(t, j0, r0, rows, tile_quant(kind, 0u, out_rows(j0), t % params.lanes, r0, rows));
     }
+}
+
+// `quantized` for the formats of a K-quant mix's Q, K, V product (Q4_K_M, Q5_K_M and their
+// Q5_0 / Q5_1 fallbacks), whose V rows may be Q6_K or Q8_0 (formats/mixes.py: attn_v gets more
+// bits on some layers). An output group never straddles the K/V boundary (nq + nk is whole heads,
+// a multiple of 4), so a thread's 4 rows are all of one format; the branch only picks the tile,
+// and every thread reaches `finish` (its barrier) on the same tiles.
+fn quantized_v(kind: u32, t: u32, wid: vec3<u32>, nwg: vec3<u32>) {
+    let rows = min(step.rows, ROWS_MAX);
+    let j0 = first_output(t, wid, nwg);
+    let v0 = params.nq + params.nk;
+    let in_v = params.v_kind != NONE && j0 >= v0;
+    let j = out_rows(j0) - select(vec4<u32>(), vec4<u32>(v0), in_v);
+    let lane = t % params.lanes;
+    for (var r0 = wid.z * 4u; r0 < rows; r0 += 4u * nwg.z) {
+        var tile: Tile;
+        if (!in_v) {
+            tile = tile_quant(kind, 0u, j, lane, r0, rows);
+        } else if (params.v_kind == KIND_Q6_K) {
+            tile = tile_quant(KIND_Q6_K, params.v_at, j, lane, r0, rows);
+        } else {
+            tile = tile_quant(KIND_Q8_0, params.v_at, j, lane, r0, rows);
+        }
+        finish(t, j0, r0, rows, tile);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn matmul_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    quantized(KIND_Q4_1, t, wid, nwg);
 }
 
 @compute @workgroup_size(WG)
 fn matmul_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
-    let rows = min(step.rows, ROWS_MAX);
-    let j0 = first_output(t, wid, nwg);
-    for (var r0 = wid.z * 4u; r0 < rows; r0 += 4u * nwg.z) {
-        finish(t, j0, r0, rows, tile_quant(Q8_0, j0, t % params.lanes, r0, rows));
-    }
+    quantized(KIND_Q8_0, t, wid, nwg);
 }
 
-// f32 weights 4c..4c+3 of output j.
-fn f32s(j: u32, c: u32) -> vec4<f32> {
+@compute @workgroup_size(WG)
+fn matmul_q4_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    quantized(KIND_Q4_0, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn matmul_q5_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    quantized_v(KIND_Q5_0, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn matmul_q5_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    quantized_v(KIND_Q5_1, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn matmul_q4_k(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    quantized_v(KIND_Q4_K, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn matmul_q5_k(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    quantized_v(KIND_Q5_K, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn matmul_q6_k(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    quantized(KIND_Q6_K, t, wid, nwg);
+}
+
+const F32: u32 = 0u;    // dense kinds
+const BF16: u32 = 1u;
+
+// Weights 4c..4c+3 of output j, f32 or bf16.
+fn dense4(kind: u32, j: u32, c: u32) -> vec4<f32> {
+    if (kind == BF16) {
+        let at = j * (params.n_in / 2u) + c * 2u;
+        let a = w[at];
+        let b = w[at + 1u];
+        return bitcast<vec4<f32>>(vec4<u32>(a << 16u, a & 0xFFFF0000u, b << 16u,
+                                            b & 0xFFFF0000u));
+    }
     let at = j * params.n_in + c * 4u;
     return bitcast<vec4<f32>>(vec4<u32>(w[at], w[at + 1u], w[at + 2u], w[at + 3u]));
 }
 
-@compute @workgroup_size(WG)
-fn matmul_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
-              @builtin(num_workgroups) nwg: vec3<u32>) {
+// The product with dense weights of `kind` (F32, BF16): lanes take vec4 columns.
+fn dense(kind: u32, t: u32, wid: vec3<u32>, nwg: vec3<u32>) {
     let rows = min(step.rows, ROWS_MAX);
     let j0 = first_output(t, wid, nwg);
     let rs = params.n_in / 4u;
-    let j = vec4<u32>(clamped(j0, 0u), clamped(j0, 1u), clamped(j0, 2u), clamped(j0, 3u));
+    let j = out_rows(j0);
     for (var r0 = wid.z * 4u; r0 < rows; r0 += 4u * nwg.z) {
         var tile = Tile();
         for (var c = t % params.lanes; c < rs; c += params.lanes) {
             let xt = take_x(&tile, r0 * rs + c, r0, rows, rs);
             let a = tile.acc;
-            tile.acc = mat4x4<f32>(a[0] + f32s(j.x, c) * xt, a[1] + f32s(j.y, c) * xt,
-                                   a[2] + f32s(j.z, c) * xt, a[3] + f32s(j.w, c) * xt);
+            tile.acc = mat4x4<f32>(a[0] + dense4(kind, j.x, c) * xt,
+                                   a[1] + dense4(kind, j.y, c) * xt,
+                                   a[2] + dense4(kind, j.z, c) * xt,
+                                   a[3] + dense4(kind, j.w, c) * xt);
         }
         finish(t, j0, r0, rows, tile);
     }
+}
+
+@compute @workgroup_size(WG)
+fn matmul_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    dense(F32, t, wid, nwg);
+}
+
+@compute @workgroup_size(WG)
+fn matmul_bf16(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    dense(BF16, t, wid, nwg);
 }

@@ -2,10 +2,14 @@
 in llama.cpp's Q4_K_M mix, formats/mixes.py) gives, on each CPU engine, bit for bit the logits of
 the same model written as F32 with its weights dequantized (formats/quant.py, itself bit-exact
 against the gguf package: tests/test_quant.py). So the engines take each format as its reference
-dequantization and nothing else. The GPU products per format are tests/test_gpu_ops.py's.
+dequantization and nothing else. On a GPU (weights kept in their formats: shaders/blocks.wgsl)
+the whole forward agrees with the numpy reference within float32 reordering and is
+batch-invariant; the products per format are tested in tests/test_gpu_ops.py.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import numpy as np
 import pytest
@@ -15,6 +19,8 @@ from pyspec.cpu import fastcpu
 from pyspec.cpu.model import Model
 from pyspec.formats import gguf, quant
 from pyspec.formats.gguf import GGUFFile
+
+ATOL, RTOL = 1e-4, 1e-4   # |gpu - cpu| <= ATOL + RTOL |cpu| (tests/test_gpu_model.py's)
 
 # name -> (write_model arguments, the formats the file must hold besides F32)
 CASES = {
@@ -52,3 +58,31 @@ def test_cpu_engines_take_each_format_as_its_dequantization(pair, engine):
     b = want.forward(tokens, want.new_cache(32))
     assert a.shape == (len(tokens), got.config.vocab_size)
     assert np.array_equal(a, b) and np.isfinite(a).all()
+
+
+@pytest.mark.usefixtures("gpu")
+def test_gpu_forward_takes_each_format(pair):
+    """Logits of 12 tokens in one pass vs numpy; then after 7 of them, one pass over 5 vs five
+    one-token passes, bit for bit."""
+    from conftest import gpu_device
+    from pyspec.gpu import load_model
+
+    path, _ = pair
+    ref, gpu = Model.load(path), load_model(gpu_device(), GGUFFile.open(path), max_ctx=32)
+    tokens = list(range(3, 39, 3))
+    got = asyncio.run(gpu.read_logits(tokens, 0))
+    want = ref.forward(tokens, ref.new_cache(32))
+    assert np.all(np.abs(got - want) <= ATOL + RTOL * np.abs(want))
+
+    def run(chunks):
+        gpu.limit_context(None)
+        asyncio.run(gpu.read_logits(tokens[:7], 0))
+        gpu.kv.commit(7)
+        rows = []
+        for chunk in chunks:
+            rows.append(asyncio.run(gpu.read_logits(chunk, 0)))
+            gpu.kv.commit(len(chunk))
+        return np.concatenate(rows)
+
+    block = tokens[7:12]
+    assert run([block]).tobytes() == run([[t] for t in block]).tobytes()

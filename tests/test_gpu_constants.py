@@ -51,6 +51,7 @@ def test_the_block_states_the_python_values():
         "FLAG_ONE_HOT": step.FLAG_ONE_HOT,
         "MODE_GREEDY": step.MODES["greedy"], "MODE_REPLAY": step.MODES["replay"],
         "MODE_REJECTION": step.MODES["rejection"],
+        **{f"KIND_{kind.upper()}": code for kind, code in ops.BLOCK_KINDS.items()},
         "STREAM_ACCEPT": rng.STREAM_ACCEPT, "STREAM_RESIDUAL": rng.STREAM_RESIDUAL,
         "STREAM_BONUS": rng.STREAM_BONUS, "STREAM_DRAFT": rng.STREAM_DRAFT,
         "STREAM_GUMBEL": rng.STREAM_GUMBEL,

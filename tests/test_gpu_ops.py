@@ -27,11 +27,18 @@ pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.
 F32 = np.float32
 POS = 5  # a nonzero start position for the invariance passes
 
-# Awkward shapes: 33 and 32001 outputs, n_in a multiple of the block size (of 4 for F16 / F32).
+# Awkward shapes: 33 and 32001 outputs, n_in a multiple of the block size (of 4 for F16 / F32 /
+# BF16). The formats of a Q4_K_M file and its fallbacks (formats/mixes.py), Q5_K, BF16 and Q4_0:
+# 33 outputs and 2 or 3 super-blocks, or 257 and 4 (so that the split path has idle lanes).
+NEW_FORMATS = ["q4_0.33x64", "q5_0.33x96", "q5_1.40x64", "q4_k.33x512", "q4_k.257x1024",
+               "q5_k.33x768", "q6_k.33x512", "bf16.33x36"]
 MATRICES = {"q4_1.33x64": ((33, 64), quant.Q4_1), "q4_1.257x512": ((257, 512), quant.Q4_1),
             "q8_0.33x96": ((33, 96), quant.Q8_0), "q8_0.32001x64": ((32001, 64), quant.Q8_0),
             "f32.33x36": ((33, 36), quant.F32), "f16.40x100": ((40, 100), quant.F16),
-            "norm.576": ((576,), quant.F32), "norm.64": ((64,), quant.F32)}
+            "norm.576": ((576,), quant.F32), "norm.64": ((64,), quant.F32),
+            "bf16.vector": ((64,), quant.BF16),
+            **{name: (tuple(int(n) for n in name.split(".")[1].split("x")),
+                      quant.BY_NAME[name.split(".")[0].upper()]) for name in NEW_FORMATS}}
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +131,12 @@ def matmul_runner(dev, w, rng, accumulate, ctx=POS + 2 * ROWS_MAX):
 
 
 @pytest.mark.parametrize("name", ["q4_1.33x64", "q4_1.257x512", "q8_0.33x96", "q8_0.32001x64",
-                                  "f32.33x36", "f16.40x100"])
+                                  "f32.33x36", "f16.40x100", *NEW_FORMATS])
 def test_matmul_matches_reference(dev, files, name):
     f, _ = files
     w = ops.Weight.upload(dev, f, name)
-    assert w.kind == name.split(".")[0].replace("f16", "f32")
+    kind = name.split(".")[0]
+    assert w.kind == ("f32" if kind == "f16" else kind)
     n_out, n_in = w.shape
     ref_w = f.dequantize(name)                                            # (n_out, n_in)
     rng = np.random.default_rng(1)
@@ -155,7 +163,8 @@ def test_matmul_matches_reference(dev, files, name):
 
 @pytest.mark.parametrize("lanes", ["one", "split"])   # the CPU adapters' path, and the GPUs'
 @pytest.mark.parametrize("name,accumulate", [("q4_1.33x64", False), ("q4_1.257x512", True),
-                                             ("q8_0.33x96", True), ("f16.40x100", False)])
+                                             ("q8_0.33x96", True), ("f16.40x100", False),
+                                             *((n, i % 2 == 0) for i, n in enumerate(NEW_FORMATS))])
 def test_matmul_batch_invariant(dev, files, name, accumulate, lanes, monkeypatch):
     """Rows 1..16, bit for bit; split across lanes, each row tile of a pass in a workgroup layer
     of its own (matmul.wgsl; a CPU adapter's one layer loops over them)."""
@@ -179,7 +188,8 @@ def test_matmul_kv_rows_past_the_cache_are_skipped(dev, files):
 # --- embed ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("source,name", [("model", "token_embd.weight"), ("ops", "q8_0.32001x64"),
-                                         ("ops", "q4_1.257x512"), ("ops", "f32.33x36")])
+                                         ("ops", "q4_1.257x512"), ("ops", "f32.33x36"),
+                                         *(("ops", n) for n in NEW_FORMATS)])
 def test_embed_exact_and_batch_invariant(dev, files, source, name):
     f = files[0] if source == "ops" else files[1].file
     w = ops.Weight.upload(dev, f, name)
@@ -207,10 +217,11 @@ def test_embed_exact_and_batch_invariant(dev, files, source, name):
 
 # --- rmsnorm ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["norm.576", "norm.64"])
+@pytest.mark.parametrize("name", ["norm.576", "norm.64", "bf16.vector"])
 def test_rmsnorm(dev, files, name):
     f = files[0]
     w = ops.Weight.upload(dev, f, name)
+    assert w.kind == "f32"    # a BF16 vector is widened (ops._KINDS)
     (d,) = w.shape
     eps = 1e-5
     rng = np.random.default_rng(4)
@@ -373,15 +384,34 @@ def test_attention(dev, files, entry, monkeypatch):
 
 # --- Q, K and V as one product --------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def mixes(tmp_path_factory):
+    """Q4_K_M tiny models (formats/mixes.py) of one layer, whose attn_v has more bits than
+    attn_q / attn_k: width 256 (Q4_K with V in Q6_K) and 192 (the fallbacks: Q5_0, V in Q8_0)."""
+    root = tmp_path_factory.mktemp("mixes")
+    out = {}
+    for d, heads, kv in ((256, 4, 2), (192, 3, 1)):
+        testmodels.write_model(root / f"{d}.gguf", n_layers=1, d=d, n_heads=heads, n_kv=kv,
+                               d_ff=256, matrix_type="Q4_K_M", seed=d)
+        out[f"q4_k_m.{d}"] = Model.load(root / f"{d}.gguf")
+    return out
+
+
 @pytest.mark.parametrize("lanes", ["one", "split"])
-def test_matmul_qkv_routes_rotates_and_caches(dev, files, lanes, monkeypatch):
+@pytest.mark.parametrize("source,kinds", [("model", ("q4_1", "")), ("q4_k_m.256", ("q4_k", "q6_k")),
+                                          ("q4_k_m.192", ("q5_0", "q8_0"))])
+def test_matmul_qkv_routes_rotates_and_caches(dev, files, mixes, source, kinds, lanes,
+                                               monkeypatch):
     """One product over the stacked Q, K, V rows: Q (rotated) into activations, K (rotated) and V
-    into cache rows pos.., vs the reference's three products and RoPE; batch-invariant."""
+    into cache rows pos.., vs the reference's three products and RoPE; batch-invariant. Also for
+    a K-quant mix whose V rows are in another format than Q and K (matmul.wgsl's quantized_v)."""
     monkeypatch.setattr(dev, "is_cpu", lanes == "one")
-    model = files[1]
+    model = files[1] if source == "model" else mixes[source]
     cfg, f = model.config, model.file
     names = [f"blk.0.attn_{n}.weight" for n in "qkv"]
     w = ops.Weight.upload_stack(dev, f, names)
+    assert (w.kind, w.v_kind) == kinds
+    assert w.nbytes == sum(ops.Weight.host_bytes(f, n)[0].nbytes for n in names)
     refs = [f.dequantize(n) for n in names]                               # (n_out_i, n_in)
     (nq, n_in), nk, nv = refs[0].shape, refs[1].shape[0], refs[2].shape[0]
     assert w.shape == (nq + nk + nv, n_in)

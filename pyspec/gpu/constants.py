@@ -11,9 +11,8 @@ Why the values live here and not in the modules that use them: device.py renders
 ops.py, sampling.py and step.py import device.py, so their values read from device.py would be an
 import circle (tests/test_layout.py). This module imports only rng.
 
-Not here: a constant only one side uses (a shader's float limits, matmul.wgsl's Q4_1 / Q8_0
-selectors, which Python never encodes because it picks the entry point by name), and struct
-layouts (Step, each kernel's Params), which their packers keep in field order.
+Not here: a constant only one side uses (a shader's float limits), and struct layouts (Step, each
+kernel's Params), which their packers keep in field order.
 """
 
 from __future__ import annotations
@@ -31,6 +30,12 @@ ARGMAX_CHUNK = 1024  # ids per workgroup of a per-row kernel split over a row, o
 RNG_FILL_WG = 64     # threads per workgroup of rng_fill (tests)
 ATTN_WG = 256        # threads per workgroup of attention on a GPU (one workgroup per row and head)
 ATTN_WG_CPU = 64     # ... on a software adapter (attention_cpu: fewer idle threads per barrier)
+
+# --- block formats on the GPU (shaders/blocks.wgsl): KIND_Q4_1, ... in WGSL. Python picks a
+# product's entry point by name (matmul_q4_k) and encodes a code only for the V rows of a Q, K, V
+# product whose V is in another format (ops.Weight.upload_stack).
+BLOCK_KINDS = {"q4_1": 0, "q8_0": 1, "q5_0": 2, "q5_1": 3, "q4_k": 4, "q5_k": 5, "q6_k": 6,
+               "q4_0": 7}
 
 # --- the Step uniform (step.py): mode and flags ---------------------------------------------------
 MODES = {"greedy": 0, "replay": 1, "rejection": 2}
@@ -62,6 +67,7 @@ def values() -> dict[str, int]:
     """Every constant of the WGSL block by its WGSL name (all u32), in the block's order."""
     out = {name: globals()[name] for name in _HERE}
     out |= {f"MODE_{mode.upper()}": value for mode, value in MODES.items()}
+    out |= {f"KIND_{kind.upper()}": value for kind, value in BLOCK_KINDS.items()}
     out |= {name: getattr(rng, name) for name in _STREAMS}
     return out
 

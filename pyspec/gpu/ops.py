@@ -23,33 +23,51 @@ from ..formats import quant
 from ..formats.gguf import GGUFFile
 
 # the shaders get the same names (constants.py)
-from .constants import ATTN_WG, ATTN_WG_CPU, MATMUL_OUTS, WG
+from .constants import ATTN_WG, ATTN_WG_CPU, BLOCK_KINDS, MATMUL_OUTS, NONE, WG
 from .device import ROWS_MAX, Dispatch, ShapeError, binding_size, need, split_workgroups
 
 # --- weights ------------------------------------------------------------------------------------
 
-# GPU layout per GGUF type. Q8_0's 34-byte blocks are not u32-aligned, so they are repacked to 36
-# bytes (f16 d, 2 zero bytes, 32 int8); F16 (tiny test models) is widened to f32.
-_KINDS = {quant.Q4_1.type_id: "q4_1", quant.Q8_0.type_id: "q8_0",
+# GPU layout per GGUF type (shaders/blocks.wgsl): the kind names the matmul_<kind> and
+# embed_<kind> entry points. Blocks whose size is not a multiple of 4 bytes get 2 zero bytes at
+# _PADS' offset so that they are u32-aligned: Q4_0 18 -> 20, Q8_0 34 -> 36 and Q5_0 22 -> 24
+# after their f16 d, Q6_K 210 -> 212 at the end; the values stay in their block format. F16
+# (tiny test models) is widened to f32, and so are BF16 vectors (norms); BF16 matrices stay BF16.
+_KINDS = {quant.Q4_0.type_id: "q4_0", quant.Q4_1.type_id: "q4_1", quant.Q8_0.type_id: "q8_0",
+          quant.Q5_0.type_id: "q5_0", quant.Q5_1.type_id: "q5_1", quant.Q4_K.type_id: "q4_k",
+          quant.Q5_K.type_id: "q5_k", quant.Q6_K.type_id: "q6_k", quant.BF16.type_id: "bf16",
           quant.F32.type_id: "f32", quant.F16.type_id: "f32"}
+_PADS = {quant.Q4_0.type_id: 2, quant.Q8_0.type_id: 2, quant.Q5_0.type_id: 2,
+         quant.Q6_K.type_id: 210}
+DENSE = ("f32", "bf16")   # kinds read 4 values at a time (n_in % 4 == 0), not in blocks
+# A Q, K, V stack may hold V in another format than Q and K, as K-quant mixes do (formats/mixes.py:
+# attn_v in Q6_K on some layers, Q8_0 where the width falls back): matmul.wgsl's quantized_v.
+MIXED_V = {"q5_0": ("q8_0",), "q5_1": ("q8_0",), "q4_k": ("q6_k", "q8_0"),
+           "q5_k": ("q6_k", "q8_0")}
 
 
-def repack_q8_0(raw: np.ndarray) -> np.ndarray:
-    """Q8_0 bytes (n_blocks * 34,) -> (n_blocks, 36) uint8: d at bytes 0-1, qs at 4-35."""
-    blocks = np.asarray(raw, np.uint8).reshape(-1, quant.Q8_0.block_bytes)
-    out = np.zeros((blocks.shape[0], 36), np.uint8)
-    out[:, 0:2] = blocks[:, 0:2]
-    out[:, 4:] = blocks[:, 2:]
+def repack(raw: np.ndarray, fmt: quant.BlockFormat, at: int) -> np.ndarray:
+    """Blocks of `fmt` (n_blocks * block_bytes,) -> (n_blocks, block_bytes + 2) uint8, with two
+    zero bytes inserted at byte `at` of each block."""
+    blocks = np.asarray(raw, np.uint8).reshape(-1, fmt.block_bytes)
+    out = np.zeros((blocks.shape[0], fmt.block_bytes + 2), np.uint8)
+    out[:, :at] = blocks[:, :at]
+    out[:, at + 2:] = blocks[:, at:]
     return out
 
 
 @dataclass(frozen=True)
 class Weight:
-    """A tensor on the GPU: `kind` 'q4_1' | 'q8_0' | 'f32', `shape` (n_out, n_in) or (n,)."""
+    """A tensor on the GPU: `kind` one of _KINDS' ('q4_k', 'f32', ...), `shape` (n_out, n_in)
+    or (n,). A Q, K, V stack whose last `v_rows` rows (V) are in another format `v_kind` has
+    them from word `v_at` of the buffer (upload_stack)."""
     buffer: object
     kind: str
     shape: tuple[int, ...]
     name: str = ""
+    v_kind: str = ""
+    v_rows: int = 0
+    v_at: int = 0
 
     @classmethod
     def upload(cls, dev, f: GGUFFile, name: str) -> "Weight":
@@ -62,19 +80,16 @@ class Weight:
     def host_bytes(f: GGUFFile, name: str) -> tuple[np.ndarray, str, tuple]:
         """(the bytes the GPU gets, kind, shape) of tensor `name`."""
         t = f.tensor(name)
-        kind = _KINDS.get(t.type_id)
-        if kind is None:
-            raise ShapeError(f"tensor {name!r} is {t.format.name}; the GPU kernels take Q4_1, "
-                             "Q8_0, F16 and F32 (requantize the model, e.g. with llama-quantize)")
+        kind = _KINDS[t.type_id]   # every format quant.py reads (gguf.py refuses the rest)
         if len(t.shape) not in (1, 2):
             raise ShapeError(f"tensor {name!r} has shape {t.shape}; expected a matrix or vector")
         raw = f.raw(name)
-        if t.type_id == quant.Q8_0.type_id:
-            data = repack_q8_0(raw)
-        elif t.type_id == quant.F16.type_id:
-            data = raw.view(np.float16).astype(np.float32)
+        if t.type_id in _PADS:
+            data = repack(raw, t.format, _PADS[t.type_id])
+        elif t.type_id == quant.F16.type_id or (kind == "bf16" and len(t.shape) == 1):
+            data, kind = quant.dequantize(raw, t.type_id, t.shape), "f32"
         else:
-            data = raw  # Q4_1 blocks (20 bytes) and F32 are u32-aligned as they are
+            data = raw  # blocks of 20, 24, 144 or 176 bytes, F32 and BF16 are u32-aligned as is
         return data, kind, tuple(t.shape)
 
     @classmethod
@@ -94,22 +109,38 @@ class Weight:
 
     @classmethod
     def upload_stack(cls, dev, f: GGUFFile, names: list[str]) -> "Weight":
-        """Matrices of one type and width as one, rows of the first, then the second, ...: the
-        weight of matmul(qkv=...). Rows are whole blocks, so stacking changes no value."""
+        """Matrices of one width as one, rows of the first, then the second, ...: the weight of
+        matmul(qkv=...), names = (Q, K, V). Rows are whole blocks, so stacking changes no value.
+        All of one type, or V alone in another where MIXED_V allows it (a K-quant mix)."""
         parts = [cls.host_bytes(f, n) for n in names]
         kind, n_in = parts[0][1], parts[0][2][1]
-        if any(p[1] != kind or len(p[2]) != 2 or p[2][1] != n_in for p in parts):
+        v_kind = parts[-1][1] if parts[-1][1] in MIXED_V.get(kind, ()) else ""
+        if any(p[1] not in (kind, v_kind) or len(p[2]) != 2 or p[2][1] != n_in for p in parts) \
+                or any(p[1] != kind for p in parts[:-1]):
             raise ShapeError(f"{names} differ in type or width; they cannot be stacked")
-        data = np.concatenate([p[0].reshape(p[2][0], -1) for p in parts])  # (sum n_out, row bytes)
+        data = np.concatenate([np.ascontiguousarray(p[0]).view(np.uint8).reshape(-1)
+                               for p in parts])                            # the rows' bytes
         name = "+".join(names)
         _check_binding(dev, name, data.nbytes)
-        return cls(dev.upload(data, label=name), kind, (data.shape[0], n_in), name)
+        n_out = sum(p[2][0] for p in parts)
+        mixed = dict(v_kind=v_kind, v_rows=parts[-1][2][0],
+                     v_at=(data.nbytes - parts[-1][0].nbytes) // 4) if v_kind else {}
+        return cls(dev.upload(data, label=name), kind, (n_out, n_in), name, **mixed)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the GPU copy."""
-        n = int(np.prod(self.shape))
-        return {"q4_1": n // 32 * 20, "q8_0": n // 32 * 36, "f32": n * 4}[self.kind]
+        if self.v_kind:
+            return self.v_at * 4 + _kind_bytes(self.v_kind, self.v_rows * self.shape[1])
+        return _kind_bytes(self.kind, int(np.prod(self.shape)))
+
+
+def _kind_bytes(kind: str, n: int) -> int:
+    """Bytes of n values of a kind on the GPU."""
+    if kind in DENSE:
+        return n * (4 if kind == "f32" else 2)
+    fmt = quant.BY_NAME[kind.upper()]
+    return n // fmt.block_elems * (fmt.block_bytes + (2 if fmt.type_id in _PADS else 0))
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -187,13 +218,14 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     Weight.upload_pair(gate, up) and y (ROWS_MAX, n_out / 2) gets silu(W_gate x) * (W_up x).
     With `qkv` = (k_cache, v_cache, nq, nk) the weight is Weight.upload_stack(q, k, v): outputs
     j < nq go to y (ROWS_MAX, nq), the next nk to row step.pos + r of k_cache (max_ctx, nk) and
-    the rest to v_cache (max_ctx, n_out - nq - nk); RoPE rotates Q and K only. With `norm` (an
+    the rest to v_cache (max_ctx, n_out - nq - nk); RoPE rotates Q and K only; V's rows may be
+    in another format (Weight.v_kind: a K-quant mix's attn_v). With `norm` (an
     f32 vector of n_in) the product takes x un-normed and folds RMSNorm in: y = W rms_norm(x)."""
     if len(weight.shape) != 2:
         raise ShapeError(f"matmul needs a matrix; {weight.name!r} has shape {weight.shape}")
     n_out, n_in = weight.shape
-    if weight.kind == "f32" and n_in % 4:
-        raise ShapeError(f"matmul_f32 needs n_in % 4 == 0, got {n_in} ({weight.name!r})")
+    if weight.kind in DENSE and n_in % 4:
+        raise ShapeError(f"matmul_{weight.kind} needs n_in % 4 == 0, got {n_in} ({weight.name!r})")
     need(dev, x, ROWS_MAX * n_in * 4, f"matmul x for {weight.name!r} (ROWS_MAX, {n_in})")
     if silu_gate and (out_at_pos or accumulate or rope is not None or n_out % 2):
         raise ShapeError(f"matmul with the SiLU gate takes an interleaved (gate, up) pair into "
@@ -202,6 +234,9 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
         raise ShapeError(f"matmul's folded RMSNorm needs an f32 weight of {n_in}; "
                          f"{norm.name!r} is {norm.kind} {norm.shape}")
     k_out, v_out, nq, nk, kv_rows = None, None, 0, 0, 0
+    if weight.v_kind and (qkv is None or qkv[2] + qkv[3] + weight.v_rows != n_out):
+        raise ShapeError(f"{weight.name!r} holds V rows in {weight.v_kind}: it is a Q, K, V "
+                         f"product of {weight.v_rows} V rows only")
     if qkv is not None:
         k_out, v_out, nq, nk = qkv
         nv = n_out - nq - nk
@@ -228,12 +263,13 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
              f"rope table (max_ctx={max_ctx}, {head_dim // 2}, 2)")
     # lanes depends on the device and n_in only, never on rows (batch invariance).
     lanes = (1 if _cpu_adapter(dev) else
-             _lanes(n_in // 4 if weight.kind == "f32" else n_in // 32, n_out))
+             _lanes(n_in // 4 if weight.kind in DENSE else n_in // 32, n_out))
     epilogue = (EPILOGUE_ROPE if rope is not None else
                 EPILOGUE_SILU_GATE if silu_gate else EPILOGUE_NONE)
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,
                                  head_dim, max_ctx, nq, nk, kv_rows, norm is not None,
-                                 float(eps)), f"matmul {weight.name}")
+                                 float(eps), BLOCK_KINDS.get(weight.v_kind, NONE),
+                                 weight.v_at), f"matmul {weight.name}")
     x_groups, y_groups, _ = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
     groups = (x_groups, y_groups, _row_layers(dev))
     spare = _spares(dev)

@@ -1,7 +1,8 @@
 // Token embedding: x[r, :] = row tokens[r] of the table, dequantized, for r < step.rows.
 // The table uses the layouts of matmul.wgsl (Q8_0 repacked to 9 u32 per block, so a tied head and
 // the embedding share one buffer). The result is bit-identical to quant.dequantize: d * q (+ m)
-// in f32, rounded after each operation (see embed_q4_1 for how the add is kept unfused).
+// in f32, rounded after each operation (see embed_q4_1 for how the add is kept unfused), then
+// times `scale` (Gemma 3's sqrt(d); 1.0 elsewhere, which changes no value).
 // One thread per element of (ROWS_MAX, d); no barriers. Token ids >= vocab are clamped (robustness
 // only: the engine never feeds them).
 
@@ -11,6 +12,7 @@ struct Params {
     d: u32,      // width of a row (a multiple of 32 for Q8_0 / Q4_1)
     vocab: u32,  // rows of the table
     one: f32,    // 1.0, opaque to the compiler (see embed_q4_1)
+    scale: f32,  // config.embed_scale as f32
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -45,7 +47,7 @@ fn embed_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     let i = el.e % 32u;
     let d = unpack2x16float(table[blk]).x;
     let q = bitcast<i32>(table[blk + 1u + i / 4u] << (24u - 8u * (i % 4u))) >> 24u;
-    x[el.at] = d * f32(q);
+    x[el.at] = (d * f32(q)) * params.scale;
 }
 
 @compute @workgroup_size(WG)
@@ -63,7 +65,7 @@ fn embed_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     // Why `* params.one`: a compiler may contract d * q + m into one fma (one rounding), which
     // would differ from the reference's two roundings. The product of d * q feeds a multiply, not
     // an add, so it is rounded; fma(p, 1, m) then equals p + m rounded once, as in numpy.
-    x[el.at] = (dm.x * q) * params.one + dm.y;
+    x[el.at] = ((dm.x * q) * params.one + dm.y) * params.scale;
 }
 
 @compute @workgroup_size(WG)
@@ -73,5 +75,5 @@ fn embed_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid
     if (!el.ok) {
         return;
     }
-    x[el.at] = bitcast<f32>(table[el.token * params.d + el.e]);
+    x[el.at] = bitcast<f32>(table[el.token * params.d + el.e]) * params.scale;
 }

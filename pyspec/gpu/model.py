@@ -72,7 +72,8 @@ class GPUModel(LoadedWeights):
                         for i in range(cfg.n_layers)]
         self.v_cache = [dev.buffer(ctx * kv_row * 4, label=f"{label}.v{i}")   # (max_ctx, n_kv*hd)
                         for i in range(cfg.n_layers)]
-        self.rope = ops.rope_table(dev, cfg, ctx)                              # (max_ctx, hd/2) x2
+        inv_freq = cfg.rope_base ** (-np.arange(hd // 2, dtype=np.float64) * 2 / hd)
+        self.rope = ops.rope_table(dev, inv_freq, ctx)                         # (max_ctx, hd/2) x2
         R = ROWS_MAX
         self.tokens = dev.buffer(R * 4, label=f"{label}.tokens")               # (R,) u32
         self.x = dev.buffer(R * d * 4, label=f"{label}.x")                     # (R, d) residual
@@ -187,7 +188,7 @@ class GPUModel(LoadedWeights):
             ]
             h, norm = normed(w["ffn_norm"])
             out += [
-                ops.matmul(dev, w["ffn_gate_up"], h, self.g, step, silu_gate=True, **norm),
+                ops.matmul(dev, w["ffn_gate_up"], h, self.g, step, gate="silu", **norm),
                 ops.matmul(dev, w["ffn_down"], self.g, self.x, step, accumulate=True),
             ]
         if logits:

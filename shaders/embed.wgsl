@@ -3,16 +3,20 @@
 // the embedding share one buffer). The result is bit-identical to quant.dequantize: d * q (+ m)
 // in f32, rounded after each operation (see embed_q4_1 for how the add is kept unfused), then
 // times `scale` (Gemma 3's sqrt(d); 1.0 elsewhere, which changes no value).
-// One thread per element of (ROWS_MAX, d); no barriers. Token ids >= vocab are clamped (robustness
+// A table too large for one binding is split by rows (ops.upload_rows): a part holds ids
+// first .. first + vocab - 1 and writes only the rows whose token it holds, one dispatch a part.
+// One thread per element of (ROWS_MAX, d); no barriers. Token ids >= total are clamped (robustness
 // only: the engine never feeds them).
 
 //!include step.wgsl
 
 struct Params {
     d: u32,      // width of a row (a multiple of 32 for Q8_0 / Q4_1)
-    vocab: u32,  // rows of the table
+    vocab: u32,  // rows of the table (of this part)
     one: f32,    // 1.0, opaque to the compiler (see embed_q4_1)
     scale: f32,  // config.embed_scale as f32
+    first: u32,  // the token id of the part's row 0 (0: the whole table)
+    total: u32,  // ids of the whole table
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -25,15 +29,15 @@ struct Element {
     ok: bool,   // inside the pass
     at: u32,    // index into x
     e: u32,     // element index within the token's row
-    token: u32,
+    token: u32, // the row of this table (part)
 }
 
 fn element(t: u32, wid: vec3<u32>, nwg: vec3<u32>) -> Element {
     let at = (wid.x + wid.y * nwg.x) * WG + t;
     let r = at / params.d;
-    let ok = r < min(step.rows, ROWS_MAX);
-    let token = select(0u, min(tokens[min(r, ROWS_MAX - 1u)], params.vocab - 1u), ok);
-    return Element(ok, at, at % params.d, token);
+    let id = min(tokens[min(r, ROWS_MAX - 1u)], params.total - 1u);
+    let ok = r < min(step.rows, ROWS_MAX) && id >= params.first && id - params.first < params.vocab;
+    return Element(ok, at, at % params.d, select(0u, id - params.first, ok));
 }
 
 @compute @workgroup_size(WG)

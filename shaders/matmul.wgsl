@@ -66,6 +66,8 @@ struct Params {
     norm: u32,        // 1: RMSNorm folded in (see above)
     eps: f32,         // norm: the epsilon
     bias: u32,        // 1: bias[j] added to output j (see above)
+    y_stride: u32,    // f32 from one row of y to the next: its columns, or more for a part of
+                      // a head split by rows (ops.upload_rows) into its columns of the logits
 }
 
 const Q4_1: u32 = 0u;
@@ -213,13 +215,13 @@ fn inv_rms(ss: f32) -> f32 {
     return 1.0 / sqrt(ss / f32(params.n_in) + params.eps);
 }
 
-// Row r of column j of y (y_cols columns) gets s, if y holds that row.
+// Row r of column j of y (y_cols columns, rows y_stride apart) gets s, if y holds that row.
 fn store(j: u32, r: u32, s: f32, y_cols: u32) {
     let row = select(0u, step.pos, params.out_at_pos != 0u) + r;
     if (j >= y_cols || row >= params.y_rows) {
         return;
     }
-    let at = row * y_cols + j;
+    let at = row * params.y_stride + j;
     if (params.accumulate != 0u) {
         y[at] = y[at] + s;
     } else {

@@ -314,3 +314,33 @@ def test_rmsnorm_accumulate(dev, tiny):
     np.testing.assert_allclose(run(ROWS_MAX, 0, list(range(ROWS_MAX))), ref,
                                rtol=1e-5, atol=1e-5)                      # atol 1e-5 + rtol 1e-5
     assert_batch_invariant(run)
+
+
+# --- a 262,144-token vocabulary (Gemma 3) through argmax, softmax and sampling ------------------
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-workgroup", "split"])
+def test_sampling_over_262144_ids(dev, split):
+    """argmax_rows, softmax_rows and sample_rows over Gemma 3's vocabulary (256 parts of
+    ARGMAX_CHUNK ids when split) against verify.py, with the winner in the last part and a tie
+    across parts; test_gpu_sampling.py's passes and tolerances."""
+    from test_gpu_sampling import (POS, SEED, argmax_pass, random_logits, sample_pass,
+                                   softmax_pass)
+
+    from pyspec.gpu.constants import ARGMAX_CHUNK
+    from pyspec.rules import rng, verify
+
+    vocab, rows = 262144, 4
+    gen = np.random.default_rng(262144)
+    logits = random_logits(gen, rows, vocab)
+    logits[1, vocab - 1] = 100.0                                   # the last id
+    logits[2, [3, vocab - ARGMAX_CHUNK]] = logits[2].max() + 1.0   # a tie: the lowest id wins
+    tokens, _ = argmax_pass(dev, logits, rows, "greedy", 0.0, split=split)
+    np.testing.assert_array_equal(tokens, np.argmax(logits.astype(np.float64), axis=-1))
+    assert tokens[1] == vocab - 1 and tokens[2] == 3
+    probs, conf = softmax_pass(dev, logits, rows, 0.7, split=split)
+    ref = verify.softmax(logits, 0.7)
+    assert (np.abs(probs - ref) <= 1e-9 + 2e-5 * ref).all()
+    u = rng.uniforms(SEED, POS + 1 + np.arange(rows), rng.STREAM_DRAFT, 0)
+    drawn = sample_pass(dev, probs, rows, split=split)
+    np.testing.assert_array_equal(drawn, verify.sample_categorical_rows(
+        probs.astype(np.float64), u))

@@ -121,6 +121,51 @@ class Weight:
         return {"q4_1": n // 32 * 20, "q8_0": n // 32 * 36, "f32": n * 4}[self.kind]
 
 
+# A part's first row of a table split by rows is a multiple of this, so that the logits columns
+# a head part writes start at a multiple of 256 bytes: WebGPU's largest
+# minStorageBufferOffsetAlignment (a device may ask less, none more).
+PART_ROWS = 64
+
+
+@dataclass(frozen=True)
+class RowParts:
+    """A (rows, n_in) table larger than one storage binding (a 262,144-token vocabulary's
+    embedding or head on a device that binds 128 MiB), as parts of whole rows, each a Weight:
+    `parts` ((first row, Weight), ...). ops.embed and matmul take a part at a time."""
+    parts: tuple
+    kind: str
+    shape: tuple[int, ...]
+    name: str
+
+    @property
+    def nbytes(self) -> int:
+        return sum(w.nbytes for _, w in self.parts)
+
+
+def upload_rows(dev, f: GGUFFile, name: str) -> "Weight | RowParts":
+    """Tensor `name` (rows, n_in) as one Weight where it fits one binding, else as RowParts of
+    as few parts as fit, their rows balanced and their first rows multiples of PART_ROWS."""
+    data, kind, shape = Weight.host_bytes(f, name)
+    limit = min(getattr(dev, "limits", {}).get(k, data.nbytes)
+                for k in ("max-storage-buffer-binding-size", "max-buffer-size"))
+    if data.nbytes <= limit:
+        return Weight(dev.upload(data, label=name), kind, shape, name)
+    rows = data.reshape(shape[0], -1)                                  # (rows, row bytes)
+    fit = limit // rows.shape[1] // PART_ROWS * PART_ROWS
+    if len(shape) != 2 or fit < PART_ROWS:
+        raise ShapeError(f"tensor {name!r} needs {data.nbytes} bytes on the GPU, and this device "
+                         f"binds at most {limit} per buffer, less than {PART_ROWS} of its rows")
+    n_parts = -(-shape[0] // fit)
+    per = -(-(-(-shape[0] // n_parts)) // PART_ROWS) * PART_ROWS   # balanced, still <= fit
+    parts = []
+    for a in range(0, shape[0], per):
+        b = min(a + per, shape[0])
+        label = f"{name}[{a}:{b}]"
+        parts.append((a, Weight(dev.upload(rows[a:b], label=label), kind, (b - a, shape[1]),
+                                label)))
+    return RowParts(tuple(parts), kind, shape, name)
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 def _check_binding(dev, name: str, nbytes: int) -> None:
@@ -186,7 +231,7 @@ def _row_layers(dev) -> int:
 def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
            accumulate: bool = False, rope=None, head_dim: int = 0, max_ctx: int = 0,
            gate: str | None = None, qkv: tuple | None = None, norm: Weight | None = None,
-           eps: float = 0.0, bias: Weight | None = None) -> Dispatch:
+           eps: float = 0.0, bias: Weight | None = None, y_stride: int = 0) -> Dispatch:
     """y[base + r] (= or +=) weight @ x[r] for r < step.rows; entry matmul_<weight.kind>.
 
     weight (n_out, n_in); x (ROWS_MAX, n_in) f32; y (y_rows, n_out) f32: base = step.pos with
@@ -199,7 +244,9 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     With `qkv` = (k_cache, v_cache, nq, nk) the weight is Weight.upload_stack(q, k, v): outputs
     j < nq go to y (ROWS_MAX, nq), the next nk to row step.pos + r of k_cache (max_ctx, nk) and
     the rest to v_cache (max_ctx, n_out - nq - nk); RoPE rotates Q and K only. With `norm` (an
-    f32 vector of n_in) the product takes x un-normed and folds RMSNorm in: y = W rms_norm(x)."""
+    f32 vector of n_in) the product takes x un-normed and folds RMSNorm in: y = W rms_norm(x).
+    `y_stride` > n_out: y's rows are that many f32 apart (a part of a head split by rows,
+    upload_rows, into its columns of the logits: y bound from the part's first column)."""
     if len(weight.shape) != 2:
         raise ShapeError(f"matmul needs a matrix; {weight.name!r} has shape {weight.shape}")
     n_out, n_in = weight.shape
@@ -230,11 +277,16 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
             raise ShapeError(f"matmul K and V caches for {weight.name!r} hold no common row")
     y_cols = n_out // 2 if gate else nq or n_out
     y_rows = binding_size(dev, y) // (y_cols * 4)
+    if y_stride and (out_at_pos or y_stride < y_cols or y_cols != n_out):
+        raise ShapeError(f"matmul y rows {y_stride} apart cannot hold {y_cols} outputs of "
+                         f"{weight.name!r} (a row stride serves plain products into activations)")
+    y_stride = y_stride or y_cols
     if out_at_pos:
         if y_rows < 1:
             raise ShapeError(f"matmul y for {weight.name!r} holds no row of {n_out} f32")
     else:
-        need(dev, y, ROWS_MAX * y_cols * 4, f"matmul y for {weight.name!r} (ROWS_MAX, {y_cols})")
+        need(dev, y, ((ROWS_MAX - 1) * y_stride + y_cols) * 4,
+             f"matmul y for {weight.name!r} (ROWS_MAX, {y_cols}, rows {y_stride} apart)")
         y_rows = ROWS_MAX
     if rope is not None:
         if accumulate or head_dim % 2 or not head_dim or n_out % head_dim:
@@ -249,7 +301,8 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
                 GATES[gate] if gate else EPILOGUE_NONE)
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,
                                  head_dim, max_ctx, nq, nk, kv_rows, norm is not None,
-                                 float(eps), bias is not None), f"matmul {weight.name}")
+                                 float(eps), bias is not None, y_stride),
+                         f"matmul {weight.name}")
     x_groups, y_groups, _ = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
     groups = (x_groups, y_groups, _row_layers(dev))
     spare = _spares(dev)
@@ -275,9 +328,11 @@ def _spares(dev) -> tuple:
     return _SPARES[dev]
 
 
-def embed(dev, weight: Weight, tokens, x, step, *, scale: float = 1.0) -> Dispatch:
+def embed(dev, weight: Weight, tokens, x, step, *, scale: float = 1.0, first: int = 0,
+          total: int = 0) -> Dispatch:
     """x[r] = dequantized row tokens[r] of weight, times f32(scale) (config.embed_scale), for
-    r < step.rows; entry embed_<weight.kind>.
+    r < step.rows; entry embed_<weight.kind>. A part of a table split by rows (upload_rows) holds
+    ids first.. of `total`, and writes only the rows whose token it holds.
 
     weight (vocab, d); tokens (ROWS_MAX,) u32; x (ROWS_MAX, d) f32. Bit-identical to
     quant.dequantize times the f32 scale."""
@@ -286,7 +341,12 @@ def embed(dev, weight: Weight, tokens, x, step, *, scale: float = 1.0) -> Dispat
     vocab, d = weight.shape
     need(dev, tokens, ROWS_MAX * 4, "embed tokens (ROWS_MAX,) u32")
     need(dev, x, ROWS_MAX * d * 4, f"embed x (ROWS_MAX, {d})")
-    params = dev.uniform(_fields(d, vocab, 1.0, float(np.float32(scale))), f"embed {weight.name}")
+    total = total or vocab
+    if not 0 <= first < first + vocab <= total:
+        raise ShapeError(f"embed: rows {first}..{first + vocab} of {weight.name!r} are not "
+                         f"inside a table of {total}")
+    params = dev.uniform(_fields(d, vocab, 1.0, float(np.float32(scale)), first, total),
+                         f"embed {weight.name}")
     return dev.dispatch("embed", f"embed_{weight.kind}", [params, step, weight.buffer, tokens, x],
                         _workgroups(ROWS_MAX * d))
 

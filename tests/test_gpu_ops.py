@@ -286,7 +286,7 @@ def test_matmul_rope_epilogue(dev, files, at_pos, lanes, monkeypatch):
     y_rows = ctx if at_pos else ROWS_MAX
     rng = np.random.default_rng(5)
     xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
-    table = ops.rope_table(dev, model.inv_freq, ctx)
+    table = ops.rope_table(dev, model.inv_freq[0], ctx)
     x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(y_rows * n_out * 4)
     p = Pass(dev)
     p.dispatches = [ops.matmul(dev, w, x, y, p.step, out_at_pos=at_pos, rope=table,
@@ -388,7 +388,7 @@ def test_matmul_qkv_routes_rotates_and_caches(dev, files, lanes, monkeypatch):
     hd, ctx = cfg.head_dim, 64
     rng = np.random.default_rng(11)
     xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
-    table = ops.rope_table(dev, model.inv_freq, ctx)
+    table = ops.rope_table(dev, model.inv_freq[0], ctx)
     x, q = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * nq * 4)
     kc, vc = dev.buffer(ctx * nk * 4), dev.buffer(ctx * nv * 4)
     p = Pass(dev)

@@ -49,7 +49,18 @@ def family(request, tmp_path_factory):
     return arch, Model(f), load_model(gpu_device(), f), tok, prompt
 
 
-def test_forward_and_cache_match_the_reference(family):
+@pytest.fixture(params=["software", "gpu"])
+def kernels(request, family, monkeypatch):
+    """The plan a software adapter runs (norms as passes, one lane a product) or a GPU's (norms
+    folded into the products, lanes split): both on this adapter, plans rebuilt for each."""
+    gpu = family[2]
+    monkeypatch.setattr(gpu.dev, "is_cpu", request.param == "software")
+    gpu.forget_plans()
+    yield request.param
+    gpu.forget_plans()
+
+
+def test_forward_and_cache_match_the_reference(family, kernels):
     arch, cpu, gpu, _, prompt = family
     tokens = prompt[:16]
     gpu.limit_context(None)
@@ -62,7 +73,7 @@ def test_forward_and_cache_match_the_reference(family):
         assert np.all(np.abs(got_kv - ref_kv) <= ATOL + RTOL * np.abs(ref_kv)), arch
 
 
-def test_whole_forward_is_batch_invariant(family):
+def test_whole_forward_is_batch_invariant(family, kernels):
     """After a prefix of 5 tokens (past gemma3's window), one 7-token pass vs 7 one-token
     passes, bit for bit."""
     _, _, gpu, _, prompt = family

@@ -55,7 +55,7 @@ def q8_0(rng, n_out: int, n_in: int) -> np.ndarray:
 CASES = {  # name: (kind, n_out, n_in, options)
     "o 576x576 +=": ("q4_1", 576, 576, {"accumulate": True}),
     "qkv 960x576 norm": ("q4_1", 960, 576, {"norm": True}),
-    "gateup 3072x576 norm silu": ("q4_1", 3072, 576, {"norm": True, "silu_gate": True}),
+    "gateup 3072x576 norm silu": ("q4_1", 3072, 576, {"norm": True, "gate": "silu"}),
     "down 576x1536 +=": ("q4_1", 576, 1536, {"accumulate": True}),
     "head 49152x576 q8_0": ("q8_0", 49152, 576, {}),
     "head 49152x576 q4_1": ("q4_1", 49152, 576, {}),   # a draft's head as a Q4_1 copy
@@ -109,7 +109,7 @@ class Case:
         self.weight = ops.Weight(dev.upload(raw), kind, (n_out, n_in), name)
         self.x0 = rng.standard_normal((ROWS_MAX, n_in)).astype(np.float32)
         self.x = dev.upload(self.x0)
-        cols = n_out // 2 if opts.get("silu_gate") else n_out
+        cols = n_out // 2 if opts.get("gate") else n_out
         self.cols = cols
         self.y0 = rng.standard_normal((ROWS_MAX, cols)).astype(np.float32)
         self.y = dev.upload(self.y0)
@@ -123,7 +123,7 @@ class Case:
         o = self.opts
         return ops.matmul(self.dev, self.weight, self.x, self.y, self.steps.binding(0),
                           accumulate=o.get("accumulate", False),
-                          silu_gate=o.get("silu_gate", False), norm=self.norm,
+                          gate=o.get("gate"), norm=self.norm,
                           eps=1e-5 if self.norm else 0.0)
 
     def run(self, rows: int, shift: int = 0) -> np.ndarray:

@@ -1,15 +1,18 @@
 // Grouped-query causal attention over the KV cache (model.Model.attention).
-// Pass row r (position p = step.pos + r) attends to cache rows 0..p inclusive; its own K/V row is
-// already in the cache. Query head h reads KV head h / (n_heads / n_kv).
+// Pass row r (position p = step.pos + r) attends to cache rows lo..p inclusive; its own K/V row is
+// already in the cache. lo = 0, or with a sliding window of w positions (Gemma 3's local layers)
+// lo = max(0, p + 1 - w): the positions s with p - s < w (llama.cpp's standard SWA mask). Every
+// split below counts positions from lo, so a layer without a window (lo = 0) computes exactly what
+// it did before windows existed. Query head h reads KV head h / (n_heads / n_kv).
 // One workgroup of `threads` threads per (row, head), split over positions (split-K inside the
 // workgroup; ops.attention says why not across workgroups). Two barriers, three phases:
-//   1. thread t scores positions s = t, t + threads, ...: q . k_s * scale, into the scratch, and
-//      keeps their max;                        storage and workgroup barrier;
+//   1. thread t scores positions s = lo + t, lo + t + threads, ...: q . k_s * scale, into the
+//      scratch, and keeps their max;                        storage and workgroup barrier;
 //   2. the threads form `groups` position groups of hd/4 threads; group g owns the positions
-//      s = g, g + groups, ... (those thread t = g (mod groups) scored, so their max m_g is the max
-//      of those threads' maxima) and thread j of the group owns output dims 4j..4j+3. Each thread
-//      sums e_s = exp(score_s - m_g) and e_s * v_s[4j..4j+3] over the group's positions in
-//      position order: the group's partial (m_g, l_g, o_g);
+//      s = lo + g, lo + g + groups, ... (those thread t = g (mod groups) scored, so their max
+//      m_g is the max of those threads' maxima) and thread j of the group owns output dims
+//      4j..4j+3. Each thread sums e_s = exp(score_s - m_g) and e_s * v_s[4j..4j+3] over the
+//      group's positions in position order: the group's partial (m_g, l_g, o_g);
 //                                                         workgroup barrier;
 //   3. thread j merges the groups' partials in group order 0, 1, ...: with M the max of the m_g,
 //      out = sum_g exp(m_g - M) o_g / sum_g exp(m_g - M) l_g.
@@ -33,8 +36,9 @@ struct Params {
     n_kv: u32,      // KV heads (divides n_heads)
     head_dim: u32,  // hd, a multiple of 4 (vec4 loads)
     max_ctx: u32,   // rows of the caches and of the scores in the scratch
-    scale: f32,     // 1 / sqrt(head_dim), rounded to f32 as the reference does
+    scale: f32,     // the score scale (config.attn_scale), rounded to f32 as the reference does
     groups: u32,    // position groups of phase 2: a power of two, groups * hd / 4 <= threads
+    window: u32,    // sliding window in positions; 0: none (every position 0..p)
 }
 
 const LOWEST: f32 = -3.4028234663852886e38;  // -FLT_MAX exactly: Tint rejects -3.4028235e38 (it rounds past f32)
@@ -75,7 +79,8 @@ fn attend(t: u32, threads: u32, group_id: u32) {
         return;
     }
     let hd4 = params.head_dim / 4u;
-    let n = min(step.pos + r + 1u, params.max_ctx);  // positions 0..p
+    let n = min(step.pos + r + 1u, params.max_ctx);  // positions lo..p: s < n
+    let lo = select(0u, n - params.window, params.window != 0u && n > params.window);
     let stride = params.n_kv * hd4;                    // one cache row, in vec4
     let kv_off = (h / (params.n_heads / params.n_kv)) * hd4;
     let q_off = (r * params.n_heads + h) * hd4;
@@ -84,7 +89,7 @@ fn attend(t: u32, threads: u32, group_id: u32) {
     // 1. scores
     var m = LOWEST;
     {
-        var s = t;
+        var s = lo + t;
         for (; s + threads < n; s += 2u * threads) {   // two positions a step: loads together
             let k_a = s * stride + kv_off;
             let k_b = (s + threads) * stride + kv_off;
@@ -160,7 +165,7 @@ fn attend(t: u32, threads: u32, group_id: u32) {
         // Eight positions a step, their loads first, then summed in position order (the same
         // sums as one at a time): the loads of a step are in flight together. Written out: the
         // same step over two 8-entry arrays ran 2x slower on the H200 (the arrays went to memory).
-        var s = g;
+        var s = lo + g;
         let v_at = kv_off + j;
         for (; s + 7u * groups < n; s += 8u * groups) {
             let x0 = scratch[scores + s];

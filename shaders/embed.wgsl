@@ -2,8 +2,10 @@
 // The table uses the layouts of blocks.wgsl (Q8_0 repacked to 9 u32 per block, so a tied head and
 // the embedding share one buffer), or f32, or bf16. The result is bit-identical to
 // quant.dequantize: d * q (+ m) in f32, rounded after each operation (see embed_q4_1 for how the
-// add is kept unfused).
-// One thread per element of (ROWS_MAX, d); no barriers. Token ids >= vocab are clamped (robustness
+// add is kept unfused), then times `scale` (Gemma 3's sqrt(d); 1.0 elsewhere, which changes no value).
+// A table too large for one binding is split by rows (ops.upload_rows): a part holds ids
+// first .. first + vocab - 1 and writes only the rows whose token it holds, one dispatch a part.
+// One thread per element of (ROWS_MAX, d); no barriers. Token ids >= total are clamped (robustness
 // only: the engine never feeds them).
 
 //!include step.wgsl
@@ -11,8 +13,11 @@
 
 struct Params {
     d: u32,      // width of a row (a multiple of 32 for the block formats, 256 for K-quants)
-    vocab: u32,  // rows of the table
+    vocab: u32,  // rows of the table (of this part)
     one: f32,    // 1.0, opaque to the compiler (see embed_q4_1)
+    scale: f32,  // config.embed_scale as f32
+    first: u32,  // the token id of the part's row 0 (0: the whole table)
+    total: u32,  // ids of the whole table
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -25,15 +30,15 @@ struct Element {
     ok: bool,   // inside the pass
     at: u32,    // index into x
     e: u32,     // element index within the token's row
-    token: u32,
+    token: u32, // the row of this table (part)
 }
 
 fn element(t: u32, wid: vec3<u32>, nwg: vec3<u32>) -> Element {
     let at = (wid.x + wid.y * nwg.x) * WG + t;
     let r = at / params.d;
-    let ok = r < min(step.rows, ROWS_MAX);
-    let token = select(0u, min(tokens[min(r, ROWS_MAX - 1u)], params.vocab - 1u), ok);
-    return Element(ok, at, at % params.d, token);
+    let id = min(tokens[min(r, ROWS_MAX - 1u)], params.total - 1u);
+    let ok = r < min(step.rows, ROWS_MAX) && id >= params.first && id - params.first < params.vocab;
+    return Element(ok, at, at % params.d, select(0u, id - params.first, ok));
 }
 
 @compute @workgroup_size(WG)
@@ -47,7 +52,7 @@ fn embed_q8_0(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     let i = el.e % 32u;
     let d = unpack2x16float(w[blk]).x;
     let q = bitcast<i32>(w[blk + 1u + i / 4u] << (24u - 8u * (i % 4u))) >> 24u;
-    x[el.at] = d * f32(q);
+    x[el.at] = (d * f32(q)) * params.scale;
 }
 
 @compute @workgroup_size(WG)
@@ -65,7 +70,7 @@ fn embed_q4_1(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
     // Why `* params.one`: a compiler may contract d * q + m into one fma (one rounding), which
     // would differ from the reference's two roundings. The product of d * q feeds a multiply, not
     // an add, so it is rounded; fma(p, 1, m) then equals p + m rounded once, as in numpy.
-    x[el.at] = (dm.x * q) * params.one + dm.y;
+    x[el.at] = ((dm.x * q) * params.one + dm.y) * params.scale;
 }
 
 @compute @workgroup_size(WG)
@@ -75,7 +80,7 @@ fn embed_f32(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid
     if (!el.ok) {
         return;
     }
-    x[el.at] = bitcast<f32>(w[el.token * params.d + el.e]);
+    x[el.at] = bitcast<f32>(w[el.token * params.d + el.e]) * params.scale;
 }
 
 // The formats of blocks.wgsl's `affine`: p + o with each operand `* params.one`: both are
@@ -88,7 +93,7 @@ fn embed_unpacked(kind: u32, t: u32, wid: vec3<u32>, nwg: vec3<u32>) {
     }
     let i = el.e % 32u;
     let a = affine(kind, load_block(kind, 0u, el.token, el.e / 32u, params.d / 32u), i / 4u);
-    x[el.at] = a.p[i % 4u] * params.one + a.o[i % 4u] * params.one;
+    x[el.at] = (a.p[i % 4u] * params.one + a.o[i % 4u] * params.one) * params.scale;
 }
 
 @compute @workgroup_size(WG)
@@ -135,5 +140,5 @@ fn embed_bf16(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wi
         return;
     }
     let at = el.token * params.d + el.e;   // element index: two per u32, the low half first
-    x[el.at] = bitcast<f32>((w[at / 2u] >> (16u * (at % 2u))) << 16u);
+    x[el.at] = bitcast<f32>((w[at / 2u] >> (16u * (at % 2u))) << 16u) * params.scale;
 }

@@ -33,6 +33,9 @@
 //   EPILOGUE_SILU_GATE (gate and up as one product): W is ops.Weight.upload_pair's interleave of
 //     the gate and up rows, so the pair is (g_i, u_i) and y[r, i] = silu(g_i) * u_i; y has
 //     n_out / 2 columns.
+//   EPILOGUE_GELU_GATE: the same with Gemma's GELU (tanh form, as llama.cpp's ggml_gelu):
+//     y[r, i] = gelu_tanh(g_i) * u_i.
+//   With params.bias (Qwen2's Q, K and V biases) bias[j] is added to output j before any of these.
 // Either is the f32 arithmetic a separate pass over the stored values would do, without the pass.
 // RMSNorm folded in (params.norm = 1): y = W (x * g) / sqrt(mean(x^2) + eps) per row, where g is
 // the norm's weight, multiplied into each x chunk as it is loaded. The sum of x^2 comes from the
@@ -63,10 +66,14 @@ struct Params {
     eps: f32,         // norm: the epsilon
     v_kind: u32,      // Q, K, V as one product whose V rows are in another format: its KIND_*
     v_at: u32,        // ... and the word of W where they start (quantized_v); else NONE, 0
+    bias: u32,        // 1: bias[j] added to output j (see above)
+    y_stride: u32,    // f32 from one row of y to the next: its columns, or more for a part of
+                      // a head split by rows (ops.upload_rows) into its columns of the logits
 }
 
 const EPILOGUE_ROPE: u32 = 1u;       // ops.matmul's epilogue codes
 const EPILOGUE_SILU_GATE: u32 = 2u;
+const EPILOGUE_GELU_GATE: u32 = 3u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<uniform> step: Step;
@@ -77,6 +84,7 @@ const EPILOGUE_SILU_GATE: u32 = 2u;
 @group(0) @binding(6) var<storage, read_write> k_out: array<f32>;   // (kv_rows, nk) the K cache
 @group(0) @binding(7) var<storage, read_write> v_out: array<f32>;   // (kv_rows, n_out-nq-nk) V
 @group(0) @binding(8) var<storage, read> g_norm: array<vec4<f32>>;  // (n_in/4,) the norm weight
+@group(0) @binding(9) var<storage, read> bias: array<f32>;          // (n_out,) params.bias
 
 // One row tile's partials: (WG, MATMUL_OUTS) vec4 (component k = row r0 + k), then (WG,) vec4:
 // each thread's sums of squares of its part of x (the folded norm); 5 KiB at WG = 64.
@@ -168,13 +176,13 @@ fn inv_rms(ss: f32) -> f32 {
     return 1.0 / sqrt(ss / f32(params.n_in) + params.eps);
 }
 
-// Row r of column j of y (y_cols columns) gets s, if y holds that row.
+// Row r of column j of y (y_cols columns, rows y_stride apart) gets s, if y holds that row.
 fn store(j: u32, r: u32, s: f32, y_cols: u32) {
     let row = select(0u, step.pos, params.out_at_pos != 0u) + r;
     if (j >= y_cols || row >= params.y_rows) {
         return;
     }
-    let at = row * y_cols + j;
+    let at = row * params.y_stride + j;
     if (params.accumulate != 0u) {
         y[at] = y[at] + s;
     } else {
@@ -201,20 +209,41 @@ fn store_kv(j: u32, r: u32, a: f32, b: f32) {
     }
 }
 
+// tanh(z) from one exp of a non-positive argument: finite for every z (a backend's tanh may
+// overflow inside for large |z|).
+fn tanh_finite(z: f32) -> f32 {
+    let e = exp(-2.0 * abs(z));
+    return sign(z) * ((1.0 - e) / (1.0 + e));
+}
+
+// GELU, tanh form: 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))).
+fn gelu_tanh(g: f32) -> f32 {
+    return 0.5 * g * (1.0 + tanh_finite(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+}
+
 // Row r of outputs j and j + 1 (j even), through the epilogue.
 fn store_pair(j: u32, r: u32, s0: f32, s1: f32) {
+    var a = s0;
+    var b = s1;
+    if (params.bias != 0u) {
+        a += bias[min(j, params.n_out - 1u)];
+        b += bias[min(j + 1u, params.n_out - 1u)];
+    }
     if (params.epilogue == EPILOGUE_SILU_GATE) {
-        store(j / 2u, r, s0 / (1.0 + exp(-s0)) * s1, params.n_out / 2u);
+        store(j / 2u, r, a / (1.0 + exp(-a)) * b, params.n_out / 2u);
+        return;
+    }
+    if (params.epilogue == EPILOGUE_GELU_GATE) {
+        store(j / 2u, r, gelu_tanh(a) * b, params.n_out / 2u);
         return;
     }
     let qkv = params.nq != 0u;
-    var a = s0;
-    var b = s1;
     if (params.epilogue == EPILOGUE_ROPE && (!qkv || j < params.nq + params.nk)) {
         let half = params.head_dim / 2u;
         let cs = table[min(step.pos + r, params.rope_rows - 1u) * half + (j % params.head_dim) / 2u];
-        a = s0 * cs.x - s1 * cs.y;
-        b = s0 * cs.y + s1 * cs.x;
+        let a0 = a;
+        a = a0 * cs.x - b * cs.y;
+        b = a0 * cs.y + b * cs.x;
     }
     if (qkv && j >= params.nq) {
         store_kv(j, r, a, b);

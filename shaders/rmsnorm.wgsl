@@ -1,4 +1,6 @@
-// RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for r < step.rows (model.rms_norm).
+// RMSNorm: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for r < step.rows (model.rms_norm);
+// with `accumulate`, y[r] += that instead (Gemma 3's post-norms: the residual add of a normed
+// attention or FFN output).
 // One workgroup of WG threads per row: thread t sums the squares of elements t, t + WG, ... in
 // order, one workgroup barrier, then every thread adds the WG partials in the same order (so no
 // second barrier is needed) and writes its elements. The split depends on d only: batch-invariant.
@@ -7,7 +9,8 @@
 
 struct Params {
     d: u32,    // width of a row
-    eps: f32,  // llama.attention.layer_norm_rms_epsilon
+    eps: f32,  // <arch>.attention.layer_norm_rms_epsilon
+    accumulate: u32,  // 1: y += the normed row; 0: y = it
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -38,6 +41,11 @@ fn rmsnorm(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: 
     }
     let norm = sqrt(total / f32(params.d) + params.eps);
     for (var i = t; i < params.d; i += WG) {
-        y[row + i] = x[row + i] / norm * weight[i];
+        let v = x[row + i] / norm * weight[i];
+        if (params.accumulate != 0u) {
+            y[row + i] = y[row + i] + v;
+        } else {
+            y[row + i] = v;
+        }
     }
 }

@@ -297,7 +297,7 @@ def test_matmul_rope_epilogue(dev, files, at_pos, lanes, monkeypatch):
     y_rows = ctx if at_pos else ROWS_MAX
     rng = np.random.default_rng(5)
     xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
-    table = ops.rope_table(dev, cfg, ctx)
+    table = ops.rope_table(dev, model.inv_freq[0], ctx)
     x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(y_rows * n_out * 4)
     p = Pass(dev)
     p.dispatches = [ops.matmul(dev, w, x, y, p.step, out_at_pos=at_pos, rope=table,
@@ -418,7 +418,7 @@ def test_matmul_qkv_routes_rotates_and_caches(dev, files, mixes, source, kinds, 
     hd, ctx = cfg.head_dim, 64
     rng = np.random.default_rng(11)
     xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
-    table = ops.rope_table(dev, cfg, ctx)
+    table = ops.rope_table(dev, model.inv_freq[0], ctx)
     x, q = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * nq * 4)
     kc, vc = dev.buffer(ctx * nk * 4), dev.buffer(ctx * nv * 4)
     p = Pass(dev)
@@ -471,7 +471,7 @@ def test_matmul_silu_gate_epilogue(dev, files, pair, lanes, monkeypatch):
     xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
     x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * d_ff * 4)
     p = Pass(dev)
-    p.dispatches = [ops.matmul(dev, w, x, y, p.step, silu_gate=True)]
+    p.dispatches = [ops.matmul(dev, w, x, y, p.step, gate="silu")]
 
     def run(rows, pos, src):
         write_rows(dev, x, xs, src, rng)
@@ -486,8 +486,8 @@ def test_matmul_silu_gate_epilogue(dev, files, pair, lanes, monkeypatch):
     got = run(ROWS_MAX, 0, list(range(ROWS_MAX)))
     assert (np.abs(got - ref) <= atol + 1e-5 * np.abs(ref)).all()
     assert_batch_invariant(run)
-    with pytest.raises(ops.ShapeError, match="SiLU"):
-        ops.matmul(dev, w, x, y, p.step, silu_gate=True, accumulate=True)
+    with pytest.raises(ops.ShapeError, match="gate"):
+        ops.matmul(dev, w, x, y, p.step, gate="silu", accumulate=True)
 
 
 def test_shape_errors(dev, files):

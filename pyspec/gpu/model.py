@@ -1,18 +1,32 @@
-"""A Llama model on a GPU device: quantized weights in buffers, a KV cache per layer, and the
-forward pass as a list of dispatches (DESIGN §7).
+"""A model of one of cpu.model's families (llama, qwen2, qwen3, gemma3) on a GPU device: quantized
+weights in buffers, a KV cache per layer, and the forward pass as a list of dispatches (DESIGN §7).
 
-`GPUModel.forward_dispatches(slot, n_layers)` returns the dispatches of one pass: embedding,
-then per layer 5 dispatches on a GPU: Q, K and V as one product (RMSNorm folded in; Q and K rotated by
-RoPE as they are stored, K and V written straight into the cache rows at the pass's positions)
--> attention -> output product (+ residual) -> gate and up as one product (RMSNorm folded in,
-SiLU-gated as it is stored) -> down product (+ residual); then the head (final norm folded in).
-On a CPU adapter each norm is a pass of its own before its product (7 per layer). The pass's rows and
-positions come from its Step slot, so each slot's list is built once and re-encoded every cycle.
+`GPUModel.forward_dispatches(slot, n_layers)` returns the dispatches of one pass: embedding (times
+config.embed_scale), then per layer on a GPU: Q, K and V as one product (RMSNorm folded in, the
+biases added (qwen2), Q and K rotated by RoPE as they are stored, K and V written straight into
+the cache rows at the pass's positions) -> attention (a sliding window on gemma3's local layers)
+-> output product (+ residual) -> gate and up as one product (RMSNorm folded in, SiLU- or
+GELU-gated as it is stored) -> down product (+ residual); then the head (final norm folded in).
+Families whose Q and K are normed per head before RoPE (qwen3, gemma3) store them unrotated and
+a qk_norm pass norms and rotates them in place; gemma3's post-norms make each residual add a
+pass of its own (the product into h, then x += rms_norm(h)). Dispatches per layer on a GPU:
+llama and qwen2 5, qwen3 6, gemma3 8 (`dispatches_per_layer`); on a CPU adapter each pre-norm is
+a pass of its own before its product (2 more per layer). The pass's rows and positions come from
+its Step slot, so each slot's list is built once and re-encoded every cycle. A vocabulary table
+larger than one storage binding (a 262,144-token head on a device that binds 128 MiB) is uploaded
+in parts of rows (ops.upload_rows), and its embedding and head take a dispatch per part.
 Every kernel computes row i the same way whatever the number of rows (batch invariance), which
 is what makes greedy speculative output byte-identical to champion-only output on the GPU.
 
+RoPE pairs: the kernels rotate adjacent outputs (2i, 2i + 1), which one matmul thread holds. A
+NEOX-mode family (qwen2, qwen3, gemma3) rotates (i, i + hd/2); its Q and K rows (and their biases
+and norm weights) are uploaded in the order (0, hd/2, 1, hd/2 + 1, ...) per head, which makes
+its pairs adjacent (what llama.cpp's converter does to a llama's rows). Q.K is a sum over a
+head's dims, so attention is unchanged; read_kv puts K back in the file's order.
+
 The weights are uploaded one tensor at a time from the GGUF bytes; nothing is dequantized on the
-CPU, so the host holds no second copy of the model.
+CPU but the small vectors that are stacked (biases, Q/K norms), so the host holds no second copy
+of the model.
 Not here: sampling and acceptance (sampling.py), the speculative cycle (cycle.py, backend.py).
 """
 
@@ -20,14 +34,41 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cpu.model import Config, LoadedWeights, ModelError, load_tensors
+from ..cpu.config import (ROPE_FREQS, Config, ModelError, load_tensors, rope_factors,
+                          rope_inv_freq)
+from ..cpu.model import LoadedWeights
 from ..formats.gguf import GGUFFile
 from ..kv import KVCache
 from . import ops
 from .device import ROWS_MAX, Device
 from .step import Steps
 
-_FUSED = tuple(f".{n}.weight" for n in ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"))
+# Tensors uploaded as part of a stack (or read on the host) after load_tensors, not alone.
+_FUSED = tuple(f".{n}.weight" for n in ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up",
+                                         "attn_q_norm", "attn_k_norm"))
+_FUSED += (".attn_q.bias", ".attn_k.bias", ".attn_v.bias", ROPE_FREQS)
+
+
+_VOCAB_TABLES = ("token_embd.weight", "output.weight")
+
+
+def _parts(w) -> list:
+    """[(first row, Weight)] of a vocabulary table: ops.RowParts' parts, or the whole Weight."""
+    return list(w.parts) if isinstance(w, ops.RowParts) else [(0, w)]
+
+
+def dispatches_per_layer(cfg: Config, cpu_adapter: bool) -> int:
+    """The dispatches of one layer of `_layer`'s plan (tests and bench tie the two)."""
+    n = 5 + cfg.qk_norm + 2 * cfg.post_norms
+    return n + 2 * cpu_adapter
+
+
+def _neox_rows(heads: int, hd: int) -> np.ndarray:
+    """(heads * hd,) the rows of a NEOX-mode Q or K matrix in the order that makes its RoPE pairs
+    (i, i + hd/2) adjacent: per head 0, hd/2, 1, hd/2 + 1, ..."""
+    half = np.arange(hd // 2)
+    per_head = np.stack([half, half + hd // 2], axis=1).reshape(-1)           # (hd,)
+    return (np.arange(heads)[:, None] * hd + per_head[None, :]).reshape(-1)
 
 
 class _Fused:
@@ -59,10 +100,7 @@ class GPUModel(LoadedWeights):
         d, hd = cfg.d_model, cfg.head_dim
         self.tok_embd, self.out_norm, self.head, self.layers = load_tensors(f, cfg, self._load)
         for layer in self.layers:  # the fused products' weights, each from its tensors' bytes
-            layer["attn_qkv"] = ops.Weight.upload_stack(
-                dev, f, [layer.pop(n).name for n in ("attn_q", "attn_k", "attn_v")])
-            layer["ffn_gate_up"] = ops.Weight.upload_pair(dev, f, layer.pop("ffn_gate").name,
-                                                          layer.pop("ffn_up").name)
+            self._stack(layer)
 
         self.capacity = min(max_ctx or cfg.context_length, cfg.context_length)
         self.kv = KVCache(cfg.n_layers, self.capacity, cfg.n_kv_heads, hd, store=False)
@@ -72,7 +110,11 @@ class GPUModel(LoadedWeights):
                         for i in range(cfg.n_layers)]
         self.v_cache = [dev.buffer(ctx * kv_row * 4, label=f"{label}.v{i}")   # (max_ctx, n_kv*hd)
                         for i in range(cfg.n_layers)]
-        self.rope = ops.rope_table(dev, cfg, ctx)                              # (max_ctx, hd/2) x2
+        # (max_ctx, hd/2, 2) cos, sin per kind of layer: [global, local] (gemma3's local base)
+        factors = rope_factors(f, cfg)
+        self.rope = [ops.rope_table(dev, rope_inv_freq(cfg, False, factors), ctx)]
+        self.rope.append(ops.rope_table(dev, rope_inv_freq(cfg, True, factors), ctx, "rope local")
+                         if any(cfg.swa_layers) else self.rope[0])
         R = ROWS_MAX
         self.tokens = dev.buffer(R * 4, label=f"{label}.tokens")               # (R,) u32
         self.x = dev.buffer(R * d * 4, label=f"{label}.x")                     # (R, d) residual
@@ -87,6 +129,29 @@ class GPUModel(LoadedWeights):
         self._plans: dict[tuple, list] = {}
         self._plan_buffers: dict[tuple, list] = {}   # the uniforms each plan made (its params)
 
+    def _stack(self, layer: dict) -> None:
+        """Replace a layer's Q, K, V (and their biases and norms) and gate, up by the stacked
+        weights the plan binds: attn_qkv, attn_qkv.bias (qwen2), attn_qk_norm (qwen3, gemma3),
+        ffn_gate_up; NEOX-mode Q and K rows in adjacent-pair order (_neox_rows)."""
+        cfg, dev, f = self.config, self.dev, self.file
+        orders = [None, None, None]
+        if cfg.rope_neox:
+            orders[:2] = [_neox_rows(n, cfg.head_dim) for n in (cfg.n_heads, cfg.n_kv_heads)]
+        layer["attn_qkv"] = ops.Weight.upload_stack(
+            dev, f, [layer.pop(n).name for n in ("attn_q", "attn_k", "attn_v")], orders)
+        if cfg.qkv_bias:
+            names = [layer.pop(f"attn_{n}.bias").name for n in "qkv"]
+            b = [f.dequantize(n).reshape(-1) for n in names]
+            b = [v if o is None else v[o] for v, o in zip(b, orders)]
+            layer["attn_qkv.bias"] = ops.Weight.vector(dev, np.concatenate(b), "+".join(names))
+        if cfg.qk_norm:
+            names = [layer.pop(n).name for n in ("attn_q_norm", "attn_k_norm")]
+            head = _neox_rows(1, cfg.head_dim) if cfg.rope_neox else slice(None)
+            g = np.concatenate([f.dequantize(n).reshape(-1)[head] for n in names])  # (2 hd,)
+            layer["attn_qk_norm"] = ops.Weight.vector(dev, g, "+".join(names))
+        layer["ffn_gate_up"] = ops.Weight.upload_pair(dev, f, layer.pop("ffn_gate").name,
+                                                      layer.pop("ffn_up").name)
+
     def _load(self, name: str, shape: tuple) -> "ops.Weight":
         t = self.file.tensor(name)
         if tuple(t.shape) != shape:
@@ -97,6 +162,8 @@ class GPUModel(LoadedWeights):
         if lent is not None:
             self._lent[name] = lent
             return lent
+        if name in _VOCAB_TABLES:   # parts of rows where a large vocabulary outgrows a binding
+            return ops.upload_rows(self.dev, self.file, name)
         return ops.Weight.upload(self.dev, self.file, name)
 
     def uploaded(self, name: str) -> "ops.Weight | None":
@@ -125,9 +192,13 @@ class GPUModel(LoadedWeights):
         """The first n K and V rows of every layer, (n_layers, n, n_kv, hd) each (tests)."""
         cfg = self.config
         shape = (n, cfg.n_kv_heads, cfg.head_dim)
-        k = [await self.dev.read_array(b, np.float32, shape) for b in self.k_cache]
+        k = np.stack([await self.dev.read_array(b, np.float32, shape) for b in self.k_cache])
         v = [await self.dev.read_array(b, np.float32, shape) for b in self.v_cache]
-        return np.stack(k), np.stack(v)
+        if cfg.rope_neox:   # back from the adjacent-pair order the rows were uploaded in
+            order, k_file = _neox_rows(1, cfg.head_dim), np.empty_like(k)
+            k_file[..., order] = k
+            k = k_file
+        return k, np.stack(v)
 
     # --- bookkeeping ----------------------------------------------------------------------------
     def scratch_bytes(self, rows: int, logit_rows: int) -> int:
@@ -155,11 +226,9 @@ class GPUModel(LoadedWeights):
 
     def _plan(self, slot: int, n_layers: int, tokens, logits: bool) -> list:
         cfg = self.config
-        dev, step, ctx = self.dev, self.steps.binding(slot), self.capacity
-        hd, eps = cfg.head_dim, cfg.rms_eps
-        rope = {"rope": self.rope, "head_dim": hd, "max_ctx": ctx}
-        nq, nkv = cfg.n_heads * hd, cfg.n_kv_heads * hd
-        out = [ops.embed(dev, self.tok_embd, tokens, self.x, step)]
+        dev, step = self.dev, self.steps.binding(slot)
+        out = [ops.embed(dev, part, tokens, self.x, step, scale=cfg.embed_scale, first=first,
+                         total=cfg.vocab_size) for first, part in _parts(self.tok_embd)]
 
         def normed(weight) -> tuple:
             """(input, kwargs) of a product over rms_norm(x): on a GPU the product folds the
@@ -167,33 +236,57 @@ class GPUModel(LoadedWeights):
             the squares again in every thread costs more than a pass of its own (measured on
             lavapipe), so the norm runs first into h."""
             if not dev.is_cpu:
-                return self.x, {"norm": weight, "eps": eps}
-            out.append(ops.rmsnorm(dev, self.x, weight, self.h, step, eps=eps))
+                return self.x, {"norm": weight, "eps": cfg.rms_eps}
+            out.append(ops.rmsnorm(dev, self.x, weight, self.h, step, eps=cfg.rms_eps))
             return self.h, {}
 
         for i, w in enumerate(self.layers[:n_layers]):
-            kc, vc = self.k_cache[i], self.v_cache[i]
-            # Q, K and V in one product over the normed residual: Q and K rotated as they are
-            # stored (the RoPE epilogue), K and V straight into the cache rows of this pass's
-            # positions.
-            h, norm = normed(w["attn_norm"])
-            out.append(ops.matmul(dev, w["attn_qkv"], h, self.q, step, qkv=(kc, vc, nq, nkv),
-                                  **norm, **rope))
-            out += [
-                ops.attention(dev, self.q, kc, vc, self.scores, self.att, step,
-                              n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=hd,
-                              max_ctx=ctx),
-                ops.matmul(dev, w["attn_output"], self.att, self.x, step, accumulate=True),
-            ]
-            h, norm = normed(w["ffn_norm"])
-            out += [
-                ops.matmul(dev, w["ffn_gate_up"], h, self.g, step, silu_gate=True, **norm),
-                ops.matmul(dev, w["ffn_down"], self.g, self.x, step, accumulate=True),
-            ]
+            self._layer(out, i, w, step, normed)
         if logits:
             h, norm = normed(self.out_norm)
-            out.append(ops.matmul(dev, self.head, h, self.logits, step, **norm))
+            for first, part in _parts(self.head):   # each part into its columns of the logits
+                y = (self.logits, 4 * first, dev.size_of(self.logits) - 4 * first)
+                out.append(ops.matmul(dev, part, h, y if first else self.logits, step,
+                                      y_stride=cfg.vocab_size, **norm))
         return out
+
+    def _layer(self, out: list, i: int, w: dict, step, normed) -> None:
+        """Append layer i's dispatches (dispatches_per_layer of them) to `out`."""
+        cfg, dev, ctx = self.config, self.dev, self.capacity
+        hd, local = cfg.head_dim, cfg.swa_layers[i]
+        kc, vc = self.k_cache[i], self.v_cache[i]
+        heads = {"n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": hd,
+                 "max_ctx": ctx}
+        rope = {"rope": self.rope[local], "head_dim": hd, "max_ctx": ctx}
+        # Q, K and V in one product over the normed residual: Q and K rotated as they are stored
+        # (the RoPE epilogue) unless a per-head norm must come first (qk_norm's pass does both),
+        # K and V straight into the cache rows of this pass's positions.
+        h, norm = normed(w["attn_norm"])
+        bias = {"bias": w["attn_qkv.bias"]} if cfg.qkv_bias else {}
+        out.append(ops.matmul(dev, w["attn_qkv"], h, self.q, step,
+                              qkv=(kc, vc, cfg.n_heads * hd, cfg.n_kv_heads * hd),
+                              **norm, **bias, **({} if cfg.qk_norm else rope)))
+        if cfg.qk_norm:
+            out.append(ops.qk_norm(dev, self.q, kc, w["attn_qk_norm"], rope["rope"], step,
+                                   eps=cfg.rms_eps, **heads))
+        out.append(ops.attention(dev, self.q, kc, vc, self.scores, self.att, step,
+                                 scale=cfg.attn_scale,
+                                 window=cfg.sliding_window if local else 0, **heads))
+        out += self._residual(w["attn_output"], self.att, w.get("post_attention_norm"), step)
+        h, norm = normed(w["ffn_norm"])
+        out.append(ops.matmul(dev, w["ffn_gate_up"], h, self.g, step, gate=cfg.act, **norm))
+        out += self._residual(w["ffn_down"], self.g, w.get("post_ffw_norm"), step)
+
+    def _residual(self, weight, x, post_norm, step) -> list:
+        """x += weight @ x_in as the product's epilogue, or with a post-norm (gemma3) the product
+        into h and then x += rms_norm(h, post_norm): the norm needs the whole output row, which
+        no thread of the product holds."""
+        dev = self.dev
+        if post_norm is None:
+            return [ops.matmul(dev, weight, x, self.x, step, accumulate=True)]
+        return [ops.matmul(dev, weight, x, self.h, step),
+                ops.rmsnorm(dev, self.h, post_norm, self.x, step, eps=self.config.rms_eps,
+                            accumulate=True)]
 
     def forget_plans(self, tokens=None) -> None:
         """Drop the plans fed from buffer `tokens` (every plan when None) and free their

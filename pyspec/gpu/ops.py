@@ -108,24 +108,33 @@ class Weight:
                    f"{gate}+{up}")
 
     @classmethod
-    def upload_stack(cls, dev, f: GGUFFile, names: list[str]) -> "Weight":
+    def upload_stack(cls, dev, f: GGUFFile, names: list[str], orders=None) -> "Weight":
         """Matrices of one width as one, rows of the first, then the second, ...: the weight of
         matmul(qkv=...), names = (Q, K, V). Rows are whole blocks, so stacking changes no value.
-        All of one type, or V alone in another where MIXED_V allows it (a K-quant mix)."""
+        All of one type, or V alone in another where MIXED_V allows it (a K-quant mix).
+        `orders`: per matrix, None or the order to take its rows in (model.py's NEOX rows)."""
         parts = [cls.host_bytes(f, n) for n in names]
         kind, n_in = parts[0][1], parts[0][2][1]
         v_kind = parts[-1][1] if parts[-1][1] in MIXED_V.get(kind, ()) else ""
         if any(p[1] not in (kind, v_kind) or len(p[2]) != 2 or p[2][1] != n_in for p in parts) \
                 or any(p[1] != kind for p in parts[:-1]):
             raise ShapeError(f"{names} differ in type or width; they cannot be stacked")
-        data = np.concatenate([np.ascontiguousarray(p[0]).view(np.uint8).reshape(-1)
-                               for p in parts])                            # the rows' bytes
+        rows = [p[0].reshape(p[2][0], -1) for p in parts]              # (n_out_i, row words)
+        rows = [r if o is None else r[o] for r, o in zip(rows, orders or [None] * len(rows))]
+        data = np.concatenate([np.ascontiguousarray(r).view(np.uint8).reshape(-1)
+                               for r in rows])                          # the rows' bytes
         name = "+".join(names)
         _check_binding(dev, name, data.nbytes)
         n_out = sum(p[2][0] for p in parts)
         mixed = dict(v_kind=v_kind, v_rows=parts[-1][2][0],
                      v_at=(data.nbytes - parts[-1][0].nbytes) // 4) if v_kind else {}
         return cls(dev.upload(data, label=name), kind, (n_out, n_in), name, **mixed)
+
+    @classmethod
+    def vector(cls, dev, values: np.ndarray, name: str) -> "Weight":
+        """An f32 vector made on the host (model.py's stacked biases and Q/K norm pair)."""
+        data = np.ascontiguousarray(values, np.float32).reshape(-1)   # (n,)
+        return cls(dev.upload(data, label=name), "f32", data.shape, name)
 
     @property
     def nbytes(self) -> int:
@@ -141,6 +150,51 @@ def _kind_bytes(kind: str, n: int) -> int:
         return n * (4 if kind == "f32" else 2)
     fmt = quant.BY_NAME[kind.upper()]
     return n // fmt.block_elems * (fmt.block_bytes + (2 if fmt.type_id in _PADS else 0))
+
+
+# A part's first row of a table split by rows is a multiple of this, so that the logits columns
+# a head part writes start at a multiple of 256 bytes: WebGPU's largest
+# minStorageBufferOffsetAlignment (a device may ask less, none more).
+PART_ROWS = 64
+
+
+@dataclass(frozen=True)
+class RowParts:
+    """A (rows, n_in) table larger than one storage binding (a 262,144-token vocabulary's
+    embedding or head on a device that binds 128 MiB), as parts of whole rows, each a Weight:
+    `parts` ((first row, Weight), ...). ops.embed and matmul take a part at a time."""
+    parts: tuple
+    kind: str
+    shape: tuple[int, ...]
+    name: str
+
+    @property
+    def nbytes(self) -> int:
+        return sum(w.nbytes for _, w in self.parts)
+
+
+def upload_rows(dev, f: GGUFFile, name: str) -> "Weight | RowParts":
+    """Tensor `name` (rows, n_in) as one Weight where it fits one binding, else as RowParts of
+    as few parts as fit, their rows balanced and their first rows multiples of PART_ROWS."""
+    data, kind, shape = Weight.host_bytes(f, name)
+    limit = min(getattr(dev, "limits", {}).get(k, data.nbytes)
+                for k in ("max-storage-buffer-binding-size", "max-buffer-size"))
+    if data.nbytes <= limit:
+        return Weight(dev.upload(data, label=name), kind, shape, name)
+    rows = data.reshape(shape[0], -1)                                  # (rows, row bytes)
+    fit = limit // rows.shape[1] // PART_ROWS * PART_ROWS
+    if len(shape) != 2 or fit < PART_ROWS:
+        raise ShapeError(f"tensor {name!r} needs {data.nbytes} bytes on the GPU, and this device "
+                         f"binds at most {limit} per buffer, less than {PART_ROWS} of its rows")
+    n_parts = -(-shape[0] // fit)
+    per = -(-(-(-shape[0] // n_parts)) // PART_ROWS) * PART_ROWS   # balanced, still <= fit
+    parts = []
+    for a in range(0, shape[0], per):
+        b = min(a + per, shape[0])
+        label = f"{name}[{a}:{b}]"
+        parts.append((a, Weight(dev.upload(rows[a:b], label=label), kind, (b - a, shape[1]),
+                                label)))
+    return RowParts(tuple(parts), kind, shape, name)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -195,7 +249,8 @@ def _cpu_adapter(dev) -> bool:
 
 # --- kernels ------------------------------------------------------------------------------------
 
-EPILOGUE_NONE, EPILOGUE_ROPE, EPILOGUE_SILU_GATE = 0, 1, 2   # shaders/matmul.wgsl's
+EPILOGUE_NONE, EPILOGUE_ROPE = 0, 1                     # shaders/matmul.wgsl's codes
+GATES = {"silu": 2, "gelu_tanh": 3}   # EPILOGUE_SILU_GATE, EPILOGUE_GELU_GATE by config.act
 
 
 def _row_layers(dev) -> int:
@@ -206,30 +261,38 @@ def _row_layers(dev) -> int:
 
 def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
            accumulate: bool = False, rope=None, head_dim: int = 0, max_ctx: int = 0,
-           silu_gate: bool = False, qkv: tuple | None = None, norm: Weight | None = None,
-           eps: float = 0.0) -> Dispatch:
+           gate: str | None = None, qkv: tuple | None = None, norm: Weight | None = None,
+           eps: float = 0.0, bias: Weight | None = None, y_stride: int = 0) -> Dispatch:
     """y[base + r] (= or +=) weight @ x[r] for r < step.rows; entry matmul_<weight.kind>.
 
     weight (n_out, n_in); x (ROWS_MAX, n_in) f32; y (y_rows, n_out) f32: base = step.pos with
     out_at_pos (y a KV cache of y_rows = max_ctx rows; rows past it are skipped), else 0 (y needs
     ROWS_MAX rows). accumulate adds to y (the residual x += W h). With `rope` (rope_table(max_ctx))
     each head's output pairs of row r are rotated by position step.pos + r before they are stored
-    (the Q and K products: model.Model.rope, fused). With `silu_gate` the weight is
-    Weight.upload_pair(gate, up) and y (ROWS_MAX, n_out / 2) gets silu(W_gate x) * (W_up x).
+    (the Q and K products: model.Model.rope, fused). With `gate` ("silu" or "gelu_tanh", GATES)
+    the weight is Weight.upload_pair(gate, up) and y (ROWS_MAX, n_out / 2) gets
+    act(W_gate x) * (W_up x). With `bias` (an f32 vector of n_out) y = W x + bias before RoPE.
     With `qkv` = (k_cache, v_cache, nq, nk) the weight is Weight.upload_stack(q, k, v): outputs
     j < nq go to y (ROWS_MAX, nq), the next nk to row step.pos + r of k_cache (max_ctx, nk) and
     the rest to v_cache (max_ctx, n_out - nq - nk); RoPE rotates Q and K only; V's rows may be
     in another format (Weight.v_kind: a K-quant mix's attn_v). With `norm` (an
-    f32 vector of n_in) the product takes x un-normed and folds RMSNorm in: y = W rms_norm(x)."""
+    f32 vector of n_in) the product takes x un-normed and folds RMSNorm in: y = W rms_norm(x).
+    `y_stride` > n_out: y's rows are that many f32 apart (a part of a head split by rows,
+    upload_rows, into its columns of the logits: y bound from the part's first column)."""
     if len(weight.shape) != 2:
         raise ShapeError(f"matmul needs a matrix; {weight.name!r} has shape {weight.shape}")
     n_out, n_in = weight.shape
     if weight.kind in DENSE and n_in % 4:
         raise ShapeError(f"matmul_{weight.kind} needs n_in % 4 == 0, got {n_in} ({weight.name!r})")
     need(dev, x, ROWS_MAX * n_in * 4, f"matmul x for {weight.name!r} (ROWS_MAX, {n_in})")
-    if silu_gate and (out_at_pos or accumulate or rope is not None or n_out % 2):
-        raise ShapeError(f"matmul with the SiLU gate takes an interleaved (gate, up) pair into "
-                         f"fresh activations; got {weight.name!r} of {n_out} rows")
+    if gate is not None and (out_at_pos or accumulate or rope is not None or n_out % 2
+                             or gate not in GATES):
+        raise ShapeError(f"matmul with a gate ({'/'.join(GATES)}) takes an interleaved (gate, up) "
+                         f"pair into fresh activations; got {gate!r}, {weight.name!r} of {n_out} "
+                         "rows")
+    if bias is not None and (bias.kind != "f32" or bias.shape != (n_out,)):
+        raise ShapeError(f"matmul's bias needs an f32 vector of {n_out}; {bias.name!r} is "
+                         f"{bias.kind} {bias.shape}")
     if norm is not None and (norm.kind != "f32" or norm.shape != (n_in,) or n_in % 4):
         raise ShapeError(f"matmul's folded RMSNorm needs an f32 weight of {n_in}; "
                          f"{norm.name!r} is {norm.kind} {norm.shape}")
@@ -240,20 +303,25 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     if qkv is not None:
         k_out, v_out, nq, nk = qkv
         nv = n_out - nq - nk
-        if (out_at_pos or accumulate or silu_gate or min(nq, nk, nv) < 1
+        if (out_at_pos or accumulate or gate or min(nq, nk, nv) < 1
                 or (rope is not None and (nq % head_dim or nk % head_dim)) or nq % 2 or nk % 2):
             raise ShapeError(f"matmul of Q, K and V takes their stacked rows into fresh outputs "
                              f"of whole heads; got {weight.name!r}: nq {nq}, nk {nk}, nv {nv}")
         kv_rows = binding_size(dev, k_out) // (nk * 4)
         if kv_rows < 1 or binding_size(dev, v_out) // (nv * 4) < kv_rows:
             raise ShapeError(f"matmul K and V caches for {weight.name!r} hold no common row")
-    y_cols = n_out // 2 if silu_gate else nq or n_out
+    y_cols = n_out // 2 if gate else nq or n_out
     y_rows = binding_size(dev, y) // (y_cols * 4)
+    if y_stride and (out_at_pos or y_stride < y_cols or y_cols != n_out):
+        raise ShapeError(f"matmul y rows {y_stride} apart cannot hold {y_cols} outputs of "
+                         f"{weight.name!r} (a row stride serves plain products into activations)")
+    y_stride = y_stride or y_cols
     if out_at_pos:
         if y_rows < 1:
             raise ShapeError(f"matmul y for {weight.name!r} holds no row of {n_out} f32")
     else:
-        need(dev, y, ROWS_MAX * y_cols * 4, f"matmul y for {weight.name!r} (ROWS_MAX, {y_cols})")
+        need(dev, y, ((ROWS_MAX - 1) * y_stride + y_cols) * 4,
+             f"matmul y for {weight.name!r} (ROWS_MAX, {y_cols}, rows {y_stride} apart)")
         y_rows = ROWS_MAX
     if rope is not None:
         if accumulate or head_dim % 2 or not head_dim or n_out % head_dim:
@@ -265,11 +333,12 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     lanes = (1 if _cpu_adapter(dev) else
              _lanes(n_in // 4 if weight.kind in DENSE else n_in // 32, n_out))
     epilogue = (EPILOGUE_ROPE if rope is not None else
-                EPILOGUE_SILU_GATE if silu_gate else EPILOGUE_NONE)
+                GATES[gate] if gate else EPILOGUE_NONE)
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,
                                  head_dim, max_ctx, nq, nk, kv_rows, norm is not None,
                                  float(eps), BLOCK_KINDS.get(weight.v_kind, NONE),
-                                 weight.v_at), f"matmul {weight.name}")
+                                 weight.v_at, bias is not None, y_stride),
+                         f"matmul {weight.name}")
     x_groups, y_groups, _ = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
     groups = (x_groups, y_groups, _row_layers(dev))
     spare = _spares(dev)
@@ -278,40 +347,50 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
                          rope if rope is not None else spare[0],
                          k_out if k_out is not None else spare[1],
                          v_out if v_out is not None else spare[2],
-                         norm.buffer if norm is not None else spare[3]], groups)
+                         norm.buffer if norm is not None else spare[3],
+                         bias.buffer if bias is not None else spare[4]], groups)
 
 
 _SPARES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _spares(dev) -> tuple:
-    """What a product binds where it has no RoPE table, K or V cache or norm weight: a binding
+    """What a product binds where it has no RoPE table, K or V cache, norm weight or bias: a binding
     must be bound (these are never read or written), and two writable bindings must not share
     a buffer."""
     if dev not in _SPARES:
         with dev.owned([]):   # the device's, not the owner of the plan being built (Device.free)
-            _SPARES[dev] = tuple(dev.buffer(16, label=f"matmul.spare{i}") for i in range(4))
+            _SPARES[dev] = tuple(dev.buffer(16, label=f"matmul.spare{i}") for i in range(5))
     return _SPARES[dev]
 
 
-def embed(dev, weight: Weight, tokens, x, step) -> Dispatch:
-    """x[r] = dequantized row tokens[r] of weight, for r < step.rows; entry embed_<weight.kind>.
+def embed(dev, weight: Weight, tokens, x, step, *, scale: float = 1.0, first: int = 0,
+          total: int = 0) -> Dispatch:
+    """x[r] = dequantized row tokens[r] of weight, times f32(scale) (config.embed_scale), for
+    r < step.rows; entry embed_<weight.kind>. A part of a table split by rows (upload_rows) holds
+    ids first.. of `total`, and writes only the rows whose token it holds.
 
     weight (vocab, d); tokens (ROWS_MAX,) u32; x (ROWS_MAX, d) f32. Bit-identical to
-    quant.dequantize."""
+    quant.dequantize times the f32 scale."""
     if len(weight.shape) != 2:
         raise ShapeError(f"embed needs a (vocab, d) table; {weight.name!r} has {weight.shape}")
     vocab, d = weight.shape
     need(dev, tokens, ROWS_MAX * 4, "embed tokens (ROWS_MAX,) u32")
     need(dev, x, ROWS_MAX * d * 4, f"embed x (ROWS_MAX, {d})")
-    params = dev.uniform(_fields(d, vocab, 1.0), f"embed {weight.name}")
+    total = total or vocab
+    if not 0 <= first < first + vocab <= total:
+        raise ShapeError(f"embed: rows {first}..{first + vocab} of {weight.name!r} are not "
+                         f"inside a table of {total}")
+    params = dev.uniform(_fields(d, vocab, 1.0, float(np.float32(scale)), first, total),
+                         f"embed {weight.name}")
     return dev.dispatch("embed", f"embed_{weight.kind}", [params, step, weight.buffer, tokens, x],
                         _workgroups(ROWS_MAX * d))
 
 
-def rmsnorm(dev, x, weight: Weight, y, step, *, eps: float) -> Dispatch:
-    """y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight for r < step.rows: the norm as a pass of
-    its own, for CPU adapters (GPUs fold it into the next product: matmul's `norm`).
+def rmsnorm(dev, x, weight: Weight, y, step, *, eps: float, accumulate: bool = False) -> Dispatch:
+    """y[r] (= or +=) x[r] / sqrt(mean(x[r]^2) + eps) * weight for r < step.rows: the norm as a
+    pass of its own, for CPU adapters (GPUs fold it into the next product: matmul's `norm`), and
+    with `accumulate` Gemma 3's post-norms (the residual add of a normed output, on every device).
 
     x, y (ROWS_MAX, d) f32 (distinct buffers); weight (d,) f32."""
     if weight.kind != "f32" or len(weight.shape) != 1:
@@ -320,18 +399,17 @@ def rmsnorm(dev, x, weight: Weight, y, step, *, eps: float) -> Dispatch:
     (d,) = weight.shape
     need(dev, x, ROWS_MAX * d * 4, f"rmsnorm x (ROWS_MAX, {d})")
     need(dev, y, ROWS_MAX * d * 4, f"rmsnorm y (ROWS_MAX, {d})")
-    params = dev.uniform(_fields(d, float(eps)), f"rmsnorm {weight.name}")
+    params = dev.uniform(_fields(d, float(eps), accumulate), f"rmsnorm {weight.name}")
     return dev.dispatch("rmsnorm", "rmsnorm", [params, step, x, weight.buffer, y], ROWS_MAX)
 
 
-def rope_table(dev, config, max_ctx: int):
-    """The (max_ctx, head_dim/2, 2) f32 table of (cos, sin) that matmul's RoPE epilogue reads: angles in float64
-    then cast to f32, exactly as model.Model.rope computes them."""
-    hd = config.head_dim
-    inv_freq = config.rope_base ** (-np.arange(hd // 2, dtype=np.float64) * 2 / hd)  # (hd/2,)
+def rope_table(dev, inv_freq: np.ndarray, max_ctx: int, label: str = "rope table"):
+    """The (max_ctx, hd/2, 2) f32 table of (cos, sin) that matmul's RoPE epilogue and qk_norm
+    read, for the float64 frequencies inv_freq (hd/2,) (cpu.model.rope_inv_freq): angles in
+    float64, then cast to f32, exactly as the reference's rope computes them."""
     ang = np.arange(max_ctx)[:, None].astype(np.float64) * inv_freq[None, :]      # (ctx, hd/2)
     table = np.stack([np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)], axis=-1)
-    return dev.upload(table, label="rope table")
+    return dev.upload(table, label=label)
 
 
 def attention_scratch_bytes(n_heads: int, max_ctx: int) -> int:
@@ -353,8 +431,11 @@ def attention_groups(head_dim: int, threads: int) -> int:
 
 
 def attention(dev, q, kcache, vcache, scratch, out, step, *, n_heads: int, n_kv_heads: int,
-              head_dim: int, max_ctx: int) -> Dispatch:
-    """out[r] = causal GQA attention of q[r] over cache rows 0..step.pos + r, for r < step.rows.
+              head_dim: int, max_ctx: int, scale: float | None = None,
+              window: int = 0) -> Dispatch:
+    """out[r] = causal GQA attention of q[r] over cache rows lo..p (p = step.pos + r), for
+    r < step.rows: lo = 0, or max(0, p + 1 - window) with a sliding window (Gemma 3's local
+    layers). Scores are q.k * f32(scale), default 1/sqrt(head_dim).
 
     q, out (ROWS_MAX, n_heads * head_dim) f32; kcache, vcache (max_ctx, n_kv_heads * head_dim)
     f32 holding this pass's rows already; scratch: attention_scratch_bytes(n_heads, max_ctx).
@@ -379,9 +460,33 @@ def attention(dev, q, kcache, vcache, scratch, out, step, *, n_heads: int, n_kv_
     need(dev, kcache, max_ctx * kv_width * 4, f"attention kcache ({max_ctx}, {kv_width})")
     need(dev, vcache, max_ctx * kv_width * 4, f"attention vcache ({max_ctx}, {kv_width})")
     need(dev, scratch, attention_scratch_bytes(n_heads, max_ctx), "attention scratch")
-    scale = float(np.float32(1.0 / np.sqrt(head_dim)))
+    if window < 0:
+        raise ShapeError(f"attention's sliding window is a number of positions, got {window}")
+    scale = float(np.float32(1.0 / np.sqrt(head_dim) if scale is None else scale))
     params = dev.uniform(_fields(n_heads, n_kv_heads, head_dim, max_ctx, scale,
-                                 attention_groups(head_dim, threads)), "attention")
+                                 attention_groups(head_dim, threads), window), "attention")
     entry = "attention_cpu" if _cpu_adapter(dev) else "attention"
     return dev.dispatch("attention", entry, [params, step, q, kcache, vcache, scratch, out],
                         split_workgroups(ROWS_MAX * n_heads))
+
+
+def qk_norm(dev, q, kcache, weight: Weight, rope, step, *, n_heads: int, n_kv_heads: int,
+            head_dim: int, max_ctx: int, eps: float) -> Dispatch:
+    """Per-head RMSNorm, then RoPE, of Q (q[r]) and K (cache row step.pos + r) in place, for
+    r < step.rows (Qwen3, Gemma 3: the norms come before the rotation, so the Q/K/V product
+    stores them unrotated and this pass follows it).
+
+    q (ROWS_MAX, n_heads * hd) f32; kcache (max_ctx, n_kv_heads * hd) f32; weight (2 hd,) f32:
+    the Q norm's weight, then the K norm's; rope: rope_table(max_ctx)."""
+    if head_dim % 2 or weight.kind != "f32" or weight.shape != (2 * head_dim,):
+        raise ShapeError(f"qk_norm needs an even head_dim and the Q and K norm weights as one f32 "
+                         f"vector of 2 x {head_dim}; got {weight.name!r} {weight.kind} "
+                         f"{weight.shape}")
+    need(dev, q, ROWS_MAX * n_heads * head_dim * 4, f"qk_norm q (ROWS_MAX, {n_heads * head_dim})")
+    need(dev, kcache, max_ctx * n_kv_heads * head_dim * 4,
+         f"qk_norm kcache ({max_ctx}, {n_kv_heads * head_dim})")
+    need(dev, rope, max_ctx * head_dim * 4, f"rope table ({max_ctx}, {head_dim // 2}, 2)")
+    params = dev.uniform(_fields(n_heads, n_kv_heads, head_dim, max_ctx, max_ctx, float(eps)),
+                         "qk_norm")
+    return dev.dispatch("qk_norm", "qk_norm", [params, step, q, kcache, weight.buffer, rope],
+                        split_workgroups(ROWS_MAX * (n_heads + n_kv_heads)))

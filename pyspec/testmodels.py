@@ -263,7 +263,7 @@ def write_family_model(path, arch: str, *, seed: int = 0, ctx: int = 256, n_merg
 
 
 # The formats each family's tiny model is tested in (tests/test_families.py) and recorded by
-# llama.cpp in (scripts/record_golden_families.py): name -> write_family_model's matrix_type.
+# llama.cpp in (scripts/record_golden_forward.py): name -> write_family_model's matrix_type.
 # "Q4_K_M" on the narrow shape holds the Q5_0 / Q8_0 fallbacks, "-wide" (FAMILY_WIDE) K-quants.
 FAMILY_FORMATS = {"F32": quant.F32.type_id, "F16": quant.F16.type_id,
                   "Q8_0": quant.Q8_0.type_id, "Q4_K_M": "Q4_K_M", "Q4_K_M-wide": "Q4_K_M"}

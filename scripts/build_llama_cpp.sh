@@ -1,6 +1,7 @@
 #!/bin/sh
 # Build llama-cpp-python 0.3.36 from its sdist into a venv outside the repository, for the golden
-# recorders (scripts/record_golden_forward.py, record_golden_llama.py, record_golden_families.py). Not part of CI.
+# recorders (scripts/record_golden_forward.py, record_golden_llama.py, record_golden_families.py).
+# Not part of CI.
 #
 # The C and C++ flags turn off AMX: the compiler's -march=native enables it on this machine's CPU,
 # but the kernel does not let processes use it, so the build would die of SIGILL at load.

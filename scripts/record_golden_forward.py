@@ -1,5 +1,6 @@
 """Record llama.cpp's logits and greedy continuations for the tiny model of every family and
-format (pyspec/testmodels.py write_family_model) as golden data for tests/test_family_goldens.py (not yet written: no goldens recorded).
+format (pyspec/testmodels.py write_family_model) as golden data: tests/golden/family_logits.json,
+for a test of the CPU engines against it (not written yet: no golden recorded so far).
 
 For each family and format (testmodels.FAMILY_FORMATS: F32, F16, Q8_0, Q4_K_M with its Q5_0 /
 Q8_0 fallbacks, Q4_K_M-wide with Q4_K / Q6_K) the script writes the tiny model with pyspec (seed 3; the file's sha256

@@ -187,10 +187,10 @@ FAMILY_SHAPES = {
 # Wider variants whose rows are multiples of 256, so that a Q4_K_M mix holds real K-quants
 # (Q4_K, Q6_K) rather than the Q5_0 / Q8_0 fallbacks, with the real head sizes 64, 128 and 256.
 FAMILY_WIDE = {
-    "llama": dict(d=256, n_heads=4, n_kv=2, head_dim=64, d_ff=512),
-    "qwen2": dict(d=256, n_heads=4, n_kv=2, head_dim=64, d_ff=512),
-    "qwen3": dict(d=256, n_heads=4, n_kv=2, head_dim=128, d_ff=512),
-    "gemma3": dict(d=256, n_heads=4, n_kv=1, head_dim=256, d_ff=512),
+    "llama": {"d": 256, "n_heads": 4, "n_kv": 2, "head_dim": 64, "d_ff": 512},
+    "qwen2": {"d": 256, "n_heads": 4, "n_kv": 2, "head_dim": 64, "d_ff": 512},
+    "qwen3": {"d": 256, "n_heads": 4, "n_kv": 2, "head_dim": 128, "d_ff": 512},
+    "gemma3": {"d": 256, "n_heads": 4, "n_kv": 1, "head_dim": 256, "d_ff": 512},
 }
 # The metadata each family's converter writes beyond the shape (llama.cpp's convert_hf_to_gguf
 # and conversion/*.py), at the real models' values.
@@ -260,6 +260,19 @@ def write_family_model(path, arch: str, *, seed: int = 0, ctx: int = 256, n_merg
     embd_type = matrix_type if embd_type is None else embd_type
     gguf.write(path, md, tensor_types(w, matrix_type, embd_type))
     return w
+
+
+# The formats each family's tiny model is tested in (tests/test_families.py) and recorded by
+# llama.cpp in (scripts/record_golden_forward.py): name -> write_family_model's matrix_type.
+# "Q4_K_M" on the narrow shape holds the Q5_0 / Q8_0 fallbacks, "-wide" (FAMILY_WIDE) K-quants.
+FAMILY_FORMATS = {"F32": quant.F32.type_id, "F16": quant.F16.type_id,
+                  "Q8_0": quant.Q8_0.type_id, "Q4_K_M": "Q4_K_M", "Q4_K_M-wide": "Q4_K_M"}
+
+
+def write_family_format(path, arch: str, fmt: str, seed: int = 3) -> dict[str, np.ndarray]:
+    """write_family_model for one of FAMILY_FORMATS."""
+    wide = FAMILY_WIDE[arch] if fmt.endswith("-wide") else {}
+    return write_family_model(path, arch, seed=seed, matrix_type=FAMILY_FORMATS[fmt], **wide)
 
 
 # A model for long contexts: an 8,192-position context (write_model's default is 256, and every

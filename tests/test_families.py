@@ -19,21 +19,14 @@ from pyspec import testmodels
 from pyspec.cpu.fastcpu import FastModel
 from pyspec.cpu.model import ARCHITECTURES, Config, Model, ModelError
 from pyspec.engine import Engine
-from pyspec.formats import gguf, quant
+from pyspec.formats import gguf
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 from pyspec.rules import rng, verify
 from pyspec.text.tokenizer import Tokenizer
 
 FAMILIES = list(testmodels.FAMILY_SHAPES)
-FORMATS = {"F32": quant.F32.type_id, "F16": quant.F16.type_id, "Q8_0": quant.Q8_0.type_id,
-           "Q4_K_M": "Q4_K_M", "Q4_K_M-wide": "Q4_K_M"}
-
-
-def write(path, arch: str, fmt: str, **kw) -> None:
-    """The tiny model of `arch` in format `fmt` ("-wide": testmodels.FAMILY_WIDE's shape)."""
-    wide = testmodels.FAMILY_WIDE[arch] if fmt.endswith("-wide") else {}
-    testmodels.write_family_model(path, arch, matrix_type=FORMATS[fmt], **wide, **kw)
+FORMATS = testmodels.FAMILY_FORMATS
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +36,7 @@ def paths(tmp_path_factory):
     for arch in FAMILIES:
         for fmt in FORMATS:
             out[arch, fmt] = str(root / f"{arch}-{fmt}.gguf")
-            write(out[arch, fmt], arch, fmt, seed=3)
+            testmodels.write_family_format(out[arch, fmt], arch, fmt)
     return out
 
 

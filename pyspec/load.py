@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import champion_path
+from . import champion_path, verdicts
 from .cpu.executor import CPUBackend
 from .cpu.fastcpu import FastModel
 from .cpu.model import Config, Model, ModelError, load_tensors, shape_error
@@ -23,7 +23,7 @@ from .drafters.auto import auto_draft
 from .drafters.eagle import EagleHead, is_eagle
 from .drafters.pairing import bind_borrowed, check_pair
 from .errors import UsageError
-from .formats.gguf import GGUFFile
+from .formats.gguf import GGUFError, GGUFFile
 from .text.tokenizer import Tokenizer
 
 VOCAB_SCHEMA = "pyspec.draft-vocab/1"
@@ -146,14 +146,43 @@ def default_draft(champion) -> str:
     return "trained" if model else "ngram"
 
 
+def auto_choice(champion) -> verdicts.Choice:
+    """What "auto" runs: a recorded gate verdict's choice for this champion and device class
+    (verdicts.choose), else default_draft's."""
+    rule = default_draft(champion)
+    table = verdicts.load()
+    if not table:    # (no verdicts: the champion's sha256 is not worth computing)
+        return verdicts.Choice(rule)
+    device = "cpu-numpy" if isinstance(champion, Model) else champion.dev.adapter_class
+    return (verdicts.choose(table, champion.sha256(), device, auto_candidates(table), rule)
+            or verdicts.Choice(rule))
+
+
+def auto_candidates(table: list[dict]) -> dict[str, str]:
+    """The drafters "auto" may run, by the identity a verdict gives them (verdicts.py): n-gram
+    and self:L by kind, the shipped trained draft by its sha256 (a draft model of one's own is
+    named by its path, which verdicts do not keep)."""
+    from . import trained_draft_path
+
+    out = verdicts.weightless(table)
+    try:
+        out[GGUFFile.open(trained_draft_path()).sha256()] = "trained"
+    except (FileNotFoundError, GGUFError):
+        pass
+    return out
+
+
 def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None):
     """The executor for a champion and a --draft spec (or drafter object; "auto":
-    default_draft's choice). `load_draft(path)` loads a CPU draft model (default:
-    load_draft_checked); GPU drafts load on the device."""
-    if draft == "auto":
-        draft = default_draft(champion)
+    auto_choice's choice, which the executor's `auto` keeps for the receipt). `load_draft(path)`
+    loads a CPU draft model (default: load_draft_checked); GPU drafts load on the device."""
+    choice = auto_choice(champion) if draft == "auto" else None
+    draft = choice.drafter if choice else draft
     if isinstance(champion, Model):
-        return CPUBackend(champion, draft, max_ctx, load_draft or load_draft_checked(champion))
-    from .gpu.backend import GPUBackend
+        ex = CPUBackend(champion, draft, max_ctx, load_draft or load_draft_checked(champion))
+    else:
+        from .gpu.backend import GPUBackend
 
-    return GPUBackend(champion, draft, max_ctx)
+        ex = GPUBackend(champion, draft, max_ctx)
+    ex.auto = choice.receipt() if choice else None
+    return ex

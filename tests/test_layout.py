@@ -79,7 +79,8 @@ LAYERS = [
     ["pyspec", "pyspec.errors"],                         # the champion's location, the errors
     ["pyspec.formats", "pyspec.text"],                   # bytes of files, text in and out
     ["pyspec.rules"],                                    # pure rules (the JSON mask reads text.vocab)
-    ["pyspec.kv", "pyspec.cycle", "pyspec.schedule", "pyspec.receipts", "pyspec.options"],
+    ["pyspec.kv", "pyspec.cycle", "pyspec.schedule", "pyspec.receipts", "pyspec.options",
+     "pyspec.verdicts"],
     ["pyspec.cpu"],                                      # the numpy forward and the fast engine
     ["pyspec.drafters"],                                 # draft sources, pairing checks
     ["pyspec.gpu", "pyspec.cpu.executor"],               # the executors of the cycle

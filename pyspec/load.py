@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import champion_path
+from . import champion_path, verdicts
 from .cpu.executor import CPUBackend
 from .cpu.fastcpu import FastModel
 from .cpu.model import Config, Model, ModelError, load_tensors, shape_error
@@ -37,7 +37,7 @@ from .drafters.auto import auto_draft
 from .drafters.eagle import is_eagle
 from .drafters.pairing import bind_borrowed, check_pair
 from .errors import UsageError
-from .formats.gguf import GGUFFile
+from .formats.gguf import GGUFError, GGUFFile
 from .text.tokenizer import Tokenizer
 
 VOCAB_SCHEMA = "pyspec.draft-vocab/1"
@@ -233,22 +233,53 @@ def _gpu_drafter(path: str, champion, spec: str):
     return GPUDraft(model, None, f"model:{path}", shares_cache=False)
 
 
+def auto_choice(champion) -> verdicts.Choice:
+    """What "auto" runs: a recorded gate verdict's choice for this champion and device class
+    (verdicts.choose), else default_draft's."""
+    rule = default_draft(champion)
+    table = verdicts.load()
+    if not table:    # (no verdicts: the champion's sha256 is not worth computing)
+        return verdicts.Choice(rule)
+    device = "cpu-numpy" if isinstance(champion, Model) else champion.dev.adapter_class
+    return (verdicts.choose(table, champion.sha256(), device, auto_candidates(table), rule)
+            or verdicts.Choice(rule))
+
+
+def auto_candidates(table: list[dict]) -> dict[str, str]:
+    """The drafters "auto" may run, by the identity a verdict gives them (verdicts.py): n-gram
+    and self:L by kind, the shipped trained draft by its sha256 (a draft model of one's own is
+    named by its path, which verdicts do not keep)."""
+    from . import trained_draft_path
+
+    out = verdicts.weightless(table)
+    try:
+        out[GGUFFile.open(trained_draft_path()).sha256()] = "trained"
+    except (FileNotFoundError, GGUFError):
+        pass
+    return out
+
+
 def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None, *,
             given=None, **paths):
     """The executor for a champion and a --draft spec (or drafter object; "auto":
-    default_draft's choice), its drafter made by make_drafter (`load_draft`, `given`: its
-    arguments). `paths`: a GPU backend's gpu.backend.Paths fields, the benchmark's comparisons."""
-    if draft == "auto":
-        draft = default_draft(champion)
+    auto_choice's choice, which the executor's `auto` keeps for the receipt), its drafter made by
+    make_drafter (`load_draft`, `given`: its arguments). `paths`: a GPU backend's
+    gpu.backend.Paths fields, the benchmark's comparisons."""
+    choice = auto_choice(champion) if draft == "auto" else None
+    draft = choice.drafter if choice else draft
     if isinstance(champion, Model):
         kv = champion.new_cache(max_ctx)
         drafter = (make_drafter(draft, champion, kv, load_draft, given=given)
                    if isinstance(draft, str) else draft)
-        return CPUBackend(champion, drafter, kv=kv)
-    from .gpu.backend import GPUBackend
+        ex = CPUBackend(champion, drafter, kv=kv)
+    else:
+        from .gpu.backend import GPUBackend
 
-    owned: list = []   # what the drafter puts on the device is the backend's (its `close`)
-    with champion.dev.owned(owned):
-        champion.limit_context(max_ctx)
-        drafter = make_drafter(draft, champion, given=given) if isinstance(draft, str) else draft
-    return GPUBackend(champion, drafter, max_ctx, owned=owned, **paths)
+        owned: list = []   # what the drafter puts on the device is the backend's (its `close`)
+        with champion.dev.owned(owned):
+            champion.limit_context(max_ctx)
+            drafter = (make_drafter(draft, champion, given=given) if isinstance(draft, str)
+                       else draft)
+        ex = GPUBackend(champion, drafter, max_ctx, owned=owned, **paths)
+    ex.auto = choice.receipt() if choice else None
+    return ex

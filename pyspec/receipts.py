@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from . import __version__
+from .verdicts import VERDICTS
 
 SCHEMA = "pyspec.receipt/1"
 POLICY_VERSION = 2   # 2: the n-gram drafter is scored by previews instead of probes
@@ -68,7 +69,11 @@ def build(engine, opts, mode: str, stats: dict, drafter) -> dict:
                              else None),
                   # another vocabulary: {"kind": "idmap" | "tli", "shared_tokens",
                   # "champion_vocab", "share", "outside_stops"} (drafters/bridge.py)
-                  "bridge": getattr(drafter, "bridge_stats", None)},
+                  "bridge": getattr(drafter, "bridge_stats", None),
+                  # the request's draft was "auto": {"verdict", "verdict_sha256"} of the gate
+                  # verdict that chose the drafter (verdicts.py), both null where today's rule
+                  # did; null when the request named its drafter
+                  "auto": getattr(engine.backend, "auto", None)},
         "tokenizer_hash": engine.tokenizer.fingerprint(),
         "template_hash": engine.tokenizer.template_hash(),
         "policy": {"name": stats["schedule"]["policy"], "version": POLICY_VERSION},
@@ -166,6 +171,7 @@ def validate(receipt) -> None:
     if not isinstance(draft, dict) or draft.get("kind") not in DRAFT_KINDS:
         kind = draft.get("kind") if isinstance(draft, dict) else draft
         raise ValueError(f"draft.kind must be one of {', '.join(DRAFT_KINDS)}, got {kind!r}")
+    _check_auto(draft.get("auto"))
     # Its integers are counts, sizes and positions, never negative (the penalties, which may be,
     # are checked above). Times are not held to it: a GPU cycle's share of its draft and verify
     # is an estimate (gpu/backend.py), and build must never refuse a request's own receipt.
@@ -173,6 +179,23 @@ def validate(receipt) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and value < 0:
             raise ValueError(f"receipt field {key!r} is {value}; counts and sizes are never "
                              "negative")
+
+
+def _check_auto(auto) -> None:
+    """draft.auto: null, or the gate verdict that chose the drafter ({"verdict",
+    "verdict_sha256"}: one of VERDICTS and a sha256, or both null for today's rule)."""
+    if auto is None:
+        return
+    sha = auto.get("verdict_sha256") if isinstance(auto, dict) else None
+    if (not isinstance(auto, dict) or set(auto) != {"verdict", "verdict_sha256"}
+            or (auto["verdict"] is None) != (sha is None)
+            or auto["verdict"] not in (None, *VERDICTS)
+            or sha is not None and not _SHA256.fullmatch(str(sha))):
+        raise ValueError("draft.auto must be null or {\"verdict\": one of "
+                         f"{VERDICTS} or null, \"verdict_sha256\": its sha256 or null}}")
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _check_settings(receipt: dict) -> None:
@@ -228,7 +251,7 @@ def check(receipt: dict) -> None:
                              "digits, _); receipts carry no names or paths")
     allowed_strings = {"schema", "pyspec_version", "champion_sha256", "sha256", "kind",
                        "tokenizer_hash", "template_hash", "name", "verify", "adapter",
-                       "finish_reason", "policy"}
+                       "finish_reason", "policy", "verdict", "verdict_sha256"}
     for key, value in string_fields(receipt):
         if key not in allowed_strings:
             raise ValueError(f"receipt field {key!r} holds a string; receipts carry no text")

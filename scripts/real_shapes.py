@@ -167,6 +167,9 @@ def bench(directory: pathlib.Path, tokens: int, max_gb: float, out: pathlib.Path
     doc = {"schema": "pyspec.bench-real-shapes/1", "engine": "fastcpu (native numpy)",
            "machine": f"{os.cpu_count()} cores, shared; load average {os.getloadavg()[0]:.1f} "
                       "at the end: tok/s here are a loaded VM's, not a quiet one's", "rows": rows}
+    from pyspec.apps import provenance
+
+    provenance.stamp(doc, backend="cpu", adapter="cpu-numpy")
     out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     plot(rows, out.with_suffix(".png"))
 

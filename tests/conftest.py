@@ -82,6 +82,15 @@ def champion_gguf_pair():
     return GGUFFile.open(path), gguf_ref.GGUFReader(path)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_user_verdicts(tmp_path_factory):
+    """`auto` follows recorded gate verdicts (pyspec/verdicts.py): the tests read their own
+    file, absent unless a test writes one, never the user's cache."""
+    import os
+
+    os.environ["PYSPEC_VERDICTS"] = str(tmp_path_factory.mktemp("verdicts") / "verdicts.json")
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> Tiny:
     return Tiny(tmp_path_factory.mktemp("tiny"))

@@ -81,7 +81,7 @@ LAYERS = [
     ["pyspec.formats", "pyspec.text"],                   # bytes of files, text in and out
     ["pyspec.rules"],                                    # pure rules (the JSON mask reads text.vocab)
     ["pyspec.kv", "pyspec.cycle", "pyspec.schedule", "pyspec.receipts", "pyspec.options",
-     "pyspec.chunks", "pyspec.stats", "pyspec.request"],
+     "pyspec.chunks", "pyspec.stats", "pyspec.request", "pyspec.verdicts"],
     ["pyspec.cpu"],                                      # the numpy forward, the fast engine and
                                                          # the numpy executor of the cycle
     ["pyspec.drafters"],                                 # draft sources, pairing checks

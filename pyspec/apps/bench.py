@@ -130,7 +130,6 @@ def run_bench(args) -> int:
     check_options(args)
     items = first_per_stratum(read_workload(args.workload), args.per_stratum)
     drafts = [d for d in args.drafts.split(",") if d]
-    exact = exact_outputs(args)
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     prompts = check_messages(items, tok, args.workload)
     # A draft model's cycles fed on the device (gpu/ahead.py; on by default on a GPU, off on a
@@ -150,11 +149,9 @@ def run_bench(args) -> int:
             engines[d + HOST_FEED] = Engine(backend(champion, d, args.ctx, draft_ahead=False),
                                             tok)
             drafts.append(d + HOST_FEED)
-    rows: dict[str, list[dict]] = {d: [] for d in drafts}
-    skipped: list[dict] = []
     gpu = None
     # On a GPU, champion-only read cycle by cycle too: the A/B of pipelining.
-    serial, pipelining = None, []
+    serial = None
     if args.backend == "wgpu":
         serial = Engine(backend(champion, "none", args.ctx, pipelined=False), tok)
         from ..gpu.measure import measure
@@ -162,44 +159,7 @@ def run_bench(args) -> int:
         gpu = measure(champion)
         readbacks_before = champion.dev.readbacks
     t0 = time.time()
-    for n, (it, ids) in enumerate(zip(items, prompts), 1):
-        max_tokens = it.get("max_tokens", Options.max_tokens)
-        if args.max_tokens:
-            max_tokens = min(max_tokens, args.max_tokens)
-        # Alternate who runs first, so that drift or a warm cache favours neither side. With
-        # --repeat, each side's median run (by tokens/s) stands for it.
-        names = ["none", "serial", *drafts] if serial is not None else ["none", *drafts]
-        tries: dict[str, list] = {d: [] for d in names}
-        try:
-            for rep in range(max(1, args.repeat)):
-                for d in names if (n + rep) % 2 else names[::-1]:
-                    engine = serial if d == "serial" else engines[d]
-                    options = sampling(args, max_tokens)
-                    options.k = "fixed:0" if d in ("none", "serial") else args.k
-                    tries[d].append(engine.generate(ids, options))
-            runs = {d: median_run(rs) for d, rs in tries.items()}
-        except PromptTooLongError as e:
-            skipped.append({"id": it["id"], "reason": str(e)})
-            print(f"[{n}/{len(items)}] {it['id']}: skipped ({e})", file=sys.stderr)
-            continue
-        base = runs["none"]
-        line = [f"[{n}/{len(items)}] {it['id']:<16} base {base.stats['tokens_per_s']:.2f} tok/s"]
-        if serial is not None:
-            one = runs["serial"]
-            pipelining.append({"id": it["id"], "stratum": it.get("stratum", "all"),
-                               "identical": one.tokens == base.tokens,
-                               "pipelined_tok_s": base.stats["tokens_per_s"],
-                               "serial_tok_s": one.stats["tokens_per_s"]})
-            line.append(f"serial {one.stats['tokens_per_s']:.2f} tok/s")
-        for d in drafts:
-            row = compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens, exact)
-            if exact:
-                identity_over_repeats(row, [t.tokens for t in tries[d] + tries["none"]],
-                                      base.tokens)
-            rows[d].append(row)
-            line.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} tok/pass)")
-        print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
-
+    rows, skipped, pipelining = run_sides(args, items, prompts, engines, drafts, serial)
     strata = sorted({r["stratum"] for rs in rows.values() for r in rs})
     prefill = prefill_tok_s(engines["none"], champion.config.vocab_size)
     if gpu is not None:
@@ -252,6 +212,57 @@ def run_bench(args) -> int:
               f"{p['identical']}/{p['prompts']}")
     print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def run_sides(args, items: list[dict], prompts: list[list[int]], engines: dict[str, Engine],
+              drafts: list[str], serial: Engine | None = None) -> tuple[dict, list, list]:
+    """The side-by-side loop: each prompt on champion-only (`engines["none"]`), on `serial`
+    where given, and on each drafter, back to back, who runs first alternating; with
+    --repeat, each side's median run. Returns (drafter -> one `compare` row per prompt,
+    the prompts skipped as too long, the pipelining A/B rows). Used by bench and gate."""
+    exact = exact_outputs(args)
+    rows: dict[str, list[dict]] = {d: [] for d in drafts}
+    skipped: list[dict] = []
+    pipelining: list[dict] = []
+    t0 = time.time()
+    for n, (it, ids) in enumerate(zip(items, prompts), 1):
+        max_tokens = it.get("max_tokens", Options.max_tokens)
+        if args.max_tokens:
+            max_tokens = min(max_tokens, args.max_tokens)
+        # Alternate who runs first, so that drift or a warm cache favours neither side. With
+        # --repeat, each side's median run (by tokens/s) stands for it.
+        names = ["none", "serial", *drafts] if serial is not None else ["none", *drafts]
+        tries: dict[str, list] = {d: [] for d in names}
+        try:
+            for rep in range(max(1, args.repeat)):
+                for d in names if (n + rep) % 2 else names[::-1]:
+                    engine = serial if d == "serial" else engines[d]
+                    options = sampling(args, max_tokens)
+                    options.k = "fixed:0" if d in ("none", "serial") else args.k
+                    tries[d].append(engine.generate(ids, options))
+            runs = {d: median_run(rs) for d, rs in tries.items()}
+        except PromptTooLongError as e:
+            skipped.append({"id": it["id"], "reason": str(e)})
+            print(f"[{n}/{len(items)}] {it['id']}: skipped ({e})", file=sys.stderr)
+            continue
+        base = runs["none"]
+        line = [f"[{n}/{len(items)}] {it['id']:<16} base {base.stats['tokens_per_s']:.2f} tok/s"]
+        if serial is not None:
+            one = runs["serial"]
+            pipelining.append({"id": it["id"], "stratum": it.get("stratum", "all"),
+                               "identical": one.tokens == base.tokens,
+                               "pipelined_tok_s": base.stats["tokens_per_s"],
+                               "serial_tok_s": one.stats["tokens_per_s"]})
+            line.append(f"serial {one.stats['tokens_per_s']:.2f} tok/s")
+        for d in drafts:
+            row = compare(it, runs[d].stats, runs[d].tokens, base.stats, base.tokens, exact)
+            if exact:
+                identity_over_repeats(row, [t.tokens for t in tries[d] + tries["none"]],
+                                      base.tokens)
+            rows[d].append(row)
+            line.append(f"{d} x{row['speedup']:.2f} ({row['stats']['tokens_per_pass']:.2f} tok/pass)")
+        print(" | ".join(line), f"[{time.time() - t0:.0f}s]", file=sys.stderr, flush=True)
+    return rows, skipped, pipelining
 
 
 def draft_file(drafter: str) -> str | None:

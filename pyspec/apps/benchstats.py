@@ -31,6 +31,7 @@ def compare(item: dict, stats: dict, tokens: list[int], base_stats: dict,
             "baseline_tokens_per_s": base_stats["tokens_per_s"],
             "baseline_ttft_s": base_stats["ttft_s"],
             "baseline_passes": base_stats["champion_passes"],
+            "baseline_peak_bytes": base_stats["peak_bytes"],
             "baseline_pass_s": base_stats["verify_s"] / base_stats["champion_passes"],
             "pass_s": stats["verify_s"] / stats["champion_passes"]}
 

@@ -1,5 +1,5 @@
 """Command line: python -m pyspec generate | chat | tokenize | detokenize | score | check-pair |
-info | receipt | bench | demo.
+info | receipt | bench | gate | demo.
 
 Each command parses its options, loads what it needs and prints plain text or one JSON object.
 Errors a user can fix (bad files, bad pairs, long prompts, bad options) print one line starting
@@ -25,8 +25,9 @@ from . import info
 from .tools import cmd_check_pair, cmd_detokenize, cmd_receipt, cmd_score, cmd_tokenize
 
 CHAMPION_HELP = "the champion's GGUF (default: the installed SmolLM2-135M-Instruct Q4_1)"
-DRAFT_HELP = ("auto (trained on a GPU, else ngram) | ngram | self:L | none | trained (models/) | "
-              "PATH to a GGUF (or model:PATH) | ngram+trained | ngram+PATH")
+DRAFT_HELP = ("auto (a recorded gate verdict, else trained on a GPU, else ngram) | ngram | "
+              "self:L | none | trained (models/) | PATH to a GGUF (or model:PATH) | "
+              "ngram+trained | ngram+PATH")
 
 
 def cmd_bench(args) -> int:
@@ -180,6 +181,8 @@ def parser() -> argparse.ArgumentParser:
     _generation_commands(sub)
     _model_commands(sub)
     _bench_command(sub)
+    from .gate import add_parser as add_gate   # (gate.py: its options beside its code)
+    add_gate(sub, CHAMPION_HELP)
     for p in sub.choices.values():   # so that main() can name a command's unknown options
         p.set_defaults(parser=p)
         p.formatter_class = _Help

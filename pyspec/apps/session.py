@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 
-from .. import __version__
+from .. import __version__, verdicts
 from ..cpu.model import Config, Model
 from ..drafters import BridgedModel, DraftSpecError, parse_draft
 from ..drafters.auto import auto_draft
@@ -131,6 +131,7 @@ class Session:
         self.engine_draft: str | None = None
         self.guard_timing: dict = {}       # every engine's guard times (Engine.guard_timing)
         self.default_draft = "ngram"
+        self.auto_choice: verdicts.Choice | None = None   # what "auto" chose at load, and why
         self.last: dict | None = None      # the last finished request: text, tokens, stats, receipt
         self.cancelled: set[int] = set()   # request ids asked to stop
         self.running: int | None = None
@@ -143,7 +144,7 @@ class Session:
     # What load() replaces; a failed load puts them back.
     _LOADED = ("file", "config", "tokenizer", "draft_model", "backend", "max_ctx",
                "default_draft", "engine", "engine_draft", "drills", "load_faults",
-               "guard_timing")
+               "guard_timing", "auto_choice")
 
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
@@ -212,6 +213,9 @@ class Session:
                 # where a draft model does not pay: n-gram, as natively.
                 auto_note, self.default_draft = why, "ngram"
                 engine = await self._engine("ngram")
+        self.auto_choice = None
+        if auto:
+            engine = await self._follow_verdicts(engine, opts.get("verdicts"))
         t4 = time.perf_counter()
         old = getattr(getattr(before["engine"], "champion", None), "dev", None)
         if old is not None and old is not getattr(engine.champion, "dev", None):
@@ -224,6 +228,9 @@ class Session:
                 "fallback_kind": engine.fallbacks[0]["kind"] if engine.fallbacks else None,
                 "vocab": config.vocab_size, "context": self.max_ctx,
                 "n_layers": config.n_layers, "draft": self.default_draft,
+                # the gate verdict that chose it (its sha256), else null
+                "draft_verdict": (self.auto_choice.receipt()["verdict_sha256"]
+                                  if self.auto_choice else None),
                 # why "auto" chose otherwise than the worker expected, else null
                 "draft_auto": auto_note,
                 # the draft's head rows on the numpy engine (null: its full head)
@@ -262,6 +269,26 @@ class Session:
         pending, self.warm_next = self.warm_next, None
         if pending is not None and pending[0] is self.engine and self.warming is None:
             self.warming = asyncio.ensure_future(pending[0].warm(pending[1]))
+
+    async def _follow_verdicts(self, engine: Engine, table_json: str | None) -> Engine:
+        """"auto" at load: a recorded gate verdict for this champion, draft and the engine's
+        adapter class (verdicts.choose, as load.auto_choice natively) over the rule above; the
+        engine for its choice. Sets auto_choice, which the receipts of "auto" requests name."""
+        table = verdicts.parse(parse_json(table_json, "verdicts"), "the verdicts init option") \
+            if table_json else []
+        choice = None
+        if table:
+            candidates = verdicts.weightless(table)
+            if self.draft_model is not None:
+                inner = getattr(self.draft_model, "model", self.draft_model)   # a bridged one's
+                candidates[inner.sha256()] = "model"
+            choice = verdicts.choose(table, engine.champion.sha256(), engine.adapter_class,
+                                     candidates, self.default_draft)
+        self.auto_choice = choice or verdicts.Choice(self.default_draft)
+        if self.auto_choice.drafter != self.default_draft:
+            self.default_draft = self.auto_choice.drafter
+            engine = await self._engine(self.default_draft)
+        return engine
 
     async def _engine(self, draft: str) -> Engine:
         """The engine for a drafter choice; rebuilt (with a fresh cache) when the choice changes."""
@@ -360,10 +387,16 @@ class Session:
     async def _prepare(self, messages, config: dict, opts, drill):
         """The engine of a request's drafter and its prompt fitted to the context."""
         draft = config.get("draft") or self.default_draft
-        if draft == "auto":    # what "auto" chose at load, or would choose for this engine
+        if draft == "auto" and self.auto_choice is not None:   # the load's "auto"
+            draft = self.default_draft
+        if draft == "auto":    # what "auto" would choose for this engine
             draft = "model" if self.draft_model is not None and (
                 self.engine is None or draft_pays(self.engine)[0]) else "ngram"
         engine = await self._engine(draft)
+        # the receipt's draft.auto: the load's choice, for a request that left it to "auto"
+        chose = self.auto_choice is not None and config.get("draft") in (None, "auto") \
+            and draft == self.default_draft
+        engine.backend.auto = self.auto_choice.receipt() if chose else None
         if drill and drill[0] != "worker-oom" and getattr(engine.champion, "dev", None) is None:
             raise SessionError("bad_config", f"the {drill[0]} drill needs the WebGPU engine, "
                                f"not {engine.adapter}: load with backend webgpu")

@@ -32,7 +32,9 @@ class SessionError(PyspecError):
 # type is refused (bad_config) before anything runs, so a malformed request changes nothing.
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
                "draft_name": str, "draft_vocab": str, "draft_vocab_shipped": bool,
-               "drills": bool, "load_faults": list, "warm": bool}
+               "drills": bool, "load_faults": list, "warm": bool,
+               # the page's recorded gate verdicts (OPFS verdicts.json's text; docs/gate.md)
+               "verdicts": str}
 GENERATE_FIELDS = {o.name: o.types for o in REQUEST}
 
 

@@ -1,0 +1,167 @@
+"""Recorded gate verdicts (issue 47): whether a drafter was measured to pay for one champion on
+one device class, and the rule by which `auto` follows them.
+
+A verdict is one JSON object (`record` makes it; `python -m pyspec gate` measures it):
+
+    {"champion_sha256", "draft": a draft model's sha256 or a drafter's kind ("ngram", "self:20"),
+     "device_class": receipts.ADAPTER_CLASSES, "verdict": "promote" | "keep off",
+     "speedup": {"median", "low", "high"}, "rule_version", "date", "sha256"}
+
+`sha256` is the hash of the other fields (`verdict_sha256`): the name a receipt gives the verdict
+that chose its drafter, never a path or text. Natively the table is a cache file (`store_path`:
+$XDG_CACHE_HOME/pyspec/verdicts.json, else ~/.cache/pyspec/verdicts.json); in the page it lives in
+OPFS and the worker hands it to the session at init (apps/session.py). A newer verdict for the
+same champion, draft and device class replaces the older.
+
+`choose` is the rule: among the candidates auto may run, the promoted one with the highest
+measured speedup; else, when the drafter today's rule would pick (load.default_draft) was kept
+off, no drafter; else None, and today's rule stands.
+
+Not here: measuring (apps/gate.py), the thresholds (apps/gate.py THRESHOLDS), the receipt's
+field (receipts.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+from .errors import PyspecError
+
+SCHEMA = "pyspec.verdicts/1"
+PROMOTE, KEEP_OFF = "promote", "keep off"
+VERDICTS = (PROMOTE, KEEP_OFF)
+_FIELDS = ("champion_sha256", "draft", "device_class", "verdict", "speedup", "rule_version",
+           "date")
+
+
+class VerdictStoreError(PyspecError, ValueError):
+    """The verdict file is not a verdict table: the message says which file and how to mend it."""
+
+    code = "bad_config"
+
+
+def verdict_sha256(v: dict) -> str:
+    """The sha256 of a verdict's fields (all but `sha256`), as canonical JSON."""
+    body = {k: v[k] for k in _FIELDS}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def record(*, champion_sha256: str, draft: str, device_class: str, verdict: str,
+           speedup: dict, rule_version: int, date: str) -> dict:
+    """One verdict, with its sha256."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"a verdict is one of {VERDICTS}, got {verdict!r}")
+    v = {"champion_sha256": champion_sha256, "draft": draft, "device_class": device_class,
+         "verdict": verdict, "speedup": {k: speedup[k] for k in ("median", "low", "high")},
+         "rule_version": rule_version, "date": date}
+    return v | {"sha256": verdict_sha256(v)}
+
+
+def parse(table, source: str) -> list[dict]:
+    """A list of verdicts from a table (its list, or {"schema", "verdicts"}), each checked:
+    VerdictStoreError naming `source` for one that is not a verdict or whose sha256 is wrong."""
+    if isinstance(table, dict) and table.get("schema") == SCHEMA:
+        table = table.get("verdicts")
+    if not isinstance(table, list):
+        raise VerdictStoreError(f"{source}: not a verdict table ({SCHEMA}); delete it, and "
+                                "`python -m pyspec gate` records verdicts afresh")
+    for v in table:
+        try:
+            ok = (v["verdict"] in VERDICTS and verdict_sha256(v) == v["sha256"]
+                  and all(isinstance(v[k], str) for k in ("champion_sha256", "draft",
+                                                          "device_class")))
+        except (KeyError, TypeError):
+            ok = False
+        if not ok:
+            raise VerdictStoreError(f"{source}: an entry is not a verdict, or its sha256 does "
+                                    "not match its fields; delete the file and run the gate "
+                                    "again")
+    return table
+
+
+def store_path() -> str:
+    """The native verdict file: $PYSPEC_VERDICTS (the tests' own), else
+    $XDG_CACHE_HOME/pyspec/verdicts.json, else ~/.cache/pyspec/verdicts.json."""
+    if os.environ.get("PYSPEC_VERDICTS"):
+        return os.environ["PYSPEC_VERDICTS"]
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "pyspec", "verdicts.json")
+
+
+def load(path: str | None = None) -> list[dict]:
+    """The verdicts in the native file ([] when there is none)."""
+    path = path or store_path()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    try:
+        return parse(json.loads(text), path)
+    except (json.JSONDecodeError, RecursionError):
+        raise VerdictStoreError(f"{path}: not JSON; delete it, and `python -m pyspec gate` "
+                                "records verdicts afresh") from None
+
+
+def merge(table: list[dict], new: list[dict]) -> list[dict]:
+    """The table with `new` in it, each replacing an older verdict of its key."""
+    keys = {_key(v) for v in new}
+    return [v for v in table if _key(v) not in keys] + list(new)
+
+
+def save(new: list[dict], path: str | None = None) -> str:
+    """Add verdicts to the native file (written whole to a temporary file, then renamed, so that
+    a run stopped while writing leaves the old table); returns its path."""
+    path = path or store_path()
+    table = merge(load(path), new)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"schema": SCHEMA, "verdicts": table}, f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def _key(v: dict) -> tuple:
+    return v["champion_sha256"], v["draft"], v["device_class"]
+
+
+@dataclass
+class Choice:
+    """What `auto` runs ("none", or a drafter spec from the candidates) and the verdict that
+    chose it (None: today's rule did)."""
+    drafter: str
+    verdict: dict | None = None
+
+    def receipt(self) -> dict:
+        """The receipt's `draft.auto`: which verdict chose the drafter (null fields: the rule)."""
+        v = self.verdict or {"verdict": None, "sha256": None}
+        return {"verdict": v["verdict"], "verdict_sha256": v["sha256"]}
+
+
+def weightless(table: list[dict]) -> dict[str, str]:
+    """The drafters of a table that need no weights (ngram, self:L), each its own spec: the
+    candidates `choose` gets beside a draft model of the caller's."""
+    return {v["draft"]: v["draft"] for v in table
+            if v["draft"] == "ngram" or v["draft"].startswith("self:")}
+
+
+def choose(table: list[dict], champion_sha256: str, device_class: str,
+           candidates: dict[str, str], default: str) -> Choice | None:
+    """`auto`'s choice by recorded verdicts. `candidates` maps a draft's identity (a sha256 or a
+    kind, as gate records it) to the spec that runs it; `default` is the spec today's rule picks.
+    The promoted candidate with the highest median speedup; else "none" when `default`'s own
+    verdict is "keep off"; else None (no verdict decides: today's rule stands)."""
+    mine = [v for v in table if v["champion_sha256"] == champion_sha256
+            and v["device_class"] == device_class and v["draft"] in candidates]
+    promoted = [v for v in mine if v["verdict"] == PROMOTE]
+    if promoted:
+        best = max(promoted, key=lambda v: v["speedup"]["median"])
+        return Choice(candidates[best["draft"]], best)
+    kept_off = [v for v in mine if candidates[v["draft"]] == default]
+    if kept_off:
+        return Choice("none", kept_off[-1])
+    return None

@@ -1,0 +1,260 @@
+"""`python -m pyspec gate` (apps/gate.py) and the verdicts `auto` follows (verdicts.py,
+load.auto_choice): the rule on constructed numbers, both outcomes and its edges; the JSON and its
+provenance on a tiny model; a stored verdict followed, one of another device class ignored, the
+receipt naming it; a cancelled run and bad input leaving no verdict."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from pyspec import receipts, testmodels, verdicts
+from pyspec.apps import cli, gate
+from pyspec.apps.provenance import sha256_file
+from pyspec.engine import Engine
+from pyspec.load import backend
+from pyspec.options import Options
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """This test's own verdict file (never the user's)."""
+    path = tmp_path / "verdicts.json"
+    monkeypatch.setenv("PYSPEC_VERDICTS", str(path))
+    return path
+
+
+def paying(**change) -> dict:
+    """A drafter's measurements that meet every threshold, with `change` applied."""
+    m = {"prompts": 11, "drafted_cycles_share": 0.8, "identical_to_baseline": 11,
+         "speedup": {"median": 1.30, "low": 1.12, "high": 1.41},
+         "ttft_change_s": 0.002, "draft_pass_s": 0.004, "baseline_ttft_s": 0.2,
+         "peak_bytes": 600_000_000}
+    m |= change
+    if "prompts" in change and "identical_to_baseline" not in change:
+        m["identical_to_baseline"] = m["prompts"]
+    return m
+
+
+def test_a_draft_that_pays_is_promoted_one_that_cannot_is_kept_off():
+    assert gate.judge(paying()) == {"verdict": "promote", "reasons": [],
+                                    "ttft_allowed_s": pytest.approx(0.004 + 0.05 * 0.2)}
+    slow = gate.judge(paying(speedup={"median": 0.97, "low": 0.91, "high": 1.02}))
+    assert slow["verdict"] == "keep off" and len(slow["reasons"]) == 2
+    idle = gate.judge(paying(drafted_cycles_share=0.05, identical_to_baseline=11))
+    assert idle["verdict"] == "keep off" and "did not draft" in idle["reasons"][0]
+    wrong = gate.judge(paying(identical_to_baseline=10))
+    assert wrong["reasons"] == ["1 of 11 outputs differ from champion-only: not exact (a bug: "
+                                "report it)"]
+
+
+@pytest.mark.parametrize("change, verdict", [
+    ({"prompts": 8}, "promote"),                         # at the floor
+    ({"prompts": 7}, "keep off"),
+    ({"speedup": {"median": 1.05, "low": 1.01, "high": 1.1}}, "promote"),   # median at 1.05
+    ({"speedup": {"median": 1.30, "low": 1.00, "high": 1.4}}, "keep off"),  # low must be above 1
+    ({"ttft_change_s": 0.004 + 0.01}, "promote"),        # one draft pass + 5% of TTFT, exactly
+    ({"ttft_change_s": 0.004 + 0.0101}, "keep off"),
+    ({"identical_to_baseline": None}, "promote"),        # rejection sampling: not compared
+    ({"drafted_cycles_share": 0.10}, "promote"),
+], ids=["prompts-8", "prompts-7", "median-at", "low-at", "ttft-at", "ttft-over", "rejection",
+        "drafted-at"])
+def test_the_thresholds_edges(change, verdict):
+    assert gate.judge(paying(**change))["verdict"] == verdict
+
+
+def test_a_memory_budget_is_a_line_of_the_rule():
+    assert gate.judge(paying(), memory_budget=600_000_000)["verdict"] == "promote"
+    over = gate.judge(paying(), memory_budget=599_999_999)
+    assert over["verdict"] == "keep off" and "peak memory" in over["reasons"][0]
+
+
+def test_the_interval_is_a_bootstrap_of_the_median():
+    sp = gate.speedup_interval([1.1, 1.2, 1.3, 1.25, 1.15, 0.9, 1.4, 1.22])
+    assert sp["min"] <= sp["low"] <= sp["median"] <= sp["high"] <= sp["max"]
+    assert sp["n"] == 8 and sp == gate.speedup_interval([1.1, 1.2, 1.3, 1.25, 1.15, 0.9, 1.4,
+                                                          1.22])   # seeded: the same every run
+
+
+def workload(tmp_path, n=2, max_tokens=10):
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(json.dumps(
+        {"id": f"{s}-{i}", "stratum": s, "max_tokens": max_tokens,
+         "messages": [{"role": "user", "content": f"the cat sat on the mat {i}"}]})
+        for s in ("copy", "chat") for i in range(n)))
+    return path
+
+
+def test_gate_writes_json_with_provenance_and_records_each_verdict(tiny, tmp_path, store,
+                                                                    capsys):
+    out = tmp_path / "out"
+    assert cli.main(["gate", "--workload", str(workload(tmp_path)), "--champion",
+                     tiny.champion_path, "--draft", "ngram", "--draft", tiny.close_path,
+                     "--out", str(out)]) == 0
+    result = json.loads((out / "gate-cpu.json").read_text())
+    assert result["schema"] == gate.SCHEMA and result["device_class"] == "cpu-numpy"
+    assert result["thresholds"] == gate.THRESHOLDS and result["interval"] == gate.INTERVAL
+    prov = result["provenance"]
+    assert prov["champion"]["sha256"] == sha256_file(tiny.champion_path)
+    assert prov["drafts"][tiny.close_path]["sha256"] == sha256_file(tiny.close_path)
+    assert prov["drafts"]["ngram"] is None and "commit" in prov
+    table = verdicts.load()
+    assert len(table) == 2
+    for d, m in result["drafters"].items():
+        assert m["verdict"] in verdicts.VERDICTS and m["identical_to_baseline"] == 4
+        assert m["verdict"] == "keep off" and "4 prompts measured" in m["reasons"][0]
+        sp = m["speedup"]
+        assert sp["n"] == 4 and sp["min"] <= sp["low"] <= sp["median"] <= sp["high"] <= sp["max"]
+        assert len(m["acceptance_by_position"]) >= 1 and m["peak_bytes"] > 0
+        assert m["tokens_per_pass"]["median"] >= 1 and "ttft_change_s" in m
+        mine = next(v for v in table if v["sha256"] == m["verdict_sha256"])
+        assert mine["draft"] == gate.identity(d) and mine["device_class"] == "cpu-numpy"
+    assert {v["draft"] for v in table} == {"ngram", sha256_file(tiny.close_path)}
+    printed = capsys.readouterr().out
+    assert "ngram: keep off" in printed and "speedup" in printed and "TTFT change" in printed
+
+
+def verdict(tiny, draft: str, word: str, device: str = "cpu-numpy", median=1.3) -> dict:
+    return verdicts.record(champion_sha256=sha256_file(tiny.champion_path), draft=draft,
+                           device_class=device, verdict=word,
+                           speedup={"median": median, "low": 1.1, "high": 1.4},
+                           rule_version=gate.RULE_VERSION, date="2026-12-05T00:00:00Z")
+
+
+def auto_receipt(tiny) -> dict:
+    engine = Engine(backend(tiny.champion, "auto"), tiny.tokenizer)
+    receipt = engine.generate(tiny.tokenizer.encode("the cat sat"),
+                              Options(max_tokens=4)).receipt
+    receipts.validate(receipt)
+    return receipt
+
+
+def test_auto_follows_a_stored_verdict_and_the_receipt_names_it(tiny, store):
+    assert auto_receipt(tiny)["draft"]["auto"] == {"verdict": None, "verdict_sha256": None}
+    promoted = verdict(tiny, "self:1", "promote")
+    verdicts.save([verdict(tiny, "ngram", "promote", median=1.1), promoted,
+                   verdict(tiny, "self:1", "keep off", device="gpu:nvidia")])
+    draft = auto_receipt(tiny)["draft"]
+    assert (draft["kind"], draft["layers"]) == ("self", 1)     # the faster promoted one
+    assert draft["auto"] == {"verdict": "promote", "verdict_sha256": promoted["sha256"]}
+
+
+def test_auto_ignores_another_device_class_and_falls_back(tiny, store):
+    verdicts.save([verdict(tiny, "self:1", "promote", device="gpu:nvidia"),
+                   verdict(tiny, "ngram", "promote", device="software")])
+    draft = auto_receipt(tiny)["draft"]
+    assert draft["kind"] == "ngram" and draft["auto"]["verdict"] is None   # today's rule
+
+
+def test_a_kept_off_default_turns_auto_off(tiny, store):
+    off = verdict(tiny, "ngram", "keep off")
+    verdicts.save([off])
+    draft = auto_receipt(tiny)["draft"]
+    assert draft["kind"] == "none" and draft["auto"]["verdict_sha256"] == off["sha256"]
+
+
+def test_a_named_drafter_has_no_auto_field_and_the_receipt_check_refuses_a_bad_one(tiny):
+    engine = Engine(backend(tiny.champion, "ngram"), tiny.tokenizer)
+    receipt = engine.generate(tiny.tokenizer.encode("the cat"), Options(max_tokens=2)).receipt
+    assert receipt["draft"]["auto"] is None
+    for bad in ({"verdict": "promote", "verdict_sha256": None},
+                {"verdict": "maybe", "verdict_sha256": "0" * 64},
+                {"verdict": "promote", "verdict_sha256": "/home/me/x.gguf"}):
+        with pytest.raises(ValueError, match="draft.auto"):
+            receipts.validate({**receipt, "draft": {**receipt["draft"], "auto": bad}})
+
+
+def test_a_cancelled_run_leaves_no_verdict(tiny, tmp_path, store, monkeypatch):
+    calls = []
+    generate = Engine.generate
+
+    def interrupted(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return generate(self, *a, **k)
+    monkeypatch.setattr(Engine, "generate", interrupted)
+    out = tmp_path / "out"
+    assert cli.main(["gate", "--workload", str(workload(tmp_path)), "--champion",
+                     tiny.champion_path, "--draft", "ngram", "--out", str(out)]) == 130
+    assert not store.exists() and not (out / "gate-cpu.json").exists()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "holds no prompts"),
+    ('{"id": "a", "stratum": "chat", "messages": []}\n', "line 1: messages must be"),
+    ("not json\n", "line 1 is not JSON"),
+], ids=["empty", "no-messages", "not-json"])
+def test_a_bad_workload_is_named_and_leaves_no_verdict(tiny, tmp_path, store, capsys, text,
+                                                       words):
+    path = tmp_path / "w.jsonl"
+    path.write_text(text)
+    assert cli.main(["gate", "--workload", str(path), "--champion", tiny.champion_path,
+                     "--draft", "ngram", "--out", str(tmp_path / "o")]) == 2
+    assert words in capsys.readouterr().err and not store.exists()
+
+
+def test_a_pair_that_cannot_be_exact_is_refused_before_anything_runs(tiny, tmp_path, store,
+                                                                     monkeypatch, capsys):
+    md = testmodels.tokenizer_metadata()
+    n = len(md["tokenizer.ggml.tokens"])
+    alien = tmp_path / "alien.gguf"     # a vocabulary sharing no token with the champion's
+    testmodels.write_model(alien, seed=3, tokenizer={
+        **md, "tokenizer.ggml.tokens": [f"zq{i}" for i in range(n)],
+        "tokenizer.ggml.merges": [], "tokenizer.ggml.token_type": [1] * n})
+    monkeypatch.setattr(gate, "load_champion", lambda *a: pytest.fail("the champion loaded"))
+    assert cli.main(["gate", "--workload", str(workload(tmp_path)), "--champion",
+                     tiny.champion_path, "--draft", str(alien),
+                     "--out", str(tmp_path / "o")]) == 2
+    assert "cannot be used with this champion" in capsys.readouterr().err
+    assert not store.exists()
+
+
+def test_a_broken_verdict_file_gets_a_named_error(tmp_path, store):
+    store.write_text('{"schema": "pyspec.verdicts/1", "verdicts": [{"verdict": "promote"}]}')
+    with pytest.raises(verdicts.VerdictStoreError, match="delete the file"):
+        verdicts.load()
+
+
+def test_the_docs_state_the_thresholds_in_code():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "gate.md").read_text()
+    table = text.split("<!-- thresholds")[1].split("<!-- /thresholds -->")[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([\d.]+) \|", table, re.M))
+    assert {k: float(v) for k, v in rows.items()} == gate.THRESHOLDS
+
+
+def test_the_page_session_follows_a_verdict_table_given_at_init(tiny, tmp_path):
+    """The page keeps verdicts in OPFS and hands their text to Session.load (init option
+    `verdicts`): "auto" follows one for this champion and the engine's class; a request that
+    leaves the drafter to auto carries it in its receipt, one that names its drafter does not."""
+    import asyncio
+    from pathlib import Path
+
+    from pyspec.apps import session
+    from pyspec.gpu.device import NoAdapterError
+
+    async def no_gpu():
+        raise NoAdapterError("none here")
+    champion = Path(tiny.champion_path).read_bytes()
+    messages = json.dumps([{"role": "user", "content": "the cat sat on the mat. the cat"}])
+    chosen = verdict(tiny, "self:1", "promote")
+    table = json.dumps({"schema": verdicts.SCHEMA, "verdicts": [chosen]})
+    s = session.Session(no_gpu)
+    info = json.loads(asyncio.run(s.load(json.dumps({"draft": "auto", "verdicts": table,
+                                                      "max_ctx": 128}), champion)))
+    assert info["draft"] == "self:1" and info["draft_verdict"] == chosen["sha256"]
+
+    def receipt(config):
+        out = asyncio.run(s.generate(1, messages, json.dumps({"max_tokens": 4, **config}),
+                                     lambda *a: None))
+        return json.loads(out)["receipt"]["draft"]
+    assert receipt({})["auto"] == {"verdict": "promote", "verdict_sha256": chosen["sha256"]}
+    assert receipt({"draft": "ngram"})["auto"] is None
+    bad = json.loads(asyncio.run(s.load(json.dumps({"draft": "auto", "verdicts": "[{}]"}),
+                                        champion)))
+    assert bad["error"]["code"] == "bad_config"
+    assert json.loads(asyncio.run(s.load('{"draft": "auto"}', champion)))["draft_verdict"] is None

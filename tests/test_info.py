@@ -125,3 +125,18 @@ def test_the_adapters_limits_decide_the_webgpu_verdict(tiny):
     assert header_card(tiny, limits=roomy)[0]["backends"]["webgpu"]["fits"]
     b = header_card(tiny, limits=tight)[0]["backends"]["webgpu"]
     assert not b["fits"] and b["limit"] == largest - 4 and "CPU engine" in b["why"]
+
+
+def test_the_page_refuses_what_no_engine_here_holds(tiny, tmp_path):
+    c = info.card(str(tiny))
+    assert info.page_refusal(c, webgpu=True) is None
+    tight = {"maxBufferSize": 64, "maxStorageBufferBindingSize": 64}
+    small = header_card(tiny, limits=tight)[0]
+    assert info.page_refusal(small, webgpu=True) is None            # the CPU engine holds it
+    e = info.page_refusal(small, webgpu=True, backend="webgpu")
+    assert e.code == "model_too_large" and "binding limit" in str(e)
+    md = dict(GGUFFile.open(str(tiny)).metadata)
+    md["general.architecture"] = "mamba"
+    gguf.write(tmp_path / "mamba.gguf", md, {})
+    e = info.page_refusal(info.card(str(tmp_path / "mamba.gguf")), webgpu=True)
+    assert e.code == "bad_model" and "mamba" in str(e)

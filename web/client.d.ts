@@ -21,6 +21,7 @@ export type SpecErrorCode =
   | "incompatible_draft"
   | "insecure_context"
   | "internal"
+  | "model_too_large"
   | "no_webgpu"
   | "not_ready"
   | "out_of_memory"

@@ -26,7 +26,7 @@ import os
 from collections import Counter
 
 from ..cpu.model import Config, ModelError
-from ..errors import PyspecError
+from ..errors import ModelTooLargeError, PyspecError
 from ..formats.gguf import GGUFError, GGUFFile, HeaderIncompleteError
 
 # Pyodide, numpy and pyspec in the wasm heap before any weight (measured: 778 MB after loading
@@ -146,6 +146,22 @@ def backends(params: int, kv: int, largest: int, file_bytes: int,
                           "maxStorageBufferBindingSize is at least that (desktop GPUs offer "
                           "2-4 GiB; the spec's default is 128 MiB)"},
     }
+
+
+def page_refusal(c: dict, webgpu: bool, backend: str = "auto") -> PyspecError | None:
+    """Why the page cannot run the model of card `c`, as the error to raise (None: it can);
+    `webgpu`: the page has an adapter, `backend`: init's. Checked before the download."""
+    if not c["runs"]:
+        return ModelError(c["refusal"])
+    engines = (["webgpu"] if webgpu and backend != "cpu" else []) + \
+        (["page-cpu"] if backend != "webgpu" else [])
+    if any(c["backends"][e]["fits"] for e in engines):
+        return None
+    why = "; ".join(f"{e}: {c['backends'][e]['why']} (needs {gib(c['backends'][e]['needs'])})"
+                    for e in engines)
+    return ModelTooLargeError(f"{c['file']} ({gib(c['bytes'])}) is too large for this device: "
+                              f"{why}. A smaller quantization or model would run, or a device "
+                              "whose GPU offers larger buffers")
 
 
 def webgpu_verdict(needs: int, largest: int, limits: dict) -> dict:

@@ -115,3 +115,14 @@ def test_a_model_the_page_cannot_run_is_refused_before_its_download(page, ctx, s
     asked = [r for u, r in ctx.ranges if u.endswith("/mamba.gguf")]
     assert asked and all(r and r.startswith("bytes=0-") for r in asked)
     assert all(int(r.split("-")[1]) < 4 << 20 for r in asked)
+
+
+def test_a_server_without_range_gives_the_card_from_the_downloads_start(page, ctx, site_root):
+    """The server answers 200 with the whole file: the card is read from its start, and says so."""
+    tiny = tiny_artifact(site_root)
+    body = (site_root / tiny["url"]).read_bytes()
+    ctx.ctx.route("**/norange.gguf", lambda route: route.fulfill(status=200, body=body))
+    out = page.evaluate(CARD, "norange.gguf")
+    assert out["error"] is None and out["header"]["range"] is False
+    assert out["card"]["parameters"] == info.card(str(site_root / tiny["url"]))["parameters"]
+    assert out["card"]["bytes"] == len(body)

@@ -19,12 +19,13 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1"}
 
 class Context:
     """A browser context whose off-site requests are blocked and recorded; `requests` lists
-    every URL asked of the local server."""
+    every URL asked of the local server, `ranges` each with its Range header (or None)."""
 
     def __init__(self, browser, base: str):
         self.base = base
         self.offsite: list[str] = []
         self.requests: list[str] = []
+        self.ranges: list[tuple[str, str | None]] = []
         self.ctx = browser.new_context()
         self.ctx.set_default_timeout(1000 * TIMEOUT_S)
         self.ctx.route("**/*", self._route)
@@ -33,6 +34,7 @@ class Context:
         url = route.request.url
         if urlparse(url).hostname in LOCAL_HOSTS:
             self.requests.append(url)
+            self.ranges.append((url, route.request.headers.get("range")))
             route.continue_()
         else:
             self.offsite.append(url)

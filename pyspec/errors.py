@@ -19,6 +19,8 @@ anywhere. The codes:
   not_ready           the browser session has no model loaded yet
   out_of_memory       a host allocation failed (a context or a model too large for this memory)
   worker_oom          the browser worker ran out of memory mid-request (client.js restarts it)
+  model_too_large     the model card says no engine of this device can hold the model (the
+                      page refuses it before the download; apps/info.py's memory rule)
 
 Anything else that escapes is a bug, code `internal`. Each class keeps a builtin base
 (ValueError, RuntimeError) as well, so callers that catch those still do.
@@ -48,6 +50,12 @@ class OutOfMemoryError(PyspecError, MemoryError):
     """A host allocation failed; the message says what was being allocated and how to shrink it."""
 
     code = "out_of_memory"
+
+
+class ModelTooLargeError(PyspecError, MemoryError):
+    """No engine here can hold the model by the model card's memory rule (apps/info.py)."""
+
+    code = "model_too_large"
 
 
 class OptionsError(PyspecError, ValueError):

@@ -85,3 +85,58 @@ def test_the_info_command_prints_the_card_and_says_by_its_status(tiny, tmp_path,
     assert cli.main(["info", str(cut)]) == 1
     assert cli.main(["info", str(tmp_path / "missing.gguf")]) == 2
     assert "no file at" in capsys.readouterr().err
+
+
+def header_card(path, step=64, **kw):
+    """The header-only card, read as the page's worker reads it: a range grown until it parses."""
+    data = path.read_bytes()
+    n = step
+    while True:
+        try:
+            return info.card_from_header(data[:n], len(data), path.name, **kw), n
+        except gguf.HeaderIncompleteError as e:
+            assert e.needed > n
+            n = max(e.needed, 2 * n)
+
+
+def test_the_header_card_equals_the_full_card(tiny, tmp_path):
+    head, n = header_card(tiny)
+    assert n < tiny.stat().st_size   # the tensor data was never read
+    assert head == info.card(str(tiny))
+    f = GGUFFile(tiny.read_bytes()[:n], "tiny", total_size=tiny.stat().st_size)
+    with pytest.raises(gguf.GGUFError, match="only the header"):
+        f.raw(next(iter(f.tensors)))
+    # refusals agree too: a truncated file, an architecture pyspec does not run
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny.read_bytes()[:-10])
+    assert header_card(cut)[0]["refusal"] == info.card(str(cut))["refusal"]
+    md = dict(GGUFFile.open(str(tiny)).metadata)
+    md["general.architecture"] = "mamba"
+    mamba = tmp_path / "mamba.gguf"
+    gguf.write(mamba, md, {})
+    c = header_card(mamba)[0]
+    assert c == info.card(str(mamba)) and c["code"] == "bad_model"
+
+
+def test_the_adapters_limits_decide_the_webgpu_verdict(tiny):
+    largest = info.card(str(tiny))["largest_tensor"]["bytes"]
+    roomy = {"maxBufferSize": 1 << 30, "maxStorageBufferBindingSize": 1 << 30}
+    tight = {"maxBufferSize": 1 << 30, "maxStorageBufferBindingSize": largest - 4}
+    assert header_card(tiny, limits=roomy)[0]["backends"]["webgpu"]["fits"]
+    b = header_card(tiny, limits=tight)[0]["backends"]["webgpu"]
+    assert not b["fits"] and b["limit"] == largest - 4 and "CPU engine" in b["why"]
+
+
+def test_the_page_refuses_what_no_engine_here_holds(tiny, tmp_path):
+    c = info.card(str(tiny))
+    assert info.page_refusal(c, webgpu=True) is None
+    tight = {"maxBufferSize": 64, "maxStorageBufferBindingSize": 64}
+    small = header_card(tiny, limits=tight)[0]
+    assert info.page_refusal(small, webgpu=True) is None            # the CPU engine holds it
+    e = info.page_refusal(small, webgpu=True, backend="webgpu")
+    assert e.code == "model_too_large" and "binding limit" in str(e)
+    md = dict(GGUFFile.open(str(tiny)).metadata)
+    md["general.architecture"] = "mamba"
+    gguf.write(tmp_path / "mamba.gguf", md, {})
+    e = info.page_refusal(info.card(str(tmp_path / "mamba.gguf")), webgpu=True)
+    assert e.code == "bad_model" and "mamba" in str(e)

@@ -1,6 +1,8 @@
 // The demo page: a chat box over client.js, its controls, live stats and the receipt button.
 //
-// URL query (all optional): model (a manifest name, or a URL of a GGUF), draft (auto | ngram |
+// URL query (all optional): model (a manifest name, or a URL of a GGUF: its card shows before
+// the download, and one this page cannot run is refused then; a file picked or dropped on the
+// page loads the same way, cached in OPFS under its sha256), draft (auto | ngram |
 // none | self:L | a manifest model name used as draft model), k, verify, temperature, seed,
 // max_tokens, max_ctx, backend (auto | webgpu | cpu: a hint to apps/page_engine.make_engine),
 // drills=1 (fault drills: run(prompt, {drill: "KIND@CYCLE"})), load_drill=KIND (a loading
@@ -21,13 +23,41 @@ let pendingChange = false; // a model or drafter chosen while it was: loaded aft
 let lastGood = null;       // the control values of the last decoder that loaded
 let conversation = 0;      // bumped by Clear: a reply of an older conversation is not kept
 let manifestModels = [];
+const pickedFiles = new Map();   // the model select's value "file:NAME" -> the File picked
 
 // --- progress and errors ----------------------------------------------------------------------
 const PHASES = { runtime: "loading Pyodide and pyspec", download: "downloading",
                  cache: "reading from the browser cache", verify: "checking sha256",
-                 load: "loading weights" };
+                 load: "loading weights", card: "read the model card of",
+                 import: "copying into the browser cache" };
+
+// The model card (phase "card", before a download): what the file is and what this device
+// can do with it, by pyspec/apps/info.py's stated memory rule.
+function showCard({ card, header }) {
+  const gib = (n) => (n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(2)} GiB` : `${(n / (1 << 20)).toFixed(1)} MiB`);
+  const lines = [`${card.file}: ${gib(card.bytes)}`];
+  if (card.architecture) {
+    lines.push(`architecture ${card.architecture}${card.name ? ` (${card.name})` : ""}, ` +
+               `${(card.parameters / 1e6).toFixed(1)} M parameters`,
+               `tensor types ${Object.entries(card.tensor_types).map(([k, v]) => `${k} x${v}`).join(", ")}`,
+               `chat template ${card.template}`);
+  }
+  if (!card.runs) lines.push(`pyspec cannot run it: ${card.refusal}`);
+  else {
+    lines.push(`context ${card.context} tokens, ${card.layers} layers, vocabulary ${card.vocab}`);
+    for (const [name, b] of Object.entries(card.backends)) {
+      if (name !== "cpu") lines.push(`${name}: ${b.fits ? "fits" : "too large"}, needs ${gib(b.needs)}: ${b.why}`);
+    }
+  }
+  lines.push(header.range ? `(header: ${gib(header.bytes)} read by HTTP Range requests)`
+    : "(the server ignores Range requests: the header was read from the start of the full " +
+      "download, which then downloads again)");
+  $("card").hidden = false;
+  $("card").textContent = lines.join("\n");
+}
 
 function showProgress(p) {
+  if (p.phase === "card") showCard(p);
   // The worker's last report of a load (create or reload) is "load" complete: the bar goes.
   $("progress").hidden = p.phase === "load" && p.total > 0 && p.loaded >= p.total;
   const frac = p.total ? p.loaded / p.total : 0;
@@ -103,7 +133,7 @@ async function load(model, draftModel, key) {
   let d;
   try {
     d = await SpecDecoder.create({
-      workerUrl: new URL("./worker.js", import.meta.url), champion: model,
+      workerUrl: new URL("./worker.js", import.meta.url), champion: pickedFiles.get(model) ?? model,
       draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
       backend: params.get("backend") ?? "auto",
       onProgress: showProgress, onNotice: showNotice,
@@ -126,6 +156,7 @@ async function load(model, draftModel, key) {
   }
   decoder = d;
   decoderKey = key;
+  if (!d.info.card) $("card").hidden = true;   // a manifest model: no card was read
   lastGood = { model, draftModel, drafter: $("drafter").value, layers: $("layers").value };
   autoNote = d.info.draft_auto;
   syncControls();
@@ -503,6 +534,18 @@ function start() {
   $("show-kinds").addEventListener("change", syncKinds);
   syncKinds();
   $("model").addEventListener("change", () => { fillDrafters(); syncControls(); });
+  // A GGUF picked or dropped: a choice of the model select, loaded as any other.
+  const pick = (file) => {
+    if (!file) return;
+    const value = `file:${file.name}`;
+    pickedFiles.set(value, file);
+    if (![...$("model").options].some((o) => o.value === value)) $("model").add(new Option(file.name, value));
+    $("model").value = value;
+    $("model").dispatchEvent(new Event("change"));
+  };
+  $("model-file").addEventListener("change", () => pick($("model-file").files[0]));
+  document.addEventListener("dragover", (e) => e.preventDefault());
+  document.addEventListener("drop", (e) => { e.preventDefault(); pick(e.dataTransfer?.files[0]); });
   $("drafter").addEventListener("change", syncControls);
   for (const id of ["model", "drafter", "layers"]) {
     $(id).addEventListener("change", () => {

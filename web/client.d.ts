@@ -21,6 +21,7 @@ export type SpecErrorCode =
   | "incompatible_draft"
   | "insecure_context"
   | "internal"
+  | "model_too_large"
   | "no_webgpu"
   | "not_ready"
   | "out_of_memory"
@@ -41,9 +42,48 @@ export declare class SpecError extends Error {
 /** A model in the site's manifest.json by name ("tiny", "smollm2"), or a GGUF by URL (`sha256`:
  *  64 hex digits, either case; without it the weights are not cached in OPFS). A draft
  *  by URL may bring its reduced head (`vocab`: a DRAFT.vocab.json, schema pyspec.draft-vocab/1),
- *  which the numpy engine's draft runs with; a site's draft brings the one its manifest lists. */
-export type ModelSpec = string | { url: string; sha256?: string; size?: number;
-                                   vocab?: { url: string; sha256?: string } };
+ *  which the numpy engine's draft runs with; a site's draft brings the one its manifest lists.
+ *  A File or Blob (one the user picked or dropped) is hashed as it is copied into OPFS and
+ *  cached under its sha256. A model by URL or Blob gets its card first (SpecDecoder.card) and
+ *  is refused before its download where this page cannot run it. */
+export type ModelSpec = string | Blob | { url: string; sha256?: string; size?: number;
+                                          vocab?: { url: string; sha256?: string } };
+
+/** pyspec/apps/info.py's model card (`python -m pyspec info --json`), from the header alone. */
+export interface ModelCard {
+  file: string;
+  bytes: number;
+  runs: boolean;
+  /** Why pyspec cannot run it (with `code`), else null. */
+  refusal: string | null;
+  code: string | null;
+  architecture?: string;
+  name?: string | null;
+  parameters?: number;
+  tensor_types?: Record<string, number>;
+  template?: string;
+  tokenizer?: string;
+  pre?: string;
+  context?: number;
+  layers?: number;
+  vocab?: number;
+  kv_context?: number;
+  kv_bytes?: number;
+  largest_tensor?: { name: string; bytes: number };
+  /** Each engine's verdict by the stated memory rule; webgpu by this adapter's limits. */
+  backends?: Record<"cpu" | "page-cpu" | "webgpu",
+                    { fits: boolean; needs: number; why: string; limit?: number }>;
+}
+
+/** SpecDecoder.card's answer. */
+export interface CardResult {
+  card: ModelCard;
+  /** Why this page cannot run it (create() would throw this SpecError), else null. */
+  error: { code: SpecErrorCode; message: string } | null;
+  /** The header's bytes read; range false: the server ignored Range, and the start of the
+   *  full download was read instead. */
+  header: { bytes: number; range: boolean };
+}
 
 export interface ChatMessage {
   role: "system" | "user" | "assistant";
@@ -52,12 +92,16 @@ export interface ChatMessage {
 
 export interface Progress {
   type: "progress";
-  /** Python's start, a weights download, the weights read from OPFS, their sha256 checked,
-   *  the model built. */
-  phase: "runtime" | "download" | "cache" | "verify" | "load";
+  /** Python's start, a model's card (by URL or Blob, before its download), a weights
+   *  download, a picked File/Blob copied into OPFS, the weights read from OPFS, their sha256
+   *  checked, the model built. */
+  phase: "runtime" | "card" | "download" | "import" | "cache" | "verify" | "load";
   loaded: number;
   total: number;
   label?: string;
+  /** phase "card": the card and how its header was read (CardResult's). */
+  card?: ModelCard;
+  header?: { bytes: number; range: boolean };
 }
 
 export interface Notice {
@@ -234,7 +278,10 @@ export interface ReadyInfo {
   fallback_kind: string | null;
   /** What navigator.gpu offered, whatever the engine chose. */
   webgpu: { available: boolean; vendor?: string; architecture?: string; description?: string;
-            fallback?: boolean | null; error?: string };
+            fallback?: boolean | null; error?: string;
+            limits?: { maxBufferSize: number; maxStorageBufferBindingSize: number } };
+  /** The champion's card when it was given by URL or Blob; null for a manifest model. */
+  card: ModelCard | null;
   champion: string;
   /** The draft model's name when one was loaded, else null. */
   draft_model: string | null;
@@ -392,6 +439,11 @@ export declare class SpecDecoder {
   /** The weights cached in this origin's OPFS (one file per sha256, kept across visits and
    *  never evicted by pyspec), largest first; [] without OPFS. */
   static cachedModels(): Promise<{ sha256: string; bytes: number }[]>;
+  /** The model card of a URL, manifest name or File/Blob, from its header alone, before any
+   *  download, in a worker of its own. */
+  static card(source: ModelSpec, options?: { workerUrl?: string | URL;
+                                             backend?: "auto" | "webgpu" | "cpu";
+                                             maxCtx?: number | null }): Promise<CardResult>;
   /** Remove cached weights but those in `keep`; busy: open in a running decoder. */
   static clearCache(options?: { keep?: string[] }): Promise<{
     removed: string[]; kept: string[]; busy: string[] }>;

@@ -54,7 +54,7 @@ const GPU_FAULTS = { device_lost: "the GPU device was lost", gpu_error: "the GPU
                      bad_draft: "the draft gave numbers it cannot draft from (NaN or infinite)" };
 
 const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
-                          "error"]);
+                          "card", "error"]);
 
 // The weights' OPFS directory (weights.js OPFS_DIR), or null where the page has no OPFS.
 async function weightsDir() {
@@ -130,6 +130,26 @@ export class SpecDecoder {
       }
     }
     return out.sort((a, b) => b.bytes - a.bytes);
+  }
+
+  /** The model card of `source` (a URL, {url, sha256?}, a manifest name or a File/Blob), read
+   *  from its header alone before any download, in a worker of its own: {card, error, header}.
+   *  card: pyspec/apps/info.py's (as `python -m pyspec info --json`) with this device's WebGPU
+   *  limits; error {code, message} where this page cannot run it (create() would refuse it with
+   *  that SpecError); header {bytes, range}: the bytes read, and whether the server took Range
+   *  requests. options: workerUrl, backend, maxCtx (as create's). */
+  static async card(source, options = {}) {
+    const d = new SpecDecoder({ ...options, champion: source });
+    const { backend, maxCtx } = d.#opts;
+    d.#started = true;
+    try {
+      d.#spawn();
+      const { card, error, header } = await d.#request("card", { model: source, backend,
+                                                                 maxCtx });
+      return { card, error, header };
+    } finally {
+      d.terminate();
+    }
   }
 
   /** Remove cached weights, all but the sha256s in `keep`: {removed, kept, busy}, each a list

@@ -33,7 +33,13 @@ export const LOAD_DRILLS = ["opfs-truncate", "opfs-flip", "opfs-quota", "opfs-un
                             "download-drop", "opfs-stall"];
 
 
+// A model as the worker uses it: {name, url, sha256, size, vocab, shipped (a manifest model,
+// trusted: no card before its download), blob (a File/Blob the user picked)}.
 export async function resolveModel(spec) {
+  if (spec instanceof Blob) {
+    return { name: spec.name || "model.gguf", url: null, blob: spec, sha256: null,
+             size: spec.size, vocab: null };
+  }
   const m = await manifest();
   if (typeof spec === "string") {
     const a = m.artifacts.find((x) => x.kind === "model" && x.model === spec);
@@ -43,6 +49,7 @@ export async function resolveModel(spec) {
       // (shipped: sent with the draft whatever the champion; web.py leaves it out for a draft
       // with another vocabulary, which runs bridged on its full head.)
       return { name: spec, url: new URL(a.url, SITE).href, sha256: a.sha256, size: a.size,
+               shipped: true,
                vocab: v ? { url: new URL(v.url, SITE).href, sha256: v.sha256, shipped: true }
                  : null };
     }
@@ -215,7 +222,8 @@ async function accessHandle(dir, name, load) {
 
 // A Python bytearray of `size` bytes and a Uint8Array view of it in wasm memory. The view is
 // valid only until Python next allocates (wasm memory may grow), so use it at once.
-function pyBuffer(pyodide, size) {
+// (header.js and importBlob put bytes into Python this way too.)
+export function pyBuffer(pyodide, size) {
   const builtins = pyodide.pyimport("builtins");
   const buf = builtins.bytearray(size);
   builtins.destroy();
@@ -278,6 +286,49 @@ export async function fetchWeights(model, progress, stats, load) {
     return fetched;
   } finally {
     access.close();
+  }
+  return { model, dir, name };
+}
+
+// A File or Blob the user picked: copied into OPFS under a temporary name and hashed as it goes
+// (Python's hashlib, a block at a time: WebCrypto has no incremental digest), then moved to its
+// sha256 name (where that file is already cached whole, the copy goes instead). Without OPFS the
+// Blob's bytes are read into memory. Then it loads as a cached download would (readWeights).
+export async function importBlob(pyodide, model, progress, load) {
+  const dir = await opfsDir(load.drill);
+  const tmp = `import-${crypto.randomUUID()}.part`;
+  const access = dir && await accessHandle(dir, tmp, load);
+  const hasher = pyodide.pyimport("hashlib").sha256();
+  try {
+    for (let at = 0; at < model.size; at += READ_BLOCK) {
+      const chunk = new Uint8Array(await model.blob.slice(at, at + READ_BLOCK).arrayBuffer());
+      const { buf, view } = pyBuffer(pyodide, chunk.length);
+      view.data.set(chunk);
+      view.release();
+      hasher.update(buf);
+      buf.destroy();
+      access?.write(chunk, { at });
+      progress("import", at + chunk.length, model.size, model.name);
+    }
+    access?.flush();
+  } catch (e) {
+    access?.close();
+    await dir?.removeEntry(tmp).catch(() => {});   // nothing half-written stays
+    throw e;
+  } finally {
+    model = { ...model, sha256: hasher.hexdigest() };
+    hasher.destroy();
+  }
+  if (!access) {
+    return { model, dir: null, chunks: [new Uint8Array(await model.blob.arrayBuffer())] };
+  }
+  access.close();
+  const name = `${model.sha256}.gguf`;
+  const cached = await dir.getFileHandle(name).then((h) => h.getFile(), () => null);
+  if (cached?.size === model.size) await dir.removeEntry(tmp);
+  else {
+    if (cached) await dir.removeEntry(name).catch(() => {});   // a cut copy of an earlier try
+    await (await dir.getFileHandle(tmp)).move(name);
   }
   return { model, dir, name };
 }

@@ -10,10 +10,15 @@
 //                                                -> {type:'progress', id, phase, loaded, total}*
 //                                                   then {type:'ready', id, adapter, webgpu,
 //                                                   notices, startup, ...}
-//       champion: a manifest model name ('tiny', 'smollm2') or {url, sha256?} (sha256: 64 hex
-//                 digits, either case; a model without one is not cached)
+//       champion: a manifest model name ('tiny', 'smollm2'), {url, sha256?} (sha256: 64 hex
+//                 digits, either case; a model without one is not cached) or a File/Blob the
+//                 user picked (hashed as it is copied into OPFS, weights.js importBlob). A
+//                 model by URL or Blob gets its card first, before its download (header.js):
+//                 {type:'progress', id, phase:'card', card, header}, or, where the page
+//                 cannot run it, the error (bad_model, model_too_large) and no download
 //       draft: 'ngram' (default) | 'auto' | 'none' | 'self:L' | a model name or {url, sha256?,
-//              vocab?} (a draft model; vocab: {url, sha256?} of its reduced head, fetchVocab).
+//              vocab?} or a File/Blob (a draft model; vocab: {url, sha256?} of its reduced
+//              head, fetchVocab).
 //              'auto': the manifest's trained draft for the champion where it pays, as
 //              Python's rule decides (autoDraft), else n-gram; ready.draft_auto says why
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
@@ -22,6 +27,9 @@
 //       without the bytecode cache (runtime.js)
 //       startup: {snapshot, bytecode, snapshot_error?, phases_ms: {pyodide, packages, import,
 //       weights, model}}: how the runtime started (runtime.js), where the time went
+//       webgpu: {available, vendor, architecture, description, fallback, limits:
+//       {maxBufferSize, maxStorageBufferBindingSize}} (webgpuInfo); card: the champion's card
+//       when it was given by URL or Blob, else null
 //       notices: [{code, message}] of faults met while loading, recovered from (a damaged
 //       cache downloaded again, no OPFS, a dropped download resumed, ...); the receipt's faults
 //       record them too (web.py LOAD_FAULTS)
@@ -49,6 +57,11 @@
 //       death; fault {kind: 'worker_died', cycle, restart_s} goes to the receipt): its chunks
 //       start at the offset after their text. drill 'device-lost@C' (drills on) destroys the
 //       WebGPU device once C cycles have run.
+//   {type:'card', id, model, backend, maxCtx}   -> {type:'card', id, card, error, header}
+//       model: as init's champion; the model card (pyspec/apps/info.py, the same as `python -m
+//       pyspec info --json`) read from the header alone, with this adapter's limits (webgpu
+//       below); error {code, message} when this page cannot run it, else null; header {bytes,
+//       range}: the bytes read, and whether the server answered Range (header.js)
 //   {type:'cancel', id, target}  (target: the id of a generate, running or waiting its turn)
 //                                                -> {type:'cancel_ack', id, cancelled}
 //   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats, memory, startup} /
@@ -74,7 +87,9 @@
 import { WorkerError, manifest, sleep } from "./manifest.js";
 import { busyEnd, busyStart, hasRuntime, makeCachesWhenIdle, requireRuntime, runtime,
          runtimeStartup } from "./runtime.js";
-import { LOAD_DRILLS, fetchVocab, fetchWeights, readWeights, resolveModel } from "./weights.js";
+import { modelCard } from "./header.js";
+import { LOAD_DRILLS, fetchVocab, fetchWeights, importBlob, readWeights,
+         resolveModel } from "./weights.js";
 
 const HEARTBEAT_MS = 1000;    // client.js's stall timeout must be well above this
 
@@ -109,8 +124,10 @@ async function webgpuInfo() {
     if (!adapter) return { available: false };
     const info = adapter.info ?? {};
     // (GPUAdapterInfo.isFallbackAdapter; GPUAdapter's in older browsers, as browser.py reads it)
+    const { maxBufferSize, maxStorageBufferBindingSize } = adapter.limits;
     return { available: true, vendor: info.vendor, architecture: info.architecture,
              description: info.description,
+             limits: { maxBufferSize, maxStorageBufferBindingSize },
              fallback: info.isFallbackAdapter ?? adapter.isFallbackAdapter ?? null };
   } catch (e) {
     return { available: false, error: String(e) };
@@ -123,7 +140,7 @@ const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v)
 // A sha256 is 64 hex digits: "" or another form would otherwise turn the check off or fail it.
 const isUrlSpec = (v) => isObject(v) && typeof v.url === "string" &&
   (v.sha256 == null || (typeof v.sha256 === "string" && /^[0-9a-f]{64}$/i.test(v.sha256)));
-const isModelSpec = (v) => (typeof v === "string" && v.length > 0) ||
+const isModelSpec = (v) => (typeof v === "string" && v.length > 0) || v instanceof Blob ||
   (isUrlSpec(v) && (v.size == null || Number.isSafeInteger(v.size)) &&
    (v.vocab == null || isUrlSpec(v.vocab)));
 const REQUESTS = {
@@ -138,6 +155,9 @@ const REQUESTS = {
   generate: { messages: [Array.isArray, "an array of {role, content}"],
               config: [isObject, "an object"],
               resume: [(v) => isObject(v) && Array.isArray(v.ids), "{ids: [token ids], fault}"] },
+  card: { model: [isModelSpec, "a model name, {url, sha256?} or a File/Blob"],
+          maxCtx: [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"],
+          backend: [(v) => typeof v === "string", "a string"] },
   cancel: { target: [(v) => Number.isFinite(v) || typeof v === "string", "a request id"] },
   stats: {}, receipt: {}, lose_device: {},
 };
@@ -226,6 +246,7 @@ async function init(msg) {
     post({ type: "ready", id: msg.id, ...info, webgpu: auto?.webgpu ?? await webgpuInfo(),
            draft_auto: auto ? info.draft_auto ?? auto.reason : null,
            champion: champion.name, draft_model: draft?.name ?? null, weights,
+           card: champFetched.card ?? null,
            notices: load.notices, startup: structuredClone(runtimeStartup),
            init_ms: performance.now() - t0 });
     // Once ready is out: the system turn's prefill (Session.warm), and, once this worker has
@@ -258,13 +279,36 @@ async function fetchModels(msg, champion, progress, weights, load) {
       : null;
     const draft = auto ? await draftModel(auto.draft) : given;
     const [draftFetched, draftVocab] = await Promise.all([
-      draft && fetchWeights(draft, progress, weights, load),
+      draft && obtain(draft, running, msg, progress, weights, load),
       draft?.vocab && fetchVocab(draft.vocab, load)]);
     return { auto, draft, draftFetched, draftVocab };
   })();
   const [{ pyodide, session }, champFetched, drafted] = await Promise.all([
-    running, fetchWeights(champion, progress, weights, load), drafting]);
+    running, obtain(champion, running, msg, progress, weights, load), drafting]);
   return { pyodide, session, champFetched, ...drafted };
+}
+
+// A model's bytes. A manifest model's download starts at once; one by URL or Blob waits for the
+// runtime and its card, and is refused there, before any download, when this page cannot run
+// it; a Blob is then copied into OPFS (importBlob). The card goes out as a progress message.
+async function obtain(model, running, msg, progress, weights, load) {
+  if (model.shipped) return fetchWeights(model, progress, weights, load);
+  const { pyodide, session } = await running;
+  const { card, error, header } = await checkCard(pyodide, session, model, msg);
+  post({ type: "progress", id: msg.id, phase: "card", loaded: 1, total: 1, label: model.name,
+         card, header });
+  if (error) throw new WorkerError(error.code, error.message);
+  const fetched = model.blob ? await importBlob(pyodide, model, progress, load)
+    : await fetchWeights(model, progress, weights, load);
+  return { ...fetched, card };
+}
+
+// The card of `model` for this page: the adapter's limits (none with backend cpu or no WebGPU)
+// and init's maxCtx decide (Session.card).
+async function checkCard(pyodide, session, model, { backend = "auto", maxCtx = null }) {
+  const gpu = backend === "cpu" ? null : await webgpuInfo();
+  const facts = { limits: gpu?.available ? gpu.limits : null, backend, ctx: maxCtx };
+  return modelCard(pyodide, session, model, facts);
 }
 
 async function generate(msg) {
@@ -318,6 +362,11 @@ async function handle(msg) {
       // stats.memory adds the wasm heap (it only grows: its high-water mark).
       if (out.memory) out.memory.wasm_bytes = pyodide._module.HEAP8.buffer.byteLength;
       return out;
+    }
+    case "card": {   // no queue: it reads a header, alongside a load or a request
+      const { pyodide, session } = await runtime(() => {});
+      const model = await resolveModel(msg.model);
+      return { type: "card", id: msg.id, ...await checkCard(pyodide, session, model, msg) };
     }
     case "lose_device": {
       const { session } = await requireRuntime();

@@ -15,7 +15,8 @@ each backend the memory it needs by a stated rule:
   adapters offer more, and pyspec asks for the adapter's maximum). The out-of-memory fault path
   stays the backstop.
 
-Not here: loading (load.py), the page's own card from HTTP Range requests (web/).
+`card_from_header` builds the same card from the file's first bytes and its size (the page
+reads them by HTTP Range requests or File.slice(); web/worker.js). Not here: loading (load.py).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import os
 from collections import Counter
 
 from ..cpu.model import Config, ModelError
-from ..errors import PyspecError
-from ..formats.gguf import GGUFError, GGUFFile
+from ..errors import ModelTooLargeError, PyspecError
+from ..formats.gguf import GGUFError, GGUFFile, HeaderIncompleteError
 
 # Pyodide, numpy and pyspec in the wasm heap before any weight (measured: 778 MB after loading
 # the 135M champion, whose float32 weights and cache take about 600 MB; README "CPU engine").
@@ -68,15 +69,40 @@ def card(path: str, ctx: int | None = None) -> dict:
     """The card of the GGUF at `path` as a dict (what `info --json` prints); `ctx` is the context
     the memory rule assumes (default: the model's own, as a load reserves it)."""
     size = os.path.getsize(path)
-    out: dict = {"file": os.path.basename(path), "bytes": size, "runs": False, "refusal": None}
     try:
         f = GGUFFile.open(path)
     except GGUFError as e:
-        out["refusal"] = str(e)
-        return out
+        return refused(os.path.basename(path), size, e)
+    return card_of(f, os.path.basename(path), size, ctx)
+
+
+def card_from_header(head, total_size: int, name: str, ctx: int | None = None,
+                     limits: dict | None = None) -> dict:
+    """The same card from the file's first bytes alone (`head`) and its size: the page reads
+    them by HTTP Range requests or File.slice() before any download. Raises
+    HeaderIncompleteError (with `.needed`) when `head` ends inside the header. `limits` are the
+    WebGPU adapter's (maxBufferSize, maxStorageBufferBindingSize) that the GPU verdict uses."""
+    try:
+        f = GGUFFile(head, name, total_size=total_size)
+    except HeaderIncompleteError:
+        raise
+    except GGUFError as e:
+        return refused(name, total_size, e)
+    return card_of(f, name, total_size, ctx, limits)
+
+
+def refused(name: str, size: int, e: PyspecError) -> dict:
+    """A card for a file pyspec cannot run: the reason and its error code."""
+    return {"file": name, "bytes": size, "runs": False, "refusal": str(e), "code": e.code}
+
+
+def card_of(f: GGUFFile, name: str, size: int, ctx: int | None = None,
+            limits: dict | None = None) -> dict:
+    """The card of a parsed file (whole or header-only) of `size` bytes."""
     md = f.metadata
     params = sum(math.prod(t.shape) for t in f.tensors.values())
     types = Counter(t.format.name for t in f.tensors.values())
+    out: dict = {"file": name, "bytes": size, "runs": False, "refusal": None, "code": None}
     out.update(architecture=md.get("general.architecture"), name=md.get("general.name"),
                parameters=params, tensor_types=dict(types.most_common()),
                template=template_family(md.get("tokenizer.chat_template")),
@@ -84,20 +110,22 @@ def card(path: str, ctx: int | None = None) -> dict:
     try:
         cfg = Config.from_metadata(md)
     except (ModelError, PyspecError) as e:
-        out["refusal"] = str(e)
-        return out
+        return {**out, "refusal": str(e), "code": e.code}
     ctx = min(ctx or cfg.context_length, cfg.context_length)
     kv = 2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4
     largest = max(f.tensors.values(), key=lambda t: t.nbytes)
     out.update(runs=True, context=cfg.context_length, layers=cfg.n_layers,
                vocab=cfg.vocab_size, kv_context=ctx, kv_bytes=kv,
                largest_tensor={"name": largest.name, "bytes": largest.nbytes},
-               backends=backends(params, kv, largest.nbytes, size))
+               backends=backends(params, kv, largest.nbytes, size, limits))
     return out
 
 
-def backends(params: int, kv: int, largest: int, file_bytes: int) -> dict:
-    """Each backend's verdict by the module docstring's rule: {backend: {fits, needs, why}}."""
+def backends(params: int, kv: int, largest: int, file_bytes: int,
+             limits: dict | None = None) -> dict:
+    """Each backend's verdict by the module docstring's rule: {backend: {fits, needs, why}};
+    with an adapter's `limits` the WebGPU verdict is this adapter's, else the spec default's
+    advice (natively pyspec asks the adapter for its maximum, which the card does not know)."""
     cpu_needs = 4 * params + kv
     host = memory_host()
     page_cpu = cpu_needs + PAGE_RUNTIME_BYTES
@@ -110,13 +138,42 @@ def backends(params: int, kv: int, largest: int, file_bytes: int) -> dict:
         "page-cpu": {"fits": page_cpu <= WASM_HEAP_BYTES, "needs": page_cpu,
                      "why": "float32 weights, cache and the runtime against the page's 4 GiB "
                             "wasm heap"},
-        "webgpu": {"fits": True, "needs": gpu_needs,
+        "webgpu": webgpu_verdict(gpu_needs, largest, limits) if limits else
+                  {"fits": True, "needs": gpu_needs,
                    "why": "weights in their block format; the largest tensor fits WebGPU's "
                           "default 128 MiB binding" if binding_ok else
                           f"the largest tensor ({gib(largest)}) needs an adapter whose "
                           "maxStorageBufferBindingSize is at least that (desktop GPUs offer "
                           "2-4 GiB; the spec's default is 128 MiB)"},
     }
+
+
+def page_refusal(c: dict, webgpu: bool, backend: str = "auto") -> PyspecError | None:
+    """Why the page cannot run the model of card `c`, as the error to raise (None: it can);
+    `webgpu`: the page has an adapter, `backend`: init's. Checked before the download."""
+    if not c["runs"]:
+        return ModelError(c["refusal"])
+    engines = (["webgpu"] if webgpu and backend != "cpu" else []) + \
+        (["page-cpu"] if backend != "webgpu" else [])
+    if any(c["backends"][e]["fits"] for e in engines):
+        return None
+    why = "; ".join(f"{e}: {c['backends'][e]['why']} (needs {gib(c['backends'][e]['needs'])})"
+                    for e in engines)
+    return ModelTooLargeError(f"{c['file']} ({gib(c['bytes'])}) is too large for this device: "
+                              f"{why}. A smaller quantization or model would run, or a device "
+                              "whose GPU offers larger buffers")
+
+
+def webgpu_verdict(needs: int, largest: int, limits: dict) -> dict:
+    """This adapter's verdict: every tensor within one buffer and one storage binding."""
+    limit = min(limits["maxBufferSize"], limits["maxStorageBufferBindingSize"])
+    fits = largest <= limit
+    why = (f"weights in their block format; the largest tensor ({gib(largest)}) fits this "
+           f"adapter's binding limit ({gib(limit)})" if fits else
+           f"the largest tensor ({gib(largest)}) is larger than this adapter's buffer or binding "
+           f"limit ({gib(limit)}); a GPU whose maxStorageBufferBindingSize is at least that, or "
+           "the CPU engine, would run it")
+    return {"fits": fits, "needs": needs, "why": why, "limit": limit}
 
 
 def gib(n: int | None) -> str:

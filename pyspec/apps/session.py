@@ -25,11 +25,12 @@ from ..drafters.eagle import is_eagle
 from ..drafters.pairing import bind_borrowed, check_pair
 from ..engine import Engine
 from ..formats import quant
-from ..formats.gguf import GGUFFile
+from ..formats.gguf import GGUFFile, HeaderIncompleteError
 from ..load import parse_reduced_head
 from ..options import from_request
 from ..text import conversation
 from ..text.tokenizer import Tokenizer, TokenizerError
+from . import info
 from .page_engine import browser_device, make_engine
 from .wire import (
     GENERATE_FIELDS,
@@ -260,6 +261,23 @@ class Session:
             name = webgpu.get("description") or webgpu.get("vendor") or "WebGPU"
         model, reason = auto_draft(bool(facts.get("has_model")), kind, name)
         return json.dumps({"model": model, "reason": reason})
+
+    def card(self, head, total: int, name: str, facts_json: str) -> str:
+        """The model card from a file's first bytes (`head`, a bytearray) and its size, asked
+        before the download: {"needed": bytes} where the header runs on past `head` (the worker
+        reads more), else {"card", "error"}: error {code, message} when this page cannot run the
+        model (info.page_refusal), else null. facts: {"limits": the adapter's maxBufferSize and
+        maxStorageBufferBindingSize or null, "backend": init's, "ctx": maxCtx or null}."""
+        facts = json.loads(facts_json)
+        limits = facts.get("limits")
+        try:
+            c = info.card_from_header(head, total, name, facts.get("ctx") or DEFAULT_MAX_CTX,
+                                      limits)
+        except HeaderIncompleteError as e:
+            return json.dumps({"needed": e.needed})
+        refusal = info.page_refusal(c, limits is not None, facts.get("backend") or "auto")
+        error = json.loads(error_reply(refusal))["error"] if refusal else None
+        return json.dumps({"card": c, "error": error})
 
     def warm(self) -> None:
         """Start the warm-up load's "warm" option asked for: the chat template's system turn goes

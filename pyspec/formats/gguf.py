@@ -79,6 +79,16 @@ class TruncatedTensorError(GGUFError):
     """A tensor's data runs past the end of the file (a cut download, or dims that lie)."""
 
 
+class HeaderIncompleteError(GGUFError):
+    """Header-only mode: the header runs past the bytes given; `needed` is the least that would
+    get further (the page's worker reads a larger range and parses again)."""
+
+    def __init__(self, needed: int, source: str):
+        super().__init__(f"the header continues past the {needed} bytes read", None, source,
+                         "Read more of the file's start.")
+        self.needed = needed
+
+
 class NonFiniteScaleError(GGUFError):
     """A K-quant super-block's f16 scale (d or dmin) is NaN or infinite."""
 
@@ -113,11 +123,13 @@ class Borrowed:
 
 
 class _Cursor:
-    """Bounds-checked little-endian reads over a buffer."""
+    """Bounds-checked little-endian reads over a buffer; `total` is the file's size where the
+    buffer holds only its start (header-only mode), else the buffer's own."""
 
-    def __init__(self, buf, source: str):
+    def __init__(self, buf, source: str, total: int | None = None):
         self.buf = buf
         self.size = len(buf)
+        self.total = self.size if total is None else total
         self.pos = 0
         self.source = source
 
@@ -125,6 +137,8 @@ class _Cursor:
         raise GGUFError(reason, self.pos if at is None else at, self.source)
 
     def take(self, n: int, what: str) -> memoryview:
+        if 0 <= n and self.size < self.pos + n <= self.total:
+            raise HeaderIncompleteError(self.pos + n, self.source)
         if n < 0 or self.pos + n > self.size:
             self.fail(f"truncated while reading {what} ({n} bytes needed, "
                       f"{self.size - self.pos} left)")
@@ -157,7 +171,7 @@ class _Cursor:
                 at = pos + 8
                 pos = at + length(buf, pos)[0]
                 append(buf[at:pos])
-            if pos <= self.size:
+            if pos <= self.size:   # else: read one by one, `take` says where it ends
                 self.pos = pos
                 return [str(b, "utf-8") for b in raw]
         except (struct.error, OverflowError, UnicodeDecodeError):   # read one by one: the error
@@ -169,7 +183,7 @@ class _Cursor:
         """A u64 count, refused when its items could not fit in the rest of the buffer."""
         start = self.pos
         n = self.scalar("<Q", what)
-        if n * min_item_bytes > self.size - self.pos:
+        if n * min_item_bytes > self.total - self.pos:
             self.fail(f"{what} {n} is larger than the file can hold", start)
         return n
 
@@ -199,12 +213,18 @@ class _Cursor:
 
 
 class GGUFFile:
-    """A parsed GGUF file: `metadata` (key -> Python value), `tensors` (name -> TensorInfo)."""
+    """A parsed GGUF file: `metadata` (key -> Python value), `tensors` (name -> TensorInfo).
 
-    def __init__(self, buf, source: str = "GGUF file"):
+    Header-only mode (`total_size` given): `buf` holds only the file's first bytes, the tensor
+    data is checked against `total_size` and cannot be read; a header longer than `buf` raises
+    HeaderIncompleteError with the bytes it needs (the page's model card reads a URL's header
+    this way, by HTTP Range requests)."""
+
+    def __init__(self, buf, source: str = "GGUF file", total_size: int | None = None):
         self.buf = buf
         self.source = source
-        cur = _Cursor(buf, source)
+        self.header_only = total_size is not None
+        cur = _Cursor(buf, source, total_size)
         if bytes(cur.take(4, "magic")) != MAGIC:
             cur.fail("bad magic (not a GGUF file)", 0)
         version = cur.scalar("<I", "version")
@@ -262,12 +282,12 @@ class GGUFFile:
             if name in self.tensors:
                 cur.fail(f"duplicate tensor {name!r}", start)
             off = self.data_offset + rel
-            if off + nbytes > cur.size:
+            if off + nbytes > cur.total:
                 # Why the file's size as the offset: the message then reads "... the end of
                 # the file at byte <size>", true whether the file was cut or the dims are bad
                 # (the tensor's entry itself, earlier, is whole).
                 raise TruncatedTensorError(f"tensor {name!r} data [{off}, {off + nbytes}) runs "
-                                           "past the end of the file", cur.size, source)
+                                           "past the end of the file", cur.total, source)
             self.tensors[name] = TensorInfo(name, shape, type_id, off, nbytes)
         self.borrowed = self._read_borrowed(cur)
         self._lender: GGUFFile | None = None
@@ -323,6 +343,9 @@ class GGUFFile:
         A K-quant tensor is checked first: a non-finite super-block scale raises
         NonFiniteScaleError (it would make every value of its 256 NaN or infinite)."""
         t = self.tensor(name)
+        if self.header_only:
+            raise GGUFError(f"tensor {name!r}: only the header was read", None, self.source,
+                            "Open the whole file to read tensors.")
         buf = self.buf if name in self.tensors else self._lender.buf
         raw = np.frombuffer(buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
         bad = quant.first_bad_scale(raw, t.type_id)

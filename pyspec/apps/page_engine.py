@@ -1,5 +1,6 @@
 """The page's engine: THE backend choice (make_engine: WebGPU on a hardware adapter, else the
-numpy engine, with the reason in the receipt), and the recovery after a GPU fault.
+numpy engine, with the reason in the receipt), the recovery after a GPU fault, and the page's
+draft model from its bytes (page_draft_model) with the lent dequantization kernels.
 
 Not here: the session's state (session.py), the JSON boundary (wire.py).
 """
@@ -7,10 +8,16 @@ Not here: the session's state (session.py), the JSON boundary (wire.py).
 from __future__ import annotations
 
 from ..cpu.executor import CPUBackend
+from ..cpu.model import Model
+from ..drafters import BridgedModel, DraftSpecError
+from ..drafters.eagle import is_eagle
+from ..drafters.pairing import bind_borrowed, check_pair
+from ..formats import quant
 from ..cpu.fastcpu import FastModel
 from ..engine import Engine
 from ..formats.gguf import GGUFFile
 from ..load import backend as backend_for
+from ..load import parse_reduced_head
 from ..text.tokenizer import Tokenizer
 from .wire import SessionError
 
@@ -118,3 +125,45 @@ def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
 
 class _SoftwareAdapter(Exception):
     """auto chose the CPU over a software WebGPU adapter."""
+
+
+def lend_dequant_kernels() -> None:
+    """In the page, dequantize with web/dequant.js (worker.js registers it as `pyspec_dequant`):
+    bit-identical to quant.py's numpy, and ten times faster in wasm, the bulk of model load."""
+    try:
+        import pyspec_dequant
+    except ImportError:   # natively, and in tests: numpy's own
+        return
+    quant.use_kernels({"Q4_1": pyspec_dequant.q4_1, "Q8_0": pyspec_dequant.q8_0})
+
+
+def page_draft_model(file: GGUFFile, draft_buf, opts: dict):
+    """The page's draft model from its buffer, checked against the champion `file` (its pair
+    class, borrowed tensors), with its reduced head (init's draft_vocab) or through the bridge
+    (another vocabulary)."""
+    draft_file = GGUFFile(draft_buf, opts.get("draft_name") or "draft")
+    pair = check_pair(file.metadata, draft_file.metadata)   # its class (compat.py)
+    pair.raise_if_bad()
+    bind_borrowed(draft_file, file)     # its embedding may be the champion's
+    if is_eagle(draft_file.metadata):
+        raise DraftSpecError(f"{draft_file.source} is an EAGLE-style head: it runs in the numpy "
+                             "engine of the CLI so far, not in the page; give a draft model, "
+                             "or use ngram")
+    draft_model = Model(draft_file)
+    vocab = opts.get("draft_vocab")
+    if vocab is not None and pair.bridge is not None:
+        if not opts.get("draft_vocab_shipped"):
+            raise DraftSpecError(f"{draft_file.source} has another vocabulary than the "
+                                 "champion: a reduced head (draft_vocab) is for a draft with "
+                                 "the champion's tokenizer; drop it")
+        # The site's, which the worker sends with the draft whatever the champion: with
+        # another vocabulary the draft runs bridged on its full head, as in the CLI.
+        vocab = None
+    if vocab is not None:
+        # Its reduced head (load.reduced_head_ids' sidecar, fetched by the worker): the numpy
+        # engine's draft steps shrink; a GPU draft keeps its full head.
+        draft_model.reduce_head(parse_reduced_head(vocab, draft_model.config.vocab_size,
+                                                   f"{draft_file.source}'s vocab.json"))
+    if pair.bridge is not None:   # another vocabulary: drafts through the bridge
+        draft_model = BridgedModel(draft_model, pair.bridge)
+    return draft_model

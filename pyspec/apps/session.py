@@ -19,19 +19,15 @@ import time
 
 from .. import __version__, verdicts
 from ..cpu.model import Config, Model
-from ..drafters import BridgedModel, DraftSpecError, parse_draft
+from ..drafters import BridgedModel, parse_draft
 from ..drafters.auto import auto_draft
-from ..drafters.eagle import is_eagle
-from ..drafters.pairing import bind_borrowed, check_pair
 from ..engine import Engine
-from ..formats import quant
 from ..formats.gguf import GGUFFile, HeaderIncompleteError
-from ..load import parse_reduced_head
 from ..options import from_request
 from ..text import conversation
 from ..text.tokenizer import Tokenizer, TokenizerError
 from . import info
-from .page_engine import browser_device, make_engine
+from .page_engine import browser_device, lend_dequant_kernels, make_engine, page_draft_model
 from .wire import (
     GENERATE_FIELDS,
     LOAD_FIELDS,
@@ -74,53 +70,11 @@ def chat_prefix(tokenizer: Tokenizer) -> list[int]:
 
 
 # --- the session ------------------------------------------------------------------------------
-def _lend_dequant_kernels() -> None:
-    """In the page, dequantize with web/dequant.js (worker.js registers it as `pyspec_dequant`):
-    bit-identical to quant.py's numpy, and ten times faster in wasm, the bulk of model load."""
-    try:
-        import pyspec_dequant
-    except ImportError:   # natively, and in tests: numpy's own
-        return
-    quant.use_kernels({"Q4_1": pyspec_dequant.q4_1, "Q8_0": pyspec_dequant.q8_0})
-
-
-def _draft_model(file: GGUFFile, draft_buf, opts: dict):
-    """The page's draft model from its buffer, checked against the champion `file` (its pair
-    class, borrowed tensors), with its reduced head (init's draft_vocab) or through the bridge
-    (another vocabulary)."""
-    draft_file = GGUFFile(draft_buf, opts.get("draft_name") or "draft")
-    pair = check_pair(file.metadata, draft_file.metadata)   # its class (compat.py)
-    pair.raise_if_bad()
-    bind_borrowed(draft_file, file)     # its embedding may be the champion's
-    if is_eagle(draft_file.metadata):
-        raise DraftSpecError(f"{draft_file.source} is an EAGLE-style head: it runs in the numpy "
-                             "engine of the CLI so far, not in the page; give a draft model, "
-                             "or use ngram")
-    draft_model = Model(draft_file)
-    vocab = opts.get("draft_vocab")
-    if vocab is not None and pair.bridge is not None:
-        if not opts.get("draft_vocab_shipped"):
-            raise DraftSpecError(f"{draft_file.source} has another vocabulary than the "
-                                 "champion: a reduced head (draft_vocab) is for a draft with "
-                                 "the champion's tokenizer; drop it")
-        # The site's, which the worker sends with the draft whatever the champion: with
-        # another vocabulary the draft runs bridged on its full head, as in the CLI.
-        vocab = None
-    if vocab is not None:
-        # Its reduced head (load.reduced_head_ids' sidecar, fetched by the worker): the numpy
-        # engine's draft steps shrink; a GPU draft keeps its full head.
-        draft_model.reduce_head(parse_reduced_head(vocab, draft_model.config.vocab_size,
-                                                   f"{draft_file.source}'s vocab.json"))
-    if pair.bridge is not None:   # another vocabulary: drafts through the bridge
-        draft_model = BridgedModel(draft_model, pair.bridge)
-    return draft_model
-
-
 class Session:
     """Models loaded from buffers, an engine per drafter choice, the last request's result."""
 
     def __init__(self, open_device=browser_device):
-        _lend_dequant_kernels()
+        lend_dequant_kernels()
         self.open_device = open_device        # make_engine's WebGPU device (navigator.gpu's)
         self.file: GGUFFile | None = None     # the champion's GGUF (its buffer stays in wasm)
         self.config = None
@@ -190,7 +144,7 @@ class Session:
         t1 = time.perf_counter()
         tokenizer = Tokenizer.from_metadata(file.metadata)
         t2 = time.perf_counter()
-        draft_model = None if draft_buf is None else _draft_model(file, draft_buf, opts)
+        draft_model = None if draft_buf is None else page_draft_model(file, draft_buf, opts)
         self.file, self.config, self.tokenizer = file, config, tokenizer
         self.draft_model = draft_model
         self.backend = opts.get("backend") or "auto"

@@ -47,7 +47,10 @@ PINS = [
     "pytest-xdist==3.8.0",
     "execnet==2.1.2",
     "gguf==0.19.0",       # reference GGUF reader and dequantizer (tests only)
-    "jinja2==3.1.6",      # renders the model's own chat template (tests only)
+    # Runtime: render a model's own chat template (pyspec/text/template.py). The site ships the
+    # same versions (webtools/wheels.py: jinja2's wheel, a pure-Python MarkupSafe from its sdist).
+    "jinja2==3.1.6",
+    "MarkupSafe==3.0.4",
     "matplotlib==3.11.2", # bench plots
     "wgpu==0.32.0",       # native WebGPU (wgpu-native over Vulkan) for the GPU backend and its tests
     "cffi==2.1.1",        # wgpu's own dependencies, pinned so a fresh machine gets the same

@@ -51,7 +51,8 @@ CORRUPT = """async ([folder, name]) => {
 
 def test_second_load_is_cached_and_corruption_is_refetched(context, site_root):
     manifest = json.loads((site_root / "manifest.json").read_text())
-    wheels = [a for a in manifest["artifacts"] if a["kind"] in ("pyodide-wheel", "pyspec-wheel")]
+    wheels = [a for a in manifest["artifacts"] if a["kind"] in ("pyodide-wheel", "pyspec-wheel",
+                                                                    "wheel")]
     BYTECODE = "bytecode-" + "-".join(a["sha256"][:16] for a in wheels) + ".zip"  # snapshot.js
     tiny = next(a for a in manifest["artifacts"] if a.get("model") == "tiny")
     weight_requests = lambda: [u for u in context.requests if u.endswith(tiny["url"])]  # noqa: E731

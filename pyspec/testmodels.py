@@ -26,6 +26,13 @@ CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role']
           "{{ '<|im_start|>system\nYou are a tiny test model<|im_end|>\n' }}{% endif %}"
           "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
           "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+# Llama 3's template (its loop, `trim`, `bos_token`, whitespace control, the generation prompt)
+# over the tiny vocabulary's specials: <|im_start|> opens a header (and is the BOS), <|endoftext|>
+# closes it, <|im_end|> (the EOS) ends a turn. Not ChatML: only jinja2 renders it (e2e).
+LLAMA3_STYLE = ("{{- bos_token }}{%- for message in messages %}"
+                "{{- '<|im_start|>' + message['role'] + '<|endoftext|>\n\n' + message['content'] "
+                "| trim + '<|im_end|>' }}{%- endfor %}{%- if add_generation_prompt %}"
+                "{{- '<|im_start|>assistant<|endoftext|>\n\n' }}{%- endif %}")
 CORPUS = ("the cat sat on the mat. the dog ate the bone. def f(x): return x + 1\n"
           "speculative decoding is exact. the champion checks every draft token. ") * 4
 

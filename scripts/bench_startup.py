@@ -3,13 +3,16 @@ the Pyodide snapshot, on first visits (a fresh browser profile: empty OPFS and H
 warm ones (the same profile again: weights and snapshot in OPFS).
 
     python scripts/bench_startup.py [--model smollm2] [--backend cpu] [--runs 3]
-                                    [--out bench/results/startup]
+                                    [--without-jinja2] [--render] [--out bench/results/startup]
 
 Each run is one fresh profile visited `1 + --warm` times; with snapshot on and off alternating
 run by run, so drift hits both alike. Ready is timed from page.goto to the ready message, as a
 user would see it; `startup.phases_ms` is the worker's own account (web/worker.js): pyodide,
 packages (numpy's and pyspec's wheels unpacked), import (numpy, pyspec), weights (OPFS read + sha256), model (parse, tokenizer,
-dequantize). Writes <out>.json (medians and ranges) and <out>.png.
+dequantize). `--without-jinja2` serves a site whose manifest leaves out jinja2's and MarkupSafe's
+wheels (kind "wheel"), to measure what they add; `--render` sends one request after ready and
+records `startup.jinja2` (the first render of a model's own chat template: `--model tiny-llama3`).
+Writes <out>.json (medians and ranges) and <out>.png.
 
 Not here: the page itself (web/), the browser benchmark of decoding (webtools/bench.py).
 """
@@ -41,7 +44,13 @@ WAIT_SNAPSHOT = """async () => {
 PHASES = ("pyodide", "packages", "import", "weights", "model")
 
 
-def visit(ctx, url: str) -> dict:
+RENDER = """async () => {
+  await pyspecApp.run("the cat sat on the mat", { max_tokens: 1 });
+  return (await pyspecApp.decoder().startup()).jinja2;
+}"""
+
+
+def visit(ctx, url: str, render: bool = False) -> dict:
     page = ctx.new_page()
     t0 = time.perf_counter()
     page.goto(url)
@@ -51,13 +60,14 @@ def visit(ctx, url: str) -> dict:
     # a worker that closing the page would end. Wait for it, timed from ready.
     done = page.evaluate(WAIT_SNAPSHOT)
     made_s = time.perf_counter() - t0 - ready_s
+    jinja2 = page.evaluate(RENDER) if render else None
     page.close()
     return {"ready_s": round(ready_s, 3), "snapshot": info["startup"]["snapshot"],
             "after_ready": {"snapshot": done["snapshot"], "seconds": round(made_s, 3),
                             "error": done.get("snapshot_error")},
             "bytecode": info["startup"].get("bytecode"),
             "phases_ms": info["startup"]["phases_ms"], "adapter": info["adapter"],
-            "cached": info["weights"]["cached"]}
+            "cached": info["weights"]["cached"], "jinja2": jinja2}
 
 
 def summary(values: list[float]) -> dict:
@@ -71,11 +81,20 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="auto", help="the page's backend=: auto | cpu | webgpu")
     ap.add_argument("--runs", type=int, default=3, help="fresh profiles per setting")
     ap.add_argument("--warm", type=int, default=2, help="warm visits after each first one")
+    ap.add_argument("--without-jinja2", action="store_true",
+                    help="a site without jinja2's and MarkupSafe's wheels")
+    ap.add_argument("--render", action="store_true",
+                    help="one request after ready: the first chat template render's cost")
     ap.add_argument("--out", default="bench/results/startup")
     args = ap.parse_args(argv)
 
     from playwright.sync_api import sync_playwright
-    root = Path(site.build()).parent
+    root = Path(site.build(site.SITE.with_name("site-no-jinja2") if args.without_jinja2
+                           else site.SITE)).parent
+    if args.without_jinja2:
+        manifest = json.loads((root / "manifest.json").read_text())
+        manifest["artifacts"] = [a for a in manifest["artifacts"] if a["kind"] != "wheel"]
+        (root / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     server, base = serve.start(root)
     runs = []
     try:
@@ -87,7 +106,7 @@ def main(argv=None) -> int:
                 url = (f"{base}index.html?model={args.model}&backend={args.backend}"
                        f"&snapshot={int(snapshot)}")
                 ctx = b.new_context()      # a fresh profile: no OPFS, no HTTP cache
-                visits = [visit(ctx, url) for _ in range(1 + args.warm)]
+                visits = [visit(ctx, url, args.render) for _ in range(1 + args.warm)]
                 ctx.close()
                 runs.append({"snapshot_option": snapshot, "visits": visits})
                 print(f"snapshot={int(snapshot)}: " + ", ".join(
@@ -97,7 +116,8 @@ def main(argv=None) -> int:
     finally:
         server.shutdown()
 
-    result = {"model": args.model, "backend": args.backend, "machine": platform.machine(),
+    result = {"model": args.model, "backend": args.backend, "jinja2": not args.without_jinja2,
+              "machine": platform.machine(),
               "cpus": os.cpu_count(), "runs": runs, "summary": {}}
     for snapshot in (True, False):
         for kind, pick in (("first", lambda vs: vs[:1]), ("warm", lambda vs: vs[1:])):
@@ -106,7 +126,9 @@ def main(argv=None) -> int:
                 continue
             result["summary"][f"{'snapshot' if snapshot else 'no_snapshot'}/{kind}"] = {
                 "ready_s": summary([v["ready_s"] for v in vs]),
-                "phases_ms": {p: summary([v["phases_ms"][p] for v in vs]) for p in PHASES}}
+                "phases_ms": {p: summary([v["phases_ms"][p] for v in vs]) for p in PHASES},
+                **({"first_render_ms": summary([v["jinja2"]["first_render_ms"] for v in vs])}
+                   if args.render else {})}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     provenance.stamp(result)

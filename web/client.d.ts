@@ -326,6 +326,9 @@ export interface Startup {
   /** Milliseconds: Python's start, the wheels unpacked, numpy and pyspec imported, the weights
    *  read from OPFS (or the network) and checked, the model built (parse, tokenizer, dequantize). */
   phases_ms: { pyodide: number; packages: number; import: number; weights: number; model: number };
+  /** (`startup()` only) whether a model's own chat template has imported jinja2, and that first
+   *  render's milliseconds (null before one); a ChatML template never imports it. */
+  jinja2?: { loaded: boolean; first_render_ms: number | null };
 }
 
 // --- the OpenAI-style facade -----------------------------------------------------------------

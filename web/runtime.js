@@ -9,11 +9,16 @@
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import * as webgpuHelpers from "./webgpu.js";
 import * as dequantKernels from "./dequant.js";
-import { SNAPSHOT_NAME, checkSnapshot, readBytecode, readSnapshot, snapshotDir }
-  from "./snapshot.js";
+import { CACHED_PACKAGES, SNAPSHOT_NAME, checkSnapshot, readBytecode, readSnapshot,
+         snapshotDir } from "./snapshot.js";
 import { SITE, WorkerError, manifest, sha256Hex } from "./manifest.js";
 
 let runtimePromise = null;     // {pyodide, session}
+
+// The manifest's wheels, all unpacked into site-packages: numpy (Pyodide's), pyspec, and
+// ("wheel") jinja2 with a pure-Python MarkupSafe, imported only when a model's own chat template
+// is rendered (pyspec/text/template.py; a ChatML template never imports them).
+const WHEEL_KINDS = ["pyodide-wheel", "pyspec-wheel", "wheel"];
 
 // How this worker's runtime started (the ready message's `startup`): the snapshot's and the
 // bytecode cache's fate and each phase's milliseconds; the phases of the weights and the model
@@ -43,8 +48,7 @@ export function runtime(progress, { snapshot = true, drill = null } = {}) {
       t = now;
     };
     // The wheels download (and are checked), and the caches are read, while Python starts.
-    const artifacts = m.artifacts.filter((a) => a.kind === "pyodide-wheel" ||
-                                                a.kind === "pyspec-wheel");
+    const artifacts = m.artifacts.filter((a) => WHEEL_KINDS.includes(a.kind));
     const wheels = Promise.all(artifacts.map(wheel));
     wheels.catch(() => {});   // a failure is reported where they are awaited, not before
     const dir = caches === null ? await snapshotDir() : null;
@@ -127,7 +131,7 @@ function unpackBytecode(pyodide, zip, sitePackages, startup) {
   } catch (e) {
     startup.snapshot_error = `the bytecode cache is damaged: ${e.message ?? e}`;
     pyodide.runPython("import os, shutil, sysconfig\nsite = sysconfig.get_path('purelib')\n" +
-                      "for top in ('numpy', 'pyspec'):\n" +
+                      `for top in ${JSON.stringify(CACHED_PACKAGES)}:\n` +
                       "    for folder, _, _ in list(os.walk(os.path.join(site, top))):\n" +
                       "        if folder.endswith('__pycache__'): shutil.rmtree(folder)");
     return "making";

@@ -5,16 +5,17 @@
 // ends it when it answers {saved: true} or {saved: false, error}.
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
-import { SNAPSHOT_IMPORTS, saveBytecode, saveSnapshot, snapshotDir } from "./snapshot.js";
+import { CACHED_PACKAGES, SNAPSHOT_IMPORTS, saveBytecode, saveSnapshot, snapshotDir }
+  from "./snapshot.js";
 
-// Compile numpy's and pyspec's modules (unchecked-hash .pyc) and zip the __pycache__ folders.
+// Compile the cached packages' modules (unchecked-hash .pyc) and zip the __pycache__ folders.
 const COMPILE = `
 import compileall, io, os, py_compile, sysconfig, zipfile
 site = sysconfig.get_path("purelib")
 unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
 out = io.BytesIO()
 with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
-    for top in ("numpy", "pyspec"):
+    for top in ${JSON.stringify(CACHED_PACKAGES)}:
         compileall.compile_dir(os.path.join(site, top), quiet=2, invalidation_mode=unchecked)
         for folder, _, files in os.walk(os.path.join(site, top)):
             if os.path.basename(folder) == "__pycache__":

@@ -21,12 +21,15 @@
 // The same worker then saves the bytecode cache: numpy's wheel ships Python source only, so
 // every start compiled the numpy and pyspec modules it imports (about a second in wasm). The
 // maker compiles them all once (unchecked-hash .pyc files: Python loads them without looking at
-// the source) and saves them in one zip, named after the two wheels' sha256, so another wheel
-// never meets a stale cache. worker.js unpacks it beside the wheels' source.
+// the source) and saves them in one zip, named after the wheels' sha256, so another wheel never
+// meets a stale cache. worker.js unpacks it beside the wheels' source.
 //
 // Not here: using them (worker.js startPyodide, runtime), making them (snapshot-worker.js).
 
 export const SNAPSHOT_DIR = "pyspec-runtime";
+// The packages whose bytecode the cache holds: numpy, pyspec, and jinja2 with MarkupSafe (a
+// model's own chat template; compiled, its first render saves their compile).
+export const CACHED_PACKAGES = ["numpy", "pyspec", "jinja2", "markupsafe"];
 export const SNAPSHOT_NAME = "pyodide-0.27.7.snapshot";
 // The standard library's modules that numpy, Pyodide's package loader and pyspec import: imported
 // before the snapshot is taken, they are in it, which saves half a second of every later start.

@@ -66,6 +66,9 @@
 //                                                -> {type:'cancel_ack', id, cancelled}
 //   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats, memory, startup} /
 //                                                   {type:'receipt', ...}
+//       startup: the ready message's, as of now, with jinja2: {loaded, first_render_ms}: whether
+//       a model's own chat template has imported jinja2, and its first render's cost (ChatML
+//       never imports it)
 //       memory: {gpu_devices, gpu_bytes, wasm_bytes}: WebGPU devices alive, their buffers' bytes,
 //       the wasm heap
 //   {type:'lose_device', id}  (a fault drill, drills on: destroys the WebGPU device mid-request)
@@ -358,7 +361,10 @@ async function handle(msg) {
     case "receipt": {
       const { pyodide, session } = await requireRuntime();
       const out = { type: msg.type, id: msg.id, ...JSON.parse(session[msg.type]()) };
-      if (msg.type === "stats") out.startup = runtimeStartup;   // the snapshot's progress
+      if (msg.type === "stats") {   // the snapshot's progress, and jinja2's (on first use)
+        out.startup = { ...runtimeStartup, jinja2: out.jinja2 };
+        delete out.jinja2;
+      }
       // stats.memory adds the wasm heap (it only grows: its high-water mark).
       if (out.memory) out.memory.wasm_bytes = pyodide._module.HEAP8.buffer.byteLength;
       return out;

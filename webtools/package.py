@@ -6,7 +6,7 @@
       client.js client.d.ts worker.js and every module they load (runtime_files)
       manifest.json   the site's manifest without models
       pyodide/        Pyodide 0.27.7 core + its numpy wheel (as the site)
-      wheels/         the pyspec wheel
+      wheels/         the pyspec wheel, jinja2 and a pure-Python MarkupSafe (as the site)
       LICENSES/       the licence text of pyspec and of everything bundled, with an index
       README.md       for web developers: install, serve, the Content-Security-Policy, weights
 

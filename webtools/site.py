@@ -7,7 +7,9 @@ one origin, with a manifest of every artifact's url, sha256 and size.
       options.js     the request options' table for the client (refreshed first: optionsjs.py)
       pyodide/       Pyodide 0.27.7 core (npm tarball) + its numpy wheel + the snapshot of
                      its start-up that the worker starts from (build_snapshot: made by Node)
-      wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl)
+      wheels/        the pyspec wheel (pure Python, shaders inside as pyspec/_shaders/*.wgsl);
+                     jinja2's and a pure-Python MarkupSafe's, for a model's own chat template
+                     (wheels.py: pinned PyPI downloads, checked by sha256)
       models/        the champion GGUF, its trained draft (models/draft-l4.gguf, marked
                      draft_for in the manifest) and tiny random test models (pyspec.testmodels),
                      one of them (tiny-deep) as deep as the champion
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -38,7 +39,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from . import errorcodes, optionsjs
+from . import errorcodes, optionsjs, wheels
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "downloads"
@@ -206,24 +207,7 @@ def build_wheel(out_dir: Path) -> Path:
         files.append((path.relative_to(ROOT).as_posix(), path.read_bytes()))
     for path in sorted((ROOT / "shaders").glob("*.wgsl")):
         files.append((f"pyspec/_shaders/{path.name}", path.read_bytes()))
-    info = f"pyspec-{__version__}.dist-info"
-    files.append((f"{info}/METADATA", (f"Metadata-Version: 2.1\nName: pyspec\nVersion: "
-                                       f"{__version__}\nRequires-Dist: numpy\n").encode()))
-    files.append((f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: pyspec-webtools\n"
-                                   b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
-    record = "".join(
-        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()}"
-        f",{len(data)}\n" for name, data in files) + f"{info}/RECORD,,\n"
-    files.append((f"{info}/RECORD", record.encode()))
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, data in files:
-            zi = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(zi, data)
-    dst = out_dir / f"pyspec-{__version__}-py3-none-any.whl"
-    write_if_changed(dst, buf.getvalue())
-    return dst
+    return wheels.write_wheel(out_dir, "pyspec", __version__, files, requires=("numpy", "jinja2"))
 
 
 TRAINED_DRAFT = "draft-l4"   # models/draft-l4.gguf, shipped with the champion
@@ -290,6 +274,9 @@ def build_models(out: Path, champion: bool) -> tuple[dict[str, Path], dict[str, 
                                      borrow=("token_embd.weight", "output.weight"))
     write_if_changed(out / f"{BORROWING_DRAFT}.gguf", tmp.read_bytes())
     models[BORROWING_DRAFT] = out / f"{BORROWING_DRAFT}.gguf"
+    # tiny under a Llama-3-style chat template: the page renders it with jinja2 (e2e).
+    write("tiny-llama3", seed=1, tokenizer={**testmodels.tokenizer_metadata(),
+                                            "tokenizer.chat_template": testmodels.LLAMA3_STYLE})
     # A SentencePiece-type tokenizer: its ids name no text pyspec knows, so no bridge exists.
     write("tiny-mismatch", seed=3,
           tokenizer={**testmodels.tokenizer_metadata(), "tokenizer.ggml.model": "llama"})
@@ -334,6 +321,8 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     build_pyodide(site / "pyodide")
     snapshot = build_snapshot(site / "pyodide")
     wheel = build_wheel(site / "wheels")
+    template_wheels = [wheels.jinja2_wheel(site / "wheels"),
+                       wheels.markupsafe_wheel(site / "wheels")]
     errorcodes.refresh()     # client.d.ts's SpecErrorCode, from the code that raises them
     optionsjs.refresh()      # web/options.js, from pyspec/options.py's table
     web = sorted(p.name for p in (ROOT / "web").iterdir() if p.is_file())
@@ -354,6 +343,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     if snapshot is not None:
         artifacts.append(entry(snapshot, "pyodide-snapshot"))
     artifacts.append(entry(wheel, "pyspec-wheel"))
+    artifacts += [entry(path, "wheel") for path in template_wheels]
     artifacts += [entry(site / n, "web") for n in web]
     artifacts += [entry(path, "model", model=name, tokenizer=tokenizer_of(path),
                         **({"draft_for": DRAFT_FOR[name]} if name in DRAFT_FOR else {}),
@@ -375,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         path = build(args.out, champion=not args.no_champion)
-    except SiteError as e:
+    except (SiteError, wheels.WheelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"site: {path.parent}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 
 from .. import __version__, verdicts
@@ -24,7 +25,7 @@ from ..drafters.auto import auto_draft
 from ..engine import Engine
 from ..formats.gguf import GGUFFile, HeaderIncompleteError
 from ..options import from_request
-from ..text import conversation
+from ..text import conversation, template
 from ..text.tokenizer import Tokenizer, TokenizerError
 from . import info
 from .page_engine import browser_device, lend_dequant_kernels, make_engine, page_draft_model
@@ -460,8 +461,10 @@ class Session:
         return True
 
     def stats(self) -> str:
-        """The last request's stats, and `memory`: the WebGPU devices alive and their buffer
-        bytes (gpu.browser.live; zeros natively), for the page's leak checks."""
+        """The last request's stats, `memory`: the WebGPU devices alive and their buffer bytes
+        (gpu.browser.live; zeros natively), for the page's leak checks, and `jinja2`: whether it
+        is imported and the first render of a model's own chat template's milliseconds (None
+        before one; a ChatML template never imports it)."""
         memory = {"gpu_devices": 0, "gpu_bytes": 0}
         try:
             from ..gpu import browser
@@ -469,7 +472,9 @@ class Session:
         except ImportError:  # pragma: no cover - the browser module imports everywhere
             pass
         return json.dumps({"stats": self.last["stats"] if self.last else None,
-                           "memory": memory})
+                           "memory": memory,
+                           "jinja2": {"loaded": "jinja2" in sys.modules,
+                                      "first_render_ms": template.first_render_ms()}})
 
     def receipt(self) -> str:
         return json.dumps({"receipt": self.last["receipt"] if self.last else None})

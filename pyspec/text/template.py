@@ -40,6 +40,9 @@ _PLANE16 = 0x100000          # placeholders: U+100000 + k (private use, plane 16
 _PLANE16_RE = re.compile("[\U00100000-\U0010FFFF]")
 
 
+_first_render_ms: float | None = None   # this process's first render; see first_render_ms
+
+
 class RenderError(Exception):
     """The template did not render; `tokenizer.py` reports it as a TemplateError."""
 
@@ -72,6 +75,8 @@ def render_segments(source: str, messages: list[dict], add_generation_prompt: bo
     `messages` are checked already (dicts with a str 'content'); `controls` are the texts of the
     vocabulary's control tokens.
     """
+    global _first_render_ms
+    start = time.perf_counter()
     if _PLANE16_RE.search(source):
         raise RenderError("the template holds private-use characters of plane 16, which the "
                           "renderer keeps for its placeholders")
@@ -81,6 +86,8 @@ def render_segments(source: str, messages: list[dict], add_generation_prompt: bo
     budget = _Budget(BASE_OUTPUT + 4 * sum(len(m["content"]) for m in messages))
     text = _render(source, budget, messages=escaped, add_generation_prompt=add_generation_prompt,
                    bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
+    if _first_render_ms is None:
+        _first_render_ms = 1000 * (time.perf_counter() - start)
     marks = _PLANE16_RE.findall(text)
     segments: list[tuple[str, bool]] = []
     for k, piece in enumerate(_PLANE16_RE.split(text)):
@@ -122,6 +129,12 @@ def _protector(controls: tuple[str, ...], literals: list[str]):
                 + (mark(core[len(core) - tail:]) if tail else "") + trail)
 
     return protect
+
+
+def first_render_ms() -> float | None:
+    """This process's first render's milliseconds, jinja2's import and the template's compile
+    included (the start-up cost that a ChatML model never pays), or None before one."""
+    return _first_render_ms
 
 
 def _render(source: str, budget: _Budget, **context) -> str:
@@ -185,8 +198,8 @@ def _environment_class():
         from jinja2.sandbox import ImmutableSandboxedEnvironment
         from jinja2.visitor import NodeTransformer
     except ImportError:
-        raise RenderError("jinja2 is not installed in this runtime (the page ships none yet); "
-                          "only ChatML templates render without it") from None
+        raise RenderError("jinja2 is not installed in this runtime; install it (pip install "
+                          "jinja2), or use a ChatML model, which renders without it") from None
 
     class Guard(NodeTransformer):
         """Routes every for-loop's iterable and every `~` through the budget."""

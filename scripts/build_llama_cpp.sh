@@ -1,5 +1,6 @@
 #!/bin/sh
-# Build llama-cpp-python 0.3.36 from its sdist into a venv outside the repository, for the golden
+# Build llama-cpp-python 0.3.36 from its sdist into a venv (by default .cache/llama-cpp/venv in the
+# repository, which git ignores), for the golden
 # recorders (scripts/record_golden_forward.py, record_golden_llama.py, record_golden_families.py).
 # Not part of CI.
 #
@@ -8,11 +9,19 @@
 # LLAVA_BUILD=OFF skips the multimodal library, which no recorder uses. The CMake build directory
 # is kept beside the venv, so that an interrupted build resumes where it stopped.
 #
-# Usage: nice -n 19 sh scripts/build_llama_cpp.sh [SDIST_DIR] [VENV_DIR]
+# Usage: nice -n 19 sh scripts/build_llama_cpp.sh SDIST [VENV_DIR]
+#   SDIST: llama_cpp_python-0.3.36.tar.gz from PyPI, or the folder it unpacks to;
+#   VENV_DIR: default .cache/llama-cpp/venv under the repository root.
 # Writes $VENV_DIR/../READY once the venv imports llama_cpp.
 set -eu
-SDIST=${1:-/work/llama-cpp/llama_cpp_python-0.3.36}
-VENV=${2:-/work/llama-cpp/venv}
+if [ $# -lt 1 ]; then
+  echo "usage: sh scripts/build_llama_cpp.sh SDIST [VENV_DIR]  (SDIST: llama_cpp_python-0.3.36.tar.gz or its folder)" >&2
+  exit 2
+fi
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SDIST=$1
+VENV=${2:-$ROOT/.cache/llama-cpp/venv}
+mkdir -p "$(dirname "$VENV")"
 FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install --quiet numpy jinja2 gguf==0.19.0   # gguf: the recorders

@@ -5,10 +5,11 @@ puts them in .cache/llama.cpp/) and a vocabulary GGUF with Gemma 3's settings wr
 `pyspec.testmodels.gemma3_tokenizer_metadata` (no space prefix, byte fallback, <eos> = 1), tokenize
 seeded random texts (code, emoji, CJK, RTL scripts, whitespace runs, digit runs, control-token
 strings) with `Llama(path, vocab_only=True).tokenize(text.encode(), add_bos=False, special=...)`
-and write tests/golden/family_ids.json (read by tests/test_families.py).
+and write tests/golden/family_ids.json (read by tests/test_tokenizer_families.py).
 
 Usage: python scripts/record_golden_families.py [--out PATH.json] [--count N]
-Needs llama-cpp-python 0.3.36 and the `gguf` package; not part of the pyspec runtime, never run in CI.
+Needs llama-cpp-python 0.3.36 and the `gguf` package (scripts/build_llama_cpp.sh builds both into
+.cache/llama-cpp/venv); not part of the pyspec runtime, never run in CI.
 
 Without llama-cpp-python, the same llama.cpp sources (its sdist's vendor/llama.cpp) can tokenize
 through scripts/llama_tokenize.cpp (llama_tokenize with add_special=false, as Llama.tokenize

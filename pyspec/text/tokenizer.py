@@ -18,9 +18,10 @@ is raised only from here. The work itself lives in modules that raise nothing of
 
 Not in scope: WordPiece / Unigram vocabularies and other pre-tokenizers (they raise
 `TokenizerError`), Unicode normalisation (llama.cpp applies none for these families). Known
-divergences from llama.cpp: those in `pretokenize.py` and `bpe.py`; llama.cpp's by-name token
-attributes (Phi-3's right-strip of spaces after special tokens) are not applied; and a token whose
-text marks the end of a turn is not re-typed as a control token when the file calls it normal.
+divergences from llama.cpp: those in `pretokenize.py` and `bpe.py`; of llama.cpp's by-name token
+attributes only Phi-3's right-strip is applied (the ASCII whitespace after a special token goes,
+`_rstrip_ids`); and a token whose text marks the end of a turn is not re-typed as a control token
+when the file calls it normal.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class Tokenizer:
     def __init__(self, *, tokens: list[str], token_types: list[int], merges: list[str],
                  scores: list[float] | None, model: str, pre: str | None,
                  special_ids: dict[str, int | None], add_bos: bool, add_space_prefix: bool,
-                 chat_template: str | None):
+                 chat_template: str | None, rstrip_ids: frozenset[int] = frozenset()):
         self.tokens = tokens
         self.token_types = token_types
         self.merges = merges
@@ -109,6 +110,7 @@ class Tokenizer:
         self.chat_template = chat_template
         self._token_to_id = dict(zip(tokens, range(len(tokens))))  # last duplicate wins, as in llama.cpp
         self._specials = special_tokens(tokens, token_types)  # (id, text, type), longest first
+        self._rstrip_ids = rstrip_ids  # specials that eat the whitespace after them (Phi-3)
         self._word_cache: dict[str, tuple[int, ...]] = {}
         self._chatml_system = parse_chatml(chat_template)
         self._eog = self._end_of_generation_ids()
@@ -210,7 +212,8 @@ class Tokenizer:
                    scores=[float(x) for x in scores] if model == "llama" else None,
                    model=model, pre=pre, special_ids=special_ids, add_bos=add_bos,
                    add_space_prefix=model == "llama" and bool(get("add_space_prefix", True)),
-                   chat_template=template)
+                   chat_template=template,
+                   rstrip_ids=_rstrip_ids(md.get("general.name"), tokens, token_types))
 
     # --- identity -------------------------------------------------------------------------------
 
@@ -300,7 +303,9 @@ class Tokenizer:
         """Special ids as they are; each text fragment pre-tokenized and merged."""
         ids: list[int] = []
         after_special = True  # SentencePiece: a space starts the text and follows every special
-        for fragment in fragments:
+        for k, fragment in enumerate(fragments):
+            if isinstance(fragment, str) and k and fragments[k - 1] in self._rstrip_ids:
+                fragment = fragment.lstrip(_C_SPACE)
             if isinstance(fragment, int):
                 ids.append(fragment)
                 after_special = True
@@ -388,6 +393,20 @@ class Tokenizer:
             raise TemplateError(f"chat template (sha256 {self.template_hash()[:12]}) did not render: "
                                 f"{exc}. Build the prompt text yourself and call encode(), or use a "
                                 "model whose template renders") from None
+
+
+_C_SPACE = " \t\n\v\f\r"  # C isspace(), as llama.cpp's strip tests each byte
+
+
+def _rstrip_ids(name: Any, tokens: list[str], token_types: list[int]) -> frozenset[int]:
+    """llama.cpp's by-name RSTRIP attribute (`llama_vocab::impl::load`): a model whose
+    general.name contains 'phi-3' or 'phi3' strips the whitespace after every special token
+    and '</s>', except '<unk>', '<s>' and '<|endoftext|>'."""
+    if not isinstance(name, str) or not any(k in name.lower() for k in ("phi-3", "phi3")):
+        return frozenset()
+    ids = {i for i, _, _ in special_tokens(tokens, token_types)}
+    ids.update(i for i, t in enumerate(tokens) if t == "</s>")
+    return frozenset(i for i in ids if tokens[i] not in ("<unk>", "<s>", "<|endoftext|>"))
 
 
 def _special_ids(get, tokens: list[str], token_types: list[int], model: str) -> dict[str, int | None]:

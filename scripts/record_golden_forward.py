@@ -1,6 +1,6 @@
 """Record llama.cpp's logits and greedy continuations for the tiny model of every family and
 format (pyspec/testmodels.py write_family_model) as golden data: tests/golden/family_logits.json,
-for a test of the CPU engines against it (not written yet: no golden recorded so far).
+read by tests/test_family_goldens.py (the CPU engines against it).
 
 For each family and format (testmodels.FAMILY_FORMATS: F32, F16, Q8_0, Q4_K_M with its Q5_0 /
 Q8_0 fallbacks, Q4_K_M-wide with Q4_K / Q6_K) the script writes the tiny model with pyspec (seed 3; the file's sha256
@@ -21,8 +21,9 @@ activations of a product with a quantized matrix (Q8_0 here) are quantized to 8 
 blocks) and those of an F16 matrix rounded to f16 before the dot product; GELU goes through an
 f16 lookup table (gemma3). The test keeps pyspec's float64 reference beside llama.cpp for that.
 
-Usage (the venv of scripts/build_llama_cpp.sh, with gguf==0.19.0 installed there):
-  PYTHONPATH=. /work/llama-cpp/venv/bin/python scripts/record_golden_forward.py [--out PATH]
+Usage (the venv of scripts/build_llama_cpp.sh, by default .cache/llama-cpp/venv, with gguf==0.19.0
+installed there):
+  PYTHONPATH=. nice .cache/llama-cpp/venv/bin/python scripts/record_golden_forward.py [--out PATH]
 Not part of the pyspec runtime; CI never runs it.
 """
 

@@ -87,8 +87,13 @@ def forced(model, m: dict) -> np.ndarray:
                          ids=["float64", "numpy", "fastcpu"])
 def test_logits_and_argmax_match_llama_cpp(case, load):
     m, path = case
+    assert_matches_llama_cpp(forced(load(path), m), m)
+
+
+def assert_matches_llama_cpp(logits: np.ndarray, m: dict) -> None:
+    """`logits` (prompt + steps - 1, vocab) of one forced pass, against the golden entry `m`:
+    within the format's tolerance, and llama.cpp's argmax wherever its margin is clear."""
     tol = LOGIT_TOLERANCE[m["format"]]
-    logits = forced(load(path), m)
     n = len(m["prompt_ids"])
     rows = m["prompt_top2"] + m["llama_top2"][1:]         # llama.cpp's top-2 for every forced row
     assert len(rows) == len(logits)

@@ -2,7 +2,8 @@
 family, on a native adapter: its logits and KV cache agree with the numpy reference
 (pyspec/cpu/model.py), it is batch-invariant as a whole, its plan has the dispatches per layer
 model.dispatches_per_layer says (a Llama keeps 5 on a GPU: 152 for the 30-layer champion), and
-greedy speculative output equals champion-only output on the GPU.
+greedy speculative output equals champion-only output on the GPU; and every family in every
+format against llama.cpp's golden logits, by tests/test_family_goldens.py's rule.
 
 The families' tiny models are testmodels.write_family_model's (in Q8_0): llama with Llama 3's rope
 frequency factors, qwen2 (Q/K/V biases, NEOX pairs), qwen3 (per-head Q/K norms, a head size that
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 
 from conftest import gpu_device, requires_gpu
+from test_family_goldens import MODELS as GOLDEN_MODELS
+from test_family_goldens import assert_matches_llama_cpp
 from pyspec import testmodels
 from pyspec.cpu.model import Model
 from pyspec.engine import Engine
@@ -154,3 +157,18 @@ def test_vocabulary_split_by_rows(family, monkeypatch):
     whole = asyncio.run(gpu.read_logits(tokens, 0))
     parts = asyncio.run(split.read_logits(tokens, 0))
     assert np.array_equal(whole.view(np.uint32), parts.view(np.uint32)), arch
+
+
+@pytest.mark.parametrize("m", GOLDEN_MODELS, ids=lambda m: f"{m['arch']}-{m['format']}")
+def test_logits_match_llama_cpp(m, tmp_path):
+    """The GPU forward over prompt + continuation (ROWS_MAX rows a pass) against llama.cpp."""
+    path = tmp_path / "m.gguf"
+    testmodels.write_family_format(path, m["arch"], m["format"], seed=m["seed"])
+    f = GGUFFile.open(path)
+    assert f.sha256() == m["model_sha256"]
+    gpu = load_model(gpu_device(), f)
+    gpu.limit_context(None)
+    ids = m["prompt_ids"] + m["continuation_ids"][:-1]
+    logits = np.concatenate([asyncio.run(gpu.read_logits(ids[i:i + ROWS_MAX], 0))
+                             for i in range(0, len(ids), ROWS_MAX)])         # (len(ids), vocab)
+    assert_matches_llama_cpp(logits, m)

@@ -110,6 +110,20 @@ def test_specials_parse_only_when_asked(family):
     assert tok.eos_id not in tok.encode(f"a{eos}b", special=False, add_bos=False)
 
 
+@needs_fixtures
+def test_phi3_specials_eat_the_whitespace_after_them():
+    """llama.cpp's by-name RSTRIP: a model named Phi-3 drops the ASCII whitespace after every
+    special token but <unk>, <s> and <|endoftext|>; another name keeps it."""
+    tok = vocab_tokenizer("phi-3")
+    end, eot = (tok.encode(t, special=True, add_bos=False) for t in ("<|end|>", "<|endoftext|>"))
+    x = tok.encode("x", add_bos=False)
+    assert tok.encode("<|end|> \n\t x", special=True, add_bos=False) == end + x
+    assert tok.encode("<|endoftext|> x", special=True, add_bos=False) != eot + x
+    other = vocab_tokenizer("phi-3", **{"general.name": "other"})
+    assert other.encode("<|end|> x", special=True, add_bos=False) != end + x
+    assert other.fingerprint() != tok.fingerprint()
+
+
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "family_ids.json"
 
 

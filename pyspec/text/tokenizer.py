@@ -4,7 +4,8 @@ Scope: the tokenizer families pyspec reads, each reproducing llama.cpp's `llama_
 token: byte-level BPE (GGUF `tokenizer.ggml.model = "gpt2"`) with the pre-tokenizers `smollm` (the
 champion; checked against llama-cpp-python 0.3.36 by `tests/golden/tokenizer_ids.json`),
 `gpt-2`, `llama-bpe` (Llama 3) and `qwen2`, and the SentencePiece-style model (`"llama"`: Llama 2,
-Gemma 3), checked against llama.cpp's own vocabulary tests (`tests/test_families.py`). Also the
+Gemma 3), checked against llama.cpp's own vocabulary tests and its ids of seeded random texts
+(`tests/test_tokenizer_families.py`, `tests/golden/family_ids.json`). Also the
 end-of-generation ids, the model's own chat template, and an incremental decoder that never emits
 half a UTF-8 character. Runs on CPython >= 3.11 and Pyodide (Python 3.12).
 
@@ -237,7 +238,7 @@ class Tokenizer:
 
     def fingerprint(self) -> str:
         """sha256 over everything that decides ids: model, pre, tokens, types, merges, scores,
-        special ids. Computed once (every receipt carries it; about 16 ms natively, more in wasm)."""
+        special ids, the right-stripping specials. Computed once (every receipt carries it; about 16 ms natively, more in wasm)."""
         if self._fingerprint is None:
             self._fingerprint = self._hash_ids()
         return self._fingerprint
@@ -250,6 +251,8 @@ class Tokenizer:
         # Fields added with the families, written only where they say something, so that the
         # champion's fingerprint (in receipts) stays what it was.
         fields.update({k: self.special_ids[k] for k in ("eot", "eom") if self.special_ids[k] is not None})
+        if self._rstrip_ids:
+            fields["rstrip"] = sorted(self._rstrip_ids)
         if self.model == "llama":
             fields.update(scores=self.scores, add_space_prefix=self.add_space_prefix)
         canonical = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))

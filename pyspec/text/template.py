@@ -190,6 +190,53 @@ def _format_size(fmt: str) -> int:
                           for n in pair if n)
 
 
+def _binop_size(operator: str, left, right) -> int:
+    """An upper bound on the size of `left operator right`, before it is made (0: small)."""
+    if operator == "*":
+        seq, n = (left, right) if isinstance(right, int) else (right, left)
+        if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
+            return len(seq) * n
+    elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+        return int(abs(right) * max(abs(left), 1).bit_length() / 3.3)   # its decimal digits
+    elif operator == "+" and isinstance(left, (str, list, tuple)) and hasattr(right, "__len__"):
+        return len(left) + len(right)
+    elif operator == "%" and isinstance(left, str):
+        return _format_size(left)
+    return 0
+
+
+def _call_size(obj, args: tuple) -> int:
+    """An upper bound on the size of a str method's result (center, replace, ...; 0: small)."""
+    owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", "")
+    if not isinstance(owner, str):
+        return 0
+    if name in _SIZED_METHODS and args and isinstance(args[0], int):
+        return args[0]
+    if name == "replace" and len(args) >= 2:
+        count = owner.count(str(args[0])) if args[0] else len(owner) + 1
+        return len(owner) + count * len(str(args[1]))
+    if name == "expandtabs":
+        return len(owner) * (args[0] if args and isinstance(args[0], int) else 8)
+    return 0
+
+
+def _guard_class(nodes, NodeTransformer):
+    """The AST pass that routes every for-loop's iterable and every `~` through the budget."""
+
+    class Guard(NodeTransformer):
+        def visit_For(self, node):
+            self.generic_visit(node)
+            node.iter = nodes.Call(nodes.Name("__pyspec_iter", "load"), [node.iter], [], None, None)
+            return node
+
+        def visit_Concat(self, node):
+            self.generic_visit(node)
+            return nodes.Call(nodes.Name("__pyspec_concat", "load"), [nodes.List(node.nodes)],
+                              [], None, None)
+
+    return Guard
+
+
 @lru_cache(maxsize=None)
 def _environment_class():
     """The bounded environment class, built on first use so that jinja2 loads only then."""
@@ -201,18 +248,7 @@ def _environment_class():
         raise RenderError("jinja2 is not installed in this runtime; install it (pip install "
                           "jinja2), or use a ChatML model, which renders without it") from None
 
-    class Guard(NodeTransformer):
-        """Routes every for-loop's iterable and every `~` through the budget."""
-
-        def visit_For(self, node):
-            self.generic_visit(node)
-            node.iter = nodes.Call(nodes.Name("__pyspec_iter", "load"), [node.iter], [], None, None)
-            return node
-
-        def visit_Concat(self, node):
-            self.generic_visit(node)
-            return nodes.Call(nodes.Name("__pyspec_concat", "load"), [nodes.List(node.nodes)],
-                              [], None, None)
+    Guard = _guard_class(nodes, NodeTransformer)
 
     class Bounded(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset(["*", "**", "+", "%", "//"])
@@ -266,29 +302,12 @@ def _environment_class():
 
         def call_binop(self, context, operator, left, right):
             self.budget.tick()
-            if operator == "*":
-                seq, n = (left, right) if isinstance(right, int) else (right, left)
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
-                    self.budget.size(len(seq) * n)
-            elif operator == "**" and isinstance(left, int) and isinstance(right, int):
-                self.budget.size(int(abs(right) * max(abs(left), 1).bit_length() / 3.3))
-            elif operator == "+" and isinstance(left, (str, list, tuple)) and hasattr(right, "__len__"):
-                self.budget.size(len(left) + len(right))
-            elif operator == "%" and isinstance(left, str):
-                self.budget.size(_format_size(left))
+            self.budget.size(_binop_size(operator, left, right))
             return self._sized(super().call_binop(context, operator, left, right))
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's signature)
             __self.budget.tick()
-            owner, name = getattr(__obj, "__self__", None), getattr(__obj, "__name__", "")
-            if isinstance(owner, str):
-                if name in _SIZED_METHODS and args and isinstance(args[0], int):
-                    __self.budget.size(args[0])
-                elif name == "replace" and len(args) >= 2:
-                    count = owner.count(str(args[0])) if args[0] else len(owner) + 1
-                    __self.budget.size(len(owner) + count * len(str(args[1])))
-                elif name == "expandtabs":
-                    __self.budget.size(len(owner) * (args[0] if args and isinstance(args[0], int) else 8))
+            __self.budget.size(_call_size(__obj, args))
             return __self._sized(super().call(__context, __obj, *args, **kwargs))
 
     return Bounded

@@ -132,23 +132,7 @@ def run_bench(args) -> int:
     drafts = [d for d in args.drafts.split(",") if d]
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     prompts = check_messages(items, tok, args.workload)
-    # A draft model's cycles fed on the device (gpu/ahead.py; on by default on a GPU, off on a
-    # software adapter): on here either way, against them fed from the host (below).
-    ahead = {"draft_ahead": True} if args.backend == "wgpu" else {}
-    engines = {d: Engine(backend(champion, d, args.ctx, **ahead), tok)
-               for d in ["none", *drafts]}
-    if args.backend == "wgpu" and "ngram" in drafts:
-        # The A/B of pipelined speculative cycles: n-gram drafts from the host, each cycle read
-        # before the next is submitted (gpu/backend.py), next to the device lookup's.
-        engines[HOST_LOOKUP] = Engine(backend(champion, "ngram", args.ctx, device_ngram=False),
-                                      tok)
-        drafts.append(HOST_LOOKUP)
-    if args.backend == "wgpu":
-        # The A/B of a draft model's cycles fed on the device and fed from the host.
-        for d in [d for d in drafts if d != HOST_LOOKUP and parse_draft(d).kind == "model"]:
-            engines[d + HOST_FEED] = Engine(backend(champion, d, args.ctx, draft_ahead=False),
-                                            tok)
-            drafts.append(d + HOST_FEED)
+    engines = make_engines(args, champion, tok, drafts)   # appends the A/B sides to drafts
     gpu = None
     # On a GPU, champion-only read cycle by cycle too: the A/B of pipelining.
     serial = None
@@ -197,13 +181,42 @@ def run_bench(args) -> int:
                                                 ["speedup"]["median"]} for d in drafts},
             "gpu": gpu,
         }
+    write_result(result, strata, args)
+    return 0
+
+
+def make_engines(args, champion, tok, drafts: list[str]) -> dict[str, Engine]:
+    """Champion-only and each drafter's engine; on a GPU also the benchmark's A/B sides (n-gram
+    from the host, a draft model fed from the host), whose names are appended to `drafts`."""
+    # A draft model's cycles fed on the device (gpu/ahead.py; on by default on a GPU, off on a
+    # software adapter): on here either way, against them fed from the host (below).
+    ahead = {"draft_ahead": True} if args.backend == "wgpu" else {}
+    engines = {d: Engine(backend(champion, d, args.ctx, **ahead), tok)
+               for d in ["none", *drafts]}
+    if args.backend == "wgpu" and "ngram" in drafts:
+        # The A/B of pipelined speculative cycles: n-gram drafts from the host, each cycle read
+        # before the next is submitted (gpu/backend.py), next to the device lookup's.
+        engines[HOST_LOOKUP] = Engine(backend(champion, "ngram", args.ctx, device_ngram=False),
+                                      tok)
+        drafts.append(HOST_LOOKUP)
+    if args.backend == "wgpu":
+        # The A/B of a draft model's cycles fed on the device and fed from the host.
+        for d in [d for d in drafts if d != HOST_LOOKUP and parse_draft(d).kind == "model"]:
+            engines[d + HOST_FEED] = Engine(backend(champion, d, args.ctx, draft_ahead=False),
+                                            tok)
+            drafts.append(d + HOST_FEED)
+    return engines
+
+
+def write_result(result: dict, strata: list[str], args) -> None:
+    """bench-BACKEND.json and .png in --out, and the table on stdout."""
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"bench-{args.backend}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     plot(result, strata, os.path.join(args.out, f"bench-{args.backend}.png"))
     print_table(result, strata)
-    if pipelining:
+    if "pipelining" in result:
         p = result["pipelining"]
         ratio = p["ratio"]
         print(f"\nchampion-only pipelined {p['champion_tok_s']['median']:.1f} tok/s vs read "
@@ -211,7 +224,6 @@ def run_bench(args) -> int:
               f"x{ratio['median']:.2f} [{ratio['min']:.2f}, {ratio['max']:.2f}], identical "
               f"{p['identical']}/{p['prompts']}")
     print(f"wrote {path}", file=sys.stderr)
-    return 0
 
 
 def run_sides(args, items: list[dict], prompts: list[list[int]], engines: dict[str, Engine],

@@ -296,20 +296,8 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     if norm is not None and (norm.kind != "f32" or norm.shape != (n_in,) or n_in % 4):
         raise ShapeError(f"matmul's folded RMSNorm needs an f32 weight of {n_in}; "
                          f"{norm.name!r} is {norm.kind} {norm.shape}")
-    k_out, v_out, nq, nk, kv_rows = None, None, 0, 0, 0
-    if weight.v_kind and (qkv is None or qkv[2] + qkv[3] + weight.v_rows != n_out):
-        raise ShapeError(f"{weight.name!r} holds V rows in {weight.v_kind}: it is a Q, K, V "
-                         f"product of {weight.v_rows} V rows only")
-    if qkv is not None:
-        k_out, v_out, nq, nk = qkv
-        nv = n_out - nq - nk
-        if (out_at_pos or accumulate or gate or min(nq, nk, nv) < 1
-                or (rope is not None and (nq % head_dim or nk % head_dim)) or nq % 2 or nk % 2):
-            raise ShapeError(f"matmul of Q, K and V takes their stacked rows into fresh outputs "
-                             f"of whole heads; got {weight.name!r}: nq {nq}, nk {nk}, nv {nv}")
-        kv_rows = binding_size(dev, k_out) // (nk * 4)
-        if kv_rows < 1 or binding_size(dev, v_out) // (nv * 4) < kv_rows:
-            raise ShapeError(f"matmul K and V caches for {weight.name!r} hold no common row")
+    k_out, v_out, nq, nk, kv_rows = _qkv_outputs(dev, weight, qkv, not (
+        out_at_pos or accumulate or gate), head_dim if rope is not None else 0)
     y_cols = n_out // 2 if gate else nq or n_out
     y_rows = binding_size(dev, y) // (y_cols * 4)
     if y_stride and (out_at_pos or y_stride < y_cols or y_cols != n_out):
@@ -349,6 +337,27 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
                          v_out if v_out is not None else spare[2],
                          norm.buffer if norm is not None else spare[3],
                          bias.buffer if bias is not None else spare[4]], groups)
+
+
+def _qkv_outputs(dev, weight: Weight, qkv, fresh: bool, head_dim: int):
+    """(k_out, v_out, nq, nk, kv_rows) of matmul's `qkv`, checked (fresh outputs of whole heads,
+    caches with a common row); (None, None, 0, 0, 0) for a product that holds no V rows."""
+    n_out = weight.shape[0]
+    if weight.v_kind and (qkv is None or qkv[2] + qkv[3] + weight.v_rows != n_out):
+        raise ShapeError(f"{weight.name!r} holds V rows in {weight.v_kind}: it is a Q, K, V "
+                         f"product of {weight.v_rows} V rows only")
+    if qkv is None:
+        return None, None, 0, 0, 0
+    k_out, v_out, nq, nk = qkv
+    nv = n_out - nq - nk
+    if (not fresh or min(nq, nk, nv) < 1 or nq % 2 or nk % 2
+            or (head_dim and (nq % head_dim or nk % head_dim))):
+        raise ShapeError(f"matmul of Q, K and V takes their stacked rows into fresh outputs "
+                         f"of whole heads; got {weight.name!r}: nq {nq}, nk {nk}, nv {nv}")
+    kv_rows = binding_size(dev, k_out) // (nk * 4)
+    if kv_rows < 1 or binding_size(dev, v_out) // (nv * 4) < kv_rows:
+        raise ShapeError(f"matmul K and V caches for {weight.name!r} hold no common row")
+    return k_out, v_out, nq, nk, kv_rows
 
 
 _SPARES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -8,8 +8,7 @@ cycle with only the step buffer changing. Every kernel is batch-invariant: row r
 bit-identical to a one-row pass at that position (tests/test_gpu_ops.py).
 
 Buffer arguments are GPU buffers or (buffer, offset, size) tuples. Activations are f32 with room
-for ROWS_MAX rows. Weights stay quantized on the GPU (`Weight`).
-Not here: the order of the kernels (model.py), sampling (sampling.py), the cycle (backend.py).
+for ROWS_MAX rows. Weights stay quantized on the GPU (`Weight`). Not here: the order of the kernels (model.py), sampling (sampling.py), the cycle (backend.py).
 """
 
 from __future__ import annotations

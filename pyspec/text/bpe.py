@@ -101,28 +101,21 @@ def partition(text: str, specials: list[tuple[int, str, int]], special: bool) ->
     return fragments
 
 
-def merge_word(word: str, ranks: Mapping[tuple[str, str], int],
-               token_to_id: Mapping[str, int], ignore_merges: bool = False) -> tuple[int, ...]:
-    """Merge the byte characters of one word by rank (llama.cpp `llm_tokenizer_bpe_session`).
-
-    The lowest-rank adjacent pair merges first, the leftmost among equal ranks. Queue entries
-    go stale when a neighbour merges; they are recognised by their text and skipped. With
-    `ignore_merges` (Llama 3), a word that is a token as a whole is that token, merges or not.
-    """
-    encoded = word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_BYTE_CHAR)
-    if ignore_merges and encoded in token_to_id:
-        return (token_to_id[encoded],)
-    symbols = list(encoded)
+def merge_pairs(symbols: list[str], priority) -> list[str]:
+    """Merge adjacent symbols, the pair of lowest `priority(left, right)` first (None: never),
+    the leftmost among equals: the loop of llama.cpp's BPE and SentencePiece-style sessions.
+    Returns the merged symbols. Queue entries go stale when a neighbour merges; they are
+    recognised by their text and skipped."""
     n = len(symbols)
-    nxt = [*range(1, n), -1]  # (n,) linked list over symbols that are still alive
+    nxt = [*range(1, n), -1]  # (n,) linked list over symbols that are still alive ("" when gone)
     prv = list(range(-1, n - 1))
-    queue: list[tuple[int, int, int, str]] = []  # (rank, left, right, merged text)
+    queue: list[tuple] = []   # (priority, left, right, merged text)
 
     def push(left: int, right: int) -> None:
         if left >= 0 and right >= 0:
-            rank = ranks.get((symbols[left], symbols[right]))
-            if rank is not None:
-                heapq.heappush(queue, (rank, left, right, symbols[left] + symbols[right]))
+            p = priority(symbols[left], symbols[right])
+            if p is not None:
+                heapq.heappush(queue, (p, left, right, symbols[left] + symbols[right]))
 
     for i in range(n - 1):
         push(i, i + 1)
@@ -136,11 +129,22 @@ def merge_word(word: str, ranks: Mapping[tuple[str, str], int],
             prv[nxt[right]] = left
         push(prv[left], left)
         push(left, nxt[left])
+    return [piece for piece in symbols if piece]
 
+
+def merge_word(word: str, ranks: Mapping[tuple[str, str], int],
+               token_to_id: Mapping[str, int], ignore_merges: bool = False) -> tuple[int, ...]:
+    """Merge the byte characters of one word by rank (llama.cpp `llm_tokenizer_bpe_session`).
+
+    The lowest-rank adjacent pair merges first, the leftmost among equal ranks (merge_pairs). With
+    `ignore_merges` (Llama 3), a word that is a token as a whole is that token, merges or not.
+    """
+    encoded = word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_BYTE_CHAR)
+    if ignore_merges and encoded in token_to_id:
+        return (token_to_id[encoded],)
+    symbols = merge_pairs(list(encoded), lambda left, right: ranks.get((left, right)))
     ids: list[int] = []
     for piece in symbols:
-        if not piece:
-            continue
         token_id = token_to_id.get(piece)
         if token_id is not None:
             ids.append(token_id)

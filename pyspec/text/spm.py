@@ -14,10 +14,15 @@ unigram model (llama.cpp's `ugm`), normalisation (llama.cpp applies none for thi
 
 from __future__ import annotations
 
-import heapq
 from typing import Mapping
 
-from .bpe import TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_USER_DEFINED
+from .bpe import (
+    TOKEN_CONTROL,
+    TOKEN_NORMAL,
+    TOKEN_UNKNOWN,
+    TOKEN_USER_DEFINED,
+    merge_pairs,
+)
 
 TOKEN_BYTE = 6  # GGUF token type of `<0xXX>` tokens (llama.cpp LLAMA_TOKEN_TYPE_BYTE)
 SPACE = "\u2581"  # '▁': how SentencePiece spells a space inside tokens
@@ -33,39 +38,16 @@ def merge_text(text: str, token_to_id: Mapping[str, int], scores: list[float],
     """Token ids of one escaped text fragment, merged by score.
 
     `byte_ids[b]` is the token for byte b (`<0xXX>`, else the one-character token of that byte,
-    as llama.cpp looks it up); a byte with neither raises KeyError. Queue entries go stale when a
-    neighbour merges; they are recognised by their text and skipped.
+    as llama.cpp looks it up); a byte with neither raises KeyError. The pair whose merge is the
+    token of highest score merges first (bpe.merge_pairs).
     """
-    symbols = list(text)  # (n,) one character each; a merged symbol holds its text, "" when gone
-    n = len(symbols)
-    nxt = [*range(1, n), -1]  # (n,) linked list over symbols that are still alive
-    prv = list(range(-1, n - 1))
-    queue: list[tuple[float, int, int, str]] = []  # (-score, left, right, merged text)
+    def priority(left: str, right: str):
+        token_id = token_to_id.get(left + right)
+        return None if token_id is None else -scores[token_id]   # the highest score first
 
-    def push(left: int, right: int) -> None:
-        if left >= 0 and right >= 0:
-            merged = symbols[left] + symbols[right]
-            token_id = token_to_id.get(merged)
-            if token_id is not None:
-                heapq.heappush(queue, (-scores[token_id], left, right, merged))
-
-    for i in range(n - 1):
-        push(i, i + 1)
-    while queue:
-        _, left, right, merged = heapq.heappop(queue)
-        if not symbols[left] or not symbols[right] or symbols[left] + symbols[right] != merged:
-            continue
-        symbols[left], symbols[right] = merged, ""
-        nxt[left] = nxt[right]
-        if nxt[right] >= 0:
-            prv[nxt[right]] = left
-        push(prv[left], left)
-        push(left, nxt[left])
-
+    symbols = merge_pairs(list(text), priority)
     ids: list[int] = []
     for piece in symbols:
-        if not piece:
-            continue
         token_id = token_to_id.get(piece)
         if token_id is not None:
             ids.append(token_id)

@@ -33,6 +33,10 @@ class KVCache:
                 f"a KV cache of {max_ctx} positions needs {self._nbytes:,} bytes, more than this "
                 "machine can allocate; reserve fewer positions (max_ctx; --ctx)") from e
         self.max_ctx = max_ctx
+        # (max_ctx,) the slot of each row's parent: the row before it, unless a tree's verify
+        # pass or a draft's expansion put it under another (append_tree). A row attends to the
+        # committed rows and to its own chain of pending ancestors (`lineage`).
+        self.parent = np.arange(-1, max_ctx - 1)
         # (max_ctx, d) the final residual state of each row, kept only when a drafter reads the
         # model's own states (an EAGLE-style head, drafters/eagle.py): keep_states(d) starts it.
         # Written by the same passes as K and V, so it follows the same transactions.
@@ -65,7 +69,48 @@ class KVCache:
                 f"shorten the prompt or lower max_tokens (--max-tokens)")
         self.pending += n
         self.peak = max(self.peak, self.length)
+        self.parent[start:start + n] = np.arange(start - 1, start + n - 1)
         return start
+
+    def append_tree(self, parents) -> int:
+        """Reserve rows, one per entry of `parents` (m,), each under the row at that slot (a row
+        already there or one of these before it; -1 only for a first row at slot 0). Returns the
+        first slot written; its position is not its slot (`lineage`)."""
+        parents = np.asarray(parents, dtype=np.int64)
+        slots = self.length + np.arange(len(parents))
+        if ((parents >= slots) | (parents < self.committed - 1)).any():
+            raise ValueError(f"tree parents {parents.tolist()} must be earlier pending rows (or "
+                             f"the last committed one) for rows at slots {slots.tolist()}")
+        start = self.append(len(parents))
+        self.parent[slots] = parents
+        return start
+
+    def lineage(self, slot: int) -> np.ndarray:
+        """The slots the row at `slot` attends to, in position order: every committed row, then
+        its pending ancestors and itself. Its position is len(lineage) - 1."""
+        chain = []
+        while slot >= self.committed:
+            chain.append(slot)
+            slot = int(self.parent[slot])
+        return np.concatenate([np.arange(slot + 1), chain[::-1]]).astype(np.int64)
+
+    def compact(self, slots) -> None:
+        """Commit the pending rows at `slots` (increasing; the first at `committed`), moved to
+        consecutive slots after the committed ones: a tree's accepted path, O(len(slots)) row
+        copies. Every other pending row is dropped."""
+        slots = np.asarray(slots, dtype=np.int64)
+        dest = self.committed + np.arange(len(slots))
+        if len(slots) > self.pending or (slots < dest).any() or (np.diff(slots) <= 0).any():
+            raise ValueError(f"cannot compact slots {slots.tolist()}: {self.committed} committed, "
+                             f"{self.pending} pending")
+        for arr in (self.k, self.v):
+            if arr is not None:   # (n_layers, max_ctx, ...): a row is one slot of every layer
+                arr[:, dest] = arr[:, slots]
+        if self.states is not None:
+            self.states[dest] = self.states[slots]
+        self.parent[dest] = dest - 1
+        self.committed += len(slots)
+        self.pending = 0
 
     def commit(self, n: int) -> None:
         """Keep the first n pending rows, drop the rest."""

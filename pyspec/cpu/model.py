@@ -182,22 +182,28 @@ class Model(LoadedWeights):
         return rotate(x, cos[:, None, :], sin[:, None, :], self.config.rope_neox)
 
     def attention(self, q: np.ndarray, kc: np.ndarray, vc: np.ndarray,
-                  positions: np.ndarray, exact: bool = True, window: int = 0) -> np.ndarray:
+                  positions: np.ndarray, exact: bool = True, window: int = 0,
+                  keys: list[np.ndarray] | None = None) -> np.ndarray:
         """q (m, n_heads, hd); kc, vc (max_ctx, n_kv, hd) -> (m, n_heads*hd), one row at a time:
         row i attends to positions [0, positions[i]] exactly as a one-token pass would, or to the
         last `window` of them (a sliding-window layer, itself included, as llama.cpp masks).
-        exact=False (drafts) computes blocks of rows at once under a causal mask."""
+        `keys` (a tree pass): row i's slots in position order (KVCache.lineage), positions[i] + 1
+        of them, instead of slots [0, positions[i]]. exact=False (drafts) computes blocks of
+        rows at once under a causal mask (not for trees)."""
         cfg = self.config
         group = cfg.n_heads // cfg.n_kv_heads  # query head h reads kv head h // group
         scale = self.dtype.type(cfg.attn_scale)
-        if not exact and len(positions) > 1:
+        if keys is None and not exact and len(positions) > 1:
             return self._attention_blocks(q, kc, vc, positions, group, scale, window)
         out = np.empty((q.shape[0], cfg.n_heads * cfg.head_dim), self.dtype)
         for i, pos in enumerate(positions):
             lo = max(0, pos + 1 - window) if window else 0
             qi = q[i].reshape(cfg.n_kv_heads, group, cfg.head_dim)        # (kv, group, hd)
-            k = kc[lo:pos + 1].transpose(1, 2, 0)                          # (kv, hd, t)
-            v = vc[lo:pos + 1].transpose(1, 0, 2)                          # (kv, t, hd)
+            # A tree row's keys, gathered in position order, lie in memory as the chain's slice
+            # does (same values, same strides): the same products, bit for bit.
+            rows = slice(lo, pos + 1) if keys is None else keys[i][lo:]
+            k = kc[rows].transpose(1, 2, 0)                                # (kv, hd, t)
+            v = vc[rows].transpose(1, 0, 2)                                # (kv, t, hd)
             s = np.matmul(qi, k) * scale                                   # (kv, group, t)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
@@ -242,7 +248,7 @@ class Model(LoadedWeights):
         return matmul(x, w) if exact else _plain_matmul(x, w)
 
     def _attention_branch(self, x, w: dict, kv: KVCache, li: int, start: int,
-                          positions: np.ndarray, mm, exact: bool) -> np.ndarray:
+                          positions: np.ndarray, mm, exact: bool, keys=None) -> np.ndarray:
         """Layer li's attention over x (m, d), its K and V rows stored in kv -> (m, d), the
         output added to the residual (after its post-norm in gemma3)."""
         cfg, eps, m = self.config, self.config.rms_eps, x.shape[0]
@@ -258,7 +264,7 @@ class Model(LoadedWeights):
         kv.k[li, start:start + m] = self.rope(k, positions, local)
         kv.v[li, start:start + m] = v.reshape(m, cfg.n_kv_heads, cfg.head_dim)
         a = self.attention(self.rope(q, positions, local), kv.k[li], kv.v[li], positions, exact,
-                           cfg.sliding_window if local else 0)
+                           cfg.sliding_window if local else 0, keys)
         o = mm(a, w["attn_output"])                                         # (m, d)
         return rms_norm(o, w["post_attention_norm"], eps) if cfg.post_norms else o
 
@@ -273,12 +279,19 @@ class Model(LoadedWeights):
 
     def forward(self, tokens, kv: KVCache, n_layers: int | None = None,
                 last_only: bool = False, exact: bool = True,
-                logits_from: int = 0, inputs: np.ndarray | None = None) -> np.ndarray:
+                logits_from: int = 0, inputs: np.ndarray | None = None,
+                parents=None) -> np.ndarray:
         """Feed tokens at the next positions of `kv` (appending their rows) -> logits of rows
         [logits_from, m) (m - logits_from, vocab); last_only is logits_from = m - 1.
         `n_layers` runs only the first layers. `inputs` (m, d) replaces the token embeddings as
         the first residual (an EAGLE-style head's input products). When kv keeps states, each
         row's final residual state (before the final norm) is stored there.
+
+        `parents` (m,) makes the pass a tree's: row i is written at the next free slot but sits
+        under the row at slot parents[i] (an earlier row of this pass, a pending row, or the
+        last committed one), at that row's position + 1, and attends to the committed rows and
+        its own ancestors only (KVCache.append_tree, lineage). A node's logits are those of its
+        path fed as a chain, bit for bit (tests/test_model.py).
 
         exact=False uses plain BLAS products (a one-token pass becomes a matrix-vector product,
         several times faster) and gives up batch invariance: for drafts, whose numbers only ever
@@ -291,13 +304,18 @@ class Model(LoadedWeights):
         if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
             raise ValueError(f"token id out of range [0, {cfg.vocab_size})")
         m = tokens.size
-        start = kv.append(m)
-        positions = np.arange(start, start + m)
+        if parents is None:
+            start, keys = kv.append(m), None
+            positions = np.arange(start, start + m)
+        else:
+            start = kv.append_tree(parents)
+            keys = [kv.lineage(s) for s in range(start, start + m)]
+            positions = np.array([len(k) - 1 for k in keys])
         x = self.tok_embd[tokens] if inputs is None else inputs            # (m, d)
         if cfg.embed_scale != 1.0 and inputs is None:
             x = x * self.dtype.type(cfg.embed_scale)
         for li, w in enumerate(self.layers[:n_layers or cfg.n_layers]):
-            x = x + self._attention_branch(x, w, kv, li, start, positions, mm, exact)
+            x = x + self._attention_branch(x, w, kv, li, start, positions, mm, exact, keys)
             x = x + self._ffn_branch(x, w, mm)
         if kv.states is not None and (n_layers or cfg.n_layers) >= cfg.n_layers:
             kv.states[start:start + m] = x   # final states only, never a self:L draft's

@@ -11,6 +11,9 @@ the first n - 1: the last emitted token is fed at the start of the next cycle):
   4. read the verdict and commit: the champion keeps the rows of t_{n-1} and the accepted drafts
      (n_accepted + 1), a draft with its own cache keeps the rows it can prove (`draft_rows_kept`).
 
+A tree cycle (--tree) drafts a TreeProposal instead of a chain, verifies it in one pass and walks
+it (`tree_verdict`: rules/tree.py's walks); its commit keeps the accepted path's rows.
+
 `submit` runs steps 1-3 and returns the executor's handle; `collect` reads the verdict and
 commits. The numpy executor (cpu.py) evaluates each step as it is called and its handle holds the
 verdict already; the GPU executor (gpu/backend.py) records dispatches and submits once, so a
@@ -28,6 +31,7 @@ import numpy as np
 
 from .rules import processors as proc
 from .rules import rng, verify
+from .rules import tree as tree_rules
 
 VERIFY_MODES = ("greedy", "replay", "rejection")
 
@@ -48,6 +52,26 @@ class Proposal:
                 q[i, t] = 1.0
             else:
                 q[i] = row
+        return q
+
+
+@dataclass
+class TreeProposal:
+    """A drafted tree and, per node, the law it was drawn from given its parent's path and its
+    earlier siblings (None: deterministic, a one-hot row)."""
+
+    tree: tree_rules.Tree
+    q_sibling: list[np.ndarray | None] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self.tree.tokens)
+
+    def q_matrix(self, vocab: int) -> np.ndarray:
+        """(N, vocab) float64, one-hot rows for deterministic nodes."""
+        q = np.zeros((len(self.tree), vocab))
+        for i, (t, row) in enumerate(zip(self.tree.tokens, self.q_sibling)):
+            q[i] = np.eye(1, vocab, t)[0] if row is None else row
         return q
 
 
@@ -134,6 +158,34 @@ class Rule:
                                        rng.uniform(self.seed, n + k, rng.STREAM_BONUS))
 
 
+def tree_verdict(rule: Rule, logits: np.ndarray, proposal: TreeProposal,
+                 n: int) -> tuple[verify.Verdict, tuple[int, ...]]:
+    """The rule's walk over the champion's rows (1 + N, vocab) of a tree after n committed
+    tokens, with its random numbers keyed by position (rules/tree.py says how): the verdict and
+    the accepted path (node indices). Processors are refused with trees (engine.py), so the
+    rows are the raw logits."""
+    tree = proposal.tree
+    depth = int(tree.depths().max()) if len(tree) else 0
+    vocab = logits.shape[1]
+    if rule.mode == "greedy":
+        walked = tree_rules.walk_greedy(logits, tree)
+    elif rule.mode == "replay":
+        noise = rng.gumbel(rule.seed, n + np.arange(depth + 1), vocab)    # (D + 1, vocab)
+        walked = tree_rules.walk_replay(logits, tree, rule.temperature, noise)
+    else:
+        ranks = np.zeros(len(tree), dtype=np.int64)
+        for parent in set(tree.parents):
+            kids = tree.children(parent)
+            ranks[kids] = np.arange(len(kids))
+        positions = n + np.arange(depth + 1)
+        walked = tree_rules.walk_rejection(
+            verify.softmax(logits, rule.temperature), tree, proposal.q_matrix(vocab),
+            rng.uniforms(rule.seed, n + tree.depths() - 1, rng.STREAM_ACCEPT, ranks),
+            rng.uniforms(rule.seed, positions, rng.STREAM_RESIDUAL, 0),
+            rng.uniforms(rule.seed, positions, rng.STREAM_BONUS, 0))
+    return verify.Verdict(walked.n_accepted, walked.tokens), walked.path
+
+
 def draft_rows_kept(fed_before: int, drafts_fed: int, n_accepted: int) -> int:
     """The pending rows a draft's own cache keeps after a cycle: the rows of every token it was
     fed before drafting (all committed tokens), plus those of the drafts it was fed that were
@@ -155,6 +207,8 @@ class Outcome:
     committed: bool = False   # its rows were committed before it was read (pipelining)
     t_catch_up: float = 0.0   # seconds a draft model spent on tokens of cycles it sat out:
                               # drafting time in the stats, not the guard's per-token t_draft
+    rows: list[int] | None = None   # a tree cycle's rows to keep: the root's and the accepted
+                                    # path's slots (cpu/executor.py compacts them into place)
 
 
 class Executor:

@@ -30,6 +30,7 @@ from .cpu.model import ModelError
 from .cycle import Executor, Rule
 from .drafters import NgramDrafter
 from .drafters.forced import ForcedDrafter
+from .drafters.tree import tree_drafter
 from .errors import OptionsError, PromptTooLongError, PyspecError
 from .kv import rows_kept
 from .options import Options
@@ -208,7 +209,8 @@ class Engine:
     # --- the loop's steps -----------------------------------------------------------------
     def _plan_request(self, prompt: list[int], opts: Options, resume: Resume | None) -> Request:
         """The request checked (options, prompt, resumed ids), its rule, and its drafter: the
-        backend's, a member of its combination, or forced drafts around it under a schema."""
+        backend's, a member of its combination, forced drafts around it under a schema, or its trees
+        under --tree."""
         opts.check()
         mode = opts.resolved_verify()
         ctx = self.kv.max_ctx
@@ -241,6 +243,8 @@ class Engine:
             req.rule = dataclasses.replace(rule, processors=(jsonmask.JsonMask(req.constraint),)
                                            + rule.processors)
             drafter = ForcedDrafter(_host_drafter(drafter), req.constraint)
+        drafter = tree_drafter(drafter, opts.tree, self.backend, req.rule, req.constraint,
+                               getattr(self.draft_source, "kind", None))   # --tree
         req.pipelined = req.constraint is None and self.backend.pipelines(req.rule)
         # `--draft ngram+MODEL` (drafters/combo.py): the member to draft is chosen between cycles
         # with nothing in flight, and each member has its own guard (`scheds`). Not under a

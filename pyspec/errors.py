@@ -72,3 +72,8 @@ class ContextOverflowError(PyspecError, ValueError):
 
 class PromptTooLongError(ContextOverflowError):
     """The prompt leaves no room in the context to generate."""
+
+
+class TreeUnsupportedError(OptionsError):
+    """A --tree request this engine cannot verify exactly (a backend without the tree pass, a
+    drafter that drafts no trees, sampling controls or a schema); refused before it runs."""

@@ -24,6 +24,7 @@ from .cycle import VERIFY_MODES
 from .errors import OptionsError
 from .rules.jsonschema import compile_schema
 from .rules.processors import Sampling
+from .rules.tree import parse_tree
 from .text.conversation import POLICIES
 from .text.stops import MAX_STOPS
 
@@ -65,6 +66,9 @@ REQUEST = (
            choices=VERIFY_MODES),
     Option("k", (str,), "heuristic", "drafts per cycle: fixed:K (0..64) | heuristic (the "
            "break-even guard picks) | confidence:P (0..1: draft while the draft is this sure)"),
+    Option("tree", (str,), None, "verify a tree of drafts per pass: widths per depth W1,W2,... "
+           "(e.g. 2,2,1) or auto (from the draft's confidence); the CPU engines only, without "
+           "sampling controls or a schema; default: chains", flag={"metavar": "SHAPE"}),
     Option("draft", (str,), None, "this request's drafter (default: the loaded one)",
            flag=None, engine=False),
     Option("drill", (str,), None, "a fault drill KIND@CYCLE (a session loaded with drills on)",
@@ -116,6 +120,7 @@ class Options:
     seed: int = _default("seed")
     verify: str | None = _default("verify")   # None: greedy at T = 0, replay above
     k: str = _default("k")
+    tree: str | None = _default("tree")   # rules/tree.parse_tree: widths, "auto" or None
     stop_at_eos: bool = True
     stop_ids: tuple = ()          # more token ids that end generation, besides the model's EOG
     # The sampling controls (processors.py: their order, counting, ties), OpenAI-style names.
@@ -153,6 +158,7 @@ class Options:
         if not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
             raise OptionsError(f"seed must be an integer in [0, 2^64), got {self.seed!r}")
         schedule.parse(self.k)
+        parse_tree(self.tree)
         self.sampling().check()
         stop = self.stop
         if not isinstance(stop, (list, tuple)) or len(stop) > MAX_STOPS or not all(

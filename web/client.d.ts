@@ -179,6 +179,8 @@ export interface GenerateConfig extends SamplingConfig {
   seed?: number | null;              // default 0
   verify?: "greedy" | "replay" | "rejection" | null;
   k?: string | null;                 // "heuristic" (default) | "fixed:N" | ...
+  tree?: string | null;              // a tree of drafts per pass: "2,2,1" | "auto"; the CPU
+                                     // engine only (the GPU refuses it by name); default chains
   draft?: string | null;             // this request's drafter (the loaded one by default;
                                      // "ngram+model": n-gram where the text repeats, the
                                      // loaded draft model elsewhere; "auto": the loaded
@@ -334,7 +336,7 @@ export interface Startup {
 // --- the OpenAI-style facade -----------------------------------------------------------------
 /** What pyspec adds to the OpenAI request: generate()'s own options. */
 export type PyspecRequestOptions = Pick<GenerateConfig,
-  "k" | "verify" | "draft" | "context_overflow" | "drill">;
+  "k" | "tree" | "verify" | "draft" | "context_overflow" | "drill">;
 
 /** The request: the sampling controls under their OpenAI names (the schema as
  *  response_format; generate()'s json_schema is not an OpenAI field). */

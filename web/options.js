@@ -6,6 +6,7 @@ export const REQUEST_OPTIONS = {
   seed: {"types": ["number"], "default": 0, "openai": "seed"},
   verify: {"types": ["string"], "default": null, "openai": null},
   k: {"types": ["string"], "default": "heuristic", "openai": null},
+  tree: {"types": ["string"], "default": null, "openai": null},
   draft: {"types": ["string"], "default": null, "openai": null},
   drill: {"types": ["string"], "default": null, "openai": null},
   context_overflow: {"types": ["string"], "default": "drop_oldest", "openai": null},

@@ -3,6 +3,9 @@
 This is the reference every GPU path is judged by. Its drafts are host tokens (a Proposal), the
 champion pass keeps its logits (k+1, vocab) on the host and the accept step applies verify.py's
 rule through `cycle.Rule.verdict`, so the handle `submit` returns already holds the verdict.
+A drafter that drafts trees (drafters/tree.TreeDrafter, for --tree) returns a TreeProposal: it
+is verified in one pass (cpu/model.py's tree pass), walked (cycle.tree_verdict) and the accepted
+path's rows are compacted at commit.
 Not here: the cycle's order (cycle.py), the loop (engine.py), the forward (model.py).
 """
 
@@ -12,7 +15,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from ..cycle import Executor, Outcome, Proposal, Rule
+import numpy as np
+
+from ..cycle import Executor, Outcome, Proposal, Rule, TreeProposal, tree_verdict
+from ..rules.tree import ROOT, Tree
 from .fastcpu import one_blas_thread
 from .model import Model
 
@@ -36,6 +42,7 @@ class Cycle:
 
 class CPUBackend(Executor):
     adapter = adapter_class = "cpu-numpy"   # the numpy engine's name and its receipt class
+    takes_trees = True   # it verifies a TreeProposal (--tree); the GPU backend does not
 
     def __init__(self, champion: Model, drafter=None, max_ctx: int | None = None, kv=None):
         """`drafter`: what load.make_drafter built (None: champion-only); `kv`: the champion's
@@ -68,26 +75,63 @@ class CPUBackend(Executor):
     def record(self, drafter, k: int) -> Cycle:
         return Cycle(drafter, time.perf_counter())
 
-    def draft(self, c: Cycle, tokens: list[int], k: int, rule: Rule) -> Proposal:
+    def draft(self, c: Cycle, tokens: list[int], k: int, rule: Rule) -> Proposal | TreeProposal:
         d = c.drafter
         # A draft model's products on one OpenBLAS thread, as the champion's (fastcpu): on two
         # shared cores the default two threads made a draft step 40x slower under load.
         with one_blas_thread():
             proposal = d.propose(tokens, k, rule) if k > 0 and d else Proposal()
-        del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
-        c.t1, c.k = time.perf_counter(), len(proposal.tokens)
+        if isinstance(proposal, TreeProposal):
+            proposal = self._fit(proposal)
+            c.k = int(proposal.tree.depths().max()) if proposal.tokens else 0
+        else:
+            del proposal.tokens[k:], proposal.q_draft[k:]  # a drafter may return fewer, never more
+            c.k = len(proposal.tokens)
+        c.t1 = time.perf_counter()
         c.catch_up = getattr(d, "catch_up_s", 0.0) if k > 0 else 0.0
         return proposal
 
-    def champion_pass(self, c: Cycle, last: int, drafts: Proposal) -> None:
-        self.kv.rollback()  # a self:L draft leaves rows here; this pass rewrites them
-        c.logits = self.champion.forward([last] + drafts.tokens, self.kv)  # (k+1, vocab)
+    def _fit(self, proposal: TreeProposal) -> Proposal | TreeProposal:
+        """A tree cut to the rows the context has left (a depth-first prefix of a tree is a
+        tree); an empty one is an empty chain."""
+        room = self.kv.max_ctx - self.kv.committed - 1
+        tree = proposal.tree
+        if len(tree) > room:
+            proposal = TreeProposal(Tree(tree.tokens[:room], tree.parents[:room]),
+                                    proposal.q_sibling[:room])
+        return proposal if len(proposal.tree) else Proposal()
 
-    def accept(self, c: Cycle, drafts: Proposal, tokens: list[int], rule: Rule) -> None:
-        q_draft = drafts.q_matrix(c.logits.shape[1]) if rule.mode == "rejection" else None
-        verdict = rule.verdict(c.logits, drafts.tokens, q_draft, tokens)
-        c.done = Outcome(verdict, len(drafts.tokens), c.t1 - c.t0 - c.catch_up,
-                         time.perf_counter() - c.t1, t_catch_up=c.catch_up)
+    def champion_pass(self, c: Cycle, last: int, drafts: Proposal | TreeProposal) -> None:
+        self.kv.rollback()  # a self:L draft leaves rows here; this pass rewrites them
+        parents = None
+        if isinstance(drafts, TreeProposal):   # (1 + N, vocab), node i in row i + 1
+            start, rows = self.kv.length, drafts.tree.row_parents()
+            parents = np.where(rows == ROOT, start - 1, start + rows)
+        c.logits = self.champion.forward([last] + drafts.tokens, self.kv,
+                                         parents=parents)   # (k+1, vocab) for a chain
+
+    def accept(self, c: Cycle, drafts: Proposal | TreeProposal, tokens: list[int],
+               rule: Rule) -> None:
+        rows = None
+        if isinstance(drafts, TreeProposal):
+            verdict, path = tree_verdict(rule, c.logits, drafts, len(tokens))
+            start = self.kv.committed
+            rows = [start] + [start + 1 + i for i in path]
+        else:
+            q_draft = drafts.q_matrix(c.logits.shape[1]) if rule.mode == "rejection" else None
+            verdict = rule.verdict(c.logits, drafts.tokens, q_draft, tokens)
+        c.done = Outcome(verdict, c.k, c.t1 - c.t0 - c.catch_up, time.perf_counter() - c.t1,
+                         t_catch_up=c.catch_up, rows=rows)
+
+    def commit(self, outcome: Outcome, drafter) -> None:
+        """A tree cycle keeps the root's and the accepted path's rows, compacted into place
+        (KVCache.compact: O(accepted) row copies, not section 5's pointer move); the draft
+        model keeps the rows of the tokens it was fed and is fed the path next cycle."""
+        if outcome.rows is None:
+            return super().commit(outcome, drafter)
+        self.kv.compact(outcome.rows)
+        if drafter is not None:
+            drafter.confirm(outcome.verdict.n_accepted)
 
     def submit(self, c: Cycle) -> Cycle:
         return c

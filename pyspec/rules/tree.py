@@ -26,9 +26,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import OptionsError
 from .verify import VerifyInputError, sample_categorical_rows, sample_replay_rows
 
 ROOT = -1  # the parent index of a child of the root (the last committed token)
+MAX_TREE_NODES = 63   # a tree and its root fill one verify pass of at most k_max + 1 = 64 rows
+
+
+def parse_tree(spec: str | None):
+    """None or "" (chains), "auto", or a tuple of widths per depth from "W1,W2,..."."""
+    if not spec:
+        return None
+    if spec == "auto":
+        return "auto"
+    try:
+        widths = tuple(int(w) for w in spec.split(","))
+    except ValueError:
+        widths = ()
+    if not widths or min(widths) < 1:
+        raise OptionsError(f"tree {spec!r}: give widths per depth as W1,W2,... (each >= 1, "
+                           "e.g. 2,2,1) or auto")
+    if int(np.cumprod(widths).sum()) > MAX_TREE_NODES:
+        raise OptionsError(f"tree {spec!r} has {int(np.cumprod(widths).sum())} nodes; one pass "
+                           f"verifies at most {MAX_TREE_NODES}: use fewer or narrower depths")
+    return widths
 
 
 class TreeShapeError(VerifyInputError):

@@ -1,0 +1,69 @@
+"""`--tree` end to end on the CPU engines (cpu/executor.py with drafters/tree.py), on the tiny
+models of conftest.py: greedy output equals champion-only greedy, replay equals champion-only
+sampling for the seed, whatever the tree shape and drafter; rejection runs and emits a valid
+continuation (its exactness in distribution is the walk's, tests/test_tree.py); a tree the
+engine cannot verify is refused by name.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import greedy_pick, reference_decode
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine
+from pyspec.errors import OptionsError, TreeUnsupportedError
+from pyspec.load import backend as backend_for
+from pyspec.options import Options
+from pyspec.rules import rng, verify
+
+SHAPES = ["2,2,1", "3,1", "auto"]
+
+
+def engine_for(tiny, draft, backend="cpu") -> Engine:
+    spec = {"close": tiny.close_path, "far": tiny.far_path}.get(draft, draft)
+    return Engine(backend_for(tiny.on(backend), spec, load_draft=Model.load), tiny.tokenizer)
+
+
+@pytest.mark.parametrize("backend, draft", [("cpu", "ngram"), ("cpu", "close"),
+                                            ("fastcpu", "far")])
+def test_tree_greedy_and_replay_equal_champion_only(tiny, draft, backend):
+    greedy = reference_decode(tiny.champion, tiny.prompt, 30, greedy_pick)
+    seed, temperature = 99, 0.8
+
+    def pick(logits, position):
+        return verify.sample_replay(logits, temperature, rng.gumbel(seed, position, len(logits)))
+
+    replay = reference_decode(tiny.champion, tiny.prompt, 30, pick)
+    engine = engine_for(tiny, draft, backend)
+    for shape in SHAPES:
+        r = engine.generate(tiny.prompt, Options(max_tokens=30, k="fixed:3", tree=shape,
+                                                 stop_at_eos=False))
+        assert r.tokens == greedy, f"greedy, tree {shape}"
+        if draft != "far":
+            assert r.stats["champion_passes"] < 30, f"tree {shape} accepted nothing"
+        r = engine.generate(tiny.prompt, Options(max_tokens=30, k="fixed:3", tree=shape,
+                                                 temperature=temperature, seed=seed,
+                                                 stop_at_eos=False))
+        assert r.tokens == replay, f"replay, tree {shape}"
+    r = engine.generate(tiny.prompt, Options(max_tokens=30, k="fixed:3", tree="2,2,1",
+                                             temperature=1.0, seed=3, verify="rejection",
+                                             stop_at_eos=False))
+    assert len(r.tokens) == 30
+    # and chains after trees, on the same engine: unchanged
+    r = engine.generate(tiny.prompt, Options(max_tokens=30, k="fixed:3", stop_at_eos=False))
+    assert r.tokens == greedy
+
+
+def test_bad_trees_are_refused_by_name(tiny):
+    engine = engine_for(tiny, "ngram")
+    for bad in ("2,0", "x", "8,8"):
+        with pytest.raises(OptionsError, match="tree"):
+            engine.generate(tiny.prompt, Options(max_tokens=4, tree=bad))
+    with pytest.raises(TreeUnsupportedError, match="sampling controls"):
+        engine.generate(tiny.prompt, Options(max_tokens=4, tree="2", top_k=5, temperature=1.0))
+    with pytest.raises(TreeUnsupportedError, match="drafter of kind"):
+        engine_for(tiny, "self:1").generate(tiny.prompt, Options(max_tokens=4, tree="2"))
+    engine.backend.takes_trees = False    # as the GPU backend: no tree pass, never ignored
+    with pytest.raises(TreeUnsupportedError, match="backend does not have"):
+        engine.generate(tiny.prompt, Options(max_tokens=4, tree="2"))

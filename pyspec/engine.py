@@ -209,8 +209,8 @@ class Engine:
     # --- the loop's steps -----------------------------------------------------------------
     def _plan_request(self, prompt: list[int], opts: Options, resume: Resume | None) -> Request:
         """The request checked (options, prompt, resumed ids), its rule, and its drafter: the
-        backend's, a member of its combination, forced drafts around it under a schema, or its trees
-        under --tree."""
+        backend's, a member of its combination, forced drafts around it under a schema, or its
+        trees under --tree."""
         opts.check()
         mode = opts.resolved_verify()
         ctx = self.kv.max_ctx

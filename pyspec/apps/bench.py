@@ -161,6 +161,7 @@ def run_bench(args) -> int:
         "workload": os.path.basename(args.workload),
         **headline(rows, gpu, champion, prefill),
         "k_policy": args.k,
+        "tree": getattr(args, "tree", None),
         "temperature": args.temperature,
         "verify": sampling(args, 1).resolved_verify(),
         "seed": args.seed,
@@ -251,6 +252,7 @@ def run_sides(args, items: list[dict], prompts: list[list[int]], engines: dict[s
                     engine = serial if d == "serial" else engines[d]
                     options = sampling(args, max_tokens)
                     options.k = "fixed:0" if d in ("none", "serial") else args.k
+                    options.tree = None if d in ("none", "serial") else getattr(args, "tree", None)
                     tries[d].append(engine.generate(ids, options))
             runs = {d: median_run(rs) for d, rs in tries.items()}
         except PromptTooLongError as e:

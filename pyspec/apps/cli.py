@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import PyspecError, UsageError
+from ..options import OPTION
 from .bench import add_sampling_options
 from .generate import cmd_chat, cmd_demo, cmd_generate
 from .request import cli_words, prompt_source, request_flags
@@ -159,6 +160,7 @@ def _bench_command(sub) -> None:
     p.add_argument("--champion", help=CHAMPION_HELP)
     p.add_argument("--drafts", default="ngram,self:20", help="comma-separated drafters to compare")
     p.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
+    p.add_argument("--tree", default=None, metavar="SHAPE", help=OPTION["tree"].line())
     add_sampling_options(p)
     p.add_argument("--max-tokens", type=int, default=None,
                    help="cap each prompt's max_tokens (default, or 0: no cap)")

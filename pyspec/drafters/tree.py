@@ -2,12 +2,12 @@
 pass per depth over that depth's nodes) and n-gram's tree (the continuations after several
 earlier occurrences of the context's end, merged where they share a prefix).
 
-A tree shape is the widths per depth (rules/tree.parse_tree: "2,2,1"), or "auto": children taken from
-the draft's confidence (the likeliest tokens until they hold AUTO_MASS of its probability, at
-most AUTO_WIDTH, to AUTO_DEPTH, at most AUTO_NODES nodes). Children per mode: greedy, the draft's
-top-w; replay and rejection, w draws without replacement by Gumbel-top-k under the champion's
-noise of that position (rules/tree.draw_siblings: the first is the chain's draft), with the
-conditional rows rejection needs. The walks (rules/tree.py) make any tree exact.
+A tree shape is the widths per depth (rules/tree.parse_tree: "2,2,1"), or "auto": children
+taken from the draft's confidence (the likeliest tokens until they hold AUTO_MASS of its
+probability, at most AUTO_WIDTH, to AUTO_DEPTH, at most AUTO_NODES nodes). Children per mode:
+greedy, the draft's top-w; replay and rejection, w draws without replacement by Gumbel-top-k
+under the champion's noise of that position (rules/tree.draw_siblings: the first is the chain's
+draft), with the conditional rows rejection needs. The walks (rules/tree.py) make any tree exact.
 
 Not here: the walk (rules/tree.py, cycle.tree_verdict), the verify pass (cpu/model.py), the
 executor (cpu/executor.py).

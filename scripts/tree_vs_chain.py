@@ -1,0 +1,84 @@
+"""Tokens per champion pass for trees against chains on the CPU (numpy engine), the champion
+with n-gram and with the trained draft, greedy, on a few public prompts (issue 48).
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/tree_vs_chain.py --per-stratum 1 \
+        --strata chat,rewrite,summary,repetitive --max-tokens 48 --out bench/results/tree-cpu.json
+
+Each (drafter, shape) runs every prompt; a shape is a chain `fixed:K` (K + 1 verify rows) or a
+tree W1,W2,... at k = its depth (1 + its nodes rows at most). Reported per configuration: tokens
+per pass (generated / champion passes), the verify rows it asked for, and wall tokens per second
+on this machine (a shared 2-core VM: wall time is noisy; tokens per pass is not). The outputs
+must equal the champion-only greedy text (asserted): trees are exact. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from pyspec import champion_path, trained_draft_path  # noqa: E402
+from pyspec.apps import workload  # noqa: E402
+from pyspec.cpu.model import Model  # noqa: E402
+from pyspec.engine import Engine, Options  # noqa: E402
+from pyspec.formats.gguf import GGUFFile  # noqa: E402
+from pyspec.load import backend, load_draft_checked  # noqa: E402
+from pyspec.text.tokenizer import Tokenizer  # noqa: E402
+
+WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
+                        "workloads", "public.jsonl")
+# (label, k policy, tree shape, verify rows asked for)
+CONFIGS = [("chain k=3", "fixed:3", None, 4), ("chain k=10", "fixed:10", None, 11),
+           ("tree 2,2,1", "fixed:3", "2,2,1", 11), ("tree 3,1,1", "fixed:3", "3,1,1", 10),
+           ("tree auto", "fixed:4", "auto", 17)]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", default=WORKLOAD)
+    p.add_argument("--per-stratum", type=int, default=1)
+    p.add_argument("--strata", default="chat,rewrite,summary,repetitive")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--drafts", default="ngram,trained")
+    p.add_argument("--out", default="")
+    args = p.parse_args()
+    items = [it for it in workload.first_per_stratum(workload.read_workload(args.workload),
+                                                     args.per_stratum)
+             if it["stratum"] in args.strata.split(",")]
+    f = GGUFFile.open(champion_path())
+    tok, champion = Tokenizer.from_metadata(f.metadata), Model(f)
+    spec = {"ngram": "ngram", "trained": trained_draft_path()}
+    result = {"max_tokens": args.max_tokens, "prompts": [it["id"] for it in items], "rows": []}
+    alone = {}
+    for d in args.drafts.split(","):
+        eng = Engine(backend(champion, spec[d], load_draft=load_draft_checked(champion)), tok)
+        for label, k, tree, rows in CONFIGS:
+            gen = passes = 0
+            t0 = time.perf_counter()
+            for it in items:
+                ids = tok.encode_chat(it["messages"])
+                r = eng.generate(ids, Options(max_tokens=args.max_tokens, k=k, tree=tree))
+                if it["id"] not in alone:
+                    alone[it["id"]] = Engine(backend(champion, "none"), tok).generate(
+                        ids, Options(max_tokens=args.max_tokens, k="fixed:0")).tokens
+                assert r.tokens == alone[it["id"]], f"{d} {label} {it['id']}: not exact"
+                gen += len(r.tokens)
+                passes += r.stats["champion_passes"]
+            wall = time.perf_counter() - t0
+            row = {"draft": d, "shape": label, "verify_rows": rows, "tokens": gen,
+                   "passes": passes, "tokens_per_pass": round(gen / passes, 3),
+                   "tokens_per_s": round(gen / wall, 2)}
+            result["rows"].append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

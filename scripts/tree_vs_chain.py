@@ -1,4 +1,4 @@
-"""Tokens per champion pass for trees against chains on the CPU (numpy engine), the champion
+"""Tokens per champion pass for trees against chains on the CPU, the champion
 with n-gram and with the trained draft, greedy, on a few public prompts (issue 48).
 
     PYTHONPATH=$PWD .venv/bin/python scripts/tree_vs_chain.py --per-stratum 1 \
@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from pyspec import champion_path, trained_draft_path  # noqa: E402
 from pyspec.apps import workload  # noqa: E402
+from pyspec.cpu.fastcpu import FastModel  # noqa: E402
 from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
 from pyspec.formats.gguf import GGUFFile  # noqa: E402
@@ -44,15 +45,18 @@ def main() -> int:
     p.add_argument("--strata", default="chat,rewrite,summary,repetitive")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--drafts", default="ngram,trained")
+    p.add_argument("--engine", choices=["numpy", "fast"], default="fast",
+                   help="the CPU engine (tokens per pass are the same; wall time is not)")
     p.add_argument("--out", default="")
     args = p.parse_args()
     items = [it for it in workload.first_per_stratum(workload.read_workload(args.workload),
                                                      args.per_stratum)
              if it["stratum"] in args.strata.split(",")]
     f = GGUFFile.open(champion_path())
-    tok, champion = Tokenizer.from_metadata(f.metadata), Model(f)
+    tok = Tokenizer.from_metadata(f.metadata)
+    champion = FastModel(f) if args.engine == "fast" else Model(f)
     spec = {"ngram": "ngram", "trained": trained_draft_path()}
-    result = {"max_tokens": args.max_tokens, "prompts": [it["id"] for it in items], "rows": []}
+    result = {"max_tokens": args.max_tokens, "engine": args.engine, "prompts": [it["id"] for it in items], "rows": []}
     alone = {}
     for d in args.drafts.split(","):
         eng = Engine(backend(champion, spec[d], load_draft=load_draft_checked(champion)), tok)

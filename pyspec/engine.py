@@ -9,11 +9,10 @@ incremental detokenizer, so a stream can never show a token twice or a broken UT
 The loop (`Engine.stream`) runs named steps over a request's state, a `Request` value: plan the
 request, prefill, then per cycle plan it, run it (submit, and where the next needs nothing from
 the host submit that one too), recover from a fault, emit its text; then finish and report.
-Randomness is keyed by the absolute position of the token being chosen (rng.py), so replay mode is
-byte-identical to champion-only sampling for the same seed whatever the drafter and k.
-Not here: the cycle (cycle.py), the backends that run it (cpu/executor.py, gpu/backend.py) and
-building them (load.py), the rules (rules/verify.py), k policies (schedule.py), the drafters,
-chunks and results (chunks.py), the stats (stats.py).
+Randomness is keyed by the absolute position of the token being chosen (rng.py), so replay is
+byte-identical to champion-only sampling for the same seed whatever the drafter and k. Not here:
+the cycle (cycle.py), its backends (cpu/executor.py, gpu/backend.py; built in load.py), the rules
+(rules/), k policies (schedule.py), the drafters, chunks (chunks.py), stats (stats.py).
 """
 
 from __future__ import annotations

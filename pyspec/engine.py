@@ -147,7 +147,6 @@ class Engine:
         await self.backend.prefill(tokens, start, None, self.draft_source)
         self._held = (self.kv, self.kv.epoch, list(prefix))
 
-    # --- the loop ---------------------------------------------------------------------------
     def _resumed(self, resume: Resume | None, prompt: list[int], ctx: int) -> list[int]:
         """A Resume's ids, checked: token ids of this vocabulary that fit the context after the
         prompt (the loop may commit up to ctx + 1 tokens: the cache lags by one row)."""

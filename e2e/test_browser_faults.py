@@ -126,7 +126,7 @@ def switched(site_root):
     tokenizer = Tokenizer.from_metadata(model.metadata)
 
     def go(mode, ids):
-        engine = Engine(CPUBackend(model, "none"), tokenizer)
+        engine = Engine(CPUBackend(model), tokenizer)
         opts = Options(max_tokens=N, **MODES[mode])
         return engine.generate(tokenizer.encode_chat(MESSAGES), opts, resume=Resume(ids)).text
 

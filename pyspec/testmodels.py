@@ -37,25 +37,33 @@ CORPUS = ("the cat sat on the mat. the dog ate the bone. def f(x): return x + 1\
           "speculative decoding is exact. the champion checks every draft token. ") * 4
 
 
-def tokenizer_metadata(n_merges: int = 64, corpus: str = CORPUS) -> dict:
-    """GGUF tokenizer metadata: specials, 256 byte tokens, then merges learnt greedily on corpus."""
-    byte_char = _bytes_to_unicode()
-    tokens = SPECIALS + byte_char
-    words = [[byte_char[b] for b in w.encode()] for w in re.findall(r" ?\S+", corpus)]
+def learn_merges(words: list[list[str]], n: int) -> list[tuple[str, str]]:
+    """Up to n merges learnt greedily on `words` (symbol lists, merged in place): each time the
+    most frequent adjacent pair, ties to the greatest pair."""
     merges = []
-    for _ in range(n_merges):
+    for _ in range(n):
         pairs = collections.Counter((a, b) for w in words for a, b in itertools.pairwise(w))
         if not pairs:
             break
         (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-        merges.append(f"{a} {b}")
-        tokens.append(a + b)
+        merges.append((a, b))
         for w in words:
             i = 0
             while i < len(w) - 1:
                 if w[i] == a and w[i + 1] == b:
                     w[i:i + 2] = [a + b]
                 i += 1
+    return merges
+
+
+def tokenizer_metadata(n_merges: int = 64, corpus: str = CORPUS) -> dict:
+    """GGUF tokenizer metadata: specials, 256 byte tokens, then merges learnt greedily on corpus."""
+    byte_char = _bytes_to_unicode()
+    tokens = SPECIALS + byte_char
+    words = [[byte_char[b] for b in w.encode()] for w in re.findall(r" ?\S+", corpus)]
+    learnt = learn_merges(words, n_merges)
+    merges = [f"{a} {b}" for a, b in learnt]
+    tokens += [a + b for a, b in learnt]
     return {
         "tokenizer.ggml.model": "gpt2",
         "tokenizer.ggml.pre": "smollm",
@@ -83,18 +91,7 @@ def gemma3_tokenizer_metadata(n_pieces: int = 96, corpus: str = CORPUS) -> dict:
     then pieces learnt greedily on `corpus` (spaces as U+2581), each scored below the last."""
     words = [list(w.replace(" ", "\u2581")) for w in re.findall(r" ?\S+", corpus)]
     pieces = sorted({ch for w in words for ch in w})
-    for _ in range(n_pieces):
-        pairs = collections.Counter((a, b) for w in words for a, b in zip(w, w[1:]))
-        if not pairs:
-            break
-        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-        pieces.append(a + b)
-        for w in words:
-            i = 0
-            while i < len(w) - 1:
-                if w[i] == a and w[i + 1] == b:
-                    w[i:i + 2] = [a + b]
-                i += 1
+    pieces += [a + b for a, b in learn_merges(words, n_pieces)]
     tokens = GEMMA_SPECIALS + [f"<0x{b:02X}>" for b in range(256)] + pieces
     types = [3, 3, 3, 2, 3, 3, 3] + [6] * 256 + [1] * len(pieces)
     scores = [0.0] * (len(GEMMA_SPECIALS) + 256) + [-float(i) for i in range(len(pieces))]

@@ -6,9 +6,14 @@
 //
 //   node webtools/dawn.mjs --site dist/site --champion PATH.gguf [--backend webgpu|cpu|auto]
 //        [--draft D] [--prompt TEXT] [--max-tokens N] [--temperature T] [--seed S] [--k K]
-//        [--repeat N] [--probe]
+//        [--repeat N] [--workload FILE.jsonl] [--draft-model PATH [--draft-vocab PATH]] [--probe]
 //
-// It prints one JSON line: {adapter: {...} | null, ready, runs: [{text, tokens, stats, wall_s}]},
+// --workload runs each line's messages ({id, stratum, messages, max_tokens}, the shared/workloads
+// format; max_tokens capped by --max-tokens) in one start-up instead of --prompt; --draft-model
+// loads a draft model from a file (with its reduced head, --draft-vocab) as the page loads one
+// from a URL.
+// It prints one JSON line: {adapter: {...} | null, ready, runs: [{id, stratum, text, tokens,
+// stats, wall_s}]},
 // or {error: {code, message}}. Dawn writes why it passes over an adapter to stderr from native
 // code, which JavaScript cannot read: webtools/dawn.py runs this and keeps those lines. --probe stops after asking Dawn for an adapter. Exit status 0 when
 // it ran, 3 when --backend webgpu was asked and Dawn found no adapter (its messages say why),
@@ -34,7 +39,8 @@ function parseArgs(argv) {
   const names = { "--site": "site", "--champion": "champion", "--backend": "backend",
                   "--draft": "draft", "--prompt": "prompt", "--max-tokens": "maxTokens",
                   "--temperature": "temperature", "--seed": "seed", "--k": "k",
-                  "--repeat": "repeat" };
+                  "--repeat": "repeat", "--workload": "workload",
+                  "--draft-model": "draftModel", "--draft-vocab": "draftVocab" };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === "--probe") { out.probe = true; continue; }
     const key = names[argv[i]];
@@ -153,17 +159,28 @@ async function main() {
   const worker = workerScope(gpu);
   const site = path.resolve(ARGS.site);
   await import(pathToFileURL(path.join(site, "worker.js")).href);
-  const champion = { url: pathToFileURL(path.resolve(ARGS.champion)).href };
-  report.ready = await worker.request({ type: "init", id: "init", champion, draft: ARGS.draft,
+  const fileUrl = (p) => pathToFileURL(path.resolve(p)).href;
+  const champion = { url: fileUrl(ARGS.champion) };
+  const draft = !ARGS.draftModel ? ARGS.draft
+    : { url: fileUrl(ARGS.draftModel), ...(ARGS.draftVocab ? { vocab: { url: fileUrl(ARGS.draftVocab) } } : {}) };
+  report.ready = await worker.request({ type: "init", id: "init", champion, draft,
                                         backend: ARGS.backend, snapshot: false });
-  const config = { draft: ARGS.draft, k: ARGS.k, temperature: ARGS.temperature, seed: ARGS.seed,
-                   max_tokens: ARGS.maxTokens };
-  for (let i = 0; i < ARGS.repeat; i++) {
-    const t0 = performance.now();
-    const done = await worker.request({ type: "generate", id: `g${i}`, config,
-                                        messages: [{ role: "user", content: ARGS.prompt }] });
-    report.runs.push({ text: done.text, tokens: done.tokens, stats: done.stats,
-                       finish_reason: done.finish_reason, wall_s: (performance.now() - t0) / 1e3 });
+  const items = ARGS.workload
+    ? fs.readFileSync(ARGS.workload, "utf8").split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l))
+    : [{ id: "prompt", stratum: null, messages: [{ role: "user", content: ARGS.prompt }] }];
+  let n = 0;
+  for (const item of items) {
+    const config = { draft: ARGS.draftModel ? undefined : ARGS.draft, k: ARGS.k,
+                     temperature: ARGS.temperature, seed: ARGS.seed,
+                     max_tokens: Math.min(ARGS.maxTokens, item.max_tokens ?? ARGS.maxTokens) };
+    for (let i = 0; i < ARGS.repeat; i++) {
+      const t0 = performance.now();
+      const done = await worker.request({ type: "generate", id: `g${n++}`, config,
+                                          messages: item.messages });
+      report.runs.push({ id: item.id, stratum: item.stratum, text: done.text, tokens: done.tokens,
+                         stats: done.stats, finish_reason: done.finish_reason,
+                         wall_s: (performance.now() - t0) / 1e3 });
+    }
   }
   console.log(JSON.stringify(report));
   return 0;

@@ -1,0 +1,212 @@
+"""The real shapes on a GPU through native WebGPU, beside llama.cpp's CUDA llama-bench: decode and
+prefill speed, the fraction of HBM bandwidth each reaches, pyspec's dispatches per pass, and the
+verify cost by rows that decides where speculation and trees pay.
+
+  python scripts/gpu_shapes.py measure DIR --names A,B [--champion F] --out RAW.json
+      on the GPU machine (scripts/h200.sh shapes): each DIR/NAME.gguf (scripts/real_shapes.py
+      write) loaded on the native adapter with timestamps; per model the pass seconds for 1..16
+      rows (gpu/measure.py: medians, wall clock around submit + one readback), GPU seconds of a
+      1-, 8- and 16-row pass, a decode loop (DECODE one-token passes from position 0, each
+      awaited: what a cycle without drafts pays), a prefill of PREFILL tokens (16 rows a
+      submission, no head, one readback at the end), the weights' bytes and the dispatches.
+  python scripts/gpu_shapes.py report RAW.json [LLAMA_BENCH.json ...] --out bench/results/h200-shapes.json
+      here: joins llama-bench's JSON (-o json; the model named by its file) to the native rows,
+      computes bandwidth fractions against the H200's 4.8 TB/s (HBM3e, NVIDIA's figure) and the
+      4.3 TB/s a device-to-device copy reached there (KINDS.md of the device tool), writes the
+      JSON with provenance and a plot beside it.
+
+The weights are random (Q4_K_M as llama.cpp picks: formats/mixes.py), so only speed is measured.
+Bytes per decoded token are taken as the weights' bytes: every weight is read once per pass; the
+KV rows read are negligible at these positions (< 1%). Not part of the pyspec runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+HBM_SPEC = 4.8e12        # bytes/s, H200 HBM3e (NVIDIA's figure)
+HBM_COPY = 4.3e12        # bytes/s, a device-to-device copy measured there (counting read + write)
+
+
+async def decode_loop(model, n: int) -> float:
+    """Seconds for n one-token passes from position 0, each committed and awaited."""
+    model.kv.truncate(0)
+    t0 = time.perf_counter()
+    for i in range(n):
+        model.feed([(31 * i + 7) % model.config.vocab_size], 0)
+        model.steps.upload(1)
+        model.dev.submit(model.forward_dispatches(0))
+        await model.dev.read(model.logits, 4)
+        model.kv.commit(1)
+    seconds = time.perf_counter() - t0
+    model.kv.truncate(0)
+    return seconds
+
+
+async def prefill_seconds(model, n: int) -> float:
+    prompt = [(17 * i + 3) % model.config.vocab_size for i in range(n + 1)]
+    model.kv.truncate(0)
+    t0 = time.perf_counter()
+    model.prefill(prompt, 0)
+    await model.dev.read(model.logits, 4)
+    seconds = time.perf_counter() - t0
+    model.kv.truncate(0)
+    return seconds
+
+
+def measure_one(dev, path: Path, decode: int, prefill: int) -> dict:
+    from pyspec.formats.gguf import GGUFFile
+    from pyspec.gpu import load_model
+    from pyspec.gpu.measure import measure
+
+    t0 = time.perf_counter()
+    with dev.owned([]) as buffers:
+        model = load_model(dev, GGUFFile.open(path), max_ctx=prefill + 64)
+        load_s = time.perf_counter() - t0
+        row = {"file_bytes": path.stat().st_size, "weight_bytes": model.weight_bytes,
+               "device_bytes": dev.allocated, "load_s": round(load_s, 2),
+               "n_layers": model.config.n_layers, "vocab": model.config.vocab_size,
+               "dispatches_per_pass": len(model.forward_dispatches(0)),
+               "rows": measure(model)}
+        asyncio.run(decode_loop(model, 8))   # warm-up
+        row["decode_s"] = min(asyncio.run(decode_loop(model, decode)) for _ in range(3))
+        row["decode_tok_s"] = decode / row["decode_s"]
+        row["prefill_s"] = min(asyncio.run(prefill_seconds(model, prefill)) for _ in range(3))
+        row["prefill_tok_s"] = prefill / row["prefill_s"]
+        row["decode_tokens"], row["prefill_tokens"] = decode, prefill
+    dev.free(buffers)
+    return row
+
+
+def cmd_measure(args) -> None:
+    from pyspec.apps import provenance
+    from pyspec.gpu import open_device
+
+    dev = open_device(timestamps=True)
+    paths = {n: Path(args.dir) / f"{n}.gguf" for n in args.names.split(",") if n}
+    if args.champion:
+        paths = {"SmolLM2-135M (champion, Q4_1)": Path(args.champion), **paths}
+    rows = {}
+    for name, path in paths.items():
+        try:
+            rows[name] = measure_one(dev, path, args.decode, args.prefill)
+        except Exception as e:    # one shape's failure is a result too; the others still run
+            rows[name] = {"error": f"{type(e).__name__}: {e}"}
+        print(name, json.dumps({k: v for k, v in rows[name].items() if k != "rows"}), flush=True)
+        Path(args.out).write_text(json.dumps(provenance.stamp({"adapter": dev.name,
+                                                               "models": rows}), indent=1))
+
+
+def llama_rows(files: list[str]) -> dict:
+    """{model file stem: {"pp": tok/s, "tg": tok/s, ...}} from llama-bench's -o json files."""
+    out = {}
+    for f in files:
+        text = Path(f).read_text()
+        if not text.strip():
+            continue
+        for r in json.loads(text):
+            name = Path(r["model_filename"]).stem
+            kind = "pp" if r["n_prompt"] and not r["n_gen"] else "tg"
+            out.setdefault(name, {"model_type": r.get("model_type"), "gpu": r.get("gpu_info"),
+                                  "build": r.get("build_commit"), "model_size": r["model_size"]})
+            out[name][f"{kind}_tok_s"] = r["avg_ts"]
+            out[name][f"{kind}_tok_s_stddev"] = r["stddev_ts"]
+            out[name][f"{kind}_tokens"] = r["n_prompt"] or r["n_gen"]
+    return out
+
+
+def cmd_report(args) -> None:
+    raw = json.loads(Path(args.raw).read_text())
+    peer = llama_rows(args.llama)
+    table = []
+    for name, row in raw["models"].items():
+        if "error" in row:
+            table.append({"model": name, "error": row["error"]})
+            continue
+        stem = "champ" if name.startswith("SmolLM2-135M (") else name
+        lc = peer.get(stem, {})
+        ratio = row["rows"]["verify_cost_ratio"]
+        entry = {
+            "model": name, "layers": row["n_layers"], "vocab": row["vocab"],
+            "file_mb": round(row["file_bytes"] / 1e6, 1),
+            "dispatches_per_pass": row["dispatches_per_pass"],
+            "pyspec_decode_tok_s": round(row["decode_tok_s"], 1),
+            "pyspec_prefill_tok_s": round(row["prefill_tok_s"], 1),
+            "pyspec_hbm_fraction": round(row["weight_bytes"] * row["decode_tok_s"] / HBM_SPEC, 3),
+            "pyspec_gpu_pass_1_row_ms": round(row["rows"].get("gpu_pass_s", {}).get("1", 0) * 1e3, 3),
+            "verify_cost_ratio": {k: round(v, 3) for k, v in ratio.items()},
+        }
+        if lc:
+            entry.update({
+                "llama_cpp_decode_tok_s": round(lc.get("tg_tok_s", 0), 1),
+                "llama_cpp_prefill_tok_s": round(lc.get("pp_tok_s", 0), 1),
+                "llama_cpp_hbm_fraction": round(lc["model_size"] * lc.get("tg_tok_s", 0) / HBM_SPEC, 3),
+                "decode_ratio_pyspec_over_llama_cpp": round(row["decode_tok_s"] / lc["tg_tok_s"], 3)
+                if lc.get("tg_tok_s") else None})
+        table.append(entry)
+    from pyspec.apps import provenance
+    out = {"schema": "pyspec.h200-shapes/1", "about": __doc__.split("\n")[0],
+           "hbm_bytes_per_s": {"spec": HBM_SPEC, "copy_measured": HBM_COPY},
+           "table": table, "llama_bench": peer, "native_raw": raw}
+    out = provenance.stamp(out) if "provenance" not in raw else {**out, "provenance": raw["provenance"]}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    plot(table, Path(args.out).with_suffix(".png"))
+    for e in table:
+        print(json.dumps({k: v for k, v in e.items() if k != "verify_cost_ratio"}))
+
+
+def plot(table: list[dict], png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [e for e in table if "error" not in e]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    x = np.arange(len(rows))
+    a.bar(x - 0.2, [e["pyspec_decode_tok_s"] for e in rows], 0.4, label="pyspec (native WebGPU)")
+    a.bar(x + 0.2, [e.get("llama_cpp_decode_tok_s", 0) for e in rows], 0.4, label="llama.cpp CUDA")
+    a.set_xticks(x, [e["model"].split(" (")[0] for e in rows], rotation=20, fontsize=8)
+    a.set_ylabel("decode tok/s (one-token passes)")
+    a.legend()
+    for e in rows:
+        r = e["verify_cost_ratio"]
+        b.plot([int(k) for k in r], list(r.values()), marker="o", label=e["model"].split(" (")[0])
+    b.set_xlabel("rows in the pass (1 + drafts)")
+    b.set_ylabel("pass time / one-row pass")
+    b.legend(fontsize=7)
+    fig.suptitle("H200: real shapes (random Q4_K_M) - decode speed and verify cost by rows")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("dir")
+    m.add_argument("--names", default="")
+    m.add_argument("--champion", default="")
+    m.add_argument("--decode", type=int, default=128)
+    m.add_argument("--prefill", type=int, default=1024)
+    m.add_argument("--out", required=True)
+    r = sub.add_parser("report")
+    r.add_argument("raw")
+    r.add_argument("llama", nargs="*")
+    r.add_argument("--out", default="bench/results/h200-shapes.json")
+    args = ap.parse_args()
+    np.seterr(all="ignore")
+    cmd_measure(args) if args.cmd == "measure" else cmd_report(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@
 #   run(command="bash scripts/h200.sh probe")     # go/no-go: does Dawn find the H200?
 #   run(command="bash scripts/h200.sh dawn")      # the champion through Dawn and native wgpu-py
 #   run(command="bash scripts/h200.sh shapes")    # real shapes: native WebGPU vs llama.cpp CUDA
+#   run(carry=[".h200old"], command="bash scripts/h200.sh before_after")   # speed before/after
 # What should come back is written under $OUT.
 set -uo pipefail
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}/pyspec
@@ -139,8 +140,8 @@ for it in first_per_stratum(read_workload(sys.argv[1]), int(sys.argv[2])):
         [ "$d" = trained ] && extra=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
         timeout "${DAWN_TIMEOUT:-140}" python3 -m webtools.dawn --site "$W/dawn/site" \
             --champion "$P/champ.gguf" --backend webgpu "${extra[@]}" --workload "$W/sample.jsonl" \
-            --max-tokens "$max" > "$OUT/dawn-$d.json" 2> "$OUT/dawn-$d.err"
-        echo "dawn $d: exit $? $(tail -c 300 "$OUT/dawn-$d.err")"
+            --max-tokens "$max" > "$OUT/dawn-$d.json" 2>> "$OUT/dawn.err"
+        echo "dawn $d: exit $? $(tail -c 300 "$OUT/dawn.err")"
     done
 }
 
@@ -167,4 +168,19 @@ shapes() {
     fi
 }
 
-"${1:?usage: h200.sh pack | recv | probe | dawn | shapes}"
+before_after() {
+    # The house rebuild's speed check: native wgpu-py's bench at the commit before it (carried as
+    # .h200old/: `git archive d7d93e7 pyspec shaders`) and now, interleaved, the same prompts.
+    local per=${PER_STRATUM:-1} max=${MAX_TOKENS:-64} i
+    for i in 1 2; do
+        for side in old new; do
+            local path=.; [ $side = old ] && path=.h200old
+            PYTHONPATH="$W/site:$path" timeout 100 python3 -m pyspec bench --backend wgpu \
+                --champion "$P/champ.gguf" --workload "$P/public.jsonl" --per-stratum "$per" \
+                --max-tokens "$max" --drafts ngram,models/draft-l4.gguf --out "$OUT/$side$i" \
+                2>&1 | tail -4
+        done
+    done
+}
+
+"${1:?usage: h200.sh pack | recv | probe | dawn | shapes | before_after}"

@@ -1,0 +1,126 @@
+"""The page's WebGPU stack (Dawn in Node, webtools/dawn.mjs) beside native wgpu-py on one machine:
+one JSON and a plot from what `scripts/h200.sh dawn` brought back.
+
+    python scripts/dawn_report.py DIR --out bench/results/h200-dawn.json
+
+DIR holds dawn-none.json, dawn-ngram.json, dawn-trained.json (the harness's answers: one run per
+prompt) and native/bench-wgpu.json (pyspec bench on the same prompts). Per drafter and stratum:
+tok/s on each stack, the host seconds per cycle (encode + submit) and the seconds waiting on the
+readback per cycle; whether Dawn's speculative tokens equal Dawn's champion-only tokens (the
+exactness contract, per backend), and how often Dawn's tokens equal native wgpu's (token-id
+hashes: provenance.tokens_sha256). Not part of the pyspec runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pyspec.apps.benchstats import per_cycle  # noqa: E402
+from pyspec.apps.provenance import stamp, tokens_sha256  # noqa: E402
+
+SIDES = {"none": "champion-only", "ngram": "ngram", "trained": "models/draft-l4.gguf"}
+
+
+def spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} \
+        if xs else {}
+
+
+def dawn_side(runs: list[dict]) -> dict:
+    by = {}
+    for r in runs:
+        by.setdefault(r["stratum"], []).append(r)
+    by["overall"] = runs
+    out = {}
+    for stratum, rs in by.items():
+        timing = per_cycle([r["stats"]["backend_timing"] for r in rs])
+        out[stratum] = {"tokens_per_s": spread([r["stats"]["tokens_per_s"] for r in rs]),
+                        "tokens_per_pass": spread([r["stats"]["tokens_per_pass"] for r in rs]),
+                        "host_ms_per_cycle": timing["host_s_per_cycle"] * 1e3,
+                        "wait_ms_per_cycle": timing["wait_s_per_cycle"] * 1e3}
+    return out
+
+
+def native_hashes(bench: dict) -> dict:
+    """{side: {prompt id: token hash}} from a bench JSON (champion-only as each drafter's
+    baseline)."""
+    out = {"champion-only": {}}
+    for drafter, rows in bench["prompts"].items():
+        out[drafter] = {r["id"]: r["tokens_sha256"] for r in rows}
+        out["champion-only"].update({r["id"]: r["baseline_tokens_sha256"] for r in rows})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir", type=Path)
+    ap.add_argument("--out", default="bench/results/h200-dawn.json")
+    args = ap.parse_args()
+    native = json.loads((args.dir / "native" / "bench-wgpu.json").read_text())
+    hashes = native_hashes(native)
+    dawn, exact, agree, adapter = {}, {}, {}, None
+    base = None
+    for d, side in SIDES.items():
+        answer = json.loads((args.dir / f"dawn-{d}.json").read_text())
+        adapter = adapter or answer.get("adapter")
+        runs = answer["runs"]
+        if d == "none":
+            base = {r["id"]: r["tokens"] for r in runs}
+        dawn[side] = dawn_side(runs)
+        exact[side] = sum(r["tokens"] == base.get(r["id"]) for r in runs)
+        agree[side] = sum(tokens_sha256(r["tokens"]) == hashes.get(side, {}).get(r["id"])
+                          for r in runs)
+        dawn[side]["prompts"] = len(runs)
+    result = {
+        "schema": "pyspec.dawn-vs-native/1",
+        "about": __doc__.split("\n")[0],
+        "dawn_adapter": adapter,
+        "native_adapter": native.get("adapter"),
+        "dawn": dawn,
+        "dawn_identical_to_dawn_champion_only": exact,
+        "dawn_tokens_equal_native": agree,
+        "native": {"champion_tok_s": native.get("champion_tok_s"),
+                   "drafters": {k: v.get("overall") for k, v in native["drafters"].items()},
+                   "gpu": native.get("gpu")},
+    }
+    result = stamp(result)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, Path(args.out).with_suffix(".png"))
+    print(json.dumps({k: result[k] for k in ("dawn_identical_to_dawn_champion_only",
+                                             "dawn_tokens_equal_native")}))
+    for side, strata in dawn.items():
+        o = strata["overall"]
+        print(f"dawn {side}: {o['tokens_per_s'].get('median', 0):.1f} tok/s, host "
+              f"{o['host_ms_per_cycle']:.2f} ms/cycle, wait {o['wait_ms_per_cycle']:.2f} ms/cycle")
+
+
+def plot(result: dict, png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dawn = result["dawn"]
+    strata = [s for s in dawn["champion-only"] if s not in ("overall", "prompts")]
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.8 / len(dawn)
+    for i, (side, rows) in enumerate(dawn.items()):
+        ax.bar([j + i * width for j in range(len(strata))],
+               [rows.get(s, {}).get("tokens_per_s", {}).get("median", 0) for s in strata],
+               width, label=f"Dawn: {side}")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(strata))], strata, rotation=20)
+    ax.set_ylabel("tok/s (median)")
+    ax.set_title("The page's stack (Pyodide + Dawn in Node) on the H200, per stratum")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -27,8 +27,9 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$W" "$OUT"
 
 pack() {
-    # payload/: llama.cpp's source first (so its build starts with the first call), the loaders
-    # and wheels, the champion, then Node + Dawn + the site (xz). One tar, cut into parts.
+    # payload/: llama.cpp's source first (its build starts with the first call), the loaders and
+    # wheels, Node + Dawn + the site (xz: whole after the second part, for the go/no-go probe),
+    # then the champion. One tar, cut into parts.
     set -e
     local st sdist champ
     st=$(mktemp -d)
@@ -61,7 +62,7 @@ pack() {
     (cd "$st" && sha256sum llama.tar.xz gl/* whl/* champ.gguf public.jsonl dawn.tar.xz \
         > MANIFEST)
     rm -rf .h200p[0-9]*
-    tar cf - -C "$st" MANIFEST llama.tar.xz gl whl champ.gguf public.jsonl dawn.tar.xz \
+    tar cf - -C "$st" MANIFEST llama.tar.xz gl whl dawn.tar.xz public.jsonl champ.gguf \
         | split -b "$PART" -d -a 2 - h200.part.
     local i=1 f
     for f in h200.part.*; do

@@ -38,6 +38,7 @@ def test_the_card_reads_the_header(tiny):
     assert c["template"] == "ChatML"
     # the memory rule: float32 weights on the CPU, the file's own bytes on a GPU
     assert c["backends"]["cpu"]["needs"] == 4 * c["parameters"] + c["kv_bytes"]
+    assert c["backends"]["cpu"]["weights"] == c["backends"]["page-cpu"]["weights"] == "float32"
     assert c["backends"]["webgpu"]["needs"] == c["bytes"] + c["kv_bytes"]
     assert all(b["fits"] for b in c["backends"].values())
     text = info.render(c)
@@ -49,9 +50,23 @@ def test_a_smaller_context_shrinks_the_cache(tiny):
 
 
 def test_a_model_too_large_for_the_page_says_so():
-    b = info.backends(params=2_000_000_000, kv=0, largest=600 << 20, file_bytes=1 << 30)
-    assert not b["page-cpu"]["fits"]
+    b = info.backends(params=2_000_000_000, kv=0, largest=600 << 20, file_bytes=2 << 30)
+    assert not b["page-cpu"]["fits"] and b["page-cpu"]["weights"] == "blocks"
     assert "maxStorageBufferBindingSize" in b["webgpu"]["why"]
+
+
+def test_float32_weights_that_do_not_fit_are_kept_in_blocks():
+    """The CPU engine's rule (cpu/blocks.py): float32 within its budget, else block format; in
+    the page the runtime and the file count against the heap too."""
+    small = info.backends(params=100_000_000, kv=1 << 20, largest=1 << 20, file_bytes=60 << 20)
+    assert small["page-cpu"]["weights"] == small["cpu"]["weights"] == "float32"
+    assert small["page-cpu"]["needs"] == (400_000_000 + (1 << 20) + info.PAGE_RUNTIME_BYTES
+                                          + (60 << 20))
+    big = info.backends(params=2_000_000_000, kv=1 << 20, largest=600 << 20,
+                        file_bytes=1 << 30, packed=1_200_000_000)
+    b = big["page-cpu"]
+    assert b["fits"] and b["weights"] == "blocks" and "block format" in b["why"]
+    assert b["needs"] == 1_200_000_000 + (1 << 20) + info.PAGE_RUNTIME_BYTES + (1 << 30)
 
 
 def test_a_file_pyspec_cannot_run_gets_the_loads_reason(tmp_path, tiny):

@@ -13,6 +13,7 @@ import pytest
 
 from pyspec import testmodels
 from pyspec.apps import info
+from pyspec.cpu import memory
 from pyspec.cpu.model import Config
 from pyspec.formats import gguf
 from pyspec.formats.gguf import GGUFFile
@@ -38,7 +39,6 @@ def test_the_card_reads_the_header(tiny):
     assert c["template"] == "ChatML"
     # the memory rule: float32 weights on the CPU, the file's own bytes on a GPU
     assert c["backends"]["cpu"]["needs"] == 4 * c["parameters"] + c["kv_bytes"]
-    assert c["backends"]["cpu"]["weights"] == c["backends"]["page-cpu"]["weights"] == "float32"
     assert c["backends"]["webgpu"]["needs"] == c["bytes"] + c["kv_bytes"]
     assert all(b["fits"] for b in c["backends"].values())
     text = info.render(c)
@@ -50,23 +50,32 @@ def test_a_smaller_context_shrinks_the_cache(tiny):
 
 
 def test_a_model_too_large_for_the_page_says_so():
-    b = info.backends(params=2_000_000_000, kv=0, largest=600 << 20, file_bytes=2 << 30)
-    assert not b["page-cpu"]["fits"] and b["page-cpu"]["weights"] == "blocks"
+    b = info.backends(params=2_000_000_000, kv=0, largest=600 << 20, file_bytes=1 << 30)
+    assert not b["page-cpu"]["fits"]
     assert "maxStorageBufferBindingSize" in b["webgpu"]["why"]
 
 
-def test_float32_weights_that_do_not_fit_are_kept_in_blocks():
-    """The CPU engine's rule (cpu/blocks.py): float32 within its budget, else block format; in
-    the page the runtime and the file count against the heap too."""
+def test_the_cpu_verdicts_name_the_largest_model_that_fits(monkeypatch):
+    """cpu/memory.py's rule: natively float32 weights within half the memory and the cache
+    within all of it; in the page all of it with the runtime and the file within the heap. A
+    verdict that does not fit names the largest parameter count that would."""
     small = info.backends(params=100_000_000, kv=1 << 20, largest=1 << 20, file_bytes=60 << 20)
-    assert small["page-cpu"]["weights"] == small["cpu"]["weights"] == "float32"
+    assert small["page-cpu"]["fits"]
     assert small["page-cpu"]["needs"] == (400_000_000 + (1 << 20) + info.PAGE_RUNTIME_BYTES
                                           + (60 << 20))
-    big = info.backends(params=2_000_000_000, kv=1 << 20, largest=600 << 20,
-                        file_bytes=1 << 30, packed=1_200_000_000)
+    big = info.backends(params=2_000_000_000, kv=1 << 20, largest=600 << 20, file_bytes=1 << 30)
     b = big["page-cpu"]
-    assert b["fits"] and b["weights"] == "blocks" and "block format" in b["why"]
-    assert b["needs"] == 1_200_000_000 + (1 << 20) + info.PAGE_RUNTIME_BYTES + (1 << 30)
+    room = info.WASM_HEAP_BYTES - info.PAGE_RUNTIME_BYTES - (1 << 30) - (1 << 20)
+    assert not b["fits"] and b["largest_params"] == room // 4
+    assert f"the largest model that fits has {room // 4 / 1e6:,.0f}M parameters" in b["why"]
+    host = 8 << 30
+    monkeypatch.setattr(info, "memory_host", lambda: host)
+    monkeypatch.setattr(memory, "memory_host", lambda: host)
+    native = info.backends(params=2_000_000_000, kv=1 << 20, largest=1, file_bytes=1 << 30)["cpu"]
+    assert not native["fits"] and native["largest_params"] == (host // 2) // 4
+    assert native["needs"] == 8_000_000_000 + (1 << 20) and "8.00 GiB of memory" in native["why"]
+    assert info.backends(params=(host // 2) // 4, kv=1 << 20, largest=1,
+                         file_bytes=1 << 30)["cpu"]["fits"]
 
 
 def test_a_file_pyspec_cannot_run_gets_the_loads_reason(tmp_path, tiny):

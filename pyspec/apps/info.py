@@ -5,14 +5,13 @@ family, size) and what pyspec can do with it here: whether its architecture and 
 are ones pyspec runs (the same checks a load makes, so a refusal names the same reason), and for
 each backend the memory it needs by a stated rule:
 
-- CPU engines (`cpu`, and the page without a usable GPU) dequantize every matrix to float32 at
-  load (4 bytes a parameter) where that fits cpu/blocks.py's budget (natively half the machine's
-  memory; in the page the wasm heap, which is 32-bit (4 GiB), less PAGE_RUNTIME_BYTES for
-  Pyodide, numpy and pyspec, less the file, which the worker holds there); a model whose float32
-  weights do not fit keeps its matrices in their block format (blocks.packed_bytes: 0.625 to 2
-  bytes a parameter), dequantized a block of rows at a time. Either is counted with the KV cache
-  in float32 at the chosen context, natively against the machine's memory, in the page with the
-  runtime and the file against the heap. (`numpy`, the reference, always takes float32.)
+- CPU engines (`cpu`, `numpy`, and the page without a usable GPU) dequantize every matrix to
+  float32 at load: 4 bytes a parameter, plus the KV cache in float32 at the chosen context.
+  Natively the weights must fit cpu/memory.py's budget (half the machine's memory) and the whole
+  the machine's memory; in the page the whole, with PAGE_RUNTIME_BYTES for Pyodide, numpy and
+  pyspec and the file (the worker holds it there), must fit the wasm heap, which is 32-bit
+  (4 GiB). A model that does not fit is refused with the largest parameter count that would
+  (block-format weights on the CPU were measured and not taken: cpu/memory.py).
 - GPU engines (`wgpu`, the page on WebGPU) keep weights in their block format: the file's tensor
   bytes on the device, plus the KV cache. WebGPU tells no memory size, so the rule checks what it
   does tell: every tensor must fit one storage binding (the spec's default limit is 128 MiB;
@@ -29,29 +28,21 @@ import math
 import os
 from collections import Counter
 
-from ..cpu.blocks import (
-    PAGE_RUNTIME_BYTES,
-    WASM_HEAP_BYTES,
-    float32_budget,
-    memory_host,
-    packed_bytes,
-    weights_mode,
-)
+from ..cpu.memory import PAGE_RUNTIME_BYTES, WASM_HEAP_BYTES, float32_budget, memory_host
 from ..cpu.model import Config, ModelError
 from ..errors import ModelTooLargeError, PyspecError
 from ..formats.gguf import GGUFError, GGUFFile, HeaderIncompleteError
 
 WEBGPU_DEFAULT_BINDING = 128 << 20   # maxStorageBufferBindingSize, the WebGPU spec's default
 
-MEMORY_RULE = ("Memory rule: the CPU engine keeps float32 weights (4 bytes a parameter) where "
-               "they fit half of this machine's memory, else each matrix in its block format "
-               "(0.625-2 bytes a parameter), plus the KV cache in float32, against this "
-               "machine's memory; the page's CPU engine the same with its budget (the 4 GiB "
-               "wasm heap less 300 MiB of runtime and the file), counted with the runtime and "
-               "the file against the heap; WebGPU the file's tensor bytes plus the cache, each "
-               "tensor within one storage binding (128 MiB by the spec's default; pyspec asks "
-               "the adapter for its maximum). Exit status: 0 pyspec runs the model, 1 it cannot "
-               "(the card says why), 2 bad input.")
+MEMORY_RULE = ("Memory rule: the CPU engines need 4 bytes a parameter (float32 weights, within "
+               "half of this machine's memory) plus the KV cache in float32, against this "
+               "machine's memory; the page's CPU engine that plus 300 MiB of runtime and the file "
+               "within its 4 GiB wasm heap; a model that does not fit is refused with the "
+               "largest parameter count that would. WebGPU the file's tensor bytes plus the "
+               "cache, each tensor within one storage binding (128 MiB by the spec's default; "
+               "pyspec asks the adapter for its maximum). Exit status: 0 pyspec runs the model, "
+               "1 it cannot (the card says why), 2 bad input.")
 
 TEMPLATE_FAMILIES = (   # a marker in the template text -> its family
     ("<|im_start|>", "ChatML"), ("<|start_header_id|>", "Llama 3"),
@@ -117,27 +108,24 @@ def card_of(f: GGUFFile, name: str, size: int, ctx: int | None = None,
     ctx = min(ctx or cfg.context_length, cfg.context_length)
     kv = 2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4
     largest = max(f.tensors.values(), key=lambda t: t.nbytes)
-    packed = sum(packed_bytes(t.format, math.prod(t.shape)) for t in f.tensors.values())
     out.update(runs=True, context=cfg.context_length, layers=cfg.n_layers,
                vocab=cfg.vocab_size, kv_context=ctx, kv_bytes=kv,
                largest_tensor={"name": largest.name, "bytes": largest.nbytes},
-               backends=backends(params, kv, largest.nbytes, size, limits, packed))
+               backends=backends(params, kv, largest.nbytes, size, limits))
     return out
 
 
 def backends(params: int, kv: int, largest: int, file_bytes: int,
-             limits: dict | None = None, packed: int | None = None) -> dict:
-    """Each backend's verdict by the module docstring's rule: {backend: {fits, needs, why}, and
-    for the CPU engines the weights they keep}; `packed`: the weights' bytes in block format
-    (default: the file's). With an adapter's `limits` the WebGPU verdict is this adapter's, else
-    the spec default's advice (natively pyspec asks the adapter for its maximum, which the card
-    does not know)."""
-    host = memory_host()
+             limits: dict | None = None) -> dict:
+    """Each backend's verdict by the module docstring's rule: {backend: {fits, needs, why}}, the
+    CPU engines' with the largest parameter count that fits (`largest_params`); with an
+    adapter's `limits` the WebGPU verdict is this adapter's, else the spec default's advice
+    (natively pyspec asks the adapter for its maximum, which the card does not know)."""
     gpu_needs = file_bytes + kv
     binding_ok = largest <= WEBGPU_DEFAULT_BINDING
     return {
-        "cpu": cpu_verdict(params, kv, packed or file_bytes, file_bytes, host, page=False),
-        "page-cpu": cpu_verdict(params, kv, packed or file_bytes, file_bytes, host, page=True),
+        "cpu": cpu_verdict(params, kv, file_bytes, page=False),
+        "page-cpu": cpu_verdict(params, kv, file_bytes, page=True),
         "webgpu": webgpu_verdict(gpu_needs, largest, limits) if limits else
                   {"fits": True, "needs": gpu_needs,
                    "why": "weights in their block format; the largest tensor fits WebGPU's "
@@ -148,24 +136,26 @@ def backends(params: int, kv: int, largest: int, file_bytes: int,
     }
 
 
-def cpu_verdict(params: int, kv: int, packed: int, file_bytes: int, host: int | None,
-                page: bool) -> dict:
-    """The CPU engine's verdict natively (against `host` bytes) or in the page (against the
-    wasm heap): the weights it keeps (float32 within its budget, else blocks) and the bytes."""
-    weights = weights_mode(params, float32_budget(file_bytes, page))
-    kept = 4 * params if weights == "float32" else packed
-    what = ("float32 weights" if weights == "float32" else
-            "weights in their block format (float32 would not fit"
-            + (" the page's budget)" if page else " half this machine's memory)"))
+def cpu_verdict(params: int, kv: int, file_bytes: int, page: bool) -> dict:
+    """The CPU engine's verdict natively (float32 weights within cpu/memory.py's budget, and
+    with the cache within the machine's memory) or in the page (all of it, the runtime and the
+    file within the wasm heap), with the largest parameter count that fits at this cache."""
+    needs = 4 * params + kv
     if page:
-        needs = kept + kv + PAGE_RUNTIME_BYTES + file_bytes
-        return {"fits": needs <= WASM_HEAP_BYTES, "needs": needs, "weights": weights,
-                "why": f"{what}, cache, the runtime and the file against the page's 4 GiB "
-                       "wasm heap"}
-    needs = kept + kv
-    return {"fits": host is None or needs < host, "needs": needs, "weights": weights,
-            "why": f"{what} and cache against {gib(host)} of memory" if host else
-                   f"{what} and cache"}
+        needs += PAGE_RUNTIME_BYTES + file_bytes
+        room, against = WASM_HEAP_BYTES - (needs - 4 * params), "the page's 4 GiB wasm heap"
+        what = "float32 weights, cache, the runtime and the file"
+    else:
+        host, budget = memory_host(), float32_budget(file_bytes, page=False)
+        if host is None or budget is None:
+            return {"fits": True, "needs": needs, "why": "float32 weights and cache"}
+        room, against = min(budget, host - kv), f"{gib(host)} of memory"
+        what = "float32 weights (within half the memory) and cache"
+    largest = max(0, room // 4)
+    fits = params <= largest
+    why = f"{what} against {against}" + (
+        "" if fits else f"; the largest model that fits has {largest / 1e6:,.0f}M parameters")
+    return {"fits": fits, "needs": needs, "why": why, "largest_params": largest}
 
 
 def page_refusal(c: dict, webgpu: bool, backend: str = "auto") -> PyspecError | None:

@@ -17,12 +17,10 @@ The row is copied into a 64-byte-aligned buffer first, so a kernel that branches
 sees the same alignment for every row. Everything else (norms, RoPE, attention, the cache) is
 model.Model's, but for RoPE's cos / sin, kept in tables: attention there already runs row by row.
 
-A model whose float32 weights do not fit the memory budget keeps its matrices in their block
-format instead and dequantizes a chunk of rows at a time (blocks.py): the same calls on the same
-values, so the same logits.
-
 Measured and not taken (docs/cpu-engine.md): scipy's OpenBLAS sgemm in Pyodide (no faster than
-numpy's own loop, 2.7 s to import), a fixed 8-row sgemm tile natively (a one-row pass costs ~8 rows).
+numpy's own loop, 2.7 s to import), a fixed 8-row sgemm tile natively (a one-row pass costs ~8 rows),
+block-format weights dequantized a block of rows at a time for models over the memory budget
+(memory.py: such models are refused instead).
 Not here: the reference forward and its tiles (model.py), the executor's cycle (cpu.py).
 """
 
@@ -37,13 +35,11 @@ import os
 import numpy as np
 
 from ..errors import UsageError
-from ..formats import quant
 from ..formats.gguf import GGUFFile
-from . import blocks
-from .model import Model, shape_error
+from . import memory
+from .model import Model
 
 KERNELS = ("blas", "einsum")
-WEIGHTS = ("float32", "blocks")   # FastModel's weight modes (blocks.py)
 
 
 def numpy_has_blas() -> bool:
@@ -120,24 +116,15 @@ def _aligned(n: int, dtype) -> np.ndarray:
 BLOCK_ROWS = {"blas": 256, "einsum": 4096}
 
 
-def _weight_blocks(w, block: int, scratch: tuple | None):
-    """(first row, rows) of w in blocks of `block` rows: slices of a float32 w (n_out, n_in), or
-    a BlockMatrix's chunks of `block` rows dequantized into `scratch` (its buffers)."""
-    for b in range(0, w.shape[0], block):
-        yield b, (w[b:b + block] if isinstance(w, np.ndarray)
-                  else w.chunk(b // block, *scratch))                      # (<= block, n_in)
-
-
-def rows_product(x: np.ndarray, w, kernel: str, row: np.ndarray,
-                 scratch: tuple | None = None) -> np.ndarray:
+def rows_product(x: np.ndarray, w: np.ndarray, kernel: str, row: np.ndarray) -> np.ndarray:
     """x (m, n_in) @ w.T for w (n_out, n_in) -> (m, n_out), one matrix-vector product per row
     and block of BLOCK_ROWS[kernel] rows of w, each row fed through `row` (an aligned (n_in,)
-    buffer): the same calls, on the same shapes, for every row whatever m is. w is float32 or
-    a blocks.BlockMatrix (then `scratch` takes each chunk: the same calls on the same values)."""
+    buffer): the same calls, on the same shapes, for every row whatever m is."""
     m, n_out = x.shape[0], w.shape[0]
     out = np.empty((m, n_out), x.dtype)                                    # (m, n_out)
     block = BLOCK_ROWS[kernel]
-    for b, wb in _weight_blocks(w, block, scratch):
+    for b in range(0, n_out, block):
+        wb = w[b:b + block]                                                # (<= block, n_in)
         for i in range(m):
             row[:] = x[i]
             if kernel == "blas":
@@ -148,50 +135,33 @@ def rows_product(x: np.ndarray, w, kernel: str, row: np.ndarray,
 
 
 class FastModel(Model):
-    """model.Model with row-at-a-time products (the forward and cache are Model's). Weights, in
-    the GGUF's (n_out, n_in) layout: float32, dequantized once at load, or (`weights`
-    "blocks") each quantized matrix kept in its block format (blocks.BlockMatrix); None picks
-    by the memory budget (blocks.weights_mode). Logits are the same bit for bit either way."""
+    """model.Model with row-at-a-time products (the forward, cache and weights are Model's:
+    float32, dequantized once at load, in the GGUF's (n_out, n_in) layout). A model whose float32
+    weights exceed the memory budget is refused first, naming the largest that fits (memory.py)."""
 
-    def __init__(self, f: GGUFFile, kernel: str | None = None, weights: str | None = None):
+    def __init__(self, f: GGUFFile, kernel: str | None = None):
+        memory.check_fits(sum(math.prod(t.shape) for t in f.tensors.values()), len(f.buf),
+                          f.source)
+        super().__init__(f, np.float32)
         self.kernel = kernel or choose_kernel()
         if self.kernel not in KERNELS:
             raise UsageError(f"kernel {self.kernel!r} is not a row kernel: use one of {KERNELS}")
-        self.weights = weights or blocks.weights_mode(
-            sum(math.prod(t.shape) for t in f.tensors.values()),
-            blocks.float32_budget(len(f.buf)))
-        if self.weights not in WEIGHTS:
-            raise UsageError(f"weights {self.weights!r}: use one of {WEIGHTS}")
-        self._scratch = (np.empty(0, np.float32), None)   # BlockMatrix.chunk's buffers
-        super().__init__(f, np.float32)
         self._rows: dict[int, np.ndarray] = {}   # n_in -> its aligned row buffer
         empty = np.zeros((0, self.config.head_dim // 2), self.dtype)
         # [global, local] layers' (cos, sin) tables, (positions, hd/2) each
         self._tables = [(empty, empty), (empty, empty)]
 
     @classmethod
-    def load(cls, path, kernel: str | None = None, weights: str | None = None) -> FastModel:
-        return cls(GGUFFile.open(path), kernel, weights)
+    def load(cls, path, kernel: str | None = None) -> FastModel:
+        return cls(GGUFFile.open(path), kernel)
 
-    def _load(self, name: str, shape: tuple):
-        """Model._load's float32 tensor, or in blocks mode a quantized matrix's BlockMatrix."""
-        t = self.file.tensor(name)
-        if self.weights == "float32" or len(shape) != 2 or t.format is quant.F32:
-            return super()._load(name, shape)
-        if t.shape != shape:
-            raise shape_error(self.source, name, t.shape, shape)
-        w = blocks.BlockMatrix(self.file.raw(name), t.format, shape, BLOCK_ROWS[self.kernel])
-        if self._scratch[0].size < w.rows * shape[1]:   # one pair for all: products take turns
-            self._scratch = w.scratch()
-        return w
-
-    def product(self, x: np.ndarray, w, exact: bool = True) -> np.ndarray:
+    def product(self, x: np.ndarray, w: np.ndarray, exact: bool = True) -> np.ndarray:
         """x (m, n_in) @ w.T -> (m, n_out); batch-invariant whatever `exact` says."""
         n_in = x.shape[1]
         row = self._rows.get(n_in)
         if row is None:
             row = self._rows[n_in] = _aligned(n_in, self.dtype)
-        return rows_product(x, w, self.kernel, row, self._scratch)
+        return rows_product(x, w, self.kernel, row)
 
     def rope_angles(self, positions: np.ndarray, local: bool) -> tuple[np.ndarray, np.ndarray]:
         """Model.rope_angles looked up in tables instead of recomputed for every layer (a tenth

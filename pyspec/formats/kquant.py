@@ -16,11 +16,7 @@ formulas from ggml-quants.c's dequantize_row_q*_K), 256 values per super-block:
   are bits 2g, 2g+1 of qh byte 32h + l, and its scale is int8 8h + 2g + l // 16;
   w = (d sc) (q - 32).
 The float32 operation order (`d * sc` first, then `* q`, then `- dmin * m`) is the gguf package's
-and llama.cpp's, so the results are bit for bit the `gguf` package's (tests/test_quant.py). Each
-format is first split into affine parts (`affine_q4_k`...: integer codes, a float32 scale and
-offset per sub-block) and `affine_values` makes the values; the CPU engine's block mode keeps
-the parts and makes the values a chunk at a time (cpu/blocks.py) by the same
-`scale_in_place`.
+and llama.cpp's, so the results are bit for bit the `gguf` package's (tests/test_quant.py).
 
 The quantizer is for test models only: it is no port of llama.cpp's rounding search
 (make_qkx2_quants); it takes each sub-block's range, rounds the 6-bit (or int8) scales up so
@@ -29,8 +25,6 @@ formats and the format table (quant.py), GPU kernels (shaders/matmul.wgsl).
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import numpy as np
 
@@ -58,63 +52,23 @@ def _low_bits(qs: np.ndarray) -> np.ndarray:
     return (pairs & 15).reshape(-1, 8, 32)
 
 
-class Affine(NamedTuple):
-    """A block format's values split into parts (quant.affine), per group of values:
-    value = fl(fl(code * scale) + offset), or - offset where `subtract` (the K-quants' dmin m:
-    x - y differs from x + (-y) only in a NaN's sign bit, and the reference subtracts)."""
-    codes: np.ndarray              # (n, group) small integers (or float32 of them)
-    scale: np.ndarray              # (n,) float32
-    offset: np.ndarray | None      # (n,) float32; None adds nothing
-    subtract: bool = False
-
-
-def scale_in_place(values: np.ndarray, a: Affine, expand: bool = False) -> None:
-    """values (n, group) float32 codes of `a` -> its values, in place: the one place a block
-    format's float32 arithmetic happens (multiply, then add or subtract; never fused). With
-    `expand` the scale and offset are first repeated to one per value, so each operation runs
-    over the whole array instead of group by group (numpy pays per group: about 15% faster for
-    the CPU engine's chunks, a transient copy the size of `values` each)."""
-    if expand:
-        flat, group = values.reshape(-1), values.shape[1]
-        np.multiply(flat, np.repeat(a.scale, group), out=flat)
-        if a.offset is not None:
-            (np.subtract if a.subtract else np.add)(flat, np.repeat(a.offset, group), out=flat)
-        return
-    np.multiply(values, a.scale[:, None], out=values)
-    if a.offset is not None:
-        (np.subtract if a.subtract else np.add)(values, a.offset[:, None], out=values)
-
-
-def affine_values(a: Affine) -> np.ndarray:
-    """The values of `a` as float32 (n, group)."""
-    out = a.codes.astype(np.float32, copy=False)
-    scale_in_place(out, a)
-    return out
-
-
-def _codes(q: np.ndarray, as_float: bool) -> np.ndarray:
-    return q.astype(np.float32) if as_float else q
-
-
-def _affine(blocks: np.ndarray, q: np.ndarray, as_float: bool) -> Affine:
-    """Q4_K / Q5_K blocks and their (n, 8, 32) values q -> parts per sub-block of 32:
-    q (8n, 32), d sc (8n,), dmin m (8n,) subtracted."""
+def _affine(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """(d sc) q - (dmin m) for Q4_K / Q5_K blocks and their (n, 8, 32) values q -> (n, 256)."""
     sc, m = scales_mins(blocks[:, 4:16])
-    d = f16(blocks, 0) * sc.astype(np.float32)                            # (n, 8)
-    dm = f16(blocks, 2) * m.astype(np.float32)
-    return Affine(_codes(q.reshape(-1, 32), as_float), d.reshape(-1), dm.reshape(-1),
-                  subtract=True)
+    d = (f16(blocks, 0) * sc.astype(np.float32))[:, :, None]              # (n, 8, 1)
+    dm = (f16(blocks, 2) * m.astype(np.float32))[:, :, None]
+    return (d * q.astype(np.float32) - dm).reshape(-1, QK_K)
 
 
-def affine_q4_k(blocks: np.ndarray, as_float: bool = False) -> Affine:
-    """(n, 144) uint8 -> parts: codes (8n, 32) uint8 (float32 `as_float`), scale, offset (8n,)."""
-    return _affine(blocks, _low_bits(blocks[:, 16:144]), as_float)
+def dequantize_q4_k(blocks: np.ndarray) -> np.ndarray:
+    """(n, 144) uint8 -> (n, 256) float32."""
+    return _affine(blocks, _low_bits(blocks[:, 16:144]))
 
 
-def affine_q5_k(blocks: np.ndarray, as_float: bool = False) -> Affine:
-    """(n, 176) uint8 -> parts: codes (8n, 32) uint8 (float32 `as_float`), scale, offset (8n,)."""
+def dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
+    """(n, 176) uint8 -> (n, 256) float32."""
     qh = blocks[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
-    return _affine(blocks, _low_bits(blocks[:, 48:176]) | ((qh & 1) << 4), as_float)
+    return _affine(blocks, _low_bits(blocks[:, 48:176]) | ((qh & 1) << 4))
 
 
 def _q6_values(blocks: np.ndarray) -> np.ndarray:
@@ -127,26 +81,10 @@ def _q6_values(blocks: np.ndarray) -> np.ndarray:
     return q.reshape(-1, 16, 16)
 
 
-def affine_q6_k(blocks: np.ndarray, as_float: bool = False) -> Affine:
-    """(n, 210) uint8 -> parts per 16 values: codes (16n, 16) int8 (float32 `as_float`),
-    scale (16n,)."""
-    d = f16(blocks, 208) * blocks[:, 192:208].view(np.int8).astype(np.float32)   # (n, 16)
-    return Affine(_codes(_q6_values(blocks).reshape(-1, 16), as_float), d.reshape(-1), None)
-
-
-def dequantize_q4_k(blocks: np.ndarray) -> np.ndarray:
-    """(n, 144) uint8 -> (n, 256) float32."""
-    return affine_values(affine_q4_k(blocks, True)).reshape(-1, QK_K)
-
-
-def dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
-    """(n, 176) uint8 -> (n, 256) float32."""
-    return affine_values(affine_q5_k(blocks, True)).reshape(-1, QK_K)
-
-
 def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     """(n, 210) uint8 -> (n, 256) float32."""
-    return affine_values(affine_q6_k(blocks, True)).reshape(-1, QK_K)
+    d = f16(blocks, 208) * blocks[:, 192:208].view(np.int8).astype(np.float32)   # (n, 16)
+    return (d[:, :, None] * _q6_values(blocks).astype(np.float32)).reshape(-1, QK_K)
 
 
 # Where each format keeps its f16 super-block scales (d, and dmin for Q4_K / Q5_K).

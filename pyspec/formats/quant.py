@@ -7,9 +7,7 @@ type is known by name only (TYPE_NAMES), so that a file using one is refused nam
 Dequantization follows the layouts of llama.cpp's `ggml-common.h` and is checked for exact
 equality against the `gguf` package (tests/test_quant.py), so the float32 operation order below
 matters: `d * q` for Q8_0 / Q4_0 / Q5_0 and `d * q + m` for Q4_1 / Q5_1, all in float32, never
-fused. Every block format is first split into affine parts (`affine`: integer codes, a scale and
-an offset per group), from which `kquant.affine_values` makes the values; the CPU engine's block
-mode keeps the parts instead (cpu/blocks.py). Q5_0 / Q5_1 (block_q5_0 / block_q5_1): f16 d (| f16 m), 4 bytes qh, 16 bytes of nibbles as
+fused. Q5_0 / Q5_1 (block_q5_0 / block_q5_1): f16 d (| f16 m), 4 bytes qh, 16 bytes of nibbles as
 Q4_0's; bit j of qh (little-endian u32) is the fifth bit of value j; Q5_0 subtracts 16. BF16 is
 the top half of a float32.
 
@@ -78,11 +76,15 @@ def _blocks(raw: np.ndarray, fmt: BlockFormat) -> np.ndarray:
 _scale = kquant.f16   # the f16 at byte `at` of every block, as float32: (n_blocks, 1)
 
 
-def _nibbles(qs: np.ndarray, dtype=np.uint8) -> np.ndarray:
-    """(n_blocks, 16) packed bytes -> (n_blocks, 32) values as `dtype`: element j is the low
-    nibble of byte j, element j + 16 the high nibble (llama.cpp block_q4_0 / block_q4_1 layout);
-    written straight into the result (the model loads 100M+ of these; fewer temporaries)."""
-    out = np.empty((qs.shape[0], 2 * qs.shape[1]), dtype)
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """(n_blocks, 16) packed bytes -> (n_blocks, 32) values: element j is the low nibble of byte j,
+    element j + 16 the high nibble (llama.cpp block_q4_0 / block_q4_1 layout)."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+
+
+def _float_nibbles(qs: np.ndarray) -> np.ndarray:
+    """_nibbles(qs) as float32, written straight into the result."""
+    out = np.empty((qs.shape[0], 2 * qs.shape[1]), np.float32)
     half = qs.shape[1]
     out[:, :half] = qs & 0x0F
     out[:, half:] = qs >> 4
@@ -111,36 +113,25 @@ def _five_bits(b: np.ndarray, qh_at: int) -> np.ndarray:
     return _nibbles(b[:, qh_at + 4:]) | (_fifth_bits(b[:, qh_at:qh_at + 4]) << 4)
 
 
-def _centred(q: np.ndarray, zero: int) -> np.ndarray:
-    """Unsigned codes minus the format's zero point (Q4_0: 8, Q5_0: 16): int8 from uint8, or
-    float32 from float32 (small integers: the subtraction is exact)."""
-    return q - np.float32(zero) if q.dtype == np.float32 else q.astype(np.int8) - np.int8(zero)
-
-
-def affine(b: np.ndarray, fmt: BlockFormat, as_float: bool = False) -> kquant.Affine:
-    """(n_blocks, block_bytes) of a block format -> its parts (kquant.Affine) per group of 32
-    values (Q6_K: 16): Q8_0 / Q4_0 / Q5_0 `d * q`, Q4_1 / Q5_1 `d * q + m`, the K-quants per
-    sub-block. The codes are the format's integers (uint8, int8 where signed), or with
-    `as_float` the same values as float32, written once (dequantize's path)."""
-    if fmt not in (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1):
-        return {Q4_K: kquant.affine_q4_k, Q5_K: kquant.affine_q5_k,
-                Q6_K: kquant.affine_q6_k}[fmt](b, as_float)
-    if fmt is Q8_0:
-        q = b[:, 2:].view(np.int8)
-    elif fmt in (Q4_0, Q4_1):
-        q = _nibbles(b[:, 2 if fmt is Q4_0 else 4:], np.float32 if as_float else np.uint8)
-    else:
-        q = _five_bits(b, 2 if fmt is Q5_0 else 4)
-    if fmt in (Q4_0, Q5_0):
-        q = _centred(q, 8 if fmt is Q4_0 else 16)
-    offset = _scale(b, 2)[:, 0] if fmt in (Q4_1, Q5_1) else None
-    return kquant.Affine(q.astype(np.float32) if as_float and q.dtype != np.float32 else q,
-                         _scale(b, 0)[:, 0], offset)
-
-
 def _dequantize_blocks(b: np.ndarray, fmt: BlockFormat) -> np.ndarray:
     """(n_blocks, block_bytes) of a block format -> (n_blocks, block_elems) float32."""
-    return kquant.affine_values(affine(b, fmt, as_float=True)).reshape(-1, fmt.block_elems)
+    if fmt is Q8_0:
+        out = b[:, 2:].view(np.int8).astype(np.float32)
+        out *= _scale(b, 0)
+        return out
+    if fmt is Q4_0:
+        return _scale(b, 0) * (_nibbles(b[:, 2:]).astype(np.int8) - np.int8(8)).astype(np.float32)
+    if fmt is Q4_1:   # d * q + m, in place (the model loads 100M+ of these; fewer temporaries)
+        out = _float_nibbles(b[:, 4:])
+        out *= _scale(b, 0)
+        out += _scale(b, 2)
+        return out
+    if fmt is Q5_0:
+        return _scale(b, 0) * (_five_bits(b, 2).astype(np.int8) - np.int8(16)).astype(np.float32)
+    if fmt is Q5_1:
+        return _scale(b, 0) * _five_bits(b, 4).astype(np.float32) + _scale(b, 2)
+    return {Q4_K: kquant.dequantize_q4_k, Q5_K: kquant.dequantize_q5_k,
+            Q6_K: kquant.dequantize_q6_k}[fmt](b)
 
 
 def dequantize(raw: np.ndarray, type_id: int, shape: tuple[int, ...]) -> np.ndarray:

@@ -72,7 +72,9 @@ export interface ModelCard {
   largest_tensor?: { name: string; bytes: number };
   /** Each engine's verdict by the stated memory rule; webgpu by this adapter's limits. */
   backends?: Record<"cpu" | "page-cpu" | "webgpu",
-                    { fits: boolean; needs: number; why: string; limit?: number }>;
+                    { fits: boolean; needs: number; why: string; limit?: number;
+                      /** cpu, page-cpu: the most parameters whose float32 weights fit here */
+                      largest_params?: number }>;
 }
 
 /** SpecDecoder.card's answer. */

@@ -65,9 +65,13 @@ def test_the_cpu_verdicts_name_the_largest_model_that_fits(monkeypatch):
                                           + (60 << 20))
     big = info.backends(params=2_000_000_000, kv=1 << 20, largest=600 << 20, file_bytes=1 << 30)
     b = big["page-cpu"]
-    room = info.WASM_HEAP_BYTES - info.PAGE_RUNTIME_BYTES - (1 << 30) - (1 << 20)
-    assert not b["fits"] and b["largest_params"] == room // 4
-    assert f"the largest model that fits has {room // 4 / 1e6:,.0f}M parameters" in b["why"]
+    budget = memory.float32_budget(1 << 30, page=True)
+    assert not b["fits"] and b["largest_params"] == budget // 4
+    assert f"the largest model that fits has {budget // 4 / 1e6:,.0f}M parameters" in b["why"]
+    at_most = info.backends(params=budget // 4, kv=0, largest=1, file_bytes=1 << 30)
+    assert at_most["page-cpu"]["fits"]
+    cache = info.backends(params=budget // 4, kv=1 << 30, largest=1, file_bytes=1 << 30)
+    assert not cache["page-cpu"]["fits"] and "shorter context" in cache["page-cpu"]["why"]
     host = 8 << 30
     monkeypatch.setattr(info, "memory_host", lambda: host)
     monkeypatch.setattr(memory, "memory_host", lambda: host)

@@ -7,11 +7,12 @@ each backend the memory it needs by a stated rule:
 
 - CPU engines (`cpu`, `numpy`, and the page without a usable GPU) dequantize every matrix to
   float32 at load: 4 bytes a parameter, plus the KV cache in float32 at the chosen context.
-  Natively the weights must fit cpu/memory.py's budget (half the machine's memory) and the whole
-  the machine's memory; in the page the whole, with PAGE_RUNTIME_BYTES for Pyodide, numpy and
-  pyspec and the file (the worker holds it there), must fit the wasm heap, which is 32-bit
-  (4 GiB). A model that does not fit is refused with the largest parameter count that would
-  (block-format weights on the CPU were measured and not taken: cpu/memory.py).
+  Natively the float32 weights must fit cpu/memory.py's budget (half the machine's memory) and,
+  with the cache, the machine's memory; in the page they must fit its budget, and all of it,
+  with PAGE_RUNTIME_BYTES for Pyodide, numpy and pyspec and the file (the worker holds it
+  there), the wasm heap, which is 32-bit (4 GiB). A CPU verdict that does not fit names the
+  largest parameter count that would, as the `cpu` engine's refusal at load does (block-format
+  weights on the CPU were measured and not taken: cpu/memory.py).
 - GPU engines (`wgpu`, the page on WebGPU) keep weights in their block format: the file's tensor
   bytes on the device, plus the KV cache. WebGPU tells no memory size, so the rule checks what it
   does tell: every tensor must fit one storage binding (the spec's default limit is 128 MiB;
@@ -138,24 +139,23 @@ def backends(params: int, kv: int, largest: int, file_bytes: int,
 
 def cpu_verdict(params: int, kv: int, file_bytes: int, page: bool) -> dict:
     """The CPU engine's verdict natively (float32 weights within cpu/memory.py's budget, and
-    with the cache within the machine's memory) or in the page (all of it, the runtime and the
-    file within the wasm heap), with the largest parameter count that fits at this cache."""
-    needs = 4 * params + kv
-    if page:
-        needs += PAGE_RUNTIME_BYTES + file_bytes
-        room, against = WASM_HEAP_BYTES - (needs - 4 * params), "the page's 4 GiB wasm heap"
-        what = "float32 weights, cache, the runtime and the file"
-    else:
-        host, budget = memory_host(), float32_budget(file_bytes, page=False)
-        if host is None or budget is None:
-            return {"fits": True, "needs": needs, "why": "float32 weights and cache"}
-        room, against = min(budget, host - kv), f"{gib(host)} of memory"
-        what = "float32 weights (within half the memory) and cache"
-    largest = max(0, room // 4)
-    fits = params <= largest
-    why = f"{what} against {against}" + (
-        "" if fits else f"; the largest model that fits has {largest / 1e6:,.0f}M parameters")
-    return {"fits": fits, "needs": needs, "why": why, "largest_params": largest}
+    with the cache within the machine's memory) or in the page (float32 weights within its
+    budget, and all of it with the runtime and the file within the wasm heap); `largest_params`:
+    the most parameters whose float32 weights fit the budget, as the engine's own refusal says."""
+    needs = 4 * params + kv + (PAGE_RUNTIME_BYTES + file_bytes if page else 0)
+    budget, limit = float32_budget(file_bytes, page), WASM_HEAP_BYTES if page else memory_host()
+    what = ("float32 weights, cache, the runtime and the file against the page's 4 GiB wasm heap"
+            if page else f"float32 weights (within half the memory) and cache against "
+                         f"{gib(limit)} of memory")
+    if budget is None or limit is None:    # natively, where the OS does not say
+        return {"fits": True, "needs": needs, "why": "float32 weights and cache"}
+    fits = 4 * params <= budget and needs <= limit
+    why = what
+    if 4 * params > budget:
+        why += f"; the largest model that fits has {budget // 4 / 1e6:,.0f}M parameters"
+    elif not fits:
+        why += "; the KV cache at this context does not fit: a shorter context would"
+    return {"fits": fits, "needs": needs, "why": why, "largest_params": budget // 4}
 
 
 def page_refusal(c: dict, webgpu: bool, backend: str = "auto") -> PyspecError | None:

@@ -154,11 +154,16 @@ shapes() {
     for n in ${names//,/ }; do
         for _ in $(seq 150); do grep -q "MB in" "$W/shapes/$n.log" 2>/dev/null && break; sleep 2; done
     done
-    PYTHONPATH="$W/site:." timeout 420 python3 scripts/gpu_shapes.py measure "$W/shapes" \
-        --names "$names" --champion "$P/champ.gguf" --out "$OUT/h200-shapes-raw.json" 2>&1 | tail -30
+    local champ=() models=${names//,/ }
+    if have champ.gguf; then champ=(--champion "$P/champ.gguf"); models="$P/champ $models"; fi
+    PYTHONPATH="$W/site:." timeout 360 python3 scripts/gpu_shapes.py measure "$W/shapes" \
+        --names "$names" "${champ[@]}" --out "$OUT/h200-shapes-raw.json" 2>&1 | tail -30
     bench=$W/llama.cpp/build/bin/llama-bench
+    for _ in $(seq 60); do      # the build started with the first call
+        [ -x "$bench" ] || grep -q "FAILED\|Error" "$W/llama.log" && break; sleep 3
+    done
     if [ -x "$bench" ]; then
-        for n in "$P/champ" ${names//,/ }; do
+        for n in $models; do
             [ "$n" = "$P/champ" ] || n="$W/shapes/$n"
             timeout 120 "$bench" -m "$n.gguf" -ngl 99 -p 1024 -n 128 -r 3 -o json \
                 > "$OUT/llama-bench-$(basename "$n").json" 2>> "$OUT/llama-bench.err"

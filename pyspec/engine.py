@@ -487,14 +487,16 @@ class Engine:
         self._held = None
         self.backend.close()
 
+    async def complete(self, prompt: list[int], opts: Options | None = None,
+                       resume: Resume | None = None, should_stop=None) -> Result:
+        """Run a request to completion: `stream` drained, its chunks unread (a run measured,
+        not shown: the page's gate, apps/page_gate.py)."""
+        report: dict = {}
+        async for _ in self.stream(prompt, opts, report, should_stop=should_stop, resume=resume):
+            pass
+        return Result(**report)
+
     def generate(self, prompt: list[int], opts: Options | None = None,
                  resume: Resume | None = None) -> Result:
-        """Run a request to completion (synchronous wrapper over `stream`)."""
-        report: dict = {}
-
-        async def drain():
-            async for _ in self.stream(prompt, opts, report, resume=resume):
-                pass
-
-        asyncio.run(drain())
-        return Result(**report)
+        """Run a request to completion (synchronous wrapper over `complete`)."""
+        return asyncio.run(self.complete(prompt, opts, resume))

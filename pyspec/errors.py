@@ -10,6 +10,8 @@ anywhere. The codes:
                       a head unlike its tokenizer, no token shared with the champion)
   prompt_too_long     the prompt (or the sequence) does not fit the context
   bad_config          an unknown or malformed option, draft spec, K policy or message list
+  bad_workload        a workload (a benchmark's, the gate's, the page's sample) that is not JSONL
+                      prompts, or holds none (apps/workload.py)
   bad_input           inputs to a rule that no rule can use (verify.py's checks)
   gpu_error           a WebGPU validation, out-of-memory or readback failure
   gpu_timeout         a GPU readback that did not finish within the watchdog

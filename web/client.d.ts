@@ -11,6 +11,7 @@ export type SpecErrorCode =
   | "bad_input"
   | "bad_model"
   | "bad_request"
+  | "bad_workload"
   | "corrupt_download"
   | "device_lost"
   | "download_failed"

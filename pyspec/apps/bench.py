@@ -229,10 +229,30 @@ def write_result(result: dict, strata: list[str], args) -> None:
 
 def run_sides(args, items: list[dict], prompts: list[list[int]], engines: dict[str, Engine],
               drafts: list[str], serial: Engine | None = None) -> tuple[dict, list, list]:
+    """side_runs, each run by Engine.generate (bench and gate natively)."""
+    loop = side_runs(args, items, prompts, engines, drafts, serial)
+    try:
+        job = next(loop)
+        while True:
+            try:
+                result = job[0].generate(job[1], job[2])
+            except PromptTooLongError as e:
+                job = loop.throw(e)
+            else:
+                job = loop.send(result)
+    except StopIteration as done:
+        return done.value
+
+
+def side_runs(args, items: list[dict], prompts: list[list[int]], engines: dict[str, Engine],
+              drafts: list[str], serial: Engine | None = None):
     """The side-by-side loop: each prompt on champion-only (`engines["none"]`), on `serial`
     where given, and on each drafter, back to back, who runs first alternating; with
-    --repeat, each side's median run. Returns (drafter -> one `compare` row per prompt,
-    the prompts skipped as too long, the pipelining A/B rows). Used by bench and gate."""
+    --repeat, each side's median run. A generator, so that the loop is written once for a
+    caller that runs each request synchronously (run_sides) and one that awaits it (the page's
+    gate, apps/page_gate.py): it yields (engine, prompt ids, Options) for every run and is sent
+    its Result (or thrown its PromptTooLongError). Returns (drafter -> one `compare` row per
+    prompt, the prompts skipped as too long, the pipelining A/B rows)."""
     exact = exact_outputs(args)
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     skipped: list[dict] = []
@@ -253,7 +273,7 @@ def run_sides(args, items: list[dict], prompts: list[list[int]], engines: dict[s
                     options = sampling(args, max_tokens)
                     options.k = "fixed:0" if d in ("none", "serial") else args.k
                     options.tree = None if d in ("none", "serial") else getattr(args, "tree", None)
-                    tries[d].append(engine.generate(ids, options))
+                    tries[d].append((yield engine, ids, options))
             runs = {d: median_run(rs) for d, rs in tries.items()}
         except PromptTooLongError as e:
             skipped.append({"id": it["id"], "reason": str(e)})

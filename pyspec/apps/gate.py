@@ -158,6 +158,24 @@ def judge(m: dict, memory_budget: int | None = None, t: dict = THRESHOLDS) -> di
             "ttft_allowed_s": allowed}
 
 
+def judge_rows(rows: dict[str, list[dict]], names: dict[str, str], champion_sha256: str,
+               device_class: str, memory_budget: int | None = None) -> tuple[dict, list]:
+    """(drafter -> its measurements, verdict and reasons, the verdicts to record) from
+    run_sides' rows; `names`: each drafter's identity in a verdict. Natively and in the page."""
+    table, found = {}, []
+    for d, rs in rows.items():
+        if not rs:
+            continue
+        table[d] = measure(rs)
+        table[d] |= judge(table[d], memory_budget)
+        found.append(verdicts.record(
+            champion_sha256=champion_sha256, draft=names[d], device_class=device_class,
+            verdict=table[d]["verdict"], speedup=table[d]["speedup"],
+            rule_version=RULE_VERSION, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        table[d]["verdict_sha256"] = found[-1]["sha256"]
+    return table, found
+
+
 def run_gate(args) -> int:
     """Check everything, measure, judge, write the JSON, print, then record the verdicts."""
     drafts = args.draft or default_drafts()
@@ -174,17 +192,7 @@ def run_gate(args) -> int:
     rows, skipped, _ = run_sides(args, items, prompts, engines, drafts)
     device, sha = engines["none"].adapter_class, champion.sha256()
     budget = int(args.memory_budget * 1e6) if args.memory_budget else None
-    table, found = {}, []
-    for d, rs in rows.items():
-        if not rs:
-            continue
-        table[d] = measure(rs)
-        table[d] |= judge(table[d], budget)
-        found.append(verdicts.record(
-            champion_sha256=sha, draft=identity(d), device_class=device,
-            verdict=table[d]["verdict"], speedup=table[d]["speedup"],
-            rule_version=RULE_VERSION, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
-        table[d]["verdict_sha256"] = found[-1]["sha256"]
+    table, found = judge_rows(rows, {d: identity(d) for d in drafts}, sha, device, budget)
     result = {"schema": SCHEMA, "backend": args.backend, "adapter": engines["none"].adapter,
               "device_class": device,
               "provenance": record(champion=champion_file, workload=args.workload,
@@ -206,23 +214,29 @@ def run_gate(args) -> int:
 
 
 def print_verdicts(result: dict) -> None:
-    """Per drafter: its measurements, the verdict and the reasons against promoting it."""
-    print(f"gate on {result['adapter']} ({result['device_class']}): {INTERVAL}")
+    print(format_verdicts(result))
+
+
+def format_verdicts(result: dict) -> str:
+    """Per drafter: its measurements, the verdict and the reasons against promoting it (the
+    CLI prints it; the page shows it)."""
+    out = [f"gate on {result['adapter']} ({result['device_class']}): {INTERVAL}"]
     for d, m in result["drafters"].items():
         sp, tpp = m["speedup"], m["tokens_per_pass"]
         by_pos = " ".join("-" if a is None else f"{a:.2f}" for a in m["acceptance_by_position"])
-        print(f"\n{d}: {m['verdict']}\n"
-              f"  tokens per pass   {tpp['median']:.2f} [{tpp['min']:.2f}, {tpp['max']:.2f}]\n"
-              f"  acceptance        {m['acceptance']:.2f}; by position {by_pos}\n"
-              f"  speedup           x{sp['median']:.3f}, interval [{sp['low']:.3f}, "
-              f"{sp['high']:.3f}], range [{sp['min']:.3f}, {sp['max']:.3f}], "
-              f"{sp['n']} prompts\n"
-              f"  TTFT change       {m['ttft_change_s'] * 1e3:+.1f} ms (one draft pass "
-              f"{m['draft_pass_s'] * 1e3:.1f} ms; allowed {m['ttft_allowed_s'] * 1e3:+.1f} ms)\n"
-              f"  peak memory       {m['peak_bytes'] / 1e6:.1f} MB (champion-only "
-              f"{m['baseline_peak_bytes'] / 1e6:.1f} MB)")
-        for why in m["reasons"]:
-            print(f"  keep off: {why}")
+        out.append(
+            f"\n{d}: {m['verdict']}\n"
+            f"  tokens per pass   {tpp['median']:.2f} [{tpp['min']:.2f}, {tpp['max']:.2f}]\n"
+            f"  acceptance        {m['acceptance']:.2f}; by position {by_pos}\n"
+            f"  speedup           x{sp['median']:.3f}, interval [{sp['low']:.3f}, "
+            f"{sp['high']:.3f}], range [{sp['min']:.3f}, {sp['max']:.3f}], "
+            f"{sp['n']} prompts\n"
+            f"  TTFT change       {m['ttft_change_s'] * 1e3:+.1f} ms (one draft pass "
+            f"{m['draft_pass_s'] * 1e3:.1f} ms; allowed {m['ttft_allowed_s'] * 1e3:+.1f} ms)\n"
+            f"  peak memory       {m['peak_bytes'] / 1e6:.1f} MB (champion-only "
+            f"{m['baseline_peak_bytes'] / 1e6:.1f} MB)")
+        out += [f"  keep off: {why}" for why in m["reasons"]]
+    return "\n".join(out)
 
 
 def add_parser(sub, champion_help: str) -> None:

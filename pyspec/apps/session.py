@@ -27,7 +27,7 @@ from ..formats.gguf import GGUFFile, HeaderIncompleteError
 from ..options import from_request
 from ..text import conversation, template
 from ..text.tokenizer import Tokenizer, TokenizerError
-from . import info
+from . import info, page_gate
 from .page_engine import browser_device, lend_dequant_kernels, make_engine, page_draft_model
 from .wire import (
     GENERATE_FIELDS,
@@ -319,10 +319,7 @@ class Session:
 
     async def _generate(self, request_id: int, messages_json: str, config_json: str, on_chunk,
                         resume_json: str, on_start) -> str:
-        self.warm_next = None           # a request came first: it prefills for itself
-        if self.warming is not None:    # never two prefills on one cache at once
-            warming, self.warming = self.warming, None
-            await asyncio.gather(warming, return_exceptions=True)  # a failed warm-up: no rows
+        await self._unwarm()
         if request_id in self.cancelled:    # cancelled while it waited its turn
             return cancelled_reply("")
         try:     # reading and checking the request: whatever fails is the request's fault
@@ -356,6 +353,33 @@ class Session:
         if not report:
             return cancelled_reply(text)
         return self._finish(engine, fitted, report)
+
+    async def _unwarm(self) -> None:
+        """A request came first: it prefills for itself (never two prefills on one cache)."""
+        self.warm_next = None
+        if self.warming is not None:
+            warming, self.warming = self.warming, None
+            await asyncio.gather(warming, return_exceptions=True)  # a failed warm-up: no rows
+
+    async def measure(self, request_id: int, options_json: str, workload_text: str,
+                      table_json: str | None, on_progress) -> str:
+        """"Measure on this device" (page_gate.measure: the sample side by side with
+        champion-only, judged by the gate's rule). `table_json`: OPFS verdicts.json's text, or
+        null. Returns {"result", "verdicts", "table"} (the worker writes `table` back), or
+        {"cancelled": true} after cancel(request_id) (no verdict), or an error."""
+        await self._unwarm()
+        self.running = request_id
+        try:
+            out = await page_gate.measure(self, options_json, workload_text, table_json,
+                                          on_progress, lambda: request_id in self.cancelled)
+        except MemoryError as e:
+            return worker_oom(e)
+        except Exception as e:  # noqa: BLE001 - every error becomes a typed message
+            return error_reply(e)
+        finally:
+            self.running = None
+            self.cancelled.discard(request_id)
+        return json.dumps(out if out is not None else {"cancelled": True})
 
     async def _prepare(self, messages, config: dict, opts, drill):
         """The engine of a request's drafter and its prompt fitted to the context."""

@@ -13,30 +13,43 @@ from ..errors import PyspecError, UsageError
 from ..options import Options
 
 
+class WorkloadError(UsageError):
+    """A workload (a file, or the page's sample) that is not JSONL lines of prompts, or holds
+    none: the message names it, and the line."""
+
+    code = "bad_workload"
+
+
 def read_workload(path: str) -> list[dict]:
-    """JSONL lines of {id, stratum, messages[, max_tokens]} (the shared/workloads format), each
-    line checked before anything runs: UsageError naming the file and line otherwise (the
-    messages themselves: check_messages, once the tokenizer is loaded)."""
-    items = []
+    """The prompts of a workload file (parse_workload), or WorkloadError naming the file."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    it = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UsageError(f"{path} line {n} is not JSON ({e.msg})") from e
-                except RecursionError:
-                    raise UsageError(f"{path} line {n}: its JSON is nested too deeply") from None
-                problem = _line_problem(it)
-                if problem:
-                    raise UsageError(f"{path} line {n}: {problem}")
-                items.append({**it, "line": n})
+            text = f.read()
     except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read the workload {path}: {e}") from e
+        raise WorkloadError(f"cannot read the workload {path}: {e}") from e
+    return parse_workload(text, path)
+
+
+def parse_workload(text: str, source: str) -> list[dict]:
+    """JSONL lines of {id, stratum, messages[, max_tokens]} (the shared/workloads format), each
+    line checked before anything runs: WorkloadError naming `source` and the line otherwise (the
+    messages themselves: check_messages, once the tokenizer is loaded)."""
+    items = []
+    for n, line in enumerate(text.removeprefix("\ufeff").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            it = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise WorkloadError(f"{source} line {n} is not JSON ({e.msg})") from e
+        except RecursionError:
+            raise WorkloadError(f"{source} line {n}: its JSON is nested too deeply") from None
+        problem = _line_problem(it)
+        if problem:
+            raise WorkloadError(f"{source} line {n}: {problem}")
+        items.append({**it, "line": n})
     if not items:
-        raise UsageError(f"{path} holds no prompts")
+        raise WorkloadError(f"{source} holds no prompts")
     return items
 
 
@@ -55,14 +68,14 @@ def _line_problem(it) -> str | None:
 
 
 def check_messages(items: list[dict], tok, path: str) -> list[list[int]]:
-    """Each prompt's ids, or UsageError naming the line whose messages the template refuses."""
+    """Each prompt's ids, or WorkloadError naming the line whose messages the template refuses."""
     try:
         out = []
         for it in items:
             out.append(tok.encode_chat(it["messages"]))
         return out
     except PyspecError as e:
-        raise UsageError(f"{path} line {it['line']} ({it['id']}): {e}") from e
+        raise WorkloadError(f"{path} line {it['line']} ({it['id']}): {e}") from e
 
 
 def first_per_stratum(items: list[dict], n: int | None) -> list[dict]:

@@ -123,3 +123,27 @@ def test_usage_may_be_null_where_the_prompt_was_never_counted(tmp_path):
                                "completion.usage.prompt_tokens")
     done = tsc(tmp_path, "app.ts", script, "--strict")
     assert done.returncode != 0 and "possibly 'null'" in done.stdout
+
+
+MEASURE_TS = """import { SpecDecoder, type MeasureResult, type VerdictWord } from "./client.js";
+
+const decoder = await SpecDecoder.create({ champion: "smollm2", draft: "auto" });
+const stop = new AbortController();
+const m: MeasureResult = await decoder.measure({
+  drafts: ["ngram"], perStratum: 1, maxTokens: 32, signal: stop.signal,
+  onProgress: (p) => console.log(`${p.done} / ${p.total} ${p.label}`) });
+const word: VerdictWord | undefined = m.verdict.ngram;
+const low: number | undefined = m.report?.drafters.ngram.speedup.low;
+const chose: string | null | undefined = decoder.info?.draft_verdict;
+console.log(m.cancelled, m.text ?? "", word, low, chose, m.verdicts[0]?.device_class, m.stored);
+"""
+
+
+def test_measure_type_checks_and_a_misspelt_option_is_caught(tmp_path):
+    """decoder.measure() as an embedder writes it (docs/embedding.md): typed options, progress,
+    the verdict per drafter; a misspelt option is an error."""
+    done = tsc(tmp_path, "measure.ts", MEASURE_TS, "--strict")
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = tsc(tmp_path, "measure.ts", MEASURE_TS.replace("perStratum", "per_stratum"),
+               "--strict")
+    assert done.returncode != 0 and "per_stratum" in done.stdout

@@ -13,12 +13,15 @@
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
 
 import { SpecDecoder } from "./client.js";
+import { gatePanel } from "./gate-view.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 let decoder = null, decoderKey = null, lastReceipt = null;
 let loading = null;        // the load under way: {key, promise}
 let streaming = false;     // a reply is being written
+let measuring = false;     // "measure on this device" runs (gate-view.js)
+let gate = null;           // its panel
 let pendingChange = false; // a model or drafter chosen while it was: loaded after it
 let lastGood = null;       // the control values of the last decoder that loaded
 let conversation = 0;      // bumped by Clear: a reply of an older conversation is not kept
@@ -80,7 +83,10 @@ function clearNotice() { $("notice").hidden = true; $("notice").textContent = ""
 
 // Send waits while a model loads and while a reply is written, and stays off while no model is
 // loaded (a load failed: choose another model or drafter).
-function syncSend() { $("send").disabled = streaming || loading !== null || decoder === null; }
+function syncSend() {
+  $("send").disabled = streaming || measuring || loading !== null || decoder === null;
+  gate?.sync(!streaming && loading === null && decoder !== null);
+}
 
 // A recovery (a worker restarted, a device lost): the text goes on, and the page says so.
 // The page's own notes (`page`: true) show their message alone.
@@ -559,6 +565,8 @@ function start() {
       }
     });
   }
+  gate = gatePanel({ decoder: () => decoder, showError,
+                     onBusy: (busy) => { measuring = busy; syncSend(); } });
   const ready = fillModels().then(() => { syncControls(); return ensureDecoder(); });
   ready.catch(showError);
   window.pyspecApp = {
@@ -570,6 +578,8 @@ function start() {
       return run(prompt, config, onText).catch((err) => { showError(err); throw err; });
     },
     decoder: () => decoder,
+    // "Measure on this device" (the button), with measure()'s options over the stated sample.
+    measure: (options = {}) => gate.run(options),
   };
 }
 

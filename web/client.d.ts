@@ -254,6 +254,10 @@ export interface Receipt {
   pyspec_version: string;
   champion_sha256: string;
   stats: Partial<Stats>;
+  /** draft.auto: for a request that left its drafter to "auto", the verdict that chose it
+   *  (both fields null: today's rule chose); null when the request named its drafter. */
+  draft?: { auto: { verdict: VerdictWord | null; verdict_sha256: string | null } | null;
+            [field: string]: unknown };
   /** Faults this request recovered from: a GPU fault or a dead worker (cycle, at_token; the
    *  adapter that failed; restart_s, a worker's restart), or one met while the weights loaded
    *  (kind, recovery_s, and at_token and cycle 0: the first request after the load carries
@@ -294,6 +298,9 @@ export interface ReadyInfo {
   draft: string;
   /** With draft "auto": what it chose and why, in words; else null. */
   draft_auto: string | null;
+  /** With draft "auto": the sha256 of the recorded gate verdict (measure(), OPFS) that chose
+   *  `draft` for this champion, draft and device class; null when today's rule chose. */
+  draft_verdict: string | null;
   context: number;
   vocab: number;
   n_layers: number;
@@ -439,6 +446,101 @@ export interface Completions {
     Promise<ChatCompletion | AsyncGenerator<ChatCompletionChunk, void, undefined>>;
 }
 
+// --- "measure on this device" (measure.js, docs/gate.md) ---------------------------------------
+/** A prompt of a workload (the shared/workloads format). */
+export interface WorkloadItem {
+  id: string;
+  stratum: string;
+  messages: ChatMessage[];
+  max_tokens?: number;
+}
+
+export interface MeasureOptions {
+  /** The drafters to judge: "ngram", "model" (the loaded draft model), "ngram+model",
+   *  "self:L"; default those "auto" chooses among (ngram, and the loaded draft model). */
+  drafts?: string[] | null;
+  /** Prompts of each stratum of the sample (default 1: 11 prompts; 0: all 44). */
+  perStratum?: number | null;
+  /** At most this many new tokens a prompt (default 32; 0: each prompt's own). */
+  maxTokens?: number | null;
+  /** Another sample than the site's public workload: JSONL text or its lines (a malformed or
+   *  empty one: SpecError bad_workload). */
+  workload?: string | WorkloadItem[] | null;
+  /** Aborting it stops the run after its current cycle: cancelled true, nothing recorded. */
+  signal?: AbortSignal | null;
+  onProgress?: ((p: MeasureProgress) => void) | null;
+}
+
+/** After each run of the sample: `done` of `total` runs (prompts x sides); label: the next
+ *  run's prompt id and side. */
+export interface MeasureProgress {
+  phase: "measure";
+  done: number;
+  total: number;
+  label: string;
+}
+
+export type VerdictWord = "promote" | "keep off";
+
+/** A recorded verdict (pyspec/verdicts.py), as kept in OPFS verdicts.json. */
+export interface Verdict {
+  champion_sha256: string;
+  /** A draft model's sha256 ("ngram+" before it for the combination), else the drafter's kind. */
+  draft: string;
+  /** The receipt's adapter class: "software", "cpu-numpy", "gpu:nvidia", ... */
+  device_class: string;
+  verdict: VerdictWord;
+  speedup: { median: number; low: number; high: number };
+  rule_version: number;
+  date: string;
+  sha256: string;
+}
+
+/** One drafter's line of the gate (apps/gate.py measure and judge). */
+export interface GateDrafter {
+  verdict: VerdictWord;
+  /** Why not promoted, one line each (empty: promoted). */
+  reasons: string[];
+  prompts: number;
+  tokens_per_pass: { median: number; min: number; max: number };
+  acceptance: number;
+  acceptance_by_position: (number | null)[];
+  speedup: { median: number; low: number; high: number; min: number; max: number; n: number };
+  ttft_change_s: number;
+  ttft_allowed_s: number;
+  draft_pass_s: number;
+  peak_bytes: number;
+  baseline_peak_bytes: number;
+  verdict_sha256: string;
+  [field: string]: unknown;
+}
+
+/** The gate's JSON (schema "pyspec.gate/1"), as `python -m pyspec gate` writes it. */
+export interface GateReport {
+  schema: "pyspec.gate/1";
+  adapter: string;
+  device_class: string;
+  thresholds: Record<string, number>;
+  rule_version: number;
+  drafters: Record<string, GateDrafter>;
+  /** The table as the CLI prints it. */
+  text: string;
+  [field: string]: unknown;
+}
+
+export interface MeasureResult {
+  /** true when its signal (or cancel()) stopped it: then nothing was recorded. */
+  cancelled: boolean;
+  /** drafter -> its verdict ({} when cancelled). */
+  verdict: Record<string, VerdictWord>;
+  text: string | null;
+  report: GateReport | null;
+  /** The verdicts recorded, which draft "auto" follows from the next load. */
+  verdicts: Verdict[];
+  /** Whether they were written to OPFS (not in a page without it). */
+  stored: boolean;
+}
+
 export declare class SpecDecoder {
   /** Start a worker, load Pyodide, pyspec and the weights; resolves when ready to generate. */
   static create(options?: SpecDecoderOptions): Promise<SpecDecoder>;
@@ -465,7 +567,11 @@ export declare class SpecDecoder {
    *  result (also lastResult, which concurrent requests share). */
   generate(messages: ChatMessage[], config?: GenerateConfig):
     AsyncGenerator<Chunk, GenerateResult, undefined>;
-  /** Stop this decoder's generations: the running one after its current cycle, those waiting
+  /** "Measure on this device": a sample of the public workload side by side with
+   *  champion-only, the gate's table and a verdict per drafter, recorded in OPFS for draft
+   *  "auto" (which follows it from the next load). */
+  measure(options?: MeasureOptions): Promise<MeasureResult>;
+  /** Stop this decoder's generations (and measure()): the running one after its current cycle, those waiting
    *  behind it or for a new worker before they start (finish_reason "cancelled"); resolves
    *  with whether one was there to stop. */
   cancel(): Promise<boolean>;

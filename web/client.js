@@ -43,6 +43,7 @@
 
 import { SpecError } from "./errors.js";
 import { completions } from "./facade.js";
+import { measure } from "./measure.js";
 
 export { SpecError };
 
@@ -54,7 +55,7 @@ const GPU_FAULTS = { device_lost: "the GPU device was lost", gpu_error: "the GPU
                      bad_draft: "the draft gave numbers it cannot draft from (NaN or infinite)" };
 
 const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
-                          "card", "error"]);
+                          "card", "measured", "error"]);
 
 // The weights' OPFS directory (weights.js OPFS_DIR), or null where the page has no OPFS.
 async function weightsDir() {
@@ -519,7 +520,26 @@ export class SpecDecoder {
     return null;
   }
 
-  /** Stop this decoder's generations, the running one after its current cycle and those
+  /** "Measure on this device" (measure.js): a sample side by side with champion-only, the
+   *  gate's table and verdicts, recorded in OPFS for draft "auto"; cancel() stops it too. */
+  async measure(options = {}) {
+    await this.#revive();
+    const req = { id: null, worker: this.#worker, cancelled: false };   // as #run's records
+    this.#active.add(req);
+    try {
+      return await measure(options, {
+        send: (fields, onEvent) => {
+          req.id = ++this.#seq;
+          return this.#request("measure", fields, { id: req.id, onEvent });
+        },
+        cancel: () => this.#cancelRequest(req),
+      });
+    } finally {
+      this.#active.delete(req);
+    }
+  }
+
+  /** Stop this decoder's generations (and a measure()), the running one after its current cycle and those
    *  waiting behind it (or for a new worker) before they start (each ends with finish_reason
    *  "cancelled"); resolves with whether there was one to stop. */
   async cancel() {

@@ -62,7 +62,21 @@
 //       pyspec info --json`) read from the header alone, with this adapter's limits (webgpu
 //       below); error {code, message} when this page cannot run it, else null; header {bytes,
 //       range}: the bytes read, and whether the server answered Range (header.js)
-//   {type:'cancel', id, target}  (target: the id of a generate, running or waiting its turn)
+//   {type:'measure', id, drafts, perStratum, maxTokens, workload}
+//                                                -> {type:'progress', id, phase:'measure',
+//                                                   loaded, total, label}* (runs done, of all)
+//                                                   then {type:'measured', id, result, verdicts,
+//                                                   stored} or {type:'measured', id,
+//                                                   cancelled: true} after a cancel
+//       "measure on this device" (docs/gate.md): a sample of the shipped public workload (the
+//       first perStratum prompts of each stratum, default 1, at most maxTokens new tokens each,
+//       default 32; 0: all, no cap), or the JSONL text `workload`, side by side with
+//       champion-only on this session's champion, judged by the gate's rule (Session.measure,
+//       apps/page_gate.py). result: the gate's JSON (result.text: its table as the CLI prints
+//       it); verdicts: the new ones, also merged into OPFS verdicts.json (stored: whether that
+//       write happened), which draft "auto" follows from the next init on. A cancelled run
+//       stores nothing. A malformed or empty workload: code bad_workload.
+//   {type:'cancel', id, target}  (target: the id of a generate or measure, running or waiting)
 //                                                -> {type:'cancel_ack', id, cancelled}
 //   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats, memory, startup} /
 //                                                   {type:'receipt', ...}
@@ -91,13 +105,14 @@ import { WorkerError, manifest, sleep } from "./manifest.js";
 import { busyEnd, busyStart, hasRuntime, makeCachesWhenIdle, requireRuntime, runtime,
          runtimeStartup } from "./runtime.js";
 import { modelCard } from "./header.js";
+import { readVerdicts, shippedWorkload, writeVerdicts } from "./verdicts.js";
 import { LOAD_DRILLS, fetchVocab, fetchWeights, importBlob, readWeights,
          resolveModel } from "./weights.js";
 
 const HEARTBEAT_MS = 1000;    // client.js's stall timeout must be well above this
 
 let queue = Promise.resolve(); // init and generate requests run one after another
-const generating = new Set();  // ids of the generate requests queued or running here
+const generating = new Set();  // ids of the generate and measure requests queued or running
 const cancelledEarly = new Set();   // ... cancelled before the runtime existed (a fresh worker)
 
 const post = (msg) => self.postMessage(msg);
@@ -161,6 +176,11 @@ const REQUESTS = {
   card: { model: [isModelSpec, "a model name, {url, sha256?} or a File/Blob"],
           maxCtx: [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"],
           backend: [(v) => typeof v === "string", "a string"] },
+  measure: { drafts: [(v) => Array.isArray(v) && v.every((d) => typeof d === "string"),
+                      "a list of drafter names"],
+             perStratum: [(v) => Number.isSafeInteger(v) && v >= 0, "an integer >= 0"],
+             maxTokens: [(v) => Number.isSafeInteger(v) && v >= 0, "an integer >= 0"],
+             workload: [(v) => typeof v === "string", "JSONL text"] },
   cancel: { target: [(v) => Number.isFinite(v) || typeof v === "string", "a request id"] },
   stats: {}, receipt: {}, lose_device: {},
 };
@@ -240,6 +260,7 @@ async function init(msg) {
                       draft_vocab_shipped: draft?.vocab?.shipped ?? false,
                       drills: msg.drills ?? false,
                       load_faults: load.faults,
+                      verdicts: await readVerdicts(),   // the gate's, for draft "auto"
                       warm: true };   // the system turn is prefilled after ready (Session.warm)
     const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
     if (info.error) throw new WorkerError(info.error.code, info.error.message);
@@ -328,19 +349,42 @@ async function generate(msg) {
   return { type: "done", id: msg.id, ...out };
 }
 
+// "Measure on this device": Python runs and judges the sample (Session.measure); the table it
+// returns goes to OPFS only when the run finished.
+async function measure(msg) {
+  const { session } = await requireRuntime();
+  if (cancelledEarly.delete(msg.id)) session.cancel(msg.id, true);
+  const workload = msg.workload != null ? { text: msg.workload, name: "the workload given" }
+    : await shippedWorkload();
+  const options = { drafts: msg.drafts ?? null, per_stratum: msg.perStratum ?? null,
+                    max_tokens: msg.maxTokens ?? null, source: workload.name };
+  const onProgress = (loaded, total, label) =>
+    post({ type: "progress", id: msg.id, phase: "measure", loaded, total, label });
+  const out = JSON.parse(await session.measure(msg.id, JSON.stringify(options), workload.text,
+                                               await readVerdicts(), onProgress));
+  if (out.error) throw new WorkerError(out.error.code, out.error.message);
+  if (out.cancelled) return { type: "measured", id: msg.id, cancelled: true, result: null };
+  const stored = await writeVerdicts(out.table);
+  return { type: "measured", id: msg.id, cancelled: false, result: out.result,
+           verdicts: out.verdicts, stored };
+}
+
+const QUEUED = { init, generate, measure };
+
 async function handle(msg) {
   checkRequest(msg);
   switch (msg.type) {
     case "init":
-    case "generate": {
+    case "generate":
+    case "measure": {
       // One at a time, in arrival order: a request waits for the one before it to finish.
       busyStart();
-      if (msg.type === "generate") generating.add(msg.id);
-      const run = queue.then(() => (msg.type === "init" ? init(msg) : generate(msg)));
+      if (msg.type !== "init") generating.add(msg.id);
+      const run = queue.then(() => QUEUED[msg.type](msg));
       queue = run.catch(() => {});
       run.finally(() => {
         busyEnd();
-        if (msg.type === "generate") generating.delete(msg.id);
+        if (msg.type !== "init") generating.delete(msg.id);
       }).catch(() => {});
       return run;
     }

@@ -169,9 +169,11 @@ def build(out: Path = PACKAGE, pack: bool = True) -> Path:
             shutil.copyfile(Path(tmp) / name, out / name)
         shutil.copytree(Path(tmp) / "pyodide", out / "pyodide")
         shutil.copytree(Path(tmp) / "wheels", out / "wheels")
-    # The weights stay out: the manifest keeps the runtime's artifacts, not the models.
+    # The weights stay out: the manifest keeps the runtime's artifacts, not the models (nor
+    # the site's workload: measure() in an app takes the app's own sample).
     manifest["artifacts"] = [a for a in manifest["artifacts"]
-                             if a["kind"] not in ("model", "draft-vocab") and (a["kind"] != "web"
+                             if a["kind"] not in ("model", "draft-vocab", "workload")
+                             and (a["kind"] != "web"
                                                           or a["url"] in RUNTIME_FILES)]
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     _licenses(out / "LICENSES", sorted((out / "pyodide").glob("*.whl"))

@@ -13,6 +13,8 @@ one origin, with a manifest of every artifact's url, sha256 and size.
       models/        the champion GGUF, its trained draft (models/draft-l4.gguf, marked
                      draft_for in the manifest) and tiny random test models (pyspec.testmodels),
                      one of them (tiny-deep) as deep as the champion
+      workload.jsonl the preregistered public workload (shared/workloads/public.jsonl beside the
+                     checkout), the sample "measure on this device" runs (docs/gate.md)
       manifest.json
 
 Downloads are pinned and checked: the npm tarball by its registry integrity (sha512), each wheel
@@ -44,6 +46,7 @@ from . import errorcodes, optionsjs, wheels
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "downloads"
 SITE = ROOT / "dist" / "site"
+WORKLOAD = ROOT.parent / "shared" / "workloads" / "public.jsonl"   # as gate.DEFAULT_WORKLOAD
 
 PYODIDE_VERSION = "0.27.7"
 PYODIDE_TARBALL = f"https://registry.npmjs.org/pyodide/-/pyodide-{PYODIDE_VERSION}.tgz"
@@ -329,6 +332,13 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
     for name in web:
         copy_if_changed(ROOT / "web" / name, site / name)
     models, vocabs = build_models(site / "models", champion)
+    workload = site / "workload.jsonl"
+    if WORKLOAD.exists():
+        copy_if_changed(WORKLOAD, workload)
+    else:
+        print(f"note: no {WORKLOAD}: the site ships no workload for 'measure on this device'",
+              flush=True)
+        workload.unlink(missing_ok=True)
 
     digest = HashCache(ROOT / ".cache" / "sha256.json")
     lock = json.loads((site / "pyodide" / "pyodide-lock.json").read_text())
@@ -350,6 +360,8 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
                         **({} if name in ("smollm2", TRAINED_DRAFT) else {"test": True}))
                   for name, path in models.items()]
     artifacts += [entry(path, "draft-vocab", model=name) for name, path in vocabs.items()]
+    if workload.exists():
+        artifacts.append(entry(workload, "workload"))
     digest.save()
     manifest = {"schema": "pyspec.site/1", "pyodide_version": PYODIDE_VERSION,
                 "pyodide_packages": list(LOCK_PACKAGES), "artifacts": artifacts}

@@ -135,6 +135,8 @@ async def run_sides(args, items, prompts, engines, on_progress, should_stop):
     try:
         job = next(loop)
         while True:
+            if should_stop():
+                return None
             on_progress(done, total, f"{items[done // per_prompt]['id']} "
                                      f"{names[id(job[0])]}")
             try:

@@ -1,0 +1,193 @@
+"""decoder.measure() ("measure on this device", web/measure.js -> worker.js -> Session.measure)
+in headless Chromium on the tiny model: the gate's table and verdict come back, the verdict is
+kept in OPFS (verdicts.json) keyed by champion, draft and device class, and draft "auto" follows
+it at the next load; a verdict for another device class is ignored; a cancelled run and bad
+input leave the table as it was. Also the demo's button, on the page itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyspec import verdicts
+from pyspec.apps import gate
+
+from .pageutil import Context
+
+pytestmark = pytest.mark.browser
+
+PRELUDE = """
+const { SpecDecoder } = await import("./client.js");
+const root = await navigator.storage.getDirectory();
+const table = async () => {
+  try { return await (await (await root.getFileHandle("verdicts.json")).getFile()).text(); }
+  catch { return null; }
+};
+const setTable = async (text) => {
+  if (text === null) { await root.removeEntry("verdicts.json").catch(() => {}); return; }
+  const out = await (await root.getFileHandle("verdicts.json", { create: true })).createWritable();
+  await out.write(text);
+  await out.close();
+};
+const codeOf = async (f) => { try { await f(); return null; } catch (e) { return e.code; } };
+const prompt = { id: "p-1", stratum: "copy",
+                 messages: [{ role: "user", content: "the cat sat on the mat. the cat" }] };
+"""
+
+MEASURE = """async () => {%s
+  await setTable(null);
+  const d = await SpecDecoder.create({ champion: "tiny", backend: "cpu" });
+  const progress = [];
+  const m = await d.measure({ drafts: ["ngram", "self:1"], workload: [prompt], maxTokens: 4,
+                              onProgress: (p) => progress.push(p) });
+  const stored = JSON.parse(await table());
+  // the shipped sample: one prompt of each stratum, 2 tokens each
+  const shipped = await d.measure({ drafts: ["ngram"], maxTokens: 2 });
+  d.terminate();
+  return { m, progress, stored, shipped: shipped.report };
+}""" % PRELUDE
+
+
+@pytest.fixture(scope="module")
+def page(browser, site_url):
+    c = Context(browser, site_url)
+    p = c.page("embed-example.html?model=none-such")   # its own decoder fails: ours run
+    p.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
+    yield p
+    c.ctx.close()
+    assert not c.offsite, f"requests to other origins: {c.offsite}"
+
+
+@pytest.fixture(scope="module")
+def tiny_sha(site_root):
+    manifest = json.loads((site_root / "manifest.json").read_text())
+    return next(a["sha256"] for a in manifest["artifacts"] if a.get("model") == "tiny")
+
+
+def test_measure_returns_the_gates_table_and_keeps_the_verdict_in_opfs(page, tiny_sha):
+    out = page.evaluate(MEASURE)
+    m = out["m"]
+    assert not m["cancelled"] and m["stored"]
+    assert m["verdict"] == {"ngram": "keep off", "self:1": "keep off"}   # 1 prompt, fewer than 8
+    report = m["report"]
+    assert report["schema"] == gate.SCHEMA and report["device_class"] == "cpu-numpy"
+    assert report["thresholds"] == gate.THRESHOLDS
+    assert "1 prompts measured, fewer than 8" in report["drafters"]["ngram"]["reasons"][0]
+    assert m["text"] == report["text"] and "ngram: keep off" in m["text"]
+    assert [(p["done"], p["total"]) for p in out["progress"]] == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    keys = {(v["champion_sha256"], v["draft"], v["device_class"]) for v in m["verdicts"]}
+    assert keys == {(tiny_sha, "ngram", "cpu-numpy"), (tiny_sha, "self:1", "cpu-numpy")}
+    assert verdicts.parse(out["stored"], "OPFS verdicts.json") == m["verdicts"]
+    shipped = out["shipped"]
+    assert shipped["workload"] == "workload.jsonl" and shipped["per_stratum"] == 1
+    assert shipped["drafters"]["ngram"]["prompts"] + len(shipped["skipped"]) == 11
+
+
+AUTO = """async ([tables]) => {%s
+  const out = [];
+  let d = null;
+  for (const text of tables) {
+    await setTable(text);
+    if (d === null) d = await SpecDecoder.create({ champion: "tiny", backend: "cpu",
+                                                   draft: "auto" });
+    else await d.reload();      // a load reads OPFS afresh
+    const gen = d.generate([prompt.messages[0]], { max_tokens: 4 });
+    let step;
+    while (!(step = await gen.next()).done);
+    out.push({ draft: d.info.draft, chose: d.info.draft_verdict,
+               auto: step.value.receipt.draft.auto });
+  }
+  d.terminate();
+  return out;
+}""" % PRELUDE
+
+
+def verdict(sha: str, draft: str, word: str, device: str) -> dict:
+    return verdicts.record(champion_sha256=sha, draft=draft, device_class=device, verdict=word,
+                           speedup={"median": 1.3, "low": 1.1, "high": 1.4},
+                           rule_version=gate.RULE_VERSION, date="2026-12-05T00:00:00Z")
+
+
+def test_auto_follows_a_verdict_for_this_device_class_and_ignores_another(page, tiny_sha):
+    kept_off = verdict(tiny_sha, "ngram", "keep off", "cpu-numpy")
+    promoted = verdict(tiny_sha, "self:1", "promote", "cpu-numpy")
+    elsewhere = [verdict(tiny_sha, "ngram", "keep off", "gpu:nvidia"),
+                 verdict(tiny_sha, "self:1", "promote", "software")]
+    tables = [json.dumps({"schema": verdicts.SCHEMA, "verdicts": t})
+              for t in ([kept_off], [kept_off, promoted], elsewhere)]
+    off, on, other = page.evaluate(AUTO, [tables])
+    # today's rule picks ngram (no draft model on the CPU); its verdict keeps it off
+    assert off == {"draft": "none", "chose": kept_off["sha256"],
+                   "auto": {"verdict": "keep off", "verdict_sha256": kept_off["sha256"]}}
+    assert on == {"draft": "self:1", "chose": promoted["sha256"],
+                  "auto": {"verdict": "promote", "verdict_sha256": promoted["sha256"]}}
+    # verdicts of other device classes only: today's rule, and the receipt says no verdict chose
+    assert other == {"draft": "ngram", "chose": None,
+                     "auto": {"verdict": None, "verdict_sha256": None}}
+
+
+CANCEL_AND_BAD = """async () => {%s
+  await setTable('{"schema": "pyspec.verdicts/1", "verdicts": []}');
+  const before = await table();
+  const d = await SpecDecoder.create({ champion: "tiny", backend: "cpu" });
+  const stop = new AbortController();
+  const workload = [prompt, { ...prompt, id: "p-2" }];
+  const cancelled = await d.measure({ drafts: ["ngram"], workload, maxTokens: 8,
+                                      signal: stop.signal,
+                                      onProgress: (p) => { if (p.done === 1) stop.abort(); } });
+  // decoder.cancel() stops one too
+  const viaCancel = d.measure({ drafts: ["ngram"], workload, maxTokens: 8,
+                                onProgress: (p) => { if (p.done === 1) d.cancel(); } });
+  const codes = {
+    empty: await codeOf(() => d.measure({ workload: "" })),
+    none: await codeOf(() => d.measure({ workload: [] })),
+    malformed: await codeOf(() => d.measure({ workload: "not json\\n" })),
+    fields: await codeOf(() => d.measure({ workload: [{ id: "x" }] })),
+    type: await codeOf(() => d.measure({ workload: 7 })),
+    negative: await codeOf(() => d.measure({ perStratum: -1 })),
+    unknown: await codeOf(() => d.measure({ per_stratum: 1 })),
+    drafter: await codeOf(() => d.measure({ drafts: ["none"], workload: [prompt] })),
+  };
+  let message = null;
+  try { await d.measure({ workload: "not json\\n" }); } catch (e) { message = e.message; }
+  const out = { cancelled, viaCancel: await viaCancel, codes, message,
+                same: (await table()) === before };
+  d.terminate();
+  return out;
+}""" % PRELUDE
+
+
+def test_a_cancelled_run_and_bad_input_leave_no_verdict(page):
+    out = page.evaluate(CANCEL_AND_BAD)
+    for run in (out["cancelled"], out["viaCancel"]):
+        assert run == {"cancelled": True, "verdict": {}, "text": None, "report": None,
+                       "verdicts": [], "stored": False}
+    assert out["codes"] == {"empty": "bad_workload", "none": "bad_workload",
+                            "malformed": "bad_workload", "fields": "bad_workload",
+                            "type": "bad_workload", "negative": "bad_config",
+                            "unknown": "bad_config", "drafter": "bad_config"}
+    assert "the workload given line 1 is not JSON" in out["message"]
+    assert out["same"], "OPFS verdicts.json changed"
+
+
+def test_the_demos_button_states_its_sample_and_shows_the_table(context):
+    """The demo page (index.html + app.js + gate-view.js): the sample is stated beside the
+    button, and a run (pyspecApp.measure, the button's action) shows the CLI's table."""
+    from .pageutil import ready
+
+    page = context.page("index.html?model=tiny&backend=cpu")
+    ready(page)
+    stated = page.inner_text("#measure-box")
+    assert "first prompt of each of its 11 strata" in stated and "32 new tokens" in stated
+    sample = page.evaluate("async () => (await import('./gate-view.js')).SAMPLE")
+    assert sample == {"perStratum": 1, "maxTokens": 32}     # what the page says it runs
+    assert page.is_enabled("#measure")
+    m = page.evaluate("""() => pyspecApp.measure({ drafts: ["ngram"], maxTokens: 4,
+      workload: [{ id: "p", stratum: "s",
+                   messages: [{ role: "user", content: "the cat sat on the mat. the cat" }] }] })""")
+    assert m["verdict"] == {"ngram": "keep off"}
+    table = page.inner_text("#gate-table")
+    assert table == m["text"] and "ngram: keep off" in table and "speedup" in table
+    assert "ngram: keep off" in page.inner_text("#measure-progress")
+    assert page.is_enabled("#measure") and page.is_enabled("#send")

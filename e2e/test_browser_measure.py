@@ -59,10 +59,14 @@ def page(browser, site_url):
     assert not c.offsite, f"requests to other origins: {c.offsite}"
 
 
+def model_sha(site_root, name: str) -> str:
+    manifest = json.loads((site_root / "manifest.json").read_text())
+    return next(a["sha256"] for a in manifest["artifacts"] if a.get("model") == name)
+
+
 @pytest.fixture(scope="module")
 def tiny_sha(site_root):
-    manifest = json.loads((site_root / "manifest.json").read_text())
-    return next(a["sha256"] for a in manifest["artifacts"] if a.get("model") == "tiny")
+    return model_sha(site_root, "tiny")
 
 
 def test_measure_returns_the_gates_table_and_keeps_the_verdict_in_opfs(page, tiny_sha):
@@ -95,7 +99,7 @@ AUTO = """async ([tables]) => {%s
     const gen = d.generate([prompt.messages[0]], { max_tokens: 4 });
     let step;
     while (!(step = await gen.next()).done);
-    out.push({ draft: d.info.draft, chose: d.info.draft_verdict,
+    out.push({ draft: d.info.draft, model: d.info.draft_model, chose: d.info.draft_verdict,
                auto: step.value.receipt.draft.auto });
   }
   d.terminate();
@@ -109,22 +113,28 @@ def verdict(sha: str, draft: str, word: str, device: str) -> dict:
                            rule_version=gate.RULE_VERSION, date="2026-12-05T00:00:00Z")
 
 
-def test_auto_follows_a_verdict_for_this_device_class_and_ignores_another(page, tiny_sha):
+def test_auto_follows_a_verdict_for_this_device_class_and_ignores_another(page, tiny_sha,
+                                                                          site_root):
+    """Each load reads OPFS afresh; the site's draft for tiny (tiny-borrowing, which today's
+    rule leaves undownloaded on the CPU) is fetched where a verdict promotes it."""
     kept_off = verdict(tiny_sha, "ngram", "keep off", "cpu-numpy")
     promoted = verdict(tiny_sha, "self:1", "promote", "cpu-numpy")
     elsewhere = [verdict(tiny_sha, "ngram", "keep off", "gpu:nvidia"),
                  verdict(tiny_sha, "self:1", "promote", "software")]
+    draft = verdict(tiny_sha, model_sha(site_root, "tiny-borrowing"), "promote", "cpu-numpy")
     tables = [json.dumps({"schema": verdicts.SCHEMA, "verdicts": t})
-              for t in ([kept_off], [kept_off, promoted], elsewhere)]
-    off, on, other = page.evaluate(AUTO, [tables])
+              for t in ([kept_off], [kept_off, promoted], elsewhere, [kept_off, draft])]
+    off, on, other, model = page.evaluate(AUTO, [tables])
     # today's rule picks ngram (no draft model on the CPU); its verdict keeps it off
-    assert off == {"draft": "none", "chose": kept_off["sha256"],
+    assert off == {"draft": "none", "model": None, "chose": kept_off["sha256"],
                    "auto": {"verdict": "keep off", "verdict_sha256": kept_off["sha256"]}}
-    assert on == {"draft": "self:1", "chose": promoted["sha256"],
+    assert on == {"draft": "self:1", "model": None, "chose": promoted["sha256"],
                   "auto": {"verdict": "promote", "verdict_sha256": promoted["sha256"]}}
     # verdicts of other device classes only: today's rule, and the receipt says no verdict chose
-    assert other == {"draft": "ngram", "chose": None,
+    assert other == {"draft": "ngram", "model": None, "chose": None,
                      "auto": {"verdict": None, "verdict_sha256": None}}
+    assert model == {"draft": "model", "model": "tiny-borrowing", "chose": draft["sha256"],
+                     "auto": {"verdict": "promote", "verdict_sha256": draft["sha256"]}}
 
 
 CANCEL_AND_BAD = """async () => {%s

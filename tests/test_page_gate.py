@@ -140,3 +140,38 @@ def test_before_a_load_it_is_not_ready():
     out = json.loads(asyncio.run(session.Session(no_gpu).measure(
         1, "{}", sample(), None, lambda *a: None)))
     assert out["error"]["code"] == "not_ready"
+
+
+def v(draft: str, word: str, device: str, champion: str = "c" * 64) -> dict:
+    return verdicts.record(champion_sha256=champion, draft=draft, device_class=device,
+                           verdict=word, speedup={"median": 1.3, "low": 1.1, "high": 1.4},
+                           rule_version=1, date="2026-12-05T00:00:00Z")
+
+
+@pytest.mark.parametrize("webgpu, backend, table, fetch, decided", [
+    # a hardware GPU: today's rule fetches the draft; its keep-off verdict stops the download
+    ({"available": True, "vendor": "nvidia"}, "auto", [v("d" * 64, "keep off", "gpu:nvidia")],
+     False, True),
+    ({"available": True, "vendor": "nvidia"}, "auto", [v("d" * 64, "keep off", "gpu:amd")],
+     True, False),                                  # another class: ignored
+    ({"available": True, "vendor": "nvidia"}, "auto", [v("ngram", "promote", "gpu:nvidia")],
+     False, True),                                  # n-gram promoted, the draft not measured
+    # SwiftShader: the numpy engine runs (cpu-numpy) unless backend webgpu asks for it
+    ({"available": True, "fallback": True}, "auto", [v("d" * 64, "promote", "cpu-numpy")],
+     True, True),
+    ({"available": True, "fallback": True}, "auto", [v("d" * 64, "promote", "software")],
+     False, False),
+    ({"available": True, "fallback": True}, "webgpu", [v("d" * 64, "promote", "software")],
+     True, True),
+    ({"available": False}, "auto", [v("d" * 64, "promote", "cpu-numpy", "e" * 64)],
+     False, False),                                 # another champion's
+], ids=["gpu-kept-off", "gpu-other-class", "gpu-ngram", "swiftshader-cpu", "swiftshader-other",
+        "swiftshader-webgpu", "other-champion"])
+def test_auto_fetches_the_draft_model_by_a_verdict_for_the_engine_it_will_run(
+        webgpu, backend, table, fetch, decided):
+    facts = {"has_model": True, "backend": backend, "webgpu": webgpu,
+             "champion_sha256": "c" * 64, "draft_sha256": "d" * 64,
+             "verdicts": json.dumps({"schema": verdicts.SCHEMA, "verdicts": table})}
+    out = json.loads(session.Session(no_gpu).auto_draft(json.dumps(facts)))
+    assert out["model"] is fetch
+    assert ("a verdict measured on this device" in out["reason"]) is decided

@@ -127,7 +127,9 @@ async function autoDraft(running, champion, backend) {
   const trained = m.artifacts.find((x) => x.kind === "model" && x.draft_for === champion.name);
   const webgpu = backend === "cpu" ? null : await webgpuInfo();
   const { session } = await running;
-  const facts = { has_model: Boolean(trained), backend, webgpu };
+  // A verdict recorded here (verdicts.js) for this champion and draft comes first.
+  const facts = { has_model: Boolean(trained), backend, webgpu, verdicts: await readVerdicts(),
+                  champion_sha256: champion.sha256, draft_sha256: trained?.sha256 ?? null };
   const { model, reason } = JSON.parse(session.auto_draft(JSON.stringify(facts)));
   return { draft: model ? trained.model : "ngram", reason, webgpu };
 }

@@ -20,7 +20,7 @@ import json
 import time
 from types import SimpleNamespace
 
-from .. import verdicts
+from .. import receipts, verdicts
 from ..drafters import parse_draft
 from ..errors import PromptTooLongError
 from . import gate
@@ -123,6 +123,38 @@ async def measure(session, options_json: str, workload_text: str, table_json: st
     result["text"] = gate.format_verdicts(result)
     return {"result": result, "verdicts": found,
             "table": {"schema": verdicts.SCHEMA, "verdicts": verdicts.merge(table, found)}}
+
+
+def engine_class(facts: dict, kind: str) -> str:
+    """The adapter class the page's engine will have (make_engine's choice), from what the
+    worker knows before it loads: the numpy engine on the CPU and, unless backend "webgpu"
+    asks for it, behind a software adapter; else the adapter's (receipts.adapter_class)."""
+    if kind == "cpu" or (kind == "software" and facts.get("backend") != "webgpu"):
+        return "cpu-numpy"
+    return receipts.adapter_class((facts.get("webgpu") or {}).get("vendor"), kind == "software")
+
+
+def draft_download(facts: dict, kind: str, model: bool, reason: str) -> tuple[bool, str]:
+    """Whether "auto" fetches the site's draft model: by a recorded verdict for this champion,
+    that draft and the engine's class (verdicts.choose, which Session.load applies again to
+    what was loaded), else by today's rule (`model`, `reason`). facts: Session.auto_draft's,
+    with "verdicts" (OPFS verdicts.json's text), "champion_sha256" and "draft_sha256"."""
+    text, champion, draft = (facts.get(k) for k in ("verdicts", "champion_sha256",
+                                                      "draft_sha256"))
+    if not (text and champion and draft):
+        return model, reason
+    try:
+        table = verdicts.parse(json.loads(text), "verdicts.json")
+    except ValueError:      # (VerdictStoreError too) Session.load names it
+        return model, reason
+    choice = verdicts.choose(table, champion, engine_class(facts, kind),
+                             verdicts.weightless(table) | {draft: "model"},
+                             "model" if model else "ngram")
+    if choice is None:
+        return model, reason
+    v = choice.verdict
+    return choice.drafter == "model", (f"a verdict measured on this device ({v['verdict']}, "
+                                       f"{v['date']}) chose {choice.drafter}")
 
 
 async def run_sides(args, items, prompts, engines, on_progress, should_stop):

@@ -203,8 +203,8 @@ class Session:
     def auto_draft(self, facts_json: str) -> str:
         """The draft "auto" for the worker, asked before any draft downloads: facts {"has_model":
         the site has a draft model for this champion, "backend": init's, "webgpu": {available,
-        fallback (a software adapter), description}} -> {"model": whether to fetch and load
-        the draft model, "reason"}."""
+        fallback (a software adapter), description}, and the gate's verdicts (page_gate.
+        draft_download)} -> {"model": whether to fetch and load the draft model, "reason"}."""
         facts = json.loads(facts_json)
         webgpu = facts.get("webgpu") or {}
         if facts.get("backend") == "cpu":
@@ -215,6 +215,7 @@ class Session:
             kind = "software" if webgpu.get("fallback") is True else "gpu"
             name = webgpu.get("description") or webgpu.get("vendor") or "WebGPU"
         model, reason = auto_draft(bool(facts.get("has_model")), kind, name)
+        model, reason = page_gate.draft_download(facts, kind, model, reason)
         return json.dumps({"model": model, "reason": reason})
 
     def card(self, head, total: int, name: str, facts_json: str) -> str:

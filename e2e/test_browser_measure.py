@@ -195,7 +195,8 @@ def test_the_demos_button_states_its_sample_and_shows_the_table(context):
     assert page.is_enabled("#measure")
     m = page.evaluate("""() => pyspecApp.measure({ drafts: ["ngram"], maxTokens: 4,
       workload: [{ id: "p", stratum: "s",
-                   messages: [{ role: "user", content: "the cat sat on the mat. the cat" }] }] })""")
+                   messages: [{ role: "user", content: "the cat sat on the mat. the cat" }] }]
+    })""")
     assert m["verdict"] == {"ngram": "keep off"}
     table = page.inner_text("#gate-table")
     assert table == m["text"] and "ngram: keep off" in table and "speedup" in table

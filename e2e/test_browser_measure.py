@@ -77,6 +77,7 @@ def test_measure_returns_the_gates_table_and_keeps_the_verdict_in_opfs(page, tin
     report = m["report"]
     assert report["schema"] == gate.SCHEMA and report["device_class"] == "cpu-numpy"
     assert report["thresholds"] == gate.THRESHOLDS
+    assert report["webgpu"]["available"] in (True, False)    # the adapter, this page's only
     assert "1 prompts measured, fewer than 8" in report["drafters"]["ngram"]["reasons"][0]
     assert m["text"] == report["text"] and "ngram: keep off" in m["text"]
     assert [(p["done"], p["total"]) for p in out["progress"]] == [(0, 3), (1, 3), (2, 3), (3, 3)]

@@ -525,6 +525,8 @@ export interface GateReport {
   drafters: Record<string, GateDrafter>;
   /** The table as the CLI prints it. */
   text: string;
+  /** The WebGPU adapter behind the engine (ReadyInfo's webgpu): this page's, never recorded. */
+  webgpu: ReadyInfo["webgpu"];
   [field: string]: unknown;
 }
 

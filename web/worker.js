@@ -73,8 +73,9 @@
 //       default 32; 0: all, no cap), or the JSONL text `workload`, side by side with
 //       champion-only on this session's champion, judged by the gate's rule (Session.measure,
 //       apps/page_gate.py). result: the gate's JSON (result.text: its table as the CLI prints
-//       it); verdicts: the new ones, also merged into OPFS verdicts.json (stored: whether that
-//       write happened), which draft "auto" follows from the next init on. A cancelled run
+//       it; result.webgpu: the adapter, as ready's webgpu); verdicts: the new ones, also
+//       merged into OPFS verdicts.json (stored: whether that write happened), which draft
+//       "auto" follows from the next init on. A cancelled run
 //       stores nothing. A malformed or empty workload: code bad_workload.
 //   {type:'cancel', id, target}  (target: the id of a generate or measure, running or waiting)
 //                                                -> {type:'cancel_ack', id, cancelled}
@@ -367,7 +368,10 @@ async function measure(msg) {
   if (out.error) throw new WorkerError(out.error.code, out.error.message);
   if (out.cancelled) return { type: "measured", id: msg.id, cancelled: true, result: null };
   const stored = await writeVerdicts(out.table);
-  return { type: "measured", id: msg.id, cancelled: false, result: out.result,
+  // The WebGPU adapter behind the engine's class (a software one: SwiftShader), for this page
+  // only: the verdict keeps the class alone.
+  const webgpu = await webgpuInfo();
+  return { type: "measured", id: msg.id, cancelled: false, result: { ...out.result, webgpu },
            verdicts: out.verdicts, stored };
 }
 

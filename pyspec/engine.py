@@ -106,6 +106,11 @@ class Engine:
         return self.backend.adapter_class
 
     @property
+    def device_class(self) -> str:
+        """The device class gate verdicts are keyed by (verdicts.device_class)."""
+        return self.backend.device_class
+
+    @property
     def kv(self):
         return self.backend.kv
 

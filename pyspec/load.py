@@ -240,7 +240,7 @@ def auto_choice(champion) -> verdicts.Choice:
     table = verdicts.load()
     if not table:    # (no verdicts: the champion's sha256 is not worth computing)
         return verdicts.Choice(rule)
-    device = "cpu-numpy" if isinstance(champion, Model) else champion.dev.adapter_class
+    device = "cpu-numpy" if isinstance(champion, Model) else champion.dev.device_class
     return (verdicts.choose(table, champion.sha256(), device, auto_candidates(table), rule)
             or verdicts.Choice(rule))
 

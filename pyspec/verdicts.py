@@ -4,7 +4,7 @@ one device class, and the rule by which `auto` follows them.
 A verdict is one JSON object (`record` makes it; `python -m pyspec gate` measures it):
 
     {"champion_sha256", "draft": a draft model's sha256 or a drafter's kind ("ngram", "self:20"),
-     "device_class": receipts.ADAPTER_CLASSES, "verdict": "promote" | "keep off",
+     "device_class": device_class (receipts.ADAPTER_CLASSES, a GPU's with its architecture), "verdict": "promote" | "keep off",
      "speedup": {"median", "low", "high"}, "rule_version", "date", "sha256"}
 
 `sha256` is the hash of the other fields (`verdict_sha256`): the name a receipt gives the verdict
@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from .errors import PyspecError
@@ -41,6 +42,18 @@ class VerdictStoreError(PyspecError, ValueError):
     """The verdict file is not a verdict table: the message says which file and how to mend it."""
 
     code = "bad_config"
+
+
+def device_class(adapter_class: str, architecture: str | None = None) -> str:
+    """A verdict's device class: the receipt's adapter class ("cpu-numpy", "software",
+    "gpu:nvidia", ...), and for a hardware GPU the architecture its adapter names
+    (GPUAdapterInfo.architecture, wgpu-py's adapter info: "gpu:nvidia/hopper"), so that a
+    verdict measured on one generation of a vendor's GPUs is not followed on another. Software
+    adapters and the numpy engine are one class each. Only letters, digits and "-_." of the
+    architecture are kept (32 at most): a class names hardware, never a driver build."""
+    arch = re.sub(r"[^a-z0-9_.-]", "", (architecture or "").lower())[:32]
+    return f"{adapter_class}/{arch}" if adapter_class.startswith("gpu:") and arch else \
+        adapter_class
 
 
 def verdict_sha256(v: dict) -> str:

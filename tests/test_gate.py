@@ -258,3 +258,28 @@ def test_the_page_session_follows_a_verdict_table_given_at_init(tiny, tmp_path):
                                         champion)))
     assert bad["error"]["code"] == "bad_config"
     assert json.loads(asyncio.run(s.load('{"draft": "auto"}', champion)))["draft_verdict"] is None
+
+
+@pytest.mark.parametrize("adapter, architecture, expected", [
+    ("gpu:nvidia", "hopper", "gpu:nvidia/hopper"),
+    ("gpu:amd", "RDNA-3 (gfx1100)", "gpu:amd/rdna-3gfx1100"),    # a name, kept to its letters
+    ("gpu:other", "", "gpu:other"),                              # none named: the vendor's
+    ("gpu:intel", None, "gpu:intel"),
+    ("software", "swiftshader", "software"),                     # one class, whatever renders
+    ("cpu-numpy", None, "cpu-numpy"),
+])
+def test_the_device_class_is_the_adapter_class_and_a_gpus_architecture(adapter, architecture,
+                                                                        expected):
+    assert verdicts.device_class(adapter, architecture) == expected
+
+
+def test_a_verdict_for_another_gpu_architecture_is_not_followed(tiny, store):
+    """auto natively on a GPU: the device's class names its architecture (here a fake device's
+    class: the numpy engine has one class only, and this test runs anywhere)."""
+    ampere = verdict(tiny, "self:1", "promote", device="gpu:nvidia/ampere")
+    verdicts.save([ampere])
+    table = verdicts.load()
+    candidates = {"self:1": "self:1"}
+    sha = sha256_file(tiny.champion_path)
+    assert verdicts.choose(table, sha, "gpu:nvidia/hopper", candidates, "ngram") is None
+    assert verdicts.choose(table, sha, "gpu:nvidia/ampere", candidates, "ngram").drafter == "self:1"

@@ -165,8 +165,13 @@ def v(draft: str, word: str, device: str, champion: str = "c" * 64) -> dict:
      True, True),
     ({"available": False}, "auto", [v("d" * 64, "promote", "cpu-numpy", "e" * 64)],
      False, False),                                 # another champion's
+    # a GPU that names its architecture: only a verdict of that architecture counts
+    ({"available": True, "vendor": "nvidia", "architecture": "ampere"}, "auto",
+     [v("d" * 64, "keep off", "gpu:nvidia/hopper")], True, False),
+    ({"available": True, "vendor": "nvidia", "architecture": "ampere"}, "auto",
+     [v("d" * 64, "keep off", "gpu:nvidia/ampere")], False, True),
 ], ids=["gpu-kept-off", "gpu-other-class", "gpu-ngram", "swiftshader-cpu", "swiftshader-other",
-        "swiftshader-webgpu", "other-champion"])
+        "swiftshader-webgpu", "other-champion", "gpu-other-architecture", "gpu-architecture"])
 def test_auto_fetches_the_draft_model_by_a_verdict_for_the_engine_it_will_run(
         webgpu, backend, table, fetch, decided):
     facts = {"has_model": True, "backend": backend, "webgpu": webgpu,

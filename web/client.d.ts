@@ -487,7 +487,8 @@ export interface Verdict {
   champion_sha256: string;
   /** A draft model's sha256 ("ngram+" before it for the combination), else the drafter's kind. */
   draft: string;
-  /** The receipt's adapter class: "software", "cpu-numpy", "gpu:nvidia", ... */
+  /** "cpu-numpy", "software", or a GPU's vendor family and architecture: "gpu:nvidia/ampere"
+   *  ("gpu:nvidia" where the browser names no architecture). */
   device_class: string;
   verdict: VerdictWord;
   speedup: { median: number; low: number; high: number };

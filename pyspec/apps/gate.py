@@ -190,7 +190,7 @@ def run_gate(args) -> int:
     engines = {d: Engine(backend(champion, d, args.ctx), tok) for d in ["none", *drafts]}
     t0 = time.time()
     rows, skipped, _ = run_sides(args, items, prompts, engines, drafts)
-    device, sha = engines["none"].adapter_class, champion.sha256()
+    device, sha = engines["none"].device_class, champion.sha256()
     budget = int(args.memory_budget * 1e6) if args.memory_budget else None
     table, found = judge_rows(rows, {d: identity(d) for d in drafts}, sha, device, budget)
     result = {"schema": SCHEMA, "backend": args.backend, "adapter": engines["none"].adapter,

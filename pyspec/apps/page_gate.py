@@ -112,9 +112,9 @@ async def measure(session, options_json: str, workload_text: str, table_json: st
     rows, skipped = ran
     base = engines["none"]
     names = {d: identity(session, d) for d in args.drafts}
-    drafters, found = gate.judge_rows(rows, names, base.champion.sha256(), base.adapter_class)
+    drafters, found = gate.judge_rows(rows, names, base.champion.sha256(), base.device_class)
     result = {"schema": gate.SCHEMA, "backend": "page", "adapter": base.adapter,
-              "device_class": base.adapter_class, "workload": args.source,
+              "device_class": base.device_class, "workload": args.source,
               "per_stratum": args.per_stratum, "max_tokens_cap": args.max_tokens,
               "k_policy": args.k, "repeat": 1, "thresholds": gate.THRESHOLDS,
               "rule_version": gate.RULE_VERSION, "memory_budget_bytes": None,
@@ -126,12 +126,14 @@ async def measure(session, options_json: str, workload_text: str, table_json: st
 
 
 def engine_class(facts: dict, kind: str) -> str:
-    """The adapter class the page's engine will have (make_engine's choice), from what the
+    """The device class the page's engine will have (make_engine's choice), from what the
     worker knows before it loads: the numpy engine on the CPU and, unless backend "webgpu"
-    asks for it, behind a software adapter; else the adapter's (receipts.adapter_class)."""
+    asks for it, behind a software adapter; else the adapter's (verdicts.device_class)."""
     if kind == "cpu" or (kind == "software" and facts.get("backend") != "webgpu"):
         return "cpu-numpy"
-    return receipts.adapter_class((facts.get("webgpu") or {}).get("vendor"), kind == "software")
+    webgpu = facts.get("webgpu") or {}
+    return verdicts.device_class(receipts.adapter_class(webgpu.get("vendor"), kind == "software"),
+                                 webgpu.get("architecture"))
 
 
 def draft_download(facts: dict, kind: str, model: bool, reason: str) -> tuple[bool, str]:

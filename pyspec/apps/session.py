@@ -246,7 +246,7 @@ class Session:
 
     async def _follow_verdicts(self, engine: Engine, table_json: str | None) -> Engine:
         """"auto" at load: a recorded gate verdict for this champion, draft and the engine's
-        adapter class (verdicts.choose, as load.auto_choice natively) over the rule above; the
+        device class (verdicts.choose, as load.auto_choice natively) over the rule above; the
         engine for its choice. Sets auto_choice, which the receipts of "auto" requests name."""
         table = verdicts.parse(parse_json(table_json, "verdicts"), "the verdicts init option") \
             if table_json else []
@@ -256,7 +256,7 @@ class Session:
             if self.draft_model is not None:
                 inner = getattr(self.draft_model, "model", self.draft_model)   # a bridged one's
                 candidates[inner.sha256()] = "model"
-            choice = verdicts.choose(table, engine.champion.sha256(), engine.adapter_class,
+            choice = verdicts.choose(table, engine.champion.sha256(), engine.device_class,
                                      candidates, self.default_draft)
         self.auto_choice = choice or verdicts.Choice(self.default_draft)
         if self.auto_choice.drafter != self.default_draft:

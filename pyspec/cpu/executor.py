@@ -41,7 +41,8 @@ class Cycle:
 
 
 class CPUBackend(Executor):
-    adapter = adapter_class = "cpu-numpy"   # the numpy engine's name and its receipt class
+    # the numpy engine's name, its receipt class and its gate verdicts' device class
+    adapter = adapter_class = device_class = "cpu-numpy"
     takes_trees = True   # it verifies a TreeProposal (--tree); the GPU backend does not
 
     def __init__(self, champion: Model, drafter=None, max_ctx: int | None = None, kv=None):

@@ -117,6 +117,7 @@ class GPUBackend(Executor):
         self.dev = dev = champion.dev
         self.adapter = dev.name
         self.adapter_class = dev.adapter_class
+        self.device_class = dev.device_class
         self.paths = paths
         self.drafter = self._take(drafter)
         vocab = champion.config.vocab_size

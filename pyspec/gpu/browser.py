@@ -134,6 +134,7 @@ class BrowserDevice(Device):
         self.is_cpu = bool(getattr(adapter, "isFallbackAdapter", False)
                            if fallback is None else fallback)
         self.vendor = getattr(info, "vendor", None)        # GPUAdapterInfo.vendor, e.g. "nvidia"
+        self.architecture = getattr(info, "architecture", None) or None   # e.g. "ampere"
         self.limits = {key: int(getattr(device.limits, js_key)) for js_key, key in _LIMITS.items()}
         self._slowest: float | None = None   # seconds of the slowest readback but the first
         _LIVE.add(self)

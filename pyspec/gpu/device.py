@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import PyspecError
 from ..receipts import adapter_class
+from ..verdicts import device_class
 from .constants import ROWS_MAX, wgsl  # noqa: F401 (the GPU modules read ROWS_MAX from here)
 
 
@@ -179,6 +180,7 @@ class Device:
     # The adapter's vendor: a WebGPU vendor name ("nvidia") or a PCI vendor id; only
     # `adapter_class` reads it.
     vendor: str | int | None = None
+    architecture: str | None = None   # as the adapter names it ("hopper"); `device_class` reads it
 
     lost: str | None = None   # why the device was lost (browser.py reports it), None while alive
     drill: str | None = None  # a DEVICE_DRILLS kind armed for the next readback (web.py)
@@ -197,6 +199,11 @@ class Device:
     def adapter_class(self) -> str:
         """What a receipt may say about this adapter (receipts.adapter_class), never `name`."""
         return adapter_class(self.vendor, self.is_cpu)
+
+    @property
+    def device_class(self) -> str:
+        """What a gate verdict is keyed by (verdicts.device_class): the class and architecture."""
+        return device_class(self.adapter_class, self.architecture)
 
     # --- adapter primitives -------------------------------------------------------------------
     def _create_buffer(self, nbytes: int, usage: str, label: str):

@@ -110,6 +110,7 @@ class NativeDevice(Device):
         self.features = frozenset(adapter.features)
         self.is_cpu = info.get("adapter_type") == "CPU"
         self.vendor = info.get("vendor_id")
+        self.architecture = info.get("architecture") or None
         limits = adapter.limits
         wanted = {}
         for key in ("max-storage-buffer-binding-size", "max-buffer-size",

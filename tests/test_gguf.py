@@ -282,6 +282,37 @@ def test_buffers_of_any_kind(written):
         from_file.tensor("no.such.tensor")
 
 
+def test_a_file_read_through_a_reader_holds_one_tensor_at_a_time(written):
+    """from_reader (the page's weights, streamed from OPFS): the header in growing reads, then
+    each tensor in one read of its own bytes, equal to the whole buffer's; a given sha256 is
+    trusted (no read), a short read is named."""
+    path, _ = written
+    blob = path.read_bytes()
+    whole = GGUFFile(blob)
+    reads = []
+
+    def reader(offset, nbytes):
+        reads.append((offset, nbytes))
+        return bytearray(blob[offset:offset + nbytes])
+
+    f = GGUFFile.from_reader(reader, len(blob), "streamed", first=64)
+    assert f.metadata == whole.metadata and f.tensors == whole.tensors
+    assert all(off == 0 for off, _ in reads) and len(reads) > 1      # the header, grown
+    assert reads[-1][1] < len(blob)                                   # never the whole file
+    reads.clear()
+    for name, t in whole.tensors.items():
+        assert np.array_equal(f.raw(name), whole.raw(name))
+        assert reads[-1] == (t.offset, t.nbytes)
+    assert f.sha256() == hashlib.sha256(blob).hexdigest()            # read in blocks
+    trusted = GGUFFile.from_reader(reader, len(blob), "streamed", sha256="ab" * 32)
+    reads.clear()
+    assert trusted.sha256() == "ab" * 32 and not reads
+    cut = GGUFFile.from_reader(lambda off, n: reader(off, n)[:n - 1] if off else reader(off, n),
+                               len(blob), "cut")
+    with pytest.raises(gguf.TruncatedTensorError, match="the file changed or was cut"):
+        cut.raw("q8_0.2d")
+
+
 # ---------------------------------------------------------------------------------------------
 # Malformed input
 # ---------------------------------------------------------------------------------------------

@@ -147,12 +147,24 @@ def test_the_header_card_equals_the_full_card(tiny, tmp_path):
 
 
 def test_the_adapters_limits_decide_the_webgpu_verdict(tiny):
-    largest = info.card(str(tiny))["largest_tensor"]["bytes"]
+    c = info.card(str(tiny))
+    largest = c["gpu_buffer"]["bytes"]
     roomy = {"maxBufferSize": 1 << 30, "maxStorageBufferBindingSize": 1 << 30}
     tight = {"maxBufferSize": 1 << 30, "maxStorageBufferBindingSize": largest - 4}
     assert header_card(tiny, limits=roomy)[0]["backends"]["webgpu"]["fits"]
     b = header_card(tiny, limits=tight)[0]["backends"]["webgpu"]
     assert not b["fits"] and b["limit"] == largest - 4 and "CPU engine" in b["why"]
+    assert str(largest) in b["why"] and str(largest - 4) in b["why"]   # the numbers
+
+
+def test_a_vocabulary_table_past_the_binding_limit_goes_in_row_parts(tiny):
+    """The embedding is the tiny model's largest tensor; under a binding limit below it (and
+    above every layer's fused weights) the card still fits: it goes in row parts."""
+    c = info.card(str(tiny))
+    assert c["largest_tensor"]["name"] == "token_embd.weight"
+    assert c["gpu_buffer"]["bytes"] < c["largest_tensor"]["bytes"]
+    split = {"maxBufferSize": 1 << 30, "maxStorageBufferBindingSize": c["gpu_buffer"]["bytes"]}
+    assert header_card(tiny, limits=split)[0]["backends"]["webgpu"]["fits"]
 
 
 def test_the_page_refuses_what_no_engine_here_holds(tiny, tmp_path):

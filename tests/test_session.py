@@ -634,3 +634,73 @@ def test_the_worker_asks_the_session_for_the_auto_draft():
         out = ask(*facts)
         assert out["model"] is False and out["reason"].endswith("prompt n-gram"), facts
 
+
+
+# --- streamed weights (page_engine.open_gguf) and lowered limits (page_engine.capped) ----------
+class Source:
+    """What web/stream.js weightSource hands Python: size, sha256 and read(offset, into), which
+    fills the bytearray it is lent. Records the largest read."""
+
+    def __init__(self, blob: bytes):
+        import hashlib
+
+        self.blob, self.size = blob, len(blob)
+        self.sha256 = hashlib.sha256(blob).hexdigest()
+        self.largest = 0
+
+    def read(self, offset, into):
+        into[:] = self.blob[offset:offset + len(into)]
+        self.largest = max(self.largest, len(into))
+
+
+def test_a_session_streams_its_weights_a_tensor_at_a_time(tiny, champion_bytes):
+    """A model read through its source decodes as the same model from its bytes, and no read
+    is larger than its largest tensor or the header's first read (1 MiB, from_reader)."""
+    source = Source(champion_bytes)
+    texts = []
+    for weights in (champion_bytes, source):
+        s = session.Session(opener(NoAdapterError("none here")))
+        assert "error" not in json.loads(run(s.load(json.dumps({"max_ctx": 128}), weights)))
+        done = json.loads(run(s.generate(1, MESSAGES, json.dumps({"max_tokens": 8}),
+                                         lambda *a: None)))
+        texts.append(done["tokens"])
+        assert done["receipt"]["champion_sha256"] == source.sha256
+    assert texts[0] == texts[1]
+    f = GGUFFile(champion_bytes)
+    assert source.largest <= max(max(t.nbytes for t in f.tensors.values()), 1 << 20)
+
+
+class Capped:
+    limits = {"max-buffer-size": 1 << 30, "max-storage-buffer-binding-size": 1 << 27}
+
+
+def test_gpu_limits_lower_the_devices_limits_and_are_checked():
+    dev = run(page_engine.capped(opener(Capped()), {"maxStorageBufferBindingSize": 4096})())
+    assert dev.limits == {"max-buffer-size": 1 << 30, "max-storage-buffer-binding-size": 4096}
+    same = opener(Capped())
+    assert page_engine.capped(same, None) is same
+    s = session.Session(opener(NoAdapterError("none here")))
+    for bad in ({"maxBufferSize": -1}, {"maxBindings": 4}):
+        out = json.loads(run(s.load(json.dumps({"gpu_limits": bad}), b"")))
+        assert out["error"]["code"] == "bad_config"
+
+
+@requires_gpu
+def test_tables_split_under_lowered_limits_decode_the_same_tokens(tiny, champion_bytes):
+    """The embedding (the tiny model's largest tensor) past a lowered binding limit goes in row
+    parts (ops.upload_rows), streamed from its source: the tokens equal the whole table's."""
+    from pyspec.apps import info
+    from pyspec.gpu import ops, open_device
+
+    card = info.card(tiny.champion_path)
+    caps = {"maxStorageBufferBindingSize": card["gpu_buffer"]["bytes"]}
+    outs = []
+    for limits in (None, caps):
+        s = session.Session(opener(open_device()))
+        opts = {"max_ctx": 128, "backend": "webgpu", "gpu_limits": limits}
+        assert "error" not in json.loads(run(s.load(json.dumps(opts), Source(champion_bytes))))
+        assert isinstance(s.engine.champion.tok_embd, ops.RowParts) == (limits is not None)
+        done = json.loads(run(s.generate(1, MESSAGES, json.dumps({"max_tokens": 8}),
+                                         lambda *a: None)))
+        outs.append(done["tokens"])
+    assert outs[0] == outs[1]

@@ -30,7 +30,7 @@ const pickedFiles = new Map();   // the model select's value "file:NAME" -> the 
 
 // --- progress and errors ----------------------------------------------------------------------
 const PHASES = { runtime: "loading Pyodide and pyspec", download: "downloading",
-                 cache: "reading from the browser cache", verify: "checking sha256",
+                 verify: "checking sha256",
                  load: "loading weights", card: "read the model card of",
                  import: "copying into the browser cache" };
 
@@ -67,7 +67,8 @@ function showProgress(p) {
   $("progress-fill").style.width = `${Math.round(100 * frac)}%`;
   $("progress-fill").parentElement.setAttribute("aria-valuenow", String(Math.round(100 * frac)));
   const mb = (n) => (n / 1e6).toFixed(1);
-  const size = p.phase === "download" || p.phase === "cache" ? ` ${mb(p.loaded)} / ${mb(p.total)} MB` : "";
+  const sized = ["download", "verify", "import"].includes(p.phase);
+  const size = sized ? ` ${mb(p.loaded)} / ${mb(p.total)} MB` : "";
   $("progress-label").textContent = `${PHASES[p.phase] ?? p.phase} ${p.label ?? ""}${size}`;
 }
 

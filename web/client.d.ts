@@ -29,6 +29,7 @@ export type SpecErrorCode =
   | "prompt_too_long"
   | "terminated"
   | "unknown_model"
+  | "weights_changed"
   | "worker_died"
   | "worker_oom";
 // END SpecErrorCode
@@ -96,9 +97,10 @@ export interface ChatMessage {
 export interface Progress {
   type: "progress";
   /** Python's start, a model's card (by URL or Blob, before its download), a weights
-   *  download, a picked File/Blob copied into OPFS, the weights read from OPFS, their sha256
-   *  checked, the model built. */
-  phase: "runtime" | "card" | "download" | "import" | "cache" | "verify" | "load";
+   *  download, a picked File/Blob copied into OPFS (and hashed), the weights' sha256 checked as
+   *  they stream from OPFS (loaded / total bytes), the model built (its tensors streamed to the
+   *  GPU). */
+  phase: "runtime" | "card" | "download" | "import" | "verify" | "load";
   loaded: number;
   total: number;
   label?: string;
@@ -143,6 +145,10 @@ export interface SpecDecoderOptions {
   /** Start Python from the Pyodide memory snapshot an earlier visit saved in OPFS (1 s instead
    *  of 4), making one for the next visit when there is none; default true. false: neither. */
   snapshot?: boolean;
+  /** Tests: the WebGPU adapter's buffer and binding limits as the weights' upload reads them,
+   *  lowered (bytes), so a small model's vocabulary tables go in row parts as a large model's
+   *  do; default null (the adapter's own). */
+  gpuLimits?: { maxBufferSize?: number; maxStorageBufferBindingSize?: number } | null;
 }
 
 /** The sampling controls, applied in this order (README "Sampling controls"): logit_bias,
@@ -315,6 +321,10 @@ export interface ReadyInfo {
   load_ms: { parse: number; tokenizer: number; draft: number; engine: number };
   /** Milliseconds from the init request to ready. */
   init_ms: number;
+  /** The wasm heap's size (its high-water mark) before the weights were hashed and after the
+   *  model loaded: the weights stream a tensor at a time, so the growth stays near the largest
+   *  tensor, not the file. */
+  wasm_bytes: { before_weights: number; after_load: number };
   startup: Startup;
   /** Faults met while loading and recovered from (a damaged cache downloaded again, no OPFS,
    *  a dropped download resumed, ...); each also went to onNotice. */

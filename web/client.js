@@ -83,7 +83,7 @@ function checkFinite(value, name, seen = new Set()) {
 // The options SpecDecoder.create takes (client.d.ts SpecDecoderOptions); any other is refused.
 const CREATE_OPTIONS = ["workerUrl", "champion", "draft", "maxCtx", "backend", "onProgress",
                         "maxRestarts", "stallTimeoutMs", "onNotice", "drills", "loadDrill",
-                        "snapshot"];
+                        "snapshot", "gpuLimits"];
 const RELOAD_OPTIONS = ["loadDrill", "champion", "maxCtx"];
 const BACKENDS = ["auto", "webgpu", "cpu"];   // pyspec/apps/page_engine.py BACKENDS
 const TERMINATED = "the decoder was terminated: create a new one";
@@ -210,7 +210,7 @@ export class SpecDecoder {
     const { workerUrl = new URL("./worker.js", import.meta.url), champion = "smollm2",
             draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
             maxRestarts = 1, stallTimeoutMs = 60000, onNotice = null, drills = false,
-            loadDrill = null, snapshot = true } = options ?? {};
+            loadDrill = null, snapshot = true, gpuLimits = null } = options ?? {};
     for (const [name, value] of [["onProgress", onProgress], ["onNotice", onNotice]]) {
       if (value != null && typeof value !== "function") {
         throw new SpecError("bad_config", `${name} must be a function or null, got ` +
@@ -227,7 +227,7 @@ export class SpecDecoder {
                           `got ${maxCtx}`);
     }
     this.#opts = { workerUrl, champion, draft, maxCtx, backend, onProgress, maxRestarts,
-                   stallTimeoutMs, onNotice, drills, loadDrill, snapshot };
+                   stallTimeoutMs, onNotice, drills, loadDrill, snapshot, gpuLimits };
   }
 
   // --- plumbing -----------------------------------------------------------------------------
@@ -371,10 +371,10 @@ export class SpecDecoder {
 
   async #init() {
     const { champion, draft, maxCtx, backend, onProgress, drills, loadDrill,
-            snapshot } = this.#opts;
+            snapshot, gpuLimits } = this.#opts;
     this.#opts.loadDrill = null;   // the first worker's load only
     this.info = await this.#request("init", { champion, draft, maxCtx, backend, drills,
-                                              drill: loadDrill, snapshot },
+                                              drill: loadDrill, snapshot, gpuLimits },
                                     { onEvent: onProgress });
     for (const n of this.info.notices ?? []) this.#notice({ ...n, at_token: 0 });
   }

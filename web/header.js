@@ -12,7 +12,7 @@
 // Not here: the download (weights.js), the rule that decides (info.py).
 
 import { WorkerError } from "./manifest.js";
-import { pyBuffer } from "./weights.js";
+import { pyBuffer } from "./stream.js";
 
 const FIRST_BYTES = 1 << 20;
 

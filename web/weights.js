@@ -1,15 +1,16 @@
 // The worker's weights (worker.js): models resolved from the manifest or a URL, kept in OPFS
-// keyed by sha256 (downloaded once with progress, resumed by Range requests when the connection
-// drops, checked, downloaded again when corrupt), read into Python's memory and checked there;
-// the loading fault drills (LOAD_DRILLS) made real. `load` collects the faults met, recovered
+// keyed by sha256 (downloaded once with progress under a temporary name and a per-file lock,
+// resumed by Range requests when the connection drops, checked, downloaded again when corrupt),
+// handed to Python as a source it streams (stream.js); the loading fault drills (LOAD_DRILLS)
+// made real. `load` collects the faults met, recovered
 // from (init's notices, the receipts' faults).
 //
 // Not here: Pyodide's start (runtime.js), the requests (worker.js).
 
 import { SITE, WorkerError, manifest, sha256Hex, sleep } from "./manifest.js";
+import { hashBlob, mismatch, weightSource } from "./stream.js";
 
 const OPFS_DIR = "pyspec-weights";
-const READ_BLOCK = 8 << 20;   // bytes per OPFS read, one progress report each
 // A dropped download is retried this many times, after BACKOFF_MS, then 2x, 4x, ... (0.25 +
 // 0.5 + 1 + 2 + 4 s at most), each from the byte it reached (a Range request).
 const DOWNLOAD_RETRIES = 5;
@@ -220,17 +221,6 @@ async function accessHandle(dir, name, load) {
   }
 }
 
-// A Python bytearray of `size` bytes and a Uint8Array view of it in wasm memory. The view is
-// valid only until Python next allocates (wasm memory may grow), so use it at once.
-// (header.js and importBlob put bytes into Python this way too.)
-export function pyBuffer(pyodide, size) {
-  const builtins = pyodide.pyimport("builtins");
-  const buf = builtins.bytearray(size);
-  builtins.destroy();
-  const view = buf.getBuffer("u8");
-  return { buf, view };
-}
-
 // Stage 1, in parallel with loading Pyodide: make sure OPFS holds a file of the right size
 // (download it when missing or truncated). Without OPFS (or without a known sha256), keep the
 // downloaded chunks in memory instead. `load` collects the faults met (init's notices).
@@ -250,177 +240,186 @@ export async function fetchWeights(model, progress, stats, load) {
     return { model, dir: null, chunks };
   }
   const name = `${model.sha256}.gguf`;
+  return cacheLock(name, () => cacheWeights(dir, name, model, progress, stats, load));
+}
+
+// The pages of this site that load one model write its OPFS file one at a time (Web Locks,
+// where the browser has them): a second page waits for the first's download and then finds the
+// file whole, instead of writing it again beside it. Readers take no lock (openWeights reads a
+// File snapshot). Without navigator.locks the writes are only as safe as the file's exclusive
+// access handle makes them.
+function cacheLock(name, fn) {
+  return navigator.locks ? navigator.locks.request(`pyspec-weights/${name}`, fn) : fn();
+}
+
+// fetchWeights' OPFS half, under the file's lock: cached whole, or downloaded (toOpfs).
+async function cacheWeights(dir, name, model, progress, stats, load) {
   const memory = () => fetchWeights({ ...model, sha256: null, expected: model.sha256 },
                                     progress, stats, load);
-  if (load.drill === "opfs-quota" || load.drill === "download-drop") {
+  const drill = load.drill;
+  if (drill === "opfs-quota" || drill === "download-drop") {
     await dir.removeEntry(name).catch(() => {});   // these drills strike on a first visit
   }
-  const access = await accessHandle(dir, name, load);
-  if (!access) return memory();   // held by another page all along: go on without the cache
+  const whole = (size) => size === model.size || (model.size == null && size > 0);
+  let size = await cachedSize(dir, name, load);
   try {
-    if (load.drill === "opfs-truncate" || load.drill === "opfs-flip") {
-      await damage(access, model, progress, stats, load);
+    if (size !== null && (drill === "opfs-truncate" || drill === "opfs-flip")) {
+      load.drill = null;
+      if (!whole(size) && !await toOpfs(dir, name, model, progress, stats, load)) return memory();
+      size = await damage(dir, name, drill, model, load);
     }
-    const size = access.getSize();
+    if (size === null) return memory();   // held by another page all along: no cache this time
     // A model given by URL without its size: a file there is the one its sha256 names, checked
-    // as it is read (readWeights downloads it again where it is not).
-    if (size === model.size || (model.size == null && size > 0)) {
+    // as it is read (openWeights downloads it again where it is not).
+    if (whole(size)) {
       stats.cached = true;
-    } else {
-      const t0 = performance.now();
-      await toOpfs(access, model, progress, stats, load);
-      if (size > 0) {
-        load.fault("opfs_truncated", t0, `the cached ${model.name} was incomplete (${size} ` +
-                   `of ${model.size} bytes); it was downloaded again`);
-      }
+      return { model, dir, name };
+    }
+    const t0 = performance.now();
+    if (!await toOpfs(dir, name, model, progress, stats, load)) return memory();
+    if (size > 0) {
+      load.fault("opfs_truncated", t0, `the cached ${model.name} was incomplete (${size} ` +
+                 `of ${model.size} bytes); it was downloaded again`);
     }
   } catch (e) {
     if (e?.name !== "QuotaExceededError") throw e;
     const t0 = performance.now();
-    access.truncate(0);
-    access.close();
-    await dir.removeEntry(name).catch(() => {});
     const fetched = await memory();
     load.fault("opfs_quota", t0, "the browser's storage quota is full: the weights run from " +
                "memory this time (free some site data to cache them)");
     return fetched;
-  } finally {
-    access.close();
   }
   return { model, dir, name };
 }
 
+// The cached file's size (0: none), read through its access handle, which waits while another
+// page holds it (accessHandle); null when it stays held.
+async function cachedSize(dir, name, load) {
+  if (!await dir.getFileHandle(name).then(() => true, () => false)) return 0;
+  const access = await accessHandle(dir, name, load);
+  if (!access) return null;
+  try {
+    return access.getSize();
+  } finally {
+    access.close();
+  }
+}
+
 // A File or Blob the user picked: copied into OPFS under a temporary name and hashed as it goes
-// (Python's hashlib, a block at a time: WebCrypto has no incremental digest), then moved to its
-// sha256 name (where that file is already cached whole, the copy goes instead). Without OPFS the
-// Blob's bytes are read into memory. Then it loads as a cached download would (readWeights).
+// (stream.js hashBlob), then moved to its sha256 name under that file's lock (where that file
+// is already cached whole, the copy goes instead). Without OPFS the Blob itself is read.
+// Then it loads as a cached download would (openWeights).
 export async function importBlob(pyodide, model, progress, load) {
   const dir = await opfsDir(load.drill);
   const tmp = `import-${crypto.randomUUID()}.part`;
   const access = dir && await accessHandle(dir, tmp, load);
-  const hasher = pyodide.pyimport("hashlib").sha256();
+  let sha256;
   try {
-    for (let at = 0; at < model.size; at += READ_BLOCK) {
-      const chunk = new Uint8Array(await model.blob.slice(at, at + READ_BLOCK).arrayBuffer());
-      const { buf, view } = pyBuffer(pyodide, chunk.length);
-      view.data.set(chunk);
-      view.release();
-      hasher.update(buf);
-      buf.destroy();
-      access?.write(chunk, { at });
-      progress("import", at + chunk.length, model.size, model.name);
-    }
+    sha256 = await hashBlob(pyodide, model.blob, (phase, ...rest) => progress("import", ...rest),
+                            model.name, access && ((chunk, at) => access.write(chunk, { at })));
     access?.flush();
   } catch (e) {
     access?.close();
     await dir?.removeEntry(tmp).catch(() => {});   // nothing half-written stays
     throw e;
-  } finally {
-    model = { ...model, sha256: hasher.hexdigest() };
-    hasher.destroy();
   }
-  if (!access) {
-    return { model, dir: null, chunks: [new Uint8Array(await model.blob.arrayBuffer())] };
-  }
+  model = { ...model, sha256 };
+  if (!access) return { model, dir: null, blob: model.blob };
   access.close();
-  const name = `${model.sha256}.gguf`;
-  const cached = await dir.getFileHandle(name).then((h) => h.getFile(), () => null);
-  if (cached?.size === model.size) await dir.removeEntry(tmp);
-  else {
-    if (cached) await dir.removeEntry(name).catch(() => {});   // a cut copy of an earlier try
-    await (await dir.getFileHandle(tmp)).move(name);
-  }
+  const name = `${sha256}.gguf`;
+  await cacheLock(name, async () => {
+    const cached = await dir.getFileHandle(name).then((h) => h.getFile(), () => null);
+    if (cached?.size === model.size) await dir.removeEntry(tmp);
+    else {
+      if (cached) await dir.removeEntry(name).catch(() => {});   // a cut copy of an earlier try
+      await (await dir.getFileHandle(tmp)).move(name);
+    }
+  });
   return { model, dir, name };
 }
 
-async function toOpfs(access, model, progress, stats, load) {
-  access.truncate(0);
-  const quotaAt = load.drill === "opfs-quota" ? (model.size ?? 2) / 2 : Infinity;
-  stats.downloaded += await download(model, progress, (c, at) => {
-    if (at + c.length > quotaAt) {
-      // The drill: OPFS refuses the write as a full quota would.
-      throw new DOMException("the storage quota is exceeded", "QuotaExceededError");
-    }
-    access.write(c, { at });
-  }, load);
-  access.flush();
+// Download `model` into OPFS under a temporary name, moved to `name` once whole (the caller
+// holds the file's lock): a page closed mid-download leaves no cut file under the sha256 name.
+// False when another page holds the temporary file all along (the caller goes on from memory).
+async function toOpfs(dir, name, model, progress, stats, load) {
+  const tmp = name.replace(/\.gguf$/, ".part");
+  const access = await accessHandle(dir, tmp, load);
+  if (!access) return false;
+  try {
+    access.truncate(0);
+    const quotaAt = load.drill === "opfs-quota" ? (model.size ?? 2) / 2 : Infinity;
+    stats.downloaded += await download(model, progress, (c, at) => {
+      if (at + c.length > quotaAt) {
+        // The drill: OPFS refuses the write as a full quota would.
+        throw new DOMException("the storage quota is exceeded", "QuotaExceededError");
+      }
+      access.write(c, { at });
+    }, load);
+    access.flush();
+  } catch (e) {
+    access.close();
+    await dir.removeEntry(tmp).catch(() => {});
+    throw e;
+  }
+  access.close();
+  await dir.removeEntry(name).catch(() => {});
+  await (await dir.getFileHandle(tmp)).move(name);
+  return true;
 }
 
 // The opfs-truncate / opfs-flip drills: the cache as a later load finds it after a crash
-// mid-write or a bad disk (the file is downloaded first where it is not cached yet).
-async function damage(access, model, progress, stats, load) {
-  const drill = load.drill;
-  load.drill = null;
-  if (access.getSize() !== model.size) await toOpfs(access, model, progress, stats, load);
-  if (drill === "opfs-truncate") {
-    access.truncate(Math.floor(model.size / 2));
-  } else {
-    const bytes = new Uint8Array(64);
-    access.read(bytes, { at: 4096 });
-    for (let i = 0; i < bytes.length; i++) bytes[i] ^= 0xff;
-    access.write(bytes, { at: 4096 });
-  }
-  access.flush();
-}
-
-// Stage 2: copy the bytes straight into a Python bytearray (wasm memory) and check their sha256
-// there, so no second full copy stays in JavaScript. A mismatch (a corrupt or stale OPFS file)
-// downloads the file again, once.
-export async function readWeights(pyodide, fetched, progress, stats, load) {
-  const { model, dir, name } = fetched;
-  if (!dir) {
-    const size = fetched.chunks.reduce((n, c) => n + c.length, 0);
-    const { buf, view } = pyBuffer(pyodide, size);
-    let at = 0;
-    for (const c of fetched.chunks.splice(0)) { view.data.set(c, at); at += c.length; }
-    const want = model.sha256 ?? model.expected;
-    const got = want ? await sha256Hex(view.data) : null;
-    view.release();
-    if (want && got !== want) { buf.destroy(); throw mismatch(model.url, want, got, ""); }
-    return buf;
-  }
+// mid-write or a bad disk. Returns the file's size after.
+async function damage(dir, name, drill, model, load) {
   const access = await accessHandle(dir, name, load);
-  if (!access) {   // another page took the cache between the stages: read into memory instead
-    const again = await fetchWeights({ ...model, sha256: null, expected: model.sha256 },
-                                     progress, stats, load);
-    return readWeights(pyodide, again, progress, stats, load);
-  }
-  let corruptAt = null, got = null;
   try {
-    for (let attempt = 0; attempt < 2; attempt++) {
-      if (attempt > 0) await toOpfs(access, model, progress, stats, load);
-      const size = access.getSize();
-      const { buf, view } = pyBuffer(pyodide, size);
-      for (let at = 0; at < size; at += READ_BLOCK) {
-        access.read(view.data.subarray(at, Math.min(at + READ_BLOCK, size)), { at });
-        progress("cache", Math.min(at + READ_BLOCK, size), size, model.name);
-      }
-      progress("verify", 0, 1, model.name);
-      got = await sha256Hex(view.data);
-      const ok = got === model.sha256;
-      view.release();
-      if (ok) {
-        if (corruptAt !== null) {
-          load.fault("opfs_corrupt", corruptAt, `the cached ${model.name} did not match its ` +
-                     "sha256 (corrupt bytes); it was downloaded again");
-        }
-        return buf;
-      }
-      buf.destroy();
-      stats.corrupt += 1;
-      corruptAt ??= performance.now();
+    if (drill === "opfs-truncate") {
+      access.truncate(Math.floor(model.size / 2));
+    } else {
+      const bytes = new Uint8Array(64);
+      access.read(bytes, { at: 4096 });
+      for (let i = 0; i < bytes.length; i++) bytes[i] ^= 0xff;
+      access.write(bytes, { at: 4096 });
     }
+    access.flush();
+    return access.getSize();
   } finally {
     access.close();
   }
-  await dir.removeEntry(name).catch(() => {});
-  throw mismatch(model.url, model.sha256, got, " after a fresh download");
 }
 
-// The bytes' sha256 is not the one given: both digests, so a mistyped sha256 shows as one.
-function mismatch(url, want, got, when) {
-  return new WorkerError("corrupt_download",
-                         `${url} does not match its sha256${when}: its bytes hash to ${got}, ` +
-                         `the sha256 given is ${want}; check the sha256 (or the file the ` +
-                         "server sends)");
+// Stage 2: the weights as Python will read them (stream.js weightSource), their sha256 checked
+// first as they stream through Python's hashlib a block at a time: the wasm heap never holds the
+// file. A mismatch (a corrupt or stale OPFS file) downloads the file again, once; a second one
+// removes it (under its lock: nothing half-written stays) and is corrupt_download.
+export async function openWeights(pyodide, fetched, progress, stats, load) {
+  const { model, dir, name } = fetched;
+  if (!dir) {
+    const blob = fetched.blob ?? new Blob(fetched.chunks.splice(0));
+    const want = model.sha256 ?? model.expected;
+    const got = await hashBlob(pyodide, blob, progress, model.name);
+    if (want && got !== want) throw mismatch(model.url, want, got, "");
+    return weightSource(blob, got);
+  }
+  let corruptAt = null, got = null;
+  for (let attempt = 0; attempt < 2; attempt++) {
+    if (attempt > 0 && !await cacheLock(name, () => toOpfs(dir, name, model, progress, stats,
+                                                            load))) {
+      const again = await fetchWeights({ ...model, sha256: null, expected: model.sha256 },
+                                       progress, stats, load);
+      return openWeights(pyodide, again, progress, stats, load);
+    }
+    const file = await (await dir.getFileHandle(name)).getFile();
+    got = await hashBlob(pyodide, file, progress, model.name);
+    if (got === model.sha256) {
+      if (corruptAt !== null) {
+        load.fault("opfs_corrupt", corruptAt, `the cached ${model.name} did not match its ` +
+                   "sha256 (corrupt bytes); it was downloaded again");
+      }
+      return weightSource(file, got);
+    }
+    stats.corrupt += 1;
+    corruptAt ??= performance.now();
+  }
+  await cacheLock(name, () => dir.removeEntry(name)).catch(() => {});
+  throw mismatch(model.url, model.sha256, got, " after a fresh download");
 }

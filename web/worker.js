@@ -23,10 +23,15 @@
 //              Python's rule decides (autoDraft), else n-gram; ready.draft_auto says why
 //       drills: true switches fault drills on (lose_device, config.drill); off by default
 //       drill: a loading fault drill (drills on), weights.js LOAD_DRILLS
+//       gpuLimits: {maxBufferSize?, maxStorageBufferBindingSize?}: the adapter's limits as the
+//       card and the weights' upload read them, lowered (tests: tables split into row parts)
 //       snapshot: false starts Python without a Pyodide snapshot (shipped or saved) and imports
 //       without the bytecode cache (runtime.js)
 //       startup: {snapshot, bytecode, snapshot_error?, phases_ms: {pyodide, packages, import,
 //       weights, model}}: how the runtime started (runtime.js), where the time went
+//       (weights: their sha256 as they stream, stream.js; model: parse, upload, compile)
+//       wasm_bytes: {before_weights, after_load}: the wasm heap's size (its high-water mark)
+//       before the weights were hashed and after the model loaded: what streaming them cost
 //       webgpu: {available, vendor, architecture, description, fallback, limits:
 //       {maxBufferSize, maxStorageBufferBindingSize}} (webgpuInfo); card: the champion's card
 //       when it was given by URL or Blob, else null
@@ -99,7 +104,9 @@
 // are checked there and refused as 'bad_config'.
 //
 // Modules: runtime.js (start-up: Pyodide, the snapshot, the bytecode cache), weights.js (OPFS,
-// downloads, checks), manifest.js (what they share); here the requests and their handlers.
+// downloads, the cache's lock), stream.js (the weights hashed and read by Python as they
+// stream), header.js (the card), manifest.js (what they share); here the requests and their
+// handlers.
 // Not here: decoding (pyspec/apps/session.py and the engine), retries across workers (client.js).
 
 import { WorkerError, manifest, sleep } from "./manifest.js";
@@ -107,7 +114,7 @@ import { busyEnd, busyStart, hasRuntime, makeCachesWhenIdle, requireRuntime, run
          runtimeStartup } from "./runtime.js";
 import { modelCard } from "./header.js";
 import { readVerdicts, shippedWorkload, writeVerdicts } from "./verdicts.js";
-import { LOAD_DRILLS, fetchVocab, fetchWeights, importBlob, readWeights,
+import { LOAD_DRILLS, fetchVocab, fetchWeights, importBlob, openWeights,
          resolveModel } from "./weights.js";
 
 const HEARTBEAT_MS = 1000;    // client.js's stall timeout must be well above this
@@ -172,7 +179,8 @@ const REQUESTS = {
           backend: [(v) => typeof v === "string", "a string"],
           drills: [(v) => typeof v === "boolean", "true or false"],
           drill: [(v) => typeof v === "string", "a loading fault drill"],
-          snapshot: [(v) => typeof v === "boolean", "true or false"] },
+          snapshot: [(v) => typeof v === "boolean", "true or false"],
+          gpuLimits: [isObject, "{maxBufferSize?, maxStorageBufferBindingSize?} in bytes"] },
   generate: { messages: [Array.isArray, "an array of {role, content}"],
               config: [isObject, "an object"],
               resume: [(v) => isObject(v) && Array.isArray(v.ids), "{ids: [token ids], fault}"] },
@@ -249,42 +257,42 @@ async function init(msg) {
   const { pyodide, session, champFetched, auto, draft, draftFetched, draftVocab } =
     await fetchModels(msg, champion, progress, weights, load);
   const t1 = performance.now();
-  const champBuf = await readWeights(pyodide, champFetched, progress, weights, load);
-  let draftBuf = null;
-  try {
-    if (draft) draftBuf = await readWeights(pyodide, draftFetched, progress, weights, load);
-    const t2 = performance.now();
-    progress("load", 0, 1, champion.name);
-    // backend: "auto" (make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
-    const options = { draft: auto ? "auto" : draft ? "model" : msg.draft ?? "ngram",
-                      max_ctx: msg.maxCtx ?? null,
-                      backend: msg.backend ?? "auto", champion_name: champion.name,
-                      draft_name: draft?.name, draft_vocab: draftVocab || null,
-                      draft_vocab_shipped: draft?.vocab?.shipped ?? false,
-                      drills: msg.drills ?? false,
-                      load_faults: load.faults,
-                      verdicts: await readVerdicts(),   // the gate's, for draft "auto"
-                      warm: true };   // the system turn is prefilled after ready (Session.warm)
-    const info = JSON.parse(await session.load(JSON.stringify(options), champBuf, draftBuf));
-    if (info.error) throw new WorkerError(info.error.code, info.error.message);
-    Object.assign(runtimeStartup.phases_ms, { weights: Math.round(t2 - t1),
-                                              model: Math.round(performance.now() - t2) });
-    progress("load", 1, 1, champion.name);
-    post({ type: "ready", id: msg.id, ...info, webgpu: auto?.webgpu ?? await webgpuInfo(),
-           draft_auto: auto ? info.draft_auto ?? auto.reason : null,
-           champion: champion.name, draft_model: draft?.name ?? null, weights,
-           card: champFetched.card ?? null,
-           notices: load.notices, startup: structuredClone(runtimeStartup),
-           init_ms: performance.now() - t0 });
-    // Once ready is out: the system turn's prefill (Session.warm), and, once this worker has
-    // been idle a while, the snapshot and bytecode for the next visit, on another core.
-    session.warm();
-    makeCachesWhenIdle();
-    return null;      // posted above
-  } finally {
-    champBuf.destroy();           // Python keeps its own reference; drop the JS handle
-    draftBuf?.destroy();
-  }
+  const heap = () => pyodide._module.HEAP8.buffer.byteLength;   // grows only: its high mark
+  const wasmBefore = heap();
+  // The weights as sources Python streams a tensor at a time (stream.js), checked by sha256.
+  const champSource = await openWeights(pyodide, champFetched, progress, weights, load);
+  const draftSource = draft && await openWeights(pyodide, draftFetched, progress, weights, load);
+  const t2 = performance.now();
+  progress("load", 0, 1, champion.name);
+  // backend: "auto" (make_engine's choice) | "webgpu" | "cpu"; a hint make_engine may honour.
+  const options = { draft: auto ? "auto" : draft ? "model" : msg.draft ?? "ngram",
+                    max_ctx: msg.maxCtx ?? null,
+                    backend: msg.backend ?? "auto", champion_name: champion.name,
+                    draft_name: draft?.name, draft_vocab: draftVocab || null,
+                    draft_vocab_shipped: draft?.vocab?.shipped ?? false,
+                    drills: msg.drills ?? false,
+                    gpu_limits: msg.gpuLimits ?? null,
+                    load_faults: load.faults,
+                    verdicts: await readVerdicts(),   // the gate's, for draft "auto"
+                    warm: true };   // the system turn is prefilled after ready (Session.warm)
+  const info = JSON.parse(await session.load(JSON.stringify(options), champSource,
+                                             draftSource || null));
+  if (info.error) throw new WorkerError(info.error.code, info.error.message);
+  Object.assign(runtimeStartup.phases_ms, { weights: Math.round(t2 - t1),
+                                            model: Math.round(performance.now() - t2) });
+  progress("load", 1, 1, champion.name);
+  post({ type: "ready", id: msg.id, ...info, webgpu: auto?.webgpu ?? await webgpuInfo(),
+         draft_auto: auto ? info.draft_auto ?? auto.reason : null,
+         champion: champion.name, draft_model: draft?.name ?? null, weights,
+         card: champFetched.card ?? null,
+         notices: load.notices, startup: structuredClone(runtimeStartup),
+         wasm_bytes: { before_weights: wasmBefore, after_load: heap() },
+         init_ms: performance.now() - t0 });
+  // Once ready is out: the system turn's prefill (Session.warm), and, once this worker has
+  // been idle a while, the snapshot and bytecode for the next visit, on another core.
+  session.warm();
+  makeCachesWhenIdle();
+  return null;      // posted above
 }
 
 // The runtime started and the models fetched, all at once: the champion downloads while Pyodide
@@ -332,9 +340,14 @@ async function obtain(model, running, msg, progress, weights, load) {
 
 // The card of `model` for this page: the adapter's limits (none with backend cpu or no WebGPU)
 // and init's maxCtx decide (Session.card).
-async function checkCard(pyodide, session, model, { backend = "auto", maxCtx = null }) {
+async function checkCard(pyodide, session, model, { backend = "auto", maxCtx = null,
+                                                   gpuLimits = null }) {
   const gpu = backend === "cpu" ? null : await webgpuInfo();
-  const facts = { limits: gpu?.available ? gpu.limits : null, backend, ctx: maxCtx };
+  const limits = gpu?.available ? { ...gpu.limits } : null;
+  for (const [key, cap] of Object.entries((limits && gpuLimits) ?? {})) {
+    if (key in limits) limits[key] = Math.min(limits[key], cap);   // init's lowered limits
+  }
+  const facts = { limits, backend, ctx: maxCtx };
   return modelCard(pyodide, session, model, facts);
 }
 

@@ -15,7 +15,9 @@ each backend the memory it needs by a stated rule:
   weights on the CPU were measured and not taken: cpu/memory.py).
 - GPU engines (`wgpu`, the page on WebGPU) keep weights in their block format: the file's tensor
   bytes on the device, plus the KV cache. WebGPU tells no memory size, so the rule checks what it
-  does tell: every tensor must fit one storage binding (the spec's default limit is 128 MiB;
+  does tell: every buffer the GPU needs whole (a layer's Q, K and V stacked, its gate and up
+  paired, any other tensor; a vocabulary table only 64 of its rows, as it goes in row parts,
+  gpu/model.py whole_buffers) must fit one storage binding (the spec's default limit is 128 MiB;
   adapters offer more, and pyspec asks for the adapter's maximum). The out-of-memory fault path
   stays the backstop.
 
@@ -33,6 +35,7 @@ from ..cpu.memory import PAGE_RUNTIME_BYTES, WASM_HEAP_BYTES, float32_budget, me
 from ..cpu.model import Config, ModelError
 from ..errors import ModelTooLargeError, PyspecError
 from ..formats.gguf import GGUFError, GGUFFile, HeaderIncompleteError
+from ..gpu.model import whole_buffers
 
 WEBGPU_DEFAULT_BINDING = 128 << 20   # maxStorageBufferBindingSize, the WebGPU spec's default
 
@@ -109,10 +112,13 @@ def card_of(f: GGUFFile, name: str, size: int, ctx: int | None = None,
     ctx = min(ctx or cfg.context_length, cfg.context_length)
     kv = 2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4
     largest = max(f.tensors.values(), key=lambda t: t.nbytes)
+    buffer, buffer_bytes = max(whole_buffers(f).items(), key=lambda kv: kv[1])
     out.update(runs=True, context=cfg.context_length, layers=cfg.n_layers,
                vocab=cfg.vocab_size, kv_context=ctx, kv_bytes=kv,
                largest_tensor={"name": largest.name, "bytes": largest.nbytes},
-               backends=backends(params, kv, largest.nbytes, size, limits))
+               # the largest buffer the GPU needs whole (vocabulary tables go in row parts)
+               gpu_buffer={"name": buffer, "bytes": buffer_bytes},
+               backends=backends(params, kv, buffer_bytes, size, limits))
     return out
 
 
@@ -175,14 +181,14 @@ def page_refusal(c: dict, webgpu: bool, backend: str = "auto") -> PyspecError | 
 
 
 def webgpu_verdict(needs: int, largest: int, limits: dict) -> dict:
-    """This adapter's verdict: every tensor within one buffer and one storage binding."""
+    """This adapter's verdict: every whole buffer within one buffer and one storage binding."""
     limit = min(limits["maxBufferSize"], limits["maxStorageBufferBindingSize"])
     fits = largest <= limit
-    why = (f"weights in their block format; the largest tensor ({gib(largest)}) fits this "
+    why = (f"weights in their block format; the largest buffer ({gib(largest)}) fits this "
            f"adapter's binding limit ({gib(limit)})" if fits else
-           f"the largest tensor ({gib(largest)}) is larger than this adapter's buffer or binding "
-           f"limit ({gib(limit)}); a GPU whose maxStorageBufferBindingSize is at least that, or "
-           "the CPU engine, would run it")
+           f"the largest buffer ({largest} bytes, {gib(largest)}) is larger than this adapter's "
+           f"buffer or binding limit ({limit} bytes, {gib(limit)}); a GPU whose "
+           "maxStorageBufferBindingSize is at least that, or the CPU engine, would run it")
     return {"fits": fits, "needs": needs, "why": why, "limit": limit}
 
 

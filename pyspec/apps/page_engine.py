@@ -1,6 +1,7 @@
 """The page's engine: THE backend choice (make_engine: WebGPU on a hardware adapter, else the
-numpy engine, with the reason in the receipt), the recovery after a GPU fault, and the page's
-draft model from its bytes (page_draft_model) with the lent dequantization kernels.
+numpy engine, with the reason in the receipt), the recovery after a GPU fault, the page's models
+from their weights (open_gguf: streamed from OPFS a tensor at a time) and its draft model
+(page_draft_model) with the lent dequantization kernels.
 
 Not here: the session's state (session.py), the JSON boundary (wire.py).
 """
@@ -15,6 +16,7 @@ from ..drafters.pairing import bind_borrowed, check_pair
 from ..formats import quant
 from ..cpu.fastcpu import FastModel
 from ..engine import Engine
+from ..errors import PyspecError
 from ..formats.gguf import GGUFFile
 from ..load import backend as backend_for
 from ..load import parse_reduced_head
@@ -123,6 +125,41 @@ def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
     return recover
 
 
+class WeightsChangedError(PyspecError):
+    """A streamed model's file changed under it (open_gguf)."""
+
+    code = "weights_changed"
+
+
+# init's gpuLimits (JS names) -> the keys device.limits uses
+_CAPS = {"maxBufferSize": "max-buffer-size",
+         "maxStorageBufferBindingSize": "max-storage-buffer-binding-size"}
+
+
+def capped(open_device, caps: dict | None):
+    """`open_device`, its device's buffer and binding limits lowered to `caps` (init's
+    gpuLimits: {"maxBufferSize", "maxStorageBufferBindingSize"} in bytes, either optional), as
+    the weights' upload reads them: a small model's vocabulary tables then go in row parts as a
+    large model's do on a real adapter (ops.upload_rows), and a tensor past them is refused
+    with the numbers. The device itself keeps its limits. No caps: `open_device` itself."""
+    bad = [k for k, v in (caps or {}).items()
+           if k not in _CAPS or not isinstance(v, int) or v <= 0]
+    if bad:
+        raise SessionError("bad_config", f"gpu_limits takes positive integers for "
+                           f"{', '.join(_CAPS)}; got {caps!r}")
+    if not caps:
+        return open_device
+
+    async def open_capped():
+        dev = await open_device()
+        for js_key, key in _CAPS.items():
+            if js_key in caps:
+                dev.limits[key] = min(dev.limits[key], caps[js_key])
+        return dev
+
+    return open_capped
+
+
 class _SoftwareAdapter(Exception):
     """auto chose the CPU over a software WebGPU adapter."""
 
@@ -137,11 +174,33 @@ def lend_dequant_kernels() -> None:
     quant.use_kernels({"Q4_1": pyspec_dequant.q4_1, "Q8_0": pyspec_dequant.q8_0})
 
 
+def open_gguf(weights, name: str) -> GGUFFile:
+    """A model's GGUFFile from what the worker hands over: the weights' source (web/stream.js
+    weightSource: {size, sha256, read(offset, nbytes) -> bytearray}, its sha256 checked as it
+    streamed), whose tensors are read a tensor at a time as they go to the GPU (or the CPU
+    engine), so the wasm heap never holds the whole file; or the file's bytes (tests)."""
+    if isinstance(weights, (bytes, bytearray, memoryview)):
+        return GGUFFile(weights, name)
+
+    def read(offset: int, nbytes: int) -> bytearray:
+        out = bytearray(nbytes)      # Python's own, lent to JS for the call, which fills it
+        try:
+            weights.read(offset, out)
+        except Exception as e:  # noqa: BLE001 - a JS error (NotReadableError), named here
+            raise WeightsChangedError(f"the weights of {name} could not be read at byte "
+                                      f"{offset} ({e}): their file in the browser's cache "
+                                      "changed while in use (another page of this site wrote "
+                                      "it again?); load the model again") from e
+        return out
+
+    return GGUFFile.from_reader(read, int(weights.size), name, sha256=str(weights.sha256))
+
+
 def page_draft_model(file: GGUFFile, draft_buf, opts: dict):
     """The page's draft model from its buffer, checked against the champion `file` (its pair
     class, borrowed tensors), with its reduced head (init's draft_vocab) or through the bridge
     (another vocabulary)."""
-    draft_file = GGUFFile(draft_buf, opts.get("draft_name") or "draft")
+    draft_file = open_gguf(draft_buf, opts.get("draft_name") or "draft")
     pair = check_pair(file.metadata, draft_file.metadata)   # its class (compat.py)
     pair.raise_if_bad()
     bind_borrowed(draft_file, file)     # its embedding may be the champion's

@@ -1,7 +1,8 @@
 """The Python side of the browser worker (web/worker.js, DESIGN §8): one Session per worker.
 
-The worker fetches the weights (OPFS, sha256-checked) and hands them here as buffers; a Session
-loads the champion and an optional draft model from them, then serves requests with the same
+The worker fetches the weights (OPFS, sha256-checked as they stream) and hands them here as
+sources read a tensor at a time (page_engine.open_gguf); a Session loads the champion and an
+optional draft model from them, then serves requests with the same
 engine.Engine, Options and Tokenizer.encode_chat that `python -m pyspec generate` uses: nothing
 here decodes, drafts or verifies on its own.
 
@@ -28,7 +29,8 @@ from ..options import from_request
 from ..text import conversation, template
 from ..text.tokenizer import Tokenizer, TokenizerError
 from . import info, page_gate
-from .page_engine import browser_device, lend_dequant_kernels, make_engine, page_draft_model
+from .page_engine import (browser_device, capped, lend_dequant_kernels, make_engine,
+                          open_gguf, page_draft_model)
 from .wire import (
     GENERATE_FIELDS,
     LOAD_FIELDS,
@@ -77,7 +79,7 @@ class Session:
     def __init__(self, open_device=browser_device):
         lend_dequant_kernels()
         self.open_device = open_device        # make_engine's WebGPU device (navigator.gpu's)
-        self.file: GGUFFile | None = None     # the champion's GGUF (its buffer stays in wasm)
+        self.file: GGUFFile | None = None     # the champion's GGUF (read through its source)
         self.config = None
         self.backend = "auto"
         self.tokenizer: Tokenizer | None = None
@@ -91,6 +93,7 @@ class Session:
         self.last: dict | None = None      # the last finished request: text, tokens, stats, receipt
         self.cancelled: set[int] = set()   # request ids asked to stop
         self.running: int | None = None
+        self.gpu_limits: dict | None = None   # init's gpuLimits (page_engine.capped)
         self.drills = False                # fault drills (lose_device, config.drill) allowed
         self.load_faults: list[dict] = []  # faults met loading the weights (receipt faults)
         self.warming = None                # the warm-up task warm() started (init option warm)
@@ -98,7 +101,7 @@ class Session:
 
     # --- loading --------------------------------------------------------------------------
     # What load() replaces; a failed load puts them back.
-    _LOADED = ("file", "config", "tokenizer", "draft_model", "backend", "max_ctx",
+    _LOADED = ("file", "config", "tokenizer", "draft_model", "backend", "max_ctx", "gpu_limits",
                "default_draft", "engine", "engine_draft", "drills", "load_faults",
                "guard_timing", "auto_choice")
 
@@ -135,12 +138,13 @@ class Session:
         if opts.get("max_ctx") is not None and opts["max_ctx"] < 1:
             raise SessionError("bad_config", f"max_ctx must be a positive number of "
                                f"positions, got {opts['max_ctx']}")
+        capped(self.open_device, opts.get("gpu_limits"))   # checked before the model is read
         # The same champion bytes again (a reload): keep the file, so the engine's GPU
         # model is lent to the new one rather than uploaded (and compiled) again.
         t0 = time.perf_counter()
-        same = self.file is not None and self.file.buf == champion_buf
-        file = self.file if same else GGUFFile(champion_buf,
-                                               opts.get("champion_name") or "champion")
+        file = open_gguf(champion_buf, opts.get("champion_name") or "champion")
+        same = self.file is not None and self.file.sha256() == file.sha256()
+        file = self.file if same else file
         config = Config.from_metadata(file.metadata)
         t1 = time.perf_counter()
         tokenizer = Tokenizer.from_metadata(file.metadata)
@@ -154,8 +158,10 @@ class Session:
         auto = requested == "auto"
         self.default_draft = ("model" if draft_model else "ngram") if auto else requested
         self.drills = bool(opts.get("drills"))
+        self.gpu_limits = opts.get("gpu_limits")
         self.load_faults = read_load_faults(opts.get("load_faults"))
-        if not (same and (self.backend, self.max_ctx) == (before["backend"], before["max_ctx"])):
+        if not (same and (self.backend, self.max_ctx, self.gpu_limits)
+                == (before["backend"], before["max_ctx"], before["gpu_limits"])):
             self.engine = None
         self.engine_draft = None     # a new engine (and cache); the champion may be lent
         self.guard_timing = {}       # other models: their times are measured afresh
@@ -285,7 +291,8 @@ class Session:
                                        "'ngram+model': n-gram where the text repeats)")
             previous = self.engine
             self.engine = await make_engine(self.file, self.tokenizer, draft, self.max_ctx,
-                                            previous, self.backend, self.open_device,
+                                            previous, self.backend,
+                                            capped(self.open_device, self.gpu_limits),
                                             given=self.draft_model)
             # The guard's times and acceptance per (adapter, drafter) outlive the engine: a
             # drafter chosen again starts from what it measured before (in the page as in one

@@ -33,6 +33,9 @@ class SessionError(PyspecError):
 LOAD_FIELDS = {"draft": str, "max_ctx": int, "backend": str, "champion_name": str,
                "draft_name": str, "draft_vocab": str, "draft_vocab_shipped": bool,
                "drills": bool, "load_faults": list, "warm": bool,
+               # the adapter's buffer and binding limits lowered (tests: tables split as a
+               # large model's do), {"maxBufferSize", "maxStorageBufferBindingSize"}: bytes
+               "gpu_limits": dict,
                # the page's recorded gate verdicts (OPFS verdicts.json's text; docs/gate.md)
                "verdicts": str}
 GENERATE_FIELDS = {o.name: o.types for o in REQUEST}

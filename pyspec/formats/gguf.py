@@ -1,8 +1,9 @@
 """GGUF v3 reader and writer.
 
 The reader parses the header, metadata and tensor infos of a GGUF file held in any buffer (bytes,
-mmap, a numpy memmap, the bytes of an OPFS file under Pyodide) and hands out zero-copy numpy views
-of the aligned tensor data. Every length, count and offset is checked against the buffer before it
+mmap, a numpy memmap) and hands out zero-copy numpy views of the aligned tensor data. A file read
+through a `read(offset, nbytes)` callable instead (`GGUFFile.from_reader`: the page's weights,
+read from OPFS a tensor at a time) holds only its header, and `raw` reads each tensor when asked. Every length, count and offset is checked against the buffer before it
 is used, so a malformed, truncated or unsupported file raises `GGUFError` with the byte offset and
 the reason; it never raises IndexError and never loops on a huge count.
 
@@ -220,10 +221,16 @@ class GGUFFile:
     HeaderIncompleteError with the bytes it needs (the page's model card reads a URL's header
     this way, by HTTP Range requests)."""
 
-    def __init__(self, buf, source: str = "GGUF file", total_size: int | None = None):
+    def __init__(self, buf, source: str = "GGUF file", total_size: int | None = None,
+                 reader=None, sha256: str | None = None):
+        """`reader(offset, nbytes)` -> a bytes-like (with `total_size` and the header in `buf`):
+        tensors are read through it (from_reader). `sha256`: the file's, where the caller has
+        checked it (the page hashes its weights as they stream), so sha256() reads nothing."""
         self.buf = buf
         self.source = source
-        self.header_only = total_size is not None
+        self.reader = reader
+        self.header_only = total_size is not None and reader is None
+        self._sha256 = sha256
         cur = _Cursor(buf, source, total_size)
         if bytes(cur.take(4, "magic")) != MAGIC:
             cur.fail("bad magic (not a GGUF file)", 0)
@@ -277,6 +284,7 @@ class GGUFFile:
             infos.append((start, name, tuple(reversed(dims)), type_id, rel, fmt.nbytes(n)))
 
         self.data_offset = -(-cur.pos // alignment) * alignment
+        self.size = cur.total   # the file's bytes
         self.tensors: dict[str, TensorInfo] = {}
         for start, name, shape, type_id, rel, nbytes in infos:
             if name in self.tensors:
@@ -321,6 +329,19 @@ class GGUFFile:
         self._lender = lender
 
     @classmethod
+    def from_reader(cls, reader, total_size: int, source: str = "GGUF file",
+                    sha256: str | None = None, first: int = 1 << 20) -> "GGUFFile":
+        """A file of `total_size` bytes read through `reader(offset, nbytes)`: its header read
+        first (`first` bytes, more where it runs on), its tensors each when asked (raw), so no
+        more than one tensor's bytes are held at a time."""
+        n = min(first, total_size)
+        while True:
+            try:
+                return cls(reader(0, n), source, total_size, reader, sha256)
+            except HeaderIncompleteError as e:
+                n = min(max(e.needed, 2 * n), total_size)
+
+    @classmethod
     def open(cls, path: str | os.PathLike) -> "GGUFFile":
         """Memory-map a file (read-only); raises GGUFError for missing or unreadable files."""
         try:
@@ -343,17 +364,28 @@ class GGUFFile:
         A K-quant tensor is checked first: a non-finite super-block scale raises
         NonFiniteScaleError (it would make every value of its 256 NaN or infinite)."""
         t = self.tensor(name)
-        if self.header_only:
-            raise GGUFError(f"tensor {name!r}: only the header was read", None, self.source,
-                            "Open the whole file to read tensors.")
-        buf = self.buf if name in self.tensors else self._lender.buf
-        raw = np.frombuffer(buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
+        owner = self if name in self.tensors else self._lender
+        raw = np.frombuffer(owner.read(t.offset, t.nbytes), dtype=np.uint8)
         bad = quant.first_bad_scale(raw, t.type_id)
         if bad is not None:
             at = t.offset + bad * t.format.block_bytes
             raise NonFiniteScaleError(f"tensor {name!r} ({t.format.name}): super-block {bad} has "
                                       "a NaN or infinite scale (d or dmin)", at, self.source)
         return raw
+
+    def read(self, offset: int, nbytes: int):
+        """The file's bytes [offset, offset + nbytes): a view of the buffer, or the reader's."""
+        if self.header_only:
+            raise GGUFError(f"bytes [{offset}, {offset + nbytes}): only the header was read",
+                            None, self.source, "Open the whole file to read tensors.")
+        if self.reader is not None:
+            data = self.reader(offset, nbytes)
+            if len(data) != nbytes:
+                raise TruncatedTensorError(f"{len(data)} bytes read at {offset}, {nbytes} "
+                                           "asked (the file changed or was cut)", offset,
+                                           self.source)
+            return data
+        return memoryview(self.buf)[offset:offset + nbytes]
 
     def tensor(self, name: str) -> TensorInfo:
         if name in self.tensors:
@@ -382,11 +414,13 @@ class GGUFFile:
         return self._tensor_sha256[name]
 
     def sha256(self) -> str:
-        h = hashlib.sha256()
-        view = memoryview(self.buf)
-        for i in range(0, len(view), 1 << 24):
-            h.update(view[i:i + (1 << 24)])
-        return h.hexdigest()
+        """The sha256 of the file's bytes (computed once, or given where the caller checked it)."""
+        if self._sha256 is None:
+            h = hashlib.sha256()
+            for i in range(0, self.size, 1 << 24):
+                h.update(self.read(i, min(1 << 24, self.size - i)))
+            self._sha256 = h.hexdigest()
+        return self._sha256
 
 
 # --- writer ---------------------------------------------------------------------------------

@@ -52,6 +52,26 @@ _FUSED += (".attn_q.bias", ".attn_k.bias", ".attn_v.bias", ROPE_FREQS)
 _VOCAB_TABLES = ("token_embd.weight", "output.weight")
 
 
+def whole_buffers(f: GGUFFile) -> dict[str, int]:
+    """The buffers a model of `f`'s tensors needs on a GPU, each in one binding: name -> bytes.
+    A layer's Q, K and V as one (attn_qkv), its gate and up as one (ffn_gate_up), as _stack
+    uploads them; other tensors alone; a vocabulary table only ops.PART_ROWS of its rows, as it
+    goes in row parts where it outgrows a binding (ops.upload_rows). The card's rule against an
+    adapter's limits (apps/info.py)."""
+    groups = {"attn_q.weight": "attn_qkv", "attn_k.weight": "attn_qkv",
+              "attn_v.weight": "attn_qkv", "ffn_gate.weight": "ffn_gate_up",
+              "ffn_up.weight": "ffn_gate_up"}
+    sizes: dict[str, int] = {}
+    for name, t in f.tensors.items():
+        nbytes = ops.gpu_nbytes(t)
+        if name in _VOCAB_TABLES and len(t.shape) == 2:
+            name, nbytes = f"{name} ({ops.PART_ROWS} rows)", nbytes // t.shape[0] * ops.PART_ROWS
+        elif name.startswith("blk.") and name.split(".", 2)[-1] in groups:
+            name = ".".join(name.split(".")[:2] + [groups[name.split(".", 2)[-1]]])
+        sizes[name] = sizes.get(name, 0) + nbytes
+    return sizes
+
+
 def _parts(w) -> list:
     """[(first row, Weight)] of a vocabulary table: ops.RowParts' parts, or the whole Weight."""
     return list(w.parts) if isinstance(w, ops.RowParts) else [(0, w)]

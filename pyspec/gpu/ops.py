@@ -143,6 +143,11 @@ class Weight:
         return _kind_bytes(self.kind, int(np.prod(self.shape)))
 
 
+def gpu_nbytes(t) -> int:
+    """Bytes of a tensor (a gguf.TensorInfo) uploaded alone: its blocks padded, F16 widened."""
+    return _kind_bytes(_KINDS[t.type_id], int(np.prod(t.shape)))
+
+
 def _kind_bytes(kind: str, n: int) -> int:
     """Bytes of n values of a kind on the GPU."""
     if kind in DENSE:

@@ -1,0 +1,77 @@
+// A model's weights streamed to Python (worker.js, DESIGN §8, issue 46): its bytes as a Blob
+// (its OPFS file, a File the user picked, or the download's chunks where there is no OPFS),
+// hashed a block at a time by Python's hashlib (WebCrypto has no incremental digest, and
+// hashlib needs no new dependency), then read by Python a tensor at a time as it goes to the
+// GPU (weightSource: FileReaderSync, synchronous in a worker, so Python's model loader stays a
+// plain loop). The wasm heap holds one block or one tensor at a time, never the whole file.
+//
+// Not here: OPFS, downloads and the cache's lock (weights.js), the tensors' order and their
+// upload (pyspec/apps/page_engine.py open_gguf, pyspec/gpu/model.py).
+
+import { WorkerError } from "./manifest.js";
+
+export const READ_BLOCK = 8 << 20;   // bytes per read while hashing, one progress report each
+
+// A Python bytearray of `size` bytes and a Uint8Array view of it in wasm memory. The view is
+// valid only until Python next allocates (wasm memory may grow), so use it at once.
+// (header.js puts a header's bytes into Python this way.)
+export function pyBuffer(pyodide, size) {
+  const builtins = pyodide.pyimport("builtins");
+  const buf = builtins.bytearray(size);
+  builtins.destroy();
+  const view = buf.getBuffer("u8");
+  return { buf, view };
+}
+
+// The sha256 (hex) of `blob`'s bytes, read READ_BLOCK at a time (awaited: the worker's
+// heartbeat goes on) into Python's incremental hashlib.sha256; `each(chunk, at)`, where given,
+// gets every block too (importBlob copies them into OPFS).
+export async function hashBlob(pyodide, blob, progress, label, each = null) {
+  const hasher = pyodide.pyimport("hashlib").sha256();
+  try {
+    for (let at = 0; at < blob.size; at += READ_BLOCK) {
+      const chunk = new Uint8Array(await blob.slice(at, at + READ_BLOCK).arrayBuffer());
+      const { buf, view } = pyBuffer(pyodide, chunk.length);
+      view.data.set(chunk);
+      view.release();
+      try {
+        hasher.update(buf);
+      } finally {
+        buf.destroy();
+      }
+      each?.(chunk, at);
+      progress("verify", at + chunk.length, blob.size, label);
+    }
+    return hasher.hexdigest();
+  } finally {
+    hasher.destroy();
+  }
+}
+
+// What Python reads a model from (page_engine.open_gguf): {size, sha256, read(offset, into)},
+// read filling the bytearray `into` (Python's, lent for the call) with the bytes from
+// `offset`. A Blob read after its OPFS file changed (another page wrote it again) throws
+// NotReadableError, which Python names (weights_changed).
+export function weightSource(blob, sha256) {
+  const reader = new FileReaderSync();
+  return {
+    size: blob.size, sha256,
+    read(offset, into) {
+      const view = into.getBuffer("u8");
+      try {
+        view.data.set(new Uint8Array(reader.readAsArrayBuffer(
+          blob.slice(offset, offset + view.data.length))));
+      } finally {
+        view.release();
+      }
+    },
+  };
+}
+
+// The bytes' sha256 is not the one given: both digests, so a mistyped sha256 shows as one.
+export function mismatch(url, want, got, when) {
+  return new WorkerError("corrupt_download",
+                         `${url} does not match its sha256${when}: its bytes hash to ${got}, ` +
+                         `the sha256 given is ${want}; check the sha256 (or the file the ` +
+                         "server sends)");
+}

@@ -8,9 +8,11 @@ warm ones (the same profile again: weights and snapshot in OPFS).
 Each run is one fresh profile visited `1 + --warm` times; with snapshot on and off alternating
 run by run, so drift hits both alike. Ready is timed from page.goto to the ready message, as a
 user would see it; `startup.phases_ms` is the worker's own account (web/worker.js): pyodide,
-packages (numpy's and pyspec's wheels unpacked), import (numpy, pyspec), weights (OPFS read + sha256), model (parse, tokenizer,
-dequantize). `--without-jinja2` serves a site whose manifest leaves out jinja2's and MarkupSafe's
-wheels (kind "wheel"), to measure what they add; `--render` sends one request after ready and
+packages (numpy's and pyspec's wheels unpacked), import (numpy, pyspec), weights (their sha256
+as they stream from OPFS), model (parse, tokenizer, tensors streamed and uploaded or
+dequantized); each visit records the wasm heap's size before the weights and after the load.
+`--without-jinja2` serves a site whose manifest leaves out jinja2's and MarkupSafe's wheels
+(kind "wheel"), to measure what they add; `--render` sends one request after ready and
 records `startup.jinja2` (the first render of a model's own chat template: `--model tiny-llama3`).
 Writes <out>.json (medians and ranges) and <out>.png.
 
@@ -67,7 +69,9 @@ def visit(ctx, url: str, render: bool = False) -> dict:
                             "error": done.get("snapshot_error")},
             "bytecode": info["startup"].get("bytecode"),
             "phases_ms": info["startup"]["phases_ms"], "adapter": info["adapter"],
-            "cached": info["weights"]["cached"], "jinja2": jinja2}
+            "cached": info["weights"]["cached"], "jinja2": jinja2,
+            # the wasm heap before the weights and after the load (they stream a tensor at a time)
+            "wasm_bytes": info.get("wasm_bytes")}
 
 
 def summary(values: list[float]) -> dict:
@@ -110,7 +114,9 @@ def main(argv=None) -> int:
                 ctx.close()
                 runs.append({"snapshot_option": snapshot, "visits": visits})
                 print(f"snapshot={int(snapshot)}: " + ", ".join(
-                    f"{v['ready_s']:.2f} s ({v['snapshot']}, bytecode {v['bytecode']})"
+                    f"{v['ready_s']:.2f} s ({v['snapshot']}, bytecode {v['bytecode']}, wasm "
+                    f"{v['wasm_bytes']['before_weights'] >> 20} -> "
+                    f"{v['wasm_bytes']['after_load'] >> 20} MiB)"
                     for v in visits), flush=True)
             b.close()
     finally:

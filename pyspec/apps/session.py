@@ -144,7 +144,11 @@ class Session:
         t0 = time.perf_counter()
         file = open_gguf(champion_buf, opts.get("champion_name") or "champion")
         same = self.file is not None and self.file.sha256() == file.sha256()
-        file = self.file if same else file
+        if same:
+            # The same bytes, read from now on through the new source: the old one may be gone
+            # (its OPFS file written again by a drill or a fresh download).
+            self.file.reader = file.reader
+            file = self.file
         config = Config.from_metadata(file.metadata)
         t1 = time.perf_counter()
         tokenizer = Tokenizer.from_metadata(file.metadata)

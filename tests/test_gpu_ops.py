@@ -161,6 +161,22 @@ def test_matmul_matches_reference(dev, files, name):
             assert np.array_equal(got[rows:], y0[rows:]), "rows past step.rows were written"
 
 
+@pytest.mark.parametrize("name", ["q4_1.257x512", "q8_0.33x96", "f16.40x100"])
+def test_a_tensor_streamed_in_parts_holds_the_bytes_of_a_whole_upload(dev, files, name,
+                                                                       monkeypatch):
+    """stream_rows writes a tensor STREAM_BYTES of the file at a time (3 rows here, so the
+    last part is short; Q8_0 padded, F16 widened per part): the buffer equals host_bytes, also
+    for a row range (upload_rows' parts)."""
+    f = files[0]
+    t = f.tensor(name)
+    monkeypatch.setattr(ops, "STREAM_BYTES", 3 * t.nbytes // t.shape[0])
+    whole = ops.Weight.host_bytes(f, name)[0].view(np.uint8).reshape(t.shape[0], -1)
+    for a, b in ((0, t.shape[0]), (5, 18)):
+        buf = ops.stream_rows(dev, f, name, a, b, name)
+        got = asyncio.run(dev.read_array(buf, np.uint8, ((b - a) * whole.shape[1],)))
+        assert np.array_equal(got, whole[a:b].reshape(-1)), (a, b)
+
+
 @pytest.mark.parametrize("lanes", ["one", "split"])   # the CPU adapters' path, and the GPUs'
 @pytest.mark.parametrize("name,accumulate", [("q4_1.33x64", False), ("q4_1.257x512", True),
                                              ("q8_0.33x96", True), ("f16.40x100", False),

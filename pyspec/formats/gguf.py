@@ -359,16 +359,21 @@ class GGUFFile:
                             "may read", None, os.fspath(path), None) from e
         return cls(buf, os.path.basename(os.fspath(path)))
 
-    def raw(self, name: str) -> np.ndarray:
-        """Zero-copy uint8 view of a tensor's bytes (a borrowed one's in its lender's buffer).
+    def raw(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """Zero-copy uint8 view of a tensor's bytes (a borrowed one's in its lender's buffer);
+        `rows` (a, b): only rows [a, b) of a matrix (a tensor streamed a part at a time).
         A K-quant tensor is checked first: a non-finite super-block scale raises
         NonFiniteScaleError (it would make every value of its 256 NaN or infinite)."""
         t = self.tensor(name)
         owner = self if name in self.tensors else self._lender
-        raw = np.frombuffer(owner.read(t.offset, t.nbytes), dtype=np.uint8)
+        start, nbytes = t.offset, t.nbytes
+        if rows is not None:
+            row_bytes = t.nbytes // t.shape[0]
+            start, nbytes = t.offset + rows[0] * row_bytes, (rows[1] - rows[0]) * row_bytes
+        raw = np.frombuffer(owner.read(start, nbytes), dtype=np.uint8)
         bad = quant.first_bad_scale(raw, t.type_id)
         if bad is not None:
-            at = t.offset + bad * t.format.block_bytes
+            at = start + bad * t.format.block_bytes
             raise NonFiniteScaleError(f"tensor {name!r} ({t.format.name}): super-block {bad} has "
                                       "a NaN or infinite scale (d or dmin)", at, self.source)
         return raw

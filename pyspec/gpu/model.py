@@ -24,9 +24,11 @@ and norm weights) are uploaded in the order (0, hd/2, 1, hd/2 + 1, ...) per head
 its pairs adjacent (what llama.cpp's converter does to a llama's rows). Q.K is a sum over a
 head's dims, so attention is unchanged; read_kv puts K back in the file's order.
 
-The weights are uploaded one tensor at a time from the GGUF bytes; nothing is dequantized on the
-CPU but the small vectors that are stacked (biases, Q/K norms), so the host holds no second copy
-of the model.
+The weights are uploaded one tensor at a time, each streamed to its buffer ops.STREAM_BYTES of the
+file at a time (ops.stream_rows; the page reads them from OPFS as they go, GGUFFile.from_reader);
+only a fused weight's parts (a layer's Q, K, V or gate and up) are whole on the host while they
+are stacked. Nothing is dequantized on the CPU but the small vectors that are stacked (biases,
+Q/K norms), so the host holds no second copy of the model.
 Not here: sampling and acceptance (sampling.py), the speculative cycle (cycle.py, backend.py).
 """
 

@@ -70,26 +70,19 @@ class Weight:
 
     @classmethod
     def upload(cls, dev, f: GGUFFile, name: str) -> "Weight":
-        """Upload tensor `name` of a GGUF file. Holds at most one repacked copy of this tensor."""
-        data, kind, shape = cls.host_bytes(f, name)
-        _check_binding(dev, name, data.nbytes)
-        return cls(dev.upload(data, label=name), kind, shape, name)
+        """Upload tensor `name` of a GGUF file, STREAM_BYTES of it at a time (stream_rows)."""
+        t = f.tensor(name)
+        kind, shape = _gpu_kind(t), tuple(t.shape)
+        _check_binding(dev, name, gpu_nbytes(t))
+        return cls(stream_rows(dev, f, name, 0, shape[0], name), kind, shape, name)
 
     @staticmethod
     def host_bytes(f: GGUFFile, name: str) -> tuple[np.ndarray, str, tuple]:
-        """(the bytes the GPU gets, kind, shape) of tensor `name`."""
+        """(the bytes the GPU gets, kind, shape) of tensor `name`, whole on the host (the parts of
+        a fused weight, which are stacked there)."""
         t = f.tensor(name)
-        kind = _KINDS[t.type_id]   # every format quant.py reads (gguf.py refuses the rest)
-        if len(t.shape) not in (1, 2):
-            raise ShapeError(f"tensor {name!r} has shape {t.shape}; expected a matrix or vector")
-        raw = f.raw(name)
-        if t.type_id in _PADS:
-            data = repack(raw, t.format, _PADS[t.type_id])
-        elif t.type_id == quant.F16.type_id or (kind == "bf16" and len(t.shape) == 1):
-            data, kind = quant.dequantize(raw, t.type_id, t.shape), "f32"
-        else:
-            data = raw  # blocks of 20, 24, 144 or 176 bytes, F32 and BF16 are u32-aligned as is
-        return data, kind, tuple(t.shape)
+        kind = _gpu_kind(t)
+        return _gpu_bytes(f.raw(name), t, len(t.shape)), kind, tuple(t.shape)
 
     @classmethod
     def upload_pair(cls, dev, f: GGUFFile, gate: str, up: str) -> "Weight":
@@ -143,9 +136,52 @@ class Weight:
         return _kind_bytes(self.kind, int(np.prod(self.shape)))
 
 
+def _gpu_kind(t) -> str:
+    """The GPU kind of a tensor (a gguf.TensorInfo): _KINDS', F16 and BF16 vectors widened."""
+    if len(t.shape) not in (1, 2):
+        raise ShapeError(f"tensor {t.name!r} has shape {t.shape}; expected a matrix or vector")
+    kind = _KINDS[t.type_id]   # every format quant.py reads (gguf.py refuses the rest)
+    return "f32" if kind == "bf16" and len(t.shape) == 1 else kind
+
+
+def _gpu_bytes(raw: np.ndarray, t, dims: int) -> np.ndarray:
+    """The bytes the GPU gets for `raw`, whole rows of tensor `t`: blocks padded (_PADS), F16
+    and BF16 vectors widened to f32; the rest as is (blocks of 20, 24, 144 or 176 bytes, F32 and
+    BF16 are u32-aligned)."""
+    if t.type_id in _PADS:
+        return repack(raw, t.format, _PADS[t.type_id])
+    if t.type_id == quant.F16.type_id or (t.type_id == quant.BF16.type_id and dims == 1):
+        n_in = t.shape[-1]
+        return quant.dequantize(raw, t.type_id, (raw.size // (t.nbytes // t.shape[0]), n_in)
+                                if dims == 2 else t.shape)
+    return raw
+
+
+# A tensor goes to its buffer this many bytes of the file at a time (stream_rows): with the
+# page's weights read from OPFS as they go, the host holds one such part, never the tensor.
+STREAM_BYTES = 4 << 20
+
+
+def stream_rows(dev, f: GGUFFile, name: str, a: int, b: int, label: str):
+    """A buffer holding rows [a, b) of tensor `name` (all of a vector) as the GPU takes them,
+    read from the file and written STREAM_BYTES of the file at a time."""
+    t = f.tensor(name)
+    if len(t.shape) == 1:
+        return dev.upload(_gpu_bytes(f.raw(name), t, 1), label=label)
+    row = gpu_nbytes(t) // t.shape[0]                      # GPU bytes per row
+    buf = dev.buffer((b - a) * row, "storage", label)
+    step = max(1, STREAM_BYTES // (t.nbytes // t.shape[0]))
+    for r in range(a, b, step):
+        part = _gpu_bytes(f.raw(name, (r, min(r + step, b))), t, 2)
+        dev.write(buf, np.ascontiguousarray(part).view(np.uint8).reshape(-1), (r - a) * row)
+    return buf
+
+
 def gpu_nbytes(t) -> int:
     """Bytes of a tensor (a gguf.TensorInfo) uploaded alone: its blocks padded, F16 widened."""
-    return _kind_bytes(_KINDS[t.type_id], int(np.prod(t.shape)))
+    kind = _KINDS[t.type_id]
+    return _kind_bytes("f32" if kind == "bf16" and len(t.shape) == 1 else kind,
+                       int(np.prod(t.shape)))
 
 
 def _kind_bytes(kind: str, n: int) -> int:
@@ -179,16 +215,17 @@ class RowParts:
 
 def upload_rows(dev, f: GGUFFile, name: str) -> "Weight | RowParts":
     """Tensor `name` (rows, n_in) as one Weight where it fits one binding, else as RowParts of
-    as few parts as fit, their rows balanced and their first rows multiples of PART_ROWS."""
-    data, kind, shape = Weight.host_bytes(f, name)
-    limit = min(getattr(dev, "limits", {}).get(k, data.nbytes)
+    as few parts as fit, their rows balanced and their first rows multiples of PART_ROWS; each
+    streamed to its buffer (stream_rows)."""
+    t = f.tensor(name)
+    kind, shape, nbytes = _gpu_kind(t), tuple(t.shape), gpu_nbytes(t)
+    limit = min(getattr(dev, "limits", {}).get(k, nbytes)
                 for k in ("max-storage-buffer-binding-size", "max-buffer-size"))
-    if data.nbytes <= limit:
-        return Weight(dev.upload(data, label=name), kind, shape, name)
-    rows = data.reshape(shape[0], -1)                                  # (rows, row bytes)
-    fit = limit // rows.shape[1] // PART_ROWS * PART_ROWS
-    if len(shape) != 2 or fit < PART_ROWS:
-        raise ShapeError(f"tensor {name!r} needs {data.nbytes} bytes on the GPU, and this device "
+    if nbytes <= limit:
+        return Weight(stream_rows(dev, f, name, 0, shape[0], name), kind, shape, name)
+    fit = limit // (nbytes // shape[0]) // PART_ROWS * PART_ROWS if len(shape) == 2 else 0
+    if fit < PART_ROWS:
+        raise ShapeError(f"tensor {name!r} needs {nbytes} bytes on the GPU, and this device "
                          f"binds at most {limit} per buffer, less than {PART_ROWS} of its rows")
     n_parts = -(-shape[0] // fit)
     per = -(-(-(-shape[0] // n_parts)) // PART_ROWS) * PART_ROWS   # balanced, still <= fit
@@ -196,8 +233,8 @@ def upload_rows(dev, f: GGUFFile, name: str) -> "Weight | RowParts":
     for a in range(0, shape[0], per):
         b = min(a + per, shape[0])
         label = f"{name}[{a}:{b}]"
-        parts.append((a, Weight(dev.upload(rows[a:b], label=label), kind, (b - a, shape[1]),
-                                label)))
+        parts.append((a, Weight(stream_rows(dev, f, name, a, b, label), kind,
+                                (b - a, shape[1]), label)))
     return RowParts(tuple(parts), kind, shape, name)
 
 

@@ -704,3 +704,26 @@ def test_tables_split_under_lowered_limits_decode_the_same_tokens(tiny, champion
                                          lambda *a: None)))
         outs.append(done["tokens"])
     assert outs[0] == outs[1]
+
+
+@requires_gpu
+def test_a_read_that_fails_midway_is_named_and_frees_the_gpu_weights(tiny, champion_bytes):
+    """A source whose file changed while it streamed (NotReadableError in the page): the load
+    fails with weights_changed and the device holding the tensors uploaded so far is destroyed."""
+    from pyspec.gpu import open_device
+
+    class Changed(Source):
+        reads = 0
+
+        def read(self, offset, into):
+            self.reads += 1
+            if self.reads > 4:                 # the header and a few tensors went through
+                raise OSError("NotReadableError: the file changed")
+            super().read(offset, into)
+
+    dev = open_device()
+    s = session.Session(opener(dev))
+    out = json.loads(run(s.load(json.dumps({"backend": "webgpu"}), Changed(champion_bytes))))
+    assert out["error"]["code"] == "weights_changed", out
+    assert "load the model again" in out["error"]["message"]
+    assert dev.lost is not None and s.file is None

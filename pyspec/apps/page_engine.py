@@ -78,11 +78,16 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
                     raise _SoftwareAdapter(f"the WebGPU adapter ({dev.name}) is a software "
                                            "renderer, slower than the CPU engine; "
                                            "pass backend=webgpu to use it anyway")
-                gpu_model = load_model(dev, file, max_ctx=max_ctx)
-                # Compile the forward's pipelines now: a shader this browser rejects falls back
-                # to the CPU here rather than failing the first request (and TTFT excludes it).
-                gpu_model.forward_dispatches(SLOT_CHAMPION)
-                await dev.check()
+                try:
+                    gpu_model = load_model(dev, file, max_ctx=max_ctx)
+                    # Compile the forward's pipelines now: a shader this browser rejects falls
+                    # back to the CPU here rather than failing the first request (and TTFT
+                    # excludes it).
+                    gpu_model.forward_dispatches(SLOT_CHAMPION)
+                    await dev.check()
+                except BaseException:
+                    dev.destroy()   # the weights already uploaded go with it
+                    raise
             return Engine(backend_for(gpu_model, draft, max_ctx, given=given), tokenizer,
                           recover=_recovery(gpu_model, file, max_ctx, open_device))
         except _SoftwareAdapter as e:

@@ -9,7 +9,7 @@ each backend the memory it needs by a stated rule:
   float32 at load: 4 bytes a parameter, plus the KV cache in float32 at the chosen context.
   Natively the float32 weights must fit cpu/memory.py's budget (half the machine's memory) and,
   with the cache, the machine's memory; in the page they must fit its budget, and all of it,
-  with PAGE_RUNTIME_BYTES for Pyodide, numpy and pyspec and the file (the worker holds it
+  with PAGE_RUNTIME_BYTES for Pyodide, numpy and pyspec (the worker streams the file, never
   there), the wasm heap, which is 32-bit (4 GiB). A CPU verdict that does not fit names the
   largest parameter count that would, as the `cpu` engine's refusal at load does (block-format
   weights on the CPU were measured and not taken: cpu/memory.py).
@@ -41,7 +41,7 @@ WEBGPU_DEFAULT_BINDING = 128 << 20   # maxStorageBufferBindingSize, the WebGPU s
 
 MEMORY_RULE = ("Memory rule: the CPU engines need 4 bytes a parameter (float32 weights, within "
                "half of this machine's memory) plus the KV cache in float32, against this "
-               "machine's memory; the page's CPU engine that plus 300 MiB of runtime and the file "
+               "machine's memory; the page's CPU engine that plus 300 MiB of runtime "
                "within its 4 GiB wasm heap; a model that does not fit is refused with the "
                "largest parameter count that would. WebGPU the file's tensor bytes plus the "
                "cache, each tensor within one storage binding (128 MiB by the spec's default; "
@@ -146,11 +146,11 @@ def backends(params: int, kv: int, largest: int, file_bytes: int,
 def cpu_verdict(params: int, kv: int, file_bytes: int, page: bool) -> dict:
     """The CPU engine's verdict natively (float32 weights within cpu/memory.py's budget, and
     with the cache within the machine's memory) or in the page (float32 weights within its
-    budget, and all of it with the runtime and the file within the wasm heap); `largest_params`:
+    budget, and all of it with the runtime within the wasm heap); `largest_params`:
     the most parameters whose float32 weights fit the budget, as the engine's own refusal says."""
-    needs = 4 * params + kv + (PAGE_RUNTIME_BYTES + file_bytes if page else 0)
-    budget, limit = float32_budget(file_bytes, page), WASM_HEAP_BYTES if page else memory_host()
-    what = ("float32 weights, cache, the runtime and the file against the page's 4 GiB wasm heap"
+    needs = 4 * params + kv + (PAGE_RUNTIME_BYTES if page else 0)
+    budget, limit = float32_budget(page), WASM_HEAP_BYTES if page else memory_host()
+    what = ("float32 weights, cache and the runtime against the page's 4 GiB wasm heap"
             if page else f"float32 weights (within half the memory) and cache against "
                          f"{gib(limit)} of memory")
     if budget is None or limit is None:    # natively, where the OS does not say

@@ -140,8 +140,7 @@ class FastModel(Model):
     weights exceed the memory budget is refused first, naming the largest that fits (memory.py)."""
 
     def __init__(self, f: GGUFFile, kernel: str | None = None):
-        memory.check_fits(sum(math.prod(t.shape) for t in f.tensors.values()), len(f.buf),
-                          f.source)
+        memory.check_fits(sum(math.prod(t.shape) for t in f.tensors.values()), f.source)
         super().__init__(f, np.float32)
         self.kernel = kernel or choose_kernel()
         if self.kernel not in KERNELS:

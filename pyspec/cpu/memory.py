@@ -4,7 +4,8 @@ The fast CPU engine (fastcpu.py) keeps float32 weights, 4 bytes a parameter. A m
 float32 weights exceed `float32_budget` is refused by name (ModelTooLargeError) before anything
 is dequantized, with the largest parameter count that fits: natively the budget is
 HOST_FRACTION of the machine's memory; in the page it is the wasm heap (32-bit: 4 GiB) less
-PAGE_RUNTIME_BYTES for Pyodide, numpy and pyspec, less the file, which the worker holds there.
+PAGE_RUNTIME_BYTES for Pyodide, numpy and pyspec (the file is not there: the worker streams its
+tensors from OPFS, web/stream.js).
 The model card (apps/info.py) states the same rule, with the KV cache at the context it assumes.
 
 Measured and not taken: keeping such a model's matrices in their block format and dequantizing
@@ -45,12 +46,12 @@ def in_page() -> bool:
     return sys.platform == "emscripten"
 
 
-def float32_budget(file_bytes: int, page: bool | None = None) -> int | None:
+def float32_budget(page: bool | None = None) -> int | None:
     """Bytes float32 weights may take: in the page (default: when running there) the wasm heap
-    less the runtime and the file; natively HOST_FRACTION of this machine's memory (None where
-    the OS does not say: no limit)."""
+    less the runtime; natively HOST_FRACTION of this machine's memory (None where the OS does
+    not say: no limit)."""
     if in_page() if page is None else page:
-        return max(0, WASM_HEAP_BYTES - PAGE_RUNTIME_BYTES - file_bytes)
+        return WASM_HEAP_BYTES - PAGE_RUNTIME_BYTES
     host = memory_host()
     return None if host is None else int(HOST_FRACTION * host)
 
@@ -58,14 +59,14 @@ def float32_budget(file_bytes: int, page: bool | None = None) -> int | None:
 def budget_words(page: bool | None = None) -> str:
     """What the budget is, for messages."""
     if in_page() if page is None else page:
-        return "the page's 4 GiB wasm heap less 300 MiB of runtime and the file"
+        return "the page's 4 GiB wasm heap less 300 MiB of runtime"
     return f"{HOST_FRACTION:.0%} of this machine's memory"
 
 
-def check_fits(n_params: int, file_bytes: int, source: str) -> None:
+def check_fits(n_params: int, source: str) -> None:
     """ModelTooLargeError where the float32 weights of `n_params` parameters exceed the budget,
     naming the largest parameter count that fits."""
-    budget = float32_budget(file_bytes)
+    budget = float32_budget()
     if budget is None or 4 * n_params <= budget:
         return
     raise ModelTooLargeError(

@@ -44,7 +44,8 @@ MEMORY_RULE = ("Memory rule: the CPU engines need 4 bytes a parameter (float32 w
                "machine's memory; the page's CPU engine that plus 300 MiB of runtime "
                "within its 4 GiB wasm heap; a model that does not fit is refused with the "
                "largest parameter count that would. WebGPU the file's tensor bytes plus the "
-               "cache, each tensor within one storage binding (128 MiB by the spec's default; "
+               "cache, each buffer it needs whole (a vocabulary table goes in parts of 64 rows) "
+               "within one storage binding (128 MiB by the spec's default; "
                "pyspec asks the adapter for its maximum). Exit status: 0 pyspec runs the model, "
                "1 it cannot (the card says why), 2 bad input.")
 
@@ -135,9 +136,9 @@ def backends(params: int, kv: int, largest: int, file_bytes: int,
         "page-cpu": cpu_verdict(params, kv, file_bytes, page=True),
         "webgpu": webgpu_verdict(gpu_needs, largest, limits) if limits else
                   {"fits": True, "needs": gpu_needs,
-                   "why": "weights in their block format; the largest tensor fits WebGPU's "
+                   "why": "weights in their block format; the largest buffer fits WebGPU's "
                           "default 128 MiB binding" if binding_ok else
-                          f"the largest tensor ({gib(largest)}) needs an adapter whose "
+                          f"the largest buffer ({gib(largest)}) needs an adapter whose "
                           "maxStorageBufferBindingSize is at least that (desktop GPUs offer "
                           "2-4 GiB; the spec's default is 128 MiB)"},
     }

@@ -169,10 +169,11 @@ async function download(model, progress, sink, load) {
 // it about once in five runs: a try made while a third page held the handle stayed pending for
 // good). So a try with no answer in ACCESS_TRY_MS fails with a TimeoutError, to be tried again,
 // and a handle it gives later is closed at once, never kept locked by no one. `stall`: the
-// opfs-stall drill's try, which never answers.
-function tryAccess(dir, name, stall) {
+// opfs-stall drill's try, which never answers. `mode`: "readwrite" (exclusive) or "read-only"
+// (shared with other readers, exclusive with a writer).
+function tryAccess(dir, name, stall, mode = "readwrite") {
   const attempt = stall ? new Promise(() => {})
-    : dir.getFileHandle(name, { create: true }).then((f) => f.createSyncAccessHandle());
+    : dir.getFileHandle(name, { create: true }).then((f) => f.createSyncAccessHandle({ mode }));
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       attempt.then((late) => late.close(), () => {});
@@ -185,7 +186,7 @@ function tryAccess(dir, name, stall) {
 
 // An OPFS access handle for `name`, waiting while another page of this site holds it (they are
 // exclusive: NoModificationAllowedError); null when it stays held for BUSY_WAIT_MS.
-async function accessHandle(dir, name, load) {
+async function accessHandle(dir, name, load, mode = "readwrite") {
   const t0 = performance.now();
   let held = false;      // did another page hold it? (a slow but free handle is no one's fault)
   let stalled = false;   // did a try go unanswered?
@@ -195,7 +196,7 @@ async function accessHandle(dir, name, load) {
     try {
       const stall = load.drill === "opfs-stall";
       if (stall) load.drill = null;
-      const handle = await tryAccess(dir, name, stall);
+      const handle = await tryAccess(dir, name, stall, mode);
       if (held || stalled) {
         load.fault("opfs_busy", t0, `${who()}; this page waited ` +
                    `${((performance.now() - t0) / 1000).toFixed(1)} s for it`);
@@ -292,11 +293,12 @@ async function cacheWeights(dir, name, model, progress, stats, load) {
   return { model, dir, name };
 }
 
-// The cached file's size (0: none), read through its access handle, which waits while another
-// page holds it (accessHandle); null when it stays held.
+// The cached file's size (0: none), read through a read-only access handle (shared with the
+// pages reading it), which waits while another page writes it (accessHandle); null when it
+// stays held.
 async function cachedSize(dir, name, load) {
   if (!await dir.getFileHandle(name).then(() => true, () => false)) return 0;
-  const access = await accessHandle(dir, name, load);
+  const access = await accessHandle(dir, name, load, "read-only");
   if (!access) return null;
   try {
     return access.getSize();
@@ -415,7 +417,8 @@ export async function openWeights(pyodide, fetched, progress, stats, load) {
         load.fault("opfs_corrupt", corruptAt, `the cached ${model.name} did not match its ` +
                    "sha256 (corrupt bytes); it was downloaded again");
       }
-      return weightSource(file, got);
+      // (a read-only handle for the load's bulk reads: 4x faster than FileReaderSync)
+      return weightSource(file, got, () => tryAccess(dir, name, false, "read-only"));
     }
     stats.corrupt += 1;
     corruptAt ??= performance.now();

@@ -275,8 +275,15 @@ async function init(msg) {
                     load_faults: load.faults,
                     verdicts: await readVerdicts(),   // the gate's, for draft "auto"
                     warm: true };   // the system turn is prefilled after ready (Session.warm)
-  const info = JSON.parse(await session.load(JSON.stringify(options), champSource,
-                                             draftSource || null));
+  await Promise.all([champSource.open(), draftSource?.open()]);   // fast reads for the load
+  let info;
+  try {
+    info = JSON.parse(await session.load(JSON.stringify(options), champSource,
+                                         draftSource || null));
+  } finally {
+    champSource.close();
+    draftSource?.close();
+  }
   if (info.error) throw new WorkerError(info.error.code, info.error.message);
   Object.assign(runtimeStartup.phases_ms, { weights: Math.round(t2 - t1),
                                             model: Math.round(performance.now() - t2) });

@@ -164,8 +164,15 @@ def tree_drafter(drafter, tree: str | None, backend, rule: Rule, constraint, kin
         raise TreeUnsupportedError("--tree does not take sampling controls (top-k, top-p, "
                                    "penalties, logit bias) or a JSON schema yet: leave them or "
                                    "--tree out")
-    if kind not in TREE_DRAFTERS:
-        raise TreeUnsupportedError(f"--tree needs a drafter of kind {' or '.join(TREE_DRAFTERS)}"
-                                   f", not {kind}: use --draft ngram or a draft model, or leave "
-                                   "--tree out")
+    kinds = getattr(backend, "tree_kinds", TREE_DRAFTERS)
+    if kind not in kinds:
+        raise TreeUnsupportedError(f"--tree on the {backend.adapter} backend needs a drafter of "
+                                   f"kind {' or '.join(kinds)}, not {kind}: use --draft ngram"
+                                   f"{' or a draft model' if 'model' in kinds else ''}, or "
+                                   "leave --tree out")
+    nodes = int(np.cumprod(shape).sum()) if shape != "auto" else 0
+    if nodes > backend.k_max:
+        raise TreeUnsupportedError(f"--tree {tree} has {nodes} nodes, but one pass of the "
+                                   f"{backend.adapter} backend verifies at most {backend.k_max}: "
+                                   "use fewer or narrower depths")
     return TreeDrafter(drafter, shape)

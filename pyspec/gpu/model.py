@@ -297,9 +297,10 @@ class GPUModel(LoadedWeights):
             del self._plans[key]
             self.dev.free(self._plan_buffers.pop(key))
 
-    def feed(self, tokens, slot: int) -> int:
+    def feed(self, tokens, slot: int, tree=None) -> int:
         """Reserve KV rows for `tokens` (<= ROWS_MAX), write them and the Step slot; returns the
-        first position. The caller submits forward_dispatches(slot) afterwards."""
+        first cache row. `tree`: (base, parents) where the rows are nodes of a tree rooted at
+        cache row base (step.pack_step). The caller submits forward_dispatches(slot) after."""
         tokens = np.asarray(tokens, dtype=np.uint32).reshape(-1)
         if not 1 <= tokens.size <= ROWS_MAX:
             raise ValueError(f"a pass carries 1..{ROWS_MAX} tokens, got {tokens.size}")
@@ -307,7 +308,7 @@ class GPUModel(LoadedWeights):
             raise ValueError(f"token id out of range [0, {self.config.vocab_size})")
         pos = self.kv.append(tokens.size)
         self.dev.write(self.tokens, tokens)
-        self.steps.set(slot, rows=tokens.size, pos=pos)
+        self.steps.set(slot, rows=tokens.size, pos=pos, tree=tree)
         return pos
 
     def prefill(self, prompt: list[int], slot: int, start: int = 0,
@@ -327,11 +328,11 @@ class GPUModel(LoadedWeights):
             self.dev.submit(self.forward_dispatches(slot, logits=False))
             self.kv.commit(len(rows))
 
-    async def read_logits(self, tokens: list[int], slot: int) -> np.ndarray:
-        """Feed tokens at the next positions (appending pending rows) and read back their logits
-        (rows, vocab). For tests and scoring; generation never reads logits back."""
+    async def read_logits(self, tokens: list[int], slot: int, tree=None) -> np.ndarray:
+        """Feed tokens at the next rows (pending; a tree's nodes with `tree`, as `feed`) and read
+        back their logits (rows, vocab). For tests and scoring."""
         rows = len(tokens)
-        self.feed(tokens, slot)
+        self.feed(tokens, slot, tree)
         self.steps.upload(slot + 1)
         self.dev.submit(self.forward_dispatches(slot))
         return await self.dev.read_array(self.logits, np.float32, (rows, self.config.vocab_size))

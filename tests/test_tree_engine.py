@@ -70,10 +70,12 @@ def test_bad_trees_are_refused_by_name(tiny):
 
 
 @pytest.mark.usefixtures("gpu")
-def test_trees_on_the_gpu_equal_champion_only(tiny):
-    """The GPU backend's tree cycles (gpu/tree.py): one pass under Step.tree, the walk on the
-    host, the accepted rows moved into place; greedy and replay equal champion-only, and a
-    chain after them is unchanged."""
+@pytest.mark.parametrize("draft", ["ngram", "close"])
+def test_trees_on_the_gpu_equal_champion_only(tiny, draft):
+    """The GPU backend's tree cycles (gpu/tree.py): n-gram's tree or a draft model's grown on
+    the GPU, one pass under the Step's tree table, the walk on the host, the accepted rows
+    moved into place; greedy and replay equal champion-only, and a chain after them is
+    unchanged."""
     greedy = reference_decode(tiny.champion, tiny.prompt, 24, greedy_pick)
     seed, temperature = 99, 0.8
 
@@ -81,7 +83,7 @@ def test_trees_on_the_gpu_equal_champion_only(tiny):
         return verify.sample_replay(logits, temperature, rng.gumbel(seed, position, len(logits)))
 
     replay = reference_decode(tiny.champion, tiny.prompt, 24, pick)
-    engine = engine_for(tiny, "ngram", "gpu")
+    engine = engine_for(tiny, draft, "gpu")
     for shape in ("2,2,1", "auto"):
         r = engine.generate(tiny.prompt, Options(max_tokens=24, k="fixed:3", tree=shape,
                                                  stop_at_eos=False))

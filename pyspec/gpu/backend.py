@@ -100,7 +100,6 @@ class GPUBackend(Executor):
 
     k_max = K_GPU_MAX
     takes_trees = True   # it verifies a TreeProposal in one pass (gpu/tree.py)
-    tree_kinds = ("ngram",)   # the drafters whose trees it takes: drafted on the host
 
     def __init__(self, champion: GPUModel, drafter=None, max_ctx: int | None = None, *,
                  owned: list | None = None, **paths):
@@ -145,6 +144,12 @@ class GPUBackend(Executor):
         self.timing: dict = {}
         self._compaction = None         # gpu/tree.Compaction, made at the first tree cycle
         self._warm()
+
+    @property
+    def tree_kinds(self) -> tuple:
+        """The drafters whose trees it takes: n-gram's; a draft model's where the adapter reads
+        back synchronously (a tree grows a depth a pass: gpu/tree.DraftForward)."""
+        return ("ngram", "model") if self.dev.reads_now else ("ngram",)
 
     @property
     def split_rows(self) -> bool:

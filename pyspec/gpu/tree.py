@@ -1,8 +1,10 @@
 """Token trees on the GPU (--tree): a tree cycle's drafts and pass input, its readback and walk,
 and the accepted path's cache rows moved into place.
 
-  draft    the tree comes from the host drafter (drafters/tree.TreeDrafter), cut to the rows one
-           pass carries (ROWS_MAX - 1 nodes) and to the context's end; the pass feeds
+  draft    the tree comes from drafters/tree.TreeDrafter: n-gram's trie on the host, or a GPU
+           draft model grown a depth a pass (DraftForward: each pass's logits read back, so
+           only where the adapter reads synchronously), cut to the rows one pass carries
+           (ROWS_MAX - 1 nodes) and to the context's end; the pass feeds
            [t_{n-1}] + the nodes with each row's parent in its Step (step.pack_step,
            FLAG_TREE), so the champion's one pass puts node i at position n + depth - 1 and its
            K and V at cache row n + i, and each row attends to the committed rows and its own
@@ -29,9 +31,68 @@ import numpy as np
 from ..cycle import Proposal, Rule, TreeProposal, tree_verdict
 from ..rules.tree import Tree
 from .constants import ROWS_MAX, WG
+from ..drafters.tree import grow_model_tree
 from .device import Copy
+from .draft import GPUDraft, draft_slot
 from .recording import Recording
 from .step import SLOT_CHAMPION
+
+
+class DraftForward:
+    """A GPU draft model as drafters/tree.grow_model_tree's `model`: each forward is one pass
+    whose logits are read back at once (an adapter that reads synchronously: native.py): the
+    unseen tokens as a chain (the last is the tree's root), then a depth a pass, each node
+    under its parent by the Step's table from the root (step.pack_step)."""
+
+    def __init__(self, draft: GPUDraft):
+        self.draft = draft
+        self.base, self.parents = 0, [-1]   # the root's cache row; each entry's parent entry
+
+    def forward(self, tokens: list[int], kv, last_only: bool = False, exact: bool = True,
+                parents=None) -> np.ndarray:
+        """(rows, vocab) logits (the last row only with last_only); `parents`: the cache rows
+        the rows hang under (grow_model_tree's), None for a chain."""
+        model, slot = self.draft.model, draft_slot(0)
+        if parents is None:
+            self.base, self.parents, tree = kv.length + len(tokens) - 1, [-1], None
+        else:
+            self.parents += [int(p) - self.base for p in parents]
+            tree = (self.base, self.parents)
+        model.feed(tokens, slot, tree)
+        model.steps.upload(slot + 1)
+        rows, vocab, dev = len(tokens), model.config.vocab_size, model.dev
+        readback = dev.stage(model.logits, 4 * rows * vocab)
+        dev.submit([*model.forward_dispatches(slot, self.draft.layers), readback.copy])
+        logits = np.frombuffer(dev.redeem_now(readback), np.float32, rows * vocab)
+        return logits.reshape(rows, vocab)[-1:] if last_only else logits.reshape(rows, vocab)
+
+
+class DraftTree:
+    """What grow_model_tree reads and counts of a drafter, over a GPUDraft."""
+
+    def __init__(self, draft: GPUDraft):
+        self.draft, self.model, self.kv = draft, DraftForward(draft), draft.model.kv
+
+    def __getattr__(self, name):   # its counters: calls, fed_before, drafts_fed
+        return getattr(self.draft, name)
+
+    def __setattr__(self, name, value):
+        if name in ("draft", "model", "kv"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.draft, name, value)
+
+
+def propose(drafter, tokens: list[int], k: int, rule: Rule) -> Proposal | TreeProposal:
+    """A TreeDrafter's tree at most k deep: a GPU draft model's grown here (DraftTree),
+    n-gram's on the host."""
+    if k <= 0:
+        return Proposal()
+    inner = drafter.inner
+    if not isinstance(inner, GPUDraft):
+        return drafter.propose(tokens, k, rule)
+    inner.catch_up(tokens, draft_slot(0))   # at most a pass of unseen tokens
+    return grow_model_tree(DraftTree(inner), tokens, drafter.shape, k, rule, drafter.max_nodes)
 
 
 class TreeSource:
@@ -42,7 +103,7 @@ class TreeSource:
 
     def encode(self, b, rec: Recording, tokens: list[int], k: int, rule: Rule,
                limit: int | None = None) -> Proposal | TreeProposal:
-        proposal = self.drafter.propose(tokens, k, rule) if k > 0 else Proposal()
+        proposal = propose(self.drafter, tokens, k, rule)
         room = min(ROWS_MAX - 1, b.kv.max_ctx - len(tokens))   # nodes after row n - 1
         tree = getattr(proposal, "tree", Tree((), ()))
         rec.t_draft = time.perf_counter() - rec.t0

@@ -50,6 +50,12 @@ def test_tree_greedy_and_replay_equal_champion_only(tiny, draft, backend):
                                              temperature=1.0, seed=3, verify="rejection",
                                              stop_at_eos=False))
     assert len(r.tokens) == 30
+    # behind the guard, which drafts a tree or a chain each cycle by its cost model (schedule.py)
+    r = engine.generate(tiny.prompt, Options(max_tokens=30, k="heuristic", tree="2,2,1",
+                                             stop_at_eos=False))
+    assert r.tokens == greedy
+    sched = r.stats["schedule"]
+    assert sched["trees"] + sched["tree_off"] > 0 or sched["guard_off"] > 0
     # and chains after trees, on the same engine: unchanged
     r = engine.generate(tiny.prompt, Options(max_tokens=30, k="fixed:3", stop_at_eos=False))
     assert r.tokens == greedy

@@ -142,6 +142,12 @@ class TreeDrafter:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
+    def nodes(self, depth: int) -> int:
+        """The most nodes a tree `depth` deep of this shape has (the pass's rows, less one)."""
+        if self.shape == "auto":
+            return self.max_nodes
+        return min(int(np.cumprod(self.shape[:depth]).sum()), self.max_nodes)
+
     def propose(self, tokens: list[int], depth: int, rule: Rule) -> TreeProposal:
         """A tree at most `depth` deep after the committed `tokens`."""
         if self.inner.kind == "ngram":

@@ -318,7 +318,8 @@ class GPUBackend(Executor):
         self._count(rec, t_read - t_wait, t_end - t_read)
         t0 = self._cycle_start(rec, t_end)
         t_draft = (t_end - t0) * rec.share if rec.on_device else rec.t_draft
-        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed, rows=rows)
+        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed, rows=rows,
+                       nodes=len(rec.tree.tree) if rec.tree is not None else 0)
 
     def commit(self, outcome: Outcome, drafter) -> None:
         """A tree cycle keeps the root's and the accepted path's rows, moved into place at the

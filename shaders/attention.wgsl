@@ -62,30 +62,36 @@ var<workgroup> wg_l: array<f32, ATTN_WG>;          // (groups,) l_g
 var<workgroup> wg_o: array<vec4<f32>, ATTN_WG>;    // (groups, hd / 4) o_g
 var<workgroup> wg_path: array<u32, ROWS_MAX>;      // (depth + 1,) a tree row's path's cache rows
 
-// Two entry points, one algorithm: `attention` (ATTN_WG threads, GPUs) and `attention_cpu`
+// Four entry points, one algorithm: `attention` (ATTN_WG threads, GPUs) and `attention_cpu`
 // (ATTN_WG_CPU threads, software adapters, where idle threads and barriers cost more than the
-// parallelism pays; ops.attention picks).
-// Each calls attend with `tree` a constant, so a chain's pass runs the code it ran before trees
-// existed (kv_row folds to s) and a tree's the same arithmetic over other rows: its node's
-// logits are bit-identical to its path's as a chain.
+// parallelism pays; ops.attention picks), and their `_tree` twins for the passes of a tree
+// (model.py builds a tree's plan apart). Each calls attend with `tree` a constant, so a chain's
+// pipeline is the code it was before trees existed (kv_row folds to s, the path's walk and its
+// barrier go) and a tree's runs the same arithmetic over other rows: a node's logits are
+// bit-identical to its path's as a chain. A `_tree` entry runs a chain's Step as a chain.
 @compute @workgroup_size(ATTN_WG)
 fn attention(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-    if ((step.flags & FLAG_TREE) != 0u) {
-        attend(t, ATTN_WG, wid.x + wid.y * nwg.x, true);
-    } else {
-        attend(t, ATTN_WG, wid.x + wid.y * nwg.x, false);
-    }
+    attend(t, ATTN_WG, wid.x + wid.y * nwg.x, false);
 }
 
 @compute @workgroup_size(ATTN_WG_CPU)
 fn attention_cpu(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-    if ((step.flags & FLAG_TREE) != 0u) {
-        attend(t, ATTN_WG_CPU, wid.x + wid.y * nwg.x, true);
-    } else {
-        attend(t, ATTN_WG_CPU, wid.x + wid.y * nwg.x, false);
-    }
+    attend(t, ATTN_WG_CPU, wid.x + wid.y * nwg.x, false);
+}
+
+@compute @workgroup_size(ATTN_WG)
+fn attention_tree(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>) {
+    attend(t, ATTN_WG, wid.x + wid.y * nwg.x, (step.flags & FLAG_TREE) != 0u);
+}
+
+@compute @workgroup_size(ATTN_WG_CPU)
+fn attention_tree_cpu(@builtin(local_invocation_index) t: u32,
+                      @builtin(workgroup_id) wid: vec3<u32>,
+                      @builtin(num_workgroups) nwg: vec3<u32>) {
+    attend(t, ATTN_WG_CPU, wid.x + wid.y * nwg.x, (step.flags & FLAG_TREE) != 0u);
 }
 
 // The cache row of position s for this workgroup's row: s itself in a chain and below a tree's

@@ -30,12 +30,22 @@ def gpu_model(request, tiny, tmp_path_factory):
     return load_model(gpu_device(), GGUFFile.open(str(path)))
 
 
+@pytest.fixture(params=["gpu", "cpu"])
+def adapter_kind(request, gpu_model, monkeypatch):
+    """Plans built as on a GPU (attention_tree) or a software adapter (attention_tree_cpu),
+    whichever this adapter is; the plans are dropped before and after."""
+    gpu_model.forget_plans()
+    monkeypatch.setattr(gpu_model.dev, "is_cpu", request.param == "cpu")
+    yield request.param
+    gpu_model.forget_plans()
+
+
 def _prefilled(model, prompt: list[int]) -> None:
     model.limit_context(64)
     model.prefill(prompt, 0)
 
 
-def test_a_node_scores_as_its_path_fed_as_a_chain(gpu_model):
+def test_a_node_scores_as_its_path_fed_as_a_chain(gpu_model, adapter_kind):
     vocab = gpu_model.config.vocab_size
     prompt = np.random.default_rng(0).integers(0, vocab, 9).tolist()
     _prefilled(gpu_model, prompt)

@@ -238,7 +238,8 @@ class GPUBackend(Executor):
 
     def champion_pass(self, rec: Recording, last: int | None, drafts) -> None:
         rec.pass_at = count_commands(rec.commands)
-        rec.commands.append(self.champion.forward_dispatches(SLOT_CHAMPION))  # a plan, built once
+        rec.commands.append(self.champion.forward_dispatches(   # a plan, built once
+            SLOT_CHAMPION, tree=rec.tree is not None))
 
     @_owning
     def accept(self, rec: Recording, drafts, tokens: list[int] | None, rule: Rule) -> None:

@@ -62,7 +62,8 @@ class DraftForward:
         model.steps.upload(slot + 1)
         rows, vocab, dev = len(tokens), model.config.vocab_size, model.dev
         readback = dev.stage(model.logits, 4 * rows * vocab)
-        dev.submit([*model.forward_dispatches(slot, self.draft.layers), readback.copy])
+        plan = model.forward_dispatches(slot, self.draft.layers, tree=tree is not None)
+        dev.submit([*plan, readback.copy])
         logits = np.frombuffer(dev.redeem_now(readback), np.float32, rows * vocab)
         return logits.reshape(rows, vocab)[-1:] if last_only else logits.reshape(rows, vocab)
 

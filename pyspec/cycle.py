@@ -209,6 +209,7 @@ class Outcome:
                               # drafting time in the stats, not the guard's per-token t_draft
     rows: list[int] | None = None   # a tree cycle's rows to keep: the root's and the accepted
                                     # path's slots (cpu/executor.py compacts them into place)
+    nodes: int = 0       # a tree cycle's nodes (k is its depth); 0 for a chain
 
 
 class Executor:

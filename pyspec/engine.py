@@ -29,7 +29,7 @@ from .cpu.model import ModelError
 from .cycle import Executor, Rule
 from .drafters import NgramDrafter
 from .drafters.forced import ForcedDrafter
-from .drafters.tree import tree_drafter
+from .drafters.tree import TreeDrafter, tree_drafter
 from .errors import OptionsError, PromptTooLongError, PyspecError
 from .kv import rows_kept
 from .options import Options
@@ -363,6 +363,9 @@ class Engine:
                 req.queued = b.submit_ahead(None, req.sched.next_k() if drafter else 0,
                                             req.rule, req.limit, drafter)
             return handle
+        tree = isinstance(drafter, TreeDrafter) and k > 0
+        if tree and not req.sched.tree_pays(k, drafter.nodes(k)):
+            drafter = drafter.inner   # the guard's model says a chain pays more this cycle
         handle = req.queued or cycle.submit(b, tokens, k, req.rule, drafter)
         req.queued = None
         if (handle.k == 0 and req.remaining > 1 and n + 1 <= req.ctx
@@ -416,7 +419,7 @@ class Engine:
         shows or None, whether the request stops here)."""
         verdict, k = out.verdict, out.k
         req.sched.observe(k, verdict.n_accepted, out.t_draft, out.t_verify,
-                          went_ahead and not req.in_cycle, cls)
+                          went_ahead and not req.in_cycle, cls, out.nodes)
         req.st.record(k, verdict.n_accepted, out.t_draft + out.t_catch_up, out.t_verify)
         req.st.scratch = max(req.st.scratch, self.backend.scratch_bytes(k + 1, k + 1))
         new = list(verdict.tokens)

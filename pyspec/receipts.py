@@ -76,7 +76,9 @@ def build(engine, opts, mode: str, stats: dict, drafter) -> dict:
                   "auto": getattr(engine.backend, "auto", None)},
         "tokenizer_hash": engine.tokenizer.fingerprint(),
         "template_hash": engine.tokenizer.template_hash(),
-        "policy": {"name": stats["schedule"]["policy"], "version": POLICY_VERSION},
+        # tree: the request's --tree (widths per depth "2,2,1", "auto"), null for chains
+        "policy": {"name": stats["schedule"]["policy"], "version": POLICY_VERSION,
+                   "tree": opts.tree or None},
         "verify": mode,
         "temperature": opts.temperature,
         "seed": opts.seed,
@@ -196,6 +198,7 @@ def _check_auto(auto) -> None:
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_TREE = re.compile(r"auto|[0-9]{1,3}(,[0-9]{1,3}){0,15}")   # a --tree shape, never text
 
 
 def _check_settings(receipt: dict) -> None:
@@ -251,10 +254,12 @@ def check(receipt: dict) -> None:
                              "digits, _); receipts carry no names or paths")
     allowed_strings = {"schema", "pyspec_version", "champion_sha256", "sha256", "kind",
                        "tokenizer_hash", "template_hash", "name", "verify", "adapter",
-                       "finish_reason", "policy", "verdict", "verdict_sha256"}
+                       "finish_reason", "policy", "verdict", "verdict_sha256", "tree"}
     for key, value in string_fields(receipt):
         if key not in allowed_strings:
             raise ValueError(f"receipt field {key!r} holds a string; receipts carry no text")
+        if key == "tree" and not _TREE.fullmatch(value):
+            raise ValueError(f"receipt tree {value!r} is not a tree shape (auto or W1,W2,...)")
         if key == "adapter" and value not in ADAPTER_CLASSES:
             raise ValueError(f"receipt adapter {value!r} is not one of {ADAPTER_CLASSES}; "
                              "receipts name an adapter's class, never its description")

@@ -49,6 +49,12 @@ estimate by CLASS_PRIOR pseudo-counts), so a long match is drafted where extra r
 CPU engine: a pass over 4 rows costs 2 one-row passes) and a one-token match is not, where the
 pooled acceptance would decide both alike. Class 0 (nothing matched) drafts nothing. Only where
 drafts come from the host: the device lookup decides by the match itself (gpu/ngram.py).
+
+Trees (--tree): the guard picks the depth as it picks a chain's k, then `tree_pays` says whether
+this cycle drafts the tree or a chain: the tree's rate is E over its acceptance by depth (its
+own counts, drawn toward the chain's) per one draft step a depth plus its pass, whose cost is
+the measured verify cost by rows (a tree of N nodes costs what a chain of N drafts does); it
+must beat the best chain of at most that depth. A fixed policy always drafts the tree.
 """
 
 from __future__ import annotations
@@ -104,19 +110,48 @@ class CostModel:
         self._prior = [((a + 1) / (r + 2), HISTORY_PRIOR) if r else (0.5, 2.0)
                        for r, a in zip(*self._history)] + [(0.5, 2.0)] * k_max
         self.by_class: dict[int, tuple[list[int], list[int]]] = {}   # class -> (reached, accepted)
+        self.tree_reached = [0] * k_max          # trees: how often depth i + 1 was verified
+        self.tree_accepted = [0] * k_max         # ... and a node there accepted
+        self._tree_nodes: list[float] = timing.setdefault("tree_nodes", [])
         self.previews = self.empty = 0           # previews scored, and those that drafted nothing
         self._verify_time: dict[int, float | None] = {}   # verify_time's answers until t_verify moves
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
-                ahead: bool = False, cls: int | None = None) -> None:
+                ahead: bool = False, cls: int | None = None, nodes: int = 0) -> None:
+        """`nodes`: a tree cycle's (k is its depth): its pass is timed as a chain of as many
+        rows (verify cost by rows), its drafting per depth, its acceptance by depth apart."""
         if ahead:   # pipelined champion-only: its own estimate, the champion-only rate's
             self.t_ahead = _push_median(self._ahead_samples, t_verify)
             return
-        self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)
+        rows = nodes or k
+        self.t_verify[rows] = _push_median(self._verify_samples.setdefault(rows, []), t_verify)
         self._verify_time.clear()
         if k:
             self.t_draft = _push_median(self._draft_samples, t_draft / k)
+        if nodes:
+            _push_median(self._tree_nodes, nodes)
+            for i in range(min(k, n_accepted + 1, len(self.tree_reached))):
+                self.tree_reached[i] += 1
+                self.tree_accepted[i] += i < n_accepted
+            return
         self.score(k, n_accepted, cls)
+
+    def tree_rate(self, depth: int, nodes: int) -> float | None:
+        """Predicted tokens per second of trees `depth` deep with `nodes` nodes (the median
+        of those verified, where any were): E = 1 + sum_j prod_{i<=j} a_i with a_i a tree's
+        acceptance at depth i + 1, drawn toward the chain's (which a tree's first branch is)
+        by 2 pseudo-counts; one draft step per depth and the pass of nodes + 1 rows."""
+        nodes = round(statistics.median(self._tree_nodes)) if self._tree_nodes else nodes
+        t_v = self.verify_time(nodes)
+        if t_v is None or self.t_draft is None:
+            return None
+        e, run = 1.0, 1.0
+        for i in range(depth):
+            a = ((self.tree_accepted[i] + 2.0 * self.acceptance(i))
+                 / (self.tree_reached[i] + 2.0))
+            run *= a
+            e += run
+        return e / (depth * self.t_draft + t_v)
 
     def score(self, k: int, n_accepted: int, cls: int | None = None) -> None:
         """Acceptance by position from one proposal of k drafts, n_accepted of them kept (pooled,
@@ -308,7 +343,8 @@ class Schedule:
         self.off = False
         self.probe_every = PROBE_EVERY // 2
         self.remeasure_every = PROBE_EVERY
-        self.counts = {"guard_off": 0, "probes": 0, "baseline": 0, "previews": 0}
+        self.counts = {"guard_off": 0, "probes": 0, "baseline": 0, "previews": 0,
+                       "trees": 0, "tree_off": 0}
         self.k_history: dict[int, int] = {}
 
     def next_k(self, cls: int | None = None) -> int:
@@ -319,6 +355,20 @@ class Schedule:
         if self.policy.guarded and k > 0:
             k = 0 if cls == 0 else self._guard(k, cls)
         return k
+
+    def tree_pays(self, depth: int, nodes: int) -> bool:
+        """Whether a tree `depth` deep (of about `nodes` nodes) is drafted this cycle rather
+        than a chain: always under a fixed policy (what you ask for runs); under the guard
+        where its predicted rate beats the best chain of at most that depth and
+        champion-only, or while its pass over that many rows is unmeasured (once measured,
+        the model decides)."""
+        pays = True
+        if self.policy.guarded:
+            tree = self.cost.tree_rate(depth, nodes)
+            best = max((r for r in self.cost.rates(depth) if r is not None), default=None)
+            pays = tree is None or best is None or tree > MARGIN * best
+        self.counts["trees" if pays else "tree_off"] += 1
+        return pays
 
     def shadow(self, k: int, n_accepted: int, cls: int | None = None) -> None:
         """A preview: what the drafter would have proposed (k drafts, 0: nothing) at a
@@ -418,11 +468,12 @@ class Schedule:
         return 0
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
-                ahead: bool = False, cls: int | None = None) -> None:
+                ahead: bool = False, cls: int | None = None, nodes: int = 0) -> None:
         """k is what ran: after the engine's caps and any drafter shortfall; `ahead`: a k = 0
-        cycle submitted while the one before was in flight; `cls`: its proposal's class."""
+        cycle submitted while the one before was in flight; `cls`: its proposal's class;
+        `nodes`: a tree's (k its depth)."""
         self.k_history[k] = self.k_history.get(k, 0) + 1
-        self.cost.observe(k, n_accepted, t_draft, t_verify, ahead, cls)
+        self.cost.observe(k, n_accepted, t_draft, t_verify, ahead, cls, nodes)
         self.policy.observe(k, n_accepted)
 
     def stats(self) -> dict:

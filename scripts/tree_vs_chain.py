@@ -1,14 +1,19 @@
-"""Tokens per champion pass for trees against chains on the CPU, the champion
+"""Tokens per champion pass for trees against chains on the CPU or the GPU, the champion
 with n-gram and with the trained draft, greedy, on a few public prompts (issue 48).
 
     PYTHONPATH=$PWD .venv/bin/python scripts/tree_vs_chain.py --per-stratum 1 \
         --strata chat,rewrite,summary,repetitive --max-tokens 48 --out bench/results/tree-cpu.json
+    PYTHONPATH=$PWD nice .venv/bin/python scripts/tree_vs_chain.py --engine gpu --strata chat,code \
+        --max-tokens 24 --configs gpu --out bench/results/tree-lavapipe.json
 
 Each (drafter, shape) runs every prompt; a shape is a chain `fixed:K` (K + 1 verify rows) or a
 tree W1,W2,... at k = its depth (1 + its nodes rows at most). Reported per configuration: tokens
 per pass (generated / champion passes), the verify rows it asked for, and wall tokens per second
-on this machine (a shared 2-core VM: wall time is noisy; tokens per pass is not). The outputs
-must equal the champion-only greedy text (asserted): trees are exact. A benchmark, not a test.
+on this machine (a shared 2-core VM: wall time is noisy; tokens per pass is not), and the
+acceptance by depth (of the cycles that reached depth i, the share that accepted a draft there).
+The outputs must equal the champion-only greedy text (asserted): trees are exact. On the GPU a
+pass holds at most 16 rows: `--configs gpu` compares a tree with the chain of as many rows. A
+benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", 
 CONFIGS = [("chain k=3", "fixed:3", None, 4), ("chain k=10", "fixed:10", None, 11),
            ("tree 2,2,1", "fixed:3", "2,2,1", 11), ("tree 3,1,1", "fixed:3", "3,1,1", 10),
            ("tree auto", "fixed:4", "auto", 17)]
+# a pass of at most 16 rows (the GPU): each tree against the chain of as many verify rows
+CONFIGS_GPU = [("chain k=3", "fixed:3", None, 4), ("chain k=10", "fixed:10", None, 11),
+               ("tree 2,2,1", "fixed:3", "2,2,1", 11), ("chain k=15", "fixed:15", None, 16),
+               ("tree auto", "fixed:4", "auto", 16)]
 
 
 def main() -> int:
@@ -45,8 +54,10 @@ def main() -> int:
     p.add_argument("--strata", default="chat,rewrite,summary,repetitive")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--drafts", default="ngram,trained")
-    p.add_argument("--engine", choices=["numpy", "fast"], default="fast",
-                   help="the CPU engine (tokens per pass are the same; wall time is not)")
+    p.add_argument("--engine", choices=["numpy", "fast", "gpu"], default="fast",
+                   help="the CPU engine, or the native GPU adapter (tokens per pass are the "
+                        "same; wall time is not)")
+    p.add_argument("--configs", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--out", default="")
     args = p.parse_args()
     items = [it for it in workload.first_per_stratum(workload.read_workload(args.workload),
@@ -54,14 +65,17 @@ def main() -> int:
              if it["stratum"] in args.strata.split(",")]
     f = GGUFFile.open(champion_path())
     tok = Tokenizer.from_metadata(f.metadata)
-    champion = FastModel(f) if args.engine == "fast" else Model(f)
+    champion = _champion(f, args.engine)
     spec = {"ngram": "ngram", "trained": trained_draft_path()}
-    result = {"max_tokens": args.max_tokens, "engine": args.engine, "prompts": [it["id"] for it in items], "rows": []}
+    result = {"max_tokens": args.max_tokens, "engine": args.engine,
+              "adapter": getattr(getattr(champion, "dev", None), "name", args.engine),
+              "prompts": [it["id"] for it in items], "rows": []}
     alone = {}
     for d in args.drafts.split(","):
         eng = Engine(backend(champion, spec[d], load_draft=load_draft_checked(champion)), tok)
-        for label, k, tree, rows in CONFIGS:
+        for label, k, tree, rows in CONFIGS_GPU if args.configs == "gpu" else CONFIGS:
             gen = passes = 0
+            reached, accepted = [0] * 16, [0] * 16
             t0 = time.perf_counter()
             for it in items:
                 ids = tok.encode_chat(it["messages"])
@@ -72,16 +86,30 @@ def main() -> int:
                 assert r.tokens == alone[it["id"]], f"{d} {label} {it['id']}: not exact"
                 gen += len(r.tokens)
                 passes += r.stats["champion_passes"]
+                for i, (d_i, a_i) in enumerate(zip(r.stats["drafted_by_position"],
+                                                   r.stats["accepted_by_position"])):
+                    reached[i] += d_i
+                    accepted[i] += a_i
             wall = time.perf_counter() - t0
             row = {"draft": d, "shape": label, "verify_rows": rows, "tokens": gen,
                    "passes": passes, "tokens_per_pass": round(gen / passes, 3),
-                   "tokens_per_s": round(gen / wall, 2)}
+                   "tokens_per_s": round(gen / wall, 2),
+                   "acceptance_by_depth": [round(a / n, 3) for a, n in zip(accepted, reached)
+                                           if n]}
             result["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)
     return 0
+
+
+def _champion(f, engine: str):
+    """The champion on the engine asked for: numpy, the fast CPU engine or the native GPU."""
+    if engine == "gpu":
+        from pyspec.gpu import load_model, open_device
+        return load_model(open_device(), f)
+    return FastModel(f) if engine == "fast" else Model(f)
 
 
 if __name__ == "__main__":

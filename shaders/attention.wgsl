@@ -1,6 +1,10 @@
 // Grouped-query causal attention over the KV cache (model.Model.attention).
 // Pass row r (position p = step.pos + r) attends to cache rows lo..p inclusive; its own K/V row is
-// already in the cache. lo = 0, or with a sliding window of w positions (Gemma 3's local layers)
+// already in the cache. In a tree's pass (FLAG_TREE, step.wgsl, tree.wgsl) row r is at position
+// p = tree_base + its depth and attends to positions lo..p in the same order with the same
+// splits, position s read from cache row s below the root and from its ancestor's row on its
+// path from there (kv_row): the committed context and its own ancestors only, the mask given by
+// parent entries, not a matrix. lo = 0, or with a sliding window of w positions (Gemma 3's local layers)
 // lo = max(0, p + 1 - w): the positions s with p - s < w (llama.cpp's standard SWA mask). Every
 // split below counts positions from lo, so a layer without a window (lo = 0) computes exactly what
 // it did before windows existed. Query head h reads KV head h / (n_heads / n_kv).
@@ -30,6 +34,7 @@
 // now, and 2.2-2.4 us more at 1,024 and 2,048 (bench/results/h200-kernels-attention.json).
 
 //!include step.wgsl
+//!include tree.wgsl
 
 struct Params {
     n_heads: u32,   // query heads
@@ -55,31 +60,79 @@ var<workgroup> wg_max: array<f32, ATTN_WG>;        // (threads,) phase 1's per-t
 var<workgroup> wg_m: array<f32, ATTN_WG>;          // (groups,) m_g
 var<workgroup> wg_l: array<f32, ATTN_WG>;          // (groups,) l_g
 var<workgroup> wg_o: array<vec4<f32>, ATTN_WG>;    // (groups, hd / 4) o_g
+var<workgroup> wg_path: array<u32, ROWS_MAX>;      // (depth + 1,) a tree row's path's cache rows
 
-// Two entry points, one algorithm: `attention` (ATTN_WG threads, GPUs) and `attention_cpu`
+// Four entry points, one algorithm: `attention` (ATTN_WG threads, GPUs) and `attention_cpu`
 // (ATTN_WG_CPU threads, software adapters, where idle threads and barriers cost more than the
-// parallelism pays; ops.attention picks).
+// parallelism pays; ops.attention picks), and their `_tree` twins for the passes of a tree
+// (model.py builds a tree's plan apart). Each calls attend with `tree` a constant, so a chain's
+// pipeline is the code it was before trees existed (kv_row folds to s, the path's walk and its
+// barrier go) and a tree's runs the same arithmetic over other rows: a node's logits are
+// bit-identical to its path's as a chain. A `_tree` entry runs a chain's Step as a chain.
 @compute @workgroup_size(ATTN_WG)
 fn attention(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-    attend(t, ATTN_WG, wid.x + wid.y * nwg.x);
+    attend(t, ATTN_WG, wid.x + wid.y * nwg.x, false);
 }
 
 @compute @workgroup_size(ATTN_WG_CPU)
 fn attention_cpu(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-    attend(t, ATTN_WG_CPU, wid.x + wid.y * nwg.x);
+    attend(t, ATTN_WG_CPU, wid.x + wid.y * nwg.x, false);
 }
 
-// Thread t of `threads` in workgroup group_id = (row, head).
-fn attend(t: u32, threads: u32, group_id: u32) {
+@compute @workgroup_size(ATTN_WG)
+fn attention_tree(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>) {
+    attend(t, ATTN_WG, wid.x + wid.y * nwg.x, (step.flags & FLAG_TREE) != 0u);
+}
+
+@compute @workgroup_size(ATTN_WG_CPU)
+fn attention_tree_cpu(@builtin(local_invocation_index) t: u32,
+                      @builtin(workgroup_id) wid: vec3<u32>,
+                      @builtin(num_workgroups) nwg: vec3<u32>) {
+    attend(t, ATTN_WG_CPU, wid.x + wid.y * nwg.x, (step.flags & FLAG_TREE) != 0u);
+}
+
+// The cache row of position s for this workgroup's row: s itself in a chain and below a tree's
+// root; in a tree, the row of the entry at depth s - tree_base on the row's own path (wg_path).
+fn kv_row(s: u32, tree: bool) -> u32 {
+    if (tree && s >= step.tree_base) {
+        return wg_path[min(s - step.tree_base, ROWS_MAX - 1u)];
+    }
+    return s;
+}
+
+// wg_path for pass row r of a tree: the cache row of its ancestor at each depth, itself last;
+// returns r's depth. Thread 0 walks the parents; the barrier is the caller's.
+fn walk_path(t: u32, r: u32) -> u32 {
+    let i = tree_index(r);
+    let depth = tree_entry(i) & 0xFFFFu;
+    if (t == 0u) {
+        var a = i;
+        for (var d = 0u; d <= depth && d < ROWS_MAX; d++) {   // at most ROWS_MAX steps
+            let entry = tree_entry(a);
+            wg_path[min(entry & 0xFFFFu, ROWS_MAX - 1u)] = step.tree_base + a;
+            a = entry >> 16u;
+        }
+    }
+    return depth;
+}
+
+// Thread t of `threads` in workgroup group_id = (row, head); `tree`: the rows are a tree's.
+fn attend(t: u32, threads: u32, group_id: u32, tree: bool) {
     let r = group_id / params.n_heads;  // uniform in the workgroup: the early return is legal
     let h = group_id % params.n_heads;
     if (r >= min(step.rows, ROWS_MAX)) {
         return;
     }
     let hd4 = params.head_dim / 4u;
-    let n = min(step.pos + r + 1u, params.max_ctx);  // positions lo..p: s < n
+    var p = step.pos + r;   // its position
+    if (tree) {
+        p = step.tree_base + walk_path(t, r);
+        workgroupBarrier();
+    }
+    let n = min(p + 1u, params.max_ctx);  // positions lo..p: s < n
     let lo = select(0u, n - params.window, params.window != 0u && n > params.window);
     let stride = params.n_kv * hd4;                    // one cache row, in vec4
     let kv_off = (h / (params.n_heads / params.n_kv)) * hd4;
@@ -91,8 +144,8 @@ fn attend(t: u32, threads: u32, group_id: u32) {
     {
         var s = lo + t;
         for (; s + threads < n; s += 2u * threads) {   // two positions a step: loads together
-            let k_a = s * stride + kv_off;
-            let k_b = (s + threads) * stride + kv_off;
+            let k_a = kv_row(s, tree) * stride + kv_off;
+            let k_b = kv_row(s + threads, tree) * stride + kv_off;
             var da = 0.0;
             var db = 0.0;
             var i = 0u;
@@ -126,7 +179,7 @@ fn attend(t: u32, threads: u32, group_id: u32) {
             m = max(m, sb);
         }
         for (; s < n; s += threads) {   // the last position, if odd
-            let k_off = s * stride + kv_off;
+            let k_off = kv_row(s, tree) * stride + kv_off;
             var d = 0.0;
             var i = 0u;
             for (; i + 3u < hd4; i += 4u) {   // four loads in flight, summed in order
@@ -176,14 +229,14 @@ fn attend(t: u32, threads: u32, group_id: u32) {
             let x5 = scratch[scores + s + 5u * groups];
             let x6 = scratch[scores + s + 6u * groups];
             let x7 = scratch[scores + s + 7u * groups];
-            let v0 = vcache[s * stride + v_at];
-            let v1 = vcache[(s + 1u * groups) * stride + v_at];
-            let v2 = vcache[(s + 2u * groups) * stride + v_at];
-            let v3 = vcache[(s + 3u * groups) * stride + v_at];
-            let v4 = vcache[(s + 4u * groups) * stride + v_at];
-            let v5 = vcache[(s + 5u * groups) * stride + v_at];
-            let v6 = vcache[(s + 6u * groups) * stride + v_at];
-            let v7 = vcache[(s + 7u * groups) * stride + v_at];
+            let v0 = vcache[kv_row(s, tree) * stride + v_at];
+            let v1 = vcache[kv_row(s + 1u * groups, tree) * stride + v_at];
+            let v2 = vcache[kv_row(s + 2u * groups, tree) * stride + v_at];
+            let v3 = vcache[kv_row(s + 3u * groups, tree) * stride + v_at];
+            let v4 = vcache[kv_row(s + 4u * groups, tree) * stride + v_at];
+            let v5 = vcache[kv_row(s + 5u * groups, tree) * stride + v_at];
+            let v6 = vcache[kv_row(s + 6u * groups, tree) * stride + v_at];
+            let v7 = vcache[kv_row(s + 7u * groups, tree) * stride + v_at];
             let e0 = exp(x0 - m_g);
             o += e0 * v0;
             sum += e0;
@@ -211,7 +264,7 @@ fn attend(t: u32, threads: u32, group_id: u32) {
         }
         for (; s < n; s += groups) {
             let e = exp(scratch[scores + s] - m_g);
-            o += e * vcache[s * stride + v_at];
+            o += e * vcache[kv_row(s, tree) * stride + v_at];
             sum += e;
         }
         wg_o[g * hd4 + j] = o;

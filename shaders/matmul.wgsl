@@ -29,7 +29,8 @@
 // mix; the lanes' sums are taken in lane order.
 // Epilogues: outputs are stored in adjacent pairs (2i, 2i + 1), which one thread always holds.
 //   EPILOGUE_ROPE (the Q and K products): each pair is rotated by the angle of position
-//     step.pos + r (llama.cpp NORM mode, model.Model.rope) before it is stored.
+//     step.pos + r (llama.cpp NORM mode, model.Model.rope) before it is stored; in a tree's pass
+//     (FLAG_TREE) step.pos + the row's depth, while its K and V still go to cache row step.pos + r.
 //   EPILOGUE_SILU_GATE (gate and up as one product): W is ops.Weight.upload_pair's interleave of
 //     the gate and up rows, so the pair is (g_i, u_i) and y[r, i] = silu(g_i) * u_i; y has
 //     n_out / 2 columns.
@@ -47,6 +48,7 @@
 // V cache `v_out` (row step.pos + r of each); with EPILOGUE_ROPE the Q and K pairs are rotated.
 
 //!include step.wgsl
+//!include tree.wgsl
 //!include blocks.wgsl
 
 struct Params {
@@ -240,7 +242,7 @@ fn store_pair(j: u32, r: u32, s0: f32, s1: f32) {
     let qkv = params.nq != 0u;
     if (params.epilogue == EPILOGUE_ROPE && (!qkv || j < params.nq + params.nk)) {
         let half = params.head_dim / 2u;
-        let cs = table[min(step.pos + r, params.rope_rows - 1u) * half + (j % params.head_dim) / 2u];
+        let cs = table[min(row_position(r), params.rope_rows - 1u) * half + (j % params.head_dim) / 2u];
         let a0 = a;
         a = a0 * cs.x - b * cs.y;
         b = a0 * cs.y + b * cs.x;

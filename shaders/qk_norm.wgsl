@@ -5,13 +5,14 @@
 // (rows past kv_rows are skipped, as the product that wrote them skipped them). Each head becomes
 // rope(x / sqrt(mean(x^2) + eps) * weight) with weight q_norm for Q heads and k_norm for K heads,
 // rotated as matmul.wgsl's EPILOGUE_ROPE rotates: pairs (2i, 2i + 1) by the table's angle i of
-// position step.pos + r. (NEOX-mode models reach it through rows the loader permuted:
-// model.py's _neox_rows.)
+// position step.pos + r (in a tree's pass step.pos + the row's depth: step.wgsl; its K row stays
+// step.pos + r). (NEOX-mode models reach it through rows the loader permuted: _neox_rows.)
 // One workgroup of WG threads per (row, head) over the n_heads + n_kv heads: thread t sums the
 // squares of pairs t, t + WG, ... in order, one workgroup barrier, then every thread adds the WG
 // partials in the same order and writes its pairs. The split depends on hd only: batch-invariant.
 
 //!include step.wgsl
+//!include tree.wgsl
 
 struct Params {
     n_heads: u32,   // Q heads
@@ -71,7 +72,7 @@ fn qk_norm(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: 
     }
     let norm = sqrt(total / f32(params.head_dim) + params.eps);
     let w_at = select(0u, half, is_k);
-    let cs_at = min(pos, params.rope_rows - 1u) * half;
+    let cs_at = min(row_position(r), params.rope_rows - 1u) * half;
     for (var i = t; i < half; i += WG) {
         if (is_k) {
             kcache[at + i] = rotated(kcache[at + i], norm, weight[w_at + i], table[cs_at + i]);

@@ -21,8 +21,8 @@ from pyspec.gpu.constants import (
     FLAG_ONE_HOT,
 )
 from pyspec.gpu.device import ROWS_MAX
-from pyspec.gpu.ngram import STEP_OFFSET, DeviceNgram
-from pyspec.gpu.step import MODES, pack_step
+from pyspec.gpu.ngram import STATE_WORDS, STEP_OFFSET, DeviceNgram
+from pyspec.gpu.step import MODES, STEP_WORDS, pack_step
 
 pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.py)
 
@@ -48,8 +48,8 @@ def advance(dev, lookup, k_cap: int, limit: int = 10**6, seed: int = 7, temperat
     ng.set(k_cap, limit, seed, temperature, mode)
     dev.submit([ng.plan])
     row = asyncio.run(dev.read_array(tokens, np.uint32, (ROWS_MAX,)))
-    state = asyncio.run(dev.read_array(ng.state, np.uint32, (16,)))
-    step = state[STEP_OFFSET // 4:STEP_OFFSET // 4 + 8]
+    state = asyncio.run(dev.read_array(ng.state, np.uint32, (STATE_WORDS,)))
+    step = state[STEP_OFFSET // 4:STEP_OFFSET // 4 + STEP_WORDS]
     k = int(step[5])
     return [int(t) for t in row[:k + 1]], step, int(state[0])
 

@@ -379,3 +379,22 @@ def test_the_guard_decides_by_the_class_of_the_proposal_at_hand():
     assert sched.next_k(0) == 0
     # A class never seen yet starts from the pooled estimate.
     assert sched.cost.acceptance(2, 7) == sched.cost.acceptance(2)
+
+
+@pytest.mark.parametrize("row_cost, pays", [(0.01, True), (1.0, False)])
+def test_a_tree_is_drafted_only_where_its_rows_pay(row_cost, pays):
+    """tree_pays: a tree of 10 nodes accepted to depth 3 against chains of up to 3 accepted half
+    as far, with a pass costing 1 + row_cost per extra row (a GPU's nearly free rows, a CPU's
+    whole ones): the tree where its rows are cheap, a chain where they are not; a fixed policy
+    drafts what it asks for."""
+    s = schedule.Schedule(schedule.Heuristic())
+    for _ in range(3):
+        s.observe(0, 0, 0.0, 1.0)
+        for n_accepted in range(4):
+            s.observe(3, n_accepted, 0.003, 1.0 + 3 * row_cost)
+        s.observe(3, 3, 0.003, 1.0 + 10 * row_cost, nodes=10)
+    assert s.tree_pays(3, 10) is pays
+    assert s.stats()["trees" if pays else "tree_off"] == 1
+    fixed = schedule.Schedule(schedule.parse("fixed:3"))
+    fixed.observe(0, 0, 0.0, 1.0)
+    assert fixed.tree_pays(3, 10)

@@ -50,6 +50,12 @@ def test_tree_greedy_and_replay_equal_champion_only(tiny, draft, backend):
                                              temperature=1.0, seed=3, verify="rejection",
                                              stop_at_eos=False))
     assert len(r.tokens) == 30
+    # behind the guard, which drafts a tree or a chain each cycle by its cost model (schedule.py)
+    r = engine.generate(tiny.prompt, Options(max_tokens=30, k="heuristic", tree="2,2,1",
+                                             stop_at_eos=False))
+    assert r.tokens == greedy
+    sched = r.stats["schedule"]
+    assert sched["trees"] + sched["tree_off"] > 0 or sched["guard_off"] > 0
     # and chains after trees, on the same engine: unchanged
     r = engine.generate(tiny.prompt, Options(max_tokens=30, k="fixed:3", stop_at_eos=False))
     assert r.tokens == greedy
@@ -67,3 +73,33 @@ def test_bad_trees_are_refused_by_name(tiny):
     engine.backend.takes_trees = False    # as the GPU backend: no tree pass, never ignored
     with pytest.raises(TreeUnsupportedError, match="backend does not have"):
         engine.generate(tiny.prompt, Options(max_tokens=4, tree="2"))
+
+
+@pytest.mark.usefixtures("gpu")
+@pytest.mark.parametrize("draft", ["ngram", "close"])
+def test_trees_on_the_gpu_equal_champion_only(tiny, draft):
+    """The GPU backend's tree cycles (gpu/tree.py): n-gram's tree or a draft model's grown on
+    the GPU, one pass under the Step's tree table, the walk on the host, the accepted rows
+    moved into place; greedy and replay equal champion-only, and a chain after them is
+    unchanged."""
+    greedy = reference_decode(tiny.champion, tiny.prompt, 24, greedy_pick)
+    seed, temperature = 99, 0.8
+
+    def pick(logits, position):
+        return verify.sample_replay(logits, temperature, rng.gumbel(seed, position, len(logits)))
+
+    replay = reference_decode(tiny.champion, tiny.prompt, 24, pick)
+    engine = engine_for(tiny, draft, "gpu")
+    for shape in ("2,2,1", "auto"):
+        r = engine.generate(tiny.prompt, Options(max_tokens=24, k="fixed:3", tree=shape,
+                                                 stop_at_eos=False))
+        assert r.tokens == greedy, f"greedy, tree {shape}"
+        assert r.stats["champion_passes"] < 24, f"tree {shape} accepted nothing"
+        r = engine.generate(tiny.prompt, Options(max_tokens=24, k="fixed:3", tree=shape,
+                                                 temperature=temperature, seed=seed,
+                                                 stop_at_eos=False))
+        assert r.tokens == replay, f"replay, tree {shape}"
+    r = engine.generate(tiny.prompt, Options(max_tokens=24, k="fixed:3", stop_at_eos=False))
+    assert r.tokens == greedy
+    with pytest.raises(TreeUnsupportedError, match="verifies at most 15"):
+        engine.generate(tiny.prompt, Options(max_tokens=4, tree="4,4"))

@@ -113,8 +113,9 @@ class CPUBackend(Executor):
 
     def accept(self, c: Cycle, drafts: Proposal | TreeProposal, tokens: list[int],
                rule: Rule) -> None:
-        rows = None
+        rows, nodes = None, 0
         if isinstance(drafts, TreeProposal):
+            nodes = len(drafts.tree)
             verdict, path = tree_verdict(rule, c.logits, drafts, len(tokens))
             start = self.kv.committed
             rows = [start] + [start + 1 + i for i in path]
@@ -122,7 +123,7 @@ class CPUBackend(Executor):
             q_draft = drafts.q_matrix(c.logits.shape[1]) if rule.mode == "rejection" else None
             verdict = rule.verdict(c.logits, drafts.tokens, q_draft, tokens)
         c.done = Outcome(verdict, c.k, c.t1 - c.t0 - c.catch_up, time.perf_counter() - c.t1,
-                         t_catch_up=c.catch_up, rows=rows)
+                         t_catch_up=c.catch_up, rows=rows, nodes=nodes)
 
     def commit(self, outcome: Outcome, drafter) -> None:
         """A tree cycle keeps the root's and the accepted path's rows, compacted into place

@@ -59,11 +59,14 @@ def _depth_first(tokens: list[int], parents: list[int], rows: list) -> TreePropo
     return TreeProposal(tree, [rows[i] for i in order])
 
 
-def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule) -> TreeProposal:
-    """A model drafter's tree after the committed `tokens`, at most `depth` deep: its unseen
-    tokens fed as a chain, then one draft pass per depth over that depth's nodes, each under
-    its parent (cpu/model.py's tree pass). Leaves every row pending in the draft's cache; the
-    executor's confirm keeps the fed rows only (the accepted path is fed again next cycle)."""
+def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule,
+                    max_nodes: int = MAX_TREE_NODES) -> TreeProposal:
+    """A model drafter's tree after the committed `tokens`, at most `depth` deep and `max_nodes`
+    nodes (the pass's rows): its unseen tokens fed as a chain, then one draft pass per depth
+    over that depth's nodes, each under its parent (cpu/model.py's tree pass; on the GPU
+    gpu/tree.DraftForward). Leaves every row pending in the draft's cache; the executor's
+    confirm keeps the fed rows only (the accepted path is fed again next cycle, in the pass
+    that feeds the bonus token anyway: no compaction of the draft's cache)."""
     model, kv = drafter.model, drafter.kv
     kv.rollback()
     feed = tokens[kv.committed:]
@@ -80,7 +83,7 @@ def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule) -
         for row, (node, slot) in enumerate(frontier):
             kids, rows = _children(logits[row], n + d, rule, width)
             for t, q in zip(kids, rows):
-                if len(out_tokens) >= (AUTO_NODES if auto else MAX_TREE_NODES):
+                if len(out_tokens) >= min(AUTO_NODES if auto else MAX_TREE_NODES, max_nodes):
                     break
                 out_tokens.append(t)
                 out_parents.append(node)
@@ -133,18 +136,24 @@ class TreeDrafter:
     drafter's, an n-gram drafter or a draft model (TREE_DRAFTERS). The engine wraps a request's
     drafter in it for --tree; the executor verifies the TreeProposal it returns."""
 
-    def __init__(self, inner, shape):
-        self.inner, self.shape = inner, shape
+    def __init__(self, inner, shape, max_nodes: int = MAX_TREE_NODES):
+        self.inner, self.shape, self.max_nodes = inner, shape, max_nodes
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+    def nodes(self, depth: int) -> int:
+        """The most nodes a tree `depth` deep of this shape has (the pass's rows, less one)."""
+        if self.shape == "auto":
+            return self.max_nodes
+        return min(int(np.cumprod(self.shape[:depth]).sum()), self.max_nodes)
 
     def propose(self, tokens: list[int], depth: int, rule: Rule) -> TreeProposal:
         """A tree at most `depth` deep after the committed `tokens`."""
         if self.inner.kind == "ngram":
             self.inner.calls += 1
             return ngram_tree(tokens, self.shape, depth)
-        return grow_model_tree(self.inner, tokens, self.shape, depth, rule)
+        return grow_model_tree(self.inner, tokens, self.shape, depth, rule, self.max_nodes)
 
 
 def tree_drafter(drafter, tree: str | None, backend, rule: Rule, constraint, kind: str | None):
@@ -164,8 +173,15 @@ def tree_drafter(drafter, tree: str | None, backend, rule: Rule, constraint, kin
         raise TreeUnsupportedError("--tree does not take sampling controls (top-k, top-p, "
                                    "penalties, logit bias) or a JSON schema yet: leave them or "
                                    "--tree out")
-    if kind not in TREE_DRAFTERS:
-        raise TreeUnsupportedError(f"--tree needs a drafter of kind {' or '.join(TREE_DRAFTERS)}"
-                                   f", not {kind}: use --draft ngram or a draft model, or leave "
-                                   "--tree out")
-    return TreeDrafter(drafter, shape)
+    kinds = getattr(backend, "tree_kinds", TREE_DRAFTERS)
+    if kind not in kinds:
+        raise TreeUnsupportedError(f"--tree on the {backend.adapter} backend needs a drafter of "
+                                   f"kind {' or '.join(kinds)}, not {kind}: use --draft ngram"
+                                   f"{' or a draft model' if 'model' in kinds else ''}, or "
+                                   "leave --tree out")
+    nodes = int(np.cumprod(shape).sum()) if shape != "auto" else 0
+    if nodes > backend.k_max:
+        raise TreeUnsupportedError(f"--tree {tree} has {nodes} nodes, but one pass of the "
+                                   f"{backend.adapter} backend verifies at most {backend.k_max}: "
+                                   "use fewer or narrower depths")
+    return TreeDrafter(drafter, shape, min(MAX_TREE_NODES, backend.k_max))

@@ -39,8 +39,9 @@ import numpy as np
 from .. import cycle
 from ..cycle import Executor, Outcome, Rule
 from ..drafters.ngram import NgramDrafter
+from ..drafters.tree import TreeDrafter
 from ..rules import verify
-from . import hostaccept, sampling
+from . import hostaccept, sampling, tree
 from .ahead import DeviceFeed
 from .device import ROWS_MAX, count_commands
 from .draft import GPUDraft, draft_slot, step_plan
@@ -98,6 +99,7 @@ class GPUBackend(Executor):
     """The champion on a GPU device and its drafter; see the module docstring."""
 
     k_max = K_GPU_MAX
+    takes_trees = True   # it verifies a TreeProposal in one pass (gpu/tree.py)
 
     def __init__(self, champion: GPUModel, drafter=None, max_ctx: int | None = None, *,
                  owned: list | None = None, **paths):
@@ -140,7 +142,14 @@ class GPUBackend(Executor):
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
         self._feed = None               # gpu/ahead.DeviceFeed, made at the first fed draft cycle
         self.timing: dict = {}
+        self._compaction = None         # gpu/tree.Compaction, made at the first tree cycle
         self._warm()
+
+    @property
+    def tree_kinds(self) -> tuple:
+        """The drafters whose trees it takes: n-gram's; a draft model's where the adapter reads
+        back synchronously (a tree grows a depth a pass: gpu/tree.DraftForward)."""
+        return ("ngram", "model") if self.dev.reads_now else ("ngram",)
 
     @property
     def split_rows(self) -> bool:
@@ -196,6 +205,8 @@ class GPUBackend(Executor):
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
         self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0, "ahead": 0,
                        "host_s_cycles": [], "host_s_alone": []}
+        if self._compaction is not None and self._compaction.pending:   # the last tree's moves
+            self.dev.submit(self._compaction.take())
         self.kv.truncate(start)
         end = len(prompt) - 1
         submitted = self.dev.submissions
@@ -215,6 +226,8 @@ class GPUBackend(Executor):
 
     # --- the cycle's steps (cycle.py) ---------------------------------------------------------
     def record(self, drafter, k: int) -> Recording:
+        if isinstance(drafter, TreeDrafter):
+            return Recording(tree.TreeSource(drafter), time.perf_counter())
         source = (DeviceDraft(drafter) if isinstance(drafter, GPUDraft) and k > 0
                   else HostProposal(drafter))
         return Recording(source, time.perf_counter())
@@ -225,11 +238,15 @@ class GPUBackend(Executor):
 
     def champion_pass(self, rec: Recording, last: int | None, drafts) -> None:
         rec.pass_at = count_commands(rec.commands)
-        rec.commands.append(self.champion.forward_dispatches(SLOT_CHAMPION))  # a plan, built once
+        rec.commands.append(self.champion.forward_dispatches(   # a plan, built once
+            SLOT_CHAMPION, tree=rec.tree is not None))
 
     @_owning
     def accept(self, rec: Recording, drafts, tokens: list[int] | None, rule: Rule) -> None:
         k, on_device, tokens = rec.k, rec.on_device, tokens or []
+        if rec.tree is not None:   # its logits rows back, walked on the host (gpu/tree.py)
+            rec.commands.append(tree.gather(self, rec, tokens, rule))
+            return
         found = self.processors.plan(rule, on_device)
         if found is None:
             self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=rec.pos, seed=rule.seed,
@@ -256,7 +273,11 @@ class GPUBackend(Executor):
         rec.commands += [*before, self._verify_dispatches(rule.mode, threshold), *after]
 
     def submit(self, rec: Recording) -> Recording:
-        if rec.host is not None:
+        if self._compaction is not None:   # a tree cycle's accepted rows, moved first
+            rec.commands[:0] = self._compaction.take()
+        if rec.tree is not None:
+            readback = self.dev.stage(self.host_rows, tree.readback_bytes(self.vocab, rec))
+        elif rec.host is not None:
             with_q = rec.on_device and rec.host[2].mode == "rejection" and rec.k > 0
             readback = self.dev.stage(self.host_rows,
                                       hostaccept.readback_bytes(self.vocab, rec.k, with_q))
@@ -280,7 +301,11 @@ class GPUBackend(Executor):
         t_wait = time.perf_counter()
         raw = await self.dev.redeem(rec.readback)
         t_read = time.perf_counter()
-        if rec.host is not None:
+        rows = None
+        if rec.tree is not None:
+            verdict, rows = tree.verdict(self, rec, raw)
+            k_eff, t_end = rec.k, time.perf_counter()
+        elif rec.host is not None:
             verdict, k_eff = hostaccept.verdict(rec, raw, self.vocab)
             t_end = time.perf_counter()
             self.timing["host_accept_s"] = (self.timing.get("host_accept_s", 0.0)
@@ -294,7 +319,19 @@ class GPUBackend(Executor):
         self._count(rec, t_read - t_wait, t_end - t_read)
         t0 = self._cycle_start(rec, t_end)
         t_draft = (t_end - t0) * rec.share if rec.on_device else rec.t_draft
-        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed)
+        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed, rows=rows,
+                       nodes=len(rec.tree.tree) if rec.tree is not None else 0)
+
+    def commit(self, outcome: Outcome, drafter) -> None:
+        """A tree cycle keeps the root's and the accepted path's rows, moved into place at the
+        start of the next submission (gpu/tree.Compaction); a chain's, cycle.Executor's."""
+        if outcome.rows is None:
+            return super().commit(outcome, drafter)
+        if self._compaction is None:
+            self._compaction = tree.Compaction(self.champion)
+        self._compaction.move(outcome.rows)
+        if drafter is not None:
+            drafter.confirm(outcome.verdict.n_accepted)
 
     def _cycle_start(self, rec: Recording, t_end: float) -> float:
         """When a cycle's own time began, for the guard: its encoding, or, for a cycle submitted

@@ -40,6 +40,8 @@ BLOCK_KINDS = {"q4_1": 0, "q8_0": 1, "q5_0": 2, "q5_1": 3, "q4_k": 4, "q5_k": 5,
 # --- the Step uniform (step.py): mode and flags ---------------------------------------------------
 MODES = {"greedy": 0, "replay": 1, "rejection": 2}
 FLAG_ONE_HOT = 1     # the drafts are deterministic: q_draft is one-hot and accept does not read it
+FLAG_TREE = 2        # the pass's rows are a tree's nodes (Step.tree holds depth and parent per row)
+TREE_NO_PARENT = 0xFFFF   # a tree word's parent field for the root (row 0)
 
 # --- accept's output: ACCEPT_WORDS u32 from its offset (shaders/accept.wgsl says what each holds)
 NONE = 0xFFFFFFFF    # "no token" in a u32 token slot
@@ -56,7 +58,7 @@ HOW_EMPTY_RESIDUAL = 2   # a sample of p_target, because the residual was all ze
 HOW_BONUS = 3            # the bonus sample after K accepted drafts (rejection)
 
 _HERE = ("ROWS_MAX", "WG", "MATMUL_OUTS", "WG_ROW", "ARGMAX_CHUNK", "RNG_FILL_WG", "ATTN_WG",
-         "ATTN_WG_CPU", "FLAG_ONE_HOT", "NONE",
+         "ATTN_WG_CPU", "FLAG_ONE_HOT", "FLAG_TREE", "TREE_NO_PARENT", "NONE",
          "ACCEPT_N_ACCEPTED", "ACCEPT_K_EFF", "ACCEPT_N_EMITTED", "ACCEPT_HOW", "ACCEPT_TOKENS",
          "ACCEPT_TESTS", "ACCEPT_P", "ACCEPT_Q", "ACCEPT_WORDS",
          "HOW_CHAMPION", "HOW_RESIDUAL", "HOW_EMPTY_RESIDUAL", "HOW_BONUS")

@@ -230,23 +230,25 @@ class GPUModel(LoadedWeights):
 
     # --- the forward, as dispatches -----------------------------------------------------------
     def forward_dispatches(self, slot: int, n_layers: int | None = None, tokens=None,
-                           logits: bool = True) -> list:
+                           logits: bool = True, tree: bool = False) -> list:
         """The dispatches of one pass whose rows/positions are Step slot `slot`: feeds
         tokens[:rows] (default self.tokens) at positions pos.., writes K/V rows there, logits
         (rows, vocab) into self.logits. `n_layers` runs only the first layers (the self:L draft).
         logits=False leaves out the head (and its norm): a prefill pass only fills the cache.
-        Built once per (slot, n_layers, tokens buffer, logits) and cached."""
+        tree=True: a plan that also runs a tree's pass (a Step with FLAG_TREE; a chain's has
+        its own, attention without the tree's walk). Built once per (slot, n_layers, tokens
+        buffer, logits, tree) and cached."""
         n_layers = n_layers or self.config.n_layers
         tokens = self.tokens if tokens is None else tokens
-        key = (slot, n_layers, id(tokens), logits)
+        key = (slot, n_layers, id(tokens), logits, tree)
         if key not in self._plans:
             # The plan's uniforms are this model's, whoever asked for it (an engine's backend
             # frees its own buffers on close, never these): kept per plan for forget_plans.
             with self.dev.owned(self._plan_buffers.setdefault(key, [])):
-                self._plans[key] = self._plan(slot, n_layers, tokens, logits)
+                self._plans[key] = self._plan(slot, n_layers, tokens, logits, tree)
         return self._plans[key]
 
-    def _plan(self, slot: int, n_layers: int, tokens, logits: bool) -> list:
+    def _plan(self, slot: int, n_layers: int, tokens, logits: bool, tree: bool) -> list:
         cfg = self.config
         dev, step = self.dev, self.steps.binding(slot)
         out = [ops.embed(dev, part, tokens, self.x, step, scale=cfg.embed_scale, first=first,
@@ -263,7 +265,7 @@ class GPUModel(LoadedWeights):
             return self.h, {}
 
         for i, w in enumerate(self.layers[:n_layers]):
-            self._layer(out, i, w, step, normed)
+            self._layer(out, i, w, step, normed, tree)
         if logits:
             h, norm = normed(self.out_norm)
             for first, part in _parts(self.head):   # each part into its columns of the logits
@@ -272,7 +274,7 @@ class GPUModel(LoadedWeights):
                                       y_stride=cfg.vocab_size, **norm))
         return out
 
-    def _layer(self, out: list, i: int, w: dict, step, normed) -> None:
+    def _layer(self, out: list, i: int, w: dict, step, normed, tree: bool) -> None:
         """Append layer i's dispatches (dispatches_per_layer of them) to `out`."""
         cfg, dev, ctx = self.config, self.dev, self.capacity
         hd, local = cfg.head_dim, cfg.swa_layers[i]
@@ -293,7 +295,7 @@ class GPUModel(LoadedWeights):
                                    eps=cfg.rms_eps, **heads))
         out.append(ops.attention(dev, self.q, kc, vc, self.scores, self.att, step,
                                  scale=cfg.attn_scale,
-                                 window=cfg.sliding_window if local else 0, **heads))
+                                 window=cfg.sliding_window if local else 0, tree=tree, **heads))
         out += self._residual(w["attn_output"], self.att, w.get("post_attention_norm"), step)
         h, norm = normed(w["ffn_norm"])
         out.append(ops.matmul(dev, w["ffn_gate_up"], h, self.g, step, gate=cfg.act, **norm))
@@ -319,9 +321,10 @@ class GPUModel(LoadedWeights):
             del self._plans[key]
             self.dev.free(self._plan_buffers.pop(key))
 
-    def feed(self, tokens, slot: int) -> int:
+    def feed(self, tokens, slot: int, tree=None) -> int:
         """Reserve KV rows for `tokens` (<= ROWS_MAX), write them and the Step slot; returns the
-        first position. The caller submits forward_dispatches(slot) afterwards."""
+        first cache row. `tree`: (base, parents) where the rows are nodes of a tree rooted at
+        cache row base (step.pack_step). The caller submits forward_dispatches(slot) after."""
         tokens = np.asarray(tokens, dtype=np.uint32).reshape(-1)
         if not 1 <= tokens.size <= ROWS_MAX:
             raise ValueError(f"a pass carries 1..{ROWS_MAX} tokens, got {tokens.size}")
@@ -329,7 +332,7 @@ class GPUModel(LoadedWeights):
             raise ValueError(f"token id out of range [0, {self.config.vocab_size})")
         pos = self.kv.append(tokens.size)
         self.dev.write(self.tokens, tokens)
-        self.steps.set(slot, rows=tokens.size, pos=pos)
+        self.steps.set(slot, rows=tokens.size, pos=pos, tree=tree)
         return pos
 
     def prefill(self, prompt: list[int], slot: int, start: int = 0,
@@ -349,11 +352,11 @@ class GPUModel(LoadedWeights):
             self.dev.submit(self.forward_dispatches(slot, logits=False))
             self.kv.commit(len(rows))
 
-    async def read_logits(self, tokens: list[int], slot: int) -> np.ndarray:
-        """Feed tokens at the next positions (appending pending rows) and read back their logits
-        (rows, vocab). For tests and scoring; generation never reads logits back."""
+    async def read_logits(self, tokens: list[int], slot: int, tree=None) -> np.ndarray:
+        """Feed tokens at the next rows (pending; a tree's nodes with `tree`, as `feed`) and read
+        back their logits (rows, vocab). For tests and scoring."""
         rows = len(tokens)
-        self.feed(tokens, slot)
+        self.feed(tokens, slot, tree)
         self.steps.upload(slot + 1)
-        self.dev.submit(self.forward_dispatches(slot))
+        self.dev.submit(self.forward_dispatches(slot, tree=tree is not None))
         return await self.dev.read_array(self.logits, np.float32, (rows, self.config.vocab_size))

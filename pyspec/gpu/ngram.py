@@ -16,9 +16,9 @@ import numpy as np
 from ..drafters import ngram
 from .constants import ROWS_MAX
 from .device import Copy
-from .step import STEP_BYTES, pack_step
+from .step import STEP_BYTES, STEP_WORDS, pack_step
 
-STATE_WORDS = 16          # n, fresh, 6 words of padding, then the Step (shaders/ngram.wgsl State)
+STATE_WORDS = 8 + STEP_WORDS   # n, fresh, 6 words of padding, then the Step (ngram.wgsl State)
 STEP_OFFSET = 32          # the Step's byte offset in the state
 MAX_SUFFIX = 8            # the kernel's longest suffix (shaders/ngram.wgsl)
 

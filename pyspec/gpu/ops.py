@@ -482,10 +482,11 @@ def attention_groups(head_dim: int, threads: int) -> int:
 
 def attention(dev, q, kcache, vcache, scratch, out, step, *, n_heads: int, n_kv_heads: int,
               head_dim: int, max_ctx: int, scale: float | None = None,
-              window: int = 0) -> Dispatch:
+              window: int = 0, tree: bool = False) -> Dispatch:
     """out[r] = causal GQA attention of q[r] over cache rows lo..p (p = step.pos + r), for
     r < step.rows: lo = 0, or max(0, p + 1 - window) with a sliding window (Gemma 3's local
-    layers). Scores are q.k * f32(scale), default 1/sqrt(head_dim).
+    layers). Scores are q.k * f32(scale), default 1/sqrt(head_dim). `tree`: the entry that also
+    runs a tree's pass (its rows' positions and ancestors from the Step: shaders/tree.wgsl).
 
     q, out (ROWS_MAX, n_heads * head_dim) f32; kcache, vcache (max_ctx, n_kv_heads * head_dim)
     f32 holding this pass's rows already; scratch: attention_scratch_bytes(n_heads, max_ctx).
@@ -515,7 +516,7 @@ def attention(dev, q, kcache, vcache, scratch, out, step, *, n_heads: int, n_kv_
     scale = float(np.float32(1.0 / np.sqrt(head_dim) if scale is None else scale))
     params = dev.uniform(_fields(n_heads, n_kv_heads, head_dim, max_ctx, scale,
                                  attention_groups(head_dim, threads), window), "attention")
-    entry = "attention_cpu" if _cpu_adapter(dev) else "attention"
+    entry = "attention" + ("_tree" if tree else "") + ("_cpu" if _cpu_adapter(dev) else "")
     return dev.dispatch("attention", entry, [params, step, q, kcache, vcache, scratch, out],
                         split_workgroups(ROWS_MAX * n_heads))
 

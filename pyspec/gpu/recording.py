@@ -28,6 +28,7 @@ class Recording:
     on_device: bool = False   # the drafts are sampled on the GPU (a draft model's steps)
     t_draft: float = 0.0      # seconds drafting on the host (host proposals)
     host: tuple | None = None  # (drafts, tokens, rule) where the accept rule runs on the host
+    tree: object = None       # a tree cycle's TreeProposal (gpu/tree.py): walked on the host
     # --- set by submit -------------------------------------------------------------------------
     share: float = 0.0        # the drafting's part of the cycle's time (GPU drafts)
     t_submit: float = 0.0

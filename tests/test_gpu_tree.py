@@ -1,0 +1,114 @@
+"""A tree's verify pass on the GPU (shaders/attention.wgsl, matmul.wgsl's RoPE epilogue,
+qk_norm.wgsl under Step.tree): every node's logits are bit-identical to those of its path fed
+as a chain, on a llama (RoPE in the product's epilogue) and a gemma3 (per-head norms, then
+RoPE, and a sliding window that counts positions along the path, not cache rows)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from conftest import gpu_device, requires_gpu
+from pyspec.rules.tree import ROOT, Tree
+from pyspec.testmodels import write_family_model
+
+pytestmark = requires_gpu
+
+TREE = Tree((5, 6, 7, 8, 9, 10, 11), (ROOT, 0, 1, 0, ROOT, 4, 5))
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def gpu_model(request, tiny, tmp_path_factory):
+    if request.param == "llama":
+        return tiny.on("gpu")
+    from pyspec.formats.gguf import GGUFFile
+    from pyspec.gpu import load_model
+    path = tmp_path_factory.mktemp("gpu_tree") / "gemma3.gguf"
+    write_family_model(path, "gemma3", seed=3)   # window 8 < the positions used
+    return load_model(gpu_device(), GGUFFile.open(str(path)))
+
+
+@pytest.fixture(params=["gpu", "cpu"])
+def adapter_kind(request, gpu_model, monkeypatch):
+    """Plans built as on a GPU (attention_tree) or a software adapter (attention_tree_cpu),
+    whichever this adapter is; the plans are dropped before and after."""
+    gpu_model.forget_plans()
+    monkeypatch.setattr(gpu_model.dev, "is_cpu", request.param == "cpu")
+    yield request.param
+    gpu_model.forget_plans()
+
+
+def _prefilled(model, prompt: list[int]) -> None:
+    model.limit_context(64)
+    model.prefill(prompt, 0)
+
+
+def test_a_node_scores_as_its_path_fed_as_a_chain(gpu_model, adapter_kind):
+    vocab = gpu_model.config.vocab_size
+    prompt = np.random.default_rng(0).integers(0, vocab, 9).tolist()
+    _prefilled(gpu_model, prompt)
+    tree = (gpu_model.kv.length, TREE.row_parents())
+    logits = asyncio.run(gpu_model.read_logits([prompt[-1], *TREE.tokens], 0, tree=tree))
+    for node in range(len(TREE)):
+        path = [TREE.tokens[i] for i in TREE.path(node)]
+        _prefilled(gpu_model, prompt)
+        ref = asyncio.run(gpu_model.read_logits([prompt[-1], *path], 0))[-1]
+        assert np.array_equal(logits[node + 1].view(np.uint32), ref.view(np.uint32)), \
+            f"node {node} differs from its chain"
+
+
+def test_a_tree_grown_a_depth_a_pass_scores_as_its_paths(gpu_model):
+    """A draft's tree (drafters/tree.py's growth on the GPU): the root fed as a chain, then one
+    pass per depth whose rows hang under rows of the passes before (the Step's table from the
+    root): each node's logits are its path's as a chain."""
+    vocab = gpu_model.config.vocab_size
+    prompt = np.random.default_rng(2).integers(0, vocab, 9).tolist()
+    # entries from the root: 1, 2 at depth 1; 3, 4, 5 at depth 2 (under 1, 2, 1); 6 under 4
+    tokens, parents = [None, 20, 21, 22, 23, 24, 25], [-1, 0, 0, 1, 2, 1, 4]
+    _prefilled(gpu_model, prompt)
+    base = gpu_model.kv.length
+    asyncio.run(gpu_model.read_logits(prompt[-1:], 0))
+    got = {}
+    for lo, hi in ((1, 3), (3, 6), (6, 7)):
+        rows = asyncio.run(gpu_model.read_logits(tokens[lo:hi], 0, tree=(base, parents[:hi])))
+        got |= {lo + j: row for j, row in enumerate(rows)}
+    for entry, row in got.items():
+        path, a = [], entry
+        while a > 0:
+            path, a = [tokens[a]] + path, parents[a]
+        _prefilled(gpu_model, prompt)
+        ref = asyncio.run(gpu_model.read_logits([prompt[-1], *path], 0))[-1]
+        assert np.array_equal(row.view(np.uint32), ref.view(np.uint32)), f"entry {entry}"
+
+
+def test_the_compacted_path_continues_as_a_chain(gpu_model):
+    """Node 5's path (nodes 4, 5: rows 5, 6) moved after the root by kv_compact, then two more
+    tokens: bit-identical to the path fed as a chain in the same split."""
+    from pyspec.gpu.tree import Compaction
+
+    vocab = gpu_model.config.vocab_size
+    prompt = np.random.default_rng(1).integers(0, vocab, 9).tolist()
+    _prefilled(gpu_model, prompt)
+    start = gpu_model.kv.length
+    tree = (start, TREE.row_parents())
+    asyncio.run(gpu_model.read_logits([prompt[-1], *TREE.tokens], 0, tree=tree))
+    moves = Compaction(gpu_model)
+    moves.move([start] + [start + 1 + i for i in TREE.path(5)])
+    assert gpu_model.kv.committed == start + 3 and gpu_model.kv.pending == 0
+    gpu_model.dev.submit(moves.take())
+    after = asyncio.run(gpu_model.read_logits([12, 13], 0))
+
+    _prefilled(gpu_model, prompt)
+    asyncio.run(gpu_model.read_logits([prompt[-1], 9, 10], 0))
+    gpu_model.kv.commit(3)
+    ref = asyncio.run(gpu_model.read_logits([12, 13], 0))
+    assert np.array_equal(after.view(np.uint32), ref.view(np.uint32))
+
+
+def test_malformed_parent_rows_are_refused(tiny):
+    model = tiny.on("gpu")
+    model.limit_context(64)
+    with pytest.raises(ValueError, match="parent rows"):
+        model.feed([1, 2, 3], 0, tree=(0, [-1, 0, 2]))

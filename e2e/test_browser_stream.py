@@ -12,7 +12,8 @@ import pytest
 
 from pyspec.apps import info
 
-from .pageutil import Context, native_generate
+from .pageutil import native_generate
+from .test_browser_open import ctx, page  # noqa: F401 (fixtures: the embed example's page)
 
 pytestmark = pytest.mark.browser
 
@@ -96,28 +97,13 @@ CLEAR = """async (prefix) => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def ctx(browser, site_url):
-    c = Context(browser, site_url)
-    yield c
-    c.ctx.close()
-    assert not c.offsite, f"requests to other origins: {c.offsite}"
-
-
-@pytest.fixture(scope="module")
-def page(ctx):
-    p = ctx.page("embed-example.html?model=none-such")
-    p.wait_for_function("() => window.embed && (embed.decoder || embed.error)")
-    return p
-
-
 def artifact(site_root, model: str) -> dict:
     manifest = json.loads((site_root / "manifest.json").read_text())
     return next(a for a in manifest["artifacts"] if a.get("model") == model)
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
-def test_streamed_weights_decode_the_native_tokens(page, site_root, split):
+def test_streamed_weights_decode_the_native_tokens(page, site_root, split, need):
     """The tiny model streamed to WebGPU (SwiftShader), whole or with its embedding in row parts
     (a binding limit between its largest layer buffer and its embedding): the tokens equal the
     native CPU engine's, and the wasm heap grew by less than the file plus a margin."""
@@ -127,7 +113,7 @@ def test_streamed_weights_decode_the_native_tokens(page, site_root, split):
     out = page.evaluate(STREAMED, ["tiny", limits, MESSAGES, N])
     ready = out["info"]
     if ready["adapter"] == "cpu-numpy":
-        pytest.skip(f"Chromium gave no WebGPU adapter: {ready.get('fallback')}")
+        need("browser", f"Chromium gave no WebGPU adapter: {ready.get('fallback')}")
     native = native_generate(str(path), MESSAGES, "none", max_tokens=N)
     assert out["tokens"] == native.tokens
     assert ready["weight_bytes"] > 0 and out["memory"]["gpu_bytes"] > 0

@@ -21,7 +21,7 @@ from pyspec.drafters import parse_draft
 from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu.device import GPUError, NoAdapterError
 from pyspec.options import Options
-from pyspec.apps import page_engine, session
+from pyspec.apps import page_engine, page_load, session
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = json.dumps([{"role": "user", "content": "the cat sat on the mat. the cat"}])
@@ -209,7 +209,7 @@ def test_a_warm_session_prefills_the_chat_prefix_before_the_first_request(tiny, 
         assert s.warming is None and s.warm_next is None
         return s, json.loads(done)
 
-    prefix = session.chat_prefix(tiny.tokenizer)
+    prefix = page_load.chat_prefix(tiny.tokenizer)
     (warm_s, warm), (cold_s, cold) = run(first_request(True)), run(first_request(False))
     _, early = run(first_request(True, early=True))
     assert early["tokens"] == cold["tokens"] and early["stats"]["reused_tokens"] == 0

@@ -9,7 +9,8 @@ here decodes, drafts or verifies on its own.
 The boundary with JavaScript is deliberately plain: every public method takes and returns JSON
 strings (and numbers), never Python objects, so no proxy outlives a call and an error is a value
 (wire.py: the requests' checks, the errors' JSON). page_engine.make_engine is the one place that
-chooses the backend. Not here: downloads, OPFS, messages.
+chooses the backend. Not here: loading and the questions asked before it (page_load.py), the
+page's gate (page_gate.py), downloads, OPFS, messages.
 """
 
 from __future__ import annotations
@@ -17,23 +18,20 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 
-from .. import __version__, verdicts
-from ..cpu.model import Config, Model
+from .. import verdicts
+from ..cpu.model import Model
 from ..drafters import BridgedModel, parse_draft
-from ..drafters.auto import auto_draft
 from ..engine import Engine
-from ..formats.gguf import GGUFFile, HeaderIncompleteError
+from ..formats.gguf import GGUFFile
 from ..options import from_request
 from ..text import conversation, template
 from ..text.tokenizer import Tokenizer, TokenizerError
-from . import info, page_gate
-from .page_engine import (browser_device, capped, lend_dequant_kernels, make_engine,
-                          open_gguf, page_draft_model)
+from . import page_gate, page_load
+from .page_engine import browser_device, capped, lend_dequant_kernels, make_engine
+from .page_load import DEFAULT_MAX_CTX, draft_pays
 from .wire import (
     GENERATE_FIELDS,
-    LOAD_FIELDS,
     RESUME_FAULTS,
     SessionError,
     Utf16,
@@ -41,35 +39,12 @@ from .wire import (
     check_fields,
     error_reply,
     exhaust_memory,
-    head_rows,
     parse_json,
     read_drill,
-    read_load_faults,
     read_resume,
     schema_of,
     worker_oom,
 )
-
-# Most context a browser session allocates by default: the champion's full 8192 positions would
-# cost 30 * 8192 * 3 * 64 * 4 B * 2 = 377 MB of KV cache in wasm memory.
-DEFAULT_MAX_CTX = 2048
-
-
-def draft_pays(engine: Engine, has_model: bool = True) -> tuple[bool, str]:
-    """The draft "auto" (drafters.auto's rule) on `engine`: (whether the draft model drafts,
-    why)."""
-    dev = getattr(engine.champion, "dev", None)
-    kind = "cpu" if dev is None else "software" if dev.is_cpu else "gpu"
-    return auto_draft(has_model, kind, engine.adapter)
-
-
-def chat_prefix(tokenizer: Tokenizer) -> list[int]:
-    """The token ids every one-message chat starts with (the template's default system turn and
-    the user turn's header): the common prefix of two chats that differ only in the message."""
-    a = tokenizer.encode_chat([{"role": "user", "content": "a"}])
-    b = tokenizer.encode_chat([{"role": "user", "content": "b"}])
-    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return a[:n]
 
 
 # --- the session ------------------------------------------------------------------------------
@@ -99,12 +74,7 @@ class Session:
         self.warming = None                # the warm-up task warm() started (init option warm)
         self.warm_next = None              # (engine, prefix) load() left for warm() to start
 
-    # --- loading --------------------------------------------------------------------------
-    # What load() replaces; a failed load puts them back.
-    _LOADED = ("file", "config", "tokenizer", "draft_model", "backend", "max_ctx", "gpu_limits",
-               "default_draft", "engine", "engine_draft", "drills", "load_faults",
-               "guard_timing", "auto_choice")
-
+    # --- loading (page_load.py) -----------------------------------------------------------
     async def load(self, options_json: str, champion_buf, draft_buf=None) -> str:
         """Load the champion (and a draft model) from GGUF buffers. options: {"draft": ngram |
         none | self:L | model | auto (the draft model where it pays, draft_pays, else ngram;
@@ -115,135 +85,17 @@ class Session:
         for it)}. Returns
         {"adapter", "vocab", "context", "n_layers", "draft" (the drafter chosen), ...} or an
         error."""
-        if self.warming is not None:      # the last load's warm-up uses the engine replaced here
-            warming, self.warming = self.warming, None
-            await asyncio.gather(warming, return_exceptions=True)
-        before = {name: getattr(self, name) for name in self._LOADED}
-        try:
-            return json.dumps(await self._load(options_json, champion_buf, draft_buf, before))
-        except Exception as e:  # noqa: BLE001 - every error becomes a typed message
-            # A failed init leaves the session as it was: a model loaded before still serves.
-            for name, value in before.items():
-                setattr(self, name, value)
-            if isinstance(e, MemoryError):   # the model does not fit the page's wasm memory
-                why = str(e) or "MemoryError"
-                return error_reply(SessionError(
-                    "out_of_memory", f"the model does not fit in this page's memory ({why}): "
-                    "load a smaller model (or a smaller maxCtx), or use a browser with more "
-                    "memory for the page"))
-            return error_reply(e)
-
-    async def _load(self, options_json: str, champion_buf, draft_buf, before: dict) -> dict:
-        opts = check_fields(options_json, "init options", LOAD_FIELDS)
-        if opts.get("max_ctx") is not None and opts["max_ctx"] < 1:
-            raise SessionError("bad_config", f"max_ctx must be a positive number of "
-                               f"positions, got {opts['max_ctx']}")
-        capped(self.open_device, opts.get("gpu_limits"))   # checked before the model is read
-        # The same champion bytes again (a reload): keep the file, so the engine's GPU
-        # model is lent to the new one rather than uploaded (and compiled) again.
-        t0 = time.perf_counter()
-        file = open_gguf(champion_buf, opts.get("champion_name") or "champion")
-        same = self.file is not None and self.file.sha256() == file.sha256()
-        if same:
-            # The same bytes, read from now on through the new source: the old one may be gone
-            # (its OPFS file written again by a drill or a fresh download).
-            self.file.reader = file.reader
-            file = self.file
-        config = Config.from_metadata(file.metadata)
-        t1 = time.perf_counter()
-        tokenizer = Tokenizer.from_metadata(file.metadata)
-        t2 = time.perf_counter()
-        draft_model = None if draft_buf is None else page_draft_model(file, draft_buf, opts)
-        self.file, self.config, self.tokenizer = file, config, tokenizer
-        self.draft_model = draft_model
-        self.backend = opts.get("backend") or "auto"
-        self.max_ctx = min(opts.get("max_ctx") or DEFAULT_MAX_CTX, config.context_length)
-        requested = opts.get("draft") or ("model" if draft_model else "ngram")
-        auto = requested == "auto"
-        self.default_draft = ("model" if draft_model else "ngram") if auto else requested
-        self.drills = bool(opts.get("drills"))
-        self.gpu_limits = opts.get("gpu_limits")
-        self.load_faults = read_load_faults(opts.get("load_faults"))
-        if not (same and (self.backend, self.max_ctx, self.gpu_limits)
-                == (before["backend"], before["max_ctx"], before["gpu_limits"])):
-            self.engine = None
-        self.engine_draft = None     # a new engine (and cache); the champion may be lent
-        self.guard_timing = {}       # other models: their times are measured afresh
-        t3 = time.perf_counter()
-        engine = await self._engine(self.default_draft)
-        auto_note = None
-        if auto and self.default_draft == "model":
-            pays, why = draft_pays(engine)
-            if not pays:
-                # "auto" (the worker sent the draft, expecting a hardware adapter) on an engine
-                # where a draft model does not pay: n-gram, as natively.
-                auto_note, self.default_draft = why, "ngram"
-                engine = await self._engine("ngram")
-        self.auto_choice = None
-        if auto:
-            engine = await self._follow_verdicts(engine, opts.get("verdicts"))
-        t4 = time.perf_counter()
-        old = getattr(getattr(before["engine"], "champion", None), "dev", None)
-        if old is not None and old is not getattr(engine.champion, "dev", None):
-            old.destroy()            # the replaced engine's device, with its buffers
-        self.warm_next = (engine, chat_prefix(tokenizer)) if opts.get("warm") else None
-        return {"adapter": engine.adapter, "pyspec_version": __version__,
-                "fallback": engine.fallback_reason,
-                # its kind (receipts' fallbacks): software_adapter, no_webgpu, webgpu_error,
-                # cpu_requested
-                "fallback_kind": engine.fallbacks[0]["kind"] if engine.fallbacks else None,
-                "vocab": config.vocab_size, "context": self.max_ctx,
-                "n_layers": config.n_layers, "draft": self.default_draft,
-                # the gate verdict that chose it (its sha256), else null
-                "draft_verdict": (self.auto_choice.receipt()["verdict_sha256"]
-                                  if self.auto_choice else None),
-                # why "auto" chose otherwise than the worker expected, else null
-                "draft_auto": auto_note,
-                # the draft's head rows on the numpy engine (null: its full head)
-                "draft_head_rows": head_rows(draft_model),
-                "weight_bytes": engine.champion.weight_bytes,
-                # the CPU engine's row kernel (fastcpu.choose_kernel), else null
-                "cpu_kernel": getattr(engine.champion, "kernel", None),
-                # where the load's time went (ms): the GGUF's header, the tokenizer, the draft
-                # model, the engine (weights dequantized or uploaded, kernels compiled)
-                "load_ms": {name: round(1000 * dt) for name, dt in (
-                    ("parse", t1 - t0), ("tokenizer", t2 - t1), ("draft", t3 - t2),
-                    ("engine", t4 - t3))}}
+        return await page_load.load(self, options_json, champion_buf, draft_buf)
 
     def auto_draft(self, facts_json: str) -> str:
-        """The draft "auto" for the worker, asked before any draft downloads: facts {"has_model":
-        the site has a draft model for this champion, "backend": init's, "webgpu": {available,
-        fallback (a software adapter), description}, and the gate's verdicts (page_gate.
-        draft_download)} -> {"model": whether to fetch and load the draft model, "reason"}."""
-        facts = json.loads(facts_json)
-        webgpu = facts.get("webgpu") or {}
-        if facts.get("backend") == "cpu":
-            kind, name = "cpu", "the CPU engine (backend cpu)"
-        elif not webgpu.get("available"):
-            kind, name = "cpu", "the CPU engine (no WebGPU adapter)"
-        else:
-            kind = "software" if webgpu.get("fallback") is True else "gpu"
-            name = webgpu.get("description") or webgpu.get("vendor") or "WebGPU"
-        model, reason = auto_draft(bool(facts.get("has_model")), kind, name)
-        model, reason = page_gate.draft_download(facts, kind, model, reason)
-        return json.dumps({"model": model, "reason": reason})
+        """The draft "auto" for the worker, asked before any draft downloads (page_load.
+        auto_draft)."""
+        return page_load.auto_draft(facts_json)
 
     def card(self, head, total: int, name: str, facts_json: str) -> str:
-        """The model card from a file's first bytes (`head`, a bytearray) and its size, asked
-        before the download: {"needed": bytes} where the header runs on past `head` (the worker
-        reads more), else {"card", "error"}: error {code, message} when this page cannot run the
-        model (info.page_refusal), else null. facts: {"limits": the adapter's maxBufferSize and
-        maxStorageBufferBindingSize or null, "backend": init's, "ctx": maxCtx or null}."""
-        facts = json.loads(facts_json)
-        limits = facts.get("limits")
-        try:
-            c = info.card_from_header(head, total, name, facts.get("ctx") or DEFAULT_MAX_CTX,
-                                      limits)
-        except HeaderIncompleteError as e:
-            return json.dumps({"needed": e.needed})
-        refusal = info.page_refusal(c, limits is not None, facts.get("backend") or "auto")
-        error = json.loads(error_reply(refusal))["error"] if refusal else None
-        return json.dumps({"card": c, "error": error})
+        """The model card from a file's first bytes, asked before the download (page_load.
+        card)."""
+        return page_load.card(head, total, name, facts_json)
 
     def warm(self) -> None:
         """Start the warm-up load's "warm" option asked for: the chat template's system turn goes
@@ -253,26 +105,6 @@ class Session:
         pending, self.warm_next = self.warm_next, None
         if pending is not None and pending[0] is self.engine and self.warming is None:
             self.warming = asyncio.ensure_future(pending[0].warm(pending[1]))
-
-    async def _follow_verdicts(self, engine: Engine, table_json: str | None) -> Engine:
-        """"auto" at load: a recorded gate verdict for this champion, draft and the engine's
-        device class (verdicts.choose, as load.auto_choice natively) over the rule above; the
-        engine for its choice. Sets auto_choice, which the receipts of "auto" requests name."""
-        table = verdicts.parse(parse_json(table_json, "verdicts"), "the verdicts init option") \
-            if table_json else []
-        choice = None
-        if table:
-            candidates = verdicts.weightless(table)
-            if self.draft_model is not None:
-                inner = getattr(self.draft_model, "model", self.draft_model)   # a bridged one's
-                candidates[inner.sha256()] = "model"
-            choice = verdicts.choose(table, engine.champion.sha256(), engine.device_class,
-                                     candidates, self.default_draft)
-        self.auto_choice = choice or verdicts.Choice(self.default_draft)
-        if self.auto_choice.drafter != self.default_draft:
-            self.default_draft = self.auto_choice.drafter
-            engine = await self._engine(self.default_draft)
-        return engine
 
     async def _engine(self, draft: str) -> Engine:
         """The engine for a drafter choice; rebuilt (with a fresh cache) when the choice changes."""

@@ -164,11 +164,12 @@ def test_session_serves_requests_and_reports_errors_by_code(tiny, champion_bytes
 
 
 def test_the_client_checks_the_backends_the_session_takes():
-    """client.js refuses a backend before anything loads (its own BACKENDS): the list must be
-    session.py's, or a backend the engine takes would be refused in the page, or the reverse."""
-    source = (Path(__file__).resolve().parent.parent / "web" / "client.js").read_text()
+    """The client refuses a backend before anything loads (web/checks.js, its own BACKENDS): the
+    list must be page_engine.py's, or a backend the engine takes would be refused in the page,
+    or the reverse."""
+    source = (Path(__file__).resolve().parent.parent / "web" / "checks.js").read_text()
     listed = re.search(r"const BACKENDS = \[([^\]]*)\]", source)
-    assert listed, "client.js has no BACKENDS list"
+    assert listed, "web/checks.js has no BACKENDS list"
     assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == page_engine.BACKENDS
 
 

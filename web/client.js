@@ -39,53 +39,21 @@
 // Errors are SpecError with a `code` (see worker.js).
 //
 // The OpenAI-style facade (`d.chat.completions.create(request)`, facade.js) is the same
-// generate() in the shape of the OpenAI SDK and WebLLM; client.d.ts types both.
+// generate() in the shape of the OpenAI SDK and WebLLM; client.d.ts types both. Not here: the
+// checks of the options an app hands it (checks.js), the weights cache's listing and clearing
+// (cache.js), measuring (measure.js), the notices a finished request brings (notices.js).
 
+import { cachedModels, clearCache } from "./cache.js";
+import { checkFinite, checkReloadOptions, createOptions } from "./checks.js";
 import { SpecError } from "./errors.js";
 import { completions } from "./facade.js";
 import { measure } from "./measure.js";
+import { resultNotices } from "./notices.js";
 
 export { SpecError };
 
-// Receipt fault kinds met while loading (web.py LOAD_FAULTS): noticed at init, not per request.
-const LOAD_FAULTS = new Set(["opfs_truncated", "opfs_corrupt", "opfs_quota", "opfs_unavailable",
-                             "download_dropped", "opfs_busy"]);
-const GPU_FAULTS = { device_lost: "the GPU device was lost", gpu_error: "the GPU failed",
-                     gpu_timeout: "a GPU readback hung",
-                     bad_draft: "the draft gave numbers it cannot draft from (NaN or infinite)" };
-
 const TERMINAL = new Set(["ready", "done", "cancel_ack", "stats", "receipt", "lose_device_ack",
                           "card", "measured", "error"]);
-
-// The weights' OPFS directory (weights.js OPFS_DIR), or null where the page has no OPFS.
-async function weightsDir() {
-  try {
-    const root = await navigator.storage.getDirectory();
-    return await root.getDirectoryHandle("pyspec-weights", { create: true });
-  } catch {
-    return null;
-  }
-}
-
-// A number JSON cannot carry (NaN, Infinity) would reach the worker as null, that is as the
-// option's default: refused instead, by the option's name (`logit_bias.101`, ...).
-function checkFinite(value, name, seen = new Set()) {
-  if (typeof value === "number" && !Number.isFinite(value)) {
-    throw new SpecError("bad_config", `${name} must be a finite number, got ${value}`);
-  }
-  if (value === null || typeof value !== "object" || seen.has(value)) return;
-  seen.add(value);
-  for (const [key, item] of Object.entries(value)) {
-    checkFinite(item, name ? `${name}.${key}` : key, seen);
-  }
-}
-
-// The options SpecDecoder.create takes (client.d.ts SpecDecoderOptions); any other is refused.
-const CREATE_OPTIONS = ["workerUrl", "champion", "draft", "maxCtx", "backend", "onProgress",
-                        "maxRestarts", "stallTimeoutMs", "onNotice", "drills", "loadDrill",
-                        "snapshot", "gpuLimits"];
-const RELOAD_OPTIONS = ["loadDrill", "champion", "maxCtx"];
-const BACKENDS = ["auto", "webgpu", "cpu"];   // pyspec/apps/page_engine.py BACKENDS
 const TERMINATED = "the decoder was terminated: create a new one";
 
 export class SpecDecoder {
@@ -115,22 +83,16 @@ export class SpecDecoder {
     return d;
   }
 
-  // --- the weights cache ----------------------------------------------------------------
-  // Weights given with a sha256 are kept in this origin's OPFS (directory "pyspec-weights",
-  // one file per sha256) for the next visit, and nothing evicts them: an app that moves to
-  // another model clears the ones it no longer uses here.
-
+  // --- the weights cache (cache.js) ---------------------------------------------------
   /** The cached weights: [{sha256, bytes}], largest first ([] where OPFS is missing). */
-  static async cachedModels() {
-    const dir = await weightsDir();
-    const out = [];
-    for await (const [name, handle] of dir?.entries() ?? []) {
-      const match = /^([0-9a-f]{64})\.gguf$/.exec(name);
-      if (match && handle.kind === "file") {
-        out.push({ sha256: match[1], bytes: (await handle.getFile()).size });
-      }
-    }
-    return out.sort((a, b) => b.bytes - a.bytes);
+  static cachedModels() {
+    return cachedModels();
+  }
+
+  /** Remove cached weights, all but the sha256s in `keep`: {removed, kept, busy}, each a list
+   *  of sha256s; busy ones are open in a running decoder (terminate it first). */
+  static clearCache(options) {
+    return clearCache(options);
   }
 
   /** The model card of `source` (a URL, {url, sha256?}, a manifest name or a File/Blob), read
@@ -153,30 +115,6 @@ export class SpecDecoder {
     }
   }
 
-  /** Remove cached weights, all but the sha256s in `keep`: {removed, kept, busy}, each a list
-   *  of sha256s; busy ones are open in a running decoder (terminate it first). */
-  static async clearCache({ keep = [] } = {}) {
-    if (!Array.isArray(keep) || !keep.every((h) => /^[0-9a-fA-F]{64}$/.test(h))) {
-      throw new SpecError("bad_config", "keep must be a list of sha256s (64 hex digits)");
-    }
-    const kept = new Set(keep.map((h) => h.toLowerCase()));
-    const dir = await weightsDir();
-    const out = { removed: [], kept: [], busy: [] };
-    for (const { sha256 } of await SpecDecoder.cachedModels()) {
-      if (kept.has(sha256)) {
-        out.kept.push(sha256);
-        continue;
-      }
-      try {
-        await dir.removeEntry(`${sha256}.gguf`);
-        out.removed.push(sha256);
-      } catch {   // NoModificationAllowedError: a worker holds it open
-        out.busy.push(sha256);
-      }
-    }
-    return out;
-  }
-
   #opts; #worker = null; #seq = 0; #pending = new Map();
   #active = new Set();  // the records of this decoder's generate requests in flight (#run)
   #restarting = null;   // the restart under way (one for every request the death stopped)
@@ -196,38 +134,8 @@ export class SpecDecoder {
   }) };
 
   constructor(options = {}) {
-    // Browsers give crypto.randomUUID, OPFS and Web Locks to secure contexts only.
-    if (globalThis.isSecureContext === false) {
-      throw new SpecError("insecure_context", `pyspec needs a secure context: ` +
-                          `${globalThis.location?.origin} is not one; serve the page over ` +
-                          "HTTPS (or from http://localhost while developing)");
-    }
-    const unknown = Object.keys(options ?? {}).filter((name) => !CREATE_OPTIONS.includes(name));
-    if (unknown.length) {
-      throw new SpecError("bad_config", `unknown option ${unknown.join(", ")}: ` +
-                          `SpecDecoder.create takes ${CREATE_OPTIONS.join(", ")}`);
-    }
-    const { workerUrl = new URL("./worker.js", import.meta.url), champion = "smollm2",
-            draft = "ngram", maxCtx = null, backend = "auto", onProgress = null,
-            maxRestarts = 1, stallTimeoutMs = 60000, onNotice = null, drills = false,
-            loadDrill = null, snapshot = true, gpuLimits = null } = options ?? {};
-    for (const [name, value] of [["onProgress", onProgress], ["onNotice", onNotice]]) {
-      if (value != null && typeof value !== "function") {
-        throw new SpecError("bad_config", `${name} must be a function or null, got ` +
-                            `${typeof value}`);
-      }
-    }
-    // Checked here, not after Pyodide has started and the weights have downloaded.
-    if (!BACKENDS.includes(backend)) {
-      throw new SpecError("bad_config", `backend ${JSON.stringify(backend)} is not one of ` +
-                          `${BACKENDS.join(", ")}`);
-    }
-    if (maxCtx !== null && !(Number.isSafeInteger(maxCtx) && maxCtx > 0)) {
-      throw new SpecError("bad_config", `maxCtx must be a positive integer (tokens) or null, ` +
-                          `got ${maxCtx}`);
-    }
-    this.#opts = { workerUrl, champion, draft, maxCtx, backend, onProgress, maxRestarts,
-                   stallTimeoutMs, onNotice, drills, loadDrill, snapshot, gpuLimits };
+    // checks.js: refused now, not after Pyodide has started and the weights have downloaded.
+    this.#opts = createOptions(options, new URL("./worker.js", import.meta.url));
   }
 
   // --- plumbing -----------------------------------------------------------------------------
@@ -483,27 +391,10 @@ export class SpecDecoder {
     }
   }
 
-  // A request's result: lastResult, and the notices it brings.
+  // A request's result: lastResult, and the notices it brings (notices.js).
   #finish(result) {
     this.lastResult = result;
-    // The context-full policy left out the oldest turns (counts in receipt.context), or the
-    // answer can run only to the context's end (max_tokens past it).
-    if (result.notice) {
-      const trimmed = (result.receipt?.context?.dropped_messages ?? 0) > 0;
-      this.#notice({ code: trimmed ? "context_trimmed" : "answer_capped", message: result.notice });
-    }
-    // Faults the worker recovered from by itself (a lost GPU device: finished on the CPU).
-    const faults = result.receipt?.faults ?? [];
-    faults.forEach((f, i) => {
-      // A dead worker was noticed when it happened, loading faults at init.
-      if (f.kind === "worker_died" || f.kind === "worker_oom" || LOAD_FAULTS.has(f.kind)) return;
-      const next = faults[i + 1]?.adapter ?? result.receipt.stats.adapter;
-      const how = f.kind === "bad_draft" ? "without the draft (champion-only: the same text)"
-        : next === "cpu-numpy" ? "on the CPU" : "on a new device";
-      this.#notice({ code: f.kind, at_token: f.at_token,
-                     message: `${GPU_FAULTS[f.kind] ?? f.kind} after ${f.at_token} ` +
-                              `tokens; the request went on from there ${how}` });
-    });
+    for (const notice of resultNotices(result)) this.#notice(notice);
     return result;
   }
 
@@ -566,11 +457,7 @@ export class SpecDecoder {
    *  strike meanwhile (worker.js LOAD_DRILLS); its notices arrive as for create(). Resolves
    *  with the new `ready` message (also `info`). */
   async reload(options = {}) {
-    const unknown = Object.keys(options ?? {}).filter((name) => !RELOAD_OPTIONS.includes(name));
-    if (unknown.length) {
-      throw new SpecError("bad_config", `unknown option ${unknown.join(", ")}: reload takes ` +
-                          RELOAD_OPTIONS.join(", "));
-    }
+    checkReloadOptions(options);
     const { loadDrill = null, champion, maxCtx } = options ?? {};
     const before = { champion: this.#opts.champion, maxCtx: this.#opts.maxCtx };
     if (champion !== undefined) this.#opts.champion = champion;

@@ -11,9 +11,13 @@
 //   await pyspecApp.ready; const result = await pyspecApp.run(prompt, config, onText);
 // (run starts a fresh conversation; the chat box keeps its history).
 // Any failure shows in #error (role=alert) and rejects; the page never waits forever on one.
+// Not here: the model and drafter pickers and the model card (picker.js), the "measure on this
+// device" panel (gate-view.js).
 
 import { SpecDecoder } from "./client.js";
 import { gatePanel } from "./gate-view.js";
+import { championOf, draftModelOf, drafterChoice, fillDrafters, fillModels, showCard,
+         wireFilePick } from "./picker.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -25,39 +29,12 @@ let gate = null;           // its panel
 let pendingChange = false; // a model or drafter chosen while it was: loaded after it
 let lastGood = null;       // the control values of the last decoder that loaded
 let conversation = 0;      // bumped by Clear: a reply of an older conversation is not kept
-let manifestModels = [];
-const pickedFiles = new Map();   // the model select's value "file:NAME" -> the File picked
 
 // --- progress and errors ----------------------------------------------------------------------
 const PHASES = { runtime: "loading Pyodide and pyspec", download: "downloading",
                  verify: "checking sha256",
                  load: "loading weights", card: "read the model card of",
                  import: "copying into the browser cache" };
-
-// The model card (phase "card", before a download): what the file is and what this device
-// can do with it, by pyspec/apps/info.py's stated memory rule.
-function showCard({ card, header }) {
-  const gib = (n) => (n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(2)} GiB` : `${(n / (1 << 20)).toFixed(1)} MiB`);
-  const lines = [`${card.file}: ${gib(card.bytes)}`];
-  if (card.architecture) {
-    lines.push(`architecture ${card.architecture}${card.name ? ` (${card.name})` : ""}, ` +
-               `${(card.parameters / 1e6).toFixed(1)} M parameters`,
-               `tensor types ${Object.entries(card.tensor_types).map(([k, v]) => `${k} x${v}`).join(", ")}`,
-               `chat template ${card.template}`);
-  }
-  if (!card.runs) lines.push(`pyspec cannot run it: ${card.refusal}`);
-  else {
-    lines.push(`context ${card.context} tokens, ${card.layers} layers, vocabulary ${card.vocab}`);
-    for (const [name, b] of Object.entries(card.backends)) {
-      if (name !== "cpu") lines.push(`${name}: ${b.fits ? "fits" : "too large"}, needs ${gib(b.needs)}: ${b.why}`);
-    }
-  }
-  lines.push(header.range ? `(header: ${gib(header.bytes)} read by HTTP Range requests)`
-    : "(the server ignores Range requests: the header was read from the start of the full " +
-      "download, which then downloads again)");
-  $("card").hidden = false;
-  $("card").textContent = lines.join("\n");
-}
 
 function showProgress(p) {
   if (p.phase === "card") showCard(p);
@@ -99,17 +76,6 @@ function showNotice(n) {
 }
 
 // --- the decoder ------------------------------------------------------------------------------
-function drafterChoice() {
-  const v = $("drafter").value;
-  if (v === "self") return `self:${$("layers").value}`;
-  // 'auto', 'ngram', 'model:NAME' or 'combo:NAME' (n-gram where the text repeats, else NAME)
-  return v;
-}
-
-// What a choice needs at init: the draft model ('model:NAME', 'combo:NAME'), 'auto' (the worker
-// decides, autoDraft), else null.
-const draftModelOf = (choice) => (choice === "auto" ? "auto"
-  : /^(model|combo):/.test(choice) ? choice.slice(6) : null);
 let autoNote = null;       // what "auto" chose for the loaded decoder, and why (info.draft_auto)
 
 // The decoder the controls name. One load at a time: a choice made while one loads is loaded
@@ -140,7 +106,7 @@ async function load(model, draftModel, key) {
   let d;
   try {
     d = await SpecDecoder.create({
-      workerUrl: new URL("./worker.js", import.meta.url), champion: pickedFiles.get(model) ?? model,
+      workerUrl: new URL("./worker.js", import.meta.url), champion: championOf(model),
       draft: draftModel ?? "ngram", maxCtx: Number(params.get("max_ctx")) || null,
       backend: params.get("backend") ?? "auto",
       onProgress: showProgress, onNotice: showNotice,
@@ -418,50 +384,8 @@ function downloadReceipt() {
 }
 
 // --- wiring ---------------------------------------------------------------------------------
-// What each drafter is, on hover (the option's title) and under the list.
-const DRAFTER_HELP = {
-  auto: "auto: the trained draft on a GPU, prompt n-gram on the CPU engine (the fastest of each, " +
-        "measured)",
-  ngram: "prompt n-gram: proposes what followed the last words where they appeared before " +
-         "(pays where the answer copies the prompt or repeats itself)",
-  self: "self:L: the champion's own first L layers propose (no second model)",
-  model: "a draft model: a smaller model with the champion's tokenizer proposes",
-  trained: "the trained draft: 4 layers distilled from the champion (models/MANIFEST.json)",
-  combo: "n-gram where the text repeats, the trained draft elsewhere",
-};
-
-async function fillModels() {
-  const manifest = await (await fetch("manifest.json")).json();
-  manifestModels = manifest.artifacts.filter((a) => a.kind === "model");
-  // A trained draft (draft_for: its champion) is offered as a drafter only, not as a model;
-  // the tiny random test models sit in a group of their own.
-  const champions = manifestModels.filter((a) => !a.draft_for);
-  const fallback = champions.some((a) => a.model === "smollm2") ? "smollm2" : champions[0]?.model;
-  const want = params.get("model") ?? fallback;
-  const tests = document.createElement("optgroup");
-  tests.label = "test models (tiny, random weights)";
-  for (const a of champions) (a.test ? tests : $("model")).append(new Option(a.model, a.model));
-  if (tests.children.length) $("model").append(tests);
-  if (!champions.some((a) => a.model === want)) $("model").add(new Option(want, want));
-  $("model").value = want;
-  fillDrafters();
-  const draft = params.get("draft") ?? "auto";
-  if (draft === "none") {           // no draft to download either
-    $("speculate").checked = false;
-    $("drafter").value = "ngram";
-  }
-  else if (draft?.startsWith("self:")) { $("drafter").value = "self"; $("layers").value = draft.slice(5); }
-  else if (draft === "auto" || draft === "ngram") {
-    // auto where this model has a trained draft (fillDrafters offers it), else n-gram
-    $("drafter").value = [...$("drafter").options].some((o) => o.value === draft) ? draft
-      : "ngram";
-  } else if (draft) {
-    // Named in the URL: offered even where the list would not (a test of what the worker says).
-    if (![...$("drafter").options].some((o) => o.value === `model:${draft}`)) {
-      $("drafter").add(new Option(`draft model ${draft}`, `model:${draft}`));
-    }
-    $("drafter").value = `model:${draft}`;
-  }
+// The URL's request options into their fields (fillModels took model and draft).
+function fillFields() {
   const fields = { k: "k", verify: "verify", temperature: "temperature", seed: "seed",
                    max_tokens: "max-tokens", top_p: "top-p", top_k: "top-k", min_p: "min-p",
                    repetition_penalty: "repetition-penalty",
@@ -478,38 +402,6 @@ async function fillModels() {
     showNotice({ code: "url", page: true, message: `Not a number, so the default is used: ` +
                  `${ignored.join(", ")} (in the page's URL).` });
   }
-}
-
-// The drafters for the chosen model: n-gram and self:L always; a draft model only where it can
-// serve (the champion's tokenizer, and a trained draft only for the champion it was made for).
-function fillDrafters() {
-  const model = $("model").value, was = $("drafter").value;
-  const champion = manifestModels.find((a) => a.model === model);
-  const sel = $("drafter");
-  for (const o of [...sel.options]) if (o.value.includes(":") || o.value === "auto") o.remove();
-  // "auto" where the model has a trained draft (else it is n-gram), first and the default.
-  if (manifestModels.some((a) => a.draft_for === model)) {
-    const auto = new Option("auto", "auto");
-    auto.title = DRAFTER_HELP.auto;
-    sel.add(auto, 0);
-  }
-  for (const a of manifestModels) {
-    const fits = a.draft_for ? a.draft_for === model
-      : a.model !== model && a.tokenizer != null && a.tokenizer === champion?.tokenizer;
-    if (!fits) continue;
-    const label = a.draft_for ? `trained draft ${a.model}` : `draft model ${a.model}`;
-    const o = new Option(label, `model:${a.model}`);
-    o.title = a.draft_for ? DRAFTER_HELP.trained : DRAFTER_HELP.model;
-    sel.add(o);
-    if (a.draft_for) {
-      const combo = new Option(`n-gram + ${label}`, `combo:${a.model}`);
-      combo.title = DRAFTER_HELP.combo;
-      sel.add(combo);
-    }
-  }
-  sel.querySelector("option[value='ngram']").title = DRAFTER_HELP.ngram;
-  sel.querySelector("option[value='self']").title = DRAFTER_HELP.self;
-  sel.value = [...sel.options].some((o) => o.value === was) ? was : sel.options[0].value;
 }
 
 function syncControls() {
@@ -541,18 +433,7 @@ function start() {
   $("show-kinds").addEventListener("change", syncKinds);
   syncKinds();
   $("model").addEventListener("change", () => { fillDrafters(); syncControls(); });
-  // A GGUF picked or dropped: a choice of the model select, loaded as any other.
-  const pick = (file) => {
-    if (!file) return;
-    const value = `file:${file.name}`;
-    pickedFiles.set(value, file);
-    if (![...$("model").options].some((o) => o.value === value)) $("model").add(new Option(file.name, value));
-    $("model").value = value;
-    $("model").dispatchEvent(new Event("change"));
-  };
-  $("model-file").addEventListener("change", () => pick($("model-file").files[0]));
-  document.addEventListener("dragover", (e) => e.preventDefault());
-  document.addEventListener("drop", (e) => { e.preventDefault(); pick(e.dataTransfer?.files[0]); });
+  wireFilePick();
   $("drafter").addEventListener("change", syncControls);
   for (const id of ["model", "drafter", "layers"]) {
     $(id).addEventListener("change", () => {
@@ -568,7 +449,11 @@ function start() {
   }
   gate = gatePanel({ decoder: () => decoder, showError,
                      onBusy: (busy) => { measuring = busy; syncSend(); } });
-  const ready = fillModels().then(() => { syncControls(); return ensureDecoder(); });
+  const ready = fillModels(params).then(() => {
+    fillFields();
+    syncControls();
+    return ensureDecoder();
+  });
   ready.catch(showError);
   window.pyspecApp = {
     ready: ready.then(() => decoder.info),

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from pyspec.apps import info
-from pyspec.formats import gguf
+from pyspec.formats import gguf, ggufwrite
 
 from .pageutil import Context
 
@@ -107,7 +107,7 @@ def test_a_model_the_page_cannot_run_is_refused_before_its_download(page, ctx, s
     md = dict(gguf.GGUFFile.open(str(site_root / tiny_artifact(site_root)["url"])).metadata)
     md["general.architecture"] = "mamba"
     path = site_root / "mamba.gguf"
-    gguf.write(path, md, {})
+    ggufwrite.write(path, md, {})
     with open(path, "ab") as f:
         f.write(bytes(8 << 20))     # weights that must not download
     out = page.evaluate(REFUSED, "mamba.gguf")

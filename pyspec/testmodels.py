@@ -1,4 +1,4 @@
-"""Tiny random Llama GGUFs for fast exact tests (DESIGN §3): written with gguf.write.
+"""Tiny random Llama GGUFs for fast exact tests (DESIGN §3): written with ggufwrite.write.
 
 A test model has the champion's shape of metadata and tensors (same names, Q4_1 matrices and a
 Q8_0 tied embedding by default) at a few kilobytes: a byte-level BPE vocabulary of 256 byte tokens,
@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from .formats import gguf, mixes, quant
+from .formats import gguf, ggufwrite, mixes, quant
 from .text.tokenizer import _bytes_to_unicode
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -156,13 +156,13 @@ def write_model(path, *, n_layers: int = 2, d: int = 64, n_heads: int = 4, n_kv:
           "llama.rope.freq_base": 10000.0, "llama.attention.layer_norm_rms_epsilon": 1e-5,
           "llama.vocab_size": vocab, **md_tok}
 
-    gguf.write(path, md, tensor_types(w, matrix_type, embd_type))
+    ggufwrite.write(path, md, tensor_types(w, matrix_type, embd_type))
     return w
 
 
 def tensor_types(w: dict[str, np.ndarray], matrix_type: int | str, embd_type: int | str
                  ) -> dict[str, tuple[np.ndarray, int]]:
-    """Each tensor with its ggml type, for gguf.write: 1-D tensors (norms, biases, rope factors)
+    """Each tensor with its ggml type, for ggufwrite.write: 1-D tensors (norms, biases, rope factors)
     F32, the embedding `embd_type`, other matrices `matrix_type`; "Q4_K_M" (either) gives every
     tensor the type llama.cpp's Q4_K_M would (mixes.py)."""
     mix = (mixes.q4_k_m_mix({n: v.shape for n, v in w.items()})
@@ -262,7 +262,7 @@ def write_family_model(path, arch: str, *, seed: int = 0, ctx: int = 256, n_merg
     md = {**family_metadata(arch, ctx=ctx, **shape), "general.name": f"pyspec-tiny-{arch}-{seed}",
           f"{arch}.vocab_size": vocab, **md_tok}
     embd_type = matrix_type if embd_type is None else embd_type
-    gguf.write(path, md, tensor_types(w, matrix_type, embd_type))
+    ggufwrite.write(path, md, tensor_types(w, matrix_type, embd_type))
     return w
 
 
@@ -353,7 +353,7 @@ def write_eagle_head(path, champion_path, *, noise: float = 0.1, seed: int = 0,
     md |= {"general.name": "pyspec-tiny-eagle", "llama.block_count": 1,
            "pyspec.draft.kind": "eagle",
            "pyspec.eagle.champion_sha256": champion_sha256 or f.sha256()}
-    gguf.write(path, md, {name: (v, quant.F32.type_id if name.endswith("norm.weight")
+    ggufwrite.write(path, md, {name: (v, quant.F32.type_id if name.endswith("norm.weight")
                                  else matrix_type) for name, v in w.items()})
 
 
@@ -378,7 +378,7 @@ def write_fed_draft(path, champion_path, draft_path, *, feed: float = 0.0, noise
     md = {k: v for k, v in draft.metadata.items() if not k.startswith("general.name")}
     md |= {"general.name": "pyspec-tiny-fed-draft", "pyspec.draft.kind": "eagle",
            "pyspec.eagle.champion_sha256": f.sha256()}
-    gguf.write(path, md, {name: (v, quant.F32.type_id if name.endswith("norm.weight")
+    ggufwrite.write(path, md, {name: (v, quant.F32.type_id if name.endswith("norm.weight")
                                  else matrix_type) for name, v in w.items()})
 
 
@@ -391,6 +391,6 @@ def write_borrowing_draft(path, champion_path, weights: dict[str, np.ndarray], n
     f = gguf.GGUFFile.open(champion_path)
     md = {k: v for k, v in f.metadata.items() if k != "general.name"}
     md |= {"general.name": "pyspec-tiny-borrowing-draft", "llama.block_count": n_layers,
-           **gguf.borrowed_metadata(f, list(borrow))}
-    gguf.write(path, md, {n: (v, quant.F32.type_id if n.endswith("norm.weight") else matrix_type)
+           **ggufwrite.borrowed_metadata(f, list(borrow))}
+    ggufwrite.write(path, md, {n: (v, quant.F32.type_id if n.endswith("norm.weight") else matrix_type)
                           for n, v in weights.items() if n not in borrow})

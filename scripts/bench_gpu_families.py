@@ -32,7 +32,7 @@ import numpy as np
 
 from pyspec import champion_path, testmodels
 from pyspec.apps import provenance
-from pyspec.formats import gguf, quant
+from pyspec.formats import ggufwrite, quant
 from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu import load_model, open_device
 from pyspec.gpu.model import dispatches_per_layer
@@ -60,7 +60,7 @@ def write(path: Path, arch: str, n_layers: int, vocab: int = 0) -> None:
     del w["output.weight"]
     md = testmodels.family_metadata(arch, n_layers=n_layers, ctx=512, **shape, **extra)
     md[f"{arch}.vocab_size"] = vocab
-    gguf.write(path, md, testmodels.tensor_types(w, quant.Q8_0.type_id, quant.Q8_0.type_id))
+    ggufwrite.write(path, md, testmodels.tensor_types(w, quant.Q8_0.type_id, quant.Q8_0.type_id))
 
 
 async def one_pass(model) -> tuple[float, float]:

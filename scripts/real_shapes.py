@@ -95,21 +95,21 @@ def metadata(s: dict) -> dict:
 def random_tensor(name: str, shape: tuple, type_id: int, rng) -> object:
     """A RawTensor of `shape` drawn N(0, 1/n_in) (norms: 1 + noise) and quantized as `type_id`,
     CHUNK values at a time."""
-    from pyspec.formats import gguf, quant
+    from pyspec.formats import ggufwrite, quant
 
     if len(shape) == 1:
         v = (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
-        return gguf.RawTensor(quant.quantize(v, type_id), shape, type_id)
+        return ggufwrite.RawTensor(quant.quantize(v, type_id), shape, type_id)
     rows = max(1, CHUNK // shape[1])
     parts = [quant.quantize((rng.standard_normal((min(rows, shape[0] - a), shape[1]),
                                                  dtype=np.float32) / np.sqrt(shape[1])),
                             type_id) for a in range(0, shape[0], rows)]
-    return gguf.RawTensor(np.concatenate(parts), shape, type_id)
+    return ggufwrite.RawTensor(np.concatenate(parts), shape, type_id)
 
 
 def write(directory: pathlib.Path, names: list[str]) -> None:
     from pyspec import testmodels
-    from pyspec.formats import gguf, mixes, quant
+    from pyspec.formats import ggufwrite, mixes, quant
 
     directory.mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -123,7 +123,7 @@ def write(directory: pathlib.Path, names: list[str]) -> None:
             tensors["rope_freqs.weight"] = (llama3_rope_factors(s), quant.F32.type_id)
         md = {**metadata(s), "general.name": f"random-{name}",
               **testmodels.tokenizer_metadata()}
-        gguf.write(directory / f"{name}.gguf", md, tensors)
+        ggufwrite.write(directory / f"{name}.gguf", md, tensors)
         print(f"{name}: {os.path.getsize(directory / f'{name}.gguf') / 1e6:.0f} MB in "
               f"{time.time() - t0:.0f} s", flush=True)
 

@@ -17,7 +17,7 @@ import pytest
 from pyspec import testmodels
 from pyspec.cpu import fastcpu
 from pyspec.cpu.model import Model
-from pyspec.formats import gguf, quant
+from pyspec.formats import ggufwrite, quant
 from pyspec.formats.gguf import GGUFFile
 
 ATOL, RTOL = 1e-4, 1e-4   # |gpu - cpu| <= ATOL + RTOL |cpu| (tests/test_gpu_model.py's)
@@ -45,7 +45,7 @@ def pair(request, tmp_path_factory):
     held = {f.tensors[n].format.name for n in f.tensors} - {"F32"}
     assert held == formats, held
     plain = root / "f32.gguf"
-    gguf.write(plain, f.metadata, {n: (f.dequantize(n), quant.F32.type_id) for n in f.tensors})
+    ggufwrite.write(plain, f.metadata, {n: (f.dequantize(n), quant.F32.type_id) for n in f.tensors})
     return path, plain
 
 

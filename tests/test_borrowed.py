@@ -22,7 +22,7 @@ from pyspec.apps import cli
 from pyspec.cpu.model import Model, ModelError
 from pyspec.drafters.pairing import IncompatiblePairError, bind_borrowed
 from pyspec.engine import Engine
-from pyspec.formats import gguf, quant
+from pyspec.formats import gguf, ggufwrite, quant
 from pyspec.formats.gguf import GGUFError, GGUFFile
 from pyspec.load import backend as backend_for
 from pyspec.load import load_draft_checked
@@ -50,9 +50,9 @@ def drafts(tiny, tmp_path_factory):
     t = champion.tensor(EMBD)
     copy = str(root / "copy.gguf")
     md = {k: v for k, v in f.metadata.items() if not k.startswith("pyspec.borrowed.")}
-    gguf.write(copy, md, {n: gguf.RawTensor(f.raw(n), f.tensor(n).shape, f.tensor(n).type_id)
+    ggufwrite.write(copy, md, {n: ggufwrite.RawTensor(f.raw(n), f.tensor(n).shape, f.tensor(n).type_id)
                           for n in f.tensors}
-               | {EMBD: gguf.RawTensor(champion.raw(EMBD), t.shape, t.type_id)})
+               | {EMBD: ggufwrite.RawTensor(champion.raw(EMBD), t.shape, t.type_id)})
     return copy, borrowing
 
 
@@ -112,7 +112,7 @@ def test_another_champion_is_refused(tiny, drafts, tmp_path):
 
 def test_malformed_borrow_entries_are_gguf_errors(tiny, tmp_path):
     md = testmodels.tokenizer_metadata()
-    good = gguf.borrowed_metadata(GGUFFile.open(tiny.champion_path), [EMBD])
+    good = ggufwrite.borrowed_metadata(GGUFFile.open(tiny.champion_path), [EMBD])
     cases = {
         "lengths": {**good, gguf.BORROWED_TYPES: []},
         "short hash": {**good, gguf.BORROWED_SHA256: ["ab"]},
@@ -123,7 +123,7 @@ def test_malformed_borrow_entries_are_gguf_errors(tiny, tmp_path):
         path = tmp_path / f"{name}.gguf"
         tensors = {EMBD: (np.zeros((4, 32), np.float32), quant.F32.type_id)} \
             if name == "held and borrowed" else {"x": (np.zeros(32, np.float32), quant.F32.type_id)}
-        gguf.write(path, {**md, **extra}, tensors)
+        ggufwrite.write(path, {**md, **extra}, tensors)
         with pytest.raises(GGUFError):
             GGUFFile.open(path)
 
@@ -133,10 +133,10 @@ def test_raw_tensors_are_written_byte_for_byte_and_checked(tmp_path):
     packed = quant.quantize(rng.standard_normal((2, 64)).astype(np.float32), quant.Q4_1.type_id)
     raw = np.frombuffer(packed.tobytes(), np.uint8)
     path = tmp_path / "raw.gguf"
-    gguf.write(path, {}, {"w": gguf.RawTensor(raw, (2, 64), quant.Q4_1.type_id)})
+    ggufwrite.write(path, {}, {"w": ggufwrite.RawTensor(raw, (2, 64), quant.Q4_1.type_id)})
     assert np.array_equal(GGUFFile.open(path).raw("w"), raw)
     with pytest.raises(ValueError, match="bytes"):
-        gguf.write(path, {}, {"w": gguf.RawTensor(raw[:-1], (2, 64), quant.Q4_1.type_id)})
+        ggufwrite.write(path, {}, {"w": ggufwrite.RawTensor(raw[:-1], (2, 64), quant.Q4_1.type_id)})
 
 
 def test_train_borrow_rewrites_a_draft_that_computes_the_same(tiny, drafts, tmp_path):

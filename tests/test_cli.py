@@ -456,7 +456,8 @@ def test_check_pair_reads_the_tensors_generate_would_load(capsys, models, tmp_pa
     """A draft whose metadata pairs but whose tensors do not make the model it says (one
     missing, more layers than it holds, a product of another width) fails check-pair, as it
     would fail generate, naming the tensor."""
-    from pyspec.formats.gguf import GGUFFile, RawTensor, write
+    from pyspec.formats.gguf import GGUFFile
+    from pyspec.formats.ggufwrite import RawTensor, write
 
     src = GGUFFile.open(models["draft"])
     tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
@@ -480,7 +481,8 @@ def test_a_tensor_of_another_shape_names_its_file(capsys, models, tmp_path):
     """A GGUF whose metadata makes a tensor another shape than it holds: loading it as the
     champion (either CPU backend) or as the draft, and check-pair, name the file and say to
     pick another model."""
-    from pyspec.formats.gguf import GGUFFile, RawTensor, write
+    from pyspec.formats.gguf import GGUFFile
+    from pyspec.formats.ggufwrite import RawTensor, write
 
     src = GGUFFile.open(models["draft"])
     tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
@@ -502,7 +504,8 @@ def test_a_tensor_of_another_shape_names_its_file(capsys, models, tmp_path):
 def test_a_draft_with_broken_weights_costs_speed_and_is_named(capsys, models, tmp_path):
     """A draft whose weights decode to NaN (every byte of its embedding 0xff) costs speed, not
     the request: the text is champion-only's, and a note names the draft and what to do."""
-    from pyspec.formats.gguf import GGUFFile, RawTensor, write
+    from pyspec.formats.gguf import GGUFFile
+    from pyspec.formats.ggufwrite import RawTensor, write
 
     src = GGUFFile.open(models["draft"])
     tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)
@@ -525,7 +528,8 @@ def test_a_champion_with_broken_weights_is_named(capsys, models, tmp_path):
     """A champion whose weights decode to NaN (every byte of its weight data 0xff) stops
     generate and score with one error line that names the champion's weights and what to do,
     not the forward pass."""
-    from pyspec.formats.gguf import GGUFFile, RawTensor, write
+    from pyspec.formats.gguf import GGUFFile
+    from pyspec.formats.ggufwrite import RawTensor, write
 
     src = GGUFFile.open(models["champion"])
     tensors = {n: RawTensor(src.raw(n).copy(), src.tensor(n).shape, src.tensor(n).type_id)

@@ -202,11 +202,11 @@ def test_a_head_for_another_champion_is_refused(tiny, tmp_path):
 
 
 def test_an_incomplete_head_is_a_clear_error(tiny, tmp_path):
-    from pyspec.formats import gguf
+    from pyspec.formats import gguf, ggufwrite
     src = gguf.GGUFFile.open(tiny_head(tiny, tmp_path))
     tensors = {n: (src.dequantize(n), 0) for n in src.tensors if "fc_embd" not in n}
     path = str(tmp_path / "incomplete.gguf")
-    gguf.write(path, dict(src.metadata), tensors)
+    ggufwrite.write(path, dict(src.metadata), tensors)
     with pytest.raises(ModelError, match="not a complete EAGLE-style head"):
         engine_for(tiny, path)
 

@@ -36,7 +36,7 @@ import pytest
 
 from pyspec import testmodels
 from pyspec.apps import cli
-from pyspec.formats import gguf
+from pyspec.formats import gguf, ggufwrite
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20250311
@@ -238,7 +238,7 @@ def metadata_slots(blob: bytes) -> list[tuple[str, int, int]]:
     """(key, offset, value type) of every scalar metadata value of a file our writer made."""
     slots = []
     for key, value in gguf.GGUFFile(blob).metadata.items():
-        packed = gguf._pack_string(key)
+        packed = ggufwrite._pack_string(key)
         at = blob.index(packed) + len(packed)
         vtype = struct.unpack_from("<I", blob, at)[0]
         if vtype in gguf._SCALARS:
@@ -345,7 +345,7 @@ def test_nan_weights_and_huge_context(capsys, champion, tmp_path):
     code, err = main_err(capsys, argv)
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
 
-    key = gguf._pack_string("llama.context_length")
+    key = ggufwrite._pack_string("llama.context_length")
     blob = bytearray(champion.read_bytes())
     struct.pack_into("<i", blob, blob.index(key) + len(key) + 4, 2**31 - 1)
     ctx_path = tmp_path / "ctx.gguf"

@@ -23,7 +23,7 @@ import gguf as gguf_ref
 import numpy as np
 import pytest
 
-from pyspec.formats import gguf, kquant, quant
+from pyspec.formats import gguf, ggufwrite, kquant, quant
 from pyspec.formats.gguf import ARRAY, BOOL, STRING, UINT8, UINT32, GGUFError, GGUFFile
 
 FUZZ_SEED = 20241129
@@ -127,7 +127,7 @@ def written(tmp_path_factory):
               ROUND_TRIP_TENSORS.items()}
     values["q8_0.2d"][0] = 0.0   # an all-zero block: scale 0 must not divide by zero
     path = tmp_path_factory.mktemp("gguf") / "round_trip.gguf"
-    gguf.write(path, {k: v for k, (v, _) in ROUND_TRIP_METADATA.items()},
+    ggufwrite.write(path, {k: v for k, (v, _) in ROUND_TRIP_METADATA.items()},
                {n: (values[n], fmt.type_id) for n, (_, fmt) in ROUND_TRIP_TENSORS.items()})
     return path, values
 
@@ -232,7 +232,7 @@ def test_we_read_reference_written_file(tmp_path):
 def test_writer_custom_alignment(tmp_path):
     path = tmp_path / "aligned.gguf"
     x = np.arange(40, dtype=np.float32)
-    gguf.write(path, {"general.architecture": "llama"},
+    ggufwrite.write(path, {"general.architecture": "llama"},
                {"a": (x[:8], quant.F32.type_id), "b": (x, quant.F32.type_id)}, alignment=64)
     f = GGUFFile.open(path)
     assert f.alignment == 64 and f.metadata["general.alignment"] == 64
@@ -253,16 +253,16 @@ def test_writer_custom_alignment(tmp_path):
 ], ids=["partial-block", "0-dims", "5-dims", "q3_k", "partial-q4_k", "alignment-12"])
 def test_writer_refuses_what_the_reader_would_refuse(tmp_path, tensors, alignment, error):
     with pytest.raises(error):
-        gguf.write(tmp_path / "x.gguf", {}, tensors, alignment=alignment)
+        ggufwrite.write(tmp_path / "x.gguf", {}, tensors, alignment=alignment)
 
 
 def test_writer_refuses_mixed_arrays_and_conflicting_alignment(tmp_path):
     with pytest.raises(TypeError):
-        gguf.write(tmp_path / "x.gguf", {"k": [1, "a"]}, {})
+        ggufwrite.write(tmp_path / "x.gguf", {"k": [1, "a"]}, {})
     with pytest.raises(TypeError):
-        gguf.write(tmp_path / "x.gguf", {"k": object()}, {})
+        ggufwrite.write(tmp_path / "x.gguf", {"k": object()}, {})
     with pytest.raises(ValueError):
-        gguf.write(tmp_path / "x.gguf", {"general.alignment": 64}, {}, alignment=128)
+        ggufwrite.write(tmp_path / "x.gguf", {"general.alignment": 64}, {}, alignment=128)
 
 
 def test_buffers_of_any_kind(written):
@@ -334,7 +334,7 @@ def small(tmp_path_factory):
     """A small valid file: (bytes, parsed, end of the last tensor's data)."""
     rng = np.random.default_rng(3)
     path = tmp_path_factory.mktemp("gguf") / "small.gguf"
-    gguf.write(path, {"general.architecture": "llama", "general.name": "tiny", "test.ints": [1, 2],
+    ggufwrite.write(path, {"general.architecture": "llama", "general.name": "tiny", "test.ints": [1, 2],
                       "test.words": ["a", "bc"], "test.flag": True, "test.pi": 3.25,
                       "test.nested": [[1], [2, 3]]},
                {"a": (rng.standard_normal(8), quant.F32.type_id),
@@ -551,7 +551,7 @@ def test_refused_types_name_the_tensor_and_the_type():
 
 def test_truncated_k_quant_tensor_is_a_named_error(tmp_path):
     path = tmp_path / "k.gguf"
-    gguf.write(path, {}, {"w": (np.ones((4, 256), np.float32), quant.Q5_K.type_id)})
+    ggufwrite.write(path, {}, {"w": (np.ones((4, 256), np.float32), quant.Q5_K.type_id)})
     blob = path.read_bytes()
     end = len(blob)
     with pytest.raises(gguf.TruncatedTensorError, match="tensor 'w' data .* runs past the end"):
@@ -564,7 +564,7 @@ def test_non_finite_k_quant_scale_is_a_named_error(tmp_path, fmt):
     or to upload it) says which tensor and which super-block; other tensors still read."""
     path = tmp_path / "k.gguf"
     rng = np.random.default_rng(5)
-    gguf.write(path, {}, {"ok": (rng.standard_normal(256), fmt.type_id),
+    ggufwrite.write(path, {}, {"ok": (rng.standard_normal(256), fmt.type_id),
                           "blk.1.attn_k.weight": (rng.standard_normal((3, 512)), fmt.type_id)})
     blob = bytearray(path.read_bytes())
     info = GGUFFile(bytes(blob)).tensors["blk.1.attn_k.weight"]

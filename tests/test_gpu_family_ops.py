@@ -17,7 +17,7 @@ from test_gpu_ops import (Pass, assert_batch_invariant, dev,  # noqa: F401 (dev:
 
 from pyspec import testmodels
 from pyspec.cpu.model import Model, matmul, rms_norm
-from pyspec.formats import gguf, quant
+from pyspec.formats import ggufwrite, quant
 from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu import ops
 from pyspec.gpu.device import ROWS_MAX
@@ -33,7 +33,7 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu_family_ops")
     testmodels.write_model(root / "tiny.gguf", n_layers=1, d=192, n_heads=3, n_kv=1, d_ff=64)
     rng = np.random.default_rng(0)
-    gguf.write(root / "ops.gguf", {"general.architecture": "test"},
+    ggufwrite.write(root / "ops.gguf", {"general.architecture": "test"},
                {"gate": (rng.standard_normal((40, 96)).astype(F32), quant.Q8_0.type_id),
                 "up": (rng.standard_normal((40, 96)).astype(F32), quant.Q8_0.type_id),
                 "norm": (rng.standard_normal(96).astype(F32), quant.F32.type_id)})

@@ -16,7 +16,7 @@ import pytest
 
 from pyspec import testmodels
 from pyspec.cpu.model import Model, matmul, rms_norm
-from pyspec.formats import gguf, quant
+from pyspec.formats import ggufwrite, quant
 from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu import native, ops
 from pyspec.gpu.device import ROWS_MAX
@@ -53,7 +53,7 @@ def files(tmp_path_factory):
     """(a GGUF of awkward matrices, a tiny Llama model: hd 64, 3 query heads on 1 KV head)."""
     root = tmp_path_factory.mktemp("gpu_ops")
     rng = np.random.default_rng(0)
-    gguf.write(root / "ops.gguf", {"general.architecture": "test"},
+    ggufwrite.write(root / "ops.gguf", {"general.architecture": "test"},
                {name: (rng.standard_normal(shape).astype(F32), fmt.type_id)
                 for name, (shape, fmt) in MATRICES.items()})
     testmodels.write_model(root / "tiny.gguf", n_layers=1, d=192, n_heads=3, n_kv=1, d_ff=64)

@@ -15,7 +15,7 @@ from pyspec import testmodels
 from pyspec.apps import info
 from pyspec.cpu import memory
 from pyspec.cpu.model import Config
-from pyspec.formats import gguf
+from pyspec.formats import gguf, ggufwrite
 from pyspec.formats.gguf import GGUFFile
 
 
@@ -86,7 +86,7 @@ def test_a_file_pyspec_cannot_run_gets_the_loads_reason(tmp_path, tiny):
     md = dict(f.metadata)
     md["general.architecture"] = "mamba"
     path = tmp_path / "mamba.gguf"
-    gguf.write(path, md, {})
+    ggufwrite.write(path, md, {})
     c = info.card(str(path))
     assert not c["runs"]
     assert "mamba" in c["refusal"]
@@ -140,7 +140,7 @@ def test_the_header_card_equals_the_full_card(tiny, tmp_path):
     md = dict(GGUFFile.open(str(tiny)).metadata)
     md["general.architecture"] = "mamba"
     mamba = tmp_path / "mamba.gguf"
-    gguf.write(mamba, md, {})
+    ggufwrite.write(mamba, md, {})
     c = header_card(mamba)[0]
     assert c == info.card(str(mamba)) and c["code"] == "bad_model"
 
@@ -176,6 +176,6 @@ def test_the_page_refuses_what_no_engine_here_holds(tiny, tmp_path):
     assert e.code == "model_too_large" and "binding limit" in str(e)
     md = dict(GGUFFile.open(str(tiny)).metadata)
     md["general.architecture"] = "mamba"
-    gguf.write(tmp_path / "mamba.gguf", md, {})
+    ggufwrite.write(tmp_path / "mamba.gguf", md, {})
     e = info.page_refusal(info.card(str(tmp_path / "mamba.gguf")), webgpu=True)
     assert e.code == "bad_model" and "mamba" in str(e)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspec.formats import gguf  # noqa: E402
+from pyspec.formats import gguf, ggufwrite  # noqa: E402
 
 _BORROWED_KEYS = (gguf.BORROWED_NAMES, gguf.BORROWED_TYPES, gguf.BORROWED_SHA256)
 
@@ -30,13 +30,13 @@ def borrow(draft: gguf.GGUFFile, champion: gguf.GGUFFile, names: list[str], out:
         d, c = draft.tensor(n), champion.tensor(n)
         if d.shape != c.shape:
             raise SystemExit(f"{n}: the draft's is {d.shape}, the champion's {c.shape}")
-    keep = {n: gguf.RawTensor(draft.raw(n), t.shape, t.type_id)
+    keep = {n: ggufwrite.RawTensor(draft.raw(n), t.shape, t.type_id)
             for n, t in draft.tensors.items() if n not in names}
     metadata = {k: v for k, v in draft.metadata.items()
                 if k not in _BORROWED_KEYS and k != "general.alignment"}
-    metadata.update(gguf.borrowed_metadata(champion, names))
+    metadata.update(ggufwrite.borrowed_metadata(champion, names))
     metadata["pyspec.borrowed.from_champion_sha256"] = champion.sha256()
-    gguf.write(out, metadata, keep, alignment=draft.alignment)
+    ggufwrite.write(out, metadata, keep, alignment=draft.alignment)
 
 
 def main(argv=None) -> int:

@@ -86,7 +86,7 @@ from torch.nn.utils import parametrize  # noqa: E402
 from pyspec.formats import quant  # noqa: E402
 from pyspec.cpu.model import LAYER_TENSORS  # noqa: E402
 from pyspec.drafters.eagle import EAGLE_TENSORS  # noqa: E402
-from pyspec.formats import gguf
+from pyspec.formats import ggufwrite
 
 K = 4
 
@@ -314,7 +314,7 @@ def to_gguf(head, champion_md: dict, champion_sha: str, path, input_type: int, e
         tensors["output_norm.weight"] = (get(head.out_norm), quant.F32.type_id)
         if head.head is not None:
             tensors["output.weight"] = (get(head.head.weight), quant.Q4_1.type_id)
-    gguf.write(path, md, tensors)
+    ggufwrite.write(path, md, tensors)
 
 
 def main(argv=None) -> int:

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from pyspec.cpu.model import LAYER_TENSORS, Config
 from pyspec.drafters.pairing import bind_borrowed
-from pyspec.formats import gguf, quant
+from pyspec.formats import gguf, ggufwrite, quant
 
 
 @dataclass
@@ -278,9 +278,9 @@ def to_gguf(model: Llama, champion_md: dict, path, name: str, extra: dict,
         if not np.array_equal(lent, tensors["token_embd.weight"][0]):
             raise ValueError("the draft's embedding is not the champion's: it cannot borrow it")
         del tensors["token_embd.weight"]
-        md.update(gguf.borrowed_metadata(borrow_from, ["token_embd.weight"]))
+        md.update(ggufwrite.borrowed_metadata(borrow_from, ["token_embd.weight"]))
         md["pyspec.borrowed.from_champion_sha256"] = borrow_from.sha256()
-    gguf.write(path, md, tensors)
+    ggufwrite.write(path, md, tensors)
 
 
 @torch.no_grad()

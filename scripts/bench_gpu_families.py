@@ -5,7 +5,7 @@ A real model's pass is embedding + n_layers x layer + head, so the script builds
 models of `--layers` layers at the real shape (testmodels.family_weights; tied embeddings, as the
 real files have) and times the pass at two layer counts: their difference gives a layer's cost,
 the rest is the embedding and the head (a vocabulary past one 128 MiB binding goes in parts:
-ops.upload_rows). The real model's pass is then estimated as head + n_layers x layer and
+weights.upload_rows). The real model's pass is then estimated as head + n_layers x layer and
 reported as an estimate beside the measured passes; the champion's own file is measured whole.
 Time is the process's CPU seconds (lavapipe runs its threads in this process, so it is the work
 done whatever the machine's other load) and wall seconds, each the minimum over `--reps` passes

@@ -26,6 +26,7 @@ import numpy as np
 from pyspec.apps import provenance
 from pyspec.gpu import device as device_mod
 from pyspec.gpu import native, ops
+from pyspec.gpu.weights import Weight
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.step import Steps
 
@@ -106,7 +107,7 @@ class Case:
         rng = np.random.default_rng(seed)
         raw = (q4_1 if kind == "q4_1" else q8_0)(rng, n_out, n_in)
         self.dev, self.name, self.opts = dev, name, dict(opts)
-        self.weight = ops.Weight(dev.upload(raw), kind, (n_out, n_in), name)
+        self.weight = Weight(dev.upload(raw), kind, (n_out, n_in), name)
         self.x0 = rng.standard_normal((ROWS_MAX, n_in)).astype(np.float32)
         self.x = dev.upload(self.x0)
         cols = n_out // 2 if opts.get("gate") else n_out
@@ -114,7 +115,7 @@ class Case:
         self.y0 = rng.standard_normal((ROWS_MAX, cols)).astype(np.float32)
         self.y = dev.upload(self.y0)
         g = rng.uniform(0.5, 1.5, n_in).astype(np.float32)
-        self.norm = ops.Weight(dev.upload(g), "f32", (n_in,), "g") if opts.get("norm") else None
+        self.norm = Weight(dev.upload(g), "f32", (n_in,), "g") if opts.get("norm") else None
         self.steps = Steps(dev, 2)
 
     def dispatch(self, rows: int):

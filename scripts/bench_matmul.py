@@ -22,6 +22,7 @@ import numpy as np
 from pyspec import champion_path
 from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu import native, ops
+from pyspec.gpu.weights import Weight
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.step import Steps
 
@@ -29,15 +30,15 @@ MATRICES = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.ffn_gate.weight
             "blk.0.ffn_down.weight", "token_embd.weight"]
 
 
-def weights(dev, path) -> list[ops.Weight]:
+def weights(dev, path) -> list[Weight]:
     """The champion's matrices of each shape, plus a random 576x576 f32 one."""
     f = GGUFFile.open(path)
-    out = [ops.Weight.upload(dev, f, name) for name in MATRICES]
+    out = [Weight.upload(dev, f, name) for name in MATRICES]
     w = np.random.default_rng(0).standard_normal((576, 576)).astype(np.float32)
-    return out + [ops.Weight(dev.upload(w), "f32", w.shape, "random.f32")]
+    return out + [Weight(dev.upload(w), "f32", w.shape, "random.f32")]
 
 
-def time_matmul(dev, weight: ops.Weight, rows: int, runs: int,
+def time_matmul(dev, weight: Weight, rows: int, runs: int,
                 matmul=ops.matmul) -> tuple[float, float]:
     """Median (wall, process CPU) seconds of one `matmul` dispatch of `rows` rows, from submit to
     a 4-byte readback."""

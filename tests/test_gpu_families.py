@@ -27,7 +27,7 @@ from pyspec.engine import Engine
 from pyspec.formats import quant
 from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu.device import ROWS_MAX
-from pyspec.gpu import load_model, ops
+from pyspec.gpu import load_model, weights
 from pyspec.gpu.model import dispatches_per_layer
 from pyspec.load import backend
 from pyspec.options import Options
@@ -136,8 +136,8 @@ def test_vocabulary_split_by_rows(family, monkeypatch):
         pytest.skip("bit-identical only where each output is one thread's (a software adapter)")
     cfg = gpu.config
     row_bytes = gpu.head.nbytes // cfg.vocab_size
-    limit = 2 * ops.PART_ROWS * row_bytes - 1              # parts of PART_ROWS rows
-    upload_rows = ops.upload_rows
+    limit = 2 * weights.PART_ROWS * row_bytes - 1              # parts of PART_ROWS rows
+    upload_rows = weights.upload_rows
 
     def small_binding(dev, f, name):
         """upload_rows on a device that binds `limit` bytes (the other tensors as they are)."""
@@ -145,11 +145,12 @@ def test_vocabulary_split_by_rows(family, monkeypatch):
             m.setitem(dev.limits, "max-storage-buffer-binding-size", limit)
             return upload_rows(dev, f, name)
 
-    monkeypatch.setattr(ops, "upload_rows", small_binding)
+    monkeypatch.setattr(weights, "upload_rows", small_binding)
     split = load_model(gpu.dev, gpu.file)
     n = len(split.head.parts)
     assert n > 1 and len(split.tok_embd.parts) == n
-    assert all(w.nbytes <= limit and first % ops.PART_ROWS == 0 for first, w in split.head.parts)
+    assert all(w.nbytes <= limit and first % weights.PART_ROWS == 0
+               for first, w in split.head.parts)
     assert len(split.forward_dispatches(0)) == len(gpu.forward_dispatches(0)) + 2 * (n - 1)
     tokens = prompt[:ROWS_MAX]
     for model in (gpu, split):

@@ -19,7 +19,7 @@ from pyspec import testmodels
 from pyspec.cpu.model import Model, matmul, rms_norm
 from pyspec.formats import ggufwrite, quant
 from pyspec.formats.gguf import GGUFFile
-from pyspec.gpu import ops
+from pyspec.gpu import ops, weights
 from pyspec.gpu.device import ROWS_MAX
 
 pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.py)
@@ -138,7 +138,7 @@ def test_qk_norm(dev, hd):
     ks = (rng.standard_normal((ROWS_MAX, nkv, hd)) * 0.1).astype(F32)
     g = rng.standard_normal((2, hd)).astype(F32)                          # q_norm, k_norm
     freq = inv_freq(hd, 1e6, rng.uniform(1, 8, hd // 2))
-    weight = ops.Weight.vector(dev, g, "qk norms")
+    weight = weights.Weight.vector(dev, g, "qk norms")
     table = ops.rope_table(dev, freq, ctx)
     q, kc = dev.buffer(ROWS_MAX * nh * hd * 4), dev.buffer(ctx * nkv * hd * 4)
     p = Pass(dev)
@@ -168,7 +168,7 @@ def test_qk_norm(dev, hd):
                                atol=atol)
     assert_batch_invariant(run, pos=pos)
     with pytest.raises(ops.ShapeError, match="qk_norm"):
-        ops.qk_norm(dev, q, kc, ops.Weight.vector(dev, g[0], "q only"), table, p.step,
+        ops.qk_norm(dev, q, kc, weights.Weight.vector(dev, g[0], "q only"), table, p.step,
                     n_heads=nh, n_kv_heads=nkv, head_dim=hd, max_ctx=ctx, eps=eps)
 
 
@@ -183,13 +183,13 @@ def test_matmul_qkv_bias(dev, tiny, lanes, rope, monkeypatch):
     model = tiny[0]
     cfg, f = model.config, model.file
     names = [f"blk.0.attn_{n}.weight" for n in "qkv"]
-    w = ops.Weight.upload_stack(dev, f, names)
+    w = weights.Weight.upload_stack(dev, f, names)
     refs = [f.dequantize(n) for n in names]                               # (n_out_i, n_in)
     (nq, n_in), nk, nv = refs[0].shape, refs[1].shape[0], refs[2].shape[0]
     hd, ctx = cfg.head_dim, 48
     rng = np.random.default_rng(12)
     b = rng.standard_normal(nq + nk + nv).astype(F32) * 4                 # (n_out,)
-    bias = ops.Weight.vector(dev, b, "qkv bias")
+    bias = weights.Weight.vector(dev, b, "qkv bias")
     xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
     freq = inv_freq(hd)
     table = ops.rope_table(dev, freq, ctx)
@@ -220,7 +220,7 @@ def test_matmul_qkv_bias(dev, tiny, lanes, rope, monkeypatch):
             + 1e-5 * np.abs(ref)).all()
     assert_batch_invariant(run, pos=pos)
     with pytest.raises(ops.ShapeError, match="bias"):
-        ops.matmul(dev, w, x, q, p.step, qkv=(kc, vc, nq, nk), bias=ops.Weight.vector(
+        ops.matmul(dev, w, x, q, p.step, qkv=(kc, vc, nq, nk), bias=weights.Weight.vector(
             dev, b[:nq], "short"))
 
 
@@ -239,8 +239,8 @@ def test_matmul_gelu_gate_epilogue(dev, tiny, lanes, monkeypatch):
     a naive tanh overflows; batch-invariant."""
     lanes_mode(dev, monkeypatch, lanes)
     f = tiny[1]
-    w = ops.Weight.upload_pair(dev, f, "gate", "up")
-    norm = ops.Weight.upload(dev, f, "norm")
+    w = weights.Weight.upload_pair(dev, f, "gate", "up")
+    norm = weights.Weight.upload(dev, f, "norm")
     ref_g, ref_u, ref_n = f.dequantize("gate"), f.dequantize("up"), f.dequantize("norm")
     d_ff, n_in = ref_g.shape
     eps = 1e-6
@@ -275,7 +275,7 @@ def test_matmul_gelu_gate_epilogue(dev, tiny, lanes, monkeypatch):
 def test_embed_scale_is_exact(dev, tiny):
     """x = table[token] * f32(sqrt(d)), bit for bit (Gemma 3's scaled embeddings)."""
     model = tiny[0]
-    w = ops.Weight.upload(dev, model.file, "token_embd.weight")
+    w = weights.Weight.upload(dev, model.file, "token_embd.weight")
     vocab, d = w.shape
     scale = float(np.sqrt(F32(d)))
     rng = np.random.default_rng(3)
@@ -292,7 +292,7 @@ def test_rmsnorm_accumulate(dev, tiny):
     """y += rms_norm(x, w): the residual add of Gemma 3's post-attention / post-FFN norms;
     batch-invariant."""
     f = tiny[1]
-    w = ops.Weight.upload(dev, f, "norm")
+    w = weights.Weight.upload(dev, f, "norm")
     (d,) = w.shape
     eps = 1e-6
     rng = np.random.default_rng(4)

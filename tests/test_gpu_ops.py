@@ -18,7 +18,7 @@ from pyspec import testmodels
 from pyspec.cpu.model import Model, matmul, rms_norm
 from pyspec.formats import ggufwrite, quant
 from pyspec.formats.gguf import GGUFFile
-from pyspec.gpu import native, ops
+from pyspec.gpu import native, ops, weights
 from pyspec.gpu.device import ROWS_MAX
 from pyspec.gpu.step import Steps
 
@@ -134,7 +134,7 @@ def matmul_runner(dev, w, rng, accumulate, ctx=POS + 2 * ROWS_MAX):
                                   "f32.33x36", "f16.40x100", *NEW_FORMATS])
 def test_matmul_matches_reference(dev, files, name):
     f, _ = files
-    w = ops.Weight.upload(dev, f, name)
+    w = weights.Weight.upload(dev, f, name)
     kind = name.split(".")[0]
     assert w.kind == ("f32" if kind == "f16" else kind)
     n_out, n_in = w.shape
@@ -169,10 +169,10 @@ def test_a_tensor_streamed_in_parts_holds_the_bytes_of_a_whole_upload(dev, files
     for a row range (upload_rows' parts)."""
     f = files[0]
     t = f.tensor(name)
-    monkeypatch.setattr(ops, "STREAM_BYTES", 3 * t.nbytes // t.shape[0])
-    whole = ops.Weight.host_bytes(f, name)[0].view(np.uint8).reshape(t.shape[0], -1)
+    monkeypatch.setattr(weights, "STREAM_BYTES", 3 * t.nbytes // t.shape[0])
+    whole = weights.Weight.host_bytes(f, name)[0].view(np.uint8).reshape(t.shape[0], -1)
     for a, b in ((0, t.shape[0]), (5, 18)):
-        buf = ops.stream_rows(dev, f, name, a, b, name)
+        buf = weights.stream_rows(dev, f, name, a, b, name)
         got = asyncio.run(dev.read_array(buf, np.uint8, ((b - a) * whole.shape[1],)))
         assert np.array_equal(got, whole[a:b].reshape(-1)), (a, b)
 
@@ -185,12 +185,12 @@ def test_matmul_batch_invariant(dev, files, name, accumulate, lanes, monkeypatch
     """Rows 1..16, bit for bit; split across lanes, each row tile of a pass in a workgroup layer
     of its own (matmul.wgsl; a CPU adapter's one layer loops over them)."""
     monkeypatch.setattr(dev, "is_cpu", lanes == "one")
-    w = ops.Weight.upload(dev, files[0], name)
+    w = weights.Weight.upload(dev, files[0], name)
     assert_batch_invariant(matmul_runner(dev, w, np.random.default_rng(2), accumulate))
 
 
 def test_matmul_kv_rows_past_the_cache_are_skipped(dev, files):
-    w = ops.Weight.upload(dev, files[0], "q4_1.33x64")
+    w = weights.Weight.upload(dev, files[0], "q4_1.33x64")
     y = dev.buffer(10 * 33 * 4)                                           # a 10-row cache
     x = dev.upload(np.ones((ROWS_MAX, 64), F32))
     p = Pass(dev)
@@ -208,7 +208,7 @@ def test_matmul_kv_rows_past_the_cache_are_skipped(dev, files):
                                          *(("ops", n) for n in NEW_FORMATS)])
 def test_embed_exact_and_batch_invariant(dev, files, source, name):
     f = files[0] if source == "ops" else files[1].file
-    w = ops.Weight.upload(dev, f, name)
+    w = weights.Weight.upload(dev, f, name)
     vocab, d = w.shape
     table = files[1].tok_embd if source == "model" else f.dequantize(name)  # (vocab, d)
     rng = np.random.default_rng(3)
@@ -236,8 +236,8 @@ def test_embed_exact_and_batch_invariant(dev, files, source, name):
 @pytest.mark.parametrize("name", ["norm.576", "norm.64", "bf16.vector"])
 def test_rmsnorm(dev, files, name):
     f = files[0]
-    w = ops.Weight.upload(dev, f, name)
-    assert w.kind == "f32"    # a BF16 vector is widened (ops._KINDS)
+    w = weights.Weight.upload(dev, f, name)
+    assert w.kind == "f32"    # a BF16 vector is widened (weights._KINDS)
     (d,) = w.shape
     eps = 1e-5
     rng = np.random.default_rng(4)
@@ -271,7 +271,7 @@ def test_matmul_folds_rmsnorm(dev, files, pair, lanes, monkeypatch):
         f, name, norm = files[1].file, "blk.0.attn_q.weight", "blk.0.attn_norm.weight"
     else:
         f, name, norm = files[0], pair, "norm.64"
-    w, g = ops.Weight.upload(dev, f, name), ops.Weight.upload(dev, f, norm)
+    w, g = weights.Weight.upload(dev, f, name), weights.Weight.upload(dev, f, norm)
     ref_w, ref_g = f.dequantize(name), f.dequantize(norm)
     n_out, n_in = w.shape
     eps = 1e-5
@@ -307,7 +307,7 @@ def test_matmul_rope_epilogue(dev, files, at_pos, lanes, monkeypatch):
     monkeypatch.setattr(dev, "is_cpu", lanes == "one")   # lanes > 1: the reduction across lanes
     f = model.file
     name = "blk.0.attn_k.weight" if at_pos else "blk.0.attn_q.weight"
-    w = ops.Weight.upload(dev, f, name)
+    w = weights.Weight.upload(dev, f, name)
     n_out, n_in = w.shape
     hd, ctx = cfg.head_dim, 8192
     y_rows = ctx if at_pos else ROWS_MAX
@@ -425,9 +425,9 @@ def test_matmul_qkv_routes_rotates_and_caches(dev, files, mixes, source, kinds, 
     model = files[1] if source == "model" else mixes[source]
     cfg, f = model.config, model.file
     names = [f"blk.0.attn_{n}.weight" for n in "qkv"]
-    w = ops.Weight.upload_stack(dev, f, names)
+    w = weights.Weight.upload_stack(dev, f, names)
     assert (w.kind, w.v_kind) == kinds
-    assert w.nbytes == sum(ops.Weight.host_bytes(f, n)[0].nbytes for n in names)
+    assert w.nbytes == sum(weights.Weight.host_bytes(f, n)[0].nbytes for n in names)
     refs = [f.dequantize(n) for n in names]                               # (n_out_i, n_in)
     (nq, n_in), nk, nv = refs[0].shape, refs[1].shape[0], refs[2].shape[0]
     assert w.shape == (nq + nk + nv, n_in)
@@ -479,10 +479,10 @@ def test_matmul_silu_gate_epilogue(dev, files, pair, lanes, monkeypatch):
         f, gate, up = files[1].file, "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"
     else:                 # a matrix paired with itself: g = u
         f, gate, up = files[0], pair, pair
-    w = ops.Weight.upload_pair(dev, f, gate, up)
+    w = weights.Weight.upload_pair(dev, f, gate, up)
     ref_g, ref_u = f.dequantize(gate), f.dequantize(up)                  # (d_ff, n_in) each
     d_ff, n_in = ref_g.shape
-    assert w.shape == (2 * d_ff, n_in) and w.nbytes == 2 * ops.Weight.upload(dev, f, up).nbytes
+    assert w.shape == (2 * d_ff, n_in) and w.nbytes == 2 * weights.Weight.upload(dev, f, up).nbytes
     rng = np.random.default_rng(7)
     xs = rng.standard_normal((ROWS_MAX, n_in)).astype(F32)
     x, y = dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * d_ff * 4)
@@ -507,7 +507,7 @@ def test_matmul_silu_gate_epilogue(dev, files, pair, lanes, monkeypatch):
 
 
 def test_shape_errors(dev, files):
-    w = ops.Weight.upload(dev, files[0], "q4_1.33x64")
+    w = weights.Weight.upload(dev, files[0], "q4_1.33x64")
     p = Pass(dev)
     small = dev.buffer(64)
     with pytest.raises(ops.ShapeError, match="matmul x"):

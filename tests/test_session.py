@@ -689,9 +689,10 @@ def test_gpu_limits_lower_the_devices_limits_and_are_checked():
 @requires_gpu
 def test_tables_split_under_lowered_limits_decode_the_same_tokens(tiny, champion_bytes):
     """The embedding (the tiny model's largest tensor) past a lowered binding limit goes in row
-    parts (ops.upload_rows), streamed from its source: the tokens equal the whole table's."""
+    parts (weights.upload_rows), streamed from its source: the tokens equal the whole table's."""
     from pyspec.apps import info
-    from pyspec.gpu import ops, open_device
+    from pyspec.gpu import open_device
+    from pyspec.gpu.weights import RowParts
 
     card = info.card(tiny.champion_path)
     caps = {"maxStorageBufferBindingSize": card["gpu_buffer"]["bytes"]}
@@ -700,7 +701,7 @@ def test_tables_split_under_lowered_limits_decode_the_same_tokens(tiny, champion
         s = session.Session(opener(open_device()))
         opts = {"max_ctx": 128, "backend": "webgpu", "gpu_limits": limits}
         assert "error" not in json.loads(run(s.load(json.dumps(opts), Source(champion_bytes))))
-        assert isinstance(s.engine.champion.tok_embd, ops.RowParts) == (limits is not None)
+        assert isinstance(s.engine.champion.tok_embd, RowParts) == (limits is not None)
         done = json.loads(run(s.generate(1, MESSAGES, json.dumps({"max_tokens": 8}),
                                          lambda *a: None)))
         outs.append(done["tokens"])

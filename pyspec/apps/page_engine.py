@@ -145,7 +145,7 @@ def capped(open_device, caps: dict | None):
     """`open_device`, its device's buffer and binding limits lowered to `caps` (init's
     gpuLimits: {"maxBufferSize", "maxStorageBufferBindingSize"} in bytes, either optional), as
     the weights' upload reads them: a small model's vocabulary tables then go in row parts as a
-    large model's do on a real adapter (ops.upload_rows), and a tensor past them is refused
+    large model's do on a real adapter (weights.upload_rows), and a tensor past them is refused
     with the numbers. The device itself keeps its limits. No caps: `open_device` itself."""
     bad = [k for k, v in (caps or {}).items()
            if k not in _CAPS or not isinstance(v, int) or v <= 0]

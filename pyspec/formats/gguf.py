@@ -3,9 +3,10 @@
 The reader parses the header, metadata and tensor infos of a GGUF file held in any buffer (bytes,
 mmap, a numpy memmap) and hands out zero-copy numpy views of the aligned tensor data. A file read
 through a `read(offset, nbytes)` callable instead (`GGUFFile.from_reader`: the page's weights,
-read from OPFS a tensor at a time) holds only its header, and `raw` reads each tensor when asked. Every length, count and offset is checked against the buffer before it
-is used, so a malformed, truncated or unsupported file raises `GGUFError` with the byte offset and
-the reason; it never raises IndexError and never loops on a huge count.
+read from OPFS a tensor at a time) holds only its header, and `raw` reads each tensor when
+asked. Every length, count and offset is checked against the buffer before it is used, so a
+malformed, truncated or unsupported file raises `GGUFError` with the byte offset and the reason;
+it never raises IndexError and never loops on a huge count.
 
 A draft may *borrow* tensors from the champion it was trained beside instead of holding copies
 (the token embedding, 30 MB of this champion's 98): its metadata lists them under

@@ -33,7 +33,7 @@ ATTN_WG_CPU = 64     # ... on a software adapter (attention_cpu: fewer idle thre
 
 # --- block formats on the GPU (shaders/blocks.wgsl): KIND_Q4_1, ... in WGSL. Python picks a
 # product's entry point by name (matmul_q4_k) and encodes a code only for the V rows of a Q, K, V
-# product whose V is in another format (ops.Weight.upload_stack).
+# product whose V is in another format (weights.Weight.upload_stack).
 BLOCK_KINDS = {"q4_1": 0, "q8_0": 1, "q5_0": 2, "q5_1": 3, "q4_k": 4, "q5_k": 5, "q6_k": 6,
                "q4_0": 7}
 

@@ -14,7 +14,7 @@ llama and qwen2 5, qwen3 6, gemma3 8 (`dispatches_per_layer`); on a CPU adapter 
 a pass of its own before its product (2 more per layer). The pass's rows and positions come from
 its Step slot, so each slot's list is built once and re-encoded every cycle. A vocabulary table
 larger than one storage binding (a 262,144-token head on a device that binds 128 MiB) is uploaded
-in parts of rows (ops.upload_rows), and its embedding and head take a dispatch per part.
+in parts of rows (weights.upload_rows), and its embedding and head take a dispatch per part.
 Every kernel computes row i the same way whatever the number of rows (batch invariance), which
 is what makes greedy speculative output byte-identical to champion-only output on the GPU.
 
@@ -24,11 +24,11 @@ and norm weights) are uploaded in the order (0, hd/2, 1, hd/2 + 1, ...) per head
 its pairs adjacent (what llama.cpp's converter does to a llama's rows). Q.K is a sum over a
 head's dims, so attention is unchanged; read_kv puts K back in the file's order.
 
-The weights are uploaded one tensor at a time, each streamed to its buffer ops.STREAM_BYTES of the
-file at a time (ops.stream_rows; the page reads them from OPFS as they go, GGUFFile.from_reader);
-only a fused weight's parts (a layer's Q, K, V or gate and up) are whole on the host while they
-are stacked. Nothing is dequantized on the CPU but the small vectors that are stacked (biases,
-Q/K norms), so the host holds no second copy of the model.
+The weights are uploaded one tensor at a time, each streamed to its buffer weights.STREAM_BYTES of
+the file at a time (weights.stream_rows; the page reads them from OPFS as they go,
+GGUFFile.from_reader); only a fused weight's parts (a layer's Q, K, V or gate and up) are whole
+on the host while they are stacked. Nothing is dequantized on the CPU but the small vectors that
+are stacked (biases, Q/K norms), so the host holds no second copy of the model.
 Not here: sampling and acceptance (sampling.py), the speculative cycle (cycle.py, backend.py).
 """
 
@@ -41,7 +41,7 @@ from ..cpu.config import (ROPE_FREQS, Config, ModelError, load_tensors, rope_fac
 from ..cpu.model import LoadedWeights
 from ..formats.gguf import GGUFFile
 from ..kv import KVCache
-from . import ops
+from . import ops, weights
 from .device import ROWS_MAX, Device
 from .step import Steps
 
@@ -57,17 +57,18 @@ _VOCAB_TABLES = ("token_embd.weight", "output.weight")
 def whole_buffers(f: GGUFFile) -> dict[str, int]:
     """The buffers a model of `f`'s tensors needs on a GPU, each in one binding: name -> bytes.
     A layer's Q, K and V as one (attn_qkv), its gate and up as one (ffn_gate_up), as _stack
-    uploads them; other tensors alone; a vocabulary table only ops.PART_ROWS of its rows, as it
-    goes in row parts where it outgrows a binding (ops.upload_rows). The card's rule against an
+    uploads them; other tensors alone; a vocabulary table only weights.PART_ROWS of its rows, as it
+    goes in row parts where it outgrows a binding (weights.upload_rows). The card's rule against an
     adapter's limits (apps/info.py)."""
     groups = {"attn_q.weight": "attn_qkv", "attn_k.weight": "attn_qkv",
               "attn_v.weight": "attn_qkv", "ffn_gate.weight": "ffn_gate_up",
               "ffn_up.weight": "ffn_gate_up"}
     sizes: dict[str, int] = {}
     for name, t in f.tensors.items():
-        nbytes = ops.gpu_nbytes(t)
+        nbytes = weights.gpu_nbytes(t)
         if name in _VOCAB_TABLES and len(t.shape) == 2:
-            name, nbytes = f"{name} ({ops.PART_ROWS} rows)", nbytes // t.shape[0] * ops.PART_ROWS
+            rows = weights.PART_ROWS
+            name, nbytes = f"{name} ({rows} rows)", nbytes // t.shape[0] * rows
         elif name.startswith("blk.") and name.split(".", 2)[-1] in groups:
             name = ".".join(name.split(".")[:2] + [groups[name.split(".", 2)[-1]]])
         sizes[name] = sizes.get(name, 0) + nbytes
@@ -75,8 +76,8 @@ def whole_buffers(f: GGUFFile) -> dict[str, int]:
 
 
 def _parts(w) -> list:
-    """[(first row, Weight)] of a vocabulary table: ops.RowParts' parts, or the whole Weight."""
-    return list(w.parts) if isinstance(w, ops.RowParts) else [(0, w)]
+    """[(first row, Weight)] of a vocabulary table: weights.RowParts' parts, or the whole Weight."""
+    return list(w.parts) if isinstance(w, weights.RowParts) else [(0, w)]
 
 
 def dispatches_per_layer(cfg: Config, cpu_adapter: bool) -> int:
@@ -94,7 +95,7 @@ def _neox_rows(heads: int, hd: int) -> np.ndarray:
 
 
 class _Fused:
-    """A tensor uploaded later as part of a fused product's weight (ops.Weight.upload_stack,
+    """A tensor uploaded later as part of a fused product's weight (weights.Weight.upload_stack,
     upload_pair)."""
 
     def __init__(self, name: str):
@@ -111,7 +112,7 @@ class GPUModel(LoadedWeights):
         borrows (gguf.py) instead of a second upload."""
         self.dev = dev
         self._lender = lender
-        self._lent: dict[str, ops.Weight] = {}
+        self._lent: dict[str, weights.Weight] = {}
         self.file = f
         self.source = f.source
         self.metadata = f.metadata
@@ -159,22 +160,22 @@ class GPUModel(LoadedWeights):
         orders = [None, None, None]
         if cfg.rope_neox:
             orders[:2] = [_neox_rows(n, cfg.head_dim) for n in (cfg.n_heads, cfg.n_kv_heads)]
-        layer["attn_qkv"] = ops.Weight.upload_stack(
+        layer["attn_qkv"] = weights.Weight.upload_stack(
             dev, f, [layer.pop(n).name for n in ("attn_q", "attn_k", "attn_v")], orders)
         if cfg.qkv_bias:
             names = [layer.pop(f"attn_{n}.bias").name for n in "qkv"]
             b = [f.dequantize(n).reshape(-1) for n in names]
             b = [v if o is None else v[o] for v, o in zip(b, orders)]
-            layer["attn_qkv.bias"] = ops.Weight.vector(dev, np.concatenate(b), "+".join(names))
+            layer["attn_qkv.bias"] = weights.Weight.vector(dev, np.concatenate(b), "+".join(names))
         if cfg.qk_norm:
             names = [layer.pop(n).name for n in ("attn_q_norm", "attn_k_norm")]
             head = _neox_rows(1, cfg.head_dim) if cfg.rope_neox else slice(None)
             g = np.concatenate([f.dequantize(n).reshape(-1)[head] for n in names])  # (2 hd,)
-            layer["attn_qk_norm"] = ops.Weight.vector(dev, g, "+".join(names))
-        layer["ffn_gate_up"] = ops.Weight.upload_pair(dev, f, layer.pop("ffn_gate").name,
+            layer["attn_qk_norm"] = weights.Weight.vector(dev, g, "+".join(names))
+        layer["ffn_gate_up"] = weights.Weight.upload_pair(dev, f, layer.pop("ffn_gate").name,
                                                       layer.pop("ffn_up").name)
 
-    def _load(self, name: str, shape: tuple) -> "ops.Weight":
+    def _load(self, name: str, shape: tuple) -> "weights.Weight":
         t = self.file.tensor(name)
         if tuple(t.shape) != shape:
             raise ModelError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {shape}")
@@ -185,10 +186,10 @@ class GPUModel(LoadedWeights):
             self._lent[name] = lent
             return lent
         if name in _VOCAB_TABLES:   # parts of rows where a large vocabulary outgrows a binding
-            return ops.upload_rows(self.dev, self.file, name)
-        return ops.Weight.upload(self.dev, self.file, name)
+            return weights.upload_rows(self.dev, self.file, name)
+        return weights.Weight.upload(self.dev, self.file, name)
 
-    def uploaded(self, name: str) -> "ops.Weight | None":
+    def uploaded(self, name: str) -> "weights.Weight | None":
         """The buffer holding tensor `name` as uploaded alone (not fused), or None."""
         for w in (self.tok_embd, self.out_norm, self.head):
             if getattr(w, "name", None) == name:

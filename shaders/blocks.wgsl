@@ -1,7 +1,7 @@
 // Quantized weights as blocks of 32 values, for the products (matmul.wgsl) and the embedding
 // (embed.wgsl): the includer declares the weights as `w: array<u32>`, (n_out, n_in) row-major.
 //
-// GPU layouts (ops.Weight.host_bytes; the formats are llama.cpp's ggml-common.h, documented in
+// GPU layouts (weights.Weight.host_bytes; the formats are llama.cpp's ggml-common.h, documented in
 // pyspec/formats/quant.py and kquant.py). Each row is n_in / 32 units of 32 values, unit b:
 //   Q4_1: 5 u32 per unit: f16 d | f16 m, then 16 bytes of nibbles; value i < 16 is the low
 //         nibble of byte i, value i >= 16 the high nibble of byte i - 16; w = d * q + m.

@@ -3,7 +3,7 @@
 // the embedding share one buffer), or f32, or bf16. The result is bit-identical to
 // quant.dequantize: d * q (+ m) in f32, rounded after each operation (see embed_q4_1 for how the
 // add is kept unfused), then times `scale` (Gemma 3's sqrt(d); 1.0 elsewhere, which changes no value).
-// A table too large for one binding is split by rows (ops.upload_rows): a part holds ids
+// A table too large for one binding is split by rows (weights.upload_rows): a part holds ids
 // first .. first + vocab - 1 and writes only the rows whose token it holds, one dispatch a part.
 // One thread per element of (ROWS_MAX, d); no barriers. Token ids >= total are clamped (robustness
 // only: the engine never feeds them).

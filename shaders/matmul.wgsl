@@ -31,9 +31,9 @@
 //   EPILOGUE_ROPE (the Q and K products): each pair is rotated by the angle of position
 //     step.pos + r (llama.cpp NORM mode, model.Model.rope) before it is stored; in a tree's pass
 //     (FLAG_TREE) step.pos + the row's depth, while its K and V still go to cache row step.pos + r.
-//   EPILOGUE_SILU_GATE (gate and up as one product): W is ops.Weight.upload_pair's interleave of
-//     the gate and up rows, so the pair is (g_i, u_i) and y[r, i] = silu(g_i) * u_i; y has
-//     n_out / 2 columns.
+//   EPILOGUE_SILU_GATE (gate and up as one product): W is weights.Weight.upload_pair's
+//     interleave of the gate and up rows, so the pair is (g_i, u_i) and
+//     y[r, i] = silu(g_i) * u_i; y has n_out / 2 columns.
 //   EPILOGUE_GELU_GATE: the same with Gemma's GELU (tanh form, as llama.cpp's ggml_gelu):
 //     y[r, i] = gelu_tanh(g_i) * u_i.
 //   With params.bias (Qwen2's Q, K and V biases) bias[j] is added to output j before any of these.
@@ -43,7 +43,7 @@
 // same loads: each thread sums the squares of the chunks it reads (its blocks, in order); with
 // lanes > 1 the lanes' partial sums are then added in lane order, like the products. Row-local
 // and in a fixed order, so batch-invariant. x is the residual stream itself.
-// Q, K and V as one product (params.nq > 0): W is ops.Weight.upload_stack's rows of Q, then K,
+// Q, K and V as one product (params.nq > 0): W is weights.Weight.upload_stack's rows of Q, then K,
 // then V; outputs j < nq go to y (row r), the next nk to the K cache `k_out` and the rest to the
 // V cache `v_out` (row step.pos + r of each); with EPILOGUE_ROPE the Q and K pairs are rotated.
 
@@ -70,7 +70,7 @@ struct Params {
     v_at: u32,        // ... and the word of W where they start (quantized_v); else NONE, 0
     bias: u32,        // 1: bias[j] added to output j (see above)
     y_stride: u32,    // f32 from one row of y to the next: its columns, or more for a part of
-                      // a head split by rows (ops.upload_rows) into its columns of the logits
+                      // a head split by rows (weights.upload_rows) into its columns of the logits
 }
 
 const EPILOGUE_ROPE: u32 = 1u;       // ops.matmul's epilogue codes

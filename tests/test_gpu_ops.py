@@ -3,7 +3,8 @@
 
 References: model.matmul, model.rms_norm, Model.rope, Model.attention and the forward's SiLU gate
 expression; embeddings against quant.dequantize (exact). Weights come from real GGUF files written
-by pyspec.formats.gguf / testmodels, so Weight.upload and its Q8_0 repacking are exercised.
+by pyspec.formats.ggufwrite / testmodels, so Weight.upload (gpu/weights.py) and its Q8_0
+repacking are exercised.
 Float tolerances are atol + rtol * |ref|, stated at each check.
 """
 

@@ -4,7 +4,7 @@
 // hashlib: WebCrypto has no incremental digest, and hashlib needs no new dependency), then read by Python a tensor at a time as it goes to the
 // GPU (weightSource: FileReaderSync, synchronous in a worker, so Python's model loader stays a
 // plain loop), each tensor going to its GPU buffer 4 MiB of the file at a time
-// (pyspec/gpu/ops.py stream_rows). The wasm heap never holds the whole file: during a load it
+// (pyspec/gpu/weights.py stream_rows). The wasm heap never holds the whole file: during a load it
 // grows by the header's metadata and the tokenizer, plus one 4 MiB part and its padded copy, or
 // a layer's fused weight (Q, K, V or gate and up: its parts and their stack), whichever is
 // larger; 16 MiB bounds the tiny models' growth (e2e/test_browser_stream.py), and the 98 MB

@@ -105,7 +105,7 @@ def test_dispatches_per_layer(family, monkeypatch):
     assert dispatches_per_layer(cfg, False) == want
     for cpu_adapter in (True, False):
         monkeypatch.setattr(gpu.dev, "is_cpu", cpu_adapter)
-        plan = gpu._plan(0, cfg.n_layers, gpu.tokens, True)
+        plan = gpu._plan(0, cfg.n_layers, gpu.tokens, True, tree=False)
         per_layer = dispatches_per_layer(cfg, cpu_adapter)
         assert len(plan) == 1 + cfg.n_layers * per_layer + 1 + cpu_adapter
     if arch == "llama":

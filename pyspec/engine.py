@@ -86,7 +86,7 @@ class Engine:
         self._held: tuple | None = None
         self._json: dict = {}    # jsonmask.constrain's vocabulary index and masks per schema
         # The break-even guard's measured times, per (adapter, drafter), kept across requests
-        # (schedule.CostModel), so a request need not measure them again; the session hands
+        # (costmodel.CostModel), so a request need not measure them again; the session hands
         # the engine that replaces this one (another drafter) the same dict.
         self.guard_timing: dict[tuple, dict] = {}
         # A drafter found broken (its logits NaN or +inf: bad_draft) drafts no later request.

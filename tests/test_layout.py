@@ -1,7 +1,7 @@
 """The package's import structure: no circles, and no imports that run back up the layers.
 
 Layers, bottom to top, by package (LAYERS below): errors; formats and text; rules; the core
-values (kv, cycle, schedule, receipts, options, chunks, stats, request); cpu (with its
+values (kv, cycle, schedule, costmodel, receipts, options, chunks, stats, request); cpu (with its
 executor); drafters; gpu; engine, load and testmodels; apps. Imports inside functions count too:
 a lazy import is still a dependency.
 """
@@ -80,8 +80,8 @@ LAYERS = [
     ["pyspec", "pyspec.errors"],                         # the champion's location, the errors
     ["pyspec.formats", "pyspec.text"],                   # bytes of files, text in and out
     ["pyspec.rules"],                                    # pure rules (the JSON mask reads text.vocab)
-    ["pyspec.kv", "pyspec.cycle", "pyspec.schedule", "pyspec.receipts", "pyspec.options",
-     "pyspec.chunks", "pyspec.stats", "pyspec.request", "pyspec.verdicts"],
+    ["pyspec.kv", "pyspec.cycle", "pyspec.schedule", "pyspec.costmodel", "pyspec.receipts",
+     "pyspec.options", "pyspec.chunks", "pyspec.stats", "pyspec.request", "pyspec.verdicts"],
     ["pyspec.cpu"],                                      # the numpy forward, the fast engine and
                                                          # the numpy executor of the cycle
     ["pyspec.drafters"],                                 # draft sources, pairing checks

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pyspec import schedule
+from pyspec import costmodel, schedule
 from pyspec.cycle import Rule
 
 
@@ -43,7 +43,7 @@ def test_confidence_stops_below_threshold():
 
 
 def test_expected_tokens_formula():
-    cost = schedule.CostModel()
+    cost = costmodel.CostModel()
     # With no data every position has the prior acceptance 1/2: E(k) = (1 - a^(k+1)) / (1 - a).
     for k in range(6):
         assert cost.expected_tokens(k) == pytest.approx((1 - 0.5 ** (k + 1)) / 0.5)
@@ -284,7 +284,7 @@ def test_a_shadowed_guard_turns_on_as_soon_as_previews_agree():
 def test_empty_previews_count_against_speculation():
     """A speculative cycle whose drafter has nothing is a champion-only cycle that could not go
     ahead: the rate the guard predicts falls with the share of empty previews."""
-    def cost_with(empty: int, full: int) -> schedule.CostModel:
+    def cost_with(empty: int, full: int) -> costmodel.CostModel:
         sched = schedule.Schedule(schedule.Heuristic(), pipelined=True, shadowed=True)
         sched.observe(0, 0, 0.0, 0.0027)
         sched.observe(0, 0, 0.0, 0.00195, True)
@@ -300,7 +300,7 @@ def test_empty_previews_count_against_speculation():
     h, cost = 21 / 62, cost_with(40, 20)
     tokens, seconds = cost.expected_tokens(2), 2 * 1e-5 + 0.0028
     assert cost.rate(2) == pytest.approx((h * tokens + 1 - h) / (h * seconds + (1 - h) * 0.0027))
-    assert schedule.CostModel().proposing() == 1.0, "a draft model always proposes"
+    assert costmodel.CostModel().proposing() == 1.0, "a draft model always proposes"
     # The guard's one-pass rates are rate() for every k.
     assert cost.rates(6) == pytest.approx([cost.rate(j) for j in range(7)])
 

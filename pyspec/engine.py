@@ -7,36 +7,33 @@ context, cancel) and streams text. Text is emitted only for committed tokens, th
 incremental detokenizer, so a stream can never show a token twice or a broken UTF-8 character.
 
 The loop (`Engine.stream`) runs named steps over a request's state, a `Request` value: plan the
-request, prefill, then per cycle plan it, run it (submit, and where the next needs nothing from
-the host submit that one too), recover from a fault, emit its text; then finish and report.
+request (plan.py), prefill, then per cycle plan it (plan.py), run it (submit, and where the next
+needs nothing from the host submit that one too), recover from a fault, emit its text; then
+finish and report.
 Randomness is keyed by the absolute position of the token being chosen (rng.py), so replay is
 byte-identical to champion-only sampling for the same seed whatever the drafter and k. Not here:
-the cycle (cycle.py), its backends (cpu/executor.py, gpu/backend.py; built in load.py), the rules
-(rules/), k policies (schedule.py), the drafters, chunks (chunks.py), stats (stats.py).
+planning a request and its cycles' k (plan.py), the cycle (cycle.py), its backends
+(cpu/executor.py, gpu/backend.py; built in load.py), the rules (rules/), k policies (schedule.py),
+the drafters, chunks (chunks.py), stats (stats.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import time
 from typing import AsyncIterator
 
-from . import cycle, receipts, schedule
+from . import cycle, plan, receipts
 from .chunks import Chunk, Resume, Result, token_kind
 from .cpu.model import ModelError
-from .cycle import Executor, Rule
-from .drafters import NgramDrafter
-from .drafters.forced import ForcedDrafter
-from .drafters.tree import TreeDrafter, tree_drafter
-from .errors import OptionsError, PromptTooLongError, PyspecError
+from .cycle import Executor
+from .drafters.tree import TreeDrafter
+from .errors import PyspecError
 from .kv import rows_kept
 from .options import Options
 from .request import Request, forced, score_previews
-from .rules import jsonmask
 from .stats import summary
-from .text.stops import StopStrings
 
 
 class RecoveryLimitError(PyspecError, RuntimeError):
@@ -51,13 +48,6 @@ class RecoveryLimitError(PyspecError, RuntimeError):
 # and again (a driver that keeps resetting) is not worth more than two new devices.
 RECOVERABLE = ("gpu_error", "device_lost", "gpu_timeout")
 MAX_RECOVERIES = 2
-
-
-def _host_drafter(d):
-    """The drafter a schema request wraps (its masks are host data, so drafts come from the
-    host): a host drafter as it is; for a draft on the GPU, n-gram lookup (reading its tokens
-    back in a submission of their own measured slower: bench/results/README.md)."""
-    return d if d is None or hasattr(d, "propose") else NgramDrafter()
 
 
 class Engine:
@@ -84,7 +74,7 @@ class Engine:
         # The conversation cache: (kv, its epoch, token list) after the last request; the first
         # kv.committed tokens of the list are what the committed cache rows hold.
         self._held: tuple | None = None
-        self._json: dict = {}    # jsonmask.constrain's vocabulary index and masks per schema
+        self.json_cache: dict = {}   # jsonmask.constrain's vocabulary index, masks per schema
         # The break-even guard's measured times, per (adapter, drafter), kept across requests
         # (costmodel.CostModel), so a request need not measure them again; the session hands
         # the engine that replaces this one (another drafter) the same dict.
@@ -152,21 +142,6 @@ class Engine:
         await self.backend.prefill(tokens, start, None, self.draft_source)
         self._held = (self.kv, self.kv.epoch, list(prefix))
 
-    def _resumed(self, resume: Resume | None, prompt: list[int], ctx: int) -> list[int]:
-        """A Resume's ids, checked: token ids of this vocabulary that fit the context after the
-        prompt (the loop may commit up to ctx + 1 tokens: the cache lags by one row)."""
-        if resume is None:
-            return []
-        ids, vocab = resume.ids, self.tokenizer.vocab_size
-        if not isinstance(ids, (list, tuple)) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in ids):
-            raise OptionsError(f"resume ids must be a list of token ids in [0, {vocab}); send "
-                               "back the ids the interrupted run's chunks carried")
-        if len(prompt) + len(ids) > ctx + 1:
-            raise PromptTooLongError(f"the prompt ({len(prompt)} tokens) and the resumed ids "
-                                     f"({len(ids)}) do not fit the context of {ctx}")
-        return [int(t) for t in ids]
-
     async def stream(self, prompt: list[int], opts: Options | None = None,
                      report: dict | None = None, should_stop=None,
                      resume: Resume | None = None) -> AsyncIterator[Chunk]:
@@ -181,11 +156,12 @@ class Engine:
         (text, tokens) is the whole answer. Greedy and replay give exactly the undisturbed text,
         since every random number is keyed by position; rejection gives a valid continuation
         (its drafts, hence its uniforms' uses, differ) and the receipt records the resume."""
-        req = self._plan_request(prompt, opts or Options(), resume)
+        req = plan.request(self, prompt, opts or Options(), resume)
+        self.faults = []
         await self._prefill(req, resume, should_stop)
         try:
             while self._goes_on(req, should_stop):
-                k, cls = self._plan_cycle(req)
+                k, cls = plan.cycle(self, req)
                 try:
                     went_ahead = req.queued is not None
                     handle = self._submit(req, k)
@@ -210,78 +186,6 @@ class Engine:
             report.update(self._report(req))
 
     # --- the loop's steps -----------------------------------------------------------------
-    def _plan_request(self, prompt: list[int], opts: Options, resume: Resume | None) -> Request:
-        """The request checked (options, prompt, resumed ids), its rule, and its drafter: the
-        backend's, a member of its combination, forced drafts around it under a schema, or its
-        trees under --tree."""
-        opts.check()
-        mode = opts.resolved_verify()
-        ctx = self.kv.max_ctx
-        prompt = [int(t) for t in prompt]
-        if not prompt:
-            raise OptionsError("the prompt is empty; give at least one token")
-        if len(prompt) >= ctx:
-            most = self.champion.config.context_length
-            more = (f" (or raise the context length, up to the model's {most})" if ctx < most
-                    else f" ({most} positions is the model's whole context)")
-            raise PromptTooLongError(
-                f"the prompt has {len(prompt)} tokens but the context holds {ctx}; shorten it "
-                f"so that at least one token can be generated{more}")
-        done = self._resumed(resume, prompt, ctx)
-        policy = schedule.parse(opts.k)
-        sampling = opts.sampling()
-        sampling.check(self.tokenizer.vocab_size)
-        rule = Rule(mode, opts.temperature, opts.seed, policy.conf_threshold,
-                    sampling.chain(self.tokenizer.vocab_size, len(prompt), opts.temperature))
-        req = Request(prompt, opts, mode, rule, policy, ctx, done,
-                      limit=len(prompt) + opts.max_tokens, eog=set(opts.stop_ids),
-                      detok=self.tokenizer.stream_decoder(), stops=StopStrings(opts.stop))
-        if opts.stop_at_eos:
-            req.eog |= set(self.tokenizer.eog_ids)
-        drafter = self.drafter
-        if opts.json_schema is not None:
-            # The mask is the first processor; forced tokens are drafted around the drafter's.
-            req.constraint = jsonmask.constrain(self._json, self.tokenizer, opts.json_schema,
-                                                len(prompt))
-            req.rule = dataclasses.replace(rule, processors=(jsonmask.JsonMask(req.constraint),)
-                                           + rule.processors)
-            drafter = ForcedDrafter(_host_drafter(drafter), req.constraint)
-        drafter = tree_drafter(drafter, opts.tree, self.backend, req.rule, req.constraint,
-                               getattr(self.draft_source, "kind", None))   # --tree
-        req.pipelined = req.constraint is None and self.backend.pipelines(req.rule)
-        # `--draft ngram+MODEL` (drafters/combo.py): the member to draft is chosen between cycles
-        # with nothing in flight, and each member has its own guard (`scheds`). Not under a
-        # schema, whose drafter wraps the active member for the whole request.
-        req.combo = self.draft_source if req.constraint is None and self.backend.combo else None
-        self._use(req, req.combo.choose(prompt + done) if req.combo is not None else drafter)
-        self.faults = []
-        return req
-
-    def _use(self, req: Request, drafter) -> None:
-        """Draft the next cycles with `drafter`: its schedule and how its cycles go."""
-        req.drafter, req.previews = drafter, []
-        # Drafts looked up on the device (n-gram on a GPU): every cycle goes ahead, speculative
-        # or not, so the schedule measures them all alike (no separate champion-only rate).
-        req.in_cycle = (req.pipelined and drafter is not None
-                        and self.backend.drafts_ahead(req.rule, drafter))
-        # A drafter that is free to ask (n-gram) is scored in shadow while speculation is off:
-        # `previews` holds (position, what it would have drafted there) until the champion's
-        # tokens decide how many of them a speculative cycle would have kept.
-        shadowed = req.policy.guarded and hasattr(drafter, "preview")
-        req.previewer = drafter if shadowed else None
-        # A drafter that classifies its next proposal (n-gram: the match's length) has the
-        # guard decide by that class's acceptance (schedule.py), where the host drafts.
-        req.classify = None if req.in_cycle else getattr(drafter, "classify", None)
-        name = drafter.name if drafter else "none"
-        label = getattr(drafter, "kind", None) or name
-        if label not in req.scheds:
-            timing = self.guard_timing.setdefault(
-                (self.adapter, name, "in_cycle" if req.in_cycle else req.pipelined), {})
-            req.scheds[label] = schedule.Schedule(
-                schedule.parse(req.opts.k) if req.scheds else req.policy,
-                req.pipelined and not req.in_cycle, timing, shadowed, in_cycle=req.in_cycle)
-        req.sched = req.scheds[label]
-
     async def _prefill(self, req: Request, resume: Resume | None, should_stop) -> None:
         """The prompt and the resumed ids into the cache (what the conversation cache holds is
         kept), and the resumed ids' text primed: the interrupted run showed it."""
@@ -321,31 +225,6 @@ class Engine:
             elif len(req.tokens) > req.ctx:
                 req.finish = "context"
         return req.finish not in ("cancelled", "context") and req.remaining > 0
-
-    def _plan_cycle(self, req: Request) -> tuple[int, int | None]:
-        """(k, the class of the proposal where the guard used one) for the next cycle. Never
-        draft past the budget: k + 1 emitted tokens must fit in what remains, so a block never
-        needs cutting at max_tokens; and never past the context."""
-        n, tokens, cls = len(req.tokens), req.tokens, None
-        if req.combo is not None and req.queued is None and req.decided is None:
-            chosen = req.combo.choose(tokens)
-            if chosen is not req.drafter:   # nothing in flight: switch members here
-                self._use(req, chosen)
-        if req.queued is not None:
-            k = 0
-        elif req.decided is not None:
-            k, req.decided = req.decided, None
-        else:
-            if req.classify is not None and req.drafter:
-                cls = req.classify(tokens)
-            k = min(req.sched.next_k(cls) if req.drafter else 0, req.remaining - 1, req.ctx - n)
-        if req.constraint is not None and type(req.sched.policy) is not schedule.Policy:
-            # Forced tokens cost no drafting and are always accepted: the break-even guard's k
-            # (0 where verify rows cost, as on the CPU) must not leave them out. A fixed:K
-            # policy runs what it asks (fixed:0 is constrained champion-only).
-            ahead = req.constraint.forced_ahead(tokens[len(req.prompt):], self.backend.k_max)
-            k = max(k, min(ahead, req.remaining - 1, req.ctx - n))
-        return k, cls
 
     def _submit(self, req: Request, k: int):
         """Submit the cycle (or take the one submitted ahead) and, where the next one needs

@@ -33,7 +33,7 @@ class Request:
     combo: object = None       # a combination (drafters/combo.py) whose member `drafter` is
     drafter: object = None     # what drafts the next cycle (passed to the backend); None: none
     pipelined: bool = False    # champion-only cycles go ahead (gpu/backend.py)
-    # The drafter's setup (Engine._use): its schedule, per drafter kind ("ngram", "model": the
+    # The drafter's setup (plan.use): its schedule, per drafter kind ("ngram", "model": the
     # stats and the receipt name members by kind, never by a name that may hold a file's path).
     scheds: dict = field(default_factory=dict)
     sched: schedule.Schedule | None = None

@@ -8,7 +8,7 @@ with the schemas in bench/json_prompts.jsonl) and the 8 schema prompts written t
 
 Per prompt, side by side in one run: the reference, constrained champion-only (k = 0, no forced
 drafts), then each drafter under the schema ("none": forced tokens only; "ngram": forced tokens
-around n-gram proposals; a GPU draft gives way to n-gram under a schema: engine._host_drafter).
+around n-gram proposals; a GPU draft gives way to n-gram under a schema: plan._host_drafter).
 Every run starts with cold masks (the schema's mask cache dropped; the
 vocabulary's tables, built once per engine, are timed apart), so the mask time includes every
 mask computed. Recorded: generated tokens, champion passes, forced tokens, decode tokens/s, the
@@ -108,8 +108,8 @@ def mask_cost(tok, items: list[dict]) -> dict:
 
 
 def run_once(engine: Engine, ids: list[int], item: dict, k: str) -> dict:
-    for key in [key for key in engine._json if key != "vocab"]:
-        del engine._json[key]    # cold masks: every mask of this run is computed in it
+    for key in [key for key in engine.json_cache if key != "vocab"]:
+        del engine.json_cache[key]    # cold masks: every mask of this run is computed in it
     MASK_TIME.update(s=0.0, rows=0, per_call=[])
     r = engine.generate(ids, Options(max_tokens=item["max_tokens"], k=k,
                                      json_schema=item["schema"]))

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pyspec import schedule  # noqa: E402
 from pyspec.apps.workload import read_workload  # noqa: E402
 from pyspec.drafters.ngram import NgramDrafter  # noqa: E402
-from pyspec.engine import _score_previews  # noqa: E402
+from pyspec.request import score_previews  # noqa: E402
 
 
 def greedy_outputs(workload: str, cache: str | None, max_tokens: int) -> list[dict]:
@@ -82,7 +82,7 @@ def replay(item: dict, timing: dict, shadowed: bool, t: dict) -> dict:
         tokens += out[i:i + kept + 1]
         i += kept + 1
         if shadowed:
-            previews = _score_previews(previews, tokens, sched)
+            previews = score_previews(previews, tokens, sched)
             if not drafts:
                 previews.append((len(tokens), drafter.preview(tokens, schedule.K_MAX), None))
     base = t["ahead"] * (len(out) - 1) + t["alone"]

@@ -1,9 +1,9 @@
 """The package's import structure: no circles, and no imports that run back up the layers.
 
 Layers, bottom to top, by package (LAYERS below): errors; formats and text; rules; the core
-values (kv, cycle, schedule, costmodel, receipts, options, chunks, stats, request); cpu (with its
-executor); drafters; gpu; engine, load and testmodels; apps. Imports inside functions count too:
-a lazy import is still a dependency.
+values (kv, cycle, schedule, costmodel, receipts, options, chunks, stats, request); cpu (with
+its executor); drafters; gpu; engine, plan, load and testmodels; apps. Imports inside functions
+count too: a lazy import is still a dependency.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ LAYERS = [
                                                          # the numpy executor of the cycle
     ["pyspec.drafters"],                                 # draft sources, pairing checks
     ["pyspec.gpu"],                                      # the GPU executor of the cycle
-    ["pyspec.engine", "pyspec.load", "pyspec.testmodels"],
+    ["pyspec.engine", "pyspec.plan", "pyspec.load", "pyspec.testmodels"],
     ["pyspec.apps", "pyspec.__main__"],                  # the front ends
 ]
 

@@ -47,8 +47,9 @@ bench/results/ngram-match.json) has its acceptance kept per class as well: the g
 cycle by the acceptance of the class at hand (each class's counts, drawn toward the pooled
 estimate by costmodel.CLASS_PRIOR pseudo-counts), so a long match is drafted where extra rows
 cost (the CPU engine: a pass over 4 rows costs 2 one-row passes) and a one-token match is not,
-where the pooled acceptance would decide both alike. Class 0 (nothing matched) drafts nothing. Only where
-drafts come from the host: the device lookup decides by the match itself (gpu/ngram.py).
+where the pooled acceptance would decide both alike. Class 0 (nothing matched) drafts nothing.
+Only where drafts come from the host: the device lookup decides by the match itself
+(gpu/ngram.py).
 
 Trees (--tree): the guard picks the depth as it picks a chain's k, then `tree_pays` says whether
 this cycle drafts the tree or a chain: the tree's rate is E over its acceptance by depth (its

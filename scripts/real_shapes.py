@@ -6,8 +6,8 @@ native CPU engine (cpu/fastcpu.py).
       Llama 3.2's rope_freqs.weight, computed from its rope scaling as llama.cpp's converter
       does), every tensor random and quantized as llama.cpp's Q4_K_M picks (formats/mixes.py:
       Q4_K / Q6_K, and Q5_0 / Q8_0 where a row is not a multiple of 256). Not committed: 0.1
-      to 1 GB each. The tokenizer is testmodels' byte-level one; the vocabulary size comes from
-      ARCH.vocab_size, so the embedding and head have the real row count.
+      to 1 GB each. The tokenizer is testmodels' byte-level one padded with unused tokens to the
+      real vocabulary size, so the embedding, the head and the tokenizer have the real row count.
   python scripts/real_shapes.py bench DIR [--tokens N] [--max-gb G] [--out bench/results/real-shapes.json]
       loads each model on the fast CPU engine in a fresh process, decodes N tokens one pass at a
       time after a 16-token prefill, and records tok/s, weight bytes (as loaded: float32, and
@@ -92,6 +92,14 @@ def metadata(s: dict) -> dict:
     return {**md, f"{s['arch']}.vocab_size": s["vocab_size"]}
 
 
+def uint32_counts(md: dict) -> dict:
+    """Non-negative int scalars as UINT32 (numpy uint32, which the writer keeps), as llama.cpp's
+    converter writes counts and lengths and its loader requires: scripts/h200.sh runs
+    llama-bench on these files."""
+    return {k: np.uint32(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else v
+            for k, v in md.items()}
+
+
 def random_tensor(name: str, shape: tuple, type_id: int, rng) -> object:
     """A RawTensor of `shape` drawn N(0, 1/n_in) (norms: 1 + noise) and quantized as `type_id`,
     CHUNK values at a time."""
@@ -105,6 +113,16 @@ def random_tensor(name: str, shape: tuple, type_id: int, rng) -> object:
                                                  dtype=np.float32) / np.sqrt(shape[1])),
                             type_id) for a in range(0, shape[0], rows)]
     return ggufwrite.RawTensor(np.concatenate(parts), shape, type_id)
+
+
+def padded_tokenizer(md: dict, vocab_size: int) -> dict:
+    """The byte-level test tokenizer with unused tokens (GGUF token type 5) up to the real
+    vocabulary size, so that its tokens and the head's rows agree, as pyspec and llama.cpp
+    require."""
+    tokens = md["tokenizer.ggml.tokens"]
+    pad = vocab_size - len(tokens)
+    return {**md, "tokenizer.ggml.tokens": tokens + [f"<unused{i}>" for i in range(pad)],
+            "tokenizer.ggml.token_type": md["tokenizer.ggml.token_type"] + [5] * pad}
 
 
 def write(directory: pathlib.Path, names: list[str]) -> None:
@@ -121,8 +139,8 @@ def write(directory: pathlib.Path, names: list[str]) -> None:
                    if n != "rope_freqs.weight"}
         if "rope_freqs.weight" in shp:
             tensors["rope_freqs.weight"] = (llama3_rope_factors(s), quant.F32.type_id)
-        md = {**metadata(s), "general.name": f"random-{name}",
-              **testmodels.tokenizer_metadata()}
+        md = uint32_counts({**metadata(s), "general.name": f"random-{name}",
+                            **padded_tokenizer(testmodels.tokenizer_metadata(), s["vocab_size"])})
         ggufwrite.write(directory / f"{name}.gguf", md, tensors)
         print(f"{name}: {os.path.getsize(directory / f'{name}.gguf') / 1e6:.0f} MB in "
               f"{time.time() - t0:.0f} s", flush=True)

@@ -141,6 +141,18 @@ def test_writer_round_trip_metadata(written):
         assert type(f.metadata[key]) is type(expected), key
 
 
+def test_writer_keeps_numpy_uint32_as_uint32(tmp_path):
+    """A numpy uint32 is written as UINT32 (what llama.cpp's loader requires for counts), a
+    plain int as INT32, as the reference reader sees them."""
+    path = tmp_path / "u32.gguf"
+    ggufwrite.write(path, {"general.architecture": "llama", "llama.block_count": np.uint32(30),
+                           "llama.other": 30}, {})
+    fields = gguf_ref.GGUFReader(path).fields
+    assert fields["llama.block_count"].types == [gguf_ref.GGUFValueType.UINT32]
+    assert fields["llama.other"].types == [gguf_ref.GGUFValueType.INT32]
+    assert GGUFFile.open(path).metadata["llama.block_count"] == 30
+
+
 def test_writer_round_trip_tensors(written):
     path, values = written
     f = GGUFFile.open(path)

@@ -28,9 +28,12 @@ def _pack_string(s: str) -> bytes:
 
 
 def _pack_value(v) -> tuple[int, bytes]:
-    """Python value -> (GGUF type, bytes). ints become INT32/UINT64/INT64 by range, floats FLOAT32."""
+    """Python value -> (GGUF type, bytes). ints become INT32/UINT64/INT64 by range, floats FLOAT32;
+    a numpy uint32 stays UINT32 (the type llama.cpp's loader insists on for counts and lengths)."""
     if isinstance(v, bool):
         return BOOL, struct.pack("<?", v)
+    if isinstance(v, np.uint32):
+        return UINT32, struct.pack("<I", int(v))
     if isinstance(v, int):
         if -(1 << 31) <= v < (1 << 31):
             return INT32, struct.pack("<i", v)

@@ -132,9 +132,14 @@ def test_rejection_equals_the_native_gpu_engine_seed_by_seed(gpu_page, native_wg
                    "max_tokens": 16}
         for draft in ("ngram", "self:1"):
             spec = run(page, PROMPT, {"draft": draft, **options})
+            if spec["receipt"]["faults"]:
+                # A recovery (the readback watchdog on a loaded machine, say) resumes rejection
+                # with other drafts: a valid continuation, not these bytes (engine.generate).
+                # The kernels are what is compared here, so the case runs once more.
+                spec = run(page, PROMPT, {"draft": draft, **options})
             assert spec["receipt"]["verify"] == "rejection"
             wgpu = native_wgpu(draft, **options)
-            assert spec["tokens"] == wgpu.tokens, (draft, seed)
+            assert spec["tokens"] == wgpu.tokens, (draft, seed, spec["receipt"]["faults"])
             for key in DECISIONS:
                 assert spec["stats"][key] == wgpu.stats[key], (draft, seed, key)
             seen += spec["stats"]["drafted"]

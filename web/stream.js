@@ -81,14 +81,17 @@ async function hashBlocks(pyodide, blob, progress, label, each) {
 // FileReaderSync, measured in Chromium 156); otherwise, and later (a device lost, another
 // drafter's engine), through FileReaderSync over the Blob, holding no handle that would make a
 // writer wait. A Blob read after its OPFS file changed (another page wrote it again) throws
-// NotReadableError, which Python names (weights_changed).
+// NotReadableError, which Python names (weights_changed). Where there is no FileReaderSync (Node:
+// the Dawn harness, webtools/dawn.mjs), open() reads the Blob once into a JS ArrayBuffer, outside
+// the wasm heap, kept for later reads.
 export function weightSource(blob, sha256, openAccess = null) {
-  const reader = new FileReaderSync();
-  let access = null;
+  const reader = globalThis.FileReaderSync ? new FileReaderSync() : null;
+  let access = null, whole = null;
   return {
     size: blob.size, sha256,
     async open() {
       access = openAccess && await openAccess().catch(() => null);
+      if (!reader && !whole) whole = new Uint8Array(await blob.arrayBuffer());
     },
     close() {
       access?.close();
@@ -98,6 +101,7 @@ export function weightSource(blob, sha256, openAccess = null) {
       const view = into.getBuffer("u8");
       try {
         if (access && access.read(view.data, { at: offset }) === view.data.length) return;
+        if (whole) return view.data.set(whole.subarray(offset, offset + view.data.length));
         view.data.set(new Uint8Array(reader.readAsArrayBuffer(
           blob.slice(offset, offset + view.data.length))));
       } finally {

@@ -92,10 +92,12 @@ def _adapter_name(adapter) -> str:
     return f"{main} ({get('vendor') or '?'}, WebGPU)"
 
 
-# The readback watchdog: until a second readback has finished (the first waits for pipelines to
-# compile, which takes minutes for the champion on SwiftShader) it waits READBACK_FIRST_S; after
-# that READBACK_FACTOR times the slowest readback but the first, and never less than
-# READBACK_MIN_S.
+# The readback watchdog: a readback that waits for pipelines made since the last one (they
+# compile before their first dispatch runs: minutes for a big model on SwiftShader) waits
+# READBACK_FIRST_S, as the first does; any other READBACK_FACTOR times the slowest such readback,
+# and never less than READBACK_MIN_S. A readback the watchdog gives up on keeps its staging
+# buffer out of reuse (its map may still be pending: WebGPU refuses a submission that copies
+# into it), so the recovery's next cycle gets a fresh one.
 READBACK_FIRST_S = 300.0
 READBACK_FACTOR = 20
 READBACK_MIN_S = 5.0
@@ -136,7 +138,8 @@ class BrowserDevice(Device):
         self.vendor = getattr(info, "vendor", None)        # GPUAdapterInfo.vendor, e.g. "nvidia"
         self.architecture = getattr(info, "architecture", None) or None   # e.g. "ampere"
         self.limits = {key: int(getattr(device.limits, js_key)) for js_key, key in _LIMITS.items()}
-        self._slowest: float | None = None   # seconds of the slowest readback but the first
+        self._slowest: float | None = None   # seconds of the slowest readback with no compile
+        self._compiling = True               # pipelines made since the last readback
         _LIVE.add(self)
         self._scopes: list = []          # (what, Promise of GPUError | null) not yet checked
         # Event state lives in a plain dict the JS callbacks close over (not `self`), so a
@@ -247,6 +250,7 @@ class BrowserDevice(Device):
     def _create_pipeline(self, wgsl, entry, label):
         def make():
             module = self.device.createShaderModule(_desc({"code": wgsl, "label": label}))
+            self._compiling = True
             return self.device.createComputePipeline(_desc({
                 "layout": "auto", "compute": {"module": module, "entryPoint": entry},
                 "label": label}))
@@ -306,7 +310,7 @@ class BrowserDevice(Device):
 
     def readback_timeout(self) -> float:
         """Seconds the watchdog lets a readback take (READBACK_* above)."""
-        if self._slowest is None:
+        if self._slowest is None or self._compiling:
             return READBACK_FIRST_S
         return max(READBACK_MIN_S, READBACK_FACTOR * self._slowest)
 
@@ -318,6 +322,7 @@ class BrowserDevice(Device):
         self._alive()
         drill, self.drill = self.drill, None
         timeout, t0 = self.readback_timeout(), time.perf_counter()
+        compiled, self._compiling = self._compiling, False
         try:
             if drill == "gpu-oom":
                 await self._oversized_buffer()
@@ -335,7 +340,7 @@ class BrowserDevice(Device):
         except Exception as e:  # noqa: BLE001 - a rejected map: lost device or a bad copy
             await self.check()
             raise GPUError(f"reading back {nbytes} bytes failed: {e}") from e
-        if self.readbacks > 0:
+        if not compiled:
             self._slowest = max(self._slowest or 0.0, time.perf_counter() - t0)
         try:
             # One copy: the mapped range into Python bytes. The throw drill asks for more than

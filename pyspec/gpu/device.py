@@ -13,6 +13,8 @@ Not here: what a kernel computes (ops.py, sampling.py), the forward (model.py), 
 
 from __future__ import annotations
 
+import asyncio
+
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -330,8 +332,15 @@ class Device:
         """The bytes of a staged readback once its submission has run (the one await)."""
         try:
             data = await self._map_read(readback.staging, readback.size, readback.nbytes)
-        finally:
+        except (GPUTimeoutError, asyncio.CancelledError):
+            # Its map may still be pending, and a submission that copies into a buffer pending
+            # a map is refused: never reused (a recovery's next cycle stages a fresh one).
+            readback.staging.destroy()
+            raise
+        except BaseException:
             self.release(readback)
+            raise
+        self.release(readback)
         self.readbacks += 1
         return data
 

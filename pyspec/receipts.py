@@ -118,6 +118,26 @@ def leaves(node, key=None):
         yield key, node
 
 
+def _scan(node, key, names: set, strings: list, floats: list, negatives: list) -> None:
+    """One walk of a JSON tree for validate and check: every object key into `names`, every
+    string leaf as (key, value) into `strings`, every float into `floats`, every negative int
+    as (key, value) into `negatives` (a plain recursion: generators over the tree cost a
+    millisecond a receipt, a tenth of a tiny model's request)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            names.add(k)
+            _scan(v, k, names, strings, floats, negatives)
+    elif isinstance(node, list):
+        for v in node:
+            _scan(v, key, names, strings, floats, negatives)
+    elif isinstance(node, str):
+        strings.append((key, node))
+    elif isinstance(node, float):
+        floats.append(node)
+    elif isinstance(node, int) and not isinstance(node, bool) and node < 0:
+        negatives.append((key, node))
+
+
 def string_fields(node):
     """(key, value) for every string leaf of a JSON tree."""
     return ((k, v) for k, v in leaves(node) if isinstance(v, str))
@@ -144,7 +164,10 @@ def validate(receipt) -> None:
     `check` refuses. `pyspec receipt` runs it on a file; build on every receipt it makes."""
     if not isinstance(receipt, dict) or receipt.get("schema") != SCHEMA:
         raise ValueError(f"a receipt is a JSON object with \"schema\": \"{SCHEMA}\"")
-    check(receipt)
+    names, strings, numbers, negatives = set(receipt), [], [], []
+    for k, v in receipt.items():   # (the penalties in sampling may be negative)
+        _scan(v, k, names, strings, numbers, negatives if k != "sampling" else [])
+    _check(names, strings)
     unknown = sorted(set(receipt) - _FIELDS)
     if unknown:
         raise ValueError(f"receipt field {unknown[0]!r} is not a receipt's (they are "
@@ -160,7 +183,6 @@ def validate(receipt) -> None:
         extra = sorted(set(stats) - set(_STATS_KEYS)) if isinstance(stats, dict) else []
         raise ValueError(f"receipt stats must be an object of {', '.join(_STATS_KEYS)}"
                          + (f"; {extra[0]!r} is not one" if extra else ""))
-    numbers = [v for _, v in leaves(receipt) if isinstance(v, float)]
     if any(n != n or n in (float("inf"), float("-inf")) for n in numbers):
         raise ValueError("a receipt's numbers are finite")
     t, m = receipt["temperature"], receipt["max_tokens"]
@@ -177,10 +199,10 @@ def validate(receipt) -> None:
     # Its integers are counts, sizes and positions, never negative (the penalties, which may be,
     # are checked above). Times are not held to it: a GPU cycle's share of its draft and verify
     # is an estimate (gpu/backend.py), and build must never refuse a request's own receipt.
-    for key, value in leaves({k: v for k, v in receipt.items() if k != "sampling"}):
-        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-            raise ValueError(f"receipt field {key!r} is {value}; counts and sizes are never "
-                             "negative")
+    if negatives:
+        key, value = negatives[0]
+        raise ValueError(f"receipt field {key!r} is {value}; counts and sizes are never "
+                         "negative")
 
 
 def _check_auto(auto) -> None:
@@ -231,22 +253,17 @@ def _check_settings(receipt: dict) -> None:
 _KEY = re.compile(r"[a-z0-9_]+")
 
 
-def keys(node):
-    """Every key of every object in a JSON tree."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield k
-            yield from keys(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from keys(v)
-
-
 def check(receipt: dict) -> None:
     """Refuse a receipt that has grown a string field that could carry user text, a key that is
     not a plain name (a key can carry a path as well as a value can), or whose adapter is named
     by anything but its class."""
-    for key in keys(receipt):
+    names, strings = set(), []
+    _scan(receipt, None, names, strings, [], [])
+    _check(names, strings)
+
+
+def _check(names: set, strings: list) -> None:
+    for key in names:
         # (int keys: k_histogram's K, which JSON writes as digits)
         if not (isinstance(key, int) and not isinstance(key, bool)
                 or isinstance(key, str) and _KEY.fullmatch(key)):
@@ -255,7 +272,7 @@ def check(receipt: dict) -> None:
     allowed_strings = {"schema", "pyspec_version", "champion_sha256", "sha256", "kind",
                        "tokenizer_hash", "template_hash", "name", "verify", "adapter",
                        "finish_reason", "policy", "verdict", "verdict_sha256", "tree"}
-    for key, value in string_fields(receipt):
+    for key, value in strings:
         if key not in allowed_strings:
             raise ValueError(f"receipt field {key!r} holds a string; receipts carry no text")
         if key == "tree" and not _TREE.fullmatch(value):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from conftest import requires_gpu
@@ -24,6 +25,7 @@ from pyspec.cpu.model import Model
 from pyspec.engine import Engine, Resume
 from pyspec.formats.gguf import GGUFFile
 from pyspec.gpu import DeviceLostError, load_model, open_device
+from pyspec.gpu.device import GPUTimeoutError
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 from pyspec.text.tokenizer import Tokenizer
@@ -149,3 +151,32 @@ def test_device_loss_mid_generation_on_the_champion():
     reference = switched_reference(undisturbed, Engine(recover(), tok), prompt, opts(),
                                    fault["at_token"])
     check_recovered(report, chunks, reference, dev.adapter_class)
+
+
+@pytest.mark.parametrize("fault", [GPUTimeoutError("the watchdog gave up"),
+                                   asyncio.CancelledError()])
+def test_a_readback_given_up_on_never_lends_its_staging_buffer(fault, monkeypatch):
+    """A readback the watchdog gave up on (or whose wait was cancelled) may still have its map
+    pending, and WebGPU refuses a submission that copies into such a buffer ('used in submit
+    while pending map', seen in the page on a 1.5B model): its staging buffer is destroyed, and
+    the next readback, on the same device, gets another and reads the right bytes."""
+    dev = open_device()
+    data = np.arange(16, dtype=np.uint32)
+    buf = dev.buffer(data.nbytes, data=data)
+    readback = dev.stage(buf, data.nbytes)
+    dev.submit([readback.copy])
+    dev.expect(readback)
+
+    async def give_up(*_):
+        raise fault
+
+    monkeypatch.setattr(dev, "_map_read", give_up)
+    with pytest.raises(type(fault)):
+        asyncio.run(dev.redeem(readback))
+    monkeypatch.undo()
+    assert all(s is not readback.staging for s in dev._idle_staging)
+    again = dev.stage(buf, data.nbytes)
+    assert again.staging is not readback.staging
+    dev.submit([again.copy])
+    assert np.frombuffer(asyncio.run(dev.redeem(again)), np.uint32).tolist() == data.tolist()
+    dev.destroy()

@@ -61,7 +61,10 @@ def _plain_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """x (m, d) -> (m, d). numpy reduces each row of a C-contiguous array along its last axis with
     the same pairwise summation whatever m is, so rows stay independent (tested)."""
-    ms = np.mean(x * x, axis=-1, keepdims=True)                         # (m, 1)
+    # np.mean's own steps (a sum, then a division by the count as an intp), without its
+    # Python overhead: the same bits, a tenth of a tiny model's forward pass less
+    ms = np.add.reduce(x * x, axis=-1, keepdims=True)                   # (m, 1)
+    np.true_divide(ms, np.intp(x.shape[-1]), out=ms, casting="unsafe")
     return x / np.sqrt(ms + x.dtype.type(eps)) * weight
 
 

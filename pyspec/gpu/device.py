@@ -333,9 +333,7 @@ class Device:
         try:
             data = await self._map_read(readback.staging, readback.size, readback.nbytes)
         except (GPUTimeoutError, asyncio.CancelledError):
-            # Its map may still be pending, and a submission that copies into a buffer pending
-            # a map is refused: never reused (a recovery's next cycle stages a fresh one).
-            readback.staging.destroy()
+            self.abandon(readback)
             raise
         except BaseException:
             self.release(readback)
@@ -343,6 +341,13 @@ class Device:
         self.release(readback)
         self.readbacks += 1
         return data
+
+    def abandon(self, readback: Readback) -> None:
+        """A readback whose map may still be pending (the watchdog gave up on it, or its wait was
+        cancelled): its staging buffer is destroyed, never reused, since WebGPU refuses a
+        submission that copies into a buffer pending a map (a recovery's next cycle stages a
+        fresh one)."""
+        readback.staging.destroy()
 
     def release(self, readback: Readback) -> None:
         """Give back a readback's staging buffer unread (a dropped cycle's, or a redeemed one's).

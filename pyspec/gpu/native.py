@@ -23,6 +23,7 @@ from .device import (
     DeviceLostError,
     Dispatch,
     GPUError,
+    GPUTimeoutError,
     NoAdapterError,
     Prepared,
     flatten,
@@ -273,7 +274,8 @@ class NativeDevice(Device):
                 raise self._classify("a readback", RuntimeError("device lost"))
             self._checked("a readback", lambda: _checked_raw.wgpuDevicePoll(device, True, wanted))
             if token not in _SETTLED and time.perf_counter() > deadline:
-                raise GPUError(f"a readback did not map in {_MAP_WAIT_S:.0f} s; the GPU seems hung")
+                raise GPUTimeoutError(f"a readback did not map in {_MAP_WAIT_S:.0f} s; the GPU "
+                                      "seems hung")
         status = _SETTLED.pop(token)
         if status != _raw.WGPUMapAsyncStatus_Success:
             raise self._classify("a readback", RuntimeError(f"the map failed (status {status})"))
@@ -289,13 +291,22 @@ class NativeDevice(Device):
                 pass
         super().release(readback)
 
+    def abandon(self, readback) -> None:
+        self._maps.pop(id(readback.staging), None)
+        super().abandon(readback)
+
     reads_now = True
 
     def redeem_now(self, readback) -> bytes:
         try:
             data = self._map_read_now(readback.staging, readback.size, readback.nbytes)
-        finally:
+        except GPUTimeoutError:
+            self.abandon(readback)
+            raise
+        except BaseException:
             self.release(readback)
+            raise
+        self.release(readback)
         self.readbacks += 1
         return data
 

@@ -5,7 +5,7 @@ after the weights, the GPU bytes, and seconds per token. A benchmark, not a test
 
     python3 build.py site
     PYTHONPATH=$PWD .venv/bin/python scripts/page_big_shapes.py DIR [--shapes A,B] [--tokens 3]
-        [--out bench/results/page-big-shapes.json]
+        [--binding-mib 128] [--out bench/results/page-big-shapes.json]
 
 DIR holds NAME.gguf for each shape (written there first when missing). Each is linked into the
 served site's models/ for the run and unlinked after. Not here: the streaming (web/stream.js,
@@ -30,7 +30,7 @@ from webtools import browser, serve  # noqa: E402
 
 SITE = ROOT / "dist" / "site"
 
-RUN = """async ([url, tokens]) => {
+RUN = """async ([url, tokens, gpuLimits]) => {
   const { SpecDecoder } = await import("./client.js");
   const out = { card: null, error: null };
   const t0 = performance.now();
@@ -40,10 +40,11 @@ RUN = """async ([url, tokens]) => {
   if (card.error) return out;
   let d;
   try {
-    d = await SpecDecoder.create({ champion: { url }, backend: "webgpu", maxCtx: 256 });
+    d = await SpecDecoder.create({ champion: { url }, backend: "webgpu", maxCtx: 256, gpuLimits });
   } catch (e) { out.error = { code: e.code, message: e.message }; return out; }
   out.ready_s = (performance.now() - t0) / 1e3;
-  out.info = { adapter: d.info.adapter, webgpu: d.info.webgpu, weights: d.info.weights };
+  out.info = { adapter: d.info.adapter, webgpu: d.info.webgpu, weights: d.info.weights,
+               wasm_bytes: d.info.wasm_bytes };
   out.startup = await d.startup();
   try {
     const t1 = performance.now();
@@ -65,6 +66,9 @@ def main() -> int:
     ap.add_argument("dir", type=Path)
     ap.add_argument("--shapes", default="Qwen2.5-1.5B,SmolLM2-1.7B,Gemma-3-1B")
     ap.add_argument("--tokens", type=int, default=3)
+    ap.add_argument("--binding-mib", type=int, default=None,
+                    help="lower maxStorageBufferBindingSize to this (SpecDecoder.create gpuLimits), "
+                         "as many GPUs' defaults are, so a big vocabulary table goes in parts")
     ap.add_argument("--out", type=Path, default=Path("bench/results/page-big-shapes.json"))
     args = ap.parse_args()
     names = [n for n in args.shapes.split(",") if n]
@@ -72,6 +76,8 @@ def main() -> int:
     if missing:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "real_shapes.py"), "write",
                         str(args.dir), "--only", *missing], check=True)
+    limits = ({"maxStorageBufferBindingSize": args.binding_mib << 20} if args.binding_mib
+              else None)
     server, base = serve.start(SITE)
     rows = {}
     from playwright.sync_api import sync_playwright
@@ -87,7 +93,7 @@ def main() -> int:
             page.goto(f"{base}embed-example.html?model=none-such")
             t0 = time.time()
             try:
-                rows[name] = page.evaluate(RUN, [f"{base}models/{link.name}", args.tokens])
+                rows[name] = page.evaluate(RUN, [f"{base}models/{link.name}", args.tokens, limits])
             except Exception as e:     # the page itself failing is a result too
                 rows[name] = {"error": {"code": "page", "message": str(e)[:500]}}
             rows[name]["wall_s"] = round(time.time() - t0, 1)
@@ -100,7 +106,7 @@ def main() -> int:
     server.shutdown()
     out = provenance.stamp({"schema": "pyspec.page-big-shapes/1", "about": __doc__.split("\n")[0],
                             "machine": f"{platform.node()} ({platform.machine()})",
-                            "tokens": args.tokens, "shapes": rows})
+                            "tokens": args.tokens, "gpu_limits": limits, "shapes": rows})
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0

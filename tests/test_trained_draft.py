@@ -121,5 +121,7 @@ def test_greedy_and_replay_with_the_trained_draft_equal_champion_only_wgpu():
 
     f = GGUFFile.open(champion_path())
     champion = load_model(gpu_device(), f, max_ctx=256)
-    # 4 tokens each: the champion runs at about a second a pass on lavapipe
-    identical_with_draft(champion, Tokenizer.from_metadata(f.metadata), max_tokens=4, k="fixed:2")
+    # 4 tokens each on the 4 shortest prompts: the champion runs at about a second a pass on
+    # lavapipe (8 prompts took 596 s on the loaded 2-core VM; the numpy engine's test keeps all 8)
+    identical_with_draft(champion, Tokenizer.from_metadata(f.metadata), max_tokens=4, k="fixed:2",
+                         n_prompts=4)

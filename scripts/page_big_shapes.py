@@ -67,8 +67,9 @@ def main() -> int:
     ap.add_argument("--shapes", default="Qwen2.5-1.5B,SmolLM2-1.7B,Gemma-3-1B")
     ap.add_argument("--tokens", type=int, default=3)
     ap.add_argument("--binding-mib", type=int, default=None,
-                    help="lower maxStorageBufferBindingSize to this (SpecDecoder.create gpuLimits), "
-                         "as many GPUs' defaults are, so a big vocabulary table goes in parts")
+                    help="lower maxStorageBufferBindingSize to this (SpecDecoder.create "
+                         "gpuLimits), as many GPUs' defaults are, so a big vocabulary table "
+                         "goes in parts")
     ap.add_argument("--out", type=Path, default=Path("bench/results/page-big-shapes.json"))
     args = ap.parse_args()
     names = [n for n in args.shapes.split(",") if n]

@@ -96,9 +96,8 @@ def _adapter_name(adapter) -> str:
 # compile before their first dispatch runs: minutes for a big model on SwiftShader) waits
 # READBACK_FIRST_S, as the first does (READBACK_FIRST_CPU_S on a software adapter: a 1.5B model's
 # first prefill with its compiles took over 300 s on SwiftShader, 2 loaded cores); any other
-# READBACK_FACTOR times the slowest such readback, and never less than READBACK_MIN_S. A readback the watchdog gives up on keeps its staging
-# buffer out of reuse (its map may still be pending: WebGPU refuses a submission that copies
-# into it), so the recovery's next cycle gets a fresh one.
+# READBACK_FACTOR times the slowest such readback, and never less than READBACK_MIN_S. The
+# staging buffer of a readback it gives up on is never reused (Device.abandon).
 READBACK_FIRST_S = 300.0
 READBACK_FIRST_CPU_S = 3600.0
 READBACK_FACTOR = 20

@@ -14,7 +14,6 @@ Not here: what a kernel computes (ops.py, sampling.py), the forward (model.py), 
 from __future__ import annotations
 
 import asyncio
-
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass

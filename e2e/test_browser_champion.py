@@ -17,7 +17,7 @@ from .pageutil import Context, native_generate, ready, run
 
 pytestmark = [pytest.mark.browser, pytest.mark.champion]
 
-WORKLOAD = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "public.jsonl"
+WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "public.jsonl"
 
 
 def public_prompts(n: int) -> list[dict]:

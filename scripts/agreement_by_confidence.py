@@ -28,8 +28,7 @@ import statistics
 import numpy as np
 from tree_estimate import cached
 
-WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "workloads",
-                        "public.jsonl")
+WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "workloads", "public.jsonl")
 BINS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.000001)
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.4, 1.000001)
 
@@ -116,7 +115,7 @@ def main() -> int:
                 "its margin over the second choice (p1 - p2)",
         "script": "scripts/agreement_by_confidence.py",
         "machine": platform.platform(),
-        "workload": "shared/workloads/public.jsonl without the adversarial stratum",
+        "workload": "workloads/public.jsonl without the adversarial stratum",
         "answers": len(answers), "positions": int(p1.size), "max_tokens": args.max_tokens,
         "draft_agreement": round(float(agrees.mean()), 4),
         "champion_p1_median": round(float(np.median(p1)), 4),

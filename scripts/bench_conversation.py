@@ -28,7 +28,7 @@ from pyspec.apps import provenance  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
 from pyspec.load import backend, load_champion  # noqa: E402
 
-WORKLOAD = Path(__file__).resolve().parent.parent.parent / "shared" / "workloads" / "public.jsonl"
+WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "public.jsonl"
 
 
 def ttft(engine: Engine, ids: list[int], max_tokens: int = 4) -> tuple[float, dict]:

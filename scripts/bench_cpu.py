@@ -35,8 +35,7 @@ from pyspec.load import backend  # noqa: E402
 from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 from webtools.bench import guard_decisions  # noqa: E402
 
-WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                        "workloads", "public.jsonl")
+WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workloads", "public.jsonl")
 
 
 def main() -> int:

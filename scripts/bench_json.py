@@ -41,7 +41,7 @@ from pyspec.engine import Engine, Options  # noqa: E402
 from pyspec.load import backend, load_champion  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOAD = ROOT.parent / "shared" / "workloads" / "public.jsonl"
+WORKLOAD = ROOT / "workloads" / "public.jsonl"
 PROMPTS = ROOT / "bench" / "json_prompts.jsonl"
 
 MASK_TIME = {"s": 0.0, "rows": 0, "per_call": []}   # per_call: ms per row of each apply

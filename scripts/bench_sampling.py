@@ -38,7 +38,7 @@ from pyspec.engine import Engine, Options  # noqa: E402
 from pyspec.gpu.processors import KINDS  # noqa: E402
 from pyspec.load import backend, load_champion  # noqa: E402
 
-WORKLOAD = Path(__file__).resolve().parent.parent.parent / "shared" / "workloads" / "public.jsonl"
+WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "public.jsonl"
 
 T08 = {"temperature": 0.8, "seed": 1}
 PENALTIES = {**T08, "repetition_penalty": 1.1, "frequency_penalty": 0.3}

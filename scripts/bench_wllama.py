@@ -43,7 +43,7 @@ WLLAMA = "@wllama/wllama@3.8.1"
 WLLAMA_INTEGRITY = ("sha512-Pl7BEJhPU8OHnV/yhn3DFZYhLLOdSHh+4TND79WCftHnlUAdQPAsyc/CfIOY+4mVxvf5V"
                     "W3Xw3Uf7BBfotS1gw==")
 CACHE = ROOT / ".cache" / "downloads"
-WORKLOAD = ROOT.parent / "shared" / "workloads" / "public.jsonl"
+WORKLOAD = ROOT / "workloads" / "public.jsonl"
 
 PAGE = """<!doctype html><meta charset="utf-8"><title>wllama peer</title>
 <script type="module">

@@ -90,7 +90,10 @@ def main() -> None:
                    "drafters": {k: v.get("overall") for k, v in native["drafters"].items()},
                    "gpu": native.get("gpu")},
     }
-    result = stamp(result)
+    # Where the run came from is the GPU machine's record (pyspec bench wrote it there, on the
+    # same prompts in the same call), not this machine's.
+    result["provenance"] = native.get("provenance") or stamp({})["provenance"]
+    result["provenance"]["dawn_adapter"] = adapter
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     plot(result, Path(args.out).with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("dawn_identical_to_dawn_champion_only",
@@ -116,7 +119,8 @@ def plot(result: dict, png: Path) -> None:
                width, label=f"Dawn: {side}")
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(strata))], strata, rotation=20)
     ax.set_ylabel("tok/s (median)")
-    ax.set_title("The page's stack (Pyodide + Dawn in Node) on the H200, per stratum")
+    ax.set_title(f"The page's stack (Pyodide + Dawn in Node) on {result['native_adapter']}, "
+                 "per stratum")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=110)

@@ -11,9 +11,9 @@ verify cost by rows that decides where speculation and trees pay.
       submission, no head, one readback at the end), the weights' bytes and the dispatches.
   python scripts/gpu_shapes.py report RAW.json [LLAMA_BENCH.json ...] --out bench/results/h200-shapes.json
       here: joins llama-bench's JSON (-o json; the model named by its file) to the native rows,
-      computes bandwidth fractions against the H200's 4.8 TB/s (HBM3e, NVIDIA's figure) and the
-      4.3 TB/s a device-to-device copy reached there (KINDS.md of the device tool), writes the
-      JSON with provenance and a plot beside it.
+      computes bandwidth fractions against NVIDIA's figure for the GPU measured (H200 4.8 TB/s,
+      H100 SXM 3.35 TB/s: HBM_BY_GPU), writes the JSON with the measuring run's provenance and a
+      plot beside it.
 
 The weights are random (Q4_K_M as llama.cpp picks: formats/mixes.py), so only speed is measured.
 Bytes per decoded token are taken as the weights' bytes: every weight is read once per pass; the
@@ -35,7 +35,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 HBM_SPEC = 4.8e12        # bytes/s, H200 HBM3e (NVIDIA's figure)
-HBM_COPY = 4.3e12        # bytes/s, a device-to-device copy measured there (counting read + write)
+# NVIDIA's memory bandwidth figures by the adapter's name (the first that the name contains).
+HBM_BY_GPU = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100 NVL", 3.9e12), ("H100", 3.35e12))
+
+
+def hbm_spec(adapter: str) -> float:
+    """The memory bandwidth NVIDIA gives for the adapter named (H200's when it names none)."""
+    return next((bw for name, bw in HBM_BY_GPU if name in (adapter or "")), HBM_SPEC)
 
 
 async def decode_loop(model, n: int) -> float:
@@ -103,8 +109,9 @@ def cmd_measure(args) -> None:
         except Exception as e:    # one shape's failure is a result too; the others still run
             rows[name] = {"error": f"{type(e).__name__}: {e}"}
         print(name, json.dumps({k: v for k, v in rows[name].items() if k != "rows"}), flush=True)
-        Path(args.out).write_text(json.dumps(provenance.stamp({"adapter": dev.name,
-                                                               "models": rows}), indent=1))
+        result = {"adapter": dev.name, "command": " ".join(sys.argv), "models": rows}
+        Path(args.out).write_text(json.dumps(provenance.stamp(
+            result, models={n: str(p) for n, p in paths.items()}, backend="wgpu"), indent=1))
 
 
 def llama_rows(files: list[str]) -> dict:
@@ -127,6 +134,7 @@ def llama_rows(files: list[str]) -> dict:
 
 def cmd_report(args) -> None:
     raw = json.loads(Path(args.raw).read_text())
+    hbm = hbm_spec(raw.get("adapter", ""))
     peer = llama_rows(args.llama)
     table = []
     for name, row in raw["models"].items():
@@ -142,7 +150,7 @@ def cmd_report(args) -> None:
             "dispatches_per_pass": row["dispatches_per_pass"],
             "pyspec_decode_tok_s": round(row["decode_tok_s"], 1),
             "pyspec_prefill_tok_s": round(row["prefill_tok_s"], 1),
-            "pyspec_hbm_fraction": round(row["weight_bytes"] * row["decode_tok_s"] / HBM_SPEC, 3),
+            "pyspec_hbm_fraction": round(row["weight_bytes"] * row["decode_tok_s"] / hbm, 3),
             "pyspec_gpu_pass_1_row_ms": round(row["rows"].get("gpu_pass_s", {}).get("1", 0) * 1e3, 3),
             "verify_cost_ratio": {k: round(v, 3) for k, v in ratio.items()},
         }
@@ -150,22 +158,22 @@ def cmd_report(args) -> None:
             entry.update({
                 "llama_cpp_decode_tok_s": round(lc.get("tg_tok_s", 0), 1),
                 "llama_cpp_prefill_tok_s": round(lc.get("pp_tok_s", 0), 1),
-                "llama_cpp_hbm_fraction": round(lc["model_size"] * lc.get("tg_tok_s", 0) / HBM_SPEC, 3),
+                "llama_cpp_hbm_fraction": round(lc["model_size"] * lc.get("tg_tok_s", 0) / hbm, 3),
                 "decode_ratio_pyspec_over_llama_cpp": round(row["decode_tok_s"] / lc["tg_tok_s"], 3)
                 if lc.get("tg_tok_s") else None})
         table.append(entry)
     from pyspec.apps import provenance
-    out = {"schema": "pyspec.h200-shapes/1", "about": __doc__.split("\n")[0],
-           "hbm_bytes_per_s": {"spec": HBM_SPEC, "copy_measured": HBM_COPY},
+    out = {"schema": "pyspec.gpu-shapes/1", "about": __doc__.split("\n")[0],
+           "hbm_bytes_per_s": {"spec": hbm, "gpu": raw.get("adapter")},
            "table": table, "llama_bench": peer, "native_raw": raw}
     out = provenance.stamp(out) if "provenance" not in raw else {**out, "provenance": raw["provenance"]}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    plot(table, Path(args.out).with_suffix(".png"))
+    plot(table, Path(args.out).with_suffix(".png"), raw.get("adapter", "GPU"))
     for e in table:
         print(json.dumps({k: v for k, v in e.items() if k != "verify_cost_ratio"}))
 
 
-def plot(table: list[dict], png: Path) -> None:
+def plot(table: list[dict], png: Path, gpu: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -184,7 +192,7 @@ def plot(table: list[dict], png: Path) -> None:
     b.set_xlabel("rows in the pass (1 + drafts)")
     b.set_ylabel("pass time / one-row pass")
     b.legend(fontsize=7)
-    fig.suptitle("H200: real shapes (random Q4_K_M) - decode speed and verify cost by rows")
+    fig.suptitle(f"{gpu}: real shapes (random Q4_K_M) - decode speed and verify cost by rows")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 

@@ -5,23 +5,25 @@
 # there, so everything travels: Vulkan loaders, wgpu-py's wheels, Node with Dawn's binding and the
 # site, the champion, and llama.cpp's source (its CUDA llama-bench is built there).
 #
-# Here, once (needs `python3 build.py setup` and `python3 build.py site`):
+# Here, once, on a committed tree (needs `python3 build.py setup` and `python3 build.py site`):
 #   bash scripts/h200.sh pack       # .h200p1 ... .h200pN: one tar stream cut into parts
-# There, one call per part, back to back, each carrying its folder:
-#   run(carry=[".h200pK"], command="bash scripts/h200.sh recv")
-#     every call unpacks what has arrived; once llama.cpp's source is whole (the first part) its
-#     CUDA build starts in the background (scripts/build_llama_cpp_cuda.sh, log in $W/llama.log)
-#   run(command="bash scripts/h200.sh probe")     # go/no-go: does Dawn find the H200?
-#   run(command="bash scripts/h200.sh dawn")      # the champion through Dawn and native wgpu-py
-#   run(command="bash scripts/h200.sh shapes")    # real shapes: native WebGPU vs llama.cpp CUDA
-#   run(carry=[".h200old"], command="bash scripts/h200.sh before_after")   # speed before/after
-# What should come back is written under $OUT.
+# There, one call per part, back to back (the machine stays warm 30 s), each carrying its folder
+# and naming the steps to run once it has arrived, e.g.
+#   run(carry=[".h200p1"], command="bash scripts/h200.sh recv")
+#     every call unpacks what has arrived and says so; once llama.cpp's source is whole (the
+#     first part) its CUDA build starts in the background (scripts/build_llama_cpp_cuda.sh, log
+#     in $W/llama.log) and the random shapes are written (scripts/real_shapes.py)
+#   run(carry=[".h200p2"], command="bash scripts/h200.sh recv probe native_shapes bundle")
+#   ... dawn_shapes (Dawn on the shapes, then llama-bench), dawn (the champion: native and Dawn,
+#   needs every part), trees, headline.
+# Steps write under $OUT; `bundle` packs it into one .tgz (at most 8 files come back). Each
+# result records the commit: recv checks the copy against the packed commit's file hashes.
 set -uo pipefail
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}/pyspec
 OUT=${OUT:-$W/out}
 P=$W/payload
 PART=${PART:-29000000}          # 64 MiB less the tree (37.3 MB), with room to spare
-SHAPES=${SHAPES:-Qwen3-0.6B,Llama-3.2-1B,Qwen2.5-1.5B,SmolLM2-1.7B}
+SHAPES=${SHAPES:-SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B,Gemma-3-1B,Qwen2.5-1.5B}
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export PYTHONUNBUFFERED=1
 mkdir -p "$W" "$OUT"
@@ -32,6 +34,12 @@ pack() {
     # then the champion. One tar, cut into parts.
     set -e
     local st sdist champ
+    # Provenance: results name the commit, so the tree must be it. TREE.sha256 (every tracked
+    # file's sha256) and COMMIT travel in each part; recv checks the copy there against them.
+    if ! git diff --quiet HEAD -- && [ -z "${PYSPEC_ALLOW_DIRTY:-}" ]; then
+        echo "pack: the tree has uncommitted changes; commit first (results name the commit)" >&2
+        exit 1
+    fi
     st=$(mktemp -d)
     mkdir -p "$st/gl" "$st/whl" "$st/dawn/bin" "$st/dawn/node_modules" "$st/dawn/site/models"
     sdist=${LLAMA_SDIST:-.cache/downloads/llama_cpp_python-0.3.36.tar.gz}
@@ -51,7 +59,6 @@ pack() {
         rendercanvas==2.7.2
     champ=$(.venv/bin/python -c 'import pyspec; print(pyspec.champion_path())')
     cp "$champ" "$st/champ.gguf"
-    cp "${WORKLOAD:-../shared/workloads/public.jsonl}" "$st/public.jsonl"
     cp "$(command -v node)" "$st/dawn/bin/node"
     cp -r .cache/node/node_modules/webgpu "$st/dawn/node_modules/"
     find "$st/dawn/node_modules/webgpu/dist" -mindepth 1 -maxdepth 1 ! -name linux-x64 \
@@ -59,14 +66,16 @@ pack() {
     (cd dist/site && tar cf - --exclude=./models .) | tar xf - -C "$st/dawn/site"
     tar cf - -C "$st" dawn | xz -T0 -6 > "$st/dawn.tar.xz"
     rm -rf "$st/dawn"
-    (cd "$st" && sha256sum llama.tar.xz gl/* whl/* champ.gguf public.jsonl dawn.tar.xz \
+    (cd "$st" && sha256sum llama.tar.xz gl/* whl/* champ.gguf dawn.tar.xz \
         > MANIFEST)
     rm -rf .h200p[0-9]*
-    tar cf - -C "$st" MANIFEST llama.tar.xz gl whl dawn.tar.xz public.jsonl champ.gguf \
+    tar cf - -C "$st" MANIFEST llama.tar.xz gl whl dawn.tar.xz champ.gguf \
         | split -b "$PART" -d -a 2 - h200.part.
     local i=1 f
     for f in h200.part.*; do
-        mkdir -p ".h200p$i"; mv "$f" ".h200p$i/"; cp "$st/MANIFEST" ".h200p$i/"; i=$((i + 1))
+        mkdir -p ".h200p$i"; mv "$f" ".h200p$i/"; cp "$st/MANIFEST" ".h200p$i/"
+        git ls-files -z | xargs -0 sha256sum > ".h200p$i/TREE.sha256"
+        git rev-parse HEAD > ".h200p$i/COMMIT"; i=$((i + 1))
     done
     rm -rf "$st"
     grep -qx '/.h200p\*' .git/info/exclude 2>/dev/null || echo '/.h200p*' >> .git/info/exclude
@@ -77,13 +86,34 @@ have() {   # have FILE: the payload's FILE is whole (its sha256 as in MANIFEST)
     [ -f "$P/$1" ] && grep -F "  $1" "$P/MANIFEST" | (cd "$P" && sha256sum -c --status -)
 }
 
+check_tree() {   # the copy here is the packed commit: $W/commit, else say what differs
+    [ -f "$W/commit" ] && return 0
+    local list
+    list=$(ls .h200p*/TREE.sha256 2>/dev/null | head -1)
+    [ -n "$list" ] || { echo "recv: no TREE.sha256 carried: results will name no commit"; return 1; }
+    if sha256sum -c --quiet "$list" > "$W/tree.check" 2>&1; then
+        cp "$(dirname "$list")/COMMIT" "$W/commit"
+        echo "recv: tree is commit $(cat "$W/commit") ($(wc -l < "$list") tracked files checked)"
+    else
+        echo "recv: the tree differs from the packed commit: $(head -3 "$W/tree.check")"
+    fi
+}
+
+prov_env() {     # what provenance.git_commit reads where there is no .git
+    if [ -f "$W/commit" ]; then
+        export PYSPEC_COMMIT=$(cat "$W/commit")
+        export PYSPEC_COMMIT_CHECKED="every tracked file's sha256 equal to the commit's list (scripts/h200.sh recv)"
+    fi
+}
+
 recv() {
     local f
+    check_tree
     for f in .h200p*/h200.part.*; do [ -f "$f" ] && cp "$f" "$W/"; done
     mkdir -p "$P"
     cat "$W"/h200.part.* | tar xBf - -C "$P" 2>/dev/null    # a cut stream: its whole files
     echo "recv: $(ls "$W"/h200.part.* | wc -l) parts; whole: $(for f in llama.tar.xz champ.gguf \
-        public.jsonl dawn.tar.xz; do have $f && printf '%s ' $f; done)"
+        dawn.tar.xz; do have $f && printf '%s ' $f; done)"
     if have llama.tar.xz && [ ! -d "$W/llama.cpp" ]; then
         xz -dc "$P/llama.tar.xz" | tar xf - -C "$W"
         setsid nohup bash scripts/build_llama_cpp_cuda.sh "$W/llama.cpp" > "$W/llama.log" 2>&1 &
@@ -114,6 +144,7 @@ recv() {
 
 dawn_env() {
     export PATH="$W/dawn/bin:$PATH" PYSPEC_NODE_MODULES="$W/dawn/node_modules"
+    prov_env
 }
 
 probe() {
@@ -123,70 +154,102 @@ probe() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/nvidia-smi.txt"
 }
 
-dawn() {
-    # The public workload (PER_STRATUM prompts of each stratum, MAX_TOKENS each): native wgpu-py's
-    # bench (champion-only beside n-gram and the trained draft), then the same prompts through
-    # Dawn: champion-only, n-gram and the trained draft.
-    dawn_env
-    local per=${PER_STRATUM:-1} max=${MAX_TOKENS:-64} d
+sample() {   # the first PER_STRATUM prompts of each stratum of the public workload
     python3 -c 'import json, sys
 from pyspec.apps.workload import first_per_stratum, read_workload
 for it in first_per_stratum(read_workload(sys.argv[1]), int(sys.argv[2])):
-    print(json.dumps(it))' "$P/public.jsonl" "$per" > "$W/sample.jsonl"
-    PYTHONPATH="$W/site:." timeout 120 python3 -m pyspec bench --backend wgpu \
-        --champion "$P/champ.gguf" --workload "$P/public.jsonl" --per-stratum "$per" \
-        --max-tokens "$max" --drafts ngram,models/draft-l4.gguf --out "$OUT/native" 2>&1 | tail -8
+    print(json.dumps(it))' workloads/public.jsonl "${PER_STRATUM:-1}" > "$W/sample.jsonl"
+}
+
+dawn() {
+    # The public workload (PER_STRATUM prompts of each stratum, MAX_TOKENS each): native wgpu-py's
+    # bench (champion-only beside n-gram and the trained draft, a warm-up first), then the same
+    # prompts through Dawn, each side warmed up once: champion-only, n-gram, the trained draft.
+    dawn_env
+    local per=${PER_STRATUM:-1} max=${MAX_TOKENS:-64} d
+    sample
+    PYTHONPATH="$W/site:." timeout 150 python3 -m pyspec bench --backend wgpu \
+        --champion "$P/champ.gguf" --per-stratum "$per" \
+        --max-tokens "$max" --drafts ngram,models/draft-l4.gguf --out "$OUT/native" 2>&1 | tail -4
     for d in none ngram trained; do
         local extra=(--draft "$d")
         [ "$d" = trained ] && extra=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
-        timeout "${DAWN_TIMEOUT:-140}" python3 -m webtools.dawn --site "$W/dawn/site" \
+        timeout "${DAWN_TIMEOUT:-120}" python3 -m webtools.dawn --site "$W/dawn/site" \
             --champion "$P/champ.gguf" --backend webgpu "${extra[@]}" --workload "$W/sample.jsonl" \
-            --max-tokens "$max" > "$OUT/dawn-$d.json" 2>> "$OUT/dawn.err"
-        echo "dawn $d: exit $? $(tail -c 300 "$OUT/dawn.err")"
+            --max-tokens "$max" --warmup 1 > "$OUT/dawn-$d.json" 2>> "$OUT/dawn.err"
+        echo "dawn $d: exit $? $(tail -c 200 "$OUT/dawn.err")"
     done
 }
 
-shapes() {
-    # Random Q4_K_M models of the real shapes (scripts/real_shapes.py, written in the background
-    # since the first call), each on native WebGPU (scripts/gpu_shapes.py) and through llama.cpp's
-    # CUDA llama-bench; the champion's own file too.
-    local names=$SHAPES bench n
-    for n in ${names//,/ }; do
+wait_shapes() {
+    local n
+    for n in ${SHAPES//,/ }; do
         for _ in $(seq 150); do grep -q "MB in" "$W/shapes/$n.log" 2>/dev/null && break; sleep 2; done
     done
-    local champ=() models=${names//,/ }
-    if have champ.gguf; then champ=(--champion "$P/champ.gguf"); models="$P/champ $models"; fi
-    PYTHONPATH="$W/site:." timeout 360 python3 scripts/gpu_shapes.py measure "$W/shapes" \
-        --names "$names" "${champ[@]}" --out "$OUT/h200-shapes-raw.json" 2>&1 | tail -30
-    bench=$W/llama.cpp/build/bin/llama-bench
-    for _ in $(seq 60); do      # the build started with the first call
+}
+
+native_shapes() {
+    # Random Q4_K_M models of the real shapes (written in the background since the first call)
+    # on native WebGPU: decode, prefill, verify cost by rows (scripts/gpu_shapes.py).
+    prov_env
+    wait_shapes
+    PYTHONPATH="$W/site:." timeout "${SHAPES_TIMEOUT:-300}" python3 scripts/gpu_shapes.py measure \
+        "$W/shapes" --names "$SHAPES" --out "$OUT/shapes-native.json" 2>&1 | tail -12
+}
+
+dawn_shapes() {
+    # The same random shapes through the page's stack (Dawn): champion-only decode, 64 tokens
+    # after one warm-up, three prompts; then llama.cpp's CUDA llama-bench on the same files.
+    dawn_env
+    local n bench=$W/llama.cpp/build/bin/llama-bench
+    wait_shapes
+    for n in ${SHAPES//,/ }; do
+        timeout 100 python3 -m webtools.dawn --site "$W/dawn/site" --champion "$W/shapes/$n.gguf" \
+            --backend webgpu --prompt "Tell me about the sea." --max-tokens 64 --repeat 3 \
+            --warmup 1 > "$OUT/dawn-shape-$n.json" 2>> "$OUT/dawn-shapes.err"
+        echo "dawn $n: exit $?"
+    done
+    llama_bench
+}
+
+llama_bench() {
+    local n bench=$W/llama.cpp/build/bin/llama-bench
+    for _ in $(seq "${LLAMA_WAIT:-40}"); do
         [ -x "$bench" ] || grep -q "FAILED\|Error" "$W/llama.log" && break; sleep 3
     done
-    if [ -x "$bench" ]; then
-        for n in $models; do
-            [ "$n" = "$P/champ" ] || n="$W/shapes/$n"
-            timeout 120 "$bench" -m "$n.gguf" -ngl 99 -p 1024 -n 128 -r 3 -o json \
-                > "$OUT/llama-bench-$(basename "$n").json" 2>> "$OUT/llama-bench.err"
-            echo "llama-bench $(basename "$n"): exit $?"
-        done
-    else
-        echo "no llama-bench: $(tail -5 "$W/llama.log")"
-    fi
-}
-
-before_after() {
-    # The house rebuild's speed check: native wgpu-py's bench at the commit before it (carried as
-    # .h200old/: `git archive d7d93e7 pyspec shaders`) and now, interleaved, the same prompts.
-    local per=${PER_STRATUM:-1} max=${MAX_TOKENS:-64} i
-    for i in 1 2; do
-        for side in old new; do
-            local path=.; [ $side = old ] && path=.h200old
-            PYTHONPATH="$W/site:$path" timeout 100 python3 -m pyspec bench --backend wgpu \
-                --champion "$P/champ.gguf" --workload "$P/public.jsonl" --per-stratum "$per" \
-                --max-tokens "$max" --drafts ngram,models/draft-l4.gguf --out "$OUT/$side$i" \
-                2>&1 | tail -4
-        done
+    if [ ! -x "$bench" ]; then echo "no llama-bench yet: $(tail -2 "$W/llama.log")"; return; fi
+    for n in ${SHAPES//,/ }; do
+        [ -s "$OUT/llama-bench-$n.json" ] && continue
+        timeout 120 "$bench" -m "$W/shapes/$n.gguf" -ngl 99 -p 512,1024 -n 128 -r 3 -o json \
+            > "$OUT/llama-bench-$n.json" 2>> "$OUT/llama-bench.err"
+        echo "llama-bench $n: exit $?"
     done
+    "$bench" --version > "$OUT/llama-bench-version.txt" 2>&1
 }
 
-"${1:?usage: h200.sh pack | recv | probe | dawn | shapes | before_after}"
+trees() {
+    # Trees against chains on the native GPU (n-gram and the trained draft), every stratum's
+    # first prompt, outputs asserted equal to champion-only's; the guard's chain and tree auto.
+    prov_env
+    PYTHONPATH="$W/site:." timeout "${TREES_TIMEOUT:-280}" python3 scripts/tree_vs_chain.py \
+        --engine gpu --configs gpu --champion "$P/champ.gguf" --strata all \
+        --max-tokens "${MAX_TOKENS:-64}" --out "$OUT/trees-native.json" 2>&1 | tail -16
+}
+
+headline() {
+    # The README's first table (bench/results/h200.json's run) again, with provenance: the whole
+    # public workload, 64 tokens, each side twice, native wgpu-py.
+    prov_env
+    PYTHONPATH="$W/site:." timeout "${HEADLINE_TIMEOUT:-300}" python3 -m pyspec bench \
+        --backend wgpu --champion "$P/champ.gguf" --max-tokens 64 --repeat 2 \
+        --drafts ngram,models/draft-l4.gguf --out "$OUT/headline" 2>&1 | tail -6
+}
+
+bundle() {   # what came back is at most 8 files: everything under $OUT in one out-TAG.tgz
+    local tag=${1:-$(date +%H%M%S)}
+    (cd "$OUT" && tar czf "/tmp/out-$tag.tgz" . && rm -rf ./* && mv "/tmp/out-$tag.tgz" .)
+    ls -la "$OUT"
+}
+
+[ $# -gt 0 ] || { echo "usage: h200.sh STEP... (pack recv probe dawn native_shapes dawn_shapes llama_bench trees headline bundle)"; exit 2; }
+for step in "$@"; do echo "== $step $(date +%T)"; "$step"; done

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOAD = ROOT.parent / "shared" / "workloads" / "public.jsonl"
+WORKLOAD = ROOT / "workloads" / "public.jsonl"
 OUT = ROOT / "bench" / "results" / "long-context.json"
 CTX = 8192
 PROMPT_TOKENS = 8000

@@ -14,7 +14,7 @@ workload (engine runs, greedy), and the draft's one-token step time (head includ
 of --reps steps, timed as scripts/bench_draft_cost.py times a step. Frequencies come from the
 training shards (train/generate.py's npz files), never from the workload.
 
-    .venv/bin/python scripts/reduced_vocab.py --data GEN_DIR --workload ../shared/workloads/public.jsonl \
+    .venv/bin/python scripts/reduced_vocab.py --data GEN_DIR --workload workloads/public.jsonl \
         [--n 4096,8192,16384,32768] [--per-stratum 2] [--max-tokens 48] [--json OUT.json]
 """
 

@@ -2,7 +2,7 @@
 times, to see where speculation gains or loses time without a GPU (bench/results/README.md,
 "n-gram previews instead of probes").
 
-    .venv/bin/python scripts/replay_guard.py --workload ../shared/workloads/public.jsonl \\
+    .venv/bin/python scripts/replay_guard.py --workload workloads/public.jsonl \\
         [--outputs greedy.json] [--ahead-ms 1.95] [--alone-ms 2.71] [--row-ms 0.047]
 
 The champion's greedy outputs (64 tokens a prompt; `--outputs` caches them: about 3 minutes on

@@ -40,8 +40,7 @@ import statistics
 
 import numpy as np
 
-WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "workloads",
-                        "public.jsonl")
+WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "workloads", "public.jsonl")
 H200 = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "h200.json")
 
 

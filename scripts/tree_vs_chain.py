@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from pyspec import champion_path, trained_draft_path  # noqa: E402
 from pyspec.apps import workload  # noqa: E402
+from pyspec.apps.provenance import stamp, tokens_sha256  # noqa: E402
 from pyspec.cpu.fastcpu import FastModel  # noqa: E402
 from pyspec.cpu.model import Model  # noqa: E402
 from pyspec.engine import Engine, Options  # noqa: E402
@@ -35,8 +36,7 @@ from pyspec.formats.gguf import GGUFFile  # noqa: E402
 from pyspec.load import backend, load_draft_checked  # noqa: E402
 from pyspec.text.tokenizer import Tokenizer  # noqa: E402
 
-WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
-                        "workloads", "public.jsonl")
+WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workloads", "public.jsonl")
 # (label, k policy, tree shape, verify rows asked for)
 CONFIGS = [("chain k=3", "fixed:3", None, 4), ("chain k=10", "fixed:10", None, 11),
            ("tree 2,2,1", "fixed:3", "2,2,1", 11), ("tree 3,1,1", "fixed:3", "3,1,1", 10),
@@ -45,11 +45,14 @@ CONFIGS = [("chain k=3", "fixed:3", None, 4), ("chain k=10", "fixed:10", None, 1
 CONFIGS_GPU = [("chain k=3", "fixed:3", None, 4), ("chain k=10", "fixed:10", None, 11),
                ("tree 2,2,1", "fixed:3", "2,2,1", 11), ("chain k=15", "fixed:15", None, 16),
                ("tree auto", "fixed:4", "auto", 16)]
+# under the break-even guard (what users get by default): the chain and `--tree auto`
+GUARDED = [("guard chain", "heuristic", None, None), ("guard tree auto", "heuristic", "auto", None)]
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", default=WORKLOAD)
+    p.add_argument("--champion", default=None, help="the champion GGUF (default: the installed one)")
     p.add_argument("--per-stratum", type=int, default=1)
     p.add_argument("--strata", default="chat,rewrite,summary,repetitive")
     p.add_argument("--max-tokens", type=int, default=48)
@@ -62,46 +65,70 @@ def main() -> int:
     args = p.parse_args()
     items = [it for it in workload.first_per_stratum(workload.read_workload(args.workload),
                                                      args.per_stratum)
-             if it["stratum"] in args.strata.split(",")]
-    f = GGUFFile.open(champion_path())
+             if args.strata == "all" or it["stratum"] in args.strata.split(",")]
+    champion_file = args.champion or champion_path()
+    f = GGUFFile.open(champion_file)
     tok = Tokenizer.from_metadata(f.metadata)
     champion = _champion(f, args.engine)
     spec = {"ngram": "ngram", "trained": trained_draft_path()}
-    result = {"max_tokens": args.max_tokens, "engine": args.engine,
+    prompts = [tok.encode_chat(it["messages"]) for it in items]
+    alone_engine = Engine(backend(champion, "none"), tok)
+    alone_engine.generate(prompts[0], Options(max_tokens=8, k="fixed:0"))     # warm-up
+    t0 = time.perf_counter()
+    alone = [alone_engine.generate(ids, Options(max_tokens=args.max_tokens, k="fixed:0")).tokens
+             for ids in prompts]
+    alone_wall = time.perf_counter() - t0
+    result = {"command": " ".join(sys.argv), "max_tokens": args.max_tokens,
+              "engine": args.engine,
               "adapter": getattr(getattr(champion, "dev", None), "name", args.engine),
-              "prompts": [it["id"] for it in items], "rows": []}
-    alone = {}
+              "prompts": [it["id"] for it in items],
+              "champion_only": {"tokens": sum(map(len, alone)),
+                                "tokens_per_s": round(sum(map(len, alone)) / alone_wall, 2),
+                                "tokens_sha256": [tokens_sha256(t) for t in alone]},
+              "rows": []}
+    configs = CONFIGS_GPU if args.configs == "gpu" else CONFIGS
     for d in args.drafts.split(","):
         eng = Engine(backend(champion, spec[d], load_draft=load_draft_checked(champion)), tok)
-        for label, k, tree, rows in CONFIGS_GPU if args.configs == "gpu" else CONFIGS:
-            gen = passes = 0
-            reached, accepted = [0] * 16, [0] * 16
-            t0 = time.perf_counter()
-            for it in items:
-                ids = tok.encode_chat(it["messages"])
-                r = eng.generate(ids, Options(max_tokens=args.max_tokens, k=k, tree=tree))
-                if it["id"] not in alone:
-                    alone[it["id"]] = Engine(backend(champion, "none"), tok).generate(
-                        ids, Options(max_tokens=args.max_tokens, k="fixed:0")).tokens
-                assert r.tokens == alone[it["id"]], f"{d} {label} {it['id']}: not exact"
-                gen += len(r.tokens)
-                passes += r.stats["champion_passes"]
-                for i, (d_i, a_i) in enumerate(zip(r.stats["drafted_by_position"],
-                                                   r.stats["accepted_by_position"])):
-                    reached[i] += d_i
-                    accepted[i] += a_i
-            wall = time.perf_counter() - t0
-            row = {"draft": d, "shape": label, "verify_rows": rows, "tokens": gen,
-                   "passes": passes, "tokens_per_pass": round(gen / passes, 3),
-                   "tokens_per_s": round(gen / wall, 2),
-                   "acceptance_by_depth": [round(a / n, 3) for a, n in zip(accepted, reached)
-                                           if n]}
+        eng.generate(prompts[0], Options(max_tokens=8, k="fixed:2"))            # warm-up
+        for label, k, tree, rows in configs + GUARDED:
+            row = _run(eng, prompts, alone, args.max_tokens, k, tree)
+            row.update({"draft": d, "shape": label, "verify_rows": rows,
+                        "speedup": round(row["tokens_per_s"]
+                                         / result["champion_only"]["tokens_per_s"], 3)})
             result["rows"].append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "tokens_sha256"}),
+                  file=sys.stderr, flush=True)
     if args.out:
+        stamp(result, champion=champion_file, workload=args.workload,
+              drafts={"ngram": None, "trained": spec["trained"]},
+              backend="wgpu" if args.engine == "gpu" else args.engine)
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)
     return 0
+
+
+def _run(eng, prompts, alone, max_tokens: int, k: str, tree: str | None) -> dict:
+    """One configuration over every prompt: tokens per pass, wall tokens/s, acceptance by depth,
+    each output's token hash; asserts each output equals champion-only's (trees are exact)."""
+    gen = passes = 0
+    reached, accepted = [0] * 16, [0] * 16
+    hashes = []
+    t0 = time.perf_counter()
+    for ids, want in zip(prompts, alone):
+        r = eng.generate(ids, Options(max_tokens=max_tokens, k=k, tree=tree))
+        assert r.tokens == want, f"{k} {tree}: not exact"
+        hashes.append(tokens_sha256(r.tokens))
+        gen += len(r.tokens)
+        passes += r.stats["champion_passes"]
+        for i, (d_i, a_i) in enumerate(zip(r.stats["drafted_by_position"],
+                                           r.stats["accepted_by_position"])):
+            reached[i] += d_i
+            accepted[i] += a_i
+    wall = time.perf_counter() - t0
+    return {"k": k, "tree": tree, "tokens": gen, "passes": passes,
+            "tokens_per_pass": round(gen / passes, 3), "tokens_per_s": round(gen / wall, 2),
+            "acceptance_by_depth": [round(a / n, 3) for a, n in zip(accepted, reached) if n],
+            "tokens_sha256": hashes}
 
 
 def _champion(f, engine: str):

@@ -27,8 +27,7 @@ from pyspec.load import backend
 from pyspec.options import Options
 from pyspec.text.tokenizer import Tokenizer
 
-WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "workloads",
-                        "public.jsonl")
+WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "workloads", "public.jsonl")
 HEX = re.compile(r"^[0-9a-f]{64}$")
 ALLOWED = {
     # enum values a receipt may hold
@@ -43,7 +42,7 @@ ALLOWED = {
 def workload():
     path = os.path.normpath(WORKLOAD)
     if not os.path.exists(path):
-        pytest.fail(f"the public workload is missing at {path} (shared/ sits beside the repo)")
+        pytest.fail(f"the public workload is missing at {path} (workloads/ in the repository)")
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 

@@ -241,7 +241,7 @@ def test_encode_chat_equals_rendered_encoding_and_blocks_injection():
     import os
 
     tok = Tokenizer.from_metadata(GGUFFile.open(champion_path()).metadata)
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "workloads", "public.jsonl")
+    path = os.path.join(os.path.dirname(__file__), "..", "workloads", "public.jsonl")
     with open(path, encoding="utf-8") as f:
         chats = [json.loads(line)["messages"] for line in f if line.strip()]
     for messages in chats:

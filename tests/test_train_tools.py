@@ -21,7 +21,7 @@ import split  # noqa: E402
 
 from pyspec.load import parse_reduced_head  # noqa: E402
 
-WORKLOAD = ROOT.parent / "shared" / "workloads" / "public.jsonl"
+WORKLOAD = ROOT / "workloads" / "public.jsonl"
 DATA = ROOT / "train" / "data"
 
 

@@ -2,7 +2,7 @@
 
 `python train/seed_prompts.py [--workload W]` writes train/data/seed_prompts.jsonl.gz (one {"id",
 "kind", "messages"} per line) from fixed templates, word lists and one seeded RNG, and prints the
-set's overlap with the preregistered workload (default ../shared/workloads/public.jsonl): word
+set's overlap with the preregistered workload (default workloads/public.jsonl): word
 8-grams, and whole workload messages of 4-7 words (overlap below). `--check FILE...` prints the
 same figures for frozen prompt files and writes nothing. The workload is
 read only to measure that overlap: no prompt is taken from it, and nothing here is tuned on it.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "data" / "seed_prompts.jsonl.gz"
-WORKLOAD = HERE.parent.parent / "shared" / "workloads" / "public.jsonl"
+WORKLOAD = HERE.parent / "workloads" / "public.jsonl"
 SEED = 20261130
 N_PROMPTS = 6000
 

@@ -10,7 +10,7 @@ given its chat template up to the start of a user turn (the default system messa
 the message is started with a common opening word, so that requests, questions and tasks all
 appear. A message is kept when the champion closed it (`<|im_end|>`) within --max-new tokens, it
 has 3 words or more, it is not a duplicate (case and spacing folded) and it shares no word 8-gram
-with the workload (../shared/workloads/public.jsonl, read only for that check). The kept set is written to
+with the workload (workloads/public.jsonl, read only for that check). The kept set is written to
 train/data/self_prompts.jsonl.gz ({"id", "kind": "self", "messages"}) and committed: like the seed
 set it is frozen before the champion answers it, and models/MANIFEST.json records its sha256.
 A later set is drawn with another --seed, --exclude names the sets already committed (their

@@ -39,8 +39,7 @@ from pyspec.errors import UsageError
 
 from . import browser, serve, site
 
-DEFAULT_WORKLOAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "..", "shared", "workloads", "public.jsonl")
+DEFAULT_WORKLOAD = workload.PUBLIC_WORKLOAD
 
 # Installed before the page's own scripts: timestamps every progress/ready message of the worker,
 # without changing the page (client.js's onmessage still gets every message).
@@ -399,7 +398,7 @@ def parser() -> argparse.ArgumentParser:
                                  description="speculative vs champion-only in headless Chromium "
                                              "(WebGPU), per stratum, in one page session")
     ap.add_argument("--workload", default=os.path.normpath(DEFAULT_WORKLOAD),
-                    help="a JSONL workload (shared/workloads format)")
+                    help="a JSONL workload (workloads/ format)")
     ap.add_argument("--per-stratum", type=int, default=1,
                     help="prompts per stratum (default 1: the software adapter is slow; 0 = all)")
     ap.add_argument("--strata", default=None, help="comma-separated strata to keep (default all)")

@@ -6,9 +6,11 @@
 //
 //   node webtools/dawn.mjs --site dist/site --champion PATH.gguf [--backend webgpu|cpu|auto]
 //        [--draft D] [--prompt TEXT] [--max-tokens N] [--temperature T] [--seed S] [--k K]
-//        [--repeat N] [--workload FILE.jsonl] [--draft-model PATH [--draft-vocab PATH]] [--probe]
+//        [--repeat N] [--warmup N] [--workload FILE.jsonl] [--draft-model PATH [--draft-vocab PATH]]
+//        [--probe]
 //
-// --workload runs each line's messages ({id, stratum, messages, max_tokens}, the shared/workloads
+// --warmup N generates the first prompt N times first, unreported (pipeline compiles, the first
+// readbacks), so no prompt is timed cold. --workload runs each line's messages ({id, stratum, messages, max_tokens}, the shared/workloads
 // format; max_tokens capped by --max-tokens) in one start-up instead of --prompt; --draft-model
 // loads a draft model from a file (with its reduced head, --draft-vocab) as the page loads one
 // from a URL.
@@ -35,18 +37,19 @@ const NODE_MODULES = process.env.PYSPEC_NODE_MODULES ?? "";
 
 function parseArgs(argv) {
   const out = { site: "dist/site", backend: "webgpu", draft: "none", prompt: "Hello",
-                maxTokens: 16, temperature: 0, seed: 0, k: "heuristic", repeat: 1, probe: false };
+                maxTokens: 16, temperature: 0, seed: 0, k: "heuristic", repeat: 1, warmup: 0,
+                probe: false };
   const names = { "--site": "site", "--champion": "champion", "--backend": "backend",
                   "--draft": "draft", "--prompt": "prompt", "--max-tokens": "maxTokens",
                   "--temperature": "temperature", "--seed": "seed", "--k": "k",
-                  "--repeat": "repeat", "--workload": "workload",
+                  "--repeat": "repeat", "--warmup": "warmup", "--workload": "workload",
                   "--draft-model": "draftModel", "--draft-vocab": "draftVocab" };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === "--probe") { out.probe = true; continue; }
     const key = names[argv[i]];
     if (!key || i + 1 >= argv.length) throw new Error(`unknown or incomplete argument ${argv[i]}`);
     const v = argv[++i];
-    out[key] = ["maxTokens", "temperature", "seed", "repeat"].includes(key) ? Number(v) : v;
+    out[key] = ["maxTokens", "temperature", "seed", "repeat", "warmup"].includes(key) ? Number(v) : v;
   }
   return out;
 }
@@ -168,11 +171,17 @@ async function main() {
   const items = ARGS.workload
     ? fs.readFileSync(ARGS.workload, "utf8").split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l))
     : [{ id: "prompt", stratum: null, messages: [{ role: "user", content: ARGS.prompt }] }];
+  const configOf = (item) => ({ draft: ARGS.draftModel ? undefined : ARGS.draft, k: ARGS.k,
+                                temperature: ARGS.temperature, seed: ARGS.seed,
+                                max_tokens: Math.min(ARGS.maxTokens, item.max_tokens ?? ARGS.maxTokens) });
   let n = 0;
+  for (let i = 0; i < ARGS.warmup; i++) {     // compiles and first readbacks, not reported
+    await worker.request({ type: "generate", id: `w${i}`, config: configOf(items[0]),
+                           messages: items[0].messages });
+  }
+  report.warmup = ARGS.warmup;
   for (const item of items) {
-    const config = { draft: ARGS.draftModel ? undefined : ARGS.draft, k: ARGS.k,
-                     temperature: ARGS.temperature, seed: ARGS.seed,
-                     max_tokens: Math.min(ARGS.maxTokens, item.max_tokens ?? ARGS.maxTokens) };
+    const config = configOf(item);
     for (let i = 0; i < ARGS.repeat; i++) {
       const t0 = performance.now();
       const done = await worker.request({ type: "generate", id: `g${n++}`, config,

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--champion", help="the champion GGUF (a path)")
     ap.add_argument("--site", type=Path, default=ROOT / "dist" / "site")
     for flag in ("--backend", "--draft", "--prompt", "--max-tokens", "--temperature", "--seed",
-                 "--k", "--repeat", "--workload", "--draft-model", "--draft-vocab"):
+                 "--k", "--repeat", "--warmup", "--workload", "--draft-model", "--draft-vocab"):
         ap.add_argument(flag)
     args = vars(ap.parse_args(argv))
     probe, champion, site = args.pop("probe"), args.pop("champion"), args.pop("site")

@@ -13,8 +13,8 @@ one origin, with a manifest of every artifact's url, sha256 and size.
       models/        the champion GGUF, its trained draft (models/draft-l4.gguf, marked
                      draft_for in the manifest) and tiny random test models (pyspec.testmodels),
                      one of them (tiny-deep) as deep as the champion
-      workload.jsonl the preregistered public workload (shared/workloads/public.jsonl beside the
-                     checkout), the sample "measure on this device" runs (docs/gate.md)
+      workload.jsonl the preregistered public workload (workloads/public.jsonl in the
+                     repository), the sample "measure on this device" runs (docs/gate.md)
       manifest.json
 
 Downloads are pinned and checked: the npm tarball by its registry integrity (sha512), each wheel
@@ -46,7 +46,7 @@ from . import errorcodes, optionsjs, wheels
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "downloads"
 SITE = ROOT / "dist" / "site"
-WORKLOAD = ROOT.parent / "shared" / "workloads" / "public.jsonl"   # as gate.DEFAULT_WORKLOAD
+WORKLOAD = ROOT / "workloads" / "public.jsonl"   # workload.PUBLIC_WORKLOAD, gate's default
 
 PYODIDE_VERSION = "0.27.7"
 PYODIDE_TARBALL = f"https://registry.npmjs.org/pyodide/-/pyodide-{PYODIDE_VERSION}.tgz"

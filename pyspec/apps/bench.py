@@ -257,6 +257,17 @@ def side_runs(args, items: list[dict], prompts: list[list[int]], engines: dict[s
     rows: dict[str, list[dict]] = {d: [] for d in drafts}
     skipped: list[dict] = []
     pipelining: list[dict] = []
+    # Warm-up, unreported: every side once on the first prompt (pipeline compiles, first
+    # readbacks, caches), so that no prompt is timed cold.
+    for _ in range(getattr(args, "warmup", 1) if prompts else 0):
+        for d in ["none", "serial", *drafts] if serial is not None else ["none", *drafts]:
+            options = sampling(args, 16)
+            options.k = "fixed:0" if d in ("none", "serial") else args.k
+            options.tree = None if d in ("none", "serial") else getattr(args, "tree", None)
+            try:
+                yield (serial if d == "serial" else engines[d]), prompts[0], options
+            except PromptTooLongError:
+                break
     t0 = time.time()
     for n, (it, ids) in enumerate(zip(items, prompts), 1):
         max_tokens = it.get("max_tokens", Options.max_tokens)

@@ -24,6 +24,7 @@ from .generate import cmd_chat, cmd_demo, cmd_generate
 from .request import cli_words, prompt_source, request_flags
 from . import info
 from .tools import cmd_check_pair, cmd_detokenize, cmd_receipt, cmd_score, cmd_tokenize
+from .workload import PUBLIC_WORKLOAD
 
 CHAMPION_HELP = "the champion's GGUF (default: the installed SmolLM2-135M-Instruct Q4_1)"
 DRAFT_HELP = ("auto (a recorded gate verdict, else trained on a GPU, else ngram) | ngram | "
@@ -156,7 +157,8 @@ def cmd_info(args) -> int:
 
 def _bench_command(sub) -> None:
     p = sub.add_parser("bench", help="speculative vs champion-only on a workload, per stratum")
-    p.add_argument("--workload", required=True, help="a JSONL workload (shared/workloads format)")
+    p.add_argument("--workload", default=PUBLIC_WORKLOAD,
+                   help="a JSONL workload (default: the preregistered workloads/public.jsonl)")
     p.add_argument("--champion", help=CHAMPION_HELP)
     p.add_argument("--drafts", default="ngram,self:20", help="comma-separated drafters to compare")
     p.add_argument("--k", default="heuristic", help="fixed:K | heuristic | confidence:P")
@@ -170,6 +172,8 @@ def _bench_command(sub) -> None:
     p.add_argument("--ctx", type=int, default=None, help="context positions to reserve")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of each prompt per side; a row compares each side's median run")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="unreported runs of the first prompt on every side first (default 1)")
     p.add_argument("--out", default="bench-out",
                    help="the folder for the JSON and the plot")
     p.set_defaults(func=cmd_bench)

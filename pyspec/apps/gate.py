@@ -34,7 +34,7 @@ from ..load import backend, load_champion
 from .bench import check_options, draft_file, run_sides
 from .benchstats import prompt_lines, summarize
 from .provenance import DRAFTED_MIN, ROOT, record, sha256_file
-from .workload import check_messages, first_per_stratum, read_workload
+from .workload import PUBLIC_WORKLOAD, check_messages, first_per_stratum, read_workload
 
 # The verdict rule: a drafter is promoted only if every line holds (docs/gate.md says why).
 THRESHOLDS = {
@@ -50,7 +50,7 @@ BOOTSTRAP = {"resamples": 2000, "level": 0.95, "seed": 0}
 INTERVAL = ("percentile bootstrap of the median of per-prompt speedups (tokens/s after prefill, "
             "drafter over champion-only), 95%, 2000 resamples, seed 0")
 SCHEMA = "pyspec.gate/1"
-DEFAULT_WORKLOAD = os.path.join(os.path.dirname(ROOT), "shared", "workloads", "public.jsonl")
+DEFAULT_WORKLOAD = PUBLIC_WORKLOAD
 
 
 def default_drafts() -> list[str]:

@@ -43,7 +43,11 @@ def tokens_sha256(ids: list[int]) -> str:
 
 
 def git_commit(root: str = ROOT) -> dict:
-    """{"commit", "dirty"} of the checkout at root: None for both outside a git checkout."""
+    """{"commit", "dirty"} of the checkout at root: None for both outside a git checkout.
+
+    A copy of the tree without its .git (the GPU machine's) names its commit in PYSPEC_COMMIT,
+    which the runner sets only after checking every tracked file's sha256 against the list made
+    at that commit (scripts/h200.sh): then "commit_checked" says how."""
     def git(*args):
         return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
                               timeout=30, check=True).stdout.strip()
@@ -51,6 +55,9 @@ def git_commit(root: str = ROOT) -> dict:
         return {"commit": git("rev-parse", "HEAD"),
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
     except (OSError, subprocess.SubprocessError):
+        if os.environ.get("PYSPEC_COMMIT"):
+            return {"commit": os.environ["PYSPEC_COMMIT"], "dirty": False,
+                    "commit_checked": os.environ.get("PYSPEC_COMMIT_CHECKED", "")}
         return {"commit": None, "dirty": None}
 
 
@@ -73,30 +80,35 @@ def cpu_model() -> str | None:
 
 
 def record(*, champion: str | None, drafts: dict[str, str | None], workload: str | None,
-           adapter: str, backend: str) -> dict:
+           adapter: str, backend: str, models: dict[str, str] | None = None) -> dict:
     """A result's provenance: champion and workload paths give a name and sha256; `drafts` maps
-    each drafter to its model's path (None for one without weights: ngram, self:L, none)."""
+    each drafter to its model's path (None for one without weights: ngram, self:L, none);
+    `models` names the other models a run loaded (a shape benchmark's), each by its path."""
     def named(path):
         return {"file": os.path.basename(path) if path else None, "sha256": sha256_file(path)}
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            **git_commit(), "machine": machine(), "backend": backend, "adapter": adapter,
-            "champion": named(champion), "workload": named(workload),
-            "drafts": {d: named(path) if path else None for d, path in drafts.items()}}
+    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           **git_commit(), "machine": machine(), "backend": backend, "adapter": adapter,
+           "champion": named(champion), "workload": named(workload),
+           "drafts": {d: named(path) if path else None for d, path in drafts.items()}}
+    if models:
+        out["models"] = {name: named(str(path)) for name, path in models.items()}
+    return out
 
 
 def stamp(result: dict, *, champion: str | None = None, drafts: dict | None = None,
           workload: str | None = None, adapter: str | None = None,
-          backend: str | None = None) -> dict:
+          backend: str | None = None, models: dict | None = None) -> dict:
     """`result` with its "provenance" (record's) added, for the measuring scripts; the champion
-    defaults to the installed one."""
-    if champion is None:
+    defaults to the installed one unless `models` names what was loaded instead."""
+    if champion is None and models is None:
         from .. import champion_path
         try:
             champion = champion_path()
         except FileNotFoundError:
             pass
     result["provenance"] = record(champion=champion, drafts=drafts or {}, workload=workload,
-                                  adapter=adapter or result.get("adapter"), backend=backend)
+                                  adapter=adapter or result.get("adapter"), backend=backend,
+                                  models=models)
     return result
 
 

@@ -1,5 +1,5 @@
 """A benchmark's workload: JSONL lines of {id, stratum, messages[, max_tokens]} (the
-shared/workloads format), each checked before anything runs, and the first prompts of each
+workloads/ format), each checked before anything runs, and the first prompts of each
 stratum. Used by the benchmarks (bench.py, webtools/bench.py) and the measuring scripts.
 
 Not here: running a prompt (engine.py).
@@ -8,9 +8,16 @@ Not here: running a prompt (engine.py).
 from __future__ import annotations
 
 import json
+import os
 
 from ..errors import PyspecError, UsageError
 from ..options import Options
+
+
+# The preregistered public workload, in the repository (workloads/README.md): what `gate`, `bench`
+# and the page's "measure on this device" run by default. Measure on it; never train on it.
+PUBLIC_WORKLOAD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "workloads", "public.jsonl")
 
 
 class WorkloadError(UsageError):
@@ -31,7 +38,7 @@ def read_workload(path: str) -> list[dict]:
 
 
 def parse_workload(text: str, source: str) -> list[dict]:
-    """JSONL lines of {id, stratum, messages[, max_tokens]} (the shared/workloads format), each
+    """JSONL lines of {id, stratum, messages[, max_tokens]} (the workloads/ format), each
     line checked before anything runs: WorkloadError naming `source` and the line otherwise (the
     messages themselves: check_messages, once the tokenizer is loaded)."""
     items = []

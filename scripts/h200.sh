@@ -30,8 +30,8 @@ mkdir -p "$W" "$OUT"
 
 pack() {
     # payload/: llama.cpp's source first (its build starts with the first call), the loaders and
-    # wheels, Node + Dawn + the site (xz: whole after the second part, for the go/no-go probe),
-    # then the champion. One tar, cut into parts.
+    # wheels (native runs from the first call), the champion (native runs on it from the fourth),
+    # then Node + Dawn + the site (xz, whole with the last part). One tar, cut into parts.
     set -e
     local st sdist champ
     # Provenance: results name the commit, so the tree must be it. TREE.sha256 (every tracked
@@ -69,7 +69,7 @@ pack() {
     (cd "$st" && sha256sum llama.tar.xz gl/* whl/* champ.gguf dawn.tar.xz \
         > MANIFEST)
     rm -rf .h200p[0-9]*
-    tar cf - -C "$st" MANIFEST llama.tar.xz gl whl dawn.tar.xz champ.gguf \
+    tar cf - -C "$st" MANIFEST llama.tar.xz gl whl champ.gguf dawn.tar.xz \
         | split -b "$PART" -d -a 2 - h200.part.
     local i=1 f
     for f in h200.part.*; do

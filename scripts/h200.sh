@@ -245,6 +245,34 @@ headline() {
         --drafts ngram,models/draft-l4.gguf --out "$OUT/headline" 2>&1 | tail -6
 }
 
+background() {
+    # The shapes on native WebGPU and llama.cpp's CUDA llama-bench, in the background while the
+    # next parts travel (the machine is otherwise idle then): writes under $W/bgout, which
+    # `collect` waits for and brings back. The champion's runs start only after it is done.
+    mkdir -p "$W/bgout"
+    OUT="$W/bgout" LLAMA_WAIT=${LLAMA_WAIT:-200} setsid nohup bash scripts/h200.sh native_shapes llama_bench \
+        > "$W/bgout/background.log" 2>&1 &
+    echo $! > "$W/bg.pid"
+    echo "background: shapes and llama-bench started (pid $(cat "$W/bg.pid"))"
+}
+
+progress() {
+    tail -3 "$W/bgout/background.log" 2>/dev/null; ls "$W/shapes" 2>/dev/null | tr '\n' ' '; echo
+    tail -1 "$W/llama.log" 2>/dev/null
+}
+
+collect() {   # wait for the background (at most COLLECT_WAIT s), then bring its files back
+    local pid
+    pid=$(cat "$W/bg.pid" 2>/dev/null)
+    for _ in $(seq "${COLLECT_WAIT:-60}"); do
+        [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break; sleep 1
+    done
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        echo "collect: the background still runs; stopped"; kill -- -"$pid" 2>/dev/null
+    fi
+    cp -r "$W/bgout/." "$OUT/" 2>/dev/null; ls "$OUT"
+}
+
 bundle() {   # what came back is at most 8 files: everything under $OUT in one out-TAG.tgz
     local tag=${1:-$(date +%H%M%S)}
     (cd "$OUT" && tar czf "/tmp/out-$tag.tgz" . && rm -rf ./* && mv "/tmp/out-$tag.tgz" .)

@@ -68,9 +68,11 @@ def test_the_page_measures_like_the_cli_and_auto_follows_its_verdict(tiny):
         ("ngram", sha, "cpu-numpy"), ("self:1", sha, "cpu-numpy")}
     merged = verdicts.parse(out["table"], "the table")
     assert old in merged and all(v in merged for v in out["verdicts"])
-    # 2 prompts x 3 sides (champion-only first or last, alternating), then the end
-    assert [p[:2] for p in progress] == [(i, 6) for i in range(6)] + [(6, 6)]
-    assert progress[0][2] in ("copy-0 none", "copy-0 self:1")
+    # a warm-up of the 3 sides, 2 prompts x 3 sides (champion-only first or last,
+    # alternating), then the end
+    assert [p[:2] for p in progress] == [(i, 9) for i in range(9)] + [(9, 9)]
+    assert [p[2] for p in progress[:3]] == ["warm-up none", "warm-up ngram", "warm-up self:1"]
+    assert progress[3][2] in ("copy-0 none", "copy-0 self:1")
     # auto at the next load: today's rule picks ngram, whose verdict is keep off: no drafter
     again = loaded(tiny, draft="auto", verdicts=json.dumps(out["table"]))
     ngram = next(v for v in out["verdicts"] if v["draft"] == "ngram")

@@ -1,8 +1,9 @@
 """decoder.measure() ("measure on this device", web/measure.js -> worker.js -> Session.measure)
 in headless Chromium on the tiny model: the gate's table and verdict come back, the verdict is
 kept in OPFS (verdicts.json) keyed by champion, draft and device class, and draft "auto" follows
-it at the next load; a verdict for another device class is ignored; a cancelled run and bad
-input leave the table as it was. Also the demo's button, on the page itself."""
+it at the next load; a verdict for another device class is ignored; a cancelled run, a sample
+under the gate's minimum and bad input leave the table as it was. Also the demo's button, on
+the page itself."""
 
 from __future__ import annotations
 
@@ -39,13 +40,18 @@ MEASURE = """async () => {%s
   await setTable(null);
   const d = await SpecDecoder.create({ champion: "tiny", backend: "cpu" });
   const progress = [];
-  const m = await d.measure({ drafts: ["ngram", "self:1"], workload: [prompt], maxTokens: 4,
+  // 8 prompts, the gate's minimum sample: recorded
+  const eight = Array.from({ length: 8 }, (_, i) => ({ ...prompt, id: `p-${i + 1}` }));
+  const m = await d.measure({ drafts: ["ngram", "self:1"], workload: eight, maxTokens: 4,
                               onProgress: (p) => progress.push(p) });
   const stored = JSON.parse(await table());
+  // 1 prompt: judged, not recorded, and the table stays as it was
+  const few = await d.measure({ drafts: ["ngram"], workload: [prompt], maxTokens: 4 });
+  const same = JSON.stringify(JSON.parse(await table())) === JSON.stringify(stored);
   // the shipped sample: one prompt of each stratum, 2 tokens each
   const shipped = await d.measure({ drafts: ["ngram"], maxTokens: 2 });
   d.terminate();
-  return { m, progress, stored, shipped: shipped.report };
+  return { m, progress, stored, few, same, shipped: shipped.report };
 }""" % PRELUDE
 
 
@@ -73,18 +79,22 @@ def test_measure_returns_the_gates_table_and_keeps_the_verdict_in_opfs(page, tin
     out = page.evaluate(MEASURE)
     m = out["m"]
     assert not m["cancelled"] and m["stored"]
-    assert m["verdict"] == {"ngram": "keep off", "self:1": "keep off"}   # 1 prompt, fewer than 8
     report = m["report"]
     assert report["schema"] == gate.SCHEMA and report["device_class"] == "cpu-numpy"
     assert report["thresholds"] == gate.THRESHOLDS
     assert report["webgpu"]["available"] in (True, False)    # the adapter, this page's only
-    assert "1 prompts measured, fewer than 8" in report["drafters"]["ngram"]["reasons"][0]
-    assert m["text"] == report["text"] and "ngram: keep off" in m["text"]
-    # a warm-up of the 3 sides, then the prompt on each, then the end
-    assert [(p["done"], p["total"]) for p in out["progress"]] == [(i, 6) for i in range(7)]
+    assert m["verdict"] == {d: x["verdict"] for d, x in report["drafters"].items()}
+    assert m["text"] == report["text"] and f"ngram: {m['verdict']['ngram']}" in m["text"]
+    # a warm-up of the 3 sides, then each prompt on each, then the end
+    assert [(p["done"], p["total"]) for p in out["progress"]] == [(i, 27) for i in range(28)]
     keys = {(v["champion_sha256"], v["draft"], v["device_class"]) for v in m["verdicts"]}
     assert keys == {(tiny_sha, "ngram", "cpu-numpy"), (tiny_sha, "self:1", "cpu-numpy")}
     assert verdicts.parse(out["stored"], "OPFS verdicts.json") == m["verdicts"]
+    few = out["few"]      # under the minimum sample: judged, printed, not recorded
+    assert few["verdict"] == {"ngram": "keep off"} and not few["stored"] and few["verdicts"] == []
+    ngram = few["report"]["drafters"]["ngram"]
+    assert "1 prompts measured, fewer than 8" in ngram["reasons"][0]
+    assert ngram["not_recorded"] == gate.unrecorded({"prompts": 1}) and out["same"]
     shipped = out["shipped"]
     assert shipped["workload"] == "workload.jsonl" and shipped["per_stratum"] == 1
     assert shipped["drafters"]["ngram"]["prompts"] + len(shipped["skipped"]) == 11
@@ -202,5 +212,7 @@ def test_the_demos_button_states_its_sample_and_shows_the_table(context):
     assert m["verdict"] == {"ngram": "keep off"}
     table = page.inner_text("#gate-table")
     assert table == m["text"] and "ngram: keep off" in table and "speedup" in table
-    assert "ngram: keep off" in page.inner_text("#measure-progress")
+    progress = page.inner_text("#measure-progress")   # 1 prompt: under the minimum sample
+    assert "ngram: keep off" in progress
+    assert f"not recorded: {gate.unrecorded({'prompts': 1})}" in progress
     assert page.is_enabled("#measure") and page.is_enabled("#send")

@@ -522,7 +522,11 @@ export interface GateDrafter {
   draft_pass_s: number;
   peak_bytes: number;
   baseline_peak_bytes: number;
-  verdict_sha256: string;
+  /** Why this verdict was not recorded (a sample under the gate's minimum, THRESHOLDS
+   *  prompts), else null. */
+  not_recorded: string | null;
+  /** The recorded verdict's sha256 (null: not recorded). */
+  verdict_sha256: string | null;
   [field: string]: unknown;
 }
 
@@ -548,9 +552,11 @@ export interface MeasureResult {
   verdict: Record<string, VerdictWord>;
   text: string | null;
   report: GateReport | null;
-  /** The verdicts recorded, which draft "auto" follows from the next load. */
+  /** The verdicts recorded, which draft "auto" follows from the next load ([] for a sample
+   *  under the gate's minimum: each drafter's not_recorded says so). */
   verdicts: Verdict[];
-  /** Whether they were written to OPFS (not in a page without it). */
+  /** Whether they were written to OPFS (not in a page without it, nor when none was
+   *  recorded). */
   stored: boolean;
 }
 

@@ -47,10 +47,12 @@ export function gatePanel({ decoder, onBusy, showError }) {
     }
     const words = Object.entries(m.verdict).map(([d, v]) => `${d}: ${v}`).join(", ");
     const software = info?.fallback_kind === "software_adapter" || info?.webgpu?.fallback;
+    const why = Object.values(m.report.drafters).find((x) => x.not_recorded)?.not_recorded;
     $("measure-progress").textContent = `${words}` +
       (software ? " (measured behind a software WebGPU adapter)" : "") +
       (m.stored ? "; recorded: the drafter \"auto\" follows it from the next load"
-        : "; not recorded (this page has no OPFS)");
+        : m.verdicts.length ? "; not recorded (this page has no OPFS)"
+          : `; not recorded: ${why ?? "no prompt was measured"}`);
     $("gate-table").textContent = m.text;
     $("gate-table").hidden = false;
   }

@@ -42,8 +42,8 @@ MEASURE = """async () => {%s
   const progress = [];
   // 8 prompts, the gate's minimum sample: recorded
   const eight = Array.from({ length: 8 }, (_, i) => ({ ...prompt, id: `p-${i + 1}` }));
-  const m = await d.measure({ drafts: ["ngram", "self:1"], workload: eight, maxTokens: 4,
-                              onProgress: (p) => progress.push(p) });
+  const m = await d.measure({ drafts: ["ngram", "self:1"], workload: eight, perStratum: 0,
+                              maxTokens: 4, onProgress: (p) => progress.push(p) });
   const stored = JSON.parse(await table());
   // 1 prompt: judged, not recorded, and the table stays as it was
   const few = await d.measure({ drafts: ["ngram"], workload: [prompt], maxTokens: 4 });
@@ -193,6 +193,49 @@ def test_a_cancelled_run_and_bad_input_leave_no_verdict(page):
     assert out["same"], "OPFS verdicts.json changed"
 
 
+LIST_AND_CLEAR = """async ([text]) => {%s
+  await setTable(text);
+  const list = await SpecDecoder.recordedVerdicts();
+  const first = list[0].sha256;
+  const one = await SpecDecoder.clearVerdicts({ only: [first.slice(0, 8).toUpperCase()] });
+  const after = await SpecDecoder.recordedVerdicts();
+  let unknown = null;
+  try { await SpecDecoder.clearVerdicts({ only: [list[1].sha256, "0123456789ab"] }); }
+  catch (e) { unknown = { code: e.code, message: e.message }; }
+  const kept = (await SpecDecoder.recordedVerdicts()).length;
+  const badOption = await codeOf(() => SpecDecoder.clearVerdicts({ only: "abcd" }));
+  const all = await SpecDecoder.clearVerdicts();
+  const none = await SpecDecoder.recordedVerdicts();
+  const file = await table();
+  await setTable("not json");
+  let broken = null;
+  try { await SpecDecoder.recordedVerdicts(); } catch (e) { broken = e.message; }
+  const cleared = await SpecDecoder.clearVerdicts();
+  return { list, first, one, after, unknown, kept, badOption, all, none, file, broken, cleared,
+           gone: await table() };
+}""" % PRELUDE
+
+
+def test_the_client_lists_and_clears_the_recorded_verdicts(page, tiny_sha):
+    """SpecDecoder.recordedVerdicts() and clearVerdicts() (web/verdicts.js), with no decoder:
+    one by the first digits of its sha256, an unknown name refused with nothing removed, all,
+    and a file that is not a table."""
+    table = [verdict(tiny_sha, d, "promote", "cpu-numpy") for d in ("ngram", "self:1", "self:2")]
+    out = page.evaluate(LIST_AND_CLEAR, [json.dumps({"schema": verdicts.SCHEMA,
+                                                     "verdicts": table})])
+    assert out["list"] == table
+    rest = [v["sha256"] for v in table if v["sha256"] != out["first"]]
+    assert out["one"] == {"removed": [out["first"]], "kept": rest}
+    assert [v["sha256"] for v in out["after"]] == rest
+    assert out["unknown"]["code"] == "bad_config" and out["kept"] == 2
+    assert "no verdict 0123456789ab in this origin's verdicts.json" in out["unknown"]["message"]
+    assert out["badOption"] == "bad_config"
+    assert out["all"] == {"removed": rest, "kept": []} and out["none"] == []
+    assert out["file"] is None
+    assert "verdicts.json is not a verdict table: SpecDecoder.clearVerdicts()" in out["broken"]
+    assert out["cleared"] == {"removed": [], "kept": []} and out["gone"] is None
+
+
 def test_the_demos_button_states_its_sample_and_shows_the_table(context):
     """The demo page (index.html + app.js + gate-view.js): the sample is stated beside the
     button, and a run (pyspecApp.measure, the button's action) shows the CLI's table."""
@@ -202,9 +245,18 @@ def test_the_demos_button_states_its_sample_and_shows_the_table(context):
     ready(page)
     stated = page.inner_text("#measure-box")
     assert "first prompt of each of its 11 strata" in stated and "32 new tokens" in stated
+    assert f"from {gate.THRESHOLDS['prompts']} prompts up" in stated
     sample = page.evaluate("async () => (await import('./gate-view.js')).SAMPLE")
     assert sample == {"perStratum": 1, "maxTokens": 32}     # what the page says it runs
     assert page.is_enabled("#measure")
+    kept = verdict("0" * 64, "ngram", "promote", "cpu-numpy")     # another champion's
+    page.evaluate("""async ([text]) => {
+      const root = await navigator.storage.getDirectory();
+      const out = await (await root.getFileHandle("verdicts.json", { create: true }))
+        .createWritable();
+      await out.write(text);
+      await out.close();
+    }""", [json.dumps({"schema": verdicts.SCHEMA, "verdicts": [kept]})])
     m = page.evaluate("""() => pyspecApp.measure({ drafts: ["ngram"], maxTokens: 4,
       workload: [{ id: "p", stratum: "s",
                    messages: [{ role: "user", content: "the cat sat on the mat. the cat" }] }]
@@ -215,4 +267,12 @@ def test_the_demos_button_states_its_sample_and_shows_the_table(context):
     progress = page.inner_text("#measure-progress")   # 1 prompt: under the minimum sample
     assert "ngram: keep off" in progress
     assert f"not recorded: {gate.unrecorded({'prompts': 1})}" in progress
+    # the verdicts kept here, listed after the run; the button clears them
+    assert page.inner_text("#verdicts-list").startswith(
+        f"Kept in this browser: {kept['sha256'][:12]} promote ngram on cpu-numpy (x1.300, ")
+    page.click("#verdicts-clear")
+    page.wait_for_function("() => document.getElementById('verdicts-clear').hidden")
+    assert page.inner_text("#verdicts-list") == ('No verdict kept in this browser: "auto" '
+                                                 "follows today's rule.")
+    assert page.inner_text("#measure-progress").startswith("cleared 1 verdict: ")
     assert page.is_enabled("#measure") and page.is_enabled("#send")

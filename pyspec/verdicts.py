@@ -220,6 +220,18 @@ def _key(v: dict) -> tuple:
     return v["champion_sha256"], v["draft"], v["device_class"]
 
 
+def explain(choice: "Choice | None") -> str | None:
+    """The verdict that made `choice`, in words ("no drafter: kept off by the recorded gate
+    verdict 2840fb139173 (keep off ngram on cpu-numpy, ...)"); None where no verdict did. The
+    CLI's note and the page's info.draft_auto say where it is kept and how to clear it."""
+    v = choice.verdict if choice else None
+    if v is None:
+        return None
+    did = (f"drafter {choice.drafter}, chosen by" if v["verdict"] == PROMOTE
+           else "no drafter: kept off by")
+    return f"{did} the recorded gate verdict {v['sha256'][:SHORT]} ({describe(v)})"
+
+
 @dataclass
 class Choice:
     """What `auto` runs ("none", or a drafter spec from the candidates) and the verdict that

@@ -284,6 +284,10 @@ def test_the_page_session_follows_a_verdict_table_given_at_init(tiny, tmp_path):
     info = json.loads(asyncio.run(s.load(json.dumps({"draft": "auto", "verdicts": table,
                                                       "max_ctx": 128}), champion)))
     assert info["draft"] == "self:1" and info["draft_verdict"] == chosen["sha256"]
+    assert info["draft_auto"] == (
+        f"drafter self:1, chosen by the recorded gate verdict {chosen['sha256'][:12]} ("
+        f"{verdicts.describe(chosen)}) in this browser (OPFS verdicts.json); "
+        "SpecDecoder.clearVerdicts() removes it")
 
     def receipt(config):
         out = asyncio.run(s.generate(1, messages, json.dumps({"max_tokens": 4, **config}),
@@ -294,7 +298,8 @@ def test_the_page_session_follows_a_verdict_table_given_at_init(tiny, tmp_path):
     bad = json.loads(asyncio.run(s.load(json.dumps({"draft": "auto", "verdicts": "[{}]"}),
                                         champion)))
     assert bad["error"]["code"] == "bad_config"
-    assert json.loads(asyncio.run(s.load('{"draft": "auto"}', champion)))["draft_verdict"] is None
+    plain = json.loads(asyncio.run(s.load('{"draft": "auto"}', champion)))
+    assert plain["draft_verdict"] is None and plain["draft_auto"] is None
 
 
 @pytest.mark.parametrize("adapter, architecture, expected", [

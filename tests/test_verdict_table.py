@@ -140,8 +140,8 @@ def kept_off(tiny) -> dict:
 def note_of(v, store) -> str:
     name = v["sha256"][:12]
     return (f"note: no drafter: kept off by the recorded gate verdict {name} (keep off ngram on "
-            "cpu-numpy, speedup x0.970 [1.100, 1.400], gate run of 2026-12-05T00:00:00Z; in "
-            f"{store}); `python -m pyspec verdicts clear {name}` removes it, `--draft NAME` "
+            "cpu-numpy, speedup x0.970 [1.100, 1.400], gate run of 2026-12-05T00:00:00Z) in "
+            f"{store}; `python -m pyspec verdicts clear {name}` removes it, `--draft NAME` "
             "overrides it\n")
 
 

@@ -86,14 +86,12 @@ def cmd_clear(args) -> int:
 def notice(choice: verdicts.Choice | None) -> str | None:
     """The note a generation prints when a recorded verdict chose its drafter (`choice`: the
     executor's `auto`), else None: which verdict, what it measured, and how to clear it."""
-    v = choice.verdict if choice else None
-    if v is None:
+    said = verdicts.explain(choice)
+    if said is None:
         return None
-    name = v["sha256"][:verdicts.SHORT]
-    did = (f"drafter {choice.drafter}, chosen by" if v["verdict"] == verdicts.PROMOTE
-           else "no drafter: kept off by")
-    return (f"{did} the recorded gate verdict {name} ({verdicts.describe(v)}; in "
-            f"{verdicts.store_path()}); `{CLEAR} {name}` removes it, `--draft NAME` overrides it")
+    name = choice.verdict["sha256"][:verdicts.SHORT]
+    return (f"{said} in {verdicts.store_path()}; `{CLEAR} {name}` removes it, `--draft NAME` "
+            "overrides it")
 
 
 def add_parser(sub) -> None:

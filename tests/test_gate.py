@@ -262,6 +262,8 @@ def test_the_docs_state_the_thresholds_in_code():
     table = text.split("<!-- thresholds")[1].split("<!-- /thresholds -->")[0]
     rows = dict(re.findall(r"^\| `(\w+)` \| ([\d.]+) \|", table, re.M))
     assert {k: float(v) for k, v in rows.items()} == gate.THRESHOLDS
+    # the minimum sample, as the docs quote it
+    assert f"not recorded: {gate.unrecorded({'prompts': 2})}" in " ".join(text.split())
 
 
 def test_the_page_session_follows_a_verdict_table_given_at_init(tiny, tmp_path):

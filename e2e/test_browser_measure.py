@@ -1,8 +1,9 @@
 """decoder.measure() ("measure on this device", web/measure.js -> worker.js -> Session.measure)
 in headless Chromium on the tiny model: the gate's table and verdict come back, the verdict is
 kept in OPFS (verdicts.json) keyed by champion, draft and device class, and draft "auto" follows
-it at the next load; a verdict for another device class is ignored; a cancelled run and bad
-input leave the table as it was. Also the demo's button, on the page itself."""
+it at the next load; a verdict for another device class is ignored; a cancelled run, a sample
+under the gate's minimum and bad input leave the table as it was. Also the demo's button, on
+the page itself."""
 
 from __future__ import annotations
 
@@ -39,13 +40,18 @@ MEASURE = """async () => {%s
   await setTable(null);
   const d = await SpecDecoder.create({ champion: "tiny", backend: "cpu" });
   const progress = [];
-  const m = await d.measure({ drafts: ["ngram", "self:1"], workload: [prompt], maxTokens: 4,
-                              onProgress: (p) => progress.push(p) });
+  // 8 prompts, the gate's minimum sample: recorded
+  const eight = Array.from({ length: 8 }, (_, i) => ({ ...prompt, id: `p-${i + 1}` }));
+  const m = await d.measure({ drafts: ["ngram", "self:1"], workload: eight, perStratum: 0,
+                              maxTokens: 4, onProgress: (p) => progress.push(p) });
   const stored = JSON.parse(await table());
+  // 1 prompt: judged, not recorded, and the table stays as it was
+  const few = await d.measure({ drafts: ["ngram"], workload: [prompt], maxTokens: 4 });
+  const same = JSON.stringify(JSON.parse(await table())) === JSON.stringify(stored);
   // the shipped sample: one prompt of each stratum, 2 tokens each
   const shipped = await d.measure({ drafts: ["ngram"], maxTokens: 2 });
   d.terminate();
-  return { m, progress, stored, shipped: shipped.report };
+  return { m, progress, stored, few, same, shipped: shipped.report };
 }""" % PRELUDE
 
 
@@ -73,17 +79,22 @@ def test_measure_returns_the_gates_table_and_keeps_the_verdict_in_opfs(page, tin
     out = page.evaluate(MEASURE)
     m = out["m"]
     assert not m["cancelled"] and m["stored"]
-    assert m["verdict"] == {"ngram": "keep off", "self:1": "keep off"}   # 1 prompt, fewer than 8
     report = m["report"]
     assert report["schema"] == gate.SCHEMA and report["device_class"] == "cpu-numpy"
     assert report["thresholds"] == gate.THRESHOLDS
     assert report["webgpu"]["available"] in (True, False)    # the adapter, this page's only
-    assert "1 prompts measured, fewer than 8" in report["drafters"]["ngram"]["reasons"][0]
-    assert m["text"] == report["text"] and "ngram: keep off" in m["text"]
-    assert [(p["done"], p["total"]) for p in out["progress"]] == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    assert m["verdict"] == {d: x["verdict"] for d, x in report["drafters"].items()}
+    assert m["text"] == report["text"] and f"ngram: {m['verdict']['ngram']}" in m["text"]
+    # a warm-up of the 3 sides, then each prompt on each, then the end
+    assert [(p["done"], p["total"]) for p in out["progress"]] == [(i, 27) for i in range(28)]
     keys = {(v["champion_sha256"], v["draft"], v["device_class"]) for v in m["verdicts"]}
     assert keys == {(tiny_sha, "ngram", "cpu-numpy"), (tiny_sha, "self:1", "cpu-numpy")}
     assert verdicts.parse(out["stored"], "OPFS verdicts.json") == m["verdicts"]
+    few = out["few"]      # under the minimum sample: judged, printed, not recorded
+    assert few["verdict"] == {"ngram": "keep off"} and not few["stored"] and few["verdicts"] == []
+    ngram = few["report"]["drafters"]["ngram"]
+    assert "1 prompts measured, fewer than 8" in ngram["reasons"][0]
+    assert ngram["not_recorded"] == gate.unrecorded({"prompts": 1}) and out["same"]
     shipped = out["shipped"]
     assert shipped["workload"] == "workload.jsonl" and shipped["per_stratum"] == 1
     assert shipped["drafters"]["ngram"]["prompts"] + len(shipped["skipped"]) == 11
@@ -182,6 +193,49 @@ def test_a_cancelled_run_and_bad_input_leave_no_verdict(page):
     assert out["same"], "OPFS verdicts.json changed"
 
 
+LIST_AND_CLEAR = """async ([text]) => {%s
+  await setTable(text);
+  const list = await SpecDecoder.recordedVerdicts();
+  const first = list[0].sha256;
+  const one = await SpecDecoder.clearVerdicts({ only: [first.slice(0, 8).toUpperCase()] });
+  const after = await SpecDecoder.recordedVerdicts();
+  let unknown = null;
+  try { await SpecDecoder.clearVerdicts({ only: [list[1].sha256, "0123456789ab"] }); }
+  catch (e) { unknown = { code: e.code, message: e.message }; }
+  const kept = (await SpecDecoder.recordedVerdicts()).length;
+  const badOption = await codeOf(() => SpecDecoder.clearVerdicts({ only: "abcd" }));
+  const all = await SpecDecoder.clearVerdicts();
+  const none = await SpecDecoder.recordedVerdicts();
+  const file = await table();
+  await setTable("not json");
+  let broken = null;
+  try { await SpecDecoder.recordedVerdicts(); } catch (e) { broken = e.message; }
+  const cleared = await SpecDecoder.clearVerdicts();
+  return { list, first, one, after, unknown, kept, badOption, all, none, file, broken, cleared,
+           gone: await table() };
+}""" % PRELUDE
+
+
+def test_the_client_lists_and_clears_the_recorded_verdicts(page, tiny_sha):
+    """SpecDecoder.recordedVerdicts() and clearVerdicts() (web/verdicts.js), with no decoder:
+    one by the first digits of its sha256, an unknown name refused with nothing removed, all,
+    and a file that is not a table."""
+    table = [verdict(tiny_sha, d, "promote", "cpu-numpy") for d in ("ngram", "self:1", "self:2")]
+    out = page.evaluate(LIST_AND_CLEAR, [json.dumps({"schema": verdicts.SCHEMA,
+                                                     "verdicts": table})])
+    assert out["list"] == table
+    rest = [v["sha256"] for v in table if v["sha256"] != out["first"]]
+    assert out["one"] == {"removed": [out["first"]], "kept": rest}
+    assert [v["sha256"] for v in out["after"]] == rest
+    assert out["unknown"]["code"] == "bad_config" and out["kept"] == 2
+    assert "no verdict 0123456789ab in this origin's verdicts.json" in out["unknown"]["message"]
+    assert out["badOption"] == "bad_config"
+    assert out["all"] == {"removed": rest, "kept": []} and out["none"] == []
+    assert out["file"] is None
+    assert "verdicts.json is not a verdict table: SpecDecoder.clearVerdicts()" in out["broken"]
+    assert out["cleared"] == {"removed": [], "kept": []} and out["gone"] is None
+
+
 def test_the_demos_button_states_its_sample_and_shows_the_table(context):
     """The demo page (index.html + app.js + gate-view.js): the sample is stated beside the
     button, and a run (pyspecApp.measure, the button's action) shows the CLI's table."""
@@ -191,9 +245,18 @@ def test_the_demos_button_states_its_sample_and_shows_the_table(context):
     ready(page)
     stated = page.inner_text("#measure-box")
     assert "first prompt of each of its 11 strata" in stated and "32 new tokens" in stated
+    assert f"from {gate.THRESHOLDS['prompts']} prompts up" in stated
     sample = page.evaluate("async () => (await import('./gate-view.js')).SAMPLE")
     assert sample == {"perStratum": 1, "maxTokens": 32}     # what the page says it runs
     assert page.is_enabled("#measure")
+    kept = verdict("0" * 64, "ngram", "promote", "cpu-numpy")     # another champion's
+    page.evaluate("""async ([text]) => {
+      const root = await navigator.storage.getDirectory();
+      const out = await (await root.getFileHandle("verdicts.json", { create: true }))
+        .createWritable();
+      await out.write(text);
+      await out.close();
+    }""", [json.dumps({"schema": verdicts.SCHEMA, "verdicts": [kept]})])
     m = page.evaluate("""() => pyspecApp.measure({ drafts: ["ngram"], maxTokens: 4,
       workload: [{ id: "p", stratum: "s",
                    messages: [{ role: "user", content: "the cat sat on the mat. the cat" }] }]
@@ -201,5 +264,15 @@ def test_the_demos_button_states_its_sample_and_shows_the_table(context):
     assert m["verdict"] == {"ngram": "keep off"}
     table = page.inner_text("#gate-table")
     assert table == m["text"] and "ngram: keep off" in table and "speedup" in table
-    assert "ngram: keep off" in page.inner_text("#measure-progress")
+    progress = page.inner_text("#measure-progress")   # 1 prompt: under the minimum sample
+    assert "ngram: keep off" in progress
+    assert f"not recorded: {gate.unrecorded({'prompts': 1})}" in progress
+    # the verdicts kept here, listed after the run; the button clears them
+    assert page.inner_text("#verdicts-list").startswith(
+        f"Kept in this browser: {kept['sha256'][:12]} promote ngram on cpu-numpy (x1.300, ")
+    page.click("#verdicts-clear")
+    page.wait_for_function("() => document.getElementById('verdicts-clear').hidden")
+    assert page.inner_text("#verdicts-list") == ('No verdict kept in this browser: "auto" '
+                                                 "follows today's rule.")
+    assert page.inner_text("#measure-progress").startswith("cleared 1 verdict: ")
     assert page.is_enabled("#measure") and page.is_enabled("#send")

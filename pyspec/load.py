@@ -262,7 +262,8 @@ def auto_candidates(table: list[dict]) -> dict[str, str]:
 def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None, *,
             given=None, **paths):
     """The executor for a champion and a --draft spec (or drafter object; "auto":
-    auto_choice's choice, which the executor's `auto` keeps for the receipt), its drafter made by
+    auto_choice's choice, which the executor's `auto` keeps for the receipt and the CLI's note;
+    None for a named drafter), its drafter made by
     make_drafter (`load_draft`, `given`: its arguments). `paths`: a GPU backend's
     gpu.backend.Paths fields, the benchmark's comparisons."""
     choice = auto_choice(champion) if draft == "auto" else None
@@ -281,5 +282,5 @@ def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None
             drafter = (make_drafter(draft, champion, given=given) if isinstance(draft, str)
                        else draft)
         ex = GPUBackend(champion, drafter, max_ctx, owned=owned, **paths)
-    ex.auto = choice.receipt() if choice else None
+    ex.auto = choice     # what "auto" chose and the verdict that did (receipts, the CLI's note)
     return ex

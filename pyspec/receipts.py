@@ -73,7 +73,7 @@ def build(engine, opts, mode: str, stats: dict, drafter) -> dict:
                   # the request's draft was "auto": {"verdict", "verdict_sha256"} of the gate
                   # verdict that chose the drafter (verdicts.py), both null where today's rule
                   # did; null when the request named its drafter
-                  "auto": getattr(engine.backend, "auto", None)},
+                  "auto": _auto(engine.backend)},
         "tokenizer_hash": engine.tokenizer.fingerprint(),
         "template_hash": engine.tokenizer.template_hash(),
         # tree: the request's --tree (widths per depth "2,2,1", "auto"), null for chains
@@ -203,6 +203,13 @@ def validate(receipt) -> None:
         key, value = negatives[0]
         raise ValueError(f"receipt field {key!r} is {value}; counts and sizes are never "
                          "negative")
+
+
+def _auto(backend) -> dict | None:
+    """draft.auto from the executor's `auto` (load.backend: a verdicts.Choice where the request
+    left its drafter to "auto", else None)."""
+    choice = getattr(backend, "auto", None)
+    return choice.receipt() if choice is not None else None
 
 
 def _check_auto(auto) -> None:

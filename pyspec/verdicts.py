@@ -9,16 +9,18 @@ A verdict is one JSON object (`record` makes it; `python -m pyspec gate` measure
 
 `sha256` is the hash of the other fields (`verdict_sha256`): the name a receipt gives the verdict
 that chose its drafter, never a path or text. Natively the table is a cache file (`store_path`:
-$XDG_CACHE_HOME/pyspec/verdicts.json, else ~/.cache/pyspec/verdicts.json); in the page it lives in
-OPFS and the worker hands it to the session at init (apps/session.py). A newer verdict for the
-same champion, draft and device class replaces the older.
+$PYSPEC_VERDICTS, else $XDG_CACHE_HOME/pyspec/verdicts.json, else ~/.cache/pyspec/verdicts.json);
+in the page it lives in OPFS and the worker hands it to the session at init (apps/session.py). A
+newer verdict for the same champion, draft and device class replaces the older; `find` and
+`remove` name verdicts by their sha256 (or its first digits), `clear` deletes the file.
 
 `choose` is the rule: among the candidates auto may run, the promoted one with the highest
 measured speedup; else, when the drafter today's rule would pick (load.default_draft) was kept
 off, no drafter; else None, and today's rule stands.
 
 Not here: measuring (apps/gate.py), the thresholds (apps/gate.py THRESHOLDS), the receipt's
-field (receipts.py).
+field (receipts.py), the `verdicts` command and the notes that name a verdict
+(apps/verdict_table.py).
 """
 
 from __future__ import annotations
@@ -42,6 +44,17 @@ class VerdictStoreError(PyspecError, ValueError):
     """The verdict file is not a verdict table: the message says which file and how to mend it."""
 
     code = "bad_config"
+
+
+class UnknownVerdictError(PyspecError, LookupError):
+    """No verdict (or more than one) has the sha256 or prefix given: the message says which
+    names the table holds, or to give more digits."""
+
+    code = "bad_config"
+
+
+SHORT = 12      # the digits of a verdict's sha256 that name it in listings and notes
+MIN_PREFIX = 4  # the fewest digits `find` takes
 
 
 def device_class(adapter_class: str, architecture: str | None = None) -> str:
@@ -96,7 +109,7 @@ def parse(table, source: str) -> list[dict]:
 
 
 def store_path() -> str:
-    """The native verdict file: $PYSPEC_VERDICTS (the tests' own), else
+    """The native verdict file: $PYSPEC_VERDICTS (a file of one's own; the tests' too), else
     $XDG_CACHE_HOME/pyspec/verdicts.json, else ~/.cache/pyspec/verdicts.json."""
     if os.environ.get("PYSPEC_VERDICTS"):
         return os.environ["PYSPEC_VERDICTS"]
@@ -126,11 +139,59 @@ def merge(table: list[dict], new: list[dict]) -> list[dict]:
 
 
 def save(new: list[dict], path: str | None = None) -> str:
-    """Add verdicts to the native file (written whole to a temporary file, then renamed, so that
-    a run stopped while writing leaves the old table); returns its path."""
+    """Add verdicts to the native file; returns its path."""
     path = path or store_path()
-    table = merge(load(path), new)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return _write(merge(load(path), new), path)
+
+
+def find(table: list[dict], name: str, source: str) -> dict:
+    """The verdict whose sha256 is `name` or starts with it (at least MIN_PREFIX hex digits);
+    UnknownVerdictError naming `source` for none, or for a prefix that names more than one."""
+    name = name.lower()
+    if not re.fullmatch(f"[0-9a-f]{{{MIN_PREFIX},64}}", name):
+        raise UnknownVerdictError(f"{name!r} is not a verdict's name: give its sha256, or at "
+                                  f"least its first {MIN_PREFIX} hex digits, as `python -m "
+                                  "pyspec verdicts` lists them")
+    hits = [v for v in table if v["sha256"].startswith(name)]
+    if not hits:
+        raise UnknownVerdictError(f"no verdict {name} in {source} ({len(table)} there): `python "
+                                  "-m pyspec verdicts` lists them")
+    if len(hits) > 1:
+        raise UnknownVerdictError(f"{name} names {len(hits)} verdicts in {source} ("
+                                  f"{', '.join(v['sha256'][:SHORT] for v in hits)}): give more "
+                                  "of its sha256")
+    return hits[0]
+
+
+def remove(names: list[str], path: str | None = None) -> list[dict]:
+    """Take the verdicts `names` name (find's rule: every name must name one, else nothing is
+    removed) out of the native file; returns them."""
+    path = path or store_path()
+    table = load(path)
+    gone = [find(table, n, path) for n in names]
+    _write([v for v in table if v not in gone], path)
+    return gone
+
+
+def clear(path: str | None = None) -> int | None:
+    """Delete the native file, whatever it holds; returns how many verdicts it held (None: it
+    was not a verdict table; 0: there was none)."""
+    path = path or store_path()
+    try:
+        n = len(load(path))
+    except VerdictStoreError:
+        n = None
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+    return n
+
+
+def _write(table: list[dict], path: str) -> str:
+    """The table, written whole to a temporary file, then renamed, so that a run stopped while
+    writing leaves the old one; returns the path."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump({"schema": SCHEMA, "verdicts": table}, f, indent=1)
@@ -138,8 +199,37 @@ def save(new: list[dict], path: str | None = None) -> str:
     return path
 
 
+def draft_name(draft: str) -> str:
+    """A verdict's draft in words: its kind ("ngram", "self:20"), or a draft model by the first
+    digits of its sha256 ("model 3f2a9c1b7d4e", "ngram+model 3f2a9c1b7d4e")."""
+    if re.fullmatch(r"(ngram\+)?[0-9a-f]{64}", draft):
+        combo, _, sha = draft.rpartition("+")
+        return f"{combo}{'+' if combo else ''}model {sha[:SHORT]}"
+    return draft
+
+
+def describe(v: dict) -> str:
+    """One verdict in a line: its word, draft, device class, speedup and interval, and the gate
+    run that measured it (its date)."""
+    sp = v["speedup"]
+    return (f"{v['verdict']} {draft_name(v['draft'])} on {v['device_class']}, speedup "
+            f"x{sp['median']:.3f} [{sp['low']:.3f}, {sp['high']:.3f}], gate run of {v['date']}")
+
+
 def _key(v: dict) -> tuple:
     return v["champion_sha256"], v["draft"], v["device_class"]
+
+
+def explain(choice: "Choice | None") -> str | None:
+    """The verdict that made `choice`, in words ("no drafter: kept off by the recorded gate
+    verdict 2840fb139173 (keep off ngram on cpu-numpy, ...)"); None where no verdict did. The
+    CLI's note and the page's info.draft_auto say where it is kept and how to clear it."""
+    v = choice.verdict if choice else None
+    if v is None:
+        return None
+    did = (f"drafter {choice.drafter}, chosen by" if v["verdict"] == PROMOTE
+           else "no drafter: kept off by")
+    return f"{did} the recorded gate verdict {v['sha256'][:SHORT]} ({describe(v)})"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """`python -m pyspec gate` (apps/gate.py) and the verdicts `auto` follows (verdicts.py,
 load.auto_choice): the rule on constructed numbers, both outcomes and its edges; the JSON and its
 provenance on a tiny model; a stored verdict followed, one of another device class ignored, the
-receipt naming it; a cancelled run and bad input leaving no verdict."""
+receipt naming it; a cancelled run, a sample under the minimum and bad input leaving no
+verdict."""
 
 from __future__ import annotations
 
@@ -87,13 +88,16 @@ def workload(tmp_path, n=2, max_tokens=10):
     return path
 
 
+def gate_run(tiny, tmp_path, *extra) -> list[str]:
+    return ["gate", "--workload", str(workload(tmp_path)), "--champion", tiny.champion_path,
+            "--draft", "ngram", "--out", str(tmp_path / "out"), *extra]
+
+
 def test_gate_writes_json_with_provenance_and_records_each_verdict(tiny, tmp_path, store,
-                                                                    capsys):
-    out = tmp_path / "out"
-    assert cli.main(["gate", "--workload", str(workload(tmp_path)), "--champion",
-                     tiny.champion_path, "--draft", "ngram", "--draft", tiny.close_path,
-                     "--out", str(out)]) == 0
-    result = json.loads((out / "gate-cpu.json").read_text())
+                                                                    capsys, monkeypatch):
+    monkeypatch.setitem(gate.THRESHOLDS, "prompts", 4)     # the 4 prompts are a full sample
+    assert cli.main(gate_run(tiny, tmp_path, "--draft", tiny.close_path)) == 0
+    result = json.loads((tmp_path / "out" / "gate-cpu.json").read_text())
     assert result["schema"] == gate.SCHEMA and result["device_class"] == "cpu-numpy"
     assert result["thresholds"] == gate.THRESHOLDS and result["interval"] == gate.INTERVAL
     prov = result["provenance"]
@@ -101,10 +105,10 @@ def test_gate_writes_json_with_provenance_and_records_each_verdict(tiny, tmp_pat
     assert prov["drafts"][tiny.close_path]["sha256"] == sha256_file(tiny.close_path)
     assert prov["drafts"]["ngram"] is None and "commit" in prov
     table = verdicts.load()
-    assert len(table) == 2
+    assert len(table) == 2 and result["recorded_in"] == str(store)
     for d, m in result["drafters"].items():
         assert m["verdict"] in verdicts.VERDICTS and m["identical_to_baseline"] == 4
-        assert m["verdict"] == "keep off" and "4 prompts measured" in m["reasons"][0]
+        assert m["not_recorded"] is None
         sp = m["speedup"]
         assert sp["n"] == 4 and sp["min"] <= sp["low"] <= sp["median"] <= sp["high"] <= sp["max"]
         assert len(m["acceptance_by_position"]) >= 1 and m["peak_bytes"] > 0
@@ -113,7 +117,39 @@ def test_gate_writes_json_with_provenance_and_records_each_verdict(tiny, tmp_pat
         assert mine["draft"] == gate.identity(d) and mine["device_class"] == "cpu-numpy"
     assert {v["draft"] for v in table} == {"ngram", sha256_file(tiny.close_path)}
     printed = capsys.readouterr().out
-    assert "ngram: keep off" in printed and "speedup" in printed and "TTFT change" in printed
+    assert "speedup" in printed and "TTFT change" in printed
+    assert f"recorded in {store}: ngram {result['drafters']['ngram']['verdict']} " \
+           f"({result['drafters']['ngram']['verdict_sha256'][:12]})" in printed
+
+
+def test_a_sample_under_the_minimum_records_nothing_and_says_so(tiny, tmp_path, store, capsys):
+    """The issue-55 case: a quick trial run printed `keep off` and stored it for `auto`."""
+    old = verdict(tiny, "self:1", "promote")
+    verdicts.save([old])
+    before = store.read_bytes()
+    assert cli.main(gate_run(tiny, tmp_path)) == 0
+    printed = capsys.readouterr().out
+    why = "4 prompts measured, fewer than the 8 a verdict needs to be recorded"
+    assert "ngram: keep off" in printed and f"  not recorded: {why}" in printed
+    assert printed.rstrip().endswith(f"nothing recorded: {why} (more prompts: --per-stratum, or "
+                                     "the whole workload by default); `--draft auto` goes on "
+                                     "as before")
+    assert store.read_bytes() == before       # the table as it was, its verdicts untouched
+    assert cli.main(gate_run(tiny, tmp_path, "--json")) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["recorded_in"] is None and result["schema"] == gate.SCHEMA
+    ngram = result["drafters"]["ngram"]
+    assert ngram["not_recorded"] == why and ngram["verdict_sha256"] is None
+    assert json.loads((tmp_path / "out" / "gate-cpu.json").read_text()) == result
+    assert store.read_bytes() == before
+
+
+def test_a_store_that_is_not_one_is_named_before_anything_runs(tiny, tmp_path, store, capsys,
+                                                               monkeypatch):
+    store.write_text("not json")
+    monkeypatch.setattr(gate, "load_champion", lambda *a: pytest.fail("the champion loaded"))
+    assert cli.main(gate_run(tiny, tmp_path)) == 2
+    assert f"error: {store}: not JSON" in capsys.readouterr().err
 
 
 def verdict(tiny, draft: str, word: str, device: str = "cpu-numpy", median=1.3) -> dict:
@@ -167,6 +203,7 @@ def test_a_named_drafter_has_no_auto_field_and_the_receipt_check_refuses_a_bad_o
 
 
 def test_a_cancelled_run_leaves_no_verdict(tiny, tmp_path, store, monkeypatch):
+    monkeypatch.setitem(gate.THRESHOLDS, "prompts", 1)    # a finished run would record
     calls = []
     generate = Engine.generate
 
@@ -225,6 +262,8 @@ def test_the_docs_state_the_thresholds_in_code():
     table = text.split("<!-- thresholds")[1].split("<!-- /thresholds -->")[0]
     rows = dict(re.findall(r"^\| `(\w+)` \| ([\d.]+) \|", table, re.M))
     assert {k: float(v) for k, v in rows.items()} == gate.THRESHOLDS
+    # the minimum sample, as the docs quote it
+    assert f"not recorded: {gate.unrecorded({'prompts': 2})}" in " ".join(text.split())
 
 
 def test_the_page_session_follows_a_verdict_table_given_at_init(tiny, tmp_path):
@@ -247,6 +286,10 @@ def test_the_page_session_follows_a_verdict_table_given_at_init(tiny, tmp_path):
     info = json.loads(asyncio.run(s.load(json.dumps({"draft": "auto", "verdicts": table,
                                                       "max_ctx": 128}), champion)))
     assert info["draft"] == "self:1" and info["draft_verdict"] == chosen["sha256"]
+    assert info["draft_auto"] == (
+        f"drafter self:1, chosen by the recorded gate verdict {chosen['sha256'][:12]} ("
+        f"{verdicts.describe(chosen)}) in this browser (OPFS verdicts.json); "
+        "SpecDecoder.clearVerdicts() removes it")
 
     def receipt(config):
         out = asyncio.run(s.generate(1, messages, json.dumps({"max_tokens": 4, **config}),
@@ -257,7 +300,8 @@ def test_the_page_session_follows_a_verdict_table_given_at_init(tiny, tmp_path):
     bad = json.loads(asyncio.run(s.load(json.dumps({"draft": "auto", "verdicts": "[{}]"}),
                                         champion)))
     assert bad["error"]["code"] == "bad_config"
-    assert json.loads(asyncio.run(s.load('{"draft": "auto"}', champion)))["draft_verdict"] is None
+    plain = json.loads(asyncio.run(s.load('{"draft": "auto"}', champion)))
+    assert plain["draft_verdict"] is None and plain["draft_auto"] is None
 
 
 @pytest.mark.parametrize("adapter, architecture, expected", [

@@ -125,7 +125,8 @@ def test_usage_may_be_null_where_the_prompt_was_never_counted(tmp_path):
     assert done.returncode != 0 and "possibly 'null'" in done.stdout
 
 
-MEASURE_TS = """import { SpecDecoder, type MeasureResult, type VerdictWord } from "./client.js";
+MEASURE_TS = """import { SpecDecoder, type MeasureResult, type Verdict, type VerdictWord
+         } from "./client.js";
 
 const decoder = await SpecDecoder.create({ champion: "smollm2", draft: "auto" });
 const stop = new AbortController();
@@ -136,14 +137,23 @@ const word: VerdictWord | undefined = m.verdict.ngram;
 const low: number | undefined = m.report?.drafters.ngram.speedup.low;
 const chose: string | null | undefined = decoder.info?.draft_verdict;
 console.log(m.cancelled, m.text ?? "", word, low, chose, m.verdicts[0]?.device_class, m.stored);
+const why: string | null | undefined = m.report?.drafters.ngram.not_recorded;
+const kept: Verdict[] = await SpecDecoder.recordedVerdicts();
+const one = await SpecDecoder.clearVerdicts({ only: [kept[0]?.sha256 ?? "abcd"] });
+const all: string[] = (await SpecDecoder.clearVerdicts()).removed;
+console.log(why, one.kept, all);
 """
 
 
 def test_measure_type_checks_and_a_misspelt_option_is_caught(tmp_path):
     """decoder.measure() as an embedder writes it (docs/embedding.md): typed options, progress,
-    the verdict per drafter; a misspelt option is an error."""
+    the verdict per drafter, the recorded verdicts listed and cleared; a misspelt option and a
+    mistyped one are errors."""
     done = tsc(tmp_path, "measure.ts", MEASURE_TS, "--strict")
     assert done.returncode == 0, done.stdout + done.stderr
     done = tsc(tmp_path, "measure.ts", MEASURE_TS.replace("perStratum", "per_stratum"),
                "--strict")
     assert done.returncode != 0 and "per_stratum" in done.stdout
+    done = tsc(tmp_path, "measure.ts", MEASURE_TS.replace('{ only: [kept[0]?.sha256 ?? "abcd"] }',
+                                                          '{ only: "abcd" }'), "--strict")
+    assert done.returncode != 0 and "not assignable to type 'string[]'" in done.stdout

@@ -302,7 +302,8 @@ export interface ReadyInfo {
   draft_model: string | null;
   /** The default drafter: "ngram", "none", "self:L", "model", ... ("auto" resolved). */
   draft: string;
-  /** With draft "auto": what it chose and why, in words; else null. */
+  /** With draft "auto": what it chose and why, in words (the recorded verdict that chose it,
+   *  and how to clear it); else null. */
   draft_auto: string | null;
   /** With draft "auto": the sha256 of the recorded gate verdict (measure(), OPFS) that chose
    *  `draft` for this champion, draft and device class; null when today's rule chose. */
@@ -522,7 +523,11 @@ export interface GateDrafter {
   draft_pass_s: number;
   peak_bytes: number;
   baseline_peak_bytes: number;
-  verdict_sha256: string;
+  /** Why this verdict was not recorded (a sample under the gate's minimum, THRESHOLDS
+   *  prompts), else null. */
+  not_recorded: string | null;
+  /** The recorded verdict's sha256 (null: not recorded). */
+  verdict_sha256: string | null;
   [field: string]: unknown;
 }
 
@@ -548,9 +553,11 @@ export interface MeasureResult {
   verdict: Record<string, VerdictWord>;
   text: string | null;
   report: GateReport | null;
-  /** The verdicts recorded, which draft "auto" follows from the next load. */
+  /** The verdicts recorded, which draft "auto" follows from the next load ([] for a sample
+   *  under the gate's minimum: each drafter's not_recorded says so). */
   verdicts: Verdict[];
-  /** Whether they were written to OPFS (not in a page without it). */
+  /** Whether they were written to OPFS (not in a page without it, nor when none was
+   *  recorded). */
   stored: boolean;
 }
 
@@ -570,6 +577,15 @@ export declare class SpecDecoder {
   /** Remove cached weights but those in `keep`; busy: open in a running decoder. */
   static clearCache(options?: { keep?: string[] }): Promise<{
     removed: string[]; kept: string[]; busy: string[] }>;
+  /** The gate verdicts measure() recorded in this origin's OPFS (verdicts.json), which draft
+   *  "auto" follows from the next load; [] where there are none. A file that is not a verdict
+   *  table: SpecError bad_config (clearVerdicts() removes it). */
+  static recordedVerdicts(): Promise<Verdict[]>;
+  /** Remove recorded verdicts: those `only` names (each a sha256, or at least its first 4 hex
+   *  digits; one that names no verdict, or several, is SpecError bad_config and nothing is
+   *  removed), else all of them. removed, kept: sha256s. */
+  static clearVerdicts(options?: { only?: string[] | null }): Promise<{
+    removed: string[]; kept: string[] }>;
   info: ReadyInfo | null;
   lastResult: GenerateResult | null;
   restarts: number;

@@ -41,7 +41,8 @@
 // The OpenAI-style facade (`d.chat.completions.create(request)`, facade.js) is the same
 // generate() in the shape of the OpenAI SDK and WebLLM; client.d.ts types both. Not here: the
 // checks of the options an app hands it (checks.js), the weights cache's listing and clearing
-// (cache.js), measuring (measure.js), the notices a finished request brings (notices.js).
+// (cache.js), measuring (measure.js), the recorded verdicts' listing and clearing
+// (verdicts.js), the notices a finished request brings (notices.js).
 
 import { cachedModels, clearCache } from "./cache.js";
 import { checkFinite, checkReloadOptions, createOptions } from "./checks.js";
@@ -49,6 +50,7 @@ import { SpecError } from "./errors.js";
 import { completions } from "./facade.js";
 import { measure } from "./measure.js";
 import { resultNotices } from "./notices.js";
+import { clearVerdicts, recordedVerdicts } from "./verdicts.js";
 
 export { SpecError };
 
@@ -94,6 +96,10 @@ export class SpecDecoder {
   static clearCache(options) {
     return clearCache(options);
   }
+
+  // --- the gate's verdicts in OPFS, which draft "auto" follows (verdicts.js) ----------
+  static recordedVerdicts() { return recordedVerdicts(); }
+  static clearVerdicts(options) { return clearVerdicts(options); }
 
   /** The model card of `source` (a URL, {url, sha256?}, a manifest name or a File/Blob), read
    *  from its header alone before any download, in a worker of its own: {card, error, header}.

@@ -80,8 +80,9 @@
 //       apps/page_gate.py). result: the gate's JSON (result.text: its table as the CLI prints
 //       it; result.webgpu: the adapter, as ready's webgpu); verdicts: the new ones, also
 //       merged into OPFS verdicts.json (stored: whether that write happened), which draft
-//       "auto" follows from the next init on. A cancelled run
-//       stores nothing. A malformed or empty workload: code bad_workload.
+//       "auto" follows from the next init on. A cancelled run stores nothing, nor does a
+//       sample under the gate's minimum (verdicts [], each drafter's not_recorded says why).
+//       A malformed or empty workload: code bad_workload.
 //   {type:'cancel', id, target}  (target: the id of a generate or measure, running or waiting)
 //                                                -> {type:'cancel_ack', id, cancelled}
 //   {type:'stats', id} / {type:'receipt', id}     -> {type:'stats', id, stats, memory, startup} /
@@ -387,7 +388,8 @@ async function measure(msg) {
                                                await readVerdicts(), onProgress));
   if (out.error) throw new WorkerError(out.error.code, out.error.message);
   if (out.cancelled) return { type: "measured", id: msg.id, cancelled: true, result: null };
-  const stored = await writeVerdicts(out.table);
+  // A sample under the gate's minimum records nothing (gate.unrecorded): the table stays as it was.
+  const stored = out.verdicts.length ? await writeVerdicts(out.table) : false;
   // The WebGPU adapter behind the engine's class (a software one: SwiftShader), for this page
   // only: the verdict keeps the class alone.
   const webgpu = await webgpuInfo();

@@ -1,5 +1,5 @@
 """Command line: python -m pyspec generate | chat | tokenize | detokenize | score | check-pair |
-info | receipt | bench | gate | demo.
+info | receipt | bench | gate | verdicts | demo.
 
 Each command parses its options, loads what it needs and prints plain text or one JSON object.
 Errors a user can fix (bad files, bad pairs, long prompts, bad options) print one line starting
@@ -189,6 +189,8 @@ def parser() -> argparse.ArgumentParser:
     _bench_command(sub)
     from .gate import add_parser as add_gate   # (gate.py: its options beside its code)
     add_gate(sub, CHAMPION_HELP)
+    from .verdict_table import add_parser as add_verdicts
+    add_verdicts(sub)
     for p in sub.choices.values():   # so that main() can name a command's unknown options
         p.set_defaults(parser=p)
         p.formatter_class = _Help

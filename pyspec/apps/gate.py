@@ -8,7 +8,8 @@ acceptance by position, the speedup (the per-prompt ratio's median, with a boots
 that median, and its range), the change of time to first token against one draft pass, and peak
 memory. Then a verdict, `promote` or `keep off`, by THRESHOLDS (stated in docs/gate.md), which
 is written to `<out>/gate-<backend>.json` (with provenance.record) and recorded for `auto`
-(verdicts.py) only once the whole run has finished: a run stopped midway leaves none.
+(verdicts.py) only once the whole run has finished: a run stopped midway leaves none, and so
+does a sample under THRESHOLDS["prompts"] (`unrecorded`: its verdict is printed, not kept).
 
 Not here: the loop and the per-stratum statistics (bench.py, benchstats.py), the verdict table
 and the rule by which `auto` follows it (verdicts.py, load.auto_choice).
@@ -158,16 +159,32 @@ def judge(m: dict, memory_budget: int | None = None, t: dict = THRESHOLDS) -> di
             "ttft_allowed_s": allowed}
 
 
+def unrecorded(m: dict, t: dict = THRESHOLDS) -> str | None:
+    """Why a drafter's verdict is not recorded (None: it is). The rule's own minimum sample:
+    a verdict from fewer prompts is printed, never kept, so that a quick trial run cannot
+    decide what `auto` runs afterwards."""
+    if m["prompts"] < t["prompts"]:
+        return (f"{m['prompts']} prompts measured, fewer than the {t['prompts']} a verdict "
+                "needs to be recorded")
+    return None
+
+
 def judge_rows(rows: dict[str, list[dict]], names: dict[str, str], champion_sha256: str,
                device_class: str, memory_budget: int | None = None) -> tuple[dict, list]:
     """(drafter -> its measurements, verdict and reasons, the verdicts to record) from
-    run_sides' rows; `names`: each drafter's identity in a verdict. Natively and in the page."""
+    run_sides' rows; `names`: each drafter's identity in a verdict. Each drafter's
+    `not_recorded` says why its verdict is not among them (null: it is, and `verdict_sha256`
+    names it). Natively and in the page."""
     table, found = {}, []
     for d, rs in rows.items():
         if not rs:
             continue
         table[d] = measure(rs)
         table[d] |= judge(table[d], memory_budget)
+        table[d]["not_recorded"] = unrecorded(table[d])
+        table[d]["verdict_sha256"] = None
+        if table[d]["not_recorded"]:
+            continue
         found.append(verdicts.record(
             champion_sha256=champion_sha256, draft=names[d], device_class=device_class,
             verdict=table[d]["verdict"], speedup=table[d]["speedup"],
@@ -177,11 +194,13 @@ def judge_rows(rows: dict[str, list[dict]], names: dict[str, str], champion_sha2
 
 
 def run_gate(args) -> int:
-    """Check everything, measure, judge, write the JSON, print, then record the verdicts."""
+    """Check everything, measure, judge, record the verdicts, write the JSON and print."""
     drafts = args.draft or default_drafts()
     args.drafts = ",".join(drafts)            # what bench's option check reads
     args.workload = args.workload or DEFAULT_WORKLOAD
     check_options(args)
+    store = verdicts.store_path()
+    verdicts.load(store)      # a store that is not one is named now, not after the measuring
     champion_file = args.champion or champion_path()
     check_drafts(champion_file, drafts)
     items = first_per_stratum(read_workload(args.workload), args.per_stratum)
@@ -202,19 +221,31 @@ def run_gate(args) -> int:
               "max_tokens_cap": args.max_tokens, "k_policy": args.k, "repeat": args.repeat,
               "thresholds": THRESHOLDS, "rule_version": RULE_VERSION,
               "memory_budget_bytes": budget, "interval": INTERVAL, "drafters": table,
-              "prompts": prompt_lines(rows), "skipped": skipped, "wall_s": time.time() - t0}
+              "prompts": prompt_lines(rows), "skipped": skipped, "wall_s": time.time() - t0,
+              # the file the verdicts went to, null where none was recorded (`not_recorded`)
+              "recorded_in": verdicts.save(found, store) if found else None}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"gate-{args.backend}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
-    print_verdicts(result)
-    if found:
-        print(f"wrote {path}; verdicts recorded in {verdicts.save(found)}", file=sys.stderr)
+    print(json.dumps(result) if args.json
+          else f"{format_verdicts(result)}\n\n{recorded_line(result)}")
+    print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
-def print_verdicts(result: dict) -> None:
-    print(format_verdicts(result))
+def recorded_line(result: dict) -> str:
+    """The CLI's last line: which verdicts `auto` now follows and where they are kept, or why
+    none was recorded."""
+    drafters = result["drafters"]
+    kept = [f"{d} {m['verdict']} ({m['verdict_sha256'][:12]})" for d, m in drafters.items()
+            if m["verdict_sha256"]]
+    if not kept:
+        why = sorted({m["not_recorded"] for m in drafters.values()}) or ["no prompt was measured"]
+        return (f"nothing recorded: {'; '.join(why)} (more prompts: --per-stratum, or the whole "
+                "workload by default); `--draft auto` goes on as before")
+    return (f"recorded in {result['recorded_in']}: {', '.join(kept)}; `--draft auto` follows "
+            "them (`python -m pyspec verdicts` lists them, `... verdicts clear` removes them)")
 
 
 def format_verdicts(result: dict) -> str:
@@ -236,6 +267,8 @@ def format_verdicts(result: dict) -> str:
             f"  peak memory       {m['peak_bytes'] / 1e6:.1f} MB (champion-only "
             f"{m['baseline_peak_bytes'] / 1e6:.1f} MB)")
         out += [f"  keep off: {why}" for why in m["reasons"]]
+        if m["not_recorded"]:
+            out.append(f"  not recorded: {m['not_recorded']}")
     return "\n".join(out)
 
 
@@ -259,4 +292,6 @@ def add_parser(sub, champion_help: str) -> None:
     p.add_argument("--memory-budget", type=float, default=None, metavar="MB",
                    help="peak memory a promoted drafter may not pass (default: none)")
     p.add_argument("--out", default="gate-out", help="the folder for the JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the JSON (as written to --out) instead of the table")
     p.set_defaults(func=run_gate, temperature=0.0, seed=0, verify=None)

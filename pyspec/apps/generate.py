@@ -20,6 +20,7 @@ from ..options import Options
 from ..text import conversation
 from ..text.conversation import Fitted
 from .request import cli_words, options, prompt_ids, utf8
+from .verdict_table import notice
 
 DEMO_MESSAGES = [{"role": "user", "content":
                   "Correct the grammar of this text and return only the corrected text:\n"
@@ -46,6 +47,14 @@ FAULT_NOTES = {
 }
 
 
+def verdict_note(engine: Engine) -> None:
+    """A note on stderr naming the recorded gate verdict that chose the drafter of "auto"
+    (verdict_table.notice), before any text: what it measured and how to clear it."""
+    text = notice(getattr(engine.backend, "auto", None))
+    if text:
+        print(f"note: {text}", file=sys.stderr)
+
+
 def fault_notes(receipt: dict) -> None:
     """A note on stderr for each fault the request recovered from (the receipt's faults)."""
     for fault in receipt.get("faults", []):
@@ -56,6 +65,7 @@ def fault_notes(receipt: dict) -> None:
 
 def cmd_generate(args) -> int:
     engine = make_engine(args)
+    verdict_note(engine)
     ids = prompt_ids(engine.tokenizer, args, engine.kv.max_ctx,
                      engine.champion.config.context_length)
     fitted = ids if isinstance(ids, Fitted) else Fitted(ids)
@@ -102,6 +112,7 @@ def cmd_chat(args) -> int:
     message that does not fit, an unknown command) does not end the chat; on piped input it
     makes the exit status 2, so a script learns that some of its lines got no reply."""
     engine = make_engine(args)
+    verdict_note(engine)
     tok, ctx = engine.tokenizer, engine.kv.max_ctx
     if tok.chat_template is None:
         raise UsageError("chat needs a model with a chat template, and this one has none; "
@@ -222,6 +233,7 @@ def cmd_demo(args) -> int:
     for draft, engine in engines:
         print(f"=== {'champion only' if draft == 'none' else 'speculative, draft ' + draft} ===",
               file=sys.stderr)
+        verdict_note(engine)
         report = stream_to_stdout(engine, ids, opts)
         print_stats(report["stats"])
         if draft == "none":

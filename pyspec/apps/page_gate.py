@@ -1,9 +1,10 @@
 """The page's gate (issue 47, docs/gate.md): "measure on this device" in the browser worker.
 
 A sample of the public workload (shipped with the site; web/worker.js hands its text here, or
-an embedder's own JSONL) runs through bench's side-by-side loop (bench.side_runs: champion-only
-and each drafter back to back, prompt by prompt, who goes first alternating, greedy, the
-break-even guard on), each run awaited here instead of run synchronously. The rows are judged
+an embedder's own JSONL) runs through bench's side-by-side loop (bench.side_runs: after an
+unreported warm-up of every side, champion-only and each drafter back to back, prompt by prompt,
+who goes first alternating, greedy, the break-even guard on), each run awaited here instead of
+run synchronously (the progress counts the warm-up's runs too). The rows are judged
 by gate.py's own code (judge_rows: the same measurements, THRESHOLDS and RULE_VERSION as
 `python -m pyspec gate`), and the verdicts are merged into the page's table (OPFS
 verdicts.json's text, which the worker reads before and writes back after). A run cancelled
@@ -65,7 +66,8 @@ def read_options(options_json: str, has_model: bool) -> SimpleNamespace:
                                f"got {value}")
         sample[name] = value or None
     return SimpleNamespace(drafts=drafts, **sample, source=opts.get("source") or "the sample",
-                           repeat=1, k="heuristic", temperature=0.0, seed=0, verify=None)
+                           repeat=1, warmup=1, k="heuristic", temperature=0.0, seed=0,
+                           verify=None)
 
 
 def identity(session, drafter: str) -> str:
@@ -163,20 +165,25 @@ async def run_sides(args, items, prompts, engines, on_progress, should_stop):
     """bench.side_runs with each run awaited (Engine.complete) and `should_stop()` asked before
     and during each: (rows, skipped), or None when it stopped."""
     names = {id(e): d for d, e in engines.items()}
+    # side_runs' unreported warm-up first (every side once on the first prompt), then each
+    # prompt's runs
+    warm = args.warmup * len(engines) if items else 0
     per_prompt = len(engines) * args.repeat
-    total, done = len(items) * per_prompt, 0
+    total, done = warm + len(items) * per_prompt, 0
     loop = side_runs(args, items, prompts, engines, args.drafts)
     try:
         job = next(loop)
         while True:
             if should_stop():
                 return None
-            on_progress(done, total, f"{items[done // per_prompt]['id']} "
-                                     f"{names[id(job[0])]}")
+            what = "warm-up" if done < warm else items[(done - warm) // per_prompt]["id"]
+            on_progress(done, total, f"{what} {names[id(job[0])]}")
             try:
                 result = await job[0].complete(job[1], job[2], should_stop=should_stop)
             except PromptTooLongError as e:
-                done = (done // per_prompt + 1) * per_prompt   # the prompt's other runs too
+                # a too-long first prompt ends the warm-up; any prompt's other runs go with it
+                done = warm if done < warm else \
+                    warm + ((done - warm) // per_prompt + 1) * per_prompt
                 job = loop.throw(e)
                 continue
             if should_stop():

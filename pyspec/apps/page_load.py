@@ -130,6 +130,10 @@ async def read(session, options_json: str, champion_buf, draft_buf, before: dict
     session.auto_choice = None
     if auto:
         engine = await follow_verdicts(session, engine, opts.get("verdicts"))
+        said = verdicts.explain(session.auto_choice)
+        if said:    # the verdict that chose, where it is kept and how to clear it
+            auto_note = (f"{said} in this browser (OPFS verdicts.json); "
+                         "SpecDecoder.clearVerdicts() removes it")
     t4 = time.perf_counter()
     old = getattr(getattr(before["engine"], "champion", None), "dev", None)
     if old is not None and old is not getattr(engine.champion, "dev", None):

@@ -237,7 +237,7 @@ class Session:
         # the receipt's draft.auto: the load's choice, for a request that left it to "auto"
         chose = self.auto_choice is not None and config.get("draft") in (None, "auto") \
             and draft == self.default_draft
-        engine.backend.auto = self.auto_choice.receipt() if chose else None
+        engine.backend.auto = self.auto_choice if chose else None
         if drill and drill[0] != "worker-oom" and getattr(engine.champion, "dev", None) is None:
             raise SessionError("bad_config", f"the {drill[0]} drill needs the WebGPU engine, "
                                f"not {engine.adapter}: load with backend webgpu")

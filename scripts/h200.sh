@@ -63,7 +63,8 @@ pack() {
     cp -r .cache/node/node_modules/webgpu "$st/dawn/node_modules/"
     find "$st/dawn/node_modules/webgpu/dist" -mindepth 1 -maxdepth 1 ! -name linux-x64 \
         -exec rm -rf {} +
-    (cd dist/site && tar cf - --exclude=./models .) | tar xf - -C "$st/dawn/site"
+    # no models (they travel apart) and no memory snapshot (the harness starts with snapshot: false)
+    (cd dist/site && tar cf - --exclude=./models --exclude="*.snapshot" .) | tar xf - -C "$st/dawn/site"
     tar cf - -C "$st" dawn | xz -T0 -6 > "$st/dawn.tar.xz"
     rm -rf "$st/dawn"
     (cd "$st" && sha256sum llama.tar.xz gl/* whl/* champ.gguf dawn.tar.xz \

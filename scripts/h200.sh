@@ -22,7 +22,7 @@ set -uo pipefail
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}/pyspec
 OUT=${OUT:-$W/out}
 P=$W/payload
-PART=${PART:-29000000}          # 64 MiB less the tree (37.3 MB), with room to spare
+PART=${PART:-29100000}          # 64 MiB less the tree (37.7 MB) and each part's lists
 SHAPES=${SHAPES:-SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B,Gemma-3-1B,Qwen2.5-1.5B}
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export PYTHONUNBUFFERED=1
@@ -47,7 +47,10 @@ pack() {
     tar xzf "$sdist" -C "$st" --wildcards "$l/*" --exclude="$l/models" --exclude="$l/docs" \
         --exclude="$l/examples" --exclude="$l/media" --exclude="$l/tests" \
         --exclude="$l/gguf-py" --exclude="$l/tools/server/public*" \
-        --exclude="$l/tools/server/webui*" --exclude="$l/tools/ui" 
+        --exclude="$l/tools/server/webui*" --exclude="$l/tools/ui" --exclude="$l/benches" \
+        --exclude="$l/tools/server/tests" --exclude="$l/tools/mtmd/test-*" \
+        $(for b in opencl vulkan hexagon sycl metal et webgpu openvino cann; do
+            printf -- '--exclude=%s/ggml/src/ggml-%s ' "$l" "$b"; done)
     tar cf - -C "$st/llama_cpp_python-0.3.36/vendor" llama.cpp | xz -T0 -6 > "$st/llama.tar.xz"
     rm -rf "$st/llama_cpp_python-0.3.36"
     (cd "$st/gl" && o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64' \

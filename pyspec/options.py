@@ -38,7 +38,8 @@ class Option:
     vLLM take it; None: only under the facade's `pyspec`). `flag`: the command line's argparse
     extras (metavar, action), or None for no flag. `engine`: an Options field; else the
     session's own (the drafter, a drill). `sampling`: one of the sampling controls (applied in
-    the order of the table)."""
+    the order of the table). `api`: the help in the words of a request's field (generate(),
+    docs/embedding.md's table), where the command line's differs (a flag given again, a file)."""
     name: str
     types: tuple
     default: object
@@ -49,6 +50,7 @@ class Option:
     flag: dict | None = field(default_factory=dict)
     engine: bool = True
     sampling: bool = False
+    api: str = ""
 
     def line(self) -> str:
         """The help line: the range first, where it has one."""
@@ -79,7 +81,8 @@ REQUEST = (
            engine=False),
     # The sampling controls, applied in this order (processors.py; docs/sampling-and-json.md).
     Option("logit_bias", (dict,), {}, "add BIAS in [-100, 100] to a token's logit (repeatable)",
-           openai="logit_bias", flag={"action": "append", "metavar": "ID=BIAS"}, sampling=True),
+           openai="logit_bias", flag={"action": "append", "metavar": "ID=BIAS"}, sampling=True,
+           api="{token id: bias}, each bias in [-100, 100], added to that token's logit"),
     Option("repetition_penalty", NUMBER, 1.0, "divides positive / multiplies negative logits "
            "of tokens in the prompt and output (HF); 1 = off", "(0, 1e6]",
            openai="repetition_penalty", sampling=True),
@@ -95,10 +98,14 @@ REQUEST = (
            openai="min_p", sampling=True),
     Option("stop", (str, list), (), f"end the output before TEXT (repeatable, up to "
            f"{MAX_STOPS}); \\n, \\t and \\\\ in TEXT are a newline, a tab and a backslash",
-           openai="stop", flag={"action": "append", "metavar": "TEXT"}, sampling=True),
+           openai="stop", flag={"action": "append", "metavar": "TEXT"}, sampling=True,
+           api=f"a string or up to {MAX_STOPS}: the output ends before the first to appear "
+               "(finish_reason stop)"),
     # Constrained output: a JSON schema, or OpenAI's response_format (apps/session.py reads it).
     Option("json_schema", (dict,), None, "a JSON schema file: the output is compact JSON that "
-           "follows it (the subset in docs/sampling-and-json.md)", flag={"metavar": "FILE"}),
+           "follows it (the subset in docs/sampling-and-json.md)", flag={"metavar": "FILE"},
+           api="a JSON schema: the output is compact JSON that follows it (the subset in "
+               "docs/sampling-and-json.md); in chat.completions.create, give response_format"),
     Option("response_format", (dict,), None, "OpenAI's {type: 'json_schema', json_schema: "
            "{name, schema, strict}} or {type: 'text'}", openai="response_format", flag=None,
            engine=False),

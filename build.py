@@ -13,9 +13,11 @@
                                       --verify V --temperature T --seed S --max-tokens N
                                       --backend B --json --fault KIND@CYCLE]` runs it in headless
                                       Chromium and prints the text and stats; --fault runs it as
-                                      a fault drill (`demo --help` lists them all);
+                                      a fault drill (`demo --help` lists them all); --model M:
+                                      a model of the site or the path of a GGUF (served to the
+                                      page at local/NAME);
                                       `demo --cli [ARGS]` is the terminal demo (`pyspec demo`:
-                                      its own ARGS, e.g. --champion, --draft, --max-tokens)
+                                      its own ARGS, e.g. --champion, --draft, --runs)
     python3 build.py bench [ARGS]     setup + site, then the benchmark in headless Chromium (WebGPU):
                                       champion-only vs each drafter per stratum of the public
                                       workload (`python -m webtools.bench --help` for ARGS);

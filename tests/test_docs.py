@@ -134,3 +134,29 @@ def test_the_readme_snippet_works_with_the_site_and_the_npm_package():
     assert draft in ("ngram", "none", "auto") or draft.startswith("self:")
     config = re.search(r"d\.generate\(.*?\], \{(.*?)\}\)", snippet, re.S)[1]
     assert set(re.findall(r"(\w+):", config)) <= set(OPTION)
+
+
+def test_the_flags_table_is_every_commands_help_and_cli_md_names_no_other_flag():
+    """docs/cli.md's table holds each command's flags (and positionals) as its --help does, one
+    row a command; every --flag cli.md names anywhere is one that a command (or build.py,
+    which it mentions) takes."""
+    import argparse
+
+    from pyspec.apps import cli
+
+    commands = cli.parser()._subparsers._group_actions[0].choices
+    page = ROOT / "docs" / "cli.md"
+    table = dict(re.findall(r"^\| `([\w-]+)` \| (.+) \|$", block(page, "flags"), re.M))
+    assert set(table) == set(commands), "docs/cli.md's flags table needs one row per command"
+    known = {"--help", "--version"}
+    for name, parser in commands.items():
+        shown = {a.option_strings[-1] if a.option_strings else a.dest.upper()
+                 for a in parser._actions
+                 if a.help is not argparse.SUPPRESS and "--help" not in a.option_strings}
+        documented = set(re.findall(r"`([\w-]+)`", table[name]))
+        assert documented == shown, (name, "in --help only:", shown - documented,
+                                     "in docs/cli.md only:", documented - shown)
+        known |= {s for a in parser._actions for s in a.option_strings}
+    known |= set(re.findall(r'"(--[\w-]+)" in rest', (ROOT / "build.py").read_text()))
+    named = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", page.read_text()))
+    assert named <= known, f"docs/cli.md names flags no command takes: {named - known}"

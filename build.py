@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """pyspec's one entry point for humans and CI.
 
-    python3 build.py setup            create or refresh .venv (quick when nothing changed)
+    python3 build.py setup            create or refresh .venv (quick when nothing changed), with
+                                      the `.venv/bin/pyspec` command (`python -m pyspec`)
     python3 build.py test [ARGS]      setup, then run every test, browser e2e included: tests/
                                       on every core (pytest-xdist, one file a worker), then
                                       e2e/ alone (its timings stay those of one page at a time);
@@ -12,9 +13,11 @@
                                       --verify V --temperature T --seed S --max-tokens N
                                       --backend B --json --fault KIND@CYCLE]` runs it in headless
                                       Chromium and prints the text and stats; --fault runs it as
-                                      a fault drill (`demo --help` lists them all);
+                                      a fault drill (`demo --help` lists them all); --model M:
+                                      a model of the site or the path of a GGUF (served to the
+                                      page at local/NAME);
                                       `demo --cli [ARGS]` is the terminal demo (`pyspec demo`:
-                                      its own ARGS, e.g. --champion, --draft, --max-tokens)
+                                      its own ARGS, e.g. --champion, --draft, --runs)
     python3 build.py bench [ARGS]     setup + site, then the benchmark in headless Chromium (WebGPU):
                                       champion-only vs each drafter per stratum of the public
                                       workload (`python -m webtools.bench --help` for ARGS);
@@ -85,8 +88,10 @@ def venv_python() -> str:
 
 
 def run(cmd: list[str], **kw) -> None:
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, **kw)
+    """A setup step, echoed. Its output goes to stderr, as every note of the setup does: stdout
+    is the command's own (`demo --headless --json` prints JSON alone there)."""
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, stdout=2, **kw)
 
 
 def fingerprint() -> str:
@@ -123,7 +128,7 @@ def apt_install(packages: list[str]) -> None:
         run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing])
     else:
         print(f"note: install {' '.join(missing)} (as root) to run the GPU and browser tests",
-              flush=True)
+              file=sys.stderr, flush=True)
 
 
 def node_pin_installed(pin: str) -> bool:
@@ -188,6 +193,38 @@ def llama_fixtures() -> None:
         f.write(LLAMA_SDIST_SHA256)
 
 
+def console_scripts() -> dict[str, str]:
+    """pyproject.toml's [project.scripts]: command name -> "module:function"."""
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"].get("scripts", {})
+
+
+def write_launchers(venv: str = VENV, python: str | None = None) -> list[str]:
+    """A launcher in VENV/bin for each of pyproject's console scripts (`.venv/bin/pyspec`),
+    what `pip install` of the project would write, without a build backend: the checkout is
+    on the venv's path (setup's .pth), so the launcher runs this tree's code. Rewritten only
+    when it differs; returns the paths."""
+    paths = []
+    for name, target in console_scripts().items():
+        module, _, func = target.partition(":")
+        text = (f"#!{python or os.path.join(venv, 'bin', 'python')}\n"
+                f"# {name}: written by build.py setup from pyproject.toml [project.scripts]\n"
+                f"import sys\nfrom {module} import {func}\nsys.exit({func}())\n")
+        path = os.path.join(venv, "bin", name)
+        have = None
+        if os.path.exists(path):
+            with open(path) as f:
+                have = f.read()
+        if have != text:
+            with open(path + ".tmp", "w") as f:
+                f.write(text)
+            os.chmod(path + ".tmp", 0o755)
+            os.replace(path + ".tmp", path)
+        paths.append(path)
+    return paths
+
+
 def setup() -> None:
     apt_install(APT)
     node_tools()
@@ -196,6 +233,7 @@ def setup() -> None:
     if os.path.exists(STAMP) and os.path.exists(venv_python()):
         with open(STAMP) as f:
             if f.read() == want:
+                write_launchers()   # (a venv made before the launcher existed gets it too)
                 return
     if not os.path.exists(venv_python()):
         make_venv()
@@ -208,6 +246,7 @@ def setup() -> None:
                               "['purelib'])"], check=True, capture_output=True, text=True)
     with open(os.path.join(purelib.stdout.strip(), "pyspec-checkout.pth"), "w") as f:
         f.write(ROOT + "\n")
+    write_launchers()
     with open(STAMP, "w") as f:
         f.write(want)
 

@@ -2,9 +2,13 @@
 while a model loads or a reply is written leave one worker and never cut the reply; a model that
 fails to load gives way to the one that worked; Clear mid-reply stops it and starts afresh; a
 request that fails before any text leaves no orphan turn; the drafter list offers only drafts
-that can serve the chosen model. Every page counts the workers it started and did not stop."""
+that can serve the chosen model. Every page counts the workers it started and did not stop.
+`build.py demo --headless --model PATH` runs a local GGUF (the server adds it at local/NAME)."""
 
 from __future__ import annotations
+
+import hashlib
+import json
 
 import pytest
 
@@ -193,3 +197,30 @@ def test_auto_is_the_default_drafter_and_says_what_it_chose(demo):
     values = page.eval_on_selector_all("#drafter option", "os => os.map(o => o.value)")
     assert "auto" not in values and page.input_value("#drafter") == "ngram"
     page.close()
+
+
+def test_the_headless_demo_runs_a_local_gguf(site_root, tmp_path, monkeypatch, capfd):
+    """`build.py demo --headless --model PATH --json`: the server adds the file at local/NAME,
+    the page opens it by that URL, the text is the champion's own (greedy), and stdout holds
+    the JSON alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspec import testmodels
+    from webtools import browser
+
+    from .pageutil import native_generate
+
+    path = tmp_path / "my model.gguf"
+    testmodels.write_model(path, seed=1)
+    prompt = "the cat sat on the mat. the cat"
+    monkeypatch.setattr(browser.site, "build", lambda **kw: site_root / "manifest.json")
+    argv = ["--headless", "--model", str(path), "--prompt", prompt, "--max-tokens", "16",
+            "--json"]
+    with ThreadPoolExecutor(1) as pool:   # its own Playwright, beside the session's
+        code = pool.submit(browser.main, argv).result()
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    result = json.loads(out)            # the whole of stdout: nothing else there
+    native = native_generate(str(path), [{"role": "user", "content": prompt}], max_tokens=16)
+    assert result["tokens"] == native.tokens and result["text"] == native.text
+    assert result["receipt"]["champion_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()

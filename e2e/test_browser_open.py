@@ -1,7 +1,9 @@
 """Opening a model (issue 46): a File/Blob the user picks is hashed as it is copied into OPFS,
 cached under its sha256 and listed by cachedModels(), and decodes as the same model by URL; the
 model card is read from a URL's header by Range requests before any download, with the native
-`info --json` numbers; a model the page cannot run is refused before its weights download."""
+`info --json` numbers; a model the page cannot run is refused before its weights download. A
+model on another origin (docs/embedding.md): it loads with the CORS headers the docs name, not
+without, and under a CSP only once its origin is in connect-src."""
 
 from __future__ import annotations
 
@@ -126,3 +128,116 @@ def test_a_server_without_range_gives_the_card_from_the_downloads_start(page, ct
     assert out["error"] is None and out["header"]["range"] is False
     assert out["card"]["parameters"] == info.card(str(site_root / tiny["url"]))["parameters"]
     assert out["card"]["bytes"] == len(body)
+
+
+CROSS_ORIGIN = """async (url) => {%s
+  try {
+    const d = await SpecDecoder.create({ champion: { url } });
+    const text = await textOf(d);
+    d.terminate();
+    return { text };
+  } catch (e) { return { code: e.code, message: e.message }; }
+}""" % PRELUDE
+
+
+def _model_host(root, headers: dict):
+    """A server of `root` on another origin (127.0.0.1, the page's is localhost) that answers
+    Range requests and sends `headers`, and answers a CORS preflight by `headers` too."""
+    import functools
+    import http.server
+    import threading
+
+    from webtools import serve
+
+    class Host(serve.SiteHandler):
+        def end_headers(self):
+            for k, v in headers.items():
+                self.send_header(k, v)
+            http.server.SimpleHTTPRequestHandler.end_headers(self)   # not the site's COOP/CORP
+
+        def do_OPTIONS(self):
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = serve.Server(("127.0.0.1", 0), functools.partial(Host, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+@pytest.mark.parametrize("headers, fails", [
+    ({}, "cannot fetch it"),
+    ({"Access-Control-Allow-Origin": "*"}, "a Range answer without the file's size"),
+    ({"Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": "Content-Range"},
+     None),
+    ({"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "Range",
+      "Access-Control-Expose-Headers": "Content-Range, Content-Length"}, None),
+], ids=["no-cors", "content-range-hidden", "minimal", "with-preflight-answer"])
+def test_a_model_on_another_origin_needs_the_cors_headers_the_docs_name(page, site_root,
+                                                                        headers, fails):
+    """docs/embedding.md's model on another origin: the host sends Access-Control-Allow-Origin
+    and exposes Content-Range (the card's Range answers need it); without them the load fails
+    with download_failed saying why, with them the model decodes as the same file does here."""
+    from .pageutil import native_generate
+
+    tiny = tiny_artifact(site_root)
+    server, base = _model_host(site_root, headers)
+    try:
+        out = page.evaluate(CROSS_ORIGIN, base + tiny["url"])
+    finally:
+        server.shutdown()
+    if fails:
+        assert out.get("code") == "download_failed" and fails in out["message"], out
+    else:
+        native = native_generate(str(site_root / tiny["url"]),
+                                 [{"role": "user", "content": "the cat sat on the mat. the cat"}],
+                                 "ngram", max_tokens=8)
+        assert out.get("text") == native.text, out
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["connect-src-self", "connect-src-host"])
+def test_a_model_on_another_origin_needs_its_origin_in_connect_src(browser, site_root, allow):
+    """Under the runtime's CSP (webtools/package.py CSP), sent with every file of the site as a
+    static host does, a model on another origin loads only once that origin is in
+    connect-src."""
+    import functools
+    import http.server
+    import threading
+
+    from webtools import package
+
+    from .pageutil import native_generate
+
+    tiny = tiny_artifact(site_root)
+    host, base = _model_host(site_root, {"Access-Control-Allow-Origin": "*",
+                                         "Access-Control-Expose-Headers": "Content-Range"})
+    csp = package.CSP.replace("connect-src 'self'",
+                              f"connect-src 'self' {base.rstrip('/')}" if allow else
+                              "connect-src 'self'")
+
+    class Site(http.server.SimpleHTTPRequestHandler):
+        def end_headers(self):
+            self.send_header("Content-Security-Policy", csp)
+            super().end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                           functools.partial(Site, directory=str(site_root)))
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    (site_root / "blank.html").write_text("<!doctype html><title>blank</title>")
+    c = Context(browser, f"http://localhost:{site.server_address[1]}/")
+    try:
+        out = c.page("blank.html").evaluate(CROSS_ORIGIN, base + tiny["url"])
+    finally:
+        c.ctx.close()
+        site.shutdown()
+        host.shutdown()
+    if allow:
+        native = native_generate(str(site_root / tiny["url"]),
+                                 [{"role": "user", "content": "the cat sat on the mat. the cat"}],
+                                 "ngram", max_tokens=8)
+        assert out.get("text") == native.text, out
+    else:
+        assert out.get("code") == "download_failed" and "cannot fetch it" in out["message"], out

@@ -2,7 +2,9 @@
 
 - `webtools/package.py`'s tarball, installed with `npm install ./pyspec-X.tgz` into a scratch app
   that serves its own files from a plain static server (no COOP/COEP/CORP) and shows an image
-  from another origin: the client decodes exactly, the weights come from the app by URL.
+  from another origin: the client decodes exactly, the weights come from the app by URL; and
+  README.md's embedding example runs there as written but for the two things its comments name
+  (the package's import path; the champion's file, here the tiny model under the same URL).
 - The demo page served under exactly `package.CSP`: it loads, decodes exactly, and the browser
   reports no policy violation.
 """
@@ -11,11 +13,14 @@ from __future__ import annotations
 
 import functools
 import http.server
+import re
 import shutil
 import struct
 import subprocess
 import threading
 import zlib
+
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +49,20 @@ try {
   window.app.error = `${err.code}: ${err.message}`;
 }
 """
+
+
+def readme_app_js(readme: str) -> str:
+    """README.md's embedding example as the scratch app's module: its import from the package
+    (as its comment says), and what it wrote to `out` and its result kept for the test."""
+    snippet = re.search(r"```js\n(.*?)```", readme, re.S)[1]
+    imports, _, body = snippet.partition("\n")
+    assert imports.startswith('import { SpecDecoder } from "./client.js";')
+    imports = imports.replace('from "./client.js";', 'from "./node_modules/pyspec/client.js";')
+    return (imports + "\nwindow.readme = null;\nconst out = document.getElementById(\"out\");\n"
+            "try {\n" + body.replace("\nconsole.log(", "\nwindow.readme = { text: "
+                                      "out.textContent, stats: d.lastResult?.stats };\n"
+                                      "console.log(") +
+            "} catch (err) {\n  window.readme = { error: `${err.code}: ${err.message}` };\n}\n")
 
 
 def _png() -> bytes:
@@ -98,6 +117,16 @@ def test_the_tarball_installs_into_a_scratch_app_and_decodes(browser, tarball, t
     other = tmp_path / "other"
     other.mkdir()
     (other / "logo.png").write_bytes(_png())
+    # README.md's example, its champion's file name the tiny model's (a 98 MB model decodes at
+    # a few tokens a second on SwiftShader)
+    from pyspec import champion_path
+    readme = (package.ROOT / "README.md").read_text()
+    shutil.copyfile(site_root / "models" / "tiny.gguf",
+                    app / "models" / Path(champion_path()).name)
+    (app / "readme.js").write_text(readme_app_js(readme))
+    (app / "readme.html").write_text("<!doctype html><meta charset=utf-8><title>readme</title>"
+                                     "<link rel=icon href='data:,'><pre id=out></pre>"
+                                     "<script type=module src=readme.js></script>")
     app_server, app_url = _serve(app)
     img_server, img_url = _serve(other)
     c = Context(browser, app_url)
@@ -106,6 +135,9 @@ def test_the_tarball_installs_into_a_scratch_app_and_decodes(browser, tarball, t
         page.wait_for_function("() => window.app && (app.result || app.error)",
                                timeout=1000 * TIMEOUT_S)
         out = page.evaluate("() => window.app")
+        page = c.page("readme.html")
+        page.wait_for_function("() => window.readme", timeout=1000 * TIMEOUT_S)
+        from_readme = page.evaluate("() => window.readme")
     finally:
         c.ctx.close()
         app_server.shutdown()
@@ -117,6 +149,11 @@ def test_the_tarball_installs_into_a_scratch_app_and_decodes(browser, tarball, t
     native = native_generate(str(app / "models" / "tiny.gguf"), MESSAGES, "ngram",
                              max_tokens=32, k="fixed:3")
     assert out["result"]["content"] == native.text
+    assert "error" not in from_readme, from_readme["error"]
+    native = native_generate(str(app / "models" / "tiny.gguf"), [{"role": "user",
+                                                                   "content": "Hi!"}],
+                             "ngram", max_tokens=64)
+    assert from_readme["text"] == native.text and from_readme["stats"]["drafter"] == "ngram"
 
 
 def test_the_demo_page_runs_under_the_documented_csp(browser, site_root):

@@ -30,11 +30,41 @@ Anything else that escapes is a bug, code `internal`. Each class keeps a builtin
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 
 class PyspecError(Exception):
-    """Base of every error pyspec raises on purpose. The message says what to do."""
+    """Base of every error pyspec raises on purpose. The message says what to do. `option`:
+    the request option (options.py REQUEST) the error is about, where it is about one, so that a
+    front end names it in its own words (the command line: the flag as typed)."""
 
     code = "internal"
+    option: str | None = None
+
+
+@contextmanager
+def about(option: str):
+    """A PyspecError raised inside is about request option `option` (unless it names another)."""
+    try:
+        yield
+    except PyspecError as e:
+        if e.option is None:
+            e.option = option
+        raise
+
+
+# One wording, whatever the command, for a path that names no file (models, messages, schemas,
+# receipts, workloads): "PATH: no such file; check the path".
+NO_SUCH_FILE = "no such file; check the path"
+
+
+def path_problem(path, e: OSError) -> str:
+    """`PATH: what is wrong.` for a file that cannot be opened (e from open())."""
+    if isinstance(e, FileNotFoundError):
+        return f"{path}: {NO_SUCH_FILE}."
+    if isinstance(e, IsADirectoryError):
+        return f"{path}: is a folder, not a file; name the file."
+    return f"{path}: cannot read the file ({e.strerror or e}); check that it is a file you may read."
 
 
 def error_code(e: BaseException) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import schedule
 from .cycle import VERIFY_MODES
-from .errors import OptionsError
+from .errors import OptionsError, about
 from .rules.jsonschema import compile_schema
 from .rules.processors import Sampling
 from .rules.tree import parse_tree
@@ -38,7 +38,8 @@ class Option:
     vLLM take it; None: only under the facade's `pyspec`). `flag`: the command line's argparse
     extras (metavar, action), or None for no flag. `engine`: an Options field; else the
     session's own (the drafter, a drill). `sampling`: one of the sampling controls (applied in
-    the order of the table)."""
+    the order of the table). `api`: the help in the words of a request's field (generate(),
+    docs/embedding.md's table), where the command line's differs (a flag given again, a file)."""
     name: str
     types: tuple
     default: object
@@ -49,6 +50,7 @@ class Option:
     flag: dict | None = field(default_factory=dict)
     engine: bool = True
     sampling: bool = False
+    api: str = ""
 
     def line(self) -> str:
         """The help line: the range first, where it has one."""
@@ -67,7 +69,8 @@ REQUEST = (
     Option("k", (str,), "heuristic", "drafts per cycle: fixed:K (0..64) | heuristic (the "
            "break-even guard picks) | confidence:P (0..1: draft while the draft is this sure)"),
     Option("tree", (str,), None, "verify a tree of drafts per pass: widths per depth W1,W2,... "
-           "(e.g. 2,2,1) or auto (from the draft's confidence); the CPU engines only, without "
+           "(e.g. 2,2,1) or auto (from the draft's confidence); with n-gram or a draft model, on "
+           "the CPU engines and the GPU (a draft model's trees not in the page), without "
            "sampling controls or a schema; default: chains", flag={"metavar": "SHAPE"}),
     Option("draft", (str,), None, "this request's drafter (default: the loaded one)",
            flag=None, engine=False),
@@ -78,7 +81,8 @@ REQUEST = (
            engine=False),
     # The sampling controls, applied in this order (processors.py; docs/sampling-and-json.md).
     Option("logit_bias", (dict,), {}, "add BIAS in [-100, 100] to a token's logit (repeatable)",
-           openai="logit_bias", flag={"action": "append", "metavar": "ID=BIAS"}, sampling=True),
+           openai="logit_bias", flag={"action": "append", "metavar": "ID=BIAS"}, sampling=True,
+           api="{token id: bias}, each bias in [-100, 100], added to that token's logit"),
     Option("repetition_penalty", NUMBER, 1.0, "divides positive / multiplies negative logits "
            "of tokens in the prompt and output (HF); 1 = off", "(0, 1e6]",
            openai="repetition_penalty", sampling=True),
@@ -94,10 +98,14 @@ REQUEST = (
            openai="min_p", sampling=True),
     Option("stop", (str, list), (), f"end the output before TEXT (repeatable, up to "
            f"{MAX_STOPS}); \\n, \\t and \\\\ in TEXT are a newline, a tab and a backslash",
-           openai="stop", flag={"action": "append", "metavar": "TEXT"}, sampling=True),
+           openai="stop", flag={"action": "append", "metavar": "TEXT"}, sampling=True,
+           api=f"a string or up to {MAX_STOPS}: the output ends before the first to appear "
+               "(finish_reason stop)"),
     # Constrained output: a JSON schema, or OpenAI's response_format (apps/session.py reads it).
     Option("json_schema", (dict,), None, "a JSON schema file: the output is compact JSON that "
-           "follows it (the subset in docs/sampling-and-json.md)", flag={"metavar": "FILE"}),
+           "follows it (the subset in docs/sampling-and-json.md)", flag={"metavar": "FILE"},
+           api="a JSON schema: the output is compact JSON that follows it (the subset in "
+               "docs/sampling-and-json.md); in chat.completions.create, give response_format"),
     Option("response_format", (dict,), None, "OpenAI's {type: 'json_schema', json_schema: "
            "{name, schema, strict}} or {type: 'text'}", openai="response_format", flag=None,
            engine=False),
@@ -147,29 +155,47 @@ class Options:
         return self.verify or "replay"
 
     def check(self) -> None:
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise OptionsError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if not (self.temperature >= 0 and np.isfinite(self.temperature)):
-            raise OptionsError(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if self.verify not in (None, *VERIFY_MODES):
-            raise OptionsError(f"unknown verify mode {self.verify!r}: use one of {VERIFY_MODES}")
-        if self.verify == "greedy" and self.temperature > 0:
-            raise OptionsError("verify=greedy needs temperature 0; use replay or rejection")
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
-            raise OptionsError(f"seed must be an integer in [0, 2^64), got {self.seed!r}")
-        schedule.parse(self.k)
-        parse_tree(self.tree)
-        self.sampling().check()
-        stop = self.stop
-        if not isinstance(stop, (list, tuple)) or len(stop) > MAX_STOPS or not all(
-                isinstance(s, str) and s for s in stop):
-            raise OptionsError(f"stop must be a list of at most {MAX_STOPS} non-empty strings, "
-                               f"got {stop!r}")
+        """Raise a PyspecError (bad_config) for the first unusable value; the error's `option`
+        names the option it is about (errors.about), which a front end shows in its own words."""
+        with about("max_tokens"):
+            if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+                raise OptionsError(f"max_tokens must be a positive integer, got "
+                                   f"{self.max_tokens!r}")
+        with about("temperature"):
+            if not (self.temperature >= 0 and np.isfinite(self.temperature)):
+                raise OptionsError(f"temperature must be a finite number >= 0, got "
+                                   f"{self.temperature}")
+        with about("verify"):
+            if self.verify not in (None, *VERIFY_MODES):
+                raise OptionsError(f"unknown verify mode {self.verify!r}: use one of "
+                                   f"{VERIFY_MODES}")
+            if self.verify == "greedy" and self.temperature > 0:
+                raise OptionsError("verify=greedy needs temperature 0; use replay or rejection")
+        with about("seed"):
+            if not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
+                raise OptionsError(f"seed must be an integer in [0, 2^64), got {self.seed!r}")
+        with about("k"):
+            schedule.parse(self.k)
+        with about("tree"):
+            parse_tree(self.tree)
+        self.sampling().check()     # its errors name their control (SamplingError.option)
+        with about("stop"):
+            self._check_stop()
         if self.json_schema is not None:
-            if not self.stop_at_eos:
-                raise OptionsError("json_schema needs stop_at_eos: the end-of-text token is "
-                                   "what ends the JSON value")
-            compile_schema(self.json_schema)   # a SchemaError names what is not supported
+            with about("json_schema"):
+                if not self.stop_at_eos:
+                    raise OptionsError("json_schema needs stop_at_eos: the end-of-text token is "
+                                       "what ends the JSON value")
+                compile_schema(self.json_schema)   # a SchemaError names what is not supported
+
+    def _check_stop(self) -> None:
+        stop = self.stop
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+            raise OptionsError(f"stop must be a string or a list of strings, got {stop!r}")
+        if len(stop) > MAX_STOPS:
+            raise OptionsError(f"stop takes at most {MAX_STOPS} strings, got {len(stop)}")
+        if not all(stop):
+            raise OptionsError("stop strings must not be empty")
 
 
 def from_request(values: dict) -> Options:

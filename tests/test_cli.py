@@ -228,6 +228,54 @@ def test_demo_refuses_a_bad_draft_before_it_runs(capsys, models):
                          "--max-tokens", "4")
     assert_one_error_line(code, err, "unknown draft 'ngrams'")
     assert out == ""
+    missing = Path(models["d"]) / "missing.gguf"   # a flag is checked before the model loads
+    for flag, value, words in [("--runs", 0, "--runs must be at least 1"),
+                               ("--warmup", -1, "--warmup must be 0 or more"),
+                               ("--max-tokens", 0, "--max-tokens must be a positive integer")]:
+        code, out, err = run(capsys, "demo", "--champion", missing, flag, value)
+        assert_one_error_line(code, err, words)
+
+
+def test_demo_times_each_side_after_a_warm_up_and_shows_the_speedup_with_its_acceptance(
+        capsys, models):
+    """Each side streams its first timed run; the summary gives each side's median [min, max]
+    of --runs runs, and the speedup only beside its tokens per pass and acceptance."""
+    code, out, err = run(capsys, "demo", "--champion", models["champion"], "--draft",
+                         models["draft"], "--max-tokens", 8, "--runs", 2)
+    assert code == 0, err
+    assert len([line for line in out.splitlines() if line]) == 2   # one text a side
+    assert "(warming up: 1 unreported run a side)" in err
+    assert "[run 1/2: champion only" in err and "[run 2/2: champion only" in err
+    assert "tokens/s, median [min, max] of 2 runs a side after a warm-up:" in err
+    speedup = next(line for line in err.splitlines() if line.startswith("speedup "))
+    assert "tokens per champion pass, acceptance" in speedup, speedup
+    assert err.rstrip().endswith("identical output: True")
+
+
+def test_the_demo_alternates_the_sides_after_the_warm_up(monkeypatch):
+    """Warm-up first (every side, unreported), then the sides take turns at going first; each
+    side's first timed run is the one streamed."""
+    from pyspec.apps import demo
+    calls = []
+
+    class Side:
+        def __init__(self, name):
+            self.name, self.draft_source = name, None
+
+        def generate(self, ids, opts):
+            calls.append(self.name)
+            return types.SimpleNamespace(stats={"tokens_per_s": 1.0}, tokens=[1])
+
+    def streamed(engine, ids, opts):
+        calls.append(engine.name + " streamed")
+        return {"stats": {"tokens_per_s": 1.0}, "tokens": [1]}
+
+    monkeypatch.setattr(demo, "stream_to_stdout", streamed)
+    monkeypatch.setattr(demo, "print_stats", lambda stats: None)
+    stats, tokens = demo.timed_runs([Side("base"), Side("spec")], [0], None, runs=3, warmup=1)
+    assert calls == ["base", "spec", "base streamed", "spec streamed", "spec", "base", "base",
+                     "spec"]
+    assert [len(s) for s in stats] == [3, 3] and tokens == [[[1]] * 3] * 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +323,7 @@ def test_tokenize_jsonl(capsys, models, tok, tmp_path):
     (b"\xff\xfe\n", ["line 1 is not valid UTF-8", "save the file as UTF-8"]),
     (b'{"text": "ok"}\n{"text": "caf\xe9"}\n', ["line 2 is not valid UTF-8", "byte 14"]),
     ('{"text": "ok"}\n\n{"text": "a\\ud800b"}\n', ["line 3", "lone surrogate", "remove it"]),
-    (None, ["No such file"]),
+    (None, ["no such file; check the path"]),
 ], ids=["not-an-object", "not-a-string", "not-utf8", "not-utf8-line-2", "lone-surrogate",
         "missing"])
 def test_tokenize_jsonl_errors(capsys, models, tmp_path, content, words):
@@ -696,7 +744,7 @@ def test_receipt_refuses_what_is_not_a_valid_receipt(capsys, models, tmp_path, c
     assert_one_error_line(code, err, words)
     assert out == ""
     code, _, err = run(capsys, "receipt", tmp_path / "missing.json")
-    assert_one_error_line(code, err, "cannot read a receipt")
+    assert_one_error_line(code, err, "missing.json: no such file; check the path.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -743,6 +791,46 @@ def test_generate_user_errors(capsys, models, extra, words):
     code, out, err = run(capsys, *argv, *extra)
     assert_one_error_line(code, err, *words)
     assert out == ""
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+@pytest.mark.parametrize("extra, words", [
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0, got -1.0"),
+    (["--seed", "-1"], "--seed must be an integer in [0, 2^64), got -1"),
+    (["--stop", "a"] * 5, "--stop takes at most 4 strings, got 5"),
+    (["--stop", ""], "--stop strings must not be empty"),
+    (["--k", "foo"], "--k: unknown speculation policy 'foo'"),
+    (["--tree", "2,x"], "--tree '2,x': give widths per depth"),
+    (["--top-p", "0"], "--top-p must be a number in (0, 1]"),
+    (["--verify", "greedy", "--temperature", "1"], "--verify greedy needs temperature 0"),
+    (["--draft", "ngrams"], "unknown draft 'ngrams'"),
+], ids=["temperature", "seed", "stop-count", "stop-empty", "k", "tree", "top-p", "verify",
+        "draft"])
+def test_an_option_error_names_the_flag_before_the_model_loads(capsys, models, command, extra,
+                                                              words):
+    """The champion named here does not exist: the error about the flag comes first, so it was
+    checked before any model was read."""
+    missing = Path(models["d"]) / "missing.gguf"
+    argv = [command, "--champion", missing, *extra]
+    code, out, err = run(capsys, *argv, *(["--prompt", "hi"] if command == "generate" else []))
+    assert_one_error_line(code, err, words)
+    assert "missing.gguf" not in err and out == ""
+
+
+def test_a_missing_file_reads_alike_in_every_command(capsys, models, tmp_path):
+    """One wording for a path that names no file, whatever the command and the file's role."""
+    missing = str(tmp_path / "missing.json")
+    champion = ["--champion", models["champion"]]
+    for argv in (["info", missing], ["generate", "--champion", missing, "--prompt", "hi"],
+                 ["generate", *champion, "--messages-json", missing],
+                 ["generate", *champion, "--prompt", "hi", "--json-schema", missing],
+                 ["receipt", missing],
+                 ["tokenize", "--model", models["champion"], "--jsonl", missing],
+                 ["check-pair", *champion, "--draft", missing],
+                 ["bench", *champion, "--workload", missing, "--out", tmp_path / "o"],
+                 ["demo", "--champion", missing]):
+        code, out, err = run(capsys, *argv)
+        assert_one_error_line(code, err, f"{missing}: no such file; check the path.")
 
 
 def test_the_error_policy_refuses_a_prompt_that_leaves_too_little_room(capsys, models):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pyspec.options import Options
 from test_layout import LAYERS
-from webtools import results
+from webtools import optionsjs, results
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -75,3 +75,92 @@ def test_the_readme_example_is_the_type_checked_one():
     def js(path):
         return re.findall(r"```js\n(.*?)```", path.read_text(), re.S)
     assert js(README)[0] == js(ROOT / "docs" / "embedding.md")[0]
+
+
+def js_blocks(path: Path) -> list[str]:
+    return re.findall(r"```js\n(.*?)```", path.read_text(), re.S)
+
+
+def checks_js_create_defaults() -> dict[str, str]:
+    """web/checks.js: the options SpecDecoder.create takes (CREATE_OPTIONS, plus the `signal`
+    create() reads itself) -> their defaults as createOptions writes them."""
+    text = (ROOT / "web" / "checks.js").read_text()
+    names = re.findall(r'"(\w+)"', re.search(r"const CREATE_OPTIONS = \[(.*?)\];", text, re.S)[1])
+    body = re.search(r"const \{(.*?)\} = options \?\? \{\};", text, re.S)[1]
+    defaults = dict(re.findall(r"(\w+) = ([^,]+?)\s*(?:,|$)", body.strip()))
+    assert set(defaults) == set(names)
+    client = (ROOT / "web" / "client.js").read_text()
+    assert "const { signal = null, ...rest } = options" in client
+    return {**defaults, "signal": "null"}
+
+
+def test_the_create_options_table_is_what_the_client_takes():
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \|", block(ROOT / "docs" / "embedding.md",
+                                                              "create options"), re.M))
+    defaults = checks_js_create_defaults()
+    assert set(rows) == set(defaults)
+    dts = re.search(r"export interface SpecDecoderOptions \{(.*?)\n\}",
+                    (ROOT / "web" / "client.d.ts").read_text(), re.S)[1]
+    assert set(re.findall(r"^  (\w+)\?:", dts, re.M)) == set(defaults)
+    for name, cell in rows.items():
+        if name != "workerUrl":   # (checks.js: the worker beside client.js, as the table says)
+            assert cell == f"`{defaults[name]}`", (name, cell, defaults[name])
+
+
+def test_the_generate_options_table_is_written_from_the_options():
+    assert block(ROOT / "docs" / "embedding.md", "generate options") == optionsjs.docs_table(), (
+        "docs/embedding.md's options table is stale: run `python -m webtools.optionsjs`")
+
+
+def test_the_readme_snippet_works_with_the_site_and_the_npm_package():
+    """README's embedding example gives only what both the site and the npm package take: the
+    champion by the URL the site serves it at (the package has no manifest names), a drafter
+    that needs no manifest model, create() options the client knows, generate() options of the
+    table; and the package's own README points at the same file."""
+    from pyspec import champion_path
+    from pyspec.options import OPTION
+    from webtools import package
+
+    snippet = js_blocks(README)[0]
+    create = re.search(r"SpecDecoder\.create\(\{(.*?)\}\);", snippet, re.S)[1]
+    top = re.sub(r"\{[^{}]*\}", "{}", create)     # the top level's keys only
+    assert set(re.findall(r"(\w+):", top)) <= set(checks_js_create_defaults())
+    url = re.search(r'champion: \{ url: "([^"]+)" \}', create)[1]
+    assert url == f"/models/{Path(champion_path()).name}"      # site.py: models/<the file>
+    assert f'url: "{url}"' in package._readme("0")
+    weights = (ROOT / "web" / "weights.js").read_text()
+    assert "names.length ? `use one of" in weights   # a bare name needs a manifest model
+    draft = re.search(r'draft: "([^"]+)"', create)[1]
+    assert draft in ("ngram", "none", "auto") or draft.startswith("self:")
+    config = re.search(r"d\.generate\(.*?\], \{(.*?)\}\)", snippet, re.S)[1]
+    assert set(re.findall(r"(\w+):", config)) <= set(OPTION)
+
+
+def test_the_flags_table_is_every_commands_help_and_cli_md_names_no_other_flag():
+    """docs/cli.md's table holds each command's flags (and positionals) as its --help does, one
+    row a command; every --flag cli.md names anywhere is one that a command (or build.py,
+    which it mentions) takes."""
+    import argparse
+
+    from pyspec.apps import cli
+
+    commands = cli.parser()._subparsers._group_actions[0].choices
+    page = ROOT / "docs" / "cli.md"
+    table = dict(re.findall(r"^\| `([\w-]+)` \| (.+) \|$", block(page, "flags"), re.M))
+    assert set(table) == set(commands), "docs/cli.md's flags table needs one row per command"
+    known = {"--help", "--version"}
+    for name, parser in commands.items():
+        shown = {a.option_strings[-1] if a.option_strings else a.dest.upper()
+                 for a in parser._actions
+                 if a.help is not argparse.SUPPRESS and "--help" not in a.option_strings}
+        documented = set(re.findall(r"`([\w-]+)`", table[name]))
+        assert documented == shown, (name, "in --help only:", shown - documented,
+                                     "in docs/cli.md only:", documented - shown)
+        known |= {s for a in parser._actions for s in a.option_strings}
+        for a in parser._actions:        # a command's own actions (verdicts clear --all)
+            if isinstance(a, argparse._SubParsersAction):
+                known |= {s for sub in a.choices.values() for b in sub._actions
+                          for s in b.option_strings}
+    known |= set(re.findall(r'"(--[\w-]+)" in rest', (ROOT / "build.py").read_text()))
+    named = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", page.read_text()))
+    assert named <= known, f"docs/cli.md names flags no command takes: {named - known}"

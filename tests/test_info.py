@@ -111,7 +111,7 @@ def test_the_info_command_prints_the_card_and_says_by_its_status(tiny, tmp_path,
     cut.write_bytes(tiny.read_bytes()[:100])
     assert cli.main(["info", str(cut)]) == 1
     assert cli.main(["info", str(tmp_path / "missing.gguf")]) == 2
-    assert "no file at" in capsys.readouterr().err
+    assert "missing.gguf: no such file; check the path." in capsys.readouterr().err
 
 
 def header_card(path, step=64, **kw):

@@ -112,3 +112,50 @@ def test_the_demo_checks_self_l_against_the_models_layers_before_a_page_opens(tm
     monkeypatch.setattr(browser.site, "build", lambda **kw: str(tmp_path / "manifest.json"))
     monkeypatch.setattr(browser, "run_headless", lambda *a: pytest.fail("a page opened"))
     assert browser.main(["--headless", "--model", "m", "--draft", "self:7"]) == 2
+
+
+def test_a_local_file_is_served_at_its_url_and_nothing_else_outside_the_site(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    local = tmp_path / "elsewhere" / "my.gguf"
+    local.parent.mkdir()
+    local.write_bytes(DATA)
+    (tmp_path / "elsewhere" / "secret.txt").write_text("no")
+    server, url = serve.start(site, files={"local/my.gguf": local})
+    try:
+        assert get(url + "local/my.gguf")[::2] == (200, DATA)
+        status, headers, body = get(url + "local/my.gguf?x=1", "bytes=10-19")
+        assert status == 206 and body == DATA[10:20]
+        for other in ("local/secret.txt", "local/../elsewhere/secret.txt", "elsewhere/secret.txt"):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                get(url + other)
+            assert e.value.code == 404, other
+    finally:
+        server.shutdown()
+
+
+def test_the_demo_serves_a_local_model_and_names_a_missing_one(tmp_path, monkeypatch, capsys):
+    """--model PATH (and --draft PATH, ngram+PATH) become local/NAME URLs the page opens; a
+    manifest name or a URL stays as it is; a path that names no file is refused before a site
+    is built, in the CLI's words."""
+    from urllib.parse import parse_qs, urlparse
+
+    model, draft = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    for path in (model, draft):
+        path.parent.mkdir()
+        path.write_bytes(DATA)
+    args = browser.parser().parse_args(["--model", str(model), "--draft", f"ngram+{draft}"])
+    files = browser.serve_local(args)
+    assert files == {"local/m.gguf": model.resolve(), "local/2-m.gguf": draft.resolve()}
+    assert (args.model, args.draft) == ("local/m.gguf", "ngram+local/2-m.gguf")
+    query = parse_qs(urlparse(browser.page_url("http://x/", args)).query)
+    assert query["model"] == ["local/m.gguf"] and query["draft"] == ["local/2-m.gguf"]
+    args = browser.parser().parse_args(["--model", "tiny", "--draft", "tiny-close"])
+    assert browser.serve_local(args) == {} and (args.model, args.draft) == ("tiny", "tiny-close")
+    assert browser.local_file("https://example.org/m.gguf") is None
+    monkeypatch.setattr(browser.site, "build", lambda **kw: pytest.fail("a site was built"))
+    missing = tmp_path / "nope.gguf"
+    assert browser.main(["--headless", "--model", str(missing)]) == 2
+    assert capsys.readouterr().err == f"error: {missing}: no such file; check the path.\n"
+    assert browser.main(["--headless", "--model", "tiny", "--temperature", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --temperature must be")

@@ -177,4 +177,4 @@ def test_chat_and_demo_name_it(tiny, store, capsys, monkeypatch):
     code, _, err = run(capsys, "demo", "--champion", tiny.champion_path, "--draft", "auto",
                        "--max-tokens", "2")
     assert code in (0, 1) and err.count("note:") == 1 and note_of(v, store) in err
-    assert err.index("speculative, draft auto") < err.index("note:")
+    assert err.index("note:") < err.index("identical output")

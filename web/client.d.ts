@@ -188,8 +188,9 @@ export interface GenerateConfig extends SamplingConfig {
   seed?: number | null;              // default 0
   verify?: "greedy" | "replay" | "rejection" | null;
   k?: string | null;                 // "heuristic" (default) | "fixed:N" | ...
-  tree?: string | null;              // a tree of drafts per pass: "2,2,1" | "auto"; the CPU
-                                     // engine only (the GPU refuses it by name); default chains
+  tree?: string | null;              // a tree of drafts per pass: "2,2,1" | "auto"; n-gram's
+                                     // on either engine, a draft model's on the CPU engine
+                                     // only (WebGPU refuses it by name); default chains
   draft?: string | null;             // this request's drafter (the loaded one by default;
                                      // "ngram+model": n-gram where the text repeats, the
                                      // loaded draft model elsewhere; "auto": the loaded

@@ -11,7 +11,9 @@ object as `python -m pyspec generate --json` (text, tokens, finish_reason, stats
 fault strikes once CYCLE cycles have run, and the receipt's `faults` names it with its cycle and
 `recovery_s`; the JSON adds `notices` (what the page showed). Loading faults (LOAD_FAULTS) strike
 while the page loads the weights (the @CYCLE is ignored); two-pages opens a second page of the
-site at the same time, both loading the weights.
+site at the same time, both loading the weights. `--model PATH` (and `--draft PATH`) name a local
+GGUF: the server adds it at local/NAME and the page opens it by that URL, as it opens any model
+by URL (its card first); a manifest name is a model of the site.
 
 Not here: the page (web/), building (site.py), serving (serve.py).
 """
@@ -86,10 +88,55 @@ def page_draft(draft: str) -> tuple[str, str]:
     return name, "ngram+model" if combo else "model"
 
 
-def check_layers(root: Path, args) -> None:
-    """A --draft self:L against the layers of the site's model it names, before a page opens
-    (DraftSpecError); a model the manifest lacks is left to the page, which names the ones it
-    has."""
+LOCAL = "local/"   # where the server puts a --model PATH (or --draft PATH): local/NAME
+
+
+def local_file(spec: str) -> Path | None:
+    """The local file a --model or --draft names, or None for a manifest name or a URL. A path
+    is what names a file here, ends in .gguf or holds a slash (as the CLI's --draft reads one);
+    one that names no file is a UsageError in the CLI's words."""
+    from pyspec.errors import UsageError, path_problem
+
+    if spec.startswith(("http://", "https://")):
+        return None
+    if not (os.path.isfile(spec) or spec.lower().endswith(".gguf") or "/" in spec
+            or os.sep in spec):
+        return None
+    try:
+        with open(spec, "rb"):
+            pass
+    except OSError as e:
+        raise UsageError(path_problem(spec, e)) from None
+    return Path(spec).resolve()
+
+
+def serve_local(args) -> dict[str, Path]:
+    """The local files of --model and --draft, each at LOCAL + its name (URL path -> file);
+    args.model and args.draft then name them by those URL paths, as the page takes them."""
+    files: dict[str, Path] = {}
+
+    def route(path: Path) -> str:
+        name, n = path.name, 1
+        while LOCAL + name in files and files[LOCAL + name] != path:
+            n += 1
+            name = f"{n}-{path.name}"
+        files[LOCAL + name] = path
+        return LOCAL + name
+
+    model = local_file(args.model)
+    if model is not None:
+        args.model = route(model)
+    prefix = "ngram+" if args.draft.startswith("ngram+") else ""
+    draft = local_file(args.draft[len(prefix):])
+    if draft is not None:
+        args.draft = prefix + route(draft)
+    return files
+
+
+def check_layers(root: Path, args, files: dict[str, Path] | None = None) -> None:
+    """A --draft self:L against the layers of the model it names (the site's, or a local file
+    in `files`), before a page opens (DraftSpecError); a model the manifest lacks is left to the
+    page, which names the ones it has."""
     name = page_draft(args.draft)[0]
     if not name.startswith("self:"):
         return
@@ -97,12 +144,14 @@ def check_layers(root: Path, args) -> None:
     from pyspec.drafters import parse_draft
     from pyspec.formats.gguf import GGUFFile
 
-    artifacts = json.loads((root / "manifest.json").read_text())["artifacts"]
-    model = next((a for a in artifacts if a.get("kind") == "model"
-                  and a.get("model") == args.model), None)
-    if model is not None:
-        parse_draft(name, Config.from_metadata(GGUFFile.open(root / model["url"]).metadata)
-                    .n_layers)
+    path = (files or {}).get(args.model)
+    if path is None:
+        artifacts = json.loads((root / "manifest.json").read_text())["artifacts"]
+        model = next((a for a in artifacts if a.get("kind") == "model"
+                      and a.get("model") == args.model), None)
+        path = root / model["url"] if model is not None else None
+    if path is not None:
+        parse_draft(name, Config.from_metadata(GGUFFile.open(path).metadata).n_layers)
 
 
 def page_url(base: str, args) -> str:
@@ -199,11 +248,13 @@ def parser() -> argparse.ArgumentParser:
                                  description="serve the demo page, or run it headless")
     ap.add_argument("--headless", action="store_true", help="run one request in headless Chromium")
     ap.add_argument("--prompt", default="Tell me about octopuses.")
-    ap.add_argument("--model", default="smollm2", help="a model name of the site's manifest")
+    ap.add_argument("--model", default="smollm2",
+                    help="a model of the site's manifest (smollm2, tiny, ...) or the path of a "
+                         "local GGUF (served at local/NAME)")
     ap.add_argument("--draft", default="auto",
                     help="auto (the trained draft on a hardware WebGPU adapter, else ngram) | "
-                         "ngram | none | self:L | trained | a manifest model | ngram+ one of "
-                         "the last two")
+                         "ngram | none | self:L | trained | a manifest model or the path of a "
+                         "local GGUF | ngram+ one of the last two")
     ap.add_argument("--k", default="heuristic")
     ap.add_argument("--verify", choices=["greedy", "replay", "rejection"], default=None)
     ap.add_argument("--temperature", type=float, default=0.0)
@@ -225,14 +276,16 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from pyspec.apps.request import cli_error
     from pyspec.errors import PyspecError
     from pyspec.options import Options
 
-    try:   # the request's options, checked before a site is built or a page opened
+    try:   # the request's options and local files, checked before a site is built
         Options(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
                 verify=args.verify, k=args.k).check()
+        files = serve_local(args)
     except PyspecError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {cli_error(e)}", file=sys.stderr)
         return 2
     if args.fault and args.fault.partition("@")[0] in GPU_FAULTS and args.backend == "auto":
         # auto picks the CPU engine on a software adapter (SwiftShader), which has no device
@@ -246,9 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     root = Path(manifest).parent
     try:
-        check_layers(root, args)
+        check_layers(root, args, files)
     except PyspecError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {cli_error(e)}", file=sys.stderr)
         return 2
     if args.headless:
         try:
@@ -256,17 +309,17 @@ def main(argv: list[str] | None = None) -> int:
         except BrowserMissing as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        server, base = serve.start(root)
+        server, base = serve.start(root, files=files)
         try:
             return run_headless(base, args)
         finally:
             server.shutdown()
     try:
-        server, base = serve.start(root, port=args.port)
+        server, base = serve.start(root, port=args.port, files=files)
     except OSError as e:
         print(f"note: port {args.port} is busy ({e.strerror}); serving on a free port instead",
               file=sys.stderr)
-        server, base = serve.start(root)
+        server, base = serve.start(root, files=files)
     print(f"serving {root} at {base}  (Ctrl-C to stop)", flush=True)
     print(f"open {page_url(base, args)}", flush=True)
     try:

@@ -137,10 +137,14 @@ const reply = await decoder.chat.completions.create({{
 
 ## Weights
 
-The package holds no weights. Give the champion (and a draft model, if any) by URL; a relative
-URL or a path resolves against the worker's location, so `/models/...` is your own origin. With
-a `sha256` the download is checked, and the file is cached in the origin's private file system
-(OPFS) under that hash.
+The package holds no weights, and so no model names: `champion: "smollm2"` (the demo site's
+name) is refused here with `unknown_model`. Give the champion (and a draft model, if any) by
+URL; a relative URL resolves against the worker's location (`node_modules/pyspec/`), not your
+page's, so give a path from your origin's root (`/models/...`) or a full URL. With a `sha256`
+the download is checked, and the file is cached in the origin's private file system (OPFS)
+under that hash. A model on another origin needs CORS there: `Access-Control-Allow-Origin` and
+`Access-Control-Expose-Headers: Content-Range` (the model card reads the header by Range
+requests).
 
 ## Content-Security-Policy
 

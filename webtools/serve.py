@@ -7,7 +7,9 @@ another origin is embedded. The runtime does not need them: e2e runs the pages f
 http.server too (e2e/conftest.py's plain_site_url). `Cache-Control: no-cache` makes the browser revalidate, so a rebuilt
 site is never mixed with a stale one (weights are cached in OPFS, not by HTTP). It answers
 Range requests (`bytes=START-` or `bytes=START-END`, one range) with 206 Partial Content: the
-worker resumes a dropped download from the byte it reached.
+worker resumes a dropped download from the byte it reached. `files` adds local files outside
+the site at URLs of their own (`build.py demo --model PATH`: the GGUF at local/NAME); nothing
+else outside the site is served.
 
 Not here: building the site (site.py).
 """
@@ -20,6 +22,7 @@ import os
 import re
 import socketserver
 import threading
+import urllib.parse
 from pathlib import Path
 
 MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
@@ -31,6 +34,13 @@ MIME = {".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/jav
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME}
     quiet = True
+    files: dict = {}    # URL path (no leading slash) -> a local file served there
+
+    def translate_path(self, path: str) -> str:
+        route = urllib.parse.unquote(path.split("?", 1)[0].split("#", 1)[0]).lstrip("/")
+        if route in self.files:
+            return str(self.files[route])
+        return super().translate_path(path)
 
     def end_headers(self) -> None:
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
@@ -87,10 +97,12 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
 
-def start(site: Path, port: int = 0, host: str = "127.0.0.1", quiet: bool = True
-          ) -> tuple[Server, str]:
-    """Serve `site` in a background thread; returns (server, base URL). port 0 = a free port."""
-    handler = functools.partial(type("Handler", (SiteHandler,), {"quiet": quiet}),
+def start(site: Path, port: int = 0, host: str = "127.0.0.1", quiet: bool = True,
+          files: dict[str, Path] | None = None) -> tuple[Server, str]:
+    """Serve `site` in a background thread, and each of `files` (URL path -> local file) at its
+    URL path; returns (server, base URL). port 0 = a free port."""
+    handler = functools.partial(type("Handler", (SiteHandler,), {"quiet": quiet,
+                                                                 "files": dict(files or {})}),
                                 directory=str(site))
     server = Server((host, port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

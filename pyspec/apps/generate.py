@@ -1,7 +1,8 @@
-"""The commands that generate: generate (one prompt), chat (a conversation on stdin) and demo
-(champion-only against speculative, side by side), and how they print a stream and its stats.
+"""The commands that generate: generate (one prompt) and chat (a conversation on stdin), and how
+they print a stream and its stats.
 
-Not here: the request's flags and prompt (request.py), the parser (cli.py).
+Not here: the request's flags and prompt (request.py), the parser (cli.py), the side-by-side demo
+(demo.py).
 """
 
 from __future__ import annotations
@@ -13,25 +14,22 @@ import sys
 from .. import champion_path
 from ..cpu.executor import CPUBackend
 from ..cpu.model import Model
+from ..drafters import parse_draft
 from ..engine import Engine
 from ..errors import PyspecError, UsageError
 from ..load import backend, load_champion
 from ..options import Options
 from ..text import conversation
 from ..text.conversation import Fitted
-from .request import cli_words, options, prompt_ids, utf8
+from .request import cli_error, options, prompt_ids, read_messages, utf8
 from .verdict_table import notice
-
-DEMO_MESSAGES = [{"role": "user", "content":
-                  "Correct the grammar of this text and return only the corrected text:\n"
-                  "the weather were nice yesterday, so me and my sister goes to the park. we "
-                  "sees many dog playing near the lake and a old man feeding the ducks."}]
-
 
 # --- commands -------------------------------------------------------------------------------
 def make_engine(args) -> Engine:
     if args.ctx is not None and args.ctx < 1:
         raise UsageError(f"--ctx must be a positive number of positions, got {args.ctx}")
+    if args.draft != "auto":
+        parse_draft(args.draft)   # its spelling, before the model loads (self:L's L: after)
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     recover = None
     if args.backend == "wgpu":  # a lost device finishes the request on the CPU, champion-only
@@ -64,6 +62,13 @@ def fault_notes(receipt: dict) -> None:
 
 
 def cmd_generate(args) -> int:
+    # The flags and files a user typed, checked before the model loads (a second or more):
+    # only what needs the model (a --logit-bias id past the vocabulary, the prompt's length)
+    # waits for it.
+    opts = options(args)
+    opts.check()
+    if args.messages_json:
+        read_messages(args.messages_json)
     engine = make_engine(args)
     verdict_note(engine)
     ids = prompt_ids(engine.tokenizer, args, engine.kv.max_ctx,
@@ -71,7 +76,6 @@ def cmd_generate(args) -> int:
     fitted = ids if isinstance(ids, Fitted) else Fitted(ids)
     if fitted.notice():
         print(f"note: {fitted.notice()}", file=sys.stderr)
-    opts = options(args)
     short = draft_context(engine)
     if short is not None and short < len(fitted.ids) + args.max_tokens:
         print(f"note: the draft's context is {short} positions: past position {short} the "
@@ -111,6 +115,11 @@ def cmd_chat(args) -> int:
     The engine's conversation cache prefills only each turn's new tokens. A refused line (a
     message that does not fit, an unknown command) does not end the chat; on piped input it
     makes the exit status 2, so a script learns that some of its lines got no reply."""
+    # Why: the engine checks options at each request; a chat checks them before its first line
+    # (and before the model loads, but for the ids of --logit-bias, which need its vocabulary),
+    # so that a bad option ends it at once and never after the user has typed a message.
+    opts, last, refused = options(args), None, 0
+    opts.check()
     engine = make_engine(args)
     verdict_note(engine)
     tok, ctx = engine.tokenizer, engine.kv.max_ctx
@@ -119,10 +128,6 @@ def cmd_chat(args) -> int:
                          "use generate --raw --prompt TEXT for plain text")
     system = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict] = []
-    opts, last, refused = options(args), None, 0
-    # Why: the engine checks options at each request; a chat checks them before its first line,
-    # so that a bad option ends it at once and never after the user has typed a message.
-    opts.check()
     opts.sampling().check(tok.vocab_size)
     interactive = sys.stdin.isatty()
     if interactive:
@@ -160,7 +165,7 @@ def cmd_chat(args) -> int:
                                           opts.max_tokens, ctx, args.context_overflow,
                                           engine.champion.config.context_length)
             except PyspecError as e:       # this turn is refused; the conversation goes on
-                print(f"error: {cli_words(str(e))}", file=sys.stderr)
+                print(f"error: {cli_error(e)}", file=sys.stderr)
                 refused += 1
                 continue
             if fitted.notice():
@@ -220,26 +225,3 @@ def schedule_line(schedule: dict | None) -> str:
     if off:
         out += f"; the guard kept speculation off for {off} (it would not have paid)"
     return out
-
-
-def cmd_demo(args) -> int:
-    champion, tok = load_champion(args.champion)
-    ids = tok.encode_chat(DEMO_MESSAGES)
-    opts = Options(max_tokens=args.max_tokens)
-    opts.check()
-    # Both engines first: a --draft it cannot run is refused before the champion-only half.
-    engines = [(draft, Engine(backend(champion, draft), tok)) for draft in ("none", args.draft)]
-    print(f"prompt: {DEMO_MESSAGES[0]['content']}\n", file=sys.stderr)
-    for draft, engine in engines:
-        print(f"=== {'champion only' if draft == 'none' else 'speculative, draft ' + draft} ===",
-              file=sys.stderr)
-        verdict_note(engine)
-        report = stream_to_stdout(engine, ids, opts)
-        print_stats(report["stats"])
-        if draft == "none":
-            baseline = report
-    same = baseline["tokens"] == report["tokens"]
-    print(f"\nidentical output: {same}; speedup "
-          f"{report['stats']['tokens_per_s'] / baseline['stats']['tokens_per_s']:.2f}x",
-          file=sys.stderr)
-    return 0 if same else 1

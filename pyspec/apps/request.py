@@ -12,7 +12,7 @@ import json
 import re
 import sys
 
-from ..errors import PromptTooLongError, UsageError
+from ..errors import PromptTooLongError, UsageError, path_problem
 from ..options import OPTION, REQUEST, Options, from_request
 from ..text import conversation
 from ..text.conversation import Fitted
@@ -33,13 +33,31 @@ def cli_words(message: str) -> str:
     return message.replace("raise the context length", "raise the context length (--ctx)")
 
 
+def cli_error(e: Exception) -> str:
+    """An error in the command line's words (cli_words) that names the flag of the option it is
+    about (`e.option`, errors.about) where its words do not already: "temperature must be ..."
+    reads "--temperature must be ...", "unknown speculation policy ..." "--k: unknown ..."."""
+    text = cli_words(str(e))
+    name = getattr(e, "option", None)
+    if name not in OPTION or OPTION[name].flag is None:
+        return text
+    flag = "--" + name.replace("_", "-")
+    if re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text):
+        return text
+    if re.match(rf"{name}\b", text):
+        return flag + text[len(name):]
+    return f"{flag}: {text}"
+
+
 def read_json(path: str, what: str):
     """The JSON value of a UTF-8 file, or a UsageError that says why not."""
     try:
         with open(path, encoding="utf-8-sig") as f:   # a byte-order mark, as some editors write
             return json.load(f)
+    except OSError as e:
+        raise UsageError(path_problem(path, e)) from e
     # ValueError: not UTF-8, not JSON, or an integer of more digits than Python converts.
-    except (OSError, ValueError) as e:
+    except ValueError as e:
         raise UsageError(f"cannot read {what} from {path}: {e}") from e
     except RecursionError:
         raise UsageError(f"cannot read {what} from {path}: its JSON is nested too deeply") from None

@@ -16,7 +16,7 @@ from ..cpu.model import Config, Model, ModelError
 from ..drafters import parse_draft
 from ..drafters.eagle import binding_problem, is_eagle
 from ..drafters.pairing import IncompatiblePairError, bind_borrowed, check_pair
-from ..errors import UsageError
+from ..errors import UsageError, path_problem
 from ..formats.gguf import GGUFFile
 from ..load import check_tensors, load_champion, reduced_head_ids, vocab_sidecar
 from ..rules.verify import log_softmax
@@ -36,7 +36,7 @@ def cmd_tokenize(args) -> int:
         with open(args.jsonl, "rb") as f:
             lines = f.read().removeprefix(b"\xef\xbb\xbf").splitlines()  # (a byte-order mark)
     except OSError as e:
-        raise UsageError(f"cannot read {args.jsonl}: {e}") from e
+        raise UsageError(path_problem(args.jsonl, e)) from e
     for n, raw in enumerate(lines, 1):
         try:
             line = raw.decode("utf-8")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..errors import PyspecError, UsageError
+from ..errors import PyspecError, UsageError, path_problem
 from ..options import Options
 
 
@@ -32,7 +32,9 @@ def read_workload(path: str) -> list[dict]:
     try:
         with open(path, encoding="utf-8-sig") as f:
             text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise WorkloadError(path_problem(path, e)) from e
+    except UnicodeDecodeError as e:
         raise WorkloadError(f"cannot read the workload {path}: {e}") from e
     return parse_workload(text, path)
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PyspecError
+from ..errors import NO_SUCH_FILE, PyspecError
 from . import quant
 
 MAGIC = b"GGUF"
@@ -350,7 +350,7 @@ class GGUFFile:
                 size = os.fstat(f.fileno()).st_size
                 buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         except FileNotFoundError as e:   # the path, not the file: no advice about its bytes
-            raise GGUFError("no such file; check the path", None, os.fspath(path),
+            raise GGUFError(NO_SUCH_FILE, None, os.fspath(path),
                             None) from e
         except IsADirectoryError as e:
             raise GGUFError("is a folder, not a GGUF file; name the model's .gguf file", None,

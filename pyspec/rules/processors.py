@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import PyspecError
+from ..errors import PyspecError, about
 
 N_CANDIDATES = 1024   # top_p sorts this many leading tokens first; the full vocab only if needed
 
@@ -223,15 +223,23 @@ class Sampling:
                   and (v > lo if lo_open else v >= lo) and v <= hi)
             if not ok:
                 side = "(" if lo_open else "["
-                raise SamplingError(f"{name} must be a number in {side}{lo}, {hi}], got {v!r}")
+                with about(name):
+                    raise SamplingError(f"{name} must be a number in {side}{lo}, {hi}], "
+                                        f"got {v!r}")
 
         number("repetition_penalty", 0, 1e6, lo_open=True)
         number("presence_penalty", -2, 2)
         number("frequency_penalty", -2, 2)
         number("top_p", 0, 1, lo_open=True)
         number("min_p", 0, 1)
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            raise SamplingError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        with about("top_k"):
+            if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
+                raise SamplingError(f"top_k must be an integer >= 0 (0 = off), got "
+                                    f"{self.top_k!r}")
+        with about("logit_bias"):
+            self._check_logit_bias(vocab)
+
+    def _check_logit_bias(self, vocab: int | None) -> None:
         if not isinstance(self.logit_bias, dict):
             raise SamplingError("logit_bias must be a map of token id -> bias in [-100, 100]")
         for t, b in self.logit_bias.items():

@@ -290,10 +290,11 @@ class Tokenizer:
         Equal to encode(render_chat(messages), special=True, add_bos=...) whenever no message
         contains a control-token string; the BOS the model adds is left out when the template
         already wrote one. Text a message wrote (a user typing '<|im_end|>') is encoded as plain
-        text, so message content can never forge a turn boundary.
+        text, so message content can never forge a turn boundary; nor can any string of
+        `tools` (OpenAI's tools list, which the template renders).
         """
         fragments: list[str | int] = []
-        for text, trusted in self._chat_segments(messages, add_generation_prompt):
+        for text, trusted in self._chat_segments(messages, add_generation_prompt, tools):
             for fragment in partition(text, self._specials, trusted):
                 if isinstance(fragment, str) and fragments and isinstance(fragments[-1], str):
                     fragments[-1] += fragment  # text runs across segments, as in one string

@@ -287,11 +287,11 @@ def split(text: str, fmt: ToolFormat, final: bool = False) -> Split:
 
 def _held(text: str, fmt: ToolFormat) -> int:
     """How much of the end of `text` could still become the start of a call."""
-    start = fmt.lead + fmt.trigger
     if not fmt.anywhere:
         return len(text) if text and fmt.trigger.startswith(text) else 0
-    return next((n for n in range(min(len(start), len(text)), 0, -1)
-                 if start.startswith(text[-n:])), 0)
+    starts = (fmt.lead + fmt.trigger, fmt.trigger)
+    return next((n for n in range(min(len(starts[0]), len(text)), 0, -1)
+                 if any(s.startswith(text[-n:]) for s in starts)), 0)
 
 
 def _object_end(text: str, i: int) -> int | None:

@@ -54,6 +54,11 @@ class Result:
     text: str
     tokens: list[int]
     finish_reason: str   # "stop" (end of generation token), "length" (max_tokens), "context",
-                         # "cancelled" (should_stop said so between cycles)
+                         # "cancelled" (should_stop said so between cycles), "tool_calls"
+                         # (an end of generation after the calls of a tools request)
     stats: dict
     receipt: dict
+    # A tools request's answer split (text/toolcalls.result): its calls in OpenAI's shape
+    # ([] where it called none) and the content before them; None for any other request.
+    tool_calls: list | None = None
+    content: str | None = None

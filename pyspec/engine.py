@@ -34,6 +34,7 @@ from .kv import rows_kept
 from .options import Options
 from .request import Request, forced, score_previews
 from .stats import summary
+from .text import toolcalls
 
 
 class RecoveryLimitError(PyspecError, RuntimeError):
@@ -356,6 +357,12 @@ class Engine:
         wall = time.perf_counter() - req.t_start
         generated = req.tokens[len(req.prompt):]
         source = self._source(req)
+        calls = content = None
+        if req.opts.tools is not None:   # the answer's calls (a tools request)
+            content, calls = toolcalls.result(req.out_text, toolcalls.detect(self.tokenizer),
+                                              toolcalls.salt(req.prompt))
+            if calls and req.finish == "stop":
+                req.finish = "tool_calls"
         stats = summary(req.st, self.backend, source, req.scheds, len(generated), wall,
                         req.t_prefill, req.ttft, req.finish)
         stats["prompt_tokens"] = len(req.prompt)   # reused + prefill + 1 (the last one decoded)
@@ -365,7 +372,8 @@ class Engine:
         stats["forced_tokens"] = (req.constraint.forced_count(generated) if req.constraint
                                   else 0)
         return dict(text=req.out_text, tokens=generated, finish_reason=req.finish, stats=stats,
-                    receipt=receipts.build(self, req.opts, req.mode, stats, source))
+                    receipt=receipts.build(self, req.opts, req.mode, stats, source),
+                    tool_calls=calls, content=content)
 
     def close(self) -> None:
         """Free now what this engine's backend allocated for itself (a GPU backend's buffers),

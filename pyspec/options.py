@@ -15,6 +15,7 @@ front end (paths and native backends on the command line, manifest names and Web
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -22,17 +23,18 @@ import numpy as np
 from . import schedule
 from .cycle import VERIFY_MODES
 from .errors import OptionsError, about
-from .rules.jsonschema import compile_schema
+from .rules.jsonschema import Grammar, compile_into, compile_schema
 from .rules.processors import Sampling
 from .rules.tree import parse_tree
 from .text.conversation import POLICIES
 from .text.stops import MAX_STOPS
+from .text.toolcalls import check_choice, check_tools
 
 
 @dataclass(frozen=True)
 class Option:
-    """One request option. `types`: the JSON values it takes (int, float, str, list, dict; a
-    bool is none of them); null or absent means `default`. `range`: the values it takes, as an
+    """One request option. `types`: the JSON values it takes (int, float, str, list, dict,
+    bool; a bool is no int); null or absent means `default`. `range`: the values it takes, as an
     interval ("[-2, 2]", "(0, 1]", ">= 0"; tests/test_options.py checks Options.check against
     it) or words. `openai`: its name in a chat.completions request (OpenAI's, or as WebLLM and
     vLLM take it; None: only under the facade's `pyspec`). `flag`: the command line's argparse
@@ -109,6 +111,21 @@ REQUEST = (
     Option("response_format", (dict,), None, "OpenAI's {type: 'json_schema', json_schema: "
            "{name, schema, strict}} or {type: 'text'}", openai="response_format", flag=None,
            engine=False),
+    # Tool calls (issue 58; rules/toolgrammar.py, text/toolcalls.py; docs/sampling-and-json.md).
+    Option("tools", (list,), None, "a JSON file of OpenAI's tools list ([{type: 'function', "
+           "function: {name, description, parameters}}]): the model may call them, each call "
+           "decoded under its parameters' schema", openai="tools", flag={"metavar": "FILE"},
+           api="OpenAI's tools list ([{type: 'function', function: {name, description, "
+           "parameters}}]): the model may call them, each call decoded under its parameters' "
+           "schema"),
+    Option("tool_choice", (str, dict), None, "with tools: auto (the model chooses; the "
+           "default) | none (no call) | required (at least one call) | NAME (that tool)",
+           openai="tool_choice", flag={"metavar": "auto|none|required|NAME"},
+           api="with tools: 'auto' (the model chooses; the default) | 'none' (no call) | "
+           "'required' (at least one call) | {type: 'function', function: {name}} (that tool)"),
+    Option("parallel_tool_calls", (bool,), True, "several calls in one answer where the "
+           "template's format takes them (else one)", openai="parallel_tool_calls",
+           flag={"action": argparse.BooleanOptionalAction}),
 )
 OPTION = {o.name: o for o in REQUEST}
 
@@ -141,6 +158,9 @@ class Options:
     logit_bias: dict = _default("logit_bias")     # token id -> bias in [-100, 100]
     stop: tuple = _default("stop")                # stop strings (stops.py), cut from the output
     json_schema: dict | str | None = _default("json_schema")   # the output follows it
+    tools: list | None = _default("tools")                 # OpenAI's tools list
+    tool_choice: str | dict | None = _default("tool_choice")   # None: auto with tools
+    parallel_tool_calls: bool = _default("parallel_tool_calls")
 
     def sampling(self) -> Sampling:
         return Sampling(logit_bias=self.logit_bias, repetition_penalty=self.repetition_penalty,
@@ -187,6 +207,8 @@ class Options:
                     raise OptionsError("json_schema needs stop_at_eos: the end-of-text token is "
                                        "what ends the JSON value")
                 compile_schema(self.json_schema)   # a SchemaError names what is not supported
+        with about("tools"):
+            self.check_tools()
 
     def _check_stop(self) -> None:
         stop = self.stop
@@ -196,6 +218,30 @@ class Options:
             raise OptionsError(f"stop takes at most {MAX_STOPS} strings, got {len(stop)}")
         if not all(stop):
             raise OptionsError("stop strings must not be empty")
+
+    def check_tools(self) -> tuple[list, str]:
+        """(the tools checked, the choice as "auto" | "none" | "required" | a tool's name);
+        ToolError or SchemaError name what is wrong (every tool's parameters compiled)."""
+        if not isinstance(self.parallel_tool_calls, bool):
+            raise OptionsError(f"parallel_tool_calls must be true or false, got "
+                               f"{self.parallel_tool_calls!r}")
+        tools = None if self.tools is None else check_tools(self.tools)
+        choice = check_choice(self.tool_choice, tools)
+        if tools is None:
+            return [], choice
+        if self.json_schema is not None:
+            raise OptionsError("give tools or json_schema (response_format), not both: a "
+                               "call's arguments follow its tool's parameters")
+        if not self.stop_at_eos:
+            raise OptionsError("tools need stop_at_eos: the end-of-turn token ends the calls")
+        for i, tool in enumerate(tools):
+            compile_schema_at(tool.parameters, f"tools[{i}].function.parameters")
+        return tools, choice
+
+
+def compile_schema_at(schema: dict, where: str) -> None:
+    """Compile a schema that sits at `where` in the request (a SchemaError names it there)."""
+    compile_into(Grammar(spaced=True), schema, where)
 
 
 def from_request(values: dict) -> Options:

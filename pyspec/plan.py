@@ -2,9 +2,9 @@
 and how many tokens.
 
 `request` checks a request (options, prompt, resumed ids) and builds its state: the rule (verify
-mode, sampling chain, a JSON schema's mask), and its drafter: the engine's, a member of its
-combination (drafters/combo.py), forced drafts around it under a schema, or its trees under
---tree. `use` sets up a drafter's schedule and how its cycles go (ahead on the device, shadowed,
+mode, sampling chain, the mask of a JSON schema or of its tools' calls), and its drafter: the
+engine's, a member of its combination (drafters/combo.py), forced drafts around it under a
+grammar, or its trees under --tree. `use` sets up a drafter's schedule and how its cycles go (ahead on the device, shadowed,
 classified). `cycle` picks the next cycle's k within the budget and the context.
 
 Not here: the loop and its steps that run the backend, emit text and recover (engine.py), the
@@ -24,7 +24,8 @@ from .drafters.tree import tree_drafter
 from .errors import OptionsError, PromptTooLongError
 from .options import Options
 from .request import Request
-from .rules import jsonmask
+from .rules import jsonmask, toolgrammar
+from .text import toolcalls
 from .text.stops import StopStrings
 
 
@@ -58,10 +59,9 @@ def request(engine, prompt: list[int], opts: Options, resume: Resume | None) -> 
     if opts.stop_at_eos:
         req.eog |= set(engine.tokenizer.eog_ids)
     drafter = engine.drafter
-    if opts.json_schema is not None:
+    req.constraint = _constraint(engine, opts, len(prompt))
+    if req.constraint is not None:
         # The mask is the first processor; forced tokens are drafted around the drafter's.
-        req.constraint = jsonmask.constrain(engine.json_cache, engine.tokenizer,
-                                            opts.json_schema, len(prompt))
         req.rule = dataclasses.replace(rule, processors=(jsonmask.JsonMask(req.constraint),)
                                        + rule.processors)
         drafter = ForcedDrafter(_host_drafter(drafter), req.constraint)
@@ -74,6 +74,20 @@ def request(engine, prompt: list[int], opts: Options, resume: Resume | None) -> 
     req.combo = engine.draft_source if req.constraint is None and engine.backend.combo else None
     use(engine, req, req.combo.choose(prompt + done) if req.combo is not None else drafter)
     return req
+
+
+def _constraint(engine, opts: Options, prompt_len: int):
+    """The request's grammar: its JSON schema's, its tools' calls' (in the format the
+    template writes: toolcalls.detect refuses one it cannot read), or None."""
+    if opts.json_schema is not None:
+        return jsonmask.constrain(engine.json_cache, engine.tokenizer, opts.json_schema,
+                                  prompt_len)
+    tools, choice = opts.check_tools()
+    if not tools:
+        return None
+    fmt = toolcalls.detect(engine.tokenizer)
+    return toolgrammar.constrain(engine.json_cache, engine.tokenizer, fmt, tools, choice,
+                                 opts.parallel_tool_calls, prompt_len)
 
 
 def use(engine, req: Request, drafter) -> None:

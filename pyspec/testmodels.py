@@ -77,6 +77,31 @@ def tokenizer_metadata(n_merges: int = 64, corpus: str = CORPUS) -> dict:
     }
 
 
+# The tokens a real family's chat template writes beyond SPECIALS (text, token type: 3 control, 4
+# user-defined, as the family's GGUF marks them) and the special ids they take: for tiny models
+# that render with the family's own template (tool calls, issue 58; the template's text comes
+# from the caller, e.g. llama.cpp's copies in .cache/llama.cpp/templates).
+TEMPLATE_TOKENS = {
+    "qwen2.5": ([("<tool_call>", 4), ("</tool_call>", 4)], {}),
+    "llama3": ([("<|begin_of_text|>", 3), ("<|start_header_id|>", 3),
+                ("<|end_header_id|>", 3), ("<|eot_id|>", 3)],
+               {"bos": "<|begin_of_text|>", "eos": "<|eot_id|>"}),
+}
+
+
+def templated_tokenizer(family: str, template: str, n_merges: int = 64) -> dict:
+    """tokenizer_metadata with TEMPLATE_TOKENS[family] appended and `template` as the chat
+    template."""
+    md = tokenizer_metadata(n_merges)
+    extra, ids = TEMPLATE_TOKENS[family]
+    tokens = md["tokenizer.ggml.tokens"] + [t for t, _ in extra]
+    md.update({"tokenizer.ggml.tokens": tokens,
+               "tokenizer.ggml.token_type": md["tokenizer.ggml.token_type"] + [k for _, k in extra],
+               "tokenizer.chat_template": template,
+               **{f"tokenizer.ggml.{key}_token_id": tokens.index(text) for key, text in ids.items()}})
+    return md
+
+
 # Gemma 3's tokenizer settings (its GGUF: model "llama", no space prefix, byte fallback, BOS added,
 # <eos> = 1, <bos> = 2, turns marked by <start_of_turn> / <end_of_turn>), over a small vocabulary.
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
@@ -247,16 +272,17 @@ def family_weights(arch: str, vocab: int, *, n_layers: int, d: int, n_heads: int
 
 
 def write_family_model(path, arch: str, *, seed: int = 0, ctx: int = 256, n_merges: int = 64,
-                       weights: dict[str, np.ndarray] | None = None,
+                       weights: dict[str, np.ndarray] | None = None, tokenizer: dict | None = None,
                        matrix_type: int | str = quant.F32.type_id,
                        embd_type: int | str | None = None, **shape) -> dict[str, np.ndarray]:
     """Write a tiny GGUF of family `arch` (FAMILY_SHAPES[arch], `shape` over it) with the
     family's metadata keys and tensor names; returns its float weights. Matrices in
     `matrix_type`, the embedding in `embd_type` (default: the same), norms, biases and rope
     factors in F32; "Q4_K_M" as llama.cpp's mix (d=256 for K-quants, else its Q5_0 / Q5_1 /
-    Q8_0 fallbacks). Peaked as random_weights makes them (a head gain of 4)."""
+    Q8_0 fallbacks). Peaked as random_weights makes them (a head gain of 4). `tokenizer`:
+    its tokenizer metadata (templated_tokenizer's), else tokenizer_metadata(n_merges)."""
     shape = {**FAMILY_SHAPES[arch], **shape}
-    md_tok = tokenizer_metadata(n_merges)
+    md_tok = tokenizer or tokenizer_metadata(n_merges)
     vocab = len(md_tok["tokenizer.ggml.tokens"])
     w = weights or family_weights(arch, vocab, seed=seed, **shape)
     md = {**family_metadata(arch, ctx=ctx, **shape), "general.name": f"pyspec-tiny-{arch}-{seed}",

@@ -1135,3 +1135,51 @@ def test_detokenize_inverts_tokenize(capsys, models):
                        ("x", "JSON list of integer token ids")]:
         code, out, err = run(capsys, "detokenize", "--model", models["champion"], "--ids", bad)
         assert_one_error_line(code, err, words)
+
+
+@pytest.fixture(scope="module")
+def tools_model(tmp_path_factory):
+    """A tiny qwen2 model under Qwen 2.5's own template (llama.cpp's copy), and a tools file."""
+    from test_template import template_source
+    from test_tokenizer_families import FIXTURES
+    where = "templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+    if not (FIXTURES / where).exists():
+        pytest.skip(f"{FIXTURES / where} is missing: run python3 build.py setup")
+    d = tmp_path_factory.mktemp("tools")
+    testmodels.write_family_model(d / "qwen.gguf", "qwen2", seed=1, ctx=2048, tokenizer=testmodels
+                                  .templated_tokenizer("qwen2.5", template_source(where)))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
+        "required": ["city"]}}}]
+    (d / "tools.json").write_text(json.dumps({"tools": tools}))
+    return str(d / "qwen.gguf"), str(d / "tools.json")
+
+
+def test_generate_json_has_the_calls(capsys, tools_model):
+    model, tools = tools_model
+    args = ["generate", "--champion", model, "--tools", tools, "--tool-choice", "get_weather",
+            "--prompt", "weather?", "--max-tokens", "128", "--json"]
+    assert cli.main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["finish_reason"] == "tool_calls" and out["content"] is None
+    [call] = out["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and call["id"].startswith("call_")
+    assert set(json.loads(call["function"]["arguments"])) == {"city"}
+    assert out["stats"]["forced_tokens"] > 0 and out["stats"]["tokens_per_pass"] > 1
+    assert cli.main(args[:-1]) == 0    # streamed: the text, then the call on stderr
+    streamed = capsys.readouterr()
+    assert streamed.out.strip() == out["text"]
+    assert f"tool call {call['id']}: get_weather {call['function']['arguments']}" in streamed.err
+
+
+def test_chat_answers_a_call_with_tool(capsys, tools_model, monkeypatch):
+    """A reply that calls a tool is listed; each `/tool RESULT` answers its call and the model
+    goes on (here under tool_choice required: another call each time)."""
+    import io
+    model, tools = tools_model
+    monkeypatch.setattr(sys, "stdin", io.StringIO('weather?\n/tool {"temp": 21}\n/tool x\n'))
+    code = cli.main(["chat", "--champion", model, "--tools", tools, "--tool-choice", "required",
+                     "--max-tokens", "128", "--stats"])
+    err = capsys.readouterr().err
+    assert err.count("tool call call_") == 3 and "answer each call with /tool" in err
+    assert "none is waiting" not in err and code == 0

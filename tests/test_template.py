@@ -51,7 +51,8 @@ def template_source(where: str) -> str:
     return (FIXTURES / where).read_text(encoding="utf-8")
 
 
-def hf_render(source: str, messages, add_generation_prompt: bool, bos: str, eos: str) -> str:
+def hf_render(source: str, messages, add_generation_prompt: bool, bos: str, eos: str,
+              tools=None) -> str:
     """jinja2 as HF transformers' apply_chat_template sets it up."""
     import jinja2.sandbox
 
@@ -64,7 +65,7 @@ def hf_render(source: str, messages, add_generation_prompt: bool, bos: str, eos:
         json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys))
     env.globals.update(raise_exception=raise_exception,
                        strftime_now=lambda fmt: datetime.now().strftime(fmt))
-    return env.from_string(source).render(messages=messages, tools=None, documents=None,
+    return env.from_string(source).render(messages=messages, tools=tools, documents=None,
                                           add_generation_prompt=add_generation_prompt,
                                           bos_token=bos, eos_token=eos)
 

@@ -163,7 +163,7 @@ def test_render_chat_without_a_template_raises(metadata):
 @pytest.mark.parametrize("messages", [
     "hi",
     [("user", "hi")],
-    [{"role": "tool", "content": "x"}],
+    [{"role": "function", "content": "x"}],
     [{"content": "x"}],
     [{"role": "user", "content": None}],
     [{"role": "user", "content": ["a", "b"]}],

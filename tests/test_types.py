@@ -37,8 +37,8 @@ try { await decoder.cancel(); } catch (e) { if (e instanceof SpecError) console.
 """
 
 
-def embed_script() -> str:
-    html = (ROOT / "web" / "embed-example.html").read_text()
+def embed_script(page: str = "embed-example.html") -> str:
+    html = (ROOT / "web" / page).read_text()
     return re.search(r'<script type="module">(.*?)</script>', html, re.S).group(1)
 
 
@@ -54,6 +54,13 @@ def tsc(tmp_path: Path, name: str, source: str, *extra: str) -> subprocess.Compl
 
 def test_the_embed_example_type_checks(tmp_path):
     done = tsc(tmp_path, "embed.js", embed_script(), "--allowJs", "--checkJs")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_tools_example_type_checks(tmp_path):
+    """web/tools-example.html: tools, tool_choice, streamed call deltas, tool messages."""
+    done = tsc(tmp_path, "tools.js", embed_script("tools-example.html"), "--allowJs",
+               "--checkJs")
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -89,9 +89,34 @@ export interface CardResult {
   header: { bytes: number; range: boolean };
 }
 
-export interface ChatMessage {
-  role: "system" | "user" | "assistant";
-  content: string;
+/** A message; an assistant's that called tools carries them (its content may be null), and a
+ *  tool's result comes back as role "tool" with the call's id. The model's own chat template
+ *  renders them all. */
+export type ChatMessage =
+  | { role: "system" | "user"; content: string }
+  | { role: "assistant"; content: string | null; tool_calls?: ToolCall[] | null }
+  | { role: "tool"; content: string; tool_call_id?: string };
+
+/** OpenAI's tool: a function the model may call. Its name is 1-64 of [A-Za-z0-9_-]; its
+ *  parameters an object schema of the json_schema subset (another keyword is refused as
+ *  bad_config, by name). */
+export interface Tool {
+  type: "function";
+  function: { name: string; description?: string; parameters?: JsonSchema;
+              strict?: boolean | null };
+}
+
+/** "auto" (the model chooses; the default with tools) | "none" | "required" (at least one
+ *  call) | one function (generate() also takes its name alone). */
+export type ToolChoice = "auto" | "none" | "required" | string
+  | { type: "function"; function: { name: string } };
+
+/** A call the model made: `arguments` is the JSON text of an object valid against the tool's
+ *  parameters. `id` is what the tool message of its result names. */
+export interface ToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
 }
 
 export interface Progress {
@@ -169,6 +194,13 @@ export interface SamplingConfig {
   json_schema?: JsonSchema | null;
   /** OpenAI's form of the same; { type: "text" } is no constraint. Give one of the two. */
   response_format?: ResponseFormat | null;
+  /** Tool calls: the functions the model may call, in the call format its chat template
+   *  writes (Qwen 2.5 / Hermes, Llama 3.x; another template is refused as bad_config). A call's
+   *  name is one of them and its arguments follow its parameters, decoded under that grammar. */
+  tools?: Tool[] | null;
+  tool_choice?: ToolChoice | null;
+  /** Several calls in one answer where the template's format takes them; default true. */
+  parallel_tool_calls?: boolean | null;
 }
 
 /** A JSON Schema object (type, properties, required, additionalProperties: false, items,
@@ -212,9 +244,21 @@ export interface Chunk {
   tokens: number;                    // tokens committed with this text
   kinds: TokenKind[];                // one per token committed with this text
   starts: number[];                  // UTF-16 offset where each of those tokens' text begins
+  /** A tools request: the output so far as content and calls (UTF-16 offsets in the whole
+   *  output; a tail that may yet start a call is held back from the content). */
+  tools?: ToolSplit;
 }
 
-export type EngineFinishReason = "stop" | "length" | "context" | "cancelled";
+/** Where the content and the calls are in a tools request's output: output.slice(0,
+ *  content_end) is content, output.slice(start, end) call i's arguments so far (`closed` once
+ *  they are whole). */
+export interface ToolSplit {
+  content_end: number;
+  calls: { id: string; name: string; start: number; end: number; closed: boolean }[];
+}
+
+/** "tool_calls": the answer ended after its calls (a tools request). */
+export type EngineFinishReason = "stop" | "length" | "context" | "cancelled" | "tool_calls";
 
 /** How a request's decode cycles spent their time on the WebGPU engine (an empty object on the
  *  CPU engine). */
@@ -281,6 +325,10 @@ export interface GenerateResult {
   stats: Stats | null;
   receipt: Receipt | null;
   notice?: string | null;
+  /** A tools request: its calls ([] when it made none) and the content before them (null where
+   *  there is none); absent otherwise. */
+  tool_calls?: ToolCall[] | null;
+  content?: string | null;
 }
 
 /** The worker's `ready` message. */
@@ -386,8 +434,9 @@ export interface ChatCompletionRequest extends Omit<SamplingConfig, "json_schema
   pyspec?: PyspecRequestOptions | null;
 }
 
-/** "abort": an AbortSignal stopped it (as in WebLLM); "length": max_tokens or the context. */
-export type FinishReason = "stop" | "length" | "abort";
+/** "abort": an AbortSignal stopped it (as in WebLLM); "length": max_tokens or the context;
+ *  "tool_calls": the answer is calls (message.tool_calls). */
+export type FinishReason = "stop" | "length" | "abort" | "tool_calls";
 
 /** prompt_tokens and total_tokens are null (unlike OpenAI's) for a request stopped before it
  *  ran, aborted while it waited behind another: its prompt was never counted. */
@@ -412,10 +461,19 @@ interface ChatCompletionChunkBase {
   model: string;
   choices: [{
     index: 0;
-    delta: { role?: "assistant"; content?: string };
+    /** A call streams as OpenAI streams it: its index, id and name first (arguments ""),
+     *  then fragments of its arguments. */
+    delta: { role?: "assistant"; content?: string; tool_calls?: ToolCallDelta[] };
     finish_reason: FinishReason | null;   // null until the last chunk
     logprobs: null;
   }];
+}
+
+export interface ToolCallDelta {
+  index: number;
+  id?: string;
+  type?: "function";
+  function: { name?: string; arguments: string };
 }
 
 /** A chunk of text: its offset and token count. */
@@ -440,7 +498,8 @@ export interface ChatCompletion {
   model: string;
   choices: [{
     index: 0;
-    message: { role: "assistant"; content: string };
+    /** content is null where the answer is calls only. */
+    message: { role: "assistant"; content: string | null; tool_calls?: ToolCall[] };
     finish_reason: FinishReason;
     logprobs: null;
   }];

@@ -352,7 +352,8 @@ export class SpecDecoder {
               shown += fresh.length;
               text += fresh;
               yield { offset: shown - fresh.length, text: fresh, tokens,
-                      kinds: item.chunk.kinds, starts: item.chunk.starts };
+                      kinds: item.chunk.kinds, starts: item.chunk.starts,
+                      ...(item.chunk.tools ? { tools: item.chunk.tools } : {}) };
             } else if (item.done) {
               finished = true;
               return this.#finish(item.done);

@@ -3,7 +3,10 @@
 // stream: true it resolves to an async iterator of `chat.completion.chunk`s (the first delta
 // carries the role; the last chunk carries finish_reason, usage and pyspec); otherwise to one
 // `chat.completion`. A request it cannot honour is refused (SpecError bad_config naming the
-// option) before anything runs.
+// option) before anything runs. With `tools`, calls stream as OpenAI streams them (index, id
+// and name first, then fragments of the arguments) and end in message.tool_calls with
+// finish_reason "tool_calls": the worker's Python says where content and calls are in the
+// output (each chunk's `tools`, text/toolcalls.py), and this file only slices the text there.
 //
 // Not here: the worker, restarts and resume (client.js), the option values' checks (the worker's
 // Python session).
@@ -13,7 +16,8 @@ import { REQUEST_OPTIONS } from "./options.js";
 
 // The engine's finish reasons in OpenAI's words. "cancelled" (an AbortSignal) becomes "abort",
 // as in WebLLM: OpenAI has no word for a request the caller stopped.
-const FINISH = { stop: "stop", length: "length", context: "length", cancelled: "abort" };
+const FINISH = { stop: "stop", length: "length", context: "length", cancelled: "abort",
+                 tool_calls: "tool_calls" };
 // Options of the OpenAI request that pyspec does not do yet: refused, never ignored.
 const NOT_YET = {};
 // OpenAI options pyspec honours only at one value, the one that asks for nothing more: taken
@@ -118,13 +122,23 @@ async function createCompletion(decoder, request) {
     return streamFrom(first, chunks);
   }
   let content = "", last = null;
+  const calls = [];
   for await (const chunk of chunks) {
-    content += chunk.choices[0].delta.content ?? "";
+    const delta = chunk.choices[0].delta;
+    content += delta.content ?? "";
+    for (const d of delta.tool_calls ?? []) {   // as the OpenAI SDK gathers a stream's calls
+      calls[d.index] ??= { id: d.id, type: "function", function: { name: d.function.name,
+                                                                    arguments: "" } };
+      calls[d.index].function.arguments += d.function.arguments;
+    }
     last = chunk;
   }
+  const message = calls.length ? { role: "assistant", content: content || null,
+                                   tool_calls: calls }
+                               : { role: "assistant", content };
   return { ...head, object: "chat.completion",
-           choices: [{ index: 0, message: { role: "assistant", content },
-                       finish_reason: last.choices[0].finish_reason, logprobs: null }],
+           choices: [{ index: 0, message, finish_reason: last.choices[0].finish_reason,
+                       logprobs: null }],
            usage: last.usage, pyspec: last.pyspec };
 }
 
@@ -140,12 +154,14 @@ async function* completionChunks(decoder, messages, config, signal, head, req) {
   signal?.addEventListener("abort", abort, { once: true });
   let role = { role: "assistant" }, completion = 0;
   const run = decoder.run(messages, config, req);
+  const calls = config.tools ? new ToolDeltas() : null;
   let step = null;
   try {
     while (!(step = await run.next()).done) {
       const c = step.value;
       completion += c.tokens;
-      yield chunk({ ...role, content: c.text }, null,
+      const delta = calls ? calls.next(c) : { content: c.text };
+      yield chunk({ ...role, ...delta }, null,
                   { pyspec: { offset: c.offset, tokens: c.tokens } });
       role = {};
     }
@@ -159,11 +175,61 @@ async function* completionChunks(decoder, messages, config, signal, head, req) {
   // prompt was never counted, and usage says so with null rather than a made-up 0.
   const prompt = stats?.prompt_tokens ?? null;
   completion = stats?.generated_tokens ?? completion;
-  const delta = role.role ? { ...role, content: "" } : {};   // no text at all: still the role
+  // What the stream has not shown of the result (content held back while it might have been a
+  // call's start; the last call's last fragment), then the end.
+  const rest = calls ? calls.rest(step.value) : {};
+  const delta = role.role ? { ...role, content: "", ...rest } : rest;
   yield chunk(delta, FINISH[finish_reason] ?? finish_reason, {
     usage: { prompt_tokens: prompt, completion_tokens: completion,
              total_tokens: prompt === null ? null : prompt + completion },
     pyspec: { finish_reason, stats, receipt, notice } });
+}
+
+// A tools request's deltas: each chunk's `tools` (content_end, calls [{id, name, start, end}],
+// UTF-16 offsets in the whole output) says where content and calls are; the deltas are the
+// parts of them not shown yet. Offsets are absolute, so a resumed stream shows nothing twice.
+class ToolDeltas {
+  #text = ""; #content = 0; #args = [];
+
+  next(c) {
+    this.#text = this.#text.slice(0, c.offset) + c.text;
+    const { content_end, calls } = c.tools;
+    const delta = {};
+    if (content_end > this.#content) {
+      delta.content = this.#text.slice(this.#content, content_end);
+      this.#content = content_end;
+    }
+    const out = calls.map((call, index) => this.#call(index, call.id, call.name,
+                                                      this.#text.slice(call.start, call.end)))
+      .filter(Boolean);
+    if (out.length) delta.tool_calls = out;
+    return delta;
+  }
+
+  // The result's content and calls past what was shown.
+  rest(result) {
+    const delta = {};
+    const content = result.content ?? "";
+    if (content.length > this.#content) delta.content = content.slice(this.#content);
+    // (a call not shown yet: its name, then all of its arguments)
+    const out = (result.tool_calls ?? []).flatMap((call, index) => [0, 1].map(() => this.#call(
+      index, call.id, call.function.name, call.function.arguments))).filter(Boolean);
+    if (out.length) delta.tool_calls = out;
+    return delta;
+  }
+
+  // A call's delta: its id and name first (arguments ""), then each time the fragment of its
+  // arguments not shown yet; null when there is nothing new.
+  #call(index, id, name, args) {
+    if (this.#args[index] === undefined) {
+      this.#args[index] = 0;
+      return { index, id, type: "function", function: { name, arguments: "" } };
+    }
+    const shown = this.#args[index];
+    if (args.length <= shown) return null;
+    this.#args[index] = args.length;
+    return { index, function: { arguments: args.slice(shown) } };
+  }
 }
 
 // The facade's stream, once create() has its first step: that step, then the rest. The rest

@@ -20,4 +20,7 @@ export const REQUEST_OPTIONS = {
   stop: {"types": ["string", "object"], "default": [], "openai": "stop"},
   json_schema: {"types": ["object"], "default": null, "openai": null},
   response_format: {"types": ["object"], "default": null, "openai": "response_format"},
+  tools: {"types": ["object"], "default": null, "openai": "tools"},
+  tool_choice: {"types": ["string", "object"], "default": null, "openai": "tool_choice"},
+  parallel_tool_calls: {"types": ["boolean"], "default": true, "openai": "parallel_tool_calls"},
 };

@@ -37,7 +37,7 @@ def render() -> str:
             "export const REQUEST_OPTIONS = {\n" + "".join(rows) + "};\n")
 
 
-_DOC_TYPES = {int: "integer", float: "number", str: "string", list: "list of strings",
+_DOC_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
               dict: "object"}
 
 

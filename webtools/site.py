@@ -217,6 +217,9 @@ def build_wheel(out_dir: Path) -> Path:
 TRAINED_DRAFT = "draft-l4"   # models/draft-l4.gguf, shipped with the champion
 BORROWING_DRAFT = "tiny-borrowing"   # a tiny draft that borrows tensors from "tiny"
 DRAFT_FOR = {TRAINED_DRAFT: "smollm2", BORROWING_DRAFT: "tiny"}   # drafts offered as drafters only
+# Tiny models that call tools: name -> (architecture, testmodels.TEMPLATE_TOKENS family, template)
+TOOL_MODELS = {"tiny-qwen25-tools": ("qwen2", "qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja"),
+               "tiny-llama32-tools": ("llama", "llama3", "meta-llama-Llama-3.2-3B-Instruct.jinja")}
 
 
 def tokenizer_of(path: Path) -> str | None:
@@ -281,6 +284,16 @@ def build_models(out: Path, champion: bool) -> tuple[dict[str, Path], dict[str, 
     # tiny under a Llama-3-style chat template: the page renders it with jinja2 (e2e).
     write("tiny-llama3", seed=1, tokenizer={**testmodels.tokenizer_metadata(),
                                             "tokenizer.chat_template": testmodels.LLAMA3_STYLE})
+    # Tool calls (issue 58): tiny models under llama.cpp's copies of the real Qwen 2.5 and
+    # Llama 3.2 templates (build.py setup fetches them; without them, no such models), a qwen2
+    # and a llama model with a context the templates' tool prompts fit in (e2e, the example).
+    for name, (arch, family, where) in TOOL_MODELS.items():
+        source = ROOT / ".cache" / "llama.cpp" / "templates" / where
+        if source.exists():
+            testmodels.write_family_model(tmp, arch, seed=1, ctx=2048, tokenizer=testmodels
+                                          .templated_tokenizer(family, source.read_text()))
+            write_if_changed(out / f"{name}.gguf", tmp.read_bytes())
+            models[name] = out / f"{name}.gguf"
     # A SentencePiece-type tokenizer: its ids name no text pyspec knows, so no bridge exists.
     write("tiny-mismatch", seed=3,
           tokenizer={**testmodels.tokenizer_metadata(), "tokenizer.ggml.model": "llama"})

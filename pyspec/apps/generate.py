@@ -72,7 +72,7 @@ def cmd_generate(args) -> int:
     engine = make_engine(args)
     verdict_note(engine)
     ids = prompt_ids(engine.tokenizer, args, engine.kv.max_ctx,
-                     engine.champion.config.context_length)
+                     engine.champion.config.context_length, opts.tools)
     fitted = ids if isinstance(ids, Fitted) else Fitted(ids)
     if fitted.notice():
         print(f"note: {fitted.notice()}", file=sys.stderr)
@@ -85,14 +85,25 @@ def cmd_generate(args) -> int:
         report = {"text": r.text, "tokens": r.tokens, "finish_reason": r.finish_reason,
                   "stats": r.stats, "receipt": r.receipt}
         fitted.annotate(report)
-        print(json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
-                                                 "receipt")}))
+        keys = ["text", "tokens", "finish_reason", "stats", "receipt"]
+        if opts.tools is not None:   # a tools request: its calls and the content before them
+            report.update(tool_calls=r.tool_calls, content=r.content)
+            keys[1:1] = ["content", "tool_calls"]
+        print(json.dumps({k: report[k] for k in keys}))
         fault_notes(r.receipt)
         return 0
     report = stream_to_stdout(engine, fitted.ids, opts)
     fault_notes(report["receipt"])
+    print_calls(report)
     print_stats(report["stats"])
     return 0
+
+
+def print_calls(report: dict) -> None:
+    """A tools request's calls on stderr, one a line (the text above shows them as written)."""
+    for call in report.get("tool_calls") or ():
+        print(f"tool call {call['id']}: {call['function']['name']} "
+              f"{call['function']['arguments']}", file=sys.stderr)
 
 
 def draft_context(engine) -> int | None:
@@ -107,12 +118,15 @@ def draft_context(engine) -> int | None:
     return kv.max_ctx
 
 
-CHAT_HELP = "commands: /reset (forget the conversation), /system TEXT, /stats, /quit"
+CHAT_HELP = ("commands: /reset (forget the conversation), /system TEXT, /tool RESULT (the "
+             "result of the oldest call not yet answered, with --tools), /stats, /quit")
 
 
 def cmd_chat(args) -> int:
     """An interactive chat on stdin: each line is a user message, the reply streams to stdout.
-    The engine's conversation cache prefills only each turn's new tokens. A refused line (a
+    The engine's conversation cache prefills only each turn's new tokens. With --tools a reply
+    may call tools: the calls are listed, each `/tool RESULT` line answers the oldest one not yet
+    answered, and once all are the model goes on. A refused line (a
     message that does not fit, an unknown command) does not end the chat; on piped input it
     makes the exit status 2, so a script learns that some of its lines got no reply."""
     # Why: the engine checks options at each request; a chat checks them before its first line
@@ -122,7 +136,7 @@ def cmd_chat(args) -> int:
     opts.check()
     engine = make_engine(args)
     verdict_note(engine)
-    tok, ctx = engine.tokenizer, engine.kv.max_ctx
+    tok = engine.tokenizer
     if tok.chat_template is None:
         raise UsageError("chat needs a model with a chat template, and this one has none; "
                          "use generate --raw --prompt TEXT for plain text")
@@ -153,6 +167,16 @@ def cmd_chat(args) -> int:
             print("(system message set)" if rest else "(system message cleared)", file=sys.stderr)
         elif command == "/stats":
             print_stats(last) if last else print("(no reply yet)", file=sys.stderr)
+        elif command == "/tool":
+            waiting = unanswered(history)
+            if not waiting:
+                print("error: /tool answers a tool call, and none is waiting", file=sys.stderr)
+                refused += 1
+                continue
+            history.append({"role": "tool", "tool_call_id": waiting[0], "content": rest})
+            if len(waiting) == 1:    # every call answered: the model goes on
+                stats, history, ok = chat_turn(engine, args, opts, system, history, [])
+                last, refused = stats or last, refused + (not ok)
         elif line.startswith("/"):
             print(f"error: unknown command {command}; {CHAT_HELP}", file=sys.stderr)
             refused += 1
@@ -160,30 +184,51 @@ def cmd_chat(args) -> int:
             print("error: this line is not valid UTF-8 text; it got no reply", file=sys.stderr)
             refused += 1
         elif line.strip():
-            try:
-                fitted = conversation.fit(tok, system + history + [{"role": "user", "content": line}],
-                                          opts.max_tokens, ctx, args.context_overflow,
-                                          engine.champion.config.context_length)
-            except PyspecError as e:       # this turn is refused; the conversation goes on
-                print(f"error: {cli_error(e)}", file=sys.stderr)
-                refused += 1
-                continue
-            if fitted.notice():
-                print(f"({fitted.notice()})", file=sys.stderr)
-                # the dropped turns leave the history too, so later turns keep one prefix
-                history = history[fitted.dropped_messages:]
-            report = stream_to_stdout(engine, fitted.ids, opts)
-            fault_notes(report["receipt"])
-            history += [{"role": "user", "content": line},
-                        {"role": "assistant", "content": report["text"]}]
-            last = report["stats"]
-            if args.stats:
-                print_stats(last)
+            stats, history, ok = chat_turn(engine, args, opts, system, history,
+                                           [{"role": "user", "content": line}])
+            last, refused = stats or last, refused + (not ok)
     if refused and not interactive:
         print(f"error: {refused} line{'s' * (refused > 1)} of the input got no reply",
               file=sys.stderr)
         return 2
     return 0
+
+
+def chat_turn(engine: Engine, args, opts: Options, system: list, history: list,
+              new: list) -> tuple[dict | None, list, bool]:
+    """One reply of the chat to history + `new`: (its stats, the history after it, whether it
+    ran). A reply that calls tools goes into the history with its calls, which are listed."""
+    try:
+        fitted = conversation.fit(engine.tokenizer, system + history + new, opts.max_tokens,
+                                  engine.kv.max_ctx, args.context_overflow,
+                                  engine.champion.config.context_length, opts.tools)
+    except PyspecError as e:       # this turn is refused; the conversation goes on
+        print(f"error: {cli_error(e)}", file=sys.stderr)
+        return None, history, False
+    if fitted.notice():
+        print(f"({fitted.notice()})", file=sys.stderr)
+        # the dropped turns leave the history too, so later turns keep one prefix
+        history = history[fitted.dropped_messages:]
+    report = stream_to_stdout(engine, fitted.ids, opts)
+    fault_notes(report["receipt"])
+    reply = {"role": "assistant", "content": report["text"]}
+    if report.get("tool_calls"):
+        reply = {"role": "assistant", "content": report["content"],
+                 "tool_calls": report["tool_calls"]}
+        print_calls(report)
+        print("(answer each call with /tool RESULT)", file=sys.stderr)
+    if args.stats:
+        print_stats(report["stats"])
+    return report["stats"], history + new + [reply], True
+
+
+def unanswered(history: list[dict]) -> list[str]:
+    """The ids of the last reply's calls that no tool message has answered yet, in order."""
+    last = next((m for m in reversed(history) if m["role"] == "assistant"), None)
+    if last is None or not last.get("tool_calls"):
+        return []
+    answered = {m.get("tool_call_id") for m in history if m["role"] == "tool"}
+    return [c["id"] for c in last["tool_calls"] if c["id"] not in answered]
 
 
 def stream_to_stdout(engine: Engine, ids: list[int], opts: Options) -> dict:

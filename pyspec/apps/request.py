@@ -64,8 +64,8 @@ def read_json(path: str, what: str):
 
 
 def read_messages(path: str) -> list[dict]:
-    """The messages of a JSON file; the tokenizer checks each one (role, content) when it
-    renders them."""
+    """The messages of a JSON file (OpenAI's shapes: an assistant's tool_calls, tool messages);
+    the tokenizer checks each one when it renders them."""
     data = read_json(path, "messages")
     if isinstance(data, dict):
         data = data.get("messages")
@@ -86,9 +86,24 @@ def utf8(text: str) -> bool:
     return True
 
 
+def read_tools(path: str | None) -> list | None:
+    """--tools FILE: OpenAI's tools list (or an object with a 'tools' list); Options.check
+    checks each tool."""
+    if not path:
+        return None
+    data = read_json(path, "tools")
+    if isinstance(data, dict) and "tools" in data:
+        data = data["tools"]
+    if not isinstance(data, list):
+        raise UsageError(f"{path} must hold OpenAI's tools list ([{{type: 'function', function: "
+                         "{name, description, parameters}}]) or an object with a 'tools' list")
+    return data
+
+
 def prompt_ids(tok: Tokenizer, args, ctx: int | None = None,
-               most: int | None = None) -> list[int] | Fitted:
-    """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat. When
+               most: int | None = None, tools: list | None = None) -> list[int] | Fitted:
+    """--prompt TEXT is one user message (or raw text with --raw); --messages-json a chat;
+    `tools` (--tools) go to the chat template. When
     ctx is given either is fitted to the context by the context-full policy (--context-overflow:
     `error` refuses a prompt that leaves less than max_tokens; one message has no older turn to
     leave out); `most`, the model's own context, is what an error's advice names."""
@@ -102,8 +117,9 @@ def prompt_ids(tok: Tokenizer, args, ctx: int | None = None,
     if args.messages_json:
         messages = read_messages(args.messages_json)
         if ctx is None:
-            return tok.encode_chat(messages)
-        return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow, most)
+            return tok.encode_chat(messages, tools=tools)
+        return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow, most,
+                                tools)
     if not utf8(args.prompt):
         # Why: Python hands argv bytes that are not UTF-8 over as lone surrogates.
         raise UsageError("--prompt is not valid UTF-8 text; pass UTF-8, or put the text in a "
@@ -120,8 +136,9 @@ def prompt_ids(tok: Tokenizer, args, ctx: int | None = None,
         return ids
     messages = [{"role": "user", "content": args.prompt}]
     if ctx is None:
-        return tok.encode_chat(messages)
-    return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow, most)
+        return tok.encode_chat(messages, tools=tools)
+    return conversation.fit(tok, messages, args.max_tokens, ctx, args.context_overflow, most,
+                            tools)
 
 
 def options(args) -> Options:
@@ -136,7 +153,8 @@ def options(args) -> Options:
     values.update(logit_bias=logit_bias(args.logit_bias),
                   stop=[unescape(s) for s in args.stop or ()],
                   json_schema=(read_json(args.json_schema, "JSON schema")
-                               if getattr(args, "json_schema", None) else None))
+                               if getattr(args, "json_schema", None) else None),
+                  tools=read_tools(getattr(args, "tools", None)))
     return from_request(values)
 
 

@@ -25,7 +25,7 @@ from ..drafters import BridgedModel, parse_draft
 from ..engine import Engine
 from ..formats.gguf import GGUFFile
 from ..options import from_request
-from ..text import conversation, template
+from ..text import conversation, template, toolcalls
 from ..text.tokenizer import Tokenizer, TokenizerError
 from . import page_gate, page_load
 from .page_engine import browser_device, capped, lend_dequant_kernels, make_engine
@@ -147,14 +147,16 @@ class Session:
         """Stream one request. `on_chunk(offset, text, n_tokens, ids_json, cycle, marks_json)` is
         called once per cycle that commits text (ids_json: the JSON list of the ids committed
         since the last chunk; cycle: cycles run so far; marks_json: {"kinds", "starts"}, each
-        id's chunks.TOKEN_KINDS entry and where its text begins; offsets in UTF-16 code units,
-        as JavaScript counts). config: {max_tokens, temperature, seed, verify, k, draft, drill}.
+        id's chunks.TOKEN_KINDS entry and where its text begins, and for a tools request
+        "tools": the output so far as content and calls (_tool_split); offsets in UTF-16 code
+        units, as JavaScript counts). config: {max_tokens, temperature, seed, verify, k, draft, drill}.
         resume: null or {ids, fault} (_resume): go on from the ids an interrupted run of this
         request committed. `on_start()`, when given, is called once the request is checked and
         about to run (worker.js posts `started`: the facade's create() resolves then). Returns
         {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
         when cancel() stopped it: the engine checks before every cycle; one cancelled before it
-        began has no stats or receipt), or an error."""
+        began has no stats or receipt), and for a tools request "tool_calls" and "content"
+        (text/toolcalls.result), or an error."""
         try:
             return await self._generate(request_id, messages_json, config_json, on_chunk,
                                         resume_json, on_start)
@@ -187,7 +189,8 @@ class Session:
         report: dict = {}
         try:
             text = await self._stream(engine, fitted.ids, opts, report, resume, drill,
-                                      lambda: request_id in self.cancelled, on_chunk)
+                                      lambda: request_id in self.cancelled, on_chunk,
+                                      self._tool_split(engine, opts, fitted.ids))
         except MemoryError as e:
             return worker_oom(e)
         except Exception as e:  # noqa: BLE001
@@ -244,14 +247,30 @@ class Session:
         try:
             return engine, conversation.fit(self.tokenizer, messages, opts.max_tokens,
                                             engine.kv.max_ctx,
-                                            config.get("context_overflow") or "drop_oldest")
+                                            config.get("context_overflow") or "drop_oldest",
+                                            tools=opts.tools)
         except TokenizerError as e:   # malformed messages: the request's fault, not the model's
             raise SessionError("bad_config", str(e)) from e
 
+    def _tool_split(self, engine: Engine, opts, prompt: list[int]):
+        """For a tools request, a function (the output so far, its Utf16) -> the chunk's
+        "tools": {"content_end", "calls": [{"id", "name", "start", "end", "closed"}]}, UTF-16
+        offsets in the whole output (text/toolcalls.split); None for any other request."""
+        if opts.tools is None:
+            return None
+        fmt, salt = toolcalls.detect(engine.tokenizer), toolcalls.salt(prompt)
+
+        def split(full: str, units: Utf16) -> dict:
+            s = toolcalls.split(full, fmt)
+            return {"content_end": units.at(s.content_end), "calls": [
+                {"id": toolcalls.call_id(salt, n), "name": c.name, "start": units.at(c.start),
+                 "end": units.at(c.end), "closed": c.closed} for n, c in enumerate(s.calls)]}
+        return split
+
     async def _stream(self, engine: Engine, prompt: list[int], opts, report: dict, resume,
-                      drill, should_stop, on_chunk) -> str:
+                      drill, should_stop, on_chunk, tool_split=None) -> str:
         """Run the request, each chunk to on_chunk with UTF-16 offsets; returns its text."""
-        text = ""
+        text = full = ""
         stream = engine.stream(prompt, opts, report, resume=resume, should_stop=should_stop)
         try:
             units = None
@@ -259,12 +278,16 @@ class Session:
                 if units is None:      # the text a resumed run showed comes first
                     units = Utf16()
                     if resume is not None:
-                        units.add(self.tokenizer.decode(resume.ids)[:chunk.offset])
+                        full = self.tokenizer.decode(resume.ids)[:chunk.offset]
+                        units.add(full)
                 offset = units.at(chunk.offset)
                 units.add(chunk.text)
+                full += chunk.text
+                marks = {"kinds": chunk.kinds, "starts": [units.at(s) for s in chunk.starts]}
+                if tool_split is not None:
+                    marks["tools"] = tool_split(full, units)
                 on_chunk(offset, chunk.text, chunk.n_tokens, json.dumps(chunk.ids),
-                         chunk.cycle, json.dumps({"kinds": chunk.kinds, "starts": [
-                             units.at(s) for s in chunk.starts]}))
+                         chunk.cycle, json.dumps(marks))
                 text += chunk.text
                 if drill and chunk.cycle >= drill[1]:
                     drill = self._strike(drill, chunk.cycle)
@@ -287,8 +310,10 @@ class Session:
                 self.engine_draft = None
             else:
                 self.engine = None
-        return json.dumps({k: report[k] for k in ("text", "tokens", "finish_reason", "stats",
-                                                  "receipt", "notice")})
+        keys = ("text", "tokens", "finish_reason", "stats", "receipt", "notice")
+        if report.get("tool_calls") is not None:   # a tools request
+            keys += ("tool_calls", "content")
+        return json.dumps({k: report[k] for k in keys})
 
     def cancel(self, request_id: int, waiting: bool = False) -> str:
         """Ask a request to stop: the running one after its current cycle; with `waiting` (the

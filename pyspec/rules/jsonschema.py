@@ -16,7 +16,9 @@ The subset (every other keyword is refused with SchemaError, code bad_config, na
   $schema, $comment, default, examples) are accepted and ignored.
 What is written (documented in docs/sampling-and-json.md):
   - compact JSON, no whitespace anywhere: {"a":1,"b":[true,null]}; keys as json.dumps writes
-    them (ensure_ascii=False), enum values likewise;
+    them (ensure_ascii=False), enum values likewise; or, compiled with `spaced=True` (a tool
+    call's arguments, rules/toolgrammar.py), json.dumps's default separators ", " and ": " as a
+    chat template's `tojson` writes them: {"a": 1, "b": [true, null]};
   - strings: any Unicode text as well-formed UTF-8 (no control bytes below 0x20), escapes
     \\" \\\\ \\/ \\b \\f \\n \\r \\t and \\uXXXX outside D000-DFFF (no surrogate pairs: write such
     characters as UTF-8), so every string decodes to the characters counted;
@@ -96,11 +98,13 @@ def _dump(value) -> bytes:
 
 
 class Grammar:
-    """The compiled schema: nodes (kind, data) and the automaton over them."""
+    """The compiled schema: nodes (kind, data) and the automaton over them. `spaced`: a space
+    after every comma and colon (json.dumps's default separators)."""
 
-    def __init__(self):
+    def __init__(self, spaced: bool = False):
         self.nodes: list[tuple] = []
         self.root = 0
+        self.spaced = spaced
 
     # --- building -------------------------------------------------------------------------------
     def _add(self, kind: int, data) -> int:
@@ -165,12 +169,12 @@ class Grammar:
         if kind == UNION:
             return set().union(*(self._firsts(self.start(a)) for a in data))
         if kind == OBJ:
-            if f[1] == 0:
-                return {0x7B}
+            if f[1] in (0, 3):
+                return {0x7B if f[1] == 0 else 0x20}
             return {0x7D, 0x2C, 0x22} if f[1] == 1 else {k[f[3]] for k, _, _ in data
                                                           if f[3] < len(k)}
-        if f[1] == 0:   # ARR
-            return {0x5B}
+        if f[1] in (0, 3):   # ARR
+            return {0x5B if f[1] == 0 else 0x20}
         return {0x5D, 0x2C} | self._firsts(self.start(data[0]))
 
     def forced(self, state: tuple, limit: int = 64) -> bytes:
@@ -223,12 +227,15 @@ class Grammar:
         node, phase, idx, x, alive = f
         if phase == 0:
             return ((node, 1, idx, 0, 0),) if b == 0x7B else None
+        if phase == 3:   # spaced: the space after a comma
+            return ((node, 2, idx, 0, alive),) if b == 0x20 else None
         if phase == 1:
             if b == 0x7D and all(not req for _, _, req in props[idx:]):
                 return ()
             reach = self._reachable(props, idx)
-            if x:   # after a value: a comma, then a key
-                return ((node, 2, idx, 0, reach),) if b == 0x2C and reach else None
+            if x:   # after a value: a comma (and a space where spaced), then a key
+                return ((node, 3 if self.spaced else 2, idx, 0, reach),) \
+                    if b == 0x2C and reach else None
             f = (node, 2, idx, 0, reach)
             phase = 2
         off = f[3]
@@ -237,7 +244,7 @@ class Grammar:
         if not keep:
             return None
         done = [j for j in keep if len(props[j][0]) == off + 1]
-        if done:  # `"key":` written (its last byte, the colon, makes it unique): the value next
+        if done:  # `"key":` written (its last byte makes it unique: keys end in `"`): the value
             j = done[0]
             return (node, 1, j + 1, 1, 0), self.start(props[j][1])
         return ((node, 2, idx, off + 1, sum(1 << j for j in keep)),)
@@ -257,11 +264,14 @@ class Grammar:
         item, lo, hi = data
         if phase == 0:
             return ((node, 1, 0),) if b == 0x5B else None
+        if phase == 3:   # spaced: the space after a comma
+            return ((node, 2, count),) if b == 0x20 else None
         if phase == 1:
             if b == 0x5D and count >= lo:
                 return ()
             if count:
-                return ((node, 2, count),) if b == 0x2C and (hi is None or count < hi) else None
+                return ((node, 3 if self.spaced else 2, count),) \
+                    if b == 0x2C and (hi is None or count < hi) else None
             if hi == 0:
                 return None
         r = self._step_frame(self.start(item), b)  # the item's first byte
@@ -305,8 +315,14 @@ def compile_schema(schema) -> Grammar:
         except ValueError as e:
             raise SchemaError(f"the JSON schema is not valid JSON ({e}); pass a JSON object")
     g = Grammar()
-    g.root = _compile(g, schema, "schema", 0)
+    g.root = compile_into(g, schema, "schema")
     return g
+
+
+def compile_into(g: Grammar, schema, where: str) -> int:
+    """Compile `schema` into the grammar `g` (its nodes added); returns its node. `where` names
+    it in a SchemaError ("tools[0].function.parameters")."""
+    return _compile(g, schema, where, 0)
 
 
 def _compile(g: Grammar, s, where: str, depth: int) -> int:
@@ -396,6 +412,7 @@ def _object(g: Grammar, s: dict, where: str, depth: int) -> int:
     if s.get("additionalProperties", False) is not False:
         raise SchemaError(f"{where}: additionalProperties must be false (or absent): only the "
                           "listed properties can be generated")
-    out = [(_dump(name) + b":", _compile(g, sub, f"{where}.properties.{name}", depth + 1),
+    colon = b": " if g.spaced else b":"
+    out = [(_dump(name) + colon, _compile(g, sub, f"{where}.properties.{name}", depth + 1),
             name in required) for name, sub in props.items()]
     return g._add(OBJ, out)

@@ -84,12 +84,13 @@ def room_advice(shorten: str, ctx: int, most: int | None = None) -> str:
 
 
 def fit(tokenizer, messages: list[dict], max_tokens: int, ctx: int,
-        policy: str = "drop_oldest", most: int | None = None) -> Fitted:
-    """The prompt ids for `messages` under the context-full policy (see the module docstring).
-    `most`, the model's own context where known, is what an error's advice names."""
+        policy: str = "drop_oldest", most: int | None = None, tools: list | None = None) -> Fitted:
+    """The prompt ids for `messages` (and `tools`, which the template renders) under the
+    context-full policy (see the module docstring). `most`, the model's own context where known,
+    is what an error's advice names."""
     if policy not in POLICIES:
         raise OptionsError(f"unknown context_overflow policy {policy!r}: use one of {POLICIES}")
-    ids = tokenizer.encode_chat(messages)
+    ids = tokenizer.encode_chat(messages, tools=tools)
     if len(ids) + max_tokens <= ctx:
         return Fitted(ids)
     full, gone = len(ids), set()
@@ -98,7 +99,8 @@ def fit(tokenizer, messages: list[dict], max_tokens: int, ctx: int,
 
         def without(n: int) -> tuple[set, list[int]]:     # the n oldest turns left out
             out = {i for turn in turns[:n] for i in turn}
-            return out, tokenizer.encode_chat([m for i, m in enumerate(messages) if i not in out])
+            return out, tokenizer.encode_chat([m for i, m in enumerate(messages) if i not in out],
+                                              tools=tools)
 
         # Room for max_tokens, or, where no count of turns left out makes it, room for the
         # prompt alone (the answer is cut at the context: leaving more out would lose the

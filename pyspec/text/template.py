@@ -3,12 +3,16 @@
 Scope: any `tokenizer.chat_template` (the ChatML fast path is `chat.py`). The environment is what
 HF transformers builds (`ImmutableSandboxedEnvironment`, trim_blocks, lstrip_blocks, the
 loopcontrols extension, `tojson`, `raise_exception`, `strftime_now`; the variables messages,
-tools=None, documents=None, add_generation_prompt, bos_token, eos_token).
+tools (None, or OpenAI's tools list), documents=None, add_generation_prompt, bos_token,
+eos_token). Messages may carry `tool_calls` (an assistant's) and be of role `tool`
+(text/toolcalls.py checks them).
 
-Provenance. Control tokens must come only from the template's own text, never from a message. A
-message's content is rendered with every control-token string in it, and any piece at its
+Provenance. Control tokens must come only from the template's own text, never from a message or
+a tool (its name, description, schema, a call's arguments). Every string in them is rendered
+with every control-token string in it, and any piece at its
 (whitespace-trimmed) ends that could join the template's text into one, replaced by a placeholder:
-one private-use character of plane 16 per distinct literal. The template works on the content as
+one private-use character of plane 16 per distinct literal (kept as it is by `tojson`). The
+template works on the content as
 it is otherwise (a `trim`, a `split('</think>')` behave as on the real text). The rendered text is
 then cut at the placeholders: each becomes its literal as message text (`(text, False)`), the rest
 is template text (`(text, True)`). So the text equals the plain render, and the caller parses
@@ -69,11 +73,12 @@ class _Budget:
 
 
 def render_segments(source: str, messages: list[dict], add_generation_prompt: bool, *,
-                    bos_token: str, eos_token: str, controls: list[str]) -> list[tuple[str, bool]]:
+                    bos_token: str, eos_token: str, controls: list[str],
+                    tools: list | None = None) -> list[tuple[str, bool]]:
     """The rendered chat as (text, comes from the template) pieces; see the module docstring.
 
     `messages` are checked already (dicts with a str 'content'); `controls` are the texts of the
-    vocabulary's control tokens.
+    vocabulary's control tokens; `tools` OpenAI's tools list, or None.
     """
     global _first_render_ms
     start = time.perf_counter()
@@ -82,10 +87,13 @@ def render_segments(source: str, messages: list[dict], add_generation_prompt: bo
                           "renderer keeps for its placeholders")
     literals: list[str] = []
     protect = _protector(tuple(sorted(set(controls), key=len, reverse=True)), literals)
-    escaped = [dict(m, content=protect(m["content"])) for m in messages]
-    budget = _Budget(BASE_OUTPUT + 4 * sum(len(m["content"]) for m in messages))
+    escaped = _protected(messages, protect)
+    tools = None if tools is None else _protected(tools, protect)
+    size = sum(len(m["content"]) for m in messages) + (len(json.dumps(tools)) if tools else 0)
+    budget = _Budget(BASE_OUTPUT + 4 * size + sum(len(json.dumps(m.get("tool_calls") or ""))
+                                                   for m in messages))
     text = _render(source, budget, messages=escaped, add_generation_prompt=add_generation_prompt,
-                   bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
+                   bos_token=bos_token, eos_token=eos_token, tools=tools, documents=None)
     if _first_render_ms is None:
         _first_render_ms = 1000 * (time.perf_counter() - start)
     marks = _PLANE16_RE.findall(text)
@@ -96,6 +104,18 @@ def render_segments(source: str, messages: list[dict], add_generation_prompt: bo
         if piece:
             segments.append((piece, True))
     return segments
+
+
+def _protected(value, protect):
+    """`value` (messages, tools: JSON values) with every string in it, keys too, protected."""
+    if isinstance(value, str):
+        return protect(value)
+    if isinstance(value, dict):
+        return {protect(k) if isinstance(k, str) else k: _protected(v, protect)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_protected(v, protect) for v in value]
+    return value
 
 
 def _protector(controls: tuple[str, ...], literals: list[str]):

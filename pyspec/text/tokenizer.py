@@ -50,6 +50,7 @@ from .bpe import token_bytes as bpe_token_bytes
 from .chat import chatml_segments, parse_chatml
 from .pretokenize import split_gpt2, split_llama3, split_qwen2, split_smollm
 from .template import RenderError, render_segments
+from .toolcalls import check_tool_message
 
 __all__ = ["Tokenizer", "TokenizerError", "TemplateError", "IncrementalDecoder", "SUPPORTED_MODELS",
            "SUPPORTED_PRE", "TOKEN_NORMAL", "TOKEN_UNKNOWN", "TOKEN_CONTROL", "TOKEN_USER_DEFINED"]
@@ -282,16 +283,18 @@ class Tokenizer:
             ids.append(self._bos_id)
         return ids + self._encode_fragments(partition(text, self._specials, special))
 
-    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True,
+                    tools: list | None = None) -> list[int]:
         """Token ids of a chat, where only the template's own text may hold control tokens.
 
         Equal to encode(render_chat(messages), special=True, add_bos=...) whenever no message
         contains a control-token string; the BOS the model adds is left out when the template
         already wrote one. Text a message wrote (a user typing '<|im_end|>') is encoded as plain
-        text, so message content can never forge a turn boundary.
+        text, so message content can never forge a turn boundary; nor can any string of
+        `tools` (OpenAI's tools list, which the template renders).
         """
         fragments: list[str | int] = []
-        for text, trusted in self._chat_segments(messages, add_generation_prompt):
+        for text, trusted in self._chat_segments(messages, add_generation_prompt, tools):
             for fragment in partition(text, self._specials, trusted):
                 if isinstance(fragment, str) and fragments and isinstance(fragments[-1], str):
                     fragments[-1] += fragment  # text runs across segments, as in one string
@@ -368,22 +371,25 @@ class Tokenizer:
 
     # --- chat template --------------------------------------------------------------------------
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
+                    tools: list | None = None) -> str:
         """The prompt text the model's own `tokenizer.chat_template` renders for `messages`.
 
         ChatML templates take a fast path (`chat.parse_chatml`); any other is rendered by jinja2 in
         a sandbox as HF renders it (`template.py`). To tokenize a chat prefer encode_chat(),
         which keeps message content from forming control tokens.
         """
-        return "".join(text for text, _ in self._chat_segments(messages, add_generation_prompt))
+        return "".join(text for text, _ in self._chat_segments(messages, add_generation_prompt,
+                                                              tools))
 
-    def _chat_segments(self, messages: list[dict],
-                       add_generation_prompt: bool) -> list[tuple[str, bool]]:
+    def _chat_segments(self, messages: list[dict], add_generation_prompt: bool,
+                       tools: list | None = None) -> list[tuple[str, bool]]:
         """Check the template and the messages, then render them as (text, from template) pieces."""
         if self.chat_template is None:
             raise TokenizerError("the model has no tokenizer.chat_template; build the prompt text "
                                  "yourself and call encode()")
         _check_messages(messages)
+        messages = [check_tool_message(k, m) for k, m in enumerate(messages)]
         if self._chatml_system is not None:
             return chatml_segments(messages, self._chatml_system[0], add_generation_prompt)
         names = {k: self.tokens[self.special_ids[k]] if self.special_ids[k] is not None else ""
@@ -391,7 +397,8 @@ class Tokenizer:
         controls = [text for _, text, kind in self._specials if kind != TOKEN_USER_DEFINED]
         try:
             return render_segments(self.chat_template, messages, add_generation_prompt,
-                                   bos_token=names["bos"], eos_token=names["eos"], controls=controls)
+                                   bos_token=names["bos"], eos_token=names["eos"],
+                                   controls=controls, tools=tools)
         except RenderError as exc:
             raise TemplateError(f"chat template (sha256 {self.template_hash()[:12]}) did not render: "
                                 f"{exc}. Build the prompt text yourself and call encode(), or use a "
@@ -444,16 +451,19 @@ def _check_unicode(text: str, what: str) -> None:
 
 
 def _check_messages(messages: Any) -> None:
-    """A list of dicts whose role is system, user or assistant and whose content is a str."""
+    """A list of dicts whose role is system, user, assistant or tool and whose content is a str
+    (an assistant's that calls tools may be null)."""
     if not isinstance(messages, list):
         raise TokenizerError(f"messages must be a list of dicts, got {type(messages).__name__}")
     for k, message in enumerate(messages):
         if not isinstance(message, dict):
             raise TokenizerError(f"messages[{k}] must be a dict with 'role' and 'content', "
                                  f"got {type(message).__name__}")
-        if message.get("role") not in ("system", "user", "assistant"):
+        if message.get("role") not in ("system", "user", "assistant", "tool"):
             raise TokenizerError(f"messages[{k}]['role'] is {message.get('role')!r}; "
-                                 "use 'system', 'user' or 'assistant'")
+                                 "use 'system', 'user', 'assistant' or 'tool'")
+        if message.get("content") is None and message.get("tool_calls"):
+            continue   # an assistant's call with no text (toolcalls.check_tool_message)
         if not isinstance(message.get("content"), str):
             raise TokenizerError(f"messages[{k}]['content'] must be a str, "
                                  f"got {type(message.get('content')).__name__}")

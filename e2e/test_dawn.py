@@ -52,3 +52,23 @@ def test_the_worker_under_dawn_gives_the_native_tokens(harness, need, site_root,
     # Greedy speculation is exact on the device it runs on; the device and the CPU agree on a
     # tiny model's peaked logits (tests/test_gpu_model.py holds the margins).
     assert ngram.runs[0]["tokens"] == alone.runs[0]["tokens"] == native.tokens
+
+
+def test_the_worker_drafts_with_a_draft_model_file_on_the_device_under_dawn(harness, need,
+                                                                             site_root,
+                                                                             tiny_path):
+    """`--draft-model` (as scripts/h200.sh runs the trained draft): on the numpy engine the
+    draft runs on the host, under Dawn on the device (stats draft_path), with champion-only's
+    tokens either way."""
+    close = str(site_root / "models" / "tiny-close.gguf")
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=12)
+    sides = [("cpu", "host")] + ([("webgpu", "device")] if harness.adapter is not None else [])
+    for backend, where in sides:
+        out = dawn.run(tiny_path, site=site_root, backend=backend, draft_model=close,
+                       k="fixed:3", prompt=MESSAGES[0]["content"], max_tokens=12)
+        assert out.ready["draft"] == "model", out.ready
+        stats = out.runs[0]["stats"]
+        assert out.runs[0]["tokens"] == native.tokens, backend
+        assert stats["draft_path"] == where and stats["drafted"] > 0, (backend, stats)
+    if harness.adapter is None:
+        need("dawn", harness.why_no_adapter())

@@ -52,3 +52,49 @@ def test_the_worker_under_dawn_gives_the_native_tokens(harness, need, site_root,
     # Greedy speculation is exact on the device it runs on; the device and the CPU agree on a
     # tiny model's peaked logits (tests/test_gpu_model.py holds the margins).
     assert ngram.runs[0]["tokens"] == alone.runs[0]["tokens"] == native.tokens
+
+
+def test_the_worker_drafts_with_a_draft_model_file_on_the_device_under_dawn(harness, need,
+                                                                             site_root,
+                                                                             tiny_path):
+    """`--draft-model` (as scripts/h200.sh runs the trained draft): on the numpy engine the
+    draft runs on the host, under Dawn on the device (stats draft_path), with champion-only's
+    tokens either way."""
+    close = str(site_root / "models" / "tiny-close.gguf")
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=12)
+    sides = [("cpu", "host")] + ([("webgpu", "device")] if harness.adapter is not None else [])
+    for backend, where in sides:
+        out = dawn.run(tiny_path, site=site_root, backend=backend, draft_model=close,
+                       k="fixed:3", prompt=MESSAGES[0]["content"], max_tokens=12)
+        assert out.ready["draft"] == "model", out.ready
+        stats = out.runs[0]["stats"]
+        assert out.runs[0]["tokens"] == native.tokens, backend
+        assert stats["draft_path"] == where and stats["drafted"] > 0, (backend, stats)
+    if harness.adapter is None:
+        need("dawn", harness.why_no_adapter())
+
+
+@pytest.mark.parametrize("drafting", [{"draft": "none"}, {"draft": "ngram", "k": "fixed:3"},
+                                      {"draft_model": "tiny-close", "k": "fixed:3"}])
+def test_the_pages_cycle_is_one_submission_and_one_readback_on_a_null_gpu(harness, site_root,
+                                                                          tiny_path, drafting):
+    """The worker's whole stack (Pyodide, the session, gpu/browser.py, web/webgpu.js) on a
+    WebGPU that computes nothing (webtools/nullgpu.mjs), counting what each cycle asks of it:
+    one submission and one mapped readback a cycle, the next cycle submitted before one is read
+    (champion-only, n-gram looked up on the device, the draft model fed on the device), and the
+    draft model's steps in the cycle's submission (draft_path device: no readback per draft
+    token). Its readbacks say "no draft accepted", so the tokens mean nothing here."""
+    if "draft_model" in drafting:
+        drafting = {**drafting, "draft_model": str(site_root / "models" / "tiny-close.gguf")}
+    out = dawn.run(tiny_path, site=site_root, null_gpu=True, backend="webgpu", max_tokens=16,
+                   prompt=MESSAGES[0]["content"], **drafting)
+    run = out.runs[0]
+    timing, asked = run["stats"]["backend_timing"], run["null_gpu"]
+    cycles = timing["cycles"]
+    assert cycles == run["stats"]["champion_passes"] >= 8, timing
+    # (A cycle that may reach max_tokens is read before the next goes: the last few.)
+    assert timing["submissions"] == cycles and timing["ahead"] >= cycles // 2, timing
+    # The prefills' waits (the chat prefix warmed after ready, the prompt's) are the few more.
+    assert cycles <= asked["maps"] <= cycles + 3, (asked, timing)
+    if "draft_model" in drafting:
+        assert run["stats"]["draft_path"] == "device" and timing["drafted_on_host"] == 0

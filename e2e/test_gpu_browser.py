@@ -146,6 +146,37 @@ def test_rejection_equals_the_native_gpu_engine_seed_by_seed(gpu_page, native_wg
     assert seen > 0
 
 
+def test_the_pages_draft_model_drafts_on_the_device(browser, site_url, tiny_path, site_root,
+                                                    native_wgpu):
+    """The draft model given at init (`draft=tiny-close`) drafts on the GPU in the page, as a
+    --draft file does natively (load.GivenDraft -> gpu/draft.GPUDraft): the stats say "device",
+    every cycle is one submission and one readback, its tokens are champion-only's, and its
+    accept decisions equal the same draft's on wgpu-py, greedy and replay."""
+    c = Context(browser, site_url)
+    try:
+        page = c.page("index.html?model=tiny&draft=tiny-close&backend=webgpu")
+        info = ready(page)
+        if info["adapter"] == "cpu-numpy":
+            pytest.skip(f"Chromium gave no WebGPU adapter: {info.get('fallback')}")
+        assert info["draft"] == "model", info
+        close = str(site_root / "models" / "tiny-close.gguf")
+        for options in ({}, REPLAY):
+            alone = native_generate(tiny_path, MESSAGES, "none", max_tokens=N, **options)
+            spec = run(page, PROMPT, {"draft": "model", "k": "fixed:3", "max_tokens": N,
+                                      **options})
+            st, timing = spec["stats"], spec["stats"]["backend_timing"]
+            assert spec["tokens"] == alone.tokens, options
+            assert st["draft_path"] == "device" and st["drafted"] > 0, st
+            assert timing["submissions"] == timing["readbacks"] == timing["cycles"], timing
+            wgpu = native_wgpu(f"model:{close}", k="fixed:3", max_tokens=N, **options)
+            assert wgpu.stats["draft_path"] == "device" and wgpu.tokens == alone.tokens
+            for key in DECISIONS:
+                assert st[key] == wgpu.stats[key], (options, key)
+    finally:
+        c.ctx.close()
+    assert not c.offsite, f"requests to other origins: {c.offsite}"
+
+
 _LOSE_DEVICE_MID_REQUEST = """async ([prompt, n]) => {
   const d = window.pyspecApp.decoder();
   const chunks = [];

@@ -7,8 +7,8 @@ position: the request's own counts drawn toward the drafter's earlier requests (
 pseudo-counts), and per proposal class where the drafter classifies (CLASS_PRIOR pseudo-counts of
 the pooled estimate). From them it predicts tokens per second for every k,
 E(k) / (k t_draft + t_verify(k)), and for trees (`tree_rate`) E over the acceptance by depth (its
-own counts, drawn toward the chain's) per one draft step a depth plus the pass, whose cost is the
-measured verify cost by rows (a tree of N nodes costs what a chain of N drafts does).
+own counts, drawn toward the chain's) per tree cycle, timed whole and apart from the chain's
+(before the first: one draft step a depth plus a chain's pass over as many rows).
 
 Not here: the policies and the guard that decides k from these predictions (schedule.py).
 """
@@ -54,45 +54,57 @@ class CostModel:
         self.tree_reached = [0] * k_max          # trees: how often depth i + 1 was verified
         self.tree_accepted = [0] * k_max         # ... and a node there accepted
         self._tree_nodes: list[float] = timing.setdefault("tree_nodes", [])
+        # depth -> a tree cycle's whole seconds (drafting, pass, readback and walk), its own:
+        # never the chain's verify times, which a tree cycle on a GPU would poison (it reads
+        # its logits rows back and is read alone, where a chain pipelines)
+        self._tree_samples: dict[int, list[float]] = timing.setdefault("tree_cycle", {})
         self.previews = self.empty = 0           # previews scored, and those that drafted nothing
         self._verify_time: dict[int, float | None] = {}   # verify_time's answers until t_verify moves
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
                 ahead: bool = False, cls: int | None = None, nodes: int = 0) -> None:
-        """`nodes`: a tree cycle's (k is its depth): its pass is timed as a chain of as many
-        rows (verify cost by rows), its drafting per depth, its acceptance by depth apart."""
+        """`nodes`: a tree cycle's (k is its depth): its whole time (drafts and pass) and its
+        acceptance by depth are kept apart from the chain's (`tree_rate`)."""
         if ahead:   # pipelined champion-only: its own estimate, the champion-only rate's
             self.t_ahead = _push_median(self._ahead_samples, t_verify)
             return
-        rows = nodes or k
-        self.t_verify[rows] = _push_median(self._verify_samples.setdefault(rows, []), t_verify)
-        self._verify_time.clear()
-        if k:
-            self.t_draft = _push_median(self._draft_samples, t_draft / k)
         if nodes:
             _push_median(self._tree_nodes, nodes)
+            _push_median(self._tree_samples.setdefault(k, []), t_draft + t_verify)
             for i in range(min(k, n_accepted + 1, len(self.tree_reached))):
                 self.tree_reached[i] += 1
                 self.tree_accepted[i] += i < n_accepted
             return
+        self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)
+        self._verify_time.clear()
+        if k:
+            self.t_draft = _push_median(self._draft_samples, t_draft / k)
         self.score(k, n_accepted, cls)
 
     def tree_rate(self, depth: int, nodes: int) -> float | None:
-        """Predicted tokens per second of trees `depth` deep with `nodes` nodes (the median
-        of those verified, where any were): E = 1 + sum_j prod_{i<=j} a_i with a_i a tree's
-        acceptance at depth i + 1, drawn toward the chain's (which a tree's first branch is)
-        by 2 pseudo-counts; one draft step per depth and the pass of nodes + 1 rows."""
-        nodes = round(statistics.median(self._tree_nodes)) if self._tree_nodes else nodes
-        t_v = self.verify_time(nodes)
-        if t_v is None or self.t_draft is None:
-            return None
+        """Predicted tokens per second of trees `depth` deep: E = 1 + sum_j prod_{i<=j} a_i with
+        a_i a tree's acceptance at depth i + 1, drawn toward the chain's (which a tree's first
+        branch is) by 2 pseudo-counts, per the median tree cycle of that depth (else of the
+        nearest depth measured, scaled by depth); before any tree is measured, per one draft
+        step a depth and a chain's pass over as many rows as the tree has nodes (`nodes`, or
+        the median of those verified), which gets a tree tried once where that pays."""
+        measured = sorted(self._tree_samples, key=lambda d: (abs(d - depth), d))
+        if measured and self._tree_samples[measured[0]]:
+            near = measured[0]
+            seconds = statistics.median(self._tree_samples[near]) * max(depth, 1) / max(near, 1)
+        else:
+            nodes = round(statistics.median(self._tree_nodes)) if self._tree_nodes else nodes
+            t_v = self.verify_time(nodes)
+            if t_v is None or self.t_draft is None:
+                return None
+            seconds = depth * self.t_draft + t_v
         e, run = 1.0, 1.0
         for i in range(depth):
             a = ((self.tree_accepted[i] + 2.0 * self.acceptance(i))
                  / (self.tree_reached[i] + 2.0))
             run *= a
             e += run
-        return e / (depth * self.t_draft + t_v)
+        return e / seconds
 
     def score(self, k: int, n_accepted: int, cls: int | None = None) -> None:
         """Acceptance by position from one proposal of k drafts, n_accepted of them kept (pooled,

@@ -234,19 +234,24 @@ class Engine:
         device (`in_cycle`) any cycle goes ahead unless the one in flight might reach the end
         of the budget or of the context."""
         b, tokens, n, drafter = self.backend, req.tokens, len(req.tokens), req.drafter
+        chain = plan.chain_of(drafter)   # under --tree: where the guard says a chain pays more
+        if req.queued is None and self._tree_pays(req, k):
+            # A tree: drafted on the host after the committed tokens and walked there, so it
+            # is read before the next cycle is submitted.
+            return cycle.submit(b, tokens, k, req.rule, drafter)
         if req.in_cycle:
-            handle = req.queued or b.submit_ahead(tokens, k, req.rule, req.limit, drafter)
+            handle = req.queued or b.submit_ahead(tokens, k, req.rule, req.limit, chain)
             end, req.queued = n + handle.k + 1, None
             # (a combination about to switch members reads this cycle first)
             if (end <= req.ctx and end < req.limit
                     and (req.combo is None or req.combo.choose(tokens) is drafter)):
-                req.queued = b.submit_ahead(None, req.sched.next_k() if drafter else 0,
-                                            req.rule, req.limit, drafter)
+                k_next = req.sched.next_k() if drafter else 0
+                if self._tree_pays(req, k_next, count=False):
+                    req.decided = k_next   # the tree needs this cycle's tokens on the host
+                else:
+                    req.queued = b.submit_ahead(None, k_next, req.rule, req.limit, chain)
             return handle
-        tree = isinstance(drafter, TreeDrafter) and k > 0
-        if tree and not req.sched.tree_pays(k, drafter.nodes(k)):
-            drafter = drafter.inner   # the guard's model says a chain pays more this cycle
-        handle = req.queued or cycle.submit(b, tokens, k, req.rule, drafter)
+        handle = req.queued or cycle.submit(b, tokens, k, req.rule, chain)
         req.queued = None
         if (handle.k == 0 and req.remaining > 1 and n + 1 <= req.ctx
                 and req.constraint is None and b.pipelines(req.rule)):
@@ -258,6 +263,14 @@ class Engine:
             else:
                 req.decided = k_next   # drafts need this cycle's token on the host
         return handle
+
+    @staticmethod
+    def _tree_pays(req: Request, k: int, count: bool = True) -> bool:
+        """Whether a cycle of k drafts drafts the request's tree (--tree) rather than its
+        chain: where the guard's model says the tree pays more (schedule.tree_pays)."""
+        d = req.drafter
+        return (isinstance(d, TreeDrafter) and k > 0
+                and req.sched.tree_pays(k, d.nodes(k), count=count))
 
     async def _recover(self, req: Request, e: PyspecError) -> bool:
         """After a cycle failed (nothing of it was emitted): whether the request goes on. A

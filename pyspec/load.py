@@ -193,7 +193,9 @@ def make_drafter(spec: str, champion, cache=None, load_model=None, *, given=None
             return GPUDraft(champion, d.layers, spec, shares_cache=True)
         return SelfDrafter(champion, cache, d.layers)
     if d.path is None and given is not None:
-        return model_drafter(given, max_ctx)
+        if on_gpu and given.bridge is None:   # on the device, as a draft file natively
+            return _gpu_draft(given.file, champion, f"model:{given.source}")
+        return model_drafter(given.host(), max_ctx)
     if d.path is None or not os.path.exists(d.path):
         raise no_draft_model(named or spec, d.path)
     if on_gpu:
@@ -215,12 +217,37 @@ def model_drafter(loaded, max_ctx: int | None = None, champion_cache=None):
     return ModelDrafter(loaded, max_ctx)
 
 
+class GivenDraft:
+    """A draft model given as a file already checked against the champion (the page's, from its
+    bytes: apps/page_engine.page_draft_model), loaded where it drafts: on a GPU champion's
+    device when it has the champion's vocabulary (make_drafter: the same device-resident draft
+    as a --draft file natively), else on the host (`host`: its weights dequantized the first
+    time it is asked, with its reduced head or through its bridge), so a page on a GPU never
+    dequantizes the draft in wasm."""
+
+    def __init__(self, file: GGUFFile, bridge=None, head_ids: list[int] | None = None):
+        self.file = file
+        self.bridge = bridge        # drafters.Bridge for another vocabulary, else None
+        self.head_ids = head_ids    # the reduced head the host draft runs with, else None
+        self.source = file.source
+        self._host = None
+
+    def sha256(self) -> str:
+        return self.file.sha256()
+
+    def host(self):
+        """The host's draft: a cpu Model (its reduced head cut) or a BridgedModel."""
+        if self._host is None:
+            model = Model(self.file)
+            if self.head_ids is not None:
+                model.reduce_head(self.head_ids)
+            self._host = model if self.bridge is None else BridgedModel(model, self.bridge)
+        return self._host
+
+
 def _gpu_drafter(path: str, champion, spec: str):
     """A draft model for a GPU champion: on the device, or, with another vocabulary, on the host
     (the GPU draft steps sample champion ids directly; its tokens and q rows go up per cycle)."""
-    from .gpu.draft import GPUDraft
-    from .gpu.model import GPUModel
-
     f, report = _paired(path, champion)
     if is_eagle(f.metadata):
         raise DraftSpecError(f"draft {spec!r} is an EAGLE-style head: it reads the champion's "
@@ -228,9 +255,19 @@ def _gpu_drafter(path: str, champion, spec: str):
                              "on a GPU use ngram or a draft model")
     if report.bridge is not None:
         return BridgedDrafter(Model(f), report.bridge, champion.kv.max_ctx)
+    return _gpu_draft(f, champion, f"model:{path}")
+
+
+def _gpu_draft(f: GGUFFile, champion, name: str):
+    """A draft model of the champion's vocabulary on the champion's device (its file checked
+    and its borrowed tensors bound): its steps sample on the GPU inside the cycle's submission
+    (gpu/draft.py, gpu/sources.py)."""
+    from .gpu.draft import GPUDraft
+    from .gpu.model import GPUModel
+
     model = GPUModel(champion.dev, f, champion.steps, champion.kv.max_ctx, label="draft",
                      lender=champion)
-    return GPUDraft(model, None, f"model:{path}", shares_cache=False)
+    return GPUDraft(model, None, name, shares_cache=False)
 
 
 def auto_choice(champion) -> verdicts.Choice:

@@ -20,7 +20,7 @@ from .chunks import Resume
 from .cycle import Rule
 from .drafters import NgramDrafter
 from .drafters.forced import ForcedDrafter
-from .drafters.tree import tree_drafter
+from .drafters.tree import TreeDrafter, tree_drafter
 from .errors import OptionsError, PromptTooLongError
 from .options import Options
 from .request import Request
@@ -94,9 +94,10 @@ def use(engine, req: Request, drafter) -> None:
     """Draft the next cycles with `drafter`: its schedule and how its cycles go."""
     req.drafter, req.previews = drafter, []
     # Drafts looked up on the device (n-gram on a GPU): every cycle goes ahead, speculative
-    # or not, so the schedule measures them all alike (no separate champion-only rate).
+    # or not, so the schedule measures them all alike (no separate champion-only rate). Under
+    # --tree its chains keep that path; only its tree cycles are read alone (engine._submit).
     req.in_cycle = (req.pipelined and drafter is not None
-                    and engine.backend.drafts_ahead(req.rule, drafter))
+                    and engine.backend.drafts_ahead(req.rule, chain_of(drafter)))
     # A drafter that is free to ask (n-gram) is scored in shadow while speculation is off:
     # `previews` holds (position, what it would have drafted there) until the champion's
     # tokens decide how many of them a speculative cycle would have kept.
@@ -114,6 +115,11 @@ def use(engine, req: Request, drafter) -> None:
             schedule.parse(req.opts.k) if req.scheds else req.policy,
             req.pipelined and not req.in_cycle, timing, shadowed, in_cycle=req.in_cycle)
     req.sched = req.scheds[label]
+
+
+def chain_of(drafter):
+    """The drafter of a request's chains: under --tree the one its trees wrap."""
+    return drafter.inner if isinstance(drafter, TreeDrafter) else drafter
 
 
 def cycle(engine, req: Request) -> tuple[int, int | None]:

@@ -52,10 +52,14 @@ Only where drafts come from the host: the device lookup decides by the match its
 (gpu/ngram.py).
 
 Trees (--tree): the guard picks the depth as it picks a chain's k, then `tree_pays` says whether
-this cycle drafts the tree or a chain: the tree's rate is E over its acceptance by depth (its
-own counts, drawn toward the chain's) per one draft step a depth plus its pass, whose cost is
-the measured verify cost by rows (a tree of N nodes costs what a chain of N drafts does); it
-must beat the best chain of at most that depth. A fixed policy always drafts the tree.
+this cycle drafts the tree or that chain: the tree's rate is E over its acceptance by depth (its
+own counts, drawn toward the chain's) per tree cycle, timed whole and kept apart from the
+chain's times (a tree cycle on a GPU reads its rows back and runs alone where a chain
+pipelines: folded into the chain's verify times it made every chain look too slow, and the
+guard drafted nothing); before a tree is measured, one draft step a depth plus a chain's pass
+over as many rows. It must beat the best chain of at most that depth, else the chain runs, as
+it would without --tree (on its own path: looked up or fed on the device, going ahead). A fixed
+policy always drafts the tree.
 
 Not here: the running estimates the guard decides by, times and acceptance, and the rates they
 predict (costmodel.py).
@@ -180,18 +184,20 @@ class Schedule:
             k = 0 if cls == 0 else self._guard(k, cls)
         return k
 
-    def tree_pays(self, depth: int, nodes: int) -> bool:
+    def tree_pays(self, depth: int, nodes: int, count: bool = True) -> bool:
         """Whether a tree `depth` deep (of about `nodes` nodes) is drafted this cycle rather
         than a chain: always under a fixed policy (what you ask for runs); under the guard
         where its predicted rate beats the best chain of at most that depth and
         champion-only, or while its pass over that many rows is unmeasured (once measured,
-        the model decides)."""
+        the model decides). `count`: whether the decision is counted in the stats (not when
+        the engine only looks ahead to the next cycle)."""
         pays = True
         if self.policy.guarded:
             tree = self.cost.tree_rate(depth, nodes)
             best = max((r for r in self.cost.rates(depth) if r is not None), default=None)
             pays = tree is None or best is None or tree > MARGIN * best
-        self.counts["trees" if pays else "tree_off"] += 1
+        if count:
+            self.counts["trees" if pays else "tree_off"] += 1
         return pays
 
     def shadow(self, k: int, n_accepted: int, cls: int | None = None) -> None:

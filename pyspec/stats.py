@@ -46,6 +46,9 @@ def summary(st: Stats, backend, drafter, scheds: dict, n_generated: int, wall: f
     return {
         "adapter": backend.adapter,
         "drafter": drafter.name if drafter else "none",
+        # where the drafts were made: "device" (sampled or looked up on the GPU inside the
+        # cycle's submission), "host", both ("device+host"), or None (nothing drafted)
+        "draft_path": draft_path(backend.timing, st.drafted),
         # a draft with another vocabulary (drafters/bridge.py): class, intersection size
         "bridge": getattr(drafter, "bridge_stats", None),
         "generated_tokens": n_generated,
@@ -77,3 +80,10 @@ def summary(st: Stats, backend, drafter, scheds: dict, n_generated: int, wall: f
             "device": getattr(getattr(backend.champion, "dev", None), "allocated", None),
         },
     }
+
+
+def draft_path(timing: dict, drafted: int) -> str | None:
+    """Where a request's drafts were made: the GPU backend counts its cycles by where their
+    drafts came from (gpu/backend.py); the numpy engine's are all the host's."""
+    found = [w for w in ("device", "host") if timing.get(f"drafted_on_{w}")]
+    return "+".join(found) or ("host" if drafted else None)

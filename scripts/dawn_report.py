@@ -25,7 +25,11 @@ sys.path.insert(0, str(ROOT))
 from pyspec.apps.benchstats import per_cycle  # noqa: E402
 from pyspec.apps.provenance import stamp, tokens_sha256  # noqa: E402
 
-SIDES = {"none": "champion-only", "ngram": "ngram", "trained": "models/draft-l4.gguf"}
+SIDES = {"none": "champion-only", "ngram": "ngram", "trained": "models/draft-l4.gguf",
+         "trained-fixed3": "models/draft-l4.gguf fixed:3"}
+# The same stack on webtools/nullgpu.mjs (computes nothing; its tokens mean nothing): the page's
+# own per-cycle cost, beside which Dawn's host time is what Dawn's calls add.
+NULL_SIDES = {"null-none": "null GPU: champion-only", "null-trained": "null GPU: draft-l4 fixed:3"}
 
 
 def spread(xs: list[float]) -> dict:
@@ -44,7 +48,14 @@ def dawn_side(runs: list[dict]) -> dict:
         out[stratum] = {"tokens_per_s": spread([r["stats"]["tokens_per_s"] for r in rs]),
                         "tokens_per_pass": spread([r["stats"]["tokens_per_pass"] for r in rs]),
                         "host_ms_per_cycle": timing["host_s_per_cycle"] * 1e3,
-                        "wait_ms_per_cycle": timing["wait_s_per_cycle"] * 1e3}
+                        "wait_ms_per_cycle": timing["wait_s_per_cycle"] * 1e3,
+                        # where the drafts were made (stats.draft_path): runs by path
+                        "draft_path": {str(p): sum(r["stats"].get("draft_path") == p
+                                                   for r in rs)
+                                       for p in {r["stats"].get("draft_path") for r in rs}},
+                        "ahead_per_cycle": (sum(r["stats"]["backend_timing"]["ahead"]
+                                                for r in rs) / max(1, sum(
+                            r["stats"]["backend_timing"]["cycles"] for r in rs)))}
     return out
 
 
@@ -67,16 +78,22 @@ def main() -> None:
     hashes = native_hashes(native)
     dawn, exact, agree, adapter = {}, {}, {}, None
     base = None
-    for d, side in SIDES.items():
-        answer = json.loads((args.dir / f"dawn-{d}.json").read_text())
+    for d, side in {**SIDES, **NULL_SIDES}.items():
+        path = args.dir / f"dawn-{d}.json"
+        if d not in ("none", "ngram", "trained") and not path.exists():
+            continue   # a run of an older scripts/h200.sh
+        answer = json.loads(path.read_text())
+        if d in NULL_SIDES:
+            dawn[side] = dawn_side(answer["runs"])
+            continue
         adapter = adapter or answer.get("adapter")
         runs = answer["runs"]
         if d == "none":
             base = {r["id"]: r["tokens"] for r in runs}
         dawn[side] = dawn_side(runs)
         exact[side] = sum(r["tokens"] == base.get(r["id"]) for r in runs)
-        agree[side] = sum(tokens_sha256(r["tokens"]) == hashes.get(side, {}).get(r["id"])
-                          for r in runs)
+        agree[side] = sum(tokens_sha256(r["tokens"]) == hashes.get(side.split()[0], {}).get(
+            r["id"]) for r in runs)
         dawn[side]["prompts"] = len(runs)
     result = {
         "schema": "pyspec.dawn-vs-native/1",
@@ -110,6 +127,7 @@ def plot(result: dict, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     dawn = result["dawn"]
+    dawn = {side: rows for side, rows in dawn.items() if side not in NULL_SIDES.values()}
     strata = [s for s in dawn["champion-only"] if s not in ("overall", "prompts")]
     fig, ax = plt.subplots(figsize=(11, 4))
     width = 0.8 / len(dawn)

@@ -175,9 +175,18 @@ dawn() {
     PYTHONPATH="$W/site:." timeout 150 python3 -m pyspec bench --backend wgpu \
         --champion "$P/champ.gguf" --per-stratum "$per" \
         --max-tokens "$max" --drafts ngram,models/draft-l4.gguf --out "$OUT/native" 2>&1 | tail -4
-    for d in none ngram trained; do
+    # trained: the draft model on the device in the page (stats draft_path "device"), guarded
+    # and at fixed:3; null-*: the same stack on webtools/nullgpu.mjs (a WebGPU that computes
+    # nothing), the page's own per-cycle cost, whose host_s beside Dawn's is what Dawn's calls add.
+    local trained=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
+    for d in none ngram trained trained-fixed3 null-none null-trained; do
         local extra=(--draft "$d")
-        [ "$d" = trained ] && extra=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
+        case $d in
+            trained) extra=("${trained[@]}");;
+            trained-fixed3) extra=("${trained[@]}" --k fixed:3);;
+            null-none) extra=(--null-gpu --draft none);;
+            null-trained) extra=(--null-gpu "${trained[@]}" --k fixed:3);;
+        esac
         timeout "${DAWN_TIMEOUT:-120}" python3 -m webtools.dawn --site "$W/dawn/site" \
             --champion "$P/champ.gguf" --backend webgpu "${extra[@]}" --workload "$W/sample.jsonl" \
             --max-tokens "$max" --warmup 1 > "$OUT/dawn-$d.json" 2>> "$OUT/dawn.err"

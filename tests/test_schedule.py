@@ -398,3 +398,28 @@ def test_a_tree_is_drafted_only_where_its_rows_pay(row_cost, pays):
     fixed = schedule.Schedule(schedule.parse("fixed:3"))
     fixed.observe(0, 0, 0.0, 1.0)
     assert fixed.tree_pays(3, 10)
+
+
+def test_a_costly_tree_leaves_the_chain_drafting_never_nothing():
+    """--tree under the guard (engine._submit): a tree cycle that costs far more than a chain's
+    (on a GPU it reads its rows back and runs alone) is timed apart from the chain's, so after
+    it the guard drafts the chain as it did before, never nothing; the tree is not drafted again
+    while its measured rate is below the chain's. (Folded into the chain's verify time by rows,
+    the tree's 20 ms made every chain look slower than champion-only: the H100's "did not
+    draft".)"""
+    sched = schedule.Schedule(schedule.Heuristic(), shadowed=True, in_cycle=True)
+    chain, trees = [], []
+    for c in range(60):
+        k = sched.next_k()
+        if k and sched.tree_pays(k, 16):
+            trees.append(c)
+            sched.observe(k, k, 0.0005, 0.020, nodes=8)    # a tree cycle: 20 ms
+        else:
+            sched.observe(k, k, 0.0, 0.00195 + 5e-5 * k)   # a chain's or champion-only
+            chain.append(k)
+        if k == 0:
+            sched.shadow(4, 4)
+    assert len(trees) == 1, trees                     # tried once (its rows looked cheap)
+    assert sum(k > 0 for k in chain[10:]) >= 45, chain   # then the chain, as without --tree
+    assert sched.cost.tree_rate(3, 8) < max(r for r in sched.cost.rates(3) if r)
+    assert sched.cost.verify_time(8) < 0.005, "the tree's time stays out of the chain's"

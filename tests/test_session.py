@@ -614,6 +614,62 @@ def test_the_page_auto_draft_drafts_with_its_model_on_a_hardware_adapter(tiny, c
             dev.destroy()
 
 
+@requires_gpu
+@pytest.mark.parametrize("software", [False, True])
+def test_the_pages_draft_model_drafts_on_the_device_one_readback_a_cycle(tiny, champion_bytes,
+                                                                          software):
+    """The page's draft model, given as bytes at init, drafts on the device as a --draft file
+    does natively (load.GivenDraft, gpu/draft.GPUDraft): its steps sample inside the cycle's one
+    submission, each cycle has one readback, and on a hardware adapter the cycles are fed on the
+    device and go ahead (gpu/sources.FedDraft); on a software one (draft_ahead off) they are
+    read one at a time, still on the device. Never dequantized for the host. The native device
+    stands in for navigator.gpu's (is_cpu set as SwiftShader's isFallbackAdapter would)."""
+    from pyspec.gpu import open_device
+    from pyspec.gpu.draft import GPUDraft
+
+    draft = Path(tiny.close_path).read_bytes()
+    dev = open_device()
+    dev.is_cpu = software
+    s = session.Session(opener(dev))
+    try:
+        info = json.loads(run(s.load(json.dumps({"max_ctx": 128, "draft": "model",
+                                                 "backend": "webgpu"}), champion_bytes, draft)))
+        assert info["adapter"] == dev.name, info
+        assert isinstance(s.engine.backend.drafter, GPUDraft)
+        assert s.draft_model._host is None, "a GPU page never dequantizes its draft"
+        config = {"max_tokens": 24}
+        alone = json.loads(run(s.generate(1, MESSAGES, json.dumps({**config, "draft": "none"}),
+                                          lambda *a: None)))
+        for k in ("fixed:1", "fixed:3"):
+            before = dev.readbacks
+            out = json.loads(run(s.generate(2, MESSAGES, json.dumps({**config, "k": k}),
+                                            lambda *a: None)))
+            st, timing = out["stats"], out["stats"]["backend_timing"]
+            assert out["tokens"] == alone["tokens"], k
+            assert st["draft_path"] == "device" and st["drafted"] > 0, st
+            assert timing["drafted_on_device"] > 0 and timing["drafted_on_host"] == 0
+            # One submission and one readback a cycle (and the prefill's wait, where the rows
+            # of the request before did not hold the prompt).
+            assert timing["submissions"] == timing["cycles"] == st["champion_passes"], timing
+            assert dev.readbacks - before - timing["cycles"] in (0, 1), (dev.readbacks, timing)
+            assert (timing["ahead"] > 0) == (not software), timing
+    finally:
+        s.engine.close()
+        dev.destroy()
+
+
+def test_the_pages_draft_model_drafts_on_the_host_on_the_numpy_engine(tiny, champion_bytes):
+    """Without a GPU the page's draft model is dequantized for the host, once, when the numpy
+    engine first drafts with it; the stats say so."""
+    s = session.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 128, "draft": "model"}), champion_bytes,
+               Path(tiny.close_path).read_bytes()))
+    assert s.draft_model._host is not None
+    out = json.loads(run(s.generate(1, MESSAGES, json.dumps({"max_tokens": 12, "k": "fixed:2"}),
+                                    lambda *a: None)))
+    assert out["stats"]["draft_path"] == "host" and out["stats"]["drafted"] > 0
+
+
 def test_the_worker_asks_the_session_for_the_auto_draft():
     """worker.js holds no copy of the "auto" rule: it sends what it knows before any draft
     downloads (a trained draft in the manifest, init's backend, the WebGPU adapter) and fetches

@@ -103,3 +103,27 @@ def test_trees_on_the_gpu_equal_champion_only(tiny, draft):
     assert r.tokens == greedy
     with pytest.raises(TreeUnsupportedError, match="verifies at most 15"):
         engine.generate(tiny.prompt, Options(max_tokens=4, tree="4,4"))
+
+
+@pytest.mark.usefixtures("gpu")
+def test_a_tree_that_does_not_pay_drafts_its_chain_on_the_chains_path(tiny, monkeypatch):
+    """--tree never drafts less than its chain: where the guard says a tree does not pay
+    (schedule.tree_pays; tests/test_schedule.py drives the guard itself on a machine where the
+    chain pays), the cycle drafts the chain on the chain's own path, n-gram looked up on the
+    device with the cycles going ahead, never nothing and never a host tree. Tokens are
+    champion-only's, under a fixed policy and under the guard."""
+    from pyspec import schedule
+
+    greedy = reference_decode(tiny.champion, tiny.prompt, 24, greedy_pick)
+    engine = engine_for(tiny, "ngram", "gpu")
+    opts = dict(max_tokens=24, stop_at_eos=False)
+    tree = engine.generate(tiny.prompt, Options(k="heuristic", tree="auto", **opts))
+    assert tree.tokens == greedy
+    monkeypatch.setattr(schedule.Schedule, "tree_pays", lambda self, *a, **kw: False)
+    for k in ("fixed:3", "heuristic"):
+        r = engine.generate(tiny.prompt, Options(k=k, tree="auto", **opts))
+        timing = r.stats["backend_timing"]
+        assert r.tokens == greedy, k
+        assert timing["drafted_on_host"] == 0 and timing["ahead"] > 0, (k, timing)
+        if k == "fixed:3":
+            assert r.stats["draft_path"] == "device" and r.stats["drafted"] > 0, r.stats

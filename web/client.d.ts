@@ -274,6 +274,12 @@ export interface BackendTiming {
   readbacks: number;
   /** Cycles submitted before the one in flight was read (pipelined). */
   ahead: number;
+  /** Queue submissions of the decode (after the prefill): one per cycle on the device path. */
+  submissions: number;
+  /** Cycles whose drafts were sampled or looked up on the GPU inside the cycle's submission. */
+  drafted_on_device: number;
+  /** Cycles whose drafts were proposed on the host and written up. */
+  drafted_on_host: number;
   host_accept_s?: number;
   mask_s?: number;
 }
@@ -281,6 +287,9 @@ export interface BackendTiming {
 export interface Stats {
   adapter: string;
   drafter: string;
+  /** Where the drafts were made: on the GPU inside each cycle's submission ("device"), on the
+   *  host ("host"), both ("device+host"), or null when nothing was drafted. */
+  draft_path: "device" | "host" | "device+host" | null;
   generated_tokens: number;
   prompt_tokens: number;
   prefill_tokens: number;

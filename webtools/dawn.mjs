@@ -7,7 +7,7 @@
 //   node webtools/dawn.mjs --site dist/site --champion PATH.gguf [--backend webgpu|cpu|auto]
 //        [--draft D] [--prompt TEXT] [--max-tokens N] [--temperature T] [--seed S] [--k K]
 //        [--repeat N] [--warmup N] [--workload FILE.jsonl] [--draft-model PATH [--draft-vocab PATH]]
-//        [--probe]
+//        [--probe] [--null-gpu [--null-token ID]]
 //
 // --warmup N generates the first prompt N times first, unreported (pipeline compiles, the first
 // readbacks), so no prompt is timed cold. --workload runs each line's messages ({id, stratum, messages, max_tokens}, the shared/workloads
@@ -19,7 +19,10 @@
 // or {error: {code, message}}. Dawn writes why it passes over an adapter to stderr from native
 // code, which JavaScript cannot read: webtools/dawn.py runs this and keeps those lines. --probe stops after asking Dawn for an adapter. Exit status 0 when
 // it ran, 3 when --backend webgpu was asked and Dawn found no adapter (its messages say why),
-// 1 on any other failure.
+// 1 on any other failure. --null-gpu answers navigator.gpu with webtools/nullgpu.mjs instead of
+// Dawn: a WebGPU that computes nothing, whose readbacks say "emit --null-token", so the runs'
+// times are the page's own per-cycle host cost (each run then has `null_gpu`: the writes,
+// submissions, dispatches, copies and maps it made).
 //
 // What is a stand-in here (protocol plumbing only, never the computation): the worker global
 // (`self`, postMessage), `fetch` of file: URLs (Node's fetch has no file scheme; the worker asks
@@ -38,23 +41,34 @@ const NODE_MODULES = process.env.PYSPEC_NODE_MODULES ?? "";
 function parseArgs(argv) {
   const out = { site: "dist/site", backend: "webgpu", draft: "none", prompt: "Hello",
                 maxTokens: 16, temperature: 0, seed: 0, k: "heuristic", repeat: 1, warmup: 0,
-                probe: false };
+                probe: false, nullGpu: false, nullToken: 100 };
   const names = { "--site": "site", "--champion": "champion", "--backend": "backend",
                   "--draft": "draft", "--prompt": "prompt", "--max-tokens": "maxTokens",
                   "--temperature": "temperature", "--seed": "seed", "--k": "k",
                   "--repeat": "repeat", "--warmup": "warmup", "--workload": "workload",
-                  "--draft-model": "draftModel", "--draft-vocab": "draftVocab" };
+                  "--draft-model": "draftModel", "--draft-vocab": "draftVocab",
+                  "--null-token": "nullToken" };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === "--probe") { out.probe = true; continue; }
+    if (argv[i] === "--null-gpu") { out.nullGpu = true; continue; }
     const key = names[argv[i]];
     if (!key || i + 1 >= argv.length) throw new Error(`unknown or incomplete argument ${argv[i]}`);
     const v = argv[++i];
-    out[key] = ["maxTokens", "temperature", "seed", "repeat", "warmup"].includes(key) ? Number(v) : v;
+    out[key] = ["maxTokens", "temperature", "seed", "repeat", "warmup", "nullToken"].includes(key)
+      ? Number(v) : v;
   }
   return out;
 }
 
+let nullCounts = null;   // --null-gpu: what the runs asked of WebGPU
+
 async function dawnGPU() {
+  if (ARGS.nullGpu) {
+    const { create, globals, counts } = await import("./nullgpu.mjs");
+    Object.assign(globalThis, globals);
+    nullCounts = counts;
+    return create(ARGS.nullToken);
+  }
   const where = NODE_MODULES ? path.join(NODE_MODULES, "webgpu", "index.js") : "webgpu";
   const { create, globals } = await import(NODE_MODULES ? pathToFileURL(where).href : where);
   Object.assign(globalThis, globals);   // GPUBufferUsage, GPUMapMode, ... as a browser has them
@@ -183,12 +197,15 @@ async function main() {
   for (const item of items) {
     const config = configOf(item);
     for (let i = 0; i < ARGS.repeat; i++) {
+      const before = nullCounts && { ...nullCounts };
       const t0 = performance.now();
       const done = await worker.request({ type: "generate", id: `g${n++}`, config,
                                           messages: item.messages });
       report.runs.push({ id: item.id, stratum: item.stratum, text: done.text, tokens: done.tokens,
                          stats: done.stats, finish_reason: done.finish_reason,
-                         wall_s: (performance.now() - t0) / 1e3 });
+                         wall_s: (performance.now() - t0) / 1e3,
+                         ...(before && { null_gpu: Object.fromEntries(Object.entries(nullCounts)
+                           .map(([k, v]) => [k, v - before[k]])) }) });
     }
   }
   console.log(JSON.stringify(report));

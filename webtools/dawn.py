@@ -67,7 +67,8 @@ def run(champion: str | None = None, *, site: Path = ROOT / "dist" / "site", pro
     if champion:
         cmd += ["--champion", champion]
     for key, value in options.items():
-        cmd += ["--" + key.replace("_", "-"), str(value)]
+        flag = "--" + key.replace("_", "-")
+        cmd += [flag] if value is True else [flag, str(value)]   # a switch (null_gpu=True)
     env = {**os.environ, "PYSPEC_NODE_MODULES": str(node_modules())}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     dawn = [line.strip() for line in proc.stderr.splitlines()
@@ -86,6 +87,10 @@ def run(champion: str | None = None, *, site: Path = ROOT / "dist" / "site", pro
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m webtools.dawn", description=__doc__.split("\n")[0])
     ap.add_argument("--probe", action="store_true", help="only ask Dawn for an adapter")
+    ap.add_argument("--null-gpu", action="store_true", default=None,
+                    help="a WebGPU that computes nothing (webtools/nullgpu.mjs): the page's own "
+                         "per-cycle host cost")
+    ap.add_argument("--null-token")
     ap.add_argument("--champion", help="the champion GGUF (a path)")
     ap.add_argument("--site", type=Path, default=ROOT / "dist" / "site")
     for flag in ("--backend", "--draft", "--prompt", "--max-tokens", "--temperature", "--seed",

@@ -9,8 +9,8 @@ Not here: the session's state (session.py), the JSON boundary (wire.py).
 from __future__ import annotations
 
 from ..cpu.executor import CPUBackend
-from ..cpu.model import Model
-from ..drafters import BridgedModel, DraftSpecError
+from ..cpu.model import Config
+from ..drafters import DraftSpecError
 from ..drafters.eagle import is_eagle
 from ..drafters.pairing import bind_borrowed, check_pair
 from ..formats import quant
@@ -19,7 +19,7 @@ from ..engine import Engine
 from ..errors import PyspecError
 from ..formats.gguf import GGUFFile
 from ..load import backend as backend_for
-from ..load import parse_reduced_head
+from ..load import GivenDraft, check_tensors, parse_reduced_head
 from ..text.tokenizer import Tokenizer
 from .wire import SessionError
 
@@ -201,10 +201,11 @@ def open_gguf(weights, name: str) -> GGUFFile:
     return GGUFFile.from_reader(read, int(weights.size), name, sha256=str(weights.sha256))
 
 
-def page_draft_model(file: GGUFFile, draft_buf, opts: dict):
+def page_draft_model(file: GGUFFile, draft_buf, opts: dict) -> GivenDraft:
     """The page's draft model from its buffer, checked against the champion `file` (its pair
-    class, borrowed tensors), with its reduced head (init's draft_vocab) or through the bridge
-    (another vocabulary)."""
+    class, borrowed tensors), with its reduced head (init's draft_vocab) or its bridge (another
+    vocabulary). Its weights are read where it drafts (load.GivenDraft): on a GPU champion's
+    device, or dequantized for the host the first time the host drafts with it."""
     draft_file = open_gguf(draft_buf, opts.get("draft_name") or "draft")
     pair = check_pair(file.metadata, draft_file.metadata)   # its class (compat.py)
     pair.raise_if_bad()
@@ -213,7 +214,7 @@ def page_draft_model(file: GGUFFile, draft_buf, opts: dict):
         raise DraftSpecError(f"{draft_file.source} is an EAGLE-style head: it runs in the numpy "
                              "engine of the CLI so far, not in the page; give a draft model, "
                              "or use ngram")
-    draft_model = Model(draft_file)
+    check_tensors(draft_file)   # a tensor missing or of another shape: refused now, by name
     vocab = opts.get("draft_vocab")
     if vocab is not None and pair.bridge is not None:
         if not opts.get("draft_vocab_shipped"):
@@ -223,11 +224,10 @@ def page_draft_model(file: GGUFFile, draft_buf, opts: dict):
         # The site's, which the worker sends with the draft whatever the champion: with
         # another vocabulary the draft runs bridged on its full head, as in the CLI.
         vocab = None
+    head = None
     if vocab is not None:
         # Its reduced head (load.reduced_head_ids' sidecar, fetched by the worker): the numpy
         # engine's draft steps shrink; a GPU draft keeps its full head.
-        draft_model.reduce_head(parse_reduced_head(vocab, draft_model.config.vocab_size,
-                                                   f"{draft_file.source}'s vocab.json"))
-    if pair.bridge is not None:   # another vocabulary: drafts through the bridge
-        draft_model = BridgedModel(draft_model, pair.bridge)
-    return draft_model
+        n_vocab = Config.from_metadata(draft_file.metadata).vocab_size
+        head = parse_reduced_head(vocab, n_vocab, f"{draft_file.source}'s vocab.json")
+    return GivenDraft(draft_file, pair.bridge, head)

@@ -77,8 +77,7 @@ def identity(session, drafter: str) -> str:
     spec = parse_draft(drafter, session.config.n_layers)
     if "model" not in drafter:
         return f"self:{spec.layers}" if spec.kind == "self" else spec.kind
-    model = getattr(session.draft_model, "model", session.draft_model)
-    return ("ngram+" if drafter.startswith("ngram+") else "") + model.sha256()
+    return ("ngram+" if drafter.startswith("ngram+") else "") + session.draft_model.sha256()
 
 
 async def measure(session, options_json: str, workload_text: str, table_json: str | None,

@@ -173,9 +173,7 @@ async def follow_verdicts(session, engine: Engine, table_json: str | None) -> En
     if table:
         candidates = verdicts.weightless(table)
         if session.draft_model is not None:
-            # a bridged one's own
-            inner = getattr(session.draft_model, "model", session.draft_model)
-            candidates[inner.sha256()] = "model"
+            candidates[session.draft_model.sha256()] = "model"   # a bridged one's own
         choice = verdicts.choose(table, engine.champion.sha256(), engine.device_class,
                                  candidates, session.default_draft)
     session.auto_choice = choice or verdicts.Choice(session.default_draft)

@@ -20,10 +20,10 @@ import json
 import sys
 
 from .. import verdicts
-from ..cpu.model import Model
-from ..drafters import BridgedModel, parse_draft
+from ..drafters import parse_draft
 from ..engine import Engine
 from ..formats.gguf import GGUFFile
+from ..load import GivenDraft
 from ..options import from_request
 from ..text import conversation, template, toolcalls
 from ..text.tokenizer import Tokenizer, TokenizerError
@@ -58,7 +58,7 @@ class Session:
         self.config = None
         self.backend = "auto"
         self.tokenizer: Tokenizer | None = None
-        self.draft_model: Model | BridgedModel | None = None
+        self.draft_model: GivenDraft | None = None   # init's draft model (load.GivenDraft)
         self.max_ctx = DEFAULT_MAX_CTX
         self.engine: Engine | None = None
         self.engine_draft: str | None = None

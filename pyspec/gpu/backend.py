@@ -139,6 +139,7 @@ class GPUBackend(Executor):
         self._tail: dict[tuple, list] = {}
         self.draft_plans: dict[tuple, list] = {}   # gpu/draft.step_plan's
         self._t_read = 0.0              # when the last cycle's readback ended
+        self._submitted_before = 0      # the device's submissions when the decode began
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
         self._feed = None               # gpu/ahead.DeviceFeed, made at the first fed draft cycle
         self.timing: dict = {}
@@ -203,7 +204,10 @@ class GPUBackend(Executor):
         PREFILL_BLOCK rows and asks between blocks; when told to stop, the rows committed so far
         stay valid."""
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
+        # Where each cycle's drafts were made (stats' draft_path): sampled or looked up on the
+        # device inside the cycle's submission, or proposed on the host and written up.
         self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0, "ahead": 0,
+                       "submissions": 0, "drafted_on_device": 0, "drafted_on_host": 0,
                        "host_s_cycles": [], "host_s_alone": []}
         if self._compaction is not None and self._compaction.pending:   # the last tree's moves
             self.dev.submit(self._compaction.take())
@@ -223,6 +227,7 @@ class GPUBackend(Executor):
         # (nothing to wait for when every row was kept: a conversation's next turn).
         if self.dev.submissions != submitted:
             await self.dev.read(self.out, 16)
+        self._submitted_before = self.dev.submissions   # the decode's submissions count after
 
     # --- the cycle's steps (cycle.py) ---------------------------------------------------------
     def record(self, drafter, k: int) -> Recording:
@@ -349,6 +354,10 @@ class GPUBackend(Executor):
         threads on the same cores, and while it runs the cycle before they take the host's."""
         self.timing["cycles"] += 1
         self.timing["readbacks"] += 1
+        self.timing["submissions"] = self.dev.submissions - self._submitted_before
+        if rec.k:
+            where = "device" if rec.on_device or rec.looked_up else "host"
+            self.timing[f"drafted_on_{where}"] += 1
         self.timing["wait_s"] += wait_s
         host_s = rec.t_submit - rec.t0 + host_after_s
         self.timing["host_s"] += host_s

@@ -15,8 +15,9 @@ Differences from wgpu-py that shape this file:
   - `device.lost` is a Promise: its handler records the loss and every later call raises
     DeviceLostError.
   - Writes hand WebGPU a Uint8Array *view* of the Python buffer in wasm memory (no copy in
-    JavaScript; writeBuffer itself copies into the GPU process). Readback maps a staging buffer
-    and copies the mapped range once, into Python bytes.
+    JavaScript; writeBuffer itself copies into the GPU process). A readback is one call
+    (webgpu.js readBuffer: map, copy out, unmap, and the watchdog's timer) and one more to take
+    its bytes into Python.
   - A readback that never resolves (a hung GPU process) would stall the request for good, and
     the worker's event loop stays free, so client.js's heartbeat sees nothing wrong: a watchdog
     (`readback_timeout`) raises GPUTimeoutError instead, and the engine recovers.
@@ -159,6 +160,7 @@ class BrowserDevice(Device):
         device.addEventListener("uncapturederror", self._on_error)
         self._write_js = pyspec_webgpu.writeBuffer
         self._encode_js = pyspec_webgpu.encode
+        self._read_js = pyspec_webgpu.readBuffer
         self._objs = js.Array.new()      # JS handles the op words index
         self._index: dict[int, int] = {}  # id(handle) -> its index in _objs
         self._held: list = []            # _objs' handles here too, so no id is ever reused
@@ -320,6 +322,8 @@ class BrowserDevice(Device):
         return await Device.read(self, buffer, nbytes, offset)
 
     async def _map_read(self, staging, size, nbytes):
+        """One JS call maps, copies and unmaps (webgpu.js readBuffer), one more takes the bytes;
+        its watchdog (`readback_timeout`) runs in JavaScript."""
         self._alive()
         drill, self.drill = self.drill, None
         timeout, t0 = self.readback_timeout(), time.perf_counter()
@@ -327,33 +331,22 @@ class BrowserDevice(Device):
         try:
             if drill == "gpu-oom":
                 await self._oversized_buffer()
-            # The hang drill waits on a promise that never settles, as a hung GPU process would.
-            mapped = (js.Promise.new(create_proxy(lambda resolve, reject: None))
-                      if drill == "readback-hang" else
-                      staging.mapAsync(js.GPUMapMode.READ, 0, size))
-            await asyncio.wait_for(_wait(mapped), timeout)
-        except asyncio.TimeoutError:
-            rule = ("the allowance of a readback after new pipelines" if compiled
-                    or self._slowest is None else f"{READBACK_FACTOR}x the slowest readback, at "
-                    f"least {READBACK_MIN_S:.0f} s")
-            raise GPUTimeoutError(f"a readback of {nbytes} bytes did not finish in {timeout:.0f} "
-                                  f"s (the watchdog: {rule}); the GPU seems hung")
+            data = (await self._read_js(staging, size, nbytes, int(1000 * timeout),
+                                        drill)).to_bytes()
         except GPUError:
             raise
-        except Exception as e:  # noqa: BLE001 - a rejected map: lost device or a bad copy
-            await self.check()
+        except Exception as e:  # noqa: BLE001 - a JS error: the watchdog, a map, a range
+            if getattr(e, "name", None) == "PyspecTimeout" or "PyspecTimeout" in str(e):
+                rule = ("the allowance of a readback after new pipelines" if compiled
+                        or self._slowest is None else f"{READBACK_FACTOR}x the slowest "
+                        f"readback, at least {READBACK_MIN_S:.0f} s")
+                raise GPUTimeoutError(f"a readback of {nbytes} bytes did not finish in "
+                                      f"{timeout:.0f} s (the watchdog: {rule}); the GPU seems "
+                                      "hung") from None
+            await self.check()   # a lost device says so
             raise GPUError(f"reading back {nbytes} bytes failed: {e}") from e
         if not compiled:
             self._slowest = max(self._slowest or 0.0, time.perf_counter() - t0)
-        try:
-            # One copy: the mapped range into Python bytes. The throw drill asks for more than
-            # was mapped, and WebGPU throws (OperationError), as a wrong offset would.
-            end = size + 4096 if drill == "readback-throw" else size
-            data = js.Uint8Array.new(staging.getMappedRange(0, end), 0, nbytes).to_bytes()
-        except Exception as e:  # noqa: BLE001 - a JS exception from the mapped range
-            raise GPUError(f"reading back {nbytes} bytes failed: {e}") from e
-        finally:
-            staging.unmap()
         # The scopes of the objects made since the last read, and errors of the submissions
         # this read waited for: data computed by an invalid pipeline is never returned.
         await self.check()

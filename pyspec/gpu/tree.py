@@ -92,6 +92,7 @@ def propose(drafter, tokens: list[int], k: int, rule: Rule) -> Proposal | TreePr
     inner = drafter.inner
     if not isinstance(inner, GPUDraft):
         return drafter.propose(tokens, k, rule)
+    inner.ahead = None   # fed from the host from here (its chains restart from the tokens)
     inner.catch_up(tokens, draft_slot(0))   # at most a pass of unseen tokens
     return grow_model_tree(DraftTree(inner), tokens, drafter.shape, k, rule, drafter.max_nodes)
 

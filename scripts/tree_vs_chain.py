@@ -96,15 +96,19 @@ def main() -> int:
                         "speedup": round(row["tokens_per_s"]
                                          / result["champion_only"]["tokens_per_s"], 3)})
             result["rows"].append(row)
+            if args.out:          # after every row: a run cut short still leaves its rows
+                _write(args, result, champion_file, spec)
             print(json.dumps({k: v for k, v in row.items() if k != "tokens_sha256"}),
                   file=sys.stderr, flush=True)
-    if args.out:
-        stamp(result, champion=champion_file, workload=args.workload,
-              drafts={"ngram": None, "trained": spec["trained"]},
-              backend="wgpu" if args.engine == "gpu" else args.engine)
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=1)
     return 0
+
+
+def _write(args, result: dict, champion_file: str, spec: dict) -> None:
+    stamp(result, champion=champion_file, workload=args.workload,
+          drafts={"ngram": None, "trained": spec["trained"]},
+          backend="wgpu" if args.engine == "gpu" else args.engine)
+    with open(args.out, "w") as fh:
+        json.dump(result, fh, indent=1)
 
 
 def _run(eng, prompts, alone, max_tokens: int, k: str, tree: str | None) -> dict:

@@ -179,7 +179,7 @@ dawn() {
     # and at fixed:3; null-*: the same stack on webtools/nullgpu.mjs (a WebGPU that computes
     # nothing), the page's own per-cycle cost, whose host_s beside Dawn's is what Dawn's calls add.
     local trained=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
-    for d in none ngram trained trained-fixed3 null-none null-trained; do
+    for d in ${DAWN_SIDES:-none ngram trained trained-fixed3 null-none null-trained}; do
         local extra=(--draft "$d")
         case $d in
             trained) extra=("${trained[@]}");;

@@ -235,7 +235,8 @@ class Tokenizer:
 
     def fingerprint(self) -> str:
         """sha256 over everything that decides ids: model, pre, tokens, types (as loaded),
-        merges, scores, special ids, the right-stripping specials. Computed once (every receipt carries it; about 16 ms natively, more in wasm)."""
+        merges, scores, special ids, the right-stripping specials. Computed once (every receipt
+        carries it; about 16 ms natively, more in wasm)."""
         if self._fingerprint is None:
             self._fingerprint = self._hash_ids()
         return self._fingerprint

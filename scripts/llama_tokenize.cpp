@@ -1,5 +1,8 @@
 // Tokenize records with llama.cpp (llama_tokenize as llama-cpp-python's Llama.tokenize calls it).
 // Input records: "<special> <nbytes>\n<bytes>\n"; output: one line of ids per record.
+// With a fourth argument, also the token attributes as llama.cpp set them at load: one line per id,
+// "<llama_token_attr bits> <1 if llama_vocab_is_eog>" (scripts/record_golden_token_types.py).
+// Usage: llama_tokenize VOCAB.gguf TEXTS.rec OUT.ids [OUT.attrs]
 #include "llama.h"
 #include <cstdio>
 #include <fstream>
@@ -28,6 +31,13 @@ int main(int argc, char ** argv) {
         fprintf(out, "\n");
     }
     fclose(out);
+    if (argc > 4) {
+        FILE * attrs = fopen(argv[4], "w");
+        for (llama_token id = 0; id < llama_vocab_n_tokens(vocab); id++) {
+            fprintf(attrs, "%d %d\n", (int) llama_vocab_get_attr(vocab, id), llama_vocab_is_eog(vocab, id) ? 1 : 0);
+        }
+        fclose(attrs);
+    }
     llama_model_free(model);
     return 0;
 }

@@ -78,7 +78,8 @@ def test_add_bos(tok):
 
 def test_identity(tok, metadata):
     assert (tok.vocab_size, tok.bos_id, tok.eos_id) == (49152, 1, 2)
-    assert tok.eog_ids == {0, 2}  # <|endoftext|>, <|im_end|> (= EOS)
+    # <|endoftext|>, <|im_end|> (= EOS), <reponame> (a FIM repo token: llama.cpp ends on it too)
+    assert tok.eog_ids == {0, 2, 4}
     assert tok.template_hash() == hashlib.sha256(metadata["tokenizer.chat_template"].encode()).hexdigest()
     fingerprint = tok.fingerprint()
     assert len(fingerprint) == 64 and fingerprint == Tokenizer.from_metadata(metadata).fingerprint()

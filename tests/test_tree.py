@@ -2,10 +2,12 @@
 
 Greedy and replay are checked for identity: a toy champion (logits a pure function of the
 context) decodes alone and through random trees, and the tokens must be the same. Rejection is
-checked in distribution with the real pyspec.rules.rng uniforms (one seed per test), by the bound
-of tests/test_verify.py: each cell's frequency within 4 standard errors of its probability, a
-p = 0 cell never seen. A naive rule (every sibling tested against the unchanged target) must
-fail the same check.
+checked in distribution through the engine's own code (drafters/tree.grow_model_tree over a toy
+draft model, cycle.tree_verdict with its keying: one seed per request, from the test's own seed
+block), 10,000 requests a case, by the bound of tests/test_verify.py: each cell's frequency
+within 4 standard errors of its probability, a p = 0 cell never seen. A naive rule (every
+sibling tested against the unchanged target) must fail the same check. The engine itself, on a
+tiny model: tests/test_tree_engine.py.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import hashlib
 import numpy as np
 import pytest
 
+from pyspec.cycle import Rule, TreeProposal, tree_verdict
+from pyspec.drafters.tree import grow_model_tree
 from pyspec.rules import rng, verify
-from pyspec.rules.tree import (ROOT, Tree, TreeShapeError, draw_siblings, walk_greedy,
-                               walk_rejection, walk_replay)
+from pyspec.rules import tree as tree_rules
+from pyspec.rules.tree import (ROOT, Tree, TreeShapeError, TreeVerdict, draw_siblings,
+                               walk_greedy, walk_rejection, walk_replay)
+from test_engine import seed_block
 
 VOCAB = 5
 
@@ -145,74 +151,97 @@ def test_walks_emit_champion_only_tokens(mode):
 
 
 # ---------------------------------------------------------------------------------------------
-# Rejection: exact in distribution
+# Rejection: exact in distribution, through the engine's own code
 # ---------------------------------------------------------------------------------------------
-class _Noise:
-    """Every random number trial t uses, drawn in a few vectorised calls: position start_t + j
-    for j < SPAN (a trial and its second cycle stay inside its own positions)."""
+# A trial is what the engine does for a request (cpu/executor.py): the tree of drafters/tree.py
+# (grow_model_tree, siblings by draw_siblings under the noise of their position) over a toy
+# draft model, then cycle.tree_verdict over the toy champion's rows, its uniforms keyed by the
+# request's seed and the positions as the engine keys them; nothing here draws a random number
+# of the rule's. Each trial has its own seed (test_engine.seed_block: a block of the test's own).
+class _ToyCache:
+    """The draft cache grow_model_tree reads and writes: rows of (token, parent row)."""
 
-    SPAN, RANKS = 6, 3
+    max_ctx = 1 << 20
 
-    def __init__(self, seed: int, starts: np.ndarray):
-        pos = starts[:, None] + np.arange(self.SPAN)[None, :]              # (n, SPAN)
-        ranks = np.arange(self.RANKS)
-        self.gumbel = rng.gumbel(seed ^ 0x5A5A, pos.reshape(-1), VOCAB).reshape(
-            len(starts), self.SPAN, VOCAB)                                   # (n, SPAN, vocab)
-        self.u_draft = rng.uniforms(seed, pos[..., None], rng.STREAM_DRAFT, ranks)
-        self.u_accept = rng.uniforms(seed, pos[..., None], rng.STREAM_ACCEPT, ranks)
-        self.u_residual = rng.uniforms(seed, pos, rng.STREAM_RESIDUAL, 0)  # (n, SPAN)
-        self.u_bonus = rng.uniforms(seed, pos, rng.STREAM_BONUS, 0)        # (n, SPAN)
+    def __init__(self):
+        self.rows: list[tuple[int, int]] = []
+        self.committed = 0
+
+    @property
+    def length(self) -> int:
+        return len(self.rows)
+
+    def rollback(self) -> None:
+        del self.rows[self.committed:]
 
 
-def _draft_tree(noise: _Noise, t: int, off: int, context, widths, replacement: bool):
-    """Siblings from the toy draft q: without replacement (draw_siblings) or i.i.d.; the tree and
-    its q_sibling rows (N, vocab). `off`: the offset of its first position in trial t's span."""
-    tokens, parents, q_rows = [], [], []
+class _ToyModel:
+    """A draft model whose logits after a row are _toy_logits of that row's context (its parent
+    rows back to the first), so grow_model_tree's tree passes see each node's own path."""
+
+    def forward(self, tokens, kv, last_only=False, exact=True, parents=None):
+        start = kv.length
+        for j, t in enumerate(tokens):
+            kv.rows.append((int(t), parents[j] if parents is not None else kv.length - 1))
+        out = []
+        for row in range(start, kv.length):
+            context = []
+            while row >= 0:
+                context.append(kv.rows[row][0])
+                row = kv.rows[row][1]
+            out.append(_toy_logits(context[::-1], "q"))
+        return np.stack(out[-1:] if last_only else out)
+
+
+class _ToyDrafter:
+    kind = "model"
+
+    def __init__(self):
+        self.model, self.kv, self.calls = _ToyModel(), _ToyCache(), 0
+
+
+def _iid_tree(gen, context, widths):
+    """Siblings drawn i.i.d. from the toy q (SpecInfer's trees; no pyspec drafter draws them):
+    the proposal, each node's row its q (the law of every sibling)."""
+    tokens, parents, rows = [], [], []
 
     def grow(parent, ctx, depth):
-        if depth >= len(widths):
-            return
-        q = _probs(ctx, "q")
-        if replacement:
-            u = noise.u_draft[t, off + depth, :widths[depth]]
-            kids = verify.sample_categorical_rows(np.broadcast_to(q, (len(u), VOCAB)), u)
-            rows = np.broadcast_to(q, (len(kids), VOCAB))
-        else:
-            kids, rows = draw_siblings(q, widths[depth], noise.gumbel[t, off + depth])
-        for tok, row in zip(kids, rows):
-            tokens.append(int(tok))
-            parents.append(parent)
-            q_rows.append(row)
-            grow(len(tokens) - 1, ctx + [int(tok)], depth + 1)
+        if depth < len(widths):
+            q = _probs(ctx, "q")
+            for tok in gen.choice(VOCAB, size=widths[depth], p=q):
+                tokens.append(int(tok))
+                parents.append(parent)
+                rows.append(q)
+                grow(len(tokens) - 1, ctx + [int(tok)], depth + 1)
 
     grow(ROOT, list(context), 0)
-    return Tree(tuple(tokens), tuple(parents)), np.array(q_rows).reshape(-1, VOCAB)
+    return TreeProposal(Tree(tuple(tokens), tuple(parents)), rows)
 
 
-def _tree_cycle(noise, t, off, context, widths, replacement, walk=walk_rejection):
-    """One rejection cycle of trial t after `context`, its first new position at `off`."""
-    tree, q_rows = _draft_tree(noise, t, off, context, widths, replacement)
-    depth = tree.depths()
-    ranks = np.zeros(len(tree), dtype=np.int64)
-    for parent in set(tree.parents):
-        ranks[tree.children(parent)] = np.arange(len(tree.children(parent)))
-    u_accept = noise.u_accept[t, off + depth - 1, ranks]                  # (N,)
-    paths = [[]] + [[tree.tokens[j] for j in tree.path(i)] for i in range(len(tree))]
-    p_rows = np.stack([_probs(list(context) + p, "p") for p in paths])    # (1 + N, vocab)
-    span = slice(off, off + len(widths) + 1)
-    return walk(p_rows, tree, q_rows, u_accept, noise.u_residual[t, span], noise.u_bonus[t, span])
+def _tree_cycle(seed, context, widths, replacement):
+    """One rejection cycle of a request with `seed` after `context`: the emitted tokens."""
+    rule = Rule("rejection", temperature=1.0, seed=seed)
+    if replacement:
+        proposal = _iid_tree(np.random.default_rng([seed, len(context)]), context, widths)
+    else:
+        proposal = grow_model_tree(_ToyDrafter(), list(context), widths, len(widths), rule)
+    tree = proposal.tree
+    rows = np.stack([_toy_logits(list(context) + [tree.tokens[j] for j in path], "p")
+                     for path in [[]] + [tree.path(i) for i in range(len(tree))]])
+    verdict, path = tree_verdict(rule, rows, proposal, len(context))
+    assert list(verdict.tokens[:-1]) == [tree.tokens[i] for i in path]
+    return verdict.tokens
 
 
-def _joint_of_two(seed, widths, replacement, n, walk=walk_rejection) -> np.ndarray:
-    """Counts (vocab * vocab,) of the first two tokens over n trials (a second cycle where the
-    first emitted one token), each trial on its own positions."""
-    noise = _Noise(seed, np.arange(n) * 16)
+def _joint_of_two(seeds, widths, replacement) -> np.ndarray:
+    """Counts (vocab * vocab,) of a request's first two tokens, one request per seed (a second
+    cycle where the first emitted one token)."""
     counts = np.zeros(VOCAB * VOCAB, dtype=np.int64)
-    context = [1, 2]
-    for t in range(n):
-        tokens = walk(noise, t, 0, context, widths, replacement).tokens
+    context = (1, 2)
+    for seed in seeds:
+        tokens = _tree_cycle(seed, context, widths, replacement)
         if len(tokens) == 1:
-            tokens += walk(noise, t, 1, context + list(tokens), widths, replacement).tokens
+            tokens += _tree_cycle(seed, context + tokens, widths, replacement)
         counts[tokens[0] * VOCAB + tokens[1]] += 1
     return counts
 
@@ -225,14 +254,12 @@ def _expected_joint() -> np.ndarray:
 DRAWS = 10_000
 
 
-@pytest.mark.parametrize("replacement", [False, True], ids=["without-replacement", "iid"])
-@pytest.mark.parametrize("widths", [(3, 2), (2, 1, 1)])
+@pytest.mark.parametrize("widths, replacement", [((3, 2), False), ((2, 1, 1), False),
+                                                  ((3, 2), True)],
+                         ids=["3,2-without-replacement", "2,1,1-without-replacement", "3,2-iid"])
 def test_rejection_walk_follows_the_champion_jointly(widths, replacement):
-    counts = _joint_of_two(SEED_BY_WIDTHS[widths], widths, replacement, DRAWS, _tree_cycle)
+    counts = _joint_of_two(seed_block(DRAWS), widths, replacement)
     _assert_follows(counts, _expected_joint(), f"widths {widths}, replacement {replacement}")
-
-
-SEED_BY_WIDTHS = {(3, 2): 1101, (2, 1, 1): 2202}
 
 
 def _naive_walk(p_target, tree, q_sibling, u_accept, u_residual, u_bonus):
@@ -248,14 +275,14 @@ def _naive_walk(p_target, tree, q_sibling, u_accept, u_residual, u_bonus):
         else:
             u = u_residual[depth] if tree.children(node) else u_bonus[depth]
             last = int(verify.sample_categorical_rows(r[None], np.array([u]))[0])
-            return verify.Verdict(len(path), tuple(tree.tokens[i] for i in path) + (last,))
+            return TreeVerdict(tuple(path), tuple(tree.tokens[i] for i in path) + (last,))
 
 
-def test_a_naive_sibling_rule_fails_the_same_check():
-    def naive_cycle(noise, t, off, context, widths, replacement):
-        return _tree_cycle(noise, t, off, context, widths, replacement, _naive_walk)
-
-    counts = _joint_of_two(3303, (3, 2), False, DRAWS, naive_cycle)
+def test_a_naive_sibling_rule_fails_the_same_check(monkeypatch):
+    """Through the same cycle; 2,000 requests suffice (it misses a cell by 17 standard errors
+    there, against the bound's 4)."""
+    monkeypatch.setattr(tree_rules, "walk_rejection", _naive_walk)
+    counts = _joint_of_two(seed_block(2_000), (3, 2), False)
     with pytest.raises(AssertionError, match="freq"):
         _assert_follows(counts, _expected_joint(), "naive")
 

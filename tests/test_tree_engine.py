@@ -1,21 +1,25 @@
 """`--tree` end to end on the CPU engines (cpu/executor.py with drafters/tree.py), on the tiny
 models of conftest.py: greedy output equals champion-only greedy, replay equals champion-only
-sampling for the seed, whatever the tree shape and drafter; rejection runs and emits a valid
-continuation (its exactness in distribution is the walk's, tests/test_tree.py); a tree the
-engine cannot verify is refused by name.
+sampling for the seed, whatever the tree shape and drafter; rejection's first two tokens follow
+the champion's joint over 10,000 seeded requests (the engine's own tree, walk and keying; the
+walk alone on a toy model: tests/test_tree.py); a tree the engine cannot verify is refused by
+name.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import greedy_pick, reference_decode
+from pyspec import testmodels
 from pyspec.cpu.model import Model
 from pyspec.engine import Engine
 from pyspec.errors import OptionsError, TreeUnsupportedError
 from pyspec.load import backend as backend_for
 from pyspec.options import Options
 from pyspec.rules import rng, verify
+from test_engine import check_two_token_counts, exact_two_token_distribution, seed_block
 
 SHAPES = ["2,2,1", "3,1", "auto"]
 
@@ -59,6 +63,51 @@ def test_tree_greedy_and_replay_equal_champion_only(tiny, draft, backend):
     # and chains after trees, on the same engine: unchanged
     r = engine.generate(tiny.prompt, Options(max_tokens=30, k="fixed:3", stop_at_eos=False))
     assert r.tokens == greedy
+
+
+TREE_RUNS = 10_000
+
+
+@pytest.fixture(scope="module")
+def middling_draft(tiny, tmp_path_factory) -> str:
+    """The champion + 20% noise: its trees of shape 3,2 accept nothing at the first position in
+    about 28% of requests, one draft in 54%, two in 18% (close.gguf, 4% noise: 1%, 16%, 84%;
+    far.gguf: 92%, 7%, 1%), so siblings are rejected and accepted at both depths."""
+    path = str(tmp_path_factory.mktemp("middling") / "middling.gguf")
+    weights = testmodels.random_weights(tiny.champion.config.vocab_size, 2, 64, 4, 2, 128, seed=1)
+    testmodels.write_model(path, weights=testmodels.perturb(weights, 0.2, 11))
+    return path
+
+
+def test_tree_rejection_matches_champion_distribution(tiny, middling_draft):
+    """The engine's tree rejection on the CPU: a draft model's tree of shape 3,2
+    (drafters/tree.py: three siblings drawn without replacement, two under each), walked by
+    cycle.tree_verdict; max_tokens=3, so a first cycle emits one to three tokens and a second
+    cycle (a one-deep tree) follows a first that emitted one. The first two tokens of 10,000
+    requests, one seed each from the test's own block (test_engine.seed_block), against the
+    champion's exact joint at T = 1.
+
+    Stated bounds (test_engine.check_two_token_counts): the TV of the joint, of the first
+    token, of the second token's marginal and of the second given each of the three likeliest
+    first tokens, each below the 99.9th percentile of the TV that as many exact draws give.
+    Every request drafts a tree; paths of both depths are accepted and first cycles that accept
+    nothing are common. Teeth: the draft's own joint is further than the bound."""
+    engine = engine_for(tiny, middling_draft)
+    prefix = tiny.tokenizer.encode("the cat. the cat. the")
+    exact = exact_two_token_distribution(tiny.champion, prefix, 1.0)          # (vocab, vocab)
+    counts = np.zeros_like(exact)
+    first_accepted = np.zeros(3, dtype=np.int64)   # requests by drafts accepted at positions 1-2
+    for seed in seed_block(TREE_RUNS):
+        r = engine.generate(prefix, Options(max_tokens=3, temperature=1.0, seed=seed,
+                                            verify="rejection", k="fixed:2", tree="3,2",
+                                            stop_at_eos=False))
+        counts[r.tokens[0], r.tokens[1]] += 1
+        assert r.stats["schedule"]["trees"] >= 1, "a cycle drafted no tree"
+        first_accepted[sum(r.stats["accepted_by_position"][:2])] += 1
+    bound = check_two_token_counts(counts, exact, "tree 3,2")
+    assert np.all(first_accepted > 1000), first_accepted
+    draft_joint = exact_two_token_distribution(Model.load(middling_draft), prefix, 1.0)
+    assert 0.5 * np.abs(draft_joint - exact).sum() > bound
 
 
 def test_bad_trees_are_refused_by_name(tiny):

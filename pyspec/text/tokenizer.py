@@ -15,14 +15,13 @@ is raised only from here. The work itself lives in modules that raise nothing of
 - `pretokenize.py`: the split of a text into words, per pre-tokenizer;
 - `bpe.py`: byte alphabet, special-token cuts, merges, token bytes, `IncrementalDecoder`;
 - `spm.py`: the SentencePiece-style merge by score, byte fallback, token bytes;
+- `tokentypes.py`: the types llama.cpp gives tokens at load (a control-looking token becomes
+  control whatever the file says), the end-of-generation ids, Phi-3's right strip;
 - `chat.py`: the ChatML fast path; `template.py`: any other template, through jinja2.
 
 Not in scope: WordPiece / Unigram vocabularies and other pre-tokenizers (they raise
 `TokenizerError`), Unicode normalisation (llama.cpp applies none for these families). Known
-divergences from llama.cpp: those in `pretokenize.py` and `bpe.py`; of llama.cpp's by-name token
-attributes only Phi-3's right-strip is applied (the ASCII whitespace after a special token goes,
-`_rstrip_ids`); and a token whose text marks the end of a turn is not re-typed as a control token
-when the file calls it normal.
+divergences from llama.cpp: those in `pretokenize.py`, `bpe.py` and `tokentypes.py`.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ import re
 from typing import Any, Iterable, Mapping
 
 from ..errors import PyspecError
-from . import spm
+from . import spm, tokentypes
 from .bpe import (
     TOKEN_CONTROL,
     TOKEN_NORMAL,
@@ -70,10 +69,6 @@ _SPM_DEFAULT_IDS = {"bos": 1, "eos": 2, "unknown": 0}
 
 _WORD_CACHE_LIMIT = 1 << 16  # words whose BPE result is memoised per tokenizer
 
-# Token texts that end generation wherever a vocabulary holds them, besides the declared eos, eot
-# and eom ids (llama.cpp `special_eog_ids`, the entries of the families pyspec reads).
-EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-             "<|end_of_text|>", "<EOT>")
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
 TOKEN_UNUSED = 5  # GGUF token type (llama.cpp LLAMA_TOKEN_TYPE_UNUSED)
 
@@ -94,12 +89,12 @@ class TemplateError(TokenizerError):
 class Tokenizer:
     """A GGUF vocabulary (byte-level BPE or SentencePiece-style). Build it with `from_metadata`."""
 
-    def __init__(self, *, tokens: list[str], token_types: list[int], merges: list[str],
+    def __init__(self, *, tokens: list[str], loaded: tokentypes.LoadedTypes, merges: list[str],
                  scores: list[float] | None, model: str, pre: str | None,
                  special_ids: dict[str, int | None], add_bos: bool, add_space_prefix: bool,
-                 chat_template: str | None, rstrip_ids: frozenset[int] = frozenset()):
+                 chat_template: str | None):
         self.tokens = tokens
-        self.token_types = token_types
+        self.token_types = loaded.types  # as llama.cpp types them after loading (tokentypes.py)
         self.merges = merges
         self.scores = scores
         self.model, self.pre = model, pre
@@ -111,11 +106,11 @@ class Tokenizer:
         self._fingerprint: str | None = None
         self.chat_template = chat_template
         self._token_to_id = dict(zip(tokens, range(len(tokens))))  # last duplicate wins, as in llama.cpp
-        self._specials = special_tokens(tokens, token_types)  # (id, text, type), longest first
-        self._rstrip_ids = rstrip_ids  # specials that eat the whitespace after them (Phi-3)
+        self._specials = special_tokens(tokens, loaded.types)  # (id, text, type), longest first
+        self._rstrip_ids = loaded.rstrip  # specials that eat the whitespace after them (Phi-3)
         self._word_cache: dict[str, tuple[int, ...]] = {}
         self._chatml_system = parse_chatml(chat_template)
-        self._eog = self._end_of_generation_ids()
+        self._eog = loaded.eog
         if model == "llama":
             self._split, self.clean_spaces, self._ignore_merges = None, False, False
             self._byte_ids = self._spm_byte_ids()
@@ -153,13 +148,6 @@ class Tokenizer:
             if byte not in out and chr(byte) in self._token_to_id:
                 out[byte] = self._token_to_id[chr(byte)]
         return out
-
-    def _end_of_generation_ids(self) -> frozenset[int]:
-        """Declared eos, eot and eom, and every token whose text llama.cpp reads as an end."""
-        ids = {self._token_to_id[t] for t in EOG_TEXTS if t in self._token_to_id}
-        ids.update(self.special_ids[k] for k in ("eos", "eot", "eom")
-                   if self.special_ids[k] is not None)
-        return frozenset(ids)
 
     @classmethod
     def from_metadata(cls, md: Mapping[str, Any]) -> "Tokenizer":
@@ -210,12 +198,20 @@ class Tokenizer:
             raise TokenizerError("the tokenizer adds a BOS token (tokenizer.ggml.add_bos_token) but "
                                  "declares none (tokenizer.ggml.bos_token_id); the metadata "
                                  "contradicts itself, re-export the model")
-        return cls(tokens=list(tokens), token_types=token_types, merges=list(merges),
+        try:
+            loaded = tokentypes.apply(tokens, token_types, dict(zip(tokens, range(len(tokens)))),
+                                      get, {k: special_ids[k] for k in ("eos", "eot", "eom")},
+                                      md.get("general.name"))
+        except KeyError as exc:
+            raise TokenizerError(f"general.name {md.get('general.name')!r} names a Phi-3 model, "
+                                 f"whose special tokens llama.cpp sets up by text, but the "
+                                 f"vocabulary has no {exc.args[0]!r} (llama.cpp fails to load it "
+                                 "too); rename the model or re-export its vocabulary") from None
+        return cls(tokens=list(tokens), loaded=loaded, merges=list(merges),
                    scores=[float(x) for x in scores] if model == "llama" else None,
                    model=model, pre=pre, special_ids=special_ids, add_bos=add_bos,
                    add_space_prefix=model == "llama" and bool(get("add_space_prefix", True)),
-                   chat_template=template,
-                   rstrip_ids=_rstrip_ids(md.get("general.name"), tokens, token_types))
+                   chat_template=template)
 
     # --- identity -------------------------------------------------------------------------------
 
@@ -233,13 +229,15 @@ class Tokenizer:
 
     @property
     def eog_ids(self) -> set[int]:
-        """Ids that end generation (llama.cpp `is_eog`): the declared eos, eot and eom, and every
-        token whose text llama.cpp reads as an end of turn (`EOG_TEXTS`)."""
+        """Ids that end generation (llama.cpp `is_eog`): the declared eos, eot and eom, every
+        token whose text llama.cpp reads as an end, the FIM pad, repo and separator tokens
+        (tokentypes.py)."""
         return set(self._eog)
 
     def fingerprint(self) -> str:
-        """sha256 over everything that decides ids: model, pre, tokens, types, merges, scores,
-        special ids, the right-stripping specials. Computed once (every receipt carries it; about 16 ms natively, more in wasm)."""
+        """sha256 over everything that decides ids: model, pre, tokens, types (as loaded),
+        merges, scores, special ids, the right-stripping specials. Computed once (every receipt
+        carries it; about 16 ms natively, more in wasm)."""
         if self._fingerprint is None:
             self._fingerprint = self._hash_ids()
         return self._fingerprint
@@ -406,17 +404,6 @@ class Tokenizer:
 
 
 _C_SPACE = " \t\n\v\f\r"  # C isspace(), as llama.cpp's strip tests each byte
-
-
-def _rstrip_ids(name: Any, tokens: list[str], token_types: list[int]) -> frozenset[int]:
-    """llama.cpp's by-name RSTRIP attribute (`llama_vocab::impl::load`): a model whose
-    general.name contains 'phi-3' or 'phi3' strips the whitespace after every special token
-    and '</s>', except '<unk>', '<s>' and '<|endoftext|>'."""
-    if not isinstance(name, str) or not any(k in name.lower() for k in ("phi-3", "phi3")):
-        return frozenset()
-    ids = {i for i, _, _ in special_tokens(tokens, token_types)}
-    ids.update(i for i, t in enumerate(tokens) if t == "</s>")
-    return frozenset(i for i in ids if tokens[i] not in ("<unk>", "<s>", "<|endoftext|>"))
 
 
 def _special_ids(get, tokens: list[str], token_types: list[int], model: str) -> dict[str, int | None]:

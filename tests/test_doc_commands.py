@@ -3,7 +3,7 @@ blocks is found here, and each cheap one runs as written (with `--max-tokens 4`,
 placeholders A.gguf, B.gguf, MODEL.gguf and receipt.json given real files) and must exit 0; the
 costly ones (bench, gate, demo, chat) are named with the reason they do not run, and every
 command's `--help` runs instead. Also: the example files the commands read (docs/examples/) are
-what the commands take. About 30 s on two cores: the champion loads on the numpy engine."""
+what the commands take. About 15 s on two cores: the champion loads on the numpy engine."""
 
 from __future__ import annotations
 

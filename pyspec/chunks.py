@@ -1,7 +1,7 @@
 """What a request gives back: the chunks it streams, its result, and a Resume to go on from.
 
 Text is emitted only for committed tokens, so a chunk never shows a token twice; each chunk
-carries the ids behind its text, which is what a Resume needs after a fault (DESIGN §8).
+carries the ids behind its text, which is what a Resume needs after a fault (docs/faults.md).
 Not here: the loop that makes them (engine.py), the stats (stats.py), the receipt (receipts.py).
 """
 
@@ -41,7 +41,7 @@ def token_kind(i: int, n_accepted: int, k: int) -> str:
 
 @dataclass
 class Resume:
-    """Where an interrupted run of the same request got to (DESIGN §8): `ids`, the token ids its
+    """Where an interrupted run of the same request got to: `ids`, the token ids its
     chunks carried (all it committed, in order), and `fault`, what interrupted it, for the
     receipt: {"kind": a code, "cycle": int, "restart_s": seconds from the fault until this
     request began}. The request goes on from prompt + ids; the ids count toward max_tokens."""

@@ -1,4 +1,4 @@
-"""The speculative cycle, written once over an executor (DESIGN §7).
+"""The speculative cycle, written once over an executor (docs/architecture.md).
 
 A cycle that starts with n committed tokens t_0..t_{n-1} (the champion's cache holds the rows of
 the first n - 1: the last emitted token is fed at the start of the next cycle):

@@ -1,4 +1,4 @@
-"""KV cache transactions (DESIGN §5): append, commit, rollback, and byte accounting.
+"""KV cache transactions: append, commit, rollback, and byte accounting.
 
 A cache holds, per layer, K and V rows indexed by absolute position. Rows below `committed` belong
 to accepted tokens. A forward pass `append`s rows right after the committed ones (draft steps may

@@ -111,7 +111,7 @@ REQUEST = (
     Option("response_format", (dict,), None, "OpenAI's {type: 'json_schema', json_schema: "
            "{name, schema, strict}} or {type: 'text'}", openai="response_format", flag=None,
            engine=False),
-    # Tool calls (issue 58; rules/toolgrammar.py, text/toolcalls.py; docs/sampling-and-json.md).
+    # Tool calls (rules/toolgrammar.py, text/toolcalls.py; docs/sampling-and-json.md).
     Option("tools", (list,), None, "a JSON file of OpenAI's tools list ([{type: 'function', "
            "function: {name, description, parameters}}]): the model may call them, each call "
            "decoded under its parameters' schema", openai="tools", flag={"metavar": "FILE"},

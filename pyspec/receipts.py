@@ -1,4 +1,4 @@
-"""Privacy-safe run receipts (DESIGN §9).
+"""Privacy-safe run receipts.
 
 A receipt says what ran and how it went: artifact, tokenizer and template hashes, the policy and
 its version, the seed, the k schedule, acceptance by position, call counts, timings, peak bytes,

@@ -1,4 +1,4 @@
-"""Speculation length policies and the break-even guard (DESIGN §6).
+"""Speculation length policies and the break-even guard.
 
 A policy answers two questions: how many tokens may the draft propose this cycle (`next_k`), and
 below which draft confidence should drafting stop (`conf_threshold`, applied by cycle.Rule.stops;

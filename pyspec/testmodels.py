@@ -1,4 +1,4 @@
-"""Tiny random Llama GGUFs for fast exact tests (DESIGN §3): written with ggufwrite.write.
+"""Tiny random Llama GGUFs for fast exact tests: written with ggufwrite.write.
 
 A test model has the champion's shape of metadata and tensors (same names, Q4_1 matrices and a
 Q8_0 tied embedding by default) at a few kilobytes: a byte-level BPE vocabulary of 256 byte tokens,
@@ -79,7 +79,7 @@ def tokenizer_metadata(n_merges: int = 64, corpus: str = CORPUS) -> dict:
 
 # The tokens a real family's chat template writes beyond SPECIALS (text, token type: 3 control, 4
 # user-defined, as the family's GGUF marks them) and the special ids they take: for tiny models
-# that render with the family's own template (tool calls, issue 58; the template's text comes
+# that render with the family's own template (tool calls; the template's text comes
 # from the caller, e.g. llama.cpp's copies in .cache/llama.cpp/templates).
 TEMPLATE_TOKENS = {
     "qwen2.5": ([("<tool_call>", 4), ("</tool_call>", 4)], {}),

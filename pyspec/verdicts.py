@@ -1,4 +1,4 @@
-"""Recorded gate verdicts (issue 47): whether a drafter was measured to pay for one champion on
+"""Recorded gate verdicts (docs/gate.md): whether a drafter was measured to pay for one champion on
 one device class, and the rule by which `auto` follows them.
 
 A verdict is one JSON object (`record` makes it; `python -m pyspec gate` measures it):

@@ -1,7 +1,7 @@
 """Fault recovery times in the page (issue 11): every fault kind x {greedy, replay}, median of runs.
 
     .venv/bin/python scripts/bench_faults.py --runs 5 --out bench/results/faults.json \\
-        --screenshots docs/screenshots
+        --screenshots /tmp/fault-screens
 
 One headless Chromium page (the demo page, tiny model, WebGPU on SwiftShader, drills=1) runs each
 fault through the page's drills switch, as e2e/test_browser_faults.py does, and records:
@@ -11,7 +11,8 @@ fault through the page's drills switch, as e2e/test_browser_faults.py does, and 
   - wall_s: the request's wall time (loading faults: the reload plus the request), next to the
     undisturbed request's, measured in the same run;
   - for device-lost-repeat, the time until the retry-limit error instead.
-With --screenshots, one PNG per kind of the page right after the fault (its notice or error).
+With --screenshots, one PNG per kind of the page right after the fault (its notice or error), of
+the tiny model; docs/faults.md's pictures are the champion's, from scripts/screenshot_demo.py.
 Timings are the bench's business, never a test's. SwiftShader on a shared CPU is slow: a new
 WebGPU device costs its pipelines' compilation, a new worker a Pyodide start.
 """

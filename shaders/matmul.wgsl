@@ -1,4 +1,4 @@
-// Thin matrix products y = W x over 1..ROWS_MAX rows (DESIGN §7), with weights in a block format
+// Thin matrix products y = W x over 1..ROWS_MAX rows, with weights in a block format
 // (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: blocks.wgsl has their layouts), f32 or bf16.
 //
 // W is (n_out, n_in), row-major, quantized in units of 32 along n_in (blocks.wgsl), or

@@ -1,4 +1,4 @@
-// Counter-based random numbers: the WGSL copy of pyspec/rng.py (DESIGN section 4).
+// Counter-based random numbers: the WGSL copy of pyspec/rules/rng.py.
 // Every number is a pure function of (seed_lo, seed_hi, position, stream, index); only u32
 // operations, so these bits equal rng.hash_u32 / rng.uniform exactly (tests/test_gpu_sampling.py
 // checks many keys). Included by sample.wgsl and accept.wgsl with `//!include rng.wgsl`.

@@ -1,6 +1,8 @@
 """README.md, docs/ and bench/results/README.md kept true: the README's two commands and size, the
-figures made from their result files (webtools/results.py), every link and result file named,
-the layers as tests/test_layout.py has them, and the sampling defaults as Options has them."""
+figures made from their result files (webtools/results.py), every link (and its #fragment) and
+result file named, no pointer outside the repository, the layers as tests/test_layout.py has
+them, and the sampling defaults as Options has them. tests/test_doc_commands.py runs the
+commands the pages show."""
 
 from __future__ import annotations
 
@@ -36,14 +38,59 @@ def test_the_figures_are_made_from_their_files():
     assert block(ROOT / "docs" / "sampling-and-json.md", "json table") == results.json_table()
 
 
+def anchors(page: Path) -> set[str]:
+    """The #fragments a page has: GitHub's slug of each heading, and each <a id="...">."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    slugs: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = sum(s == slug or s.startswith(f"{slug}-") and s[len(slug) + 1:].isdigit()
+                for s in slugs)
+        slugs.add(f"{slug}-{n}" if n else slug)     # a repeated heading: -1, -2, ...
+    return slugs | set(re.findall(r'<a id="([^"]+)">', text))
+
+
 def test_every_link_and_named_result_file_exists():
+    """Every relative link in README.md and docs/ (and bench/results/README.md) names a file of
+    the repository, and a #fragment one of that page's headings."""
     for page in [README, *DOCS, RESULTS / "README.md"]:
         text = page.read_text()
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
-            if not target.startswith("http"):
-                assert (page.parent / target).exists(), f"{page.name} links to {target}"
+        for target, fragment in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
+            if target.startswith(("http:", "https:", "mailto:")):
+                continue
+            path = (page.parent / target) if target else page
+            assert path.exists(), f"{page.name} links to {target}"
+            if fragment and path.suffix == ".md":
+                assert fragment in anchors(path), f"{page.name} links to {target}#{fragment}"
         for name in re.findall(r"bench/results/([\w.-]+\.(?:json|png))(?!` at)", text):
             assert (RESULTS / name).exists(), f"{page.name} names bench/results/{name}"
+
+
+def test_no_page_points_outside_the_repository():
+    """README.md and docs/ name only files of the repository: no design notes, issue tracker
+    or seed document that a reader of the repository does not have."""
+    outside = re.compile(r"design notes|\bDESIGN\b|§|the seed's|\bthe issue\b|\bissue \d+|"
+                         r"\.\./shared|/work/")
+    for page in [README, *DOCS]:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            assert not outside.search(line), f"{page.name}:{n}: {line.strip()}"
+
+
+def test_every_picture_in_docs_screenshots_is_shown():
+    shown = "".join(page.read_text() for page in [README, *DOCS])
+    for png in (ROOT / "docs" / "screenshots").glob("*.png"):
+        assert f"screenshots/{png.name}" in shown, f"nothing shows docs/screenshots/{png.name}"
+
+
+def test_the_faults_table_names_real_codes():
+    """docs/faults.md's table: each code a SpecError code or a loading fault's receipt kind."""
+    from pyspec.apps import wire
+    from webtools import errorcodes
+
+    table = (ROOT / "docs" / "faults.md").read_text().split("## What the user sees")[1]
+    codes = re.findall(r"^\| `(\w+)` \|", table.split("\n## ")[0], re.M)
+    assert len(codes) >= 14
+    assert set(codes) <= set(errorcodes.codes()) | set(wire.LOAD_FAULTS)
 
 
 def test_every_result_file_is_behind_a_claim():

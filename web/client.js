@@ -1,4 +1,4 @@
-// pyspec client: the embeddable API over web/worker.js (DESIGN §8).
+// pyspec client: the embeddable API over web/worker.js (docs/embedding.md).
 //
 //   import { SpecDecoder } from "./client.js";
 //   const d = await SpecDecoder.create({ workerUrl: "./worker.js", champion: "smollm2",
@@ -8,7 +8,7 @@
 //   }
 //   d.lastResult;  await d.stats();  await d.receipt();  d.cancel();  d.terminate();
 //
-// Resume, not replay (DESIGN §8). Each chunk from the worker carries the ids of the tokens behind
+// Resume, not replay. Each chunk from the worker carries the ids of the tokens behind
 // its text; the client keeps them. When the worker dies mid-request, the client starts a new
 // worker and sends the same request with resume {ids}: it prefills prompt + ids and goes on, so
 // nothing is generated twice and the chunks continue at the next offset. Greedy and replay end

@@ -1,4 +1,4 @@
-// The Pyodide snapshot (DESIGN §8, start-up): Python's start-up, saved once in OPFS.
+// The Pyodide snapshot (docs/embedding.md, start-up): Python's start-up, saved once in OPFS.
 //
 // Python's initialisation and Pyodide's bootstrap imports take 3-4 s of every start on two cores.
 // Pyodide 0.27 can save its wasm memory right after start-up (the experimental `_makeSnapshot`,

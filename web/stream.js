@@ -1,4 +1,4 @@
-// A model's weights streamed to Python (worker.js, DESIGN §8, issue 46): its bytes as a Blob
+// A model's weights streamed to Python (worker.js; docs/embedding.md): its bytes as a Blob
 // (its OPFS file, a File the user picked, or the download's chunks where there is no OPFS),
 // hashed (WebCrypto's one-shot digest up to ONE_SHOT_MAX; past it a block at a time by Python's
 // hashlib: WebCrypto has no incremental digest, and hashlib needs no new dependency), then read by Python a tensor at a time as it goes to the

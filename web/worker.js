@@ -1,4 +1,4 @@
-// pyspec worker (DESIGN §8): Pyodide + the pyspec wheel, weights in OPFS, a typed message protocol.
+// pyspec worker: Pyodide + the pyspec wheel, weights in OPFS, a typed message protocol.
 //
 // Everything comes from this worker's own origin: Pyodide's core, its numpy wheel and the
 // snapshot of its start-up from ./pyodide/, the pyspec wheel and the models, as listed in

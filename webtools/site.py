@@ -1,4 +1,4 @@
-"""Build the self-contained static site dist/site/ (DESIGN §8): everything the page needs, from
+"""Build the self-contained static site dist/site/: everything the page needs, from
 one origin, with a manifest of every artifact's url, sha256 and size.
 
     dist/site/
@@ -284,7 +284,7 @@ def build_models(out: Path, champion: bool) -> tuple[dict[str, Path], dict[str, 
     # tiny under a Llama-3-style chat template: the page renders it with jinja2 (e2e).
     write("tiny-llama3", seed=1, tokenizer={**testmodels.tokenizer_metadata(),
                                             "tokenizer.chat_template": testmodels.LLAMA3_STYLE})
-    # Tool calls (issue 58): tiny models under llama.cpp's copies of the real Qwen 2.5 and
+    # Tool calls: tiny models under llama.cpp's copies of the real Qwen 2.5 and
     # Llama 3.2 templates (build.py setup fetches them; without them, no such models), a qwen2
     # and a llama model with a context the templates' tool prompts fit in (e2e, the example).
     for name, (arch, family, where) in TOOL_MODELS.items():

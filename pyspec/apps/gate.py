@@ -1,5 +1,5 @@
 """`python -m pyspec gate`: a measured verdict per drafter for one champion on this device
-(issue 47, the seed's section 14: speculation stays on only where it is measured to pay).
+(docs/gate.md: speculation stays on only where it is measured to pay).
 
 It runs the workload (bench's: the preregistered public.jsonl, or the sample --per-stratum and
 --max-tokens ask for) through bench's side-by-side loop (bench.run_sides: champion-only and each

@@ -103,7 +103,7 @@ async def make_engine(file: GGUFFile, tokenizer: Tokenizer, draft, max_ctx: int,
 
 
 def _recovery(gpu_model, file: GGUFFile, max_ctx: int, open_device):
-    """The engine's `recover` (DESIGN §8): after a GPU fault the request goes on, champion-only,
+    """The engine's `recover`: after a GPU fault the request goes on, champion-only,
     from its committed tokens. A lost device is replaced by a new one of the same adapter (its
     weights uploaded again); any other fault (a readback that threw or hung, an out-of-memory),
     or no new device, goes to the numpy champion. A device that failed but is not lost is

@@ -1,4 +1,4 @@
-"""The page's gate (issue 47, docs/gate.md): "measure on this device" in the browser worker.
+"""The page's gate (docs/gate.md): "measure on this device" in the browser worker.
 
 A sample of the public workload (shipped with the site; web/worker.js hands its text here, or
 an embedder's own JSONL) runs through bench's side-by-side loop (bench.side_runs: after an

@@ -1,4 +1,4 @@
-"""Loading in the browser worker (DESIGN §8): Session.load's work, and the questions the worker
+"""Loading in the browser worker: Session.load's work, and the questions the worker
 asks before any download (the model card from a file's first bytes; whether the draft "auto"
 fetches the site's draft model).
 

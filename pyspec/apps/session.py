@@ -1,4 +1,4 @@
-"""The Python side of the browser worker (web/worker.js, DESIGN §8): one Session per worker.
+"""The Python side of the browser worker (web/worker.js): one Session per worker.
 
 The worker fetches the weights (OPFS, sha256-checked as they stream) and hands them here as
 sources read a tensor at a time (page_engine.open_gguf); a Session loads the champion and an

@@ -1,4 +1,4 @@
-"""A draft model with another vocabulary, bridged to the champion's ids (compat.Bridge, DESIGN §3).
+"""A draft model with another vocabulary, bridged to the champion's ids (compat.Bridge).
 
 The draft reads the committed sequence in its own vocabulary (`DraftView`) and proposes champion
 ids (`bridged_choice`):

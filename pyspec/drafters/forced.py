@@ -1,5 +1,5 @@
 """Grammar-forced drafts: under a JSON schema, the tokens the mask forces go into the block for
-free, around the proposals of the request's own drafter (issue 12).
+free, around the proposals of the request's own drafter.
 
 A cycle's block is: the forced tokens from the committed state (each the only token its mask
 allows, q = 1: the champion's masked distribution is one-hot there, so a forced token is always

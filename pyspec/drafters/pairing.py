@@ -1,4 +1,4 @@
-"""Champion/draft pairing (DESIGN §3): which class a pair is, and the bridge between their ids.
+"""Champion/draft pairing: which class a pair is, and the bridge between their ids.
 
 A pair is classified from the two GGUFs' metadata alone, with nothing declared:
 - "identical": the same tokenizer (tokens, merges, types, special ids: one fingerprint). The draft

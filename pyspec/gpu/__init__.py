@@ -1,5 +1,5 @@
 """pyspec on WebGPU: the device interface and its two adapters, the kernels' host wrappers, the
-GPU forward and the GPU-resident speculative cycle (DESIGN §2, §7).
+GPU forward and the GPU-resident speculative cycle (docs/architecture.md).
 
     dev = open_device()                      # wgpu-py natively; browser.py brings its own
     champion = load_model(dev, GGUFFile.open(path), max_ctx=4096)

@@ -1,4 +1,4 @@
-"""The GPU executor of the speculative cycle (cycle.py, DESIGN §7): one submission and one small
+"""The GPU executor of the speculative cycle (cycle.py): one submission and one small
 readback per cycle.
 
 The cycle's steps record commands into a Recording (gpu/recording.py) instead of running them:

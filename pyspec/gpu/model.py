@@ -1,5 +1,5 @@
 """A model of one of cpu.model's families (llama, qwen2, qwen3, gemma3) on a GPU device: quantized
-weights in buffers, a KV cache per layer, and the forward pass as a list of dispatches (DESIGN §7).
+weights in buffers, a KV cache per layer, and the forward pass as a list of dispatches.
 
 `GPUModel.forward_dispatches(slot, n_layers)` returns the dispatches of one pass: embedding (times
 config.embed_scale), then per layer on a GPU: Q, K and V as one product (RMSNorm folded in, the

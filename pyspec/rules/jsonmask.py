@@ -1,5 +1,5 @@
 """Token masks for a JSON-schema grammar (jsonschema.py) over a vocabulary (vocab.py), the
-constraint a request tracks, and the mask as the first logits processor (issue 12).
+constraint a request tracks, and the mask as the first logits processor.
 
 Which tokens may come next, from a grammar state:
   - forced: where every continuation starts with the same bytes F (a key, a colon, a closing
@@ -16,7 +16,7 @@ Masks are cached per grammar state (states are hashable tuples) as packed bits (
 bytes, little bit order: the layout a GPU masking step would take), in an LRU.
 
 The target distribution under a schema is the champion's, masked to the allowed tokens and
-renormalised (DESIGN §1, issue 12): `JsonMask.apply` sets the excluded logits to -inf, and the
+renormalised: `JsonMask.apply` sets the excluded logits to -inf, and the
 rules (verify.py) do the rest; constrained champion-only decoding is the reference.
 Not here: the grammar (jsonschema.py), forced drafts (drafters/forced.py), the loop (engine.py).
 """

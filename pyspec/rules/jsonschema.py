@@ -1,4 +1,4 @@
-"""JSON Schema -> a byte-level grammar: the automaton the JSON-schema masks walk (issue 12).
+"""JSON Schema -> a byte-level grammar: the automaton the JSON-schema masks walk.
 
 `compile_schema(schema)` checks a schema against the supported subset and returns a `Grammar`,
 a pushdown automaton over bytes: a state is a tuple of frames (a stack; each frame a tuple of

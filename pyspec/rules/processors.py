@@ -9,8 +9,8 @@ raw rows for r consecutive positions, `prefix` the committed token ids (prompt +
 Why this keeps speculation exact: a processor's row i is a function of (raw row i, prefix +
 drafts[:i]) only. In a verified block every row the rule looks at (up to the first rejection) has
 a context made of committed tokens and accepted drafts, i.e. exactly the context champion-only
-decoding has at that position, and its raw row is bit-identical (batch-invariant kernels, DESIGN
-§7). So the processed row equals the one champion-only decoding computes there, and verify.py's
+decoding has at that position, and its raw row is bit-identical (batch-invariant kernels). So
+the processed row equals the one champion-only decoding computes there, and verify.py's
 rules, which are exact for any target row, keep the processed distribution as the target: greedy
 is argmax of the processed row, replay Gumbel-max over processed / T, rejection samples
 softmax(processed / T) with excluded tokens at p = 0. Rows after a rejection are never used.
@@ -21,7 +21,7 @@ UNSCALED logits with the excluded tokens at -inf; the rule divides by T as it al
 request without processors bit-identical to before, and -inf / T is -inf. At T = 0 (greedy) the
 filters are skipped: each keeps the argmax (lowest id among ties), so they cannot change it.
 
-Fixed order (issue 12, docs/): [the JSON-schema mask, first, so that every later step acts on the
+Fixed order: [the JSON-schema mask, first, so that every later step acts on the
 allowed tokens only], logit_bias, repetition_penalty (prompt and output tokens, HF semantics),
 presence_penalty and frequency_penalty (output tokens only, OpenAI semantics), then temperature,
 top_k, top_p, min_p. Ties and boundaries, deterministic:

@@ -1,4 +1,4 @@
-"""Counter-based random numbers, identical in Python and WGSL (DESIGN section 4).
+"""Counter-based random numbers, identical in Python and WGSL.
 
 Every random number pyspec uses is a pure function of a key
 ``(seed, position, stream, index)``: there is no generator state to carry, save, or keep in

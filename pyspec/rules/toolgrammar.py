@@ -1,8 +1,8 @@
-"""The grammar of an answer that may call tools (issue 58): the JSON-schema automaton
+"""The grammar of an answer that may call tools: the JSON-schema automaton
 (jsonschema.py) with four more kinds of node, and its masks (jsonmask.py's, with a fast path
 for free text).
 
-One mechanism for output control (DESIGN §5): a tool call's name and arguments are the next
+One mechanism for output control: a tool call's name and arguments are the next
 grammar. The answer, in the call format the template writes (text/toolcalls.py: prefix + NAME +
 mid + ARGS + suffix, calls separated by `sep`), is by `tool_choice`:
   required  one call or more (one where parallel_tool_calls is false or the format takes one);

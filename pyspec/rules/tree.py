@@ -1,4 +1,4 @@
-"""Token trees and their exact acceptance walks, as pure functions (issue 48; DESIGN section 1).
+"""Token trees and their exact acceptance walks, as pure functions (docs/architecture.md).
 
 A tree of drafts is a list of nodes in depth-first order, each a token and the index of its
 parent node (-1: a child of the root, the last committed token). The champion scores the root

@@ -1,4 +1,4 @@
-"""The exact acceptance rules of speculative decoding, as pure functions (DESIGN section 1).
+"""The exact acceptance rules of speculative decoding, as pure functions.
 
 Given the champion's (target's) logits or probabilities for the K+1 positions of one cycle, the K
 drafted tokens and, for the stochastic rules, the random numbers, each rule returns a `Verdict`:

@@ -1,4 +1,4 @@
-"""Tool calls as text (issue 58): the call format a model's chat template writes, read from the
+"""Tool calls as text: the call format a model's chat template writes, read from the
 template itself; OpenAI's `tools`, `tool_choice` and tool messages checked; and a generated
 answer split into its content and its calls, as it streams and at its end.
 

@@ -22,7 +22,7 @@ set -uo pipefail
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}/pyspec
 OUT=${OUT:-$W/out}
 P=$W/payload
-PART=${PART:-28900000}          # 64 MiB less the tree (37.7 MB), with room to spare
+PART=${PART:-28750000}          # 64 MiB less the tree (37.9 MB), with a little room
 SHAPES=${SHAPES:-SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B,Gemma-3-1B,Qwen2.5-1.5B}
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export PYTHONUNBUFFERED=1

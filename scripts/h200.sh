@@ -22,7 +22,7 @@ set -uo pipefail
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}/pyspec
 OUT=${OUT:-$W/out}
 P=$W/payload
-PART=${PART:-28900000}          # 64 MiB less the tree (37.7 MB), with room to spare
+PART=${PART:-28750000}          # 64 MiB less the tree (37.9 MB), with a little room
 SHAPES=${SHAPES:-SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B,Gemma-3-1B,Qwen2.5-1.5B}
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export PYTHONUNBUFFERED=1
@@ -30,8 +30,8 @@ mkdir -p "$W" "$OUT"
 
 pack() {
     # payload/: llama.cpp's source first (its build starts with the first call), the loaders and
-    # wheels (native runs from the first call), the champion (native runs on it from the fourth),
-    # then Node + Dawn + the site (xz, whole with the last part). One tar, cut into parts.
+    # wheels (native runs from the first call), then Node + Dawn + the site (xz) and the champion
+    # in ORDER. One tar, cut into parts.
     set -e
     local st sdist champ
     # Provenance: results name the commit, so the tree must be it. TREE.sha256 (every tracked
@@ -73,7 +73,12 @@ pack() {
     (cd "$st" && sha256sum llama.tar.xz gl/* whl/* champ.gguf dawn.tar.xz \
         > MANIFEST)
     rm -rf .h200p[0-9]*
-    tar cf - -C "$st" MANIFEST llama.tar.xz gl whl champ.gguf dawn.tar.xz \
+    # ORDER: what travels first. The default brings Dawn whole with the second part (go/no-go,
+    # Dawn and native on random shapes from the second call); ORDER=champion-first brings the
+    # champion whole with the fourth (native runs on it while Dawn travels).
+    local order=(llama.tar.xz gl whl dawn.tar.xz champ.gguf)
+    [ "${ORDER:-}" = champion-first ] && order=(llama.tar.xz gl whl champ.gguf dawn.tar.xz)
+    tar cf - -C "$st" MANIFEST "${order[@]}" \
         | split -b "$PART" -d -a 2 - h200.part.
     local i=1 f
     for f in h200.part.*; do
@@ -211,18 +216,17 @@ native_shapes() {
 }
 
 dawn_shapes() {
-    # The same random shapes through the page's stack (Dawn): champion-only decode, 64 tokens
-    # after one warm-up, three prompts; then llama.cpp's CUDA llama-bench on the same files.
+    # The same random shapes (DAWN_SHAPES, default SHAPES) through the page's stack (Dawn):
+    # champion-only decode, 64 tokens after one warm-up, three runs.
     dawn_env
     local n bench=$W/llama.cpp/build/bin/llama-bench
     wait_shapes
-    for n in ${SHAPES//,/ }; do
-        timeout 100 python3 -m webtools.dawn --site "$W/dawn/site" --champion "$W/shapes/$n.gguf" \
+    for n in ${DAWN_SHAPES:-${SHAPES//,/ }}; do
+        timeout "${DAWN_TIMEOUT:-100}" python3 -m webtools.dawn --site "$W/dawn/site" --champion "$W/shapes/$n.gguf" \
             --backend webgpu --prompt "Tell me about the sea." --max-tokens 64 --repeat 3 \
             --warmup 1 > "$OUT/dawn-shape-$n.json" 2>> "$OUT/dawn-shapes.err"
         echo "dawn $n: exit $?"
     done
-    llama_bench
 }
 
 llama_bench() {
@@ -259,11 +263,11 @@ headline() {
 }
 
 background() {
-    # The shapes on native WebGPU and llama.cpp's CUDA llama-bench, in the background while the
-    # next parts travel (the machine is otherwise idle then): writes under $W/bgout, which
-    # `collect` waits for and brings back. The champion's runs start only after it is done.
+    # The shapes on native WebGPU, in the background while the next parts travel (the machine is
+    # otherwise idle then): writes under $W/bgout, which `collect` waits for and brings back.
+    # Nothing else measures on the GPU until it is collected.
     mkdir -p "$W/bgout"
-    OUT="$W/bgout" LLAMA_WAIT=${LLAMA_WAIT:-200} setsid nohup bash scripts/h200.sh native_shapes llama_bench \
+    OUT="$W/bgout" setsid nohup bash scripts/h200.sh native_shapes \
         > "$W/bgout/background.log" 2>&1 &
     echo $! > "$W/bg.pid"
     echo "background: shapes and llama-bench started (pid $(cat "$W/bg.pid"))"

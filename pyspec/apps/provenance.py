@@ -138,7 +138,8 @@ def record(*, champion: str | None, drafts: dict[str, str | None], workload: str
     def named(path):
         return {"file": os.path.basename(path) if path else None, "sha256": sha256_file(path)}
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "command": command(), **check_tree(allow_dirty), "machine": machine(),
+           "command": command(), "experiment": os.environ.get("PYSPEC_EXPERIMENT"),
+           **check_tree(allow_dirty), "machine": machine(),
            "load": {"start": load_average()}, "backend": backend, "adapter": adapter,
            "champion": named(champion), "workload": named(workload),
            "drafts": {d: named(path) if path else None for d, path in drafts.items()}}

@@ -105,3 +105,21 @@ def test_the_golden_files_name_their_recorders():
 def test_the_results_readme_is_made_from_the_files():
     assert (RESULTS / "README.md").read_text() == readme.page(), \
         "run python -m experiments.readme"
+
+
+def units(text: str) -> list[str]:
+    """A page's paragraphs, each table row on its own."""
+    out = []
+    for para in re.split(r"\n\s*\n", text):
+        rows = [ln for ln in para.splitlines() if ln.startswith("|")]
+        out += rows if rows else [para]
+    return out
+
+
+def test_a_legacy_file_is_marked_wherever_a_page_quotes_it():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "train/README.md"]
+    for page in pages:
+        for unit in units(page.read_text()):
+            for name in set(re.findall(r"bench/results/([\w.-]+\.json)", unit)) & set(LEGACY):
+                assert "legacy" in unit.lower(), \
+                    f"{page.name} quotes {name} without saying it is legacy: {unit[:160]!r}"

@@ -91,10 +91,13 @@ def test_every_file_belongs_to_one_experiment_and_legacy_names_files():
 def test_every_script_is_an_experiment_a_tool_or_a_recorder():
     named = {c[0].removeprefix("scripts/") for e in EXPERIMENTS.values() for c in e.commands
              if c and c[0].startswith("scripts/")}
-    assert named <= {p.name for p in (ROOT / "scripts").iterdir()}, "a command names no script"
-    for path in (ROOT / "scripts").iterdir():
-        assert path.name in named or path.name in TOOLS, \
-            f"scripts/{path.name}: no experiment runs it and it is no named tool: delete it"
+    tracked = {Path(p).name for p in git("ls-files", "scripts").stdout.split()}
+    assert tracked, "git ls-files found no scripts"
+    assert named <= tracked, f"a command names no script: {named - tracked}"
+    assert set(TOOLS) <= tracked, f"a tool that is not there: {set(TOOLS) - tracked}"
+    for name in tracked:
+        assert name in named or name in TOOLS, \
+            f"scripts/{name}: no experiment runs it and it is no named tool: delete it"
 
 
 def test_the_golden_files_name_their_recorders():

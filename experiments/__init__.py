@@ -42,8 +42,9 @@ class Experiment:
         return [*self.outputs.values(), *self.files]
 
 
-def bench(*args: str) -> tuple[str, ...]:
-    return ("-m", "pyspec", "bench", "--workload", WORKLOAD, *args, "--out", "{out}")
+def bench(backend: str, *args: str) -> tuple[str, ...]:
+    return ("-m", "pyspec", "bench", "--backend", backend, "--workload", WORKLOAD, *args,
+            "--out", "{out}")
 
 
 def script(name: str, *args: str) -> tuple[str, ...]:
@@ -55,20 +56,20 @@ EXPERIMENTS: dict[str, Experiment] = {
     "gpu-headline": Experiment(
         "speculative against champion-only on a GPU, native WebGPU, the public workload (the lead "
         "re-runs it: its file arrives beside h200.json, which stays legacy)",
-        (bench("--backend", "wgpu", "--drafts", "ngram,trained,ngram+trained,self:20",
+        (bench("wgpu", "--drafts", "ngram,trained,ngram+trained,self:20",
                "--k", "heuristic", "--repeat", "2", "--max-tokens", "64", "--ctx", "2048"),),
         {}, machine="gpu", files=("h200.json", "h200.png")),
     "cpu-guard-reduced-head": Experiment(
         "the numpy engine under the break-even guard: n-gram, the trained draft with and without "
         "its reduced head, and both combined; one prompt per stratum",
-        (bench("--backend", "cpu", "--drafts", f"ngram,trained,{FULL_HEAD},ngram+trained",
+        (bench("cpu", "--drafts", f"ngram,trained,{FULL_HEAD},ngram+trained",
                "--max-tokens", "64", "--ctx", "2048", "--repeat", "2", "--per-stratum", "1"),),
         {"bench-cpu.json": "cpu-guard-reduced-head.json",
          "bench-cpu.png": "cpu-guard-reduced-head.png"}, prepare="full-head"),
     "cpu-reduced-head-k2": Experiment(
         "the numpy engine at a fixed k of 2: the trained draft with and without its reduced head; "
         "one prompt per stratum",
-        (bench("--backend", "cpu", "--drafts", f"trained,{FULL_HEAD}", "--k", "fixed:2",
+        (bench("cpu", "--drafts", f"trained,{FULL_HEAD}", "--k", "fixed:2",
                "--max-tokens", "64", "--ctx", "2048", "--per-stratum", "1"),),
         {"bench-cpu.json": "cpu-reduced-head-k2.json", "bench-cpu.png": "cpu-reduced-head-k2.png"},
         prepare="full-head"),
@@ -96,15 +97,15 @@ EXPERIMENTS: dict[str, Experiment] = {
         {}, machine="2-core, Chromium", files=("page-gate-swiftshader.json",)),
     "gpu-combo": Experiment(
         "n-gram and a draft model combined, at match lengths 3 and 2",
-        (bench("--backend", "wgpu", "--drafts", "ngram,ngram+trained"),), {}, machine="gpu",
+        (bench("wgpu", "--drafts", "ngram,ngram+trained"),), {}, machine="gpu",
         files=("h200-combo.json", "h200-combo-qat.json", "h200-combo-qat-match2.json")),
     "gpu-draft-versions": Experiment(
         "the shipped draft against the one before it at k = 4",
-        (bench("--backend", "wgpu", "--drafts", "OLD,NEW", "--k", "fixed:4"),), {},
+        (bench("wgpu", "--drafts", "OLD,NEW", "--k", "fixed:4"),), {},
         machine="gpu", files=("h200-draft-l4t-k4.json",)),
     "lavapipe-draft-ahead": Experiment(
         "a draft model's cycles fed on the device against fed from the host",
-        (bench("--backend", "wgpu"),), {}, machine="lavapipe",
+        (bench("wgpu"),), {}, machine="lavapipe",
         files=("lavapipe-draft-ahead.json",)),
     "ngram-match": Experiment(
         "n-gram acceptance by matched length", (script("ngram_match.py", "--out", "{out}/x.json"),),
@@ -205,7 +206,6 @@ EXPERIMENTS: dict[str, Experiment] = {
 # through the writer leaves this list.
 LEGACY: dict[str, tuple[str, str]] = {
     "h200.json": ("H200, 2026-12-04", "python3 -m pyspec bench --backend wgpu --champion champ.gguf --workload public.jsonl --drafts ngram,trained,ngram+trained,self:20 --k heuristic --repeat 2 --max-tokens 64 --ctx 2048"),
-    "cpu-guard-reduced-head.json": ("2-core, 2026-12-03", "python -m pyspec bench --backend cpu --workload public.jsonl --drafts ngram,trained,FULL,ngram+trained --max-tokens 64 --ctx 2048 --repeat 2 (FULL: the draft without its reduced head)"),
     "cpu-reduced-head-k2.json": ("2-core, 2026-12-03", "python -m pyspec bench --backend cpu --workload public.jsonl --drafts trained,FULL --k fixed:2 --max-tokens 64 --ctx 2048"),
     "browser-cpu-guard3.json": ("2-core, Chromium, 2026-12-04", "python3 build.py bench --backend auto --drafts ngram,trained --max-tokens 48 --per-stratum 4 --repeat 2"),
     "wllama-vs-pyspec-cpu.json": ("2-core, Chromium", "scripts/bench_wllama.py (the page against wllama on the same prompts)"),

@@ -85,9 +85,11 @@ def source(result: dict, name: str) -> str:
     if name in LEGACY:
         return "**legacy**: no commit, no token hashes"
     origin = result["provenance"]
-    sample = (f"{result['per_stratum']} prompt(s) per stratum" if result.get("per_stratum")
-              else "every prompt")
-    return f"{sample}, `{origin['commit'][:7]}`, {origin['date'][:10]}"
+    per = result.get("per_stratum")
+    sample = f"{per} prompt{'s' if per > 1 else ''} per stratum" if per else "every prompt"
+    load = (origin.get("load") or {}).get("start")
+    busy = f", load {load[0]:.1f} on {origin['machine']['cpus']} cores" if load else ""
+    return f"{sample}, `{origin['commit'][:7]}`, {origin['date'][:10]}{busy}"
 
 
 def table(root: Path = RESULTS) -> str:
@@ -142,10 +144,13 @@ def strata_table(name: str, drafters: list[str], root: Path = RESULTS) -> str:
 
 
 def link(name: str) -> str:
-    """A result file's link from docs/, legacy or its commit."""
-    return f"[`{name}`](../bench/results/{name}) (" + (
-        "legacy" if name in LEGACY else "commit `" + json.loads(
-            (RESULTS / name).read_text())["provenance"]["commit"][:7] + "`") + ")"
+    """A result file's link from docs/: legacy, or its commit and the machine's load."""
+    if name in LEGACY:
+        return f"[`{name}`](../bench/results/{name}) (legacy)"
+    origin = json.loads((RESULTS / name).read_text())["provenance"]
+    load = (origin.get("load") or {}).get("start")
+    return (f"[`{name}`](../bench/results/{name}) (commit `{origin['commit'][:7]}`"
+            + (f", load {load[0]:.1f} on {origin['machine']['cpus']} cores" if load else "") + ")")
 
 
 def cpu_figures(root: Path = RESULTS) -> str:

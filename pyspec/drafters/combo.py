@@ -19,12 +19,12 @@ and a switch waits for that read (a cycle's device state, the lookup's history o
 feed, belongs to one member). Either member's drafts are verified like any other, so which one
 drafted never changes the output.
 
-Measured on the H200 (bench/results/h200-combo.json, guarded, all three in one run): 1.24x
+Measured on the H200 (bench/results/h200-combo.json, legacy: guarded, all three in one run): 1.24x
 overall against 1.25x for the draft alone and 1.22x for n-gram alone; the best of the three on
 chat, json and repetitive, below n-gram alone where the prompt is copied (each switch costs a
 cycle that does not go ahead, and matches shorter than MATCH go to the draft). With the
 retrained draft (2026-12-03): 1.23x at MATCH = 3, 1.17x at MATCH = 2, against 1.29x for the
-draft alone (bench/results/h200-combo-qat*.json).
+draft alone (bench/results/h200-combo-qat.json and h200-combo-qat-match2.json, legacy).
 """
 
 from __future__ import annotations

@@ -120,7 +120,9 @@ def units(text: str) -> list[str]:
 
 
 def test_a_legacy_file_is_marked_wherever_a_page_quotes_it():
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "train/README.md"]
+    """In the pages and in the code's docstrings and comments, by paragraph."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "train/README.md",
+             *sorted((ROOT / "pyspec").rglob("*.py")), *sorted((ROOT / "webtools").glob("*.py"))]
     for page in pages:
         for unit in units(page.read_text()):
             for name in set(re.findall(r"bench/results/([\w.-]+\.json)", unit)) & set(LEGACY):

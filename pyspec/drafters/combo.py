@@ -4,12 +4,13 @@ The two win on different text. Prompt lookup proposes long, nearly free blocks w
 copies what came before (a rewrite, a summary, repeated structure), and nothing elsewhere; a
 draft model proposes everywhere, two tokens at a time at best, for the cost of its steps. On the
 H200 the trained draft was ahead on ambiguity, chat, conflict, json and memory, n-gram on
-adversarial, long, multilingual, repetitive, rewrite and summary (bench/results/h200.json).
+adversarial, long, multilingual, repetitive, rewrite and summary (bench/results/h200.json (legacy)).
 
 `Combo.choose(tokens)` picks by the lookup's own signal before anything is drafted: the length
 of the suffix it matches (NgramDrafter.classify). A match of MATCH tokens or more is n-gram's
 (its first draft is right 66% of the time after 3 matched tokens and 85% after 4, against 22%
-after 1: bench/results/ngram-match.json; the trained draft's first is right 59% of the time).
+after 1: bench/results/ngram-match.json (legacy); the trained draft's first is right 59% of the
+time).
 
 The engine owns the switching (engine.py): each member keeps its own guard (schedule.Schedule,
 its own measured times and acceptance), the active member is the backend's `drafter`, and the

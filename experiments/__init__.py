@@ -58,7 +58,9 @@ EXPERIMENTS: dict[str, Experiment] = {
         "re-runs it: its file arrives beside h200.json, which stays legacy)",
         (bench("wgpu", "--drafts", "ngram,trained,ngram+trained,self:20",
                "--k", "heuristic", "--repeat", "2", "--max-tokens", "64", "--ctx", "2048"),),
-        {}, machine="gpu", files=("h200.json", "h200.png")),
+        # the lead's re-run lands here (rename to match, and make this command the one it ran)
+        {"bench-wgpu.json": "h100-headline.json", "bench-wgpu.png": "h100-headline.png"},
+        machine="gpu", files=("h200.json", "h200.png")),
     "cpu-guard-reduced-head": Experiment(
         "the numpy engine under the break-even guard: n-gram, the trained draft with and without "
         "its reduced head, and both combined; one prompt per stratum",

@@ -212,7 +212,6 @@ EXPERIMENTS: dict[str, Experiment] = {
 # through the writer leaves this list.
 LEGACY: dict[str, tuple[str, str]] = {
     "h200.json": ("H200, 2026-12-04", "python3 -m pyspec bench --backend wgpu --champion champ.gguf --workload public.jsonl --drafts ngram,trained,ngram+trained,self:20 --k heuristic --repeat 2 --max-tokens 64 --ctx 2048"),
-    "browser-cpu-guard3.json": ("2-core, Chromium, 2026-12-04", "python3 build.py bench --backend auto --drafts ngram,trained --max-tokens 48 --per-stratum 4 --repeat 2"),
     "wllama-vs-pyspec-cpu.json": ("2-core, Chromium", "scripts/bench_wllama.py (the page against wllama on the same prompts)"),
     "page-gate-swiftshader.json": ("2-core (shared, loaded), Chromium on SwiftShader, 2026-12-05", "python scripts/page_gate.py --model smollm2 --drafts ngram --per-stratum 1 --max-tokens 32"),
     "h200-combo.json": ("H200, 2026-12-03", "python -m pyspec bench --drafts ngram,ngram+DRAFT (match length 3)"),

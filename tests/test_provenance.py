@@ -127,3 +127,5 @@ def test_the_writer_refuses_a_result_that_cannot_be_recounted(tmp_path):
     origin["commit"] = origin["dirty"] = None
     assert provenance.problems(result, claim=False) == []
     assert provenance.problems(result) == ["commit None is not a 40-digit hex id"]
+    # a result whose "prompts" is not a bench's (a list of ids) has no prompt lines to check
+    assert provenance.problems({**result, "prompts": ["p"]}, claim=False) == []

@@ -182,7 +182,8 @@ def problems(result: dict, claim: bool = True) -> list[str]:
     for what, entry in named:
         if entry and entry.get("file") and not SHA256.fullmatch(str(entry.get("sha256"))):
             out.append(f"{what} {entry['file']}: sha256 {entry.get('sha256')!r}")
-    for drafter, lines in (result.get("prompts") or {}).items():
+    prompts = result.get("prompts")   # a bench's: drafter -> its prompt lines
+    for drafter, lines in (prompts.items() if isinstance(prompts, dict) else ()):
         if not isinstance(lines, list):
             continue
         for line in lines:

@@ -54,7 +54,7 @@ def prepare(e: Experiment, tree: Path) -> None:
         shutil.copyfile(tree / "models" / "draft-l4.gguf", target)
 
 
-def run(name: str, allow_dirty: str | None, extra: list[str]) -> int:
+def run(name: str, allow_dirty: str | None, extra: list[str], into: Path | None = None) -> int:
     e = EXPERIMENTS.get(name)
     if e is None:
         raise UsageError(f"no experiment {name!r}: `python -m experiments` lists them")
@@ -81,8 +81,8 @@ def run(name: str, allow_dirty: str | None, extra: list[str]) -> int:
         code = subprocess.call(argv, cwd=cwd, env=env)
         for made, kept in e.outputs.items():
             if (out / made).exists():
-                shutil.copyfile(out / made, RESULTS / kept)
-                print(f"[{name}] bench/results/{kept}", file=sys.stderr)
+                shutil.copyfile(out / made, (into or RESULTS) / kept)
+                print(f"[{name}] {(into or RESULTS) / kept}", file=sys.stderr)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return code
@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
                                  description="run one named experiment (none: list them)")
     ap.add_argument("name", nargs="?")
     provenance.add_option(ap)
+    ap.add_argument("--into", type=Path, default=None,
+                    help="where its files go (default bench/results/; another folder keeps the "
+                         "checkout clean for the next run)")
     # the rest goes to its command (tests/test_results.py then refuses the file: its command is
     # not the registered one, so a changed run must change the registry first)
     args, extra = ap.parse_known_args(argv)
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:<26} [{e.machine}] {e.what}")
         return 0
     try:
-        return run(args.name, args.allow_dirty, extra)
+        return run(args.name, args.allow_dirty, extra, args.into)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -139,7 +139,8 @@ EXPERIMENTS: dict[str, Experiment] = {
         "schema-constrained decoding: forced tokens and n-gram against constrained champion-only",
         (script("bench_json.py", "--backend", "cpu", "--runs", "2", "--drafts", "none,ngram",
                 "--out", "{out}/json-cpu.json"),), {},
-        machine="2-core; gpu", files=("json-cpu.json", "json-h200.json", "json-readback-h200.json")),
+        machine="2-core; gpu",
+        files=("json-cpu.json", "json-h200.json", "json-readback-h200.json")),
     "sampling": Experiment(
         "what each sampling control costs a cycle, device against host",
         (script("bench_sampling.py", "--out", "{out}/sampling.json"),), {},
@@ -211,42 +212,129 @@ EXPERIMENTS: dict[str, Experiment] = {
 # recount them by. file -> (machine and date, the command as recorded by hand). A file re-run
 # through the writer leaves this list.
 LEGACY: dict[str, tuple[str, str]] = {
-    "h200.json": ("H200, 2026-12-04", "python3 -m pyspec bench --backend wgpu --champion champ.gguf --workload public.jsonl --drafts ngram,trained,ngram+trained,self:20 --k heuristic --repeat 2 --max-tokens 64 --ctx 2048"),
-    "wllama-vs-pyspec-cpu.json": ("2-core, Chromium", "scripts/bench_wllama.py (the page against wllama on the same prompts)"),
-    "page-gate-swiftshader.json": ("2-core (shared, loaded), Chromium on SwiftShader, 2026-12-05", "python scripts/page_gate.py --model smollm2 --drafts ngram --per-stratum 1 --max-tokens 32"),
-    "h200-combo.json": ("H200, 2026-12-03", "python -m pyspec bench --drafts ngram,ngram+DRAFT (match length 3)"),
-    "h200-combo-qat.json": ("H200, 2026-12-03", "python -m pyspec bench --drafts ngram,ngram+DRAFT (match length 3)"),
-    "h200-combo-qat-match2.json": ("H200, 2026-12-03", "python -m pyspec bench --drafts ngram,ngram+DRAFT (match length 2)"),
-    "h200-draft-l4t-k4.json": ("H200, 2026-12-03", "python -m pyspec bench --drafts OLD,NEW --k fixed:4"),
-    "lavapipe-draft-ahead.json": ("lavapipe, 2026-12-02", "python -m pyspec bench --backend wgpu (the draft fed on the device and from the host)"),
-    "json-h200.json": ("H200", "scripts/bench_json.py --backend wgpu --runs 2 --drafts none@fixed:4,ngram@fixed:4,ngram@heuristic"),
-    "json-cpu.json": ("2-core", "scripts/bench_json.py --backend cpu --runs 2 --drafts none,ngram"),
-    "json-readback-h200.json": ("H200", "scripts/bench_json.py --backend wgpu --runs 2 --drafts none,ngram,readback:trained,readback:trained@fixed:4,readback:self:20"),
-    "sampling-h200-split.json": ("H200, 2026-12-04", "scripts/bench_sampling.py (filters split over each row)"),
-    "sampling-h200-rows.json": ("H200, 2026-12-04", "scripts/bench_sampling.py (one workgroup per row)"),
-    "mask-h200-split.json": ("H200, 2026-12-04", "scripts/bench_mask.py (split over each row)"),
-    "sampling-h200-1204.json": ("H200, 2026-12-04", "scripts/bench_sampling.py --champion champ.gguf"),
-    "sampling-lavapipe.json": ("lavapipe", "scripts/bench_sampling.py (device against host accept)"),
-    "mask-lavapipe.json": ("lavapipe", "scripts/bench_mask.py (device against host accept)"),
-    "page-mask-cost.json": ("2-core, Pyodide under Node", "scripts/page_mask_cost.py"),
-    "cpu-rows.json": ("2-core", "scripts/bench_cpu_rows.py --blocks 4096,256,128"),
-    "page-big-shapes.json": ("2-core, Chromium on SwiftShader, 2026-12-05, loaded", "scripts/page_big_shapes.py DIR --shapes Qwen2.5-1.5B --tokens 2, then --shapes Gemma-3-1B,SmolLM2-1.7B, then --shapes Gemma-3-1B --binding-mib 128 (three runs in one file; two from a dirty tree; stamped with the champion's sha256, not the models measured)"),
-    "cpu-blocks.json": ("2-core, 2026-12-05, loaded (load average 11-15)", "scripts/bench_cpu_blocks.py --rounds 7 --model CHAMPION Qwen3-0.6B.gguf (at commit fc29f3a; its recorded commit rewritten by hand)"),
-    "h200-kernels.json": ("H200", "scripts/bench_kernels.py"),
-    "ngram-match.json": ("2-core", "scripts/ngram_match.py"),
-    "agreement-by-confidence.json": ("2-core", "scripts/agreement_by_confidence.py"),
-    "tree-estimate.json": ("2-core", "scripts/tree_estimate.py"),
-    "tree-lavapipe.json": ("lavapipe, 2026-12-05, loaded", "scripts/tree_vs_chain.py --engine gpu --configs gpu --strata repetitive --max-tokens 10 --drafts ngram,trained (chain passes A/B against main's shaders: the command inside)"),
-    "startup.json": ("2-core, Chromium", "scripts/bench_startup.py --runs 3 --warm 2"),
-    "startup-with-jinja2.json": ("2-core, Chromium", "scripts/bench_startup.py --model tiny --runs 1 --warm 1 (its commit not in main's history)"),
-    "startup-no-jinja2.json": ("2-core, Chromium", "scripts/bench_startup.py --model tiny --runs 1 --warm 1 --without-jinja2 (its commit not in main's history)"),
-    "startup-jinja2.json": ("2-core, Chromium", "scripts/bench_startup.py --model tiny-llama3 --runs 1 --warm 1 --render (its commit not in main's history, from a dirty tree)"),
-    "page-ttft-cpu.json": ("2-core, Chromium", "scripts/page_ttft.py"),
-    "faults.json": ("2-core, SwiftShader", "scripts/bench_faults.py --runs 5 --max-tokens 16 --screens"),
-    "conversation-cpu.json": ("2-core", "scripts/bench_conversation.py"),
-    "long-context.json": ("2-core and H200", "scripts/long_context.py"),
-    "real-shapes.json": ("2-core, 2026-12-05, loaded (load average about 20)", "scripts/real_shapes.py write DIR, then scripts/real_shapes.py bench DIR"),
-    "lavapipe-families.json": ("lavapipe, 2026-12-05, loaded", "scripts/bench_gpu_families.py --families gemma3,qwen2,qwen3,llama (its commit not in main's history)"),
+    "h200.json": (
+        "H200, 2026-12-04",
+        "python3 -m pyspec bench --backend wgpu --champion champ.gguf --workload public.jsonl "
+        "--drafts ngram,trained,ngram+trained,self:20 --k heuristic --repeat 2 --max-tokens 64 "
+        "--ctx 2048"),
+    "wllama-vs-pyspec-cpu.json": (
+        "2-core, Chromium",
+        "scripts/bench_wllama.py (the page against wllama on the same prompts)"),
+    "page-gate-swiftshader.json": (
+        "2-core (shared, loaded), Chromium on SwiftShader, 2026-12-05",
+        "python scripts/page_gate.py --model smollm2 --drafts ngram --per-stratum 1 "
+        "--max-tokens 32"),
+    "h200-combo.json": (
+        "H200, 2026-12-03",
+        "python -m pyspec bench --drafts ngram,ngram+DRAFT (match length 3)"),
+    "h200-combo-qat.json": (
+        "H200, 2026-12-03",
+        "python -m pyspec bench --drafts ngram,ngram+DRAFT (match length 3)"),
+    "h200-combo-qat-match2.json": (
+        "H200, 2026-12-03",
+        "python -m pyspec bench --drafts ngram,ngram+DRAFT (match length 2)"),
+    "h200-draft-l4t-k4.json": (
+        "H200, 2026-12-03",
+        "python -m pyspec bench --drafts OLD,NEW --k fixed:4"),
+    "lavapipe-draft-ahead.json": (
+        "lavapipe, 2026-12-02",
+        "python -m pyspec bench --backend wgpu (the draft fed on the device and from the host)"),
+    "json-h200.json": (
+        "H200",
+        "scripts/bench_json.py --backend wgpu --runs 2 --drafts "
+        "none@fixed:4,ngram@fixed:4,ngram@heuristic"),
+    "json-cpu.json": (
+        "2-core",
+        "scripts/bench_json.py --backend cpu --runs 2 --drafts none,ngram"),
+    "json-readback-h200.json": (
+        "H200",
+        "scripts/bench_json.py --backend wgpu --runs 2 --drafts "
+        "none,ngram,readback:trained,readback:trained@fixed:4,readback:self:20"),
+    "sampling-h200-split.json": (
+        "H200, 2026-12-04",
+        "scripts/bench_sampling.py (filters split over each row)"),
+    "sampling-h200-rows.json": (
+        "H200, 2026-12-04",
+        "scripts/bench_sampling.py (one workgroup per row)"),
+    "mask-h200-split.json": (
+        "H200, 2026-12-04",
+        "scripts/bench_mask.py (split over each row)"),
+    "sampling-h200-1204.json": (
+        "H200, 2026-12-04",
+        "scripts/bench_sampling.py --champion champ.gguf"),
+    "sampling-lavapipe.json": (
+        "lavapipe",
+        "scripts/bench_sampling.py (device against host accept)"),
+    "mask-lavapipe.json": (
+        "lavapipe",
+        "scripts/bench_mask.py (device against host accept)"),
+    "page-mask-cost.json": (
+        "2-core, Pyodide under Node",
+        "scripts/page_mask_cost.py"),
+    "cpu-rows.json": (
+        "2-core",
+        "scripts/bench_cpu_rows.py --blocks 4096,256,128"),
+    "page-big-shapes.json": (
+        "2-core, Chromium on SwiftShader, 2026-12-05, loaded",
+        "scripts/page_big_shapes.py DIR --shapes Qwen2.5-1.5B --tokens 2, then --shapes "
+        "Gemma-3-1B,SmolLM2-1.7B, then --shapes Gemma-3-1B --binding-mib 128 (three runs in one"
+        " file; two from a dirty tree; stamped with the champion's sha256, not the models "
+        "measured)"),
+    "cpu-blocks.json": (
+        "2-core, 2026-12-05, loaded (load average 11-15)",
+        "scripts/bench_cpu_blocks.py --rounds 7 --model CHAMPION Qwen3-0.6B.gguf (at commit "
+        "fc29f3a; its recorded commit rewritten by hand)"),
+    "h200-kernels.json": (
+        "H200",
+        "scripts/bench_kernels.py"),
+    "ngram-match.json": (
+        "2-core",
+        "scripts/ngram_match.py"),
+    "agreement-by-confidence.json": (
+        "2-core",
+        "scripts/agreement_by_confidence.py"),
+    "tree-estimate.json": (
+        "2-core",
+        "scripts/tree_estimate.py"),
+    "tree-lavapipe.json": (
+        "lavapipe, 2026-12-05, loaded",
+        "scripts/tree_vs_chain.py --engine gpu --configs gpu --strata repetitive --max-tokens "
+        "10 --drafts ngram,trained (chain passes A/B against main's shaders: the command "
+        "inside)"),
+    "startup.json": (
+        "2-core, Chromium",
+        "scripts/bench_startup.py --runs 3 --warm 2"),
+    "startup-with-jinja2.json": (
+        "2-core, Chromium",
+        "scripts/bench_startup.py --model tiny --runs 1 --warm 1 (its commit not in main's "
+        "history)"),
+    "startup-no-jinja2.json": (
+        "2-core, Chromium",
+        "scripts/bench_startup.py --model tiny --runs 1 --warm 1 --without-jinja2 (its commit "
+        "not in main's history)"),
+    "startup-jinja2.json": (
+        "2-core, Chromium",
+        "scripts/bench_startup.py --model tiny-llama3 --runs 1 --warm 1 --render (its commit "
+        "not in main's history, from a dirty tree)"),
+    "page-ttft-cpu.json": (
+        "2-core, Chromium",
+        "scripts/page_ttft.py"),
+    "faults.json": (
+        "2-core, SwiftShader",
+        "scripts/bench_faults.py --runs 5 --max-tokens 16 --screens"),
+    "conversation-cpu.json": (
+        "2-core",
+        "scripts/bench_conversation.py"),
+    "long-context.json": (
+        "2-core and H200",
+        "scripts/long_context.py"),
+    "real-shapes.json": (
+        "2-core, 2026-12-05, loaded (load average about 20)",
+        "scripts/real_shapes.py write DIR, then scripts/real_shapes.py bench DIR"),
+    "lavapipe-families.json": (
+        "lavapipe, 2026-12-05, loaded",
+        "scripts/bench_gpu_families.py --families gemma3,qwen2,qwen3,llama (its commit not in "
+        "main's history)"),
 }
 
 

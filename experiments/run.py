@@ -1,12 +1,12 @@
 """`python -m experiments NAME`: run one experiment of the registry the one way, so that its
 files name the code that ran.
 
-From a clean checkout (pyspec/apps/provenance.py's check_tree; `--allow-dirty` runs in place,
-and the files say so), HEAD is unpacked with `git archive` into .cache/experiments/COMMIT/ and
-the experiment's command runs there with PYSPEC_COMMIT set, so editing the checkout during a long
-run cannot change what it measures nor what it records. Its outputs are copied into
-bench/results/ under their registered names; commit them after the run (tests/test_results.py
-checks that the commit they name is an ancestor of the one that adds them).
+From a clean checkout (pyspec/apps/provenance.py's check_tree; `--allow-dirty` runs in place, and
+the files say so), HEAD is unpacked with `git archive` into a folder outside any checkout
+(TMPDIR/pyspec-experiments/COMMIT/) and the experiment's command runs there with PYSPEC_COMMIT set,
+so editing the checkout during a long run cannot change what it measures nor what it records. Its
+outputs are copied into bench/results/ under their registered names; commit them after the run
+(tests/test_results.py checks that the commit they name is an ancestor of the one that adds them).
 
 Not here: the registry (experiments/__init__.py), the writer (provenance.py).
 """
@@ -31,9 +31,10 @@ RESULTS = ROOT / "bench" / "results"
 
 
 def export(commit: str) -> Path:
-    """The tree of `commit` in .cache/experiments/COMMIT/ (git archive), the checkout's .venv
-    and .cache linked in (the pinned environment and downloads, not code)."""
-    tree = ROOT / ".cache" / "experiments" / commit
+    """The tree of `commit` in TMPDIR/pyspec-experiments/COMMIT/ (git archive; outside any
+    checkout, so that git cannot answer for it), the checkout's .venv and .cache linked in (the
+    pinned environment and downloads, not code)."""
+    tree = Path(tempfile.gettempdir()) / "pyspec-experiments" / commit
     if not (tree / "pyspec").is_dir():
         tree.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit],
@@ -73,8 +74,7 @@ def run(name: str, allow_dirty: str | None, extra: list[str], into: Path | None 
         env |= {"PYSPEC_COMMIT": tree_state["commit"],
                 "PYSPEC_COMMIT_CHECKED": "git archive of the commit (experiments/run.py)"}
     prepare(e, cwd)
-    out = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=cwd / ".cache"
-                                if (cwd / ".cache").is_dir() else None))
+    out = Path(tempfile.mkdtemp(prefix=f"experiment-{name}-"))
     argv = [sys.executable, *(a.replace("{out}", str(out)) for a in e.commands[0]), *extra]
     print(f"[{name}] {' '.join(argv[1:])} (in {cwd})", file=sys.stderr, flush=True)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import pytest
 
@@ -129,3 +130,14 @@ def test_the_writer_refuses_a_result_that_cannot_be_recounted(tmp_path):
     assert provenance.problems(result) == ["commit None is not a 40-digit hex id"]
     # a result whose "prompts" is not a bench's (a list of ids) has no prompt lines to check
     assert provenance.problems({**result, "prompts": ["p"]}, claim=False) == []
+
+
+def test_only_the_top_of_a_checkout_names_a_commit(monkeypatch):
+    """A tree copy unpacked inside another checkout must not take that checkout's commit: there
+    PYSPEC_COMMIT (set by the runner that made the copy) names it, or nothing does."""
+    inner = os.path.join(provenance.ROOT, "pyspec")
+    monkeypatch.delenv("PYSPEC_COMMIT", raising=False)
+    assert provenance.git_commit(inner) == {"commit": None, "dirty": None}
+    monkeypatch.setenv("PYSPEC_COMMIT", "c" * 40)
+    assert provenance.git_commit(inner)["commit"] == "c" * 40
+    assert len(provenance.git_commit()["commit"]) == 40

@@ -74,6 +74,10 @@ def git_commit(root: str = ROOT) -> dict:
         return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
                               timeout=30, check=True).stdout.strip()
     try:
+        # Why: a tree copy unpacked inside another checkout (a cache folder) would otherwise
+        # name that checkout's commit; only a checkout whose top is root speaks for root.
+        if os.path.realpath(git("rev-parse", "--show-toplevel")) != os.path.realpath(root):
+            raise subprocess.SubprocessError("root is not the top of a checkout")
         return {"commit": git("rev-parse", "HEAD"),
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
     except (OSError, subprocess.SubprocessError):

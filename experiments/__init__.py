@@ -217,9 +217,6 @@ LEGACY: dict[str, tuple[str, str]] = {
         "python3 -m pyspec bench --backend wgpu --champion champ.gguf --workload public.jsonl "
         "--drafts ngram,trained,ngram+trained,self:20 --k heuristic --repeat 2 --max-tokens 64 "
         "--ctx 2048"),
-    "wllama-vs-pyspec-cpu.json": (
-        "2-core, Chromium",
-        "scripts/bench_wllama.py (the page against wllama on the same prompts)"),
     "page-gate-swiftshader.json": (
         "2-core (shared, loaded), Chromium on SwiftShader, 2026-12-05",
         "python scripts/page_gate.py --model smollm2 --drafts ngram --per-stratum 1 "

@@ -3,12 +3,14 @@ command that runs it, the machine it needs and the result files it writes (`EXPE
 the files written before pyspec/apps/provenance.py could make them recountable (`LEGACY`, one
 list, in one place; README's table and bench/results/README.md mark them).
 
-    python -m experiments                  # the list
-    python -m experiments NAME [--allow-dirty]   # run one (experiments/run.py)
+    python -m experiments                                   # the list
+    python -m experiments NAME [--allow-dirty] [--into DIR]  # run one (experiments/run.py)
 
 A result file belongs to exactly one experiment; a file with provenance was made by one of its
-experiment's commands (tests/test_results.py ties both). The golden recorders
-(scripts/record_golden_*.py) are not experiments: each golden file names its recorder.
+experiment's commands (tests/test_results.py ties both). The GPU experiments (machine "gpu") run
+on the lent GPU machine through the lead's scripts/h200.sh, which carries the tree there. The
+golden recorders (scripts/record_golden_*.py) and a few aids (`TOOLS`) are not experiments: each
+golden file names its recorder.
 
 Not here: running (experiments/run.py), the results README (experiments/readme.py), the writer
 (pyspec/apps/provenance.py).

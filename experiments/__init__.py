@@ -65,20 +65,15 @@ EXPERIMENTS: dict[str, Experiment] = {
         machine="gpu", files=("h200.json", "h200.png")),
     "cpu-guard-reduced-head": Experiment(
         "the numpy engine under the break-even guard: n-gram, the trained draft with and without "
-        "its reduced head, and both combined (the second command: one prompt per stratum)",
+        "its reduced head, and both combined",
         (bench("cpu", "--drafts", f"ngram,trained,{FULL_HEAD},ngram+trained",
-               "--max-tokens", "64", "--ctx", "2048", "--repeat", "2"),
-         bench("cpu", "--drafts", f"ngram,trained,{FULL_HEAD},ngram+trained",
-               "--max-tokens", "64", "--ctx", "2048", "--repeat", "2", "--per-stratum", "1")),
+               "--max-tokens", "64", "--ctx", "2048", "--repeat", "2"),),
         {"bench-cpu.json": "cpu-guard-reduced-head.json",
          "bench-cpu.png": "cpu-guard-reduced-head.png"}, prepare="full-head"),
     "cpu-reduced-head-k2": Experiment(
-        "the numpy engine at a fixed k of 2: the trained draft with and without its reduced head "
-        "(the second command: one prompt per stratum)",
+        "the numpy engine at a fixed k of 2: the trained draft with and without its reduced head",
         (bench("cpu", "--drafts", f"trained,{FULL_HEAD}", "--k", "fixed:2",
-               "--max-tokens", "64", "--ctx", "2048"),
-         bench("cpu", "--drafts", f"trained,{FULL_HEAD}", "--k", "fixed:2",
-               "--max-tokens", "64", "--ctx", "2048", "--per-stratum", "1")),
+               "--max-tokens", "64", "--ctx", "2048"),),
         {"bench-cpu.json": "cpu-reduced-head-k2.json", "bench-cpu.png": "cpu-reduced-head-k2.png"},
         prepare="full-head"),
     "page-cpu": Experiment(

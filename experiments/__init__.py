@@ -78,11 +78,9 @@ EXPERIMENTS: dict[str, Experiment] = {
         prepare="full-head"),
     "page-cpu": Experiment(
         "the page in headless Chromium (SwiftShader: the page's numpy engine), n-gram and the "
-        "trained draft (the second command: one prompt per stratum)",
+        "trained draft",
         (("-m", "webtools.bench", "--backend", "auto", "--drafts", "ngram,trained",
-          "--max-tokens", "48", "--per-stratum", "4", "--repeat", "2", "--out", "{out}"),
-         ("-m", "webtools.bench", "--backend", "auto", "--drafts", "ngram,trained",
-          "--max-tokens", "48", "--per-stratum", "1", "--repeat", "2", "--out", "{out}")),
+          "--max-tokens", "48", "--per-stratum", "4", "--repeat", "2", "--out", "{out}"),),
         {"bench-browser.json": "browser-cpu-guard3.json",
          "bench-browser.png": "browser-cpu-guard3.png"}, machine="2-core, Chromium"),
     "wllama": Experiment(

@@ -43,8 +43,8 @@ previews and cycles then correct them. A wrong draft there costs only its verify
 
 A drafter that can say how good its next proposal is before making it (n-gram: `classify`, the
 length of the suffix it matched; a match of 4 tokens is right 4 times as often as one of 1,
-bench/results/ngram-match.json) has its acceptance kept per class as well: the guard decides a
-cycle by the acceptance of the class at hand (each class's counts, drawn toward the pooled
+bench/results/ngram-match.json (legacy)) has its acceptance kept per class as well: the guard
+decides a cycle by the acceptance of the class at hand (each class's counts, drawn toward the pooled
 estimate by costmodel.CLASS_PRIOR pseudo-counts), so a long match is drafted where extra rows
 cost (the CPU engine: a pass over 4 rows costs 2 one-row passes) and a one-token match is not,
 where the pooled acceptance would decide both alike. Class 0 (nothing matched) drafts nothing.

@@ -20,7 +20,6 @@ The strata are the public workload's less adversarial (issue 10's acceptance tar
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -130,9 +129,7 @@ def main() -> int:
             float(np.mean(a["agrees"])) for a in answers), 4),
     }
     from pyspec.apps import provenance
-    provenance.stamp(result, workload=args.workload)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    provenance.write(args.out, provenance.stamp(result, workload=args.workload))
     print(f"agreement {result['draft_agreement']}, champion p1 median "
           f"{result['champion_p1_median']}, if perfect where sure "
           f"{result['if_perfect_where_p1_at_least']}")

@@ -119,8 +119,7 @@ def main(argv=None) -> int:
                                   "max_latency_s": max(c["latency_s"] for c in cancels)},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    provenance.stamp(result)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    provenance.write(args.out, provenance.stamp(result))
     print(json.dumps({k: v for k, v in result.items() if k != "per_turn"}, indent=1))
     return 0
 

@@ -13,7 +13,6 @@ benchmark, never a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -67,9 +66,7 @@ def main() -> None:
             for m, ts in times[b].items()}
         print(b, {m: v["median_ms"] for m, v in result["blocks"][str(b)].items()},
               {m: v["over_one_row"] for m, v in result["blocks"][str(b)].items()})
-    provenance.stamp(result)
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=1)
+    provenance.write(a.out, provenance.stamp(result))
 
 
 if __name__ == "__main__":

@@ -79,9 +79,7 @@ def main() -> int:
                       [1])["pass_s"]["1"]
         result["wgpu"] = {"adapter": dev.name, "champion_pass_s": g_c, "draft_step_s": g_d,
                           "draft_over_champion": g_d / g_c}
-    provenance.stamp(result)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    provenance.write(args.out, provenance.stamp(result))
     print(json.dumps(result, indent=1))
     return 0
 

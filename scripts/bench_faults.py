@@ -20,7 +20,6 @@ WebGPU device costs its pipelines' compilation, a new worker a Pyodide start.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -131,8 +130,7 @@ def write(args, info: dict, undisturbed: dict, table: dict) -> None:
               "undisturbed_wall_s": {m: summary(v) for m, v in undisturbed.items()},
               "faults": table}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    provenance.stamp(result, champion="")
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    provenance.write(str(args.out), provenance.stamp(result, champion=""))
 
 
 if __name__ == "__main__":

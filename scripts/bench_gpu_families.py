@@ -128,8 +128,7 @@ def main() -> None:
     rows["champion"] = {"model": "SmolLM2-135M (the champion's file, llama)", "layers": 30,
                         "pass": measure(dev, Path(champion_path()), args.reps)}
     print("champion", json.dumps(rows["champion"]), flush=True)
-    result = provenance.stamp({"adapter": dev.name, "families": rows})
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    provenance.write(args.out, provenance.stamp({"adapter": dev.name, "families": rows}))
     print(f"wrote {args.out}", file=sys.stderr)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 
@@ -227,8 +226,7 @@ def main() -> None:
             cells = "".join(f"  rows={r}: {t:7.2f}" for r, t in us.items())
             print(f"{label:<12}{name:<28}{cells}  {ok}", flush=True)
     if args.json:
-        provenance.stamp(result)
-        args.json.write_text(json.dumps(result, indent=1))
+        provenance.write(str(args.json), provenance.stamp(result))
 
 
 if __name__ == "__main__":

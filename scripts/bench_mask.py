@@ -162,8 +162,7 @@ def main(argv=None) -> int:
               "reps": args.reps, "prompts": len(items), "filters": FILTERS, "split": args.split,
               "rows": per_rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    provenance.stamp(result, champion=args.champion)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    provenance.write(args.out, provenance.stamp(result, champion=args.champion))
     return 0
 
 

@@ -104,8 +104,8 @@ def main(argv=None) -> int:
                                       "champion_passes": passes}
             print(key, json.dumps(result["configs"][key]), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    provenance.stamp(result, champion=args.champion, workload=args.workload)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    provenance.write(args.out, provenance.stamp(result, champion=args.champion,
+                                                workload=args.workload))
     plot(result, Path(args.out).with_suffix(".png"))
     return 0
 

@@ -137,8 +137,7 @@ def main(argv=None) -> int:
                    if args.render else {})}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    provenance.stamp(result)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    provenance.write(str(out.with_suffix(".json")), provenance.stamp(result))
     plot(result, out.with_suffix(".png"))
     for name, s in result["summary"].items():
         print(f"{name:22s} ready {s['ready_s']['median']:.2f} s "

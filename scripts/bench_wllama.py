@@ -8,12 +8,14 @@ The npm tarball is fetched at bench time with `npm pack` into .cache/downloads/ 
 against its registry integrity (pinned below); its esm/ build is served from the same local
 origin as the GGUF (webtools.serve: cross-origin isolated, so wllama may start threads). For each
 thread count one Wllama instance loads the GGUF (n_gpu_layers 0: the CPU, as pyspec's CPU engine;
-no WebGPU), then for one prompt per stratum (the workload pyspec's benchmarks use) runs a greedy
-chat completion of --max-tokens and records llama.cpp's own timings (prompt and decode tokens/s).
-The pyspec side is the page benchmark (`python -m webtools.bench --backend cpu`): run here first
-with the same prompts and cap unless --pyspec-json names a run made beside this one. The result
-gives the ratio of medians, pyspec champion-only (and best drafter) over wllama decode, per
-thread count. Writes `<out>/wllama-vs-pyspec-cpu.json`.
+no WebGPU), then, after one unrecorded warm-up completion of the first prompt, for one prompt per
+stratum (the workload pyspec's benchmarks use) runs a greedy chat completion of --max-tokens and
+records llama.cpp's own timings (prompt and decode tokens/s). The pyspec side is the page
+benchmark (`python -m webtools.bench --backend cpu`, its own warm-up included): run here first
+with the same prompts and cap, kept as `<out>/wllama-pyspec-side-cpu.json`, unless --pyspec-json
+names a run made beside this one. The result gives the ratio of medians, pyspec champion-only (and
+best drafter) over wllama decode, per thread count. Writes `<out>/wllama-vs-pyspec-cpu.json`
+through provenance.write.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ window.runPeer = async (threads, prompts, maxTokens) => {
   const blob = await (await fetch("./champion.gguf")).blob();
   await wllama.loadModel([blob], { n_threads: threads, n_gpu_layers: 0, n_ctx: 2048 });
   const load_s = (performance.now() - t0) / 1000;
+  // warm-up, unrecorded: the first completion pays for the wasm's first run
+  await wllama.createChatCompletion({ messages: prompts[0].messages,
+                                      max_tokens: Math.min(16, maxTokens), temperature: 0 });
   const runs = [];
   for (const p of prompts) {
     const t = performance.now();
@@ -144,18 +149,25 @@ def main() -> int:
     p.add_argument("--pyspec-json", default=None,
                    help="a `webtools.bench --backend cpu` JSON made beside this run")
     p.add_argument("--out", default="bench/results")
+    provenance.add_option(p)
     args = p.parse_args()
+    provenance.check_tree(args.allow_dirty)
     items = workload.first_per_stratum(workload.read_workload(args.workload), args.per_stratum)
     if args.strata:
         items = [it for it in items if it["stratum"] in args.strata.split(",")]
     t0 = time.time()
+    origin = provenance.record(champion=champion_path(), drafts={}, workload=args.workload,
+                               adapter="cpu (wasm)", backend="browser",
+                               allow_dirty=args.allow_dirty)
     if args.pyspec_json is None:
-        args.pyspec_json = os.path.join(args.out, "browser-cpu.json")
+        args.pyspec_json = os.path.join(args.out, "wllama-pyspec-side-cpu.json")
         cmd = [sys.executable, "-m", "webtools.bench", "--backend", "cpu", "--per-stratum",
                str(args.per_stratum), "--max-tokens", str(args.max_tokens), "--drafts", "ngram",
                "--workload", args.workload, "--out", args.out]
         if args.strata:
             cmd += ["--strata", args.strata]
+        if args.allow_dirty:
+            cmd += ["--allow-dirty"]
         subprocess.run(cmd, check=True, cwd=ROOT)
         os.replace(os.path.join(args.out, "bench-browser.json"), args.pyspec_json)
     pyspec = json.loads(Path(args.pyspec_json).read_text())
@@ -174,17 +186,14 @@ def main() -> int:
               "wllama_runs": peer,
               "pyspec": {"champion_only_tokens_per_s": champion,
                          "best_drafter": best[1], "best_drafter_tokens_per_s": best[0]},
-              "ratio_pyspec_over_wllama": {}, "wall_s": time.time() - t0}
+              "ratio_pyspec_over_wllama": {}, "wall_s": time.time() - t0,
+              "provenance": origin}
     for n, res in peer.items():
         theirs = (res["decode_tokens_per_s"] or {}).get("median")
         if theirs and champion.get("median"):
             result["ratio_pyspec_over_wllama"][f"{n}_threads"] = {
                 "champion_only": champion["median"] / theirs, "best_drafter": best[0] / theirs}
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "wllama-vs-pyspec-cpu.json")
-    provenance.stamp(result, workload=args.workload)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    path = provenance.write(os.path.join(args.out, "wllama-vs-pyspec-cpu.json"), result)
     print(json.dumps(result["ratio_pyspec_over_wllama"], indent=1))
     print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -215,8 +215,7 @@ def main() -> None:
         results[name]["wall_s"] = time.perf_counter() - t0
         print(name, json.dumps(results[name], indent=1), flush=True)
         from pyspec.apps import provenance
-        provenance.stamp(results, champion=args.champion)
-        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+        provenance.write(args.out, provenance.stamp(results, champion=args.champion))
 
 
 if __name__ == "__main__":

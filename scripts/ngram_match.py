@@ -93,8 +93,8 @@ def main() -> int:
                                      "mean_right": s[2] / s[0]} for n, s in sorted(stats.items())},
         "drafts_by_match": list(ngram.DRAFTS_BY_MATCH),
     }
-    provenance.stamp(report, champion=args.champion, workload=str(SEEDS))
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    provenance.write(args.out, provenance.stamp(report, champion=args.champion,
+                                                workload=str(SEEDS)))
     for n, s in report["by_match_length"].items():
         print(f"match {n}: {s['positions']} positions, first draft right {s['first_right']:.2f}, "
               f"{s['mean_right']:.2f} drafts right on average")

@@ -105,10 +105,12 @@ def main() -> int:
             link.unlink()
         b.close()
     server.shutdown()
+    # the models it measured, by name and sha256 (never the champion's: it loads none)
     out = provenance.stamp({"schema": "pyspec.page-big-shapes/1", "about": __doc__.split("\n")[0],
                             "machine": f"{platform.node()} ({platform.machine()})",
-                            "tokens": args.tokens, "gpu_limits": limits, "shapes": rows})
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
+                            "tokens": args.tokens, "gpu_limits": limits, "shapes": rows},
+                           models={n: args.dir / f"{n}.gguf" for n in names})
+    provenance.write(str(args.out), out)
     print(f"wrote {args.out}")
     return 0
 

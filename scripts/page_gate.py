@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -22,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyspec.apps.provenance import git_commit  # noqa: E402
+from pyspec.apps import provenance  # noqa: E402
+from pyspec.apps.workload import PUBLIC_WORKLOAD  # noqa: E402
 from webtools import browser, serve  # noqa: E402
 
 MEASURE = """async ([drafts, perStratum, maxTokens]) => pyspecApp.decoder().measure({
@@ -56,11 +55,9 @@ def main() -> int:
     server.shutdown()
     print(m["text"])
     keep = ("adapter", "fallback", "fallback_kind", "webgpu", "draft")
-    args.out.write_text(json.dumps({
-        "command": " ".join(sys.argv), "commit": git_commit(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "ready": {k: info[k] for k in keep}, **m}, indent=1) + "\n")
+    provenance.write(str(args.out), provenance.stamp(
+        {"ready": {k: info[k] for k in keep}, **m}, workload=PUBLIC_WORKLOAD,
+        adapter=info.get("adapter"), backend="browser"))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -188,7 +188,8 @@ def main() -> int:
                     "browser": "headless Chromium (webtools.browser)"},
     }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    from pyspec.apps import provenance
+    provenance.write(args.out, provenance.stamp(result))
     print(json.dumps({"page": result["page"]["ms_per_row"], "native": native["cpu_ms_per_row"],
                       "rows": result["page"]["rows_measured"], "load": load_after}, indent=1))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -83,8 +83,7 @@ def main() -> int:
               "ready_s_median_cached": statistics.median(v["ready_s"] for v in cached),
               "wasm_bytes_max": max(v["wasm_bytes"] or 0 for v in visits), "visits": visits}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    provenance.stamp(result)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    provenance.write(args.out, provenance.stamp(result))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

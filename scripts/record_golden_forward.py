@@ -136,7 +136,8 @@ def main() -> None:
                 models.append({"arch": arch, "format": fmt, "seed": SEED,
                                "model_sha256": f.sha256(), "prompt_ids": prompt,
                                **run_llama(copy, prompt)})
-    header = {"source": f"llama-cpp-python {llama_cpp.__version__}", "settings": SETTINGS,
+    header = {"recorder": "scripts/record_golden_forward.py",
+              "source": f"llama-cpp-python {llama_cpp.__version__}", "settings": SETTINGS,
               "n_steps": N_STEPS, "messages": MESSAGES}
     with open(args.out, "w", encoding="utf-8") as out:
         out.write(json.dumps(header) + "\n")

@@ -127,7 +127,8 @@ def main() -> None:
     llm = llama_cpp.Llama(model_path=str(model), n_ctx=N_CTX, logits_all=True, seed=0, verbose=False)
     template = llm.metadata["tokenizer.chat_template"]
     cases = [record(llm, messages, template) for messages in PROMPTS]
-    header = {"source": f"llama-cpp-python {llama_cpp.__version__}: {SETTINGS}",
+    header = {"recorder": "scripts/record_golden_llama.py",
+              "source": f"llama-cpp-python {llama_cpp.__version__}: {SETTINGS}",
               "model": model.name,
               "model_sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
               "n_steps": N_STEPS}

@@ -218,7 +218,8 @@ def main() -> None:
     lines = [json_line({"text": text, "special": special,
                         "ids": llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)})
              for text, special in corpus]
-    header = {"source": f"llama-cpp-python {llama_cpp.__version__}: Llama(model_path, vocab_only=True)"
+    header = {"recorder": "scripts/record_golden_tokens.py",
+              "source": f"llama-cpp-python {llama_cpp.__version__}: Llama(model_path, vocab_only=True)"
                         ".tokenize(text.encode(), add_bos=False, special=special)",
               "model": model.name,
               "model_sha256": hashlib.sha256(model.read_bytes()).hexdigest()}

@@ -115,10 +115,7 @@ def main() -> int:
     for r in rows:
         r["draft_step_vs_champion_pass"] = r["draft_step_s"] / champion_step
     if args.json:
-        provenance.stamp(result, workload=args.workload)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        provenance.write(args.json, provenance.stamp(result, workload=args.workload))
     print(json.dumps(result, indent=1))
     return 0
 

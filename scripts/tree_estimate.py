@@ -195,9 +195,7 @@ def main() -> int:
             result["two_chains"][name] = row
             print(f"{name:45s} " + " ".join(f"{s[:6]} {v:.2f}" for s, v in row.items()))
     from pyspec.apps import provenance
-    provenance.stamp(result, workload=args.workload)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    provenance.write(args.out, provenance.stamp(result, workload=args.workload))
     print(f"top-n agreement {result['draft_top_n_agreement']}")
     for s in shapes[:8] + [best_chain]:
         print(f"{str(s['widths']):>14} rows {s['rows']:>2} tokens/cycle "

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+
+import pytest
 
 from pyspec.apps import benchstats, cli, provenance
 
@@ -73,6 +76,7 @@ def test_a_result_file_records_where_it_came_from(tiny, tmp_path):
     result = json.loads((out / "bench-cpu.json").read_text())
     origin = result["provenance"]
     assert len(origin["commit"]) == 40 and isinstance(origin["dirty"], bool)
+    assert origin["command"].startswith("python ") and len(origin["load"]["end"]) == 3
     assert origin["date"].endswith("+00:00") and origin["machine"]["cpus"] >= 1
     assert origin["adapter"] == result["adapter"] and origin["backend"] == "cpu"
 
@@ -85,3 +89,55 @@ def test_a_result_file_records_where_it_came_from(tiny, tmp_path):
     for d, lines in result["prompts"].items():
         assert provenance.recount_identical(lines) == \
             result["drafters"][d]["overall"]["identical_to_baseline"] == 1
+
+
+def test_a_dirty_tree_is_refused_unless_allowed_and_then_the_file_says_so(monkeypatch):
+    monkeypatch.delenv(provenance.ALLOW_DIRTY, raising=False)
+    monkeypatch.setattr(provenance, "git_commit", lambda: {"commit": "a" * 40, "dirty": True})
+    with pytest.raises(provenance.DirtyTreeError, match="--allow-dirty"):
+        provenance.check_tree()
+    assert provenance.check_tree("--allow-dirty")["dirty_allowed"] == "--allow-dirty"
+    monkeypatch.setenv(provenance.ALLOW_DIRTY, "a test")
+    origin = provenance.record(champion=None, drafts={}, workload=None, adapter="a",
+                               backend="cpu")
+    assert origin["dirty"] is True and origin["dirty_allowed"] == "a test"
+    assert origin["command"].startswith("python ")
+    assert provenance.problems({"provenance": origin}) == []
+    del origin["dirty_allowed"]
+    assert provenance.problems({"provenance": origin}) == \
+        ["a dirty tree, not declared (dirty_allowed)"]
+
+
+def test_the_writer_refuses_a_result_that_cannot_be_recounted(tmp_path):
+    origin = {"commit": "b" * 40, "dirty": False, "date": "2026-12-06T00:00:00+00:00",
+              "command": "python -m pyspec bench", "machine": {"cpus": 2},
+              "champion": {"file": "c.gguf", "sha256": "c" * 64},
+              "workload": {"file": "w.jsonl", "sha256": None}, "drafts": {"ngram": None}}
+    line = {"id": "p", "tokens_sha256": "d" * 64, "baseline_tokens_sha256": "D" * 64}
+    result = {"provenance": origin, "prompts": {"ngram": [line]}}
+    assert provenance.problems(result) == ["workload w.jsonl: sha256 None",
+                                           "ngram p: no token hash of both sides"]
+    with pytest.raises(ValueError, match="not a recountable result"):
+        provenance.write(str(tmp_path / "r.json"), result)
+    assert not (tmp_path / "r.json").exists()
+    origin["workload"]["sha256"], line["baseline_tokens_sha256"] = "e" * 64, "d" * 64
+    provenance.write(str(tmp_path / "r.json"), result)
+    written = json.loads((tmp_path / "r.json").read_text())["provenance"]
+    assert "end" in written["load"]
+    # outside a git checkout (an installed pyspec) a run may write, but it is no claim
+    origin["commit"] = origin["dirty"] = None
+    assert provenance.problems(result, claim=False) == []
+    assert provenance.problems(result) == ["commit None is not a 40-digit hex id"]
+    # a result whose "prompts" is not a bench's (a list of ids) has no prompt lines to check
+    assert provenance.problems({**result, "prompts": ["p"]}, claim=False) == []
+
+
+def test_only_the_top_of_a_checkout_names_a_commit(monkeypatch):
+    """A tree copy unpacked inside another checkout must not take that checkout's commit: there
+    PYSPEC_COMMIT (set by the runner that made the copy) names it, or nothing does."""
+    inner = os.path.join(provenance.ROOT, "pyspec")
+    monkeypatch.delenv("PYSPEC_COMMIT", raising=False)
+    assert provenance.git_commit(inner) == {"commit": None, "dirty": None}
+    monkeypatch.setenv("PYSPEC_COMMIT", "c" * 40)
+    assert provenance.git_commit(inner)["commit"] == "c" * 40
+    assert len(provenance.git_commit()["commit"]) == 40

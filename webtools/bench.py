@@ -6,8 +6,9 @@
 One page session serves the whole run. For every prompt, champion-only ("none") and each drafter
 run back to back through the page's own decoder (`pyspecApp.decoder().generate`, the worker
 protocol), the order alternating per prompt as in pyspec/apps/bench.py, so drift in a shared, slow
-software adapter hits both sides alike; `--repeat N` runs each side N times per prompt and keeps
-its median run. Per stratum it reports what `python -m pyspec bench` reports
+software adapter hits both sides alike; `--warmup N` (default 1) first runs every side N times on
+the first prompt, unreported, so that no side is timed cold; `--repeat N` runs each side N times
+per prompt and keeps its median run. Per stratum it reports what `python -m pyspec bench` reports
 (pyspec/apps/benchstats.py: the rows have the same shape; provenance.py's record), and on top:
   - page timings: navigation to ready, the worker's phases (Pyodide + pyspec, weights from
     OPFS or the network, model load = the `load` phase: parse, dequantize, upload, compile),
@@ -152,6 +153,7 @@ def build_result(args, ready: dict, page: dict, rows: dict, baselines: list[dict
         "verify": native.sampling(args, 1).resolved_verify(),
         "seed": args.seed,
         "repeat": max(1, args.repeat),
+        "warmup": args.warmup,
         "page": page,
         "first_token_s": baselines[0]["first_token_s"] if baselines else None,
         "champion_tok_s": benchstats.spread(base_tps),
@@ -171,11 +173,7 @@ def build_result(args, ready: dict, page: dict, rows: dict, baselines: list[dict
 
 
 def write(result: dict, out: str, final: bool) -> str:
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "bench-browser.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(path + ".tmp", path)
+    path = provenance.write(os.path.join(out, "bench-browser.json"), result)
     strata = sorted({s for d in result["drafters"].values() for s in d["strata"]})
     if final and result["drafters"]:
         benchstats.plot(result, strata, os.path.join(out, "bench-browser.png"),
@@ -274,7 +272,8 @@ def run(args, base_url: str, champion: str | None) -> int:
 
         origin = provenance.record(
             champion=champion, workload=args.workload, adapter=ready.get("adapter"),
-            backend="browser", drafts={d: native.draft_file(d) for d in drafts if d != "auto"})
+            backend="browser", drafts={d: native.draft_file(d) for d in drafts if d != "auto"},
+            allow_dirty=args.allow_dirty)
 
         def current(done: bool) -> dict:
             return build_result(args, ready, page_info, rows, baselines, skipped, chromium, t0,
@@ -296,11 +295,28 @@ def run(args, base_url: str, champion: str | None) -> int:
     return 0 if result["drafters"] else 1
 
 
+def request_config(args, side: str, max_tokens: int) -> dict:
+    """The page request of one side: a draft model is the one the page loaded ("model")."""
+    return {"draft": "model" if names_a_model(side) else side,
+            "k": "fixed:0" if side == "none" else args.k, "temperature": args.temperature,
+            "seed": args.seed, "verify": args.verify, "max_tokens": max_tokens}
+
+
+def warm_up(args, page, items: list[dict], drafts: list[str]) -> None:
+    """Every side args.warmup times on the first prompt (16 tokens), unreported: the first
+    request of a side pays for its engine's build and its caches, which no prompt should."""
+    for _ in range(args.warmup if items else 0):
+        for d in ["none", *drafts]:
+            out = page.evaluate(GENERATE, [items[0]["messages"], request_config(args, d, 16)])
+            print(f"[warm-up] {d}: {out.get('error') or 'done'}", file=sys.stderr, flush=True)
+
+
 def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baselines: list,
             skipped: list, t0: float, checkpoint) -> None:
     """Champion-only and each drafter on every prompt, appending to rows / baselines / skipped;
     `checkpoint()` rewrites the JSON after every prompt."""
     exact = native.exact_outputs(args)
+    warm_up(args, page, items, drafts)
     for n, it in enumerate(items, 1):
         if args.budget_s and time.perf_counter() - t0 > args.budget_s:
             skipped += [{"id": later["id"], "reason": f"over the {args.budget_s} s budget"}
@@ -317,12 +333,8 @@ def measure(args, page, items: list[dict], drafts: list[str], rows: dict, baseli
         try:
             for rep in range(max(1, args.repeat)):
                 for d in names if (n + rep) % 2 else names[::-1]:
-                    # A draft model is the one the page loaded; the request names it "model".
-                    spec = "model" if names_a_model(d) else d
-                    config = {"draft": spec, "k": "fixed:0" if d == "none" else args.k,
-                              "temperature": args.temperature, "seed": args.seed,
-                              "verify": args.verify, "max_tokens": max_tokens}
-                    out = page.evaluate(GENERATE, [it["messages"], config])
+                    out = page.evaluate(GENERATE, [it["messages"],
+                                                   request_config(args, d, max_tokens)])
                     if "error" in out:
                         break
                     tries[d].append(out)
@@ -414,6 +426,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per side and prompt, the order alternating; each side's median "
                          "run (by tokens/s) stands for it")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="unreported runs of the first prompt on every side first (default 1)")
     ap.add_argument("--max-ctx", type=int, default=None)
     ap.add_argument("--backend", default="auto", choices=["auto", "webgpu", "cpu"],
                     help="the page's engine: auto picks the numpy engine on a software WebGPU "
@@ -422,6 +436,7 @@ def parser() -> argparse.ArgumentParser:
                     help="start no new prompt after this many seconds (page load included)")
     ap.add_argument("--verbose", action="store_true", help="print every streamed chunk's time")
     ap.add_argument("--out", default="bench-out")
+    provenance.add_option(ap)
     return ap
 
 
@@ -436,9 +451,10 @@ def model_file(manifest: Path, model: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        provenance.check_tree(args.allow_dirty)   # refused before the site builds
         browser.chromium_path()
         manifest = site.build()
-    except (browser.BrowserMissing, site.SiteError) as e:
+    except (browser.BrowserMissing, site.SiteError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, interrupted)   # `timeout` and CI stop with SIGTERM

@@ -38,7 +38,7 @@ from ..load import backend, load_champion
 from ..options import Options
 from .benchstats import (compare, drafter_tables, identity_over_repeats, per_cycle,
                          pipelining_table, plot, print_table, prompt_lines, spread)
-from .provenance import record
+from .provenance import check_tree, record, write
 from .workload import check_messages, first_per_stratum, read_workload
 
 
@@ -55,6 +55,7 @@ def check_options(args) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1{zero.get(name, '')}, "
                              f"got {value}")
     check_sampling(args)
+    check_tree(getattr(args, "allow_dirty", None))   # refused before a model loads
     if not [d for d in args.drafts.split(",") if d]:
         raise UsageError("--drafts names no drafter: give a comma-separated list, e.g. ngram")
     if "" in args.drafts.split(","):
@@ -133,6 +134,10 @@ def run_bench(args) -> int:
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     prompts = check_messages(items, tok, args.workload)
     engines = make_engines(args, champion, tok, drafts)   # appends the A/B sides to drafts
+    # Where it came from, taken before the run: the tree as it was when the code loaded.
+    origin = record(champion=args.champion or champion_path(), workload=args.workload,
+                    drafts={d: draft_file(d) for d in drafts}, adapter=engines["none"].adapter,
+                    backend=args.backend, allow_dirty=getattr(args, "allow_dirty", None))
     gpu = None
     # On a GPU, champion-only read cycle by cycle too: the A/B of pipelining.
     serial = None
@@ -155,9 +160,7 @@ def run_bench(args) -> int:
     result = {
         "backend": args.backend,
         "adapter": engines["none"].adapter,
-        "provenance": record(champion=args.champion or champion_path(), workload=args.workload,
-                             drafts={d: draft_file(d) for d in drafts},
-                             adapter=engines["none"].adapter, backend=args.backend),
+        "provenance": origin,
         "workload": os.path.basename(args.workload),
         **headline(rows, gpu, champion, prefill),
         "k_policy": args.k,
@@ -166,6 +169,8 @@ def run_bench(args) -> int:
         "verify": sampling(args, 1).resolved_verify(),
         "seed": args.seed,
         "repeat": max(1, args.repeat),
+        "warmup": getattr(args, "warmup", 1),
+        "per_stratum": args.per_stratum,
         "max_tokens_cap": args.max_tokens,
         "drafters": drafter_tables(rows, strata),
         **({"pipelining": pipelining_table(pipelining)} if pipelining else {}),
@@ -212,9 +217,7 @@ def make_engines(args, champion, tok, drafts: list[str]) -> dict[str, Engine]:
 def write_result(result: dict, strata: list[str], args) -> None:
     """bench-BACKEND.json and .png in --out, and the table on stdout."""
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"bench-{args.backend}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    path = write(os.path.join(args.out, f"bench-{args.backend}.json"), result)
     plot(result, strata, os.path.join(args.out, f"bench-{args.backend}.png"))
     print_table(result, strata)
     if "pipelining" in result:

@@ -25,6 +25,7 @@ from ..options import OPTION
 from .bench import add_sampling_options
 from .demo import cmd_demo
 from .generate import cmd_chat, cmd_generate
+from .provenance import add_option as add_provenance_option
 from .request import cli_error, prompt_source, request_flags
 from . import info
 from .tools import cmd_check_pair, cmd_detokenize, cmd_receipt, cmd_score, cmd_tokenize
@@ -189,6 +190,7 @@ def _bench_command(sub) -> None:
                    help="unreported runs of the first prompt on every side first (default 1)")
     p.add_argument("--out", default="bench-out",
                    help="the folder for the JSON and the plot")
+    add_provenance_option(p)
     p.set_defaults(func=cmd_bench)
 
 

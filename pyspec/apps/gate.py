@@ -34,7 +34,7 @@ from ..formats.gguf import GGUFFile
 from ..load import backend, load_champion
 from .bench import check_options, draft_file, run_sides
 from .benchstats import prompt_lines, summarize
-from .provenance import DRAFTED_MIN, ROOT, record, sha256_file
+from .provenance import DRAFTED_MIN, ROOT, add_option, record, sha256_file, write
 from .workload import PUBLIC_WORKLOAD, check_messages, first_per_stratum, read_workload
 
 # The verdict rule: a drafter is promoted only if every line holds (docs/gate.md says why).
@@ -207,6 +207,9 @@ def run_gate(args) -> int:
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     prompts = check_messages(items, tok, args.workload)
     engines = {d: Engine(backend(champion, d, args.ctx), tok) for d in ["none", *drafts]}
+    origin = record(champion=champion_file, workload=args.workload,   # the tree before the run
+                    drafts={d: draft_file(d) for d in drafts}, adapter=engines["none"].adapter,
+                    backend=args.backend, allow_dirty=args.allow_dirty)
     t0 = time.time()
     rows, skipped, _ = run_sides(args, items, prompts, engines, drafts)
     device, sha = engines["none"].device_class, champion.sha256()
@@ -214,9 +217,7 @@ def run_gate(args) -> int:
     table, found = judge_rows(rows, {d: identity(d) for d in drafts}, sha, device, budget)
     result = {"schema": SCHEMA, "backend": args.backend, "adapter": engines["none"].adapter,
               "device_class": device,
-              "provenance": record(champion=champion_file, workload=args.workload,
-                                   drafts={d: draft_file(d) for d in drafts},
-                                   adapter=engines["none"].adapter, backend=args.backend),
+              "provenance": origin,
               "workload": os.path.basename(args.workload), "per_stratum": args.per_stratum,
               "max_tokens_cap": args.max_tokens, "k_policy": args.k, "repeat": args.repeat,
               "thresholds": THRESHOLDS, "rule_version": RULE_VERSION,
@@ -224,10 +225,7 @@ def run_gate(args) -> int:
               "prompts": prompt_lines(rows), "skipped": skipped, "wall_s": time.time() - t0,
               # the file the verdicts went to, null where none was recorded (`not_recorded`)
               "recorded_in": verdicts.save(found, store) if found else None}
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"gate-{args.backend}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    path = write(os.path.join(args.out, f"gate-{args.backend}.json"), result)
     print(json.dumps(result) if args.json
           else f"{format_verdicts(result)}\n\n{recorded_line(result)}")
     print(f"wrote {path}", file=sys.stderr)
@@ -294,4 +292,5 @@ def add_parser(sub, champion_help: str) -> None:
     p.add_argument("--out", default="gate-out", help="the folder for the JSON")
     p.add_argument("--json", action="store_true",
                    help="print the JSON (as written to --out) instead of the table")
+    add_option(p)
     p.set_defaults(func=run_gate, temperature=0.0, seed=0, verify=None)

@@ -13,7 +13,7 @@ a block of rows at a time. It was built (the commit that added pyspec/cpu/blocks
 bit-identical to float32 on every block format) and a one-token pass cost 2.9 to 7.1 times
 float32's time a parameter natively (the champion and the Qwen3-0.6B shape, both row kernels, a
 loaded machine) and 5.9 times in Pyodide: over the 3 times we allowed
-(bench/results/cpu-blocks.json, docs/cpu-engine.md "Big models").
+(bench/results/cpu-blocks.json (legacy), docs/cpu-engine.md "Big models").
 Not here: the model card (apps/info.py), the engine (fastcpu.py).
 """
 

@@ -2,15 +2,14 @@
 (load.default_draft), the page's session (apps/session.py) and its worker (web/worker.js asks the
 session before any draft downloads) all ask this rule.
 
-On a GPU that is not a software adapter, the draft model: on the H200 the trained draft ran 1.43x
-champion-only under the guard against n-gram's 1.19x and ngram+trained's 1.30x, in one run
-(bench/results/h200.json, 2026-12-04; 1.41x against 1.15x in h200-1203-night.json). On the numpy
-engine and on software adapters (lavapipe, SwiftShader), prompt n-gram: on the numpy engine the
-trained draft with its reduced head ran 1.03x guarded against n-gram's 1.01x, within the
-run-to-run spread (bench/results/cpu-guard-reduced-head.json); on the page's numpy engine 1.00x
-guarded (`long` 0.968x) against n-gram's 1.00x with every stratum at 0.988x or more
-(bench/results/browser-cpu-guard3.json); on software adapters four draft steps cost more than
-the rows they save (bench/results/README.md).
+On a GPU that is not a software adapter, the draft model: on the H200 the trained draft ran
+fastest under the guard, ahead of n-gram and of ngram+trained, in one run (bench/results/h200.json,
+legacy). On the numpy engine and on software adapters (lavapipe, SwiftShader), prompt n-gram: on
+the numpy engine the trained draft's gain is within the run-to-run spread
+(bench/results/cpu-guard-reduced-head.json), in the page's the guard keeps every drafter off
+(bench/results/browser-cpu-guard3.json), and on software adapters four draft steps cost more than
+the rows they save. The figures are in the README's table, made from those files; none is
+copied here, where it could drift.
 
 Not here: loading the draft model (load.py), the drafters themselves.
 """

@@ -4,12 +4,13 @@ The two win on different text. Prompt lookup proposes long, nearly free blocks w
 copies what came before (a rewrite, a summary, repeated structure), and nothing elsewhere; a
 draft model proposes everywhere, two tokens at a time at best, for the cost of its steps. On the
 H200 the trained draft was ahead on ambiguity, chat, conflict, json and memory, n-gram on
-adversarial, long, multilingual, repetitive, rewrite and summary (bench/results/h200.json).
+adversarial, long, multilingual, repetitive, rewrite and summary (bench/results/h200.json (legacy)).
 
 `Combo.choose(tokens)` picks by the lookup's own signal before anything is drafted: the length
 of the suffix it matches (NgramDrafter.classify). A match of MATCH tokens or more is n-gram's
 (its first draft is right 66% of the time after 3 matched tokens and 85% after 4, against 22%
-after 1: bench/results/ngram-match.json; the trained draft's first is right 59% of the time).
+after 1: bench/results/ngram-match.json (legacy); the trained draft's first is right 59% of the
+time).
 
 The engine owns the switching (engine.py): each member keeps its own guard (schedule.Schedule,
 its own measured times and acceptance), the active member is the backend's `drafter`, and the
@@ -19,12 +20,12 @@ and a switch waits for that read (a cycle's device state, the lookup's history o
 feed, belongs to one member). Either member's drafts are verified like any other, so which one
 drafted never changes the output.
 
-Measured on the H200 (bench/results/h200-combo.json, guarded, all three in one run): 1.24x
+Measured on the H200 (bench/results/h200-combo.json, legacy: guarded, all three in one run): 1.24x
 overall against 1.25x for the draft alone and 1.22x for n-gram alone; the best of the three on
 chat, json and repetitive, below n-gram alone where the prompt is copied (each switch costs a
 cycle that does not go ahead, and matches shorter than MATCH go to the draft). With the
 retrained draft (2026-12-03): 1.23x at MATCH = 3, 1.17x at MATCH = 2, against 1.29x for the
-draft alone (bench/results/h200-combo-qat*.json).
+draft alone (bench/results/h200-combo-qat.json and h200-combo-qat-match2.json, legacy).
 """
 
 from __future__ import annotations

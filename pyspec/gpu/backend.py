@@ -67,14 +67,15 @@ class Paths:
     device_ngram: bool = True  # False: n-gram drafts from the host, cycles read one at a time
     # A draft model's cycles fed on the device, going ahead (gpu/ahead.py); False: fed from the
     # host, read one at a time. Not on a software adapter by default, where the GPU's threads
-    # share the host's cores and they measured slower (bench/results/lavapipe-draft-ahead.json)
+    # share the host's cores and they measured slower
+    # (bench/results/lavapipe-draft-ahead.json (legacy))
     draft_ahead: bool = True
     # The per-row sampling kernels split over each row (argmax_parts + argmax_merge, ...); not
     # on a software adapter (sampling.py, shaders/sample.wgsl)
     split_rows: bool = True
     # The processors the accept step runs on the device (gpu/processors.py); the filters not on
     # a software adapter, where the device's row searches measured slower than reading the rows
-    # back (bench/results/mask-lavapipe.json)
+    # back (bench/results/mask-lavapipe.json (legacy))
     device_processors: tuple = KINDS
 
     @classmethod

@@ -1,0 +1,7 @@
+"""`python -m experiments [NAME]`: experiments/run.py's main."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())

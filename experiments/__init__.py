@@ -199,7 +199,12 @@ EXPERIMENTS: dict[str, Experiment] = {
     "gpu-shapes": Experiment(
         "decode, prefill and verify cost by rows of the real shapes on native WebGPU, beside "
         "llama.cpp's CUDA build (scripts/h200.sh shapes; scripts/build_llama_cpp_cuda.sh)",
-        (script("gpu_shapes.py", "measure"),), {}, machine="gpu"),
+        # as run on the H100 (scripts/h200.sh background: the shapes written there), then
+        # `gpu_shapes.py report` here joins llama-bench, Dawn and the null GPU (its --help)
+        (script("gpu_shapes.py", "measure", "/tmp/pyspec/shapes", "--names",
+                "SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B", "--out", "{out}"),),
+        {"h100-shapes.json": "h100-shapes.json", "h100-shapes.png": "h100-shapes.png"},
+        machine="gpu"),
     "dawn": Experiment(
         "the page's stack (Pyodide + Dawn) on the GPU beside native wgpu-py (scripts/h200.sh dawn)",
         (script("dawn_report.py"),), {}, machine="gpu"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -123,7 +124,7 @@ def llama_rows(files: list[str]) -> dict:
             continue
         for r in json.loads(text):
             name = Path(r["model_filename"]).stem
-            kind = "pp" if r["n_prompt"] and not r["n_gen"] else "tg"
+            kind = f"pp{r['n_prompt']}" if r["n_prompt"] and not r["n_gen"] else "tg"
             out.setdefault(name, {"model_type": r.get("model_type"), "gpu": r.get("gpu_info"),
                                   "build": r.get("build_commit"), "model_size": r["model_size"]})
             out[name][f"{kind}_tok_s"] = r["avg_ts"]
@@ -136,6 +137,7 @@ def cmd_report(args) -> None:
     raw = json.loads(Path(args.raw).read_text())
     hbm = hbm_spec(raw.get("adapter", ""))
     peer = llama_rows(args.llama)
+    extra = json.loads(Path(args.raw_extra).read_text())["models"] if args.raw_extra else {}
     table = []
     for name, row in raw["models"].items():
         if "error" in row:
@@ -157,20 +159,74 @@ def cmd_report(args) -> None:
         if lc:
             entry.update({
                 "llama_cpp_decode_tok_s": round(lc.get("tg_tok_s", 0), 1),
-                "llama_cpp_prefill_tok_s": round(lc.get("pp_tok_s", 0), 1),
+                **{f"llama_cpp_prefill_{k[2:-6]}_tok_s": round(v, 1) for k, v in lc.items()
+                   if k.startswith("pp") and k.endswith("_tok_s")},
                 "llama_cpp_hbm_fraction": round(lc["model_size"] * lc.get("tg_tok_s", 0) / hbm, 3),
                 "decode_ratio_pyspec_over_llama_cpp": round(row["decode_tok_s"] / lc["tg_tok_s"], 3)
                 if lc.get("tg_tok_s") else None})
+        entry.update(page_side(name, args, lc, hbm, row["weight_bytes"]))
+        if name in extra:
+            entry[f"pyspec_prefill_{extra[name]['prefill_tokens']}_tok_s"] = round(
+                extra[name]["prefill_tok_s"], 1)
+            entry["pyspec_decode_tok_s_second_run"] = round(extra[name]["decode_tok_s"], 1)
         table.append(entry)
     from pyspec.apps import provenance
     out = {"schema": "pyspec.gpu-shapes/1", "about": __doc__.split("\n")[0],
            "hbm_bytes_per_s": {"spec": hbm, "gpu": raw.get("adapter")},
-           "table": table, "llama_bench": peer, "native_raw": raw}
+           "table": table, "llama_bench": peer, "native_raw": raw,
+           "dawn_raw": {Path(f).name: dawn_summary(f) for f in args.dawn + args.null + args.dawn_busy},
+           # go/no-go: what Dawn (npm webgpu, the page's WebGPU) said of the GPU, and the GPU
+           "dawn_probe": json.loads(Path(args.probe).read_text()) if args.probe else None,
+           "nvidia_smi": Path(args.smi).read_text().strip() if args.smi else None}
     out = provenance.stamp(out) if "provenance" not in raw else {**out, "provenance": raw["provenance"]}
+    out["provenance"] = {**out["provenance"], "command": raw.get("command"),
+                         "report_command": " ".join(sys.argv)}
+    if args.tree_commit:      # the runner's check of the copy there (h200.sh recv), see --help
+        out["provenance"] = {**out["provenance"], "recorded": {
+            k: out["provenance"].get(k) for k in ("commit", "dirty")},
+            "commit": args.tree_commit, "dirty": False, "commit_checked": args.tree_evidence}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     plot(table, Path(args.out).with_suffix(".png"), raw.get("adapter", "GPU"))
     for e in table:
         print(json.dumps({k: v for k, v in e.items() if k != "verify_cost_ratio"}))
+
+
+def dawn_summary(path: str) -> dict:
+    """One harness answer (webtools/dawn.mjs, --repeat runs of one prompt): tok/s median and
+    range, host and wait ms per cycle, cycles gone ahead, the adapter."""
+    answer = json.loads(Path(path).read_text())
+    runs = answer["runs"]
+    tok_s = [r["stats"]["tokens_per_s"] for r in runs]
+    timing = [r["stats"]["backend_timing"] for r in runs]
+    cycles = sum(t["cycles"] for t in timing)
+    return {"adapter": answer.get("adapter"), "runs": len(runs), "warmup": answer.get("warmup"),
+            "tokens": [len(r["tokens"]) for r in runs],
+            "tokens_per_s": {"median": round(statistics.median(tok_s), 1),
+                             "min": round(min(tok_s), 1), "max": round(max(tok_s), 1)},
+            "host_ms_per_cycle": round(sum(t["host_s"] for t in timing) / cycles * 1e3, 3),
+            "wait_ms_per_cycle": round(sum(t["wait_s"] for t in timing) / cycles * 1e3, 3),
+            "ahead_share": round(sum(t["ahead"] for t in timing) / cycles, 3)}
+
+
+def page_side(name: str, args, lc: dict, hbm: float, weight_bytes: int) -> dict:
+    """The shape's columns from the page's stack: Dawn (webtools/dawn.mjs on the GPU), the same
+    stack on the null GPU (its own per-cycle cost), Dawn during llama.cpp's build (a busy host)."""
+    def find(files, prefix):
+        return next((f for f in files if Path(f).name == f"{prefix}{name}.json"), None)
+    out = {}
+    for key, files, prefix in (("dawn", args.dawn, "dawn-"), ("null_gpu", args.null, "null-"),
+                               ("dawn_busy_host", args.dawn_busy, "dawn-shape-")):
+        f = find(files, prefix)
+        if f:
+            d = dawn_summary(f)
+            out[f"{key}_decode_tok_s"] = d["tokens_per_s"]
+            out[f"{key}_host_ms_per_cycle"] = d["host_ms_per_cycle"]
+    if "dawn_decode_tok_s" in out:
+        med = out["dawn_decode_tok_s"]["median"]
+        out["dawn_hbm_fraction"] = round(weight_bytes * med / hbm, 3)
+        if lc.get("tg_tok_s"):
+            out["decode_ratio_dawn_over_llama_cpp"] = round(med / lc["tg_tok_s"], 3)
+    return out
 
 
 def plot(table: list[dict], png: Path, gpu: str) -> None:
@@ -181,11 +237,15 @@ def plot(table: list[dict], png: Path, gpu: str) -> None:
     rows = [e for e in table if "error" not in e]
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     x = np.arange(len(rows))
-    a.bar(x - 0.2, [e["pyspec_decode_tok_s"] for e in rows], 0.4, label="pyspec (native WebGPU)")
-    a.bar(x + 0.2, [e.get("llama_cpp_decode_tok_s", 0) for e in rows], 0.4, label="llama.cpp CUDA")
+    a.bar(x - 0.27, [e["pyspec_decode_tok_s"] for e in rows], 0.27,
+          label="pyspec native wgpu-py (each pass awaited)")
+    a.bar(x, [e.get("dawn_decode_tok_s", {}).get("median", 0) for e in rows], 0.27,
+          label="pyspec in the page's stack (Dawn, pipelined)")
+    a.bar(x + 0.27, [e.get("llama_cpp_decode_tok_s", 0) for e in rows], 0.27,
+          label="llama.cpp CUDA (llama-bench tg128)")
     a.set_xticks(x, [e["model"].split(" (")[0] for e in rows], rotation=20, fontsize=8)
     a.set_ylabel("decode tok/s (one-token passes)")
-    a.legend()
+    a.legend(fontsize=7)
     for e in rows:
         r = e["verify_cost_ratio"]
         b.plot([int(k) for k in r], list(r.values()), marker="o", label=e["model"].split(" (")[0])
@@ -211,6 +271,16 @@ def main() -> None:
     r.add_argument("raw")
     r.add_argument("llama", nargs="*")
     r.add_argument("--out", default="bench/results/h200-shapes.json")
+    r.add_argument("--raw-extra", help="a second measure run (another --prefill) to join")
+    r.add_argument("--dawn", nargs="*", default=[], help="dawn.mjs answers, dawn-NAME.json")
+    r.add_argument("--null", nargs="*", default=[], help="the null GPU's, null-NAME.json")
+    r.add_argument("--dawn-busy", nargs="*", default=[],
+                   help="dawn.mjs answers taken while the host was busy (dawn-shape-NAME.json)")
+    r.add_argument("--tree-commit", help="the commit the runner checked the copy against "
+                   "(scripts/h200.sh recv: every tracked file's sha256 equal to its list)")
+    r.add_argument("--probe", help="webtools.dawn --probe's answer there")
+    r.add_argument("--smi", help="nvidia-smi's name, driver and memory there")
+    r.add_argument("--tree-evidence", default="", help="what the runner printed of that check")
     args = ap.parse_args()
     np.seterr(all="ignore")
     cmd_measure(args) if args.cmd == "measure" else cmd_report(args)

@@ -67,9 +67,14 @@ def tokens_sha256(ids: list[int]) -> str:
 def git_commit(root: str = ROOT) -> dict:
     """{"commit", "dirty"} of the checkout at root: None for both outside a git checkout.
 
-    A copy of the tree without its .git (the GPU machine's) names its commit in PYSPEC_COMMIT,
-    which the runner sets only after checking every tracked file's sha256 against the list made
-    at that commit (scripts/h200.sh): then "commit_checked" says how."""
+    A copy of the tree on the GPU machine names its commit in PYSPEC_COMMIT, which the runner
+    sets only after checking every tracked file's sha256 against the list made at that commit
+    (scripts/h200.sh): then "commit_checked" says how. It comes first: the copy there carries a
+    .git of another commit (the session's first), which would name the wrong one, dirty."""
+    if os.environ.get("PYSPEC_COMMIT"):
+        return {"commit": os.environ["PYSPEC_COMMIT"], "dirty": False,
+                "commit_checked": os.environ.get("PYSPEC_COMMIT_CHECKED", "")}
+
     def git(*args):
         return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
                               timeout=30, check=True).stdout.strip()
@@ -81,9 +86,6 @@ def git_commit(root: str = ROOT) -> dict:
         return {"commit": git("rev-parse", "HEAD"),
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
     except (OSError, subprocess.SubprocessError):
-        if os.environ.get("PYSPEC_COMMIT"):
-            return {"commit": os.environ["PYSPEC_COMMIT"], "dirty": False,
-                    "commit_checked": os.environ.get("PYSPEC_COMMIT_CHECKED", "")}
         return {"commit": None, "dirty": None}
 
 

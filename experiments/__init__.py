@@ -138,6 +138,11 @@ EXPERIMENTS: dict[str, Experiment] = {
                 "--out", "{out}/json-cpu.json"),), {},
         machine="2-core; gpu",
         files=("json-cpu.json", "json-h200.json", "json-readback-h200.json")),
+    "tools-cpu": Experiment(
+        "tool-call decoding (the champion under Qwen 2.5's template): forced tokens, and forced "
+        "tokens with n-gram, against champion-only under the same call grammar",
+        (script("bench_tools.py", "--runs", "3", "--out", "{out}/tools-cpu.json"),),
+        {"tools-cpu.json": "tools-cpu.json"}),
     "sampling": Experiment(
         "what each sampling control costs a cycle, device against host",
         (script("bench_sampling.py", "--out", "{out}/sampling.json"),), {},

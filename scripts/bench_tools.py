@@ -1,8 +1,10 @@
 """Tool calls (issue 58): tokens per champion pass and speedup of forced drafts (+ n-gram) against
 champion-only under the same call grammar, on the prompts of bench/tool_prompts.jsonl.
 
-    .venv/bin/python scripts/bench_tools.py --out bench/results/tools-cpu.json \\
-        [--backend cpu|numpy] [--champion PATH] [--template FILE] [--runs 2] [--only ID,ID]
+    .venv/bin/python -m experiments tools-cpu          # the registered run (experiments/)
+    .venv/bin/python scripts/bench_tools.py --out OUT.json \\
+        [--backend cpu|numpy] [--champion PATH] [--template FILE] [--runs 2] [--only ID,ID] \\
+        [--allow-dirty]
 
 The champion (SmolLM2-135M-Instruct by default) has a ChatML template that takes no tools, so it
 runs here under a template that does: Qwen 2.5's (llama.cpp's copy, .cache/llama.cpp/templates;
@@ -12,8 +14,11 @@ call tools: under `required` and a named choice the grammar makes every call val
 measured is how many tokens the grammar forces and what drafting them (and n-gram proposals
 around them) saves. Per prompt, side by side: champion-only under the grammar (k = 0, no forced
 drafts), forced drafts alone ("none"), forced drafts around n-gram ("ngram"); greedy, so every
-output must equal champion-only's token for token (recorded, with token hashes). Medians with
-[min, max] over runs. Timing goals live here, never in tests.
+output must equal champion-only's token for token (recorded, with the token hashes of both
+sides per run: `tokens_sha256` and champion-only's `baseline_tokens_sha256`). Medians with
+[min, max] over runs. Written through pyspec/apps/provenance.py's writer after every prompt (the
+prompt file is the workload); "complete" says whether every prompt ran. Timing goals live here,
+never in tests.
 """
 
 from __future__ import annotations
@@ -64,7 +69,9 @@ def main(argv=None) -> int:
     ap.add_argument("--template", default=str(TEMPLATE))
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--only", default=None, help="comma-separated prompt ids")
+    provenance.add_option(ap)
     args = ap.parse_args(argv)
+    provenance.check_tree(args.allow_dirty)   # refused before the run, not after it
     champion, _ = load_champion(args.champion, args.backend, None)
     template = Path(args.template).read_text()
     # The weights as they are, the tokenizer with a template that takes tools.
@@ -81,7 +88,7 @@ def main(argv=None) -> int:
                            "sha256": hashlib.sha256(template.encode()).hexdigest()},
               "prompts": {}}
     provenance.stamp(result, champion=args.champion, workload=str(PROMPTS), backend=args.backend,
-                     drafts={"none": None, "ngram": None})
+                     drafts={"none": None, "ngram": None}, allow_dirty=args.allow_dirty)
     for item in items:
         ids = tok.encode_chat(item["messages"], tools=item["tools"])
         engines["none"].generate(ids, Options(max_tokens=2, tools=item["tools"]))   # warm
@@ -101,15 +108,18 @@ def main(argv=None) -> int:
                 "tokens_per_s": summary([r["tokens_per_s"] for r in runs]),
                 "equal_to_champion_only": all(r["tokens"] == ref["tokens"] for r in runs),
                 "tokens_sha256": [provenance.tokens_sha256(r["tokens"]) for r in runs],
+                "baseline_tokens_sha256": [provenance.tokens_sha256(c["tokens"])
+                                           for c in rows["champion-only"]],
                 "speedup": summary([r["tokens_per_s"] / c["tokens_per_s"] for r, c in
                                     zip(runs, rows["champion-only"])])}
         result["prompts"][item["id"]] = out
         print(item["id"], {n: (round(c["tokens_per_pass"], 2), round(c["speedup"]["median"], 2),
                                c["equal_to_champion_only"]) for n, c in out["configs"].items()},
               flush=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        # Written after every prompt, so that a run cut short keeps what it measured.
+        provenance.write(args.out, {**result, "complete": False})
     result["overall"] = overall(result["prompts"])
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    provenance.write(args.out, {**result, "complete": True})
     print(json.dumps(result["overall"], indent=1))
     return 0
 

@@ -154,7 +154,9 @@ CANCEL_AND_BAD = """async () => {%s
   const before = await table();
   const d = await SpecDecoder.create({ champion: "tiny", backend: "cpu" });
   const stop = new AbortController();
-  const workload = [prompt, { ...prompt, id: "p-2" }];
+  // enough runs after the first that the cancel reaches the worker before the last ends (it
+  // is read between runs: on a loaded machine two prompts could finish before it arrived)
+  const workload = [1, 2, 3, 4, 5, 6].map((i) => ({ ...prompt, id: `p-${i}` }));
   const cancelled = await d.measure({ drafts: ["ngram"], workload, maxTokens: 8,
                                       signal: stop.signal,
                                       onProgress: (p) => { if (p.done === 1) stop.abort(); } });

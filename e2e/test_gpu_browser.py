@@ -146,7 +146,7 @@ def test_rejection_equals_the_native_gpu_engine_seed_by_seed(gpu_page, native_wg
     assert seen > 0
 
 
-def test_the_pages_draft_model_drafts_on_the_device(browser, site_url, tiny_path, site_root,
+def test_the_pages_draft_model_drafts_on_the_device(browser, site_url, tiny_path, site_root, need,
                                                     native_wgpu):
     """The draft model given at init (`draft=tiny-close`) drafts on the GPU in the page, as a
     --draft file does natively (load.GivenDraft -> gpu/draft.GPUDraft): the stats say "device",
@@ -157,7 +157,7 @@ def test_the_pages_draft_model_drafts_on_the_device(browser, site_url, tiny_path
         page = c.page("index.html?model=tiny&draft=tiny-close&backend=webgpu")
         info = ready(page)
         if info["adapter"] == "cpu-numpy":
-            pytest.skip(f"Chromium gave no WebGPU adapter: {info.get('fallback')}")
+            need("browser", f"Chromium gave no WebGPU adapter: {info.get('fallback')}")
         assert info["draft"] == "model", info
         close = str(site_root / "models" / "tiny-close.gguf")
         for options in ({}, REPLAY):

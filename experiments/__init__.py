@@ -18,6 +18,8 @@ Not here: running (experiments/run.py), the results README (experiments/readme.p
 
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import dataclass, field
 
 # The public workload's argument, as the commands give it (run from the repository root).
@@ -371,3 +373,25 @@ def experiment_of(name: str) -> str | None:
         if name in e.results():
             return key
     return None
+
+
+# Where scratch folders of a run lie: the runner's git archive (experiments/run.py) and the GPU
+# machine's work folder (scripts/h200.sh's $W), written as the names their commands use.
+SCRATCH = ((r"^/.*/(workloads/[\w.-]+)$", r"\1"), (r"^/tmp/pyspec/", "$W/"))
+
+
+def normal(command) -> list[str]:
+    """A recorded command (as run) in the registry's terms: no interpreter, its --out folder
+    written {out}, the workload's path relative to the tree it ran in, the GPU machine's work
+    folder written $W. The tests compare commands so; bench/results/README.md shows them so."""
+    args = shlex.split(command) if isinstance(command, str) else list(command)
+    if args and re.fullmatch(r"python3?", args[0]):
+        args = args[1:]
+    out = []
+    for prev, a in zip([None, *args], args):
+        if prev == "--out":
+            a = "{out}"
+        for pattern, to in SCRATCH:
+            a = re.sub(pattern, to, a)
+        out.append(a)
+    return out

@@ -11,10 +11,10 @@ Not here: the README's headline table (webtools/results.py), the checks of each 
 from __future__ import annotations
 
 import json
-import re
+import shlex
 from pathlib import Path
 
-from . import EXPERIMENTS, LEGACY, experiment_of
+from . import EXPERIMENTS, LEGACY, experiment_of, normal
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -54,10 +54,10 @@ def cited_by(name: str) -> str:
     return ", ".join(found) or "-"
 
 
-def out_folder(command: str) -> str:
-    """A recorded command with its --out folder written OUT (a scratch path of the run)."""
-    return re.sub(r"--out (\S*?)(/[\w.-]+\.json)?(?=\s|$)",
-                  lambda m: "--out OUT" + (m.group(2) or ""), command)
+def as_registered(command: str) -> str:
+    """A recorded command as the registry writes it (experiments.normal), --out folder OUT."""
+    args = normal(command)
+    return shlex.join(["python", *args] if args[:1] == ["-m"] else args).replace("'{out}'", "OUT").replace("{out}", "OUT")
 
 
 def machine(origin: dict) -> str:
@@ -79,7 +79,7 @@ def row(name: str) -> str:
     commit = origin["commit"][:9] + (" (dirty: " + origin["dirty_allowed"] + ")"
                                      if origin.get("dirty") else "")
     return (f"| {shown} | {what} | {machine(origin)} | {origin['date'][:10]} | {commit} | "
-            f"`{out_folder(origin['command'])}` | {cited_by(name)} |")
+            f"`{as_registered(origin['command'])}` | {cited_by(name)} |")
 
 
 def page() -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -173,18 +174,24 @@ def cmd_report(args) -> None:
     from pyspec.apps import provenance
     out = {"schema": "pyspec.gpu-shapes/1", "about": __doc__.split("\n")[0],
            "hbm_bytes_per_s": {"spec": hbm, "gpu": raw.get("adapter")},
-           "table": table, "llama_bench": peer, "native_raw": raw,
+           "table": table, "llama_bench": peer,
+           # the measure run as written there, its provenance hoisted (below)
+           "native_raw": {k: v for k, v in raw.items() if k != "provenance"},
            "dawn_raw": {Path(f).name: dawn_summary(f) for f in args.dawn + args.null + args.dawn_busy},
            # go/no-go: what Dawn (npm webgpu, the page's WebGPU) said of the GPU, and the GPU
            "dawn_probe": json.loads(Path(args.probe).read_text()) if args.probe else None,
            "nvidia_smi": Path(args.smi).read_text().strip() if args.smi else None}
     out = provenance.stamp(out) if "provenance" not in raw else {**out, "provenance": raw["provenance"]}
     out["provenance"] = {**out["provenance"], "command": raw.get("command"),
-                         "report_command": " ".join(sys.argv)}
+                         "report_command": shlex.join(["scripts/gpu_shapes.py", *sys.argv[1:]])}
     if args.tree_commit:      # the runner's check of the copy there (h200.sh recv), see --help
-        out["provenance"] = {**out["provenance"], "recorded": {
-            k: out["provenance"].get(k) for k in ("commit", "dirty")},
-            "commit": args.tree_commit, "dirty": False, "commit_checked": args.tree_evidence}
+        # What the copy's own .git said there (the session's first commit, the files differing
+        # from it as any later commit's do) is kept; the commit is the one the files equal.
+        said = out["provenance"]
+        out["provenance"] = {**said, "copy_git_head": said.get("commit"),
+                             "copy_git_head_differs": said.get("dirty"),
+                             "commit": args.tree_commit, "dirty": False,
+                             "commit_checked": args.tree_evidence}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     plot(table, Path(args.out).with_suffix(".png"), raw.get("adapter", "GPU"))
     for e in table:

@@ -7,7 +7,7 @@ import json
 
 from experiments import Experiment, run
 from pyspec.apps import provenance
-from test_results import normal
+from experiments import normal
 
 
 def test_an_experiment_runs_its_command_and_its_file_says_so(tiny, tmp_path, monkeypatch):

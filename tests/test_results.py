@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import EXPERIMENTS, LEGACY, TOOLS, experiment_of, readme
+from experiments import EXPERIMENTS, LEGACY, TOOLS, experiment_of, normal, readme
 from pyspec.apps import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,20 +36,6 @@ def brought_in(name: str) -> str:
     if git("status", "--porcelain", "--", path).stdout.strip():
         return git("rev-parse", "HEAD").stdout.strip()
     return git("log", "-1", "--format=%H", "--", path).stdout.strip()
-
-
-def normal(command) -> list[str]:
-    """A command without its interpreter, its --out folder written {out}, the workload's path
-    relative to the tree it ran in."""
-    args = shlex.split(command) if isinstance(command, str) else list(command)
-    if args and re.fullmatch(r"python3?", args[0]):
-        args = args[1:]
-    out = []
-    for prev, a in zip([None, *args], args):
-        if prev == "--out":
-            a = "{out}"
-        out.append(re.sub(r"^/.*/(workloads/[\w.-]+)$", r"\1", a))
-    return out
 
 
 def test_the_history_is_whole():

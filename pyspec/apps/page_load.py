@@ -118,6 +118,20 @@ async def read(session, options_json: str, champion_buf, draft_buf, before: dict
     session.engine_draft = None     # a new engine (and cache); the champion may be lent
     session.guard_timing = {}       # other models: their times are measured afresh
     t3 = time.perf_counter()
+    engine, auto_note = await choose(session, auto, opts.get("verdicts"))
+    t4 = time.perf_counter()
+    old = getattr(getattr(before["engine"], "champion", None), "dev", None)
+    if old is not None and old is not getattr(engine.champion, "dev", None):
+        old.destroy()            # the replaced engine's device, with its buffers
+    session.warm_next = (engine, chat_prefix(tokenizer)) if opts.get("warm") else None
+    return reply(session, engine, config, draft_model, auto_note,
+                 {"parse": t1 - t0, "tokenizer": t2 - t1, "draft": t3 - t2, "engine": t4 - t3})
+
+
+async def choose(session, auto: bool, table_json: str | None) -> tuple[Engine, str | None]:
+    """The engine of the session's drafter, with "auto" applied: a draft model that does not
+    pay on this engine gives way to n-gram, then the recorded verdicts; (engine, why "auto"
+    chose otherwise than the worker expected, else None)."""
     engine = await session._engine(session.default_draft)
     auto_note = None
     if auto and session.default_draft == "model":
@@ -129,16 +143,17 @@ async def read(session, options_json: str, champion_buf, draft_buf, before: dict
             engine = await session._engine("ngram")
     session.auto_choice = None
     if auto:
-        engine = await follow_verdicts(session, engine, opts.get("verdicts"))
+        engine = await follow_verdicts(session, engine, table_json)
         said = verdicts.explain(session.auto_choice)
         if said:    # the verdict that chose, where it is kept and how to clear it
             auto_note = (f"{said} in this browser (OPFS verdicts.json); "
                          "SpecDecoder.clearVerdicts() removes it")
-    t4 = time.perf_counter()
-    old = getattr(getattr(before["engine"], "champion", None), "dev", None)
-    if old is not None and old is not getattr(engine.champion, "dev", None):
-        old.destroy()            # the replaced engine's device, with its buffers
-    session.warm_next = (engine, chat_prefix(tokenizer)) if opts.get("warm") else None
+    return engine, auto_note
+
+
+def reply(session, engine: Engine, config, draft_model, auto_note: str | None,
+          seconds: dict) -> dict:
+    """The ready reply's facts: the adapter, the drafter and why, where the load's time went."""
     return {"adapter": engine.adapter, "pyspec_version": __version__,
             "fallback": engine.fallback_reason,
             # its kind (receipts' fallbacks): software_adapter, no_webgpu, webgpu_error,
@@ -158,9 +173,7 @@ async def read(session, options_json: str, champion_buf, draft_buf, before: dict
             "cpu_kernel": getattr(engine.champion, "kernel", None),
             # where the load's time went (ms): the GGUF's header, the tokenizer, the draft
             # model, the engine (weights dequantized or uploaded, kernels compiled)
-            "load_ms": {name: round(1000 * dt) for name, dt in (
-                ("parse", t1 - t0), ("tokenizer", t2 - t1), ("draft", t3 - t2),
-                ("engine", t4 - t3))}}
+            "load_ms": {name: round(1000 * dt) for name, dt in seconds.items()}}
 
 
 async def follow_verdicts(session, engine: Engine, table_json: str | None) -> Engine:

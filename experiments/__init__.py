@@ -6,11 +6,14 @@ list, in one place; README's table and bench/results/README.md mark them).
     python -m experiments                                   # the list
     python -m experiments NAME [--allow-dirty] [--into DIR]  # run one (experiments/run.py)
 
-A result file belongs to exactly one experiment; a file with provenance was made by one of its
-experiment's commands (tests/test_results.py ties both). The GPU experiments (machine "gpu") run
-on the lent GPU machine through the lead's scripts/h200.sh, which carries the tree there. The
-golden recorders (scripts/record_golden_*.py) and a few aids (`TOOLS`) are not experiments: each
-golden file names its recorder.
+Each measurement is a module of this package (experiments/NAME.py, run as `python -m
+experiments.NAME`; `python -m experiments NAME` runs it the one way) that writes through the
+writer. A result file belongs to exactly one experiment; a file with provenance was made by one of
+its experiment's commands (tests/test_results.py ties both; `normal` reads a command recorded
+before the scripts became modules). The GPU experiments (machine "gpu") run on the lent GPU
+machine through the lead's scripts/h200.sh, which carries the tree there. What stays in scripts/
+is no measurement (`SCRIPTS`): the golden recorders, each named in its golden file, their helpers
+and the build helpers.
 
 Not here: running (experiments/run.py), the results README (experiments/readme.py), the writer
 (pyspec/apps/provenance.py).
@@ -21,6 +24,9 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
 
 # The public workload's argument, as the commands give it (run from the repository root).
 WORKLOAD = "workloads/public.jsonl"
@@ -51,8 +57,9 @@ def bench(backend: str, *args: str) -> tuple[str, ...]:
             "--out", "{out}")
 
 
-def script(name: str, *args: str) -> tuple[str, ...]:
-    return (f"scripts/{name}", *args)
+def module(name: str, *args: str) -> tuple[str, ...]:
+    """An experiment of this package: experiments/NAME.py, run as `python -m experiments.NAME`."""
+    return ("-m", f"experiments.{name}", *args)
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -87,7 +94,7 @@ EXPERIMENTS: dict[str, Experiment] = {
          "bench-browser.png": "browser-cpu-guard3.png"}, machine="2-core, Chromium"),
     "wllama": Experiment(
         "the page against wllama (llama.cpp in WebAssembly) on the same prompts and champion",
-        (script("bench_wllama.py", "--per-stratum", "1", "--max-tokens", "32", "--threads", "1,2",
+        (module("bench_wllama", "--per-stratum", "1", "--max-tokens", "32", "--threads", "1,2",
                 "--out", "{out}"),
          ("-m", "webtools.bench", "--backend", "cpu", "--per-stratum", "1", "--max-tokens", "32",
           "--drafts", "ngram", "--workload", WORKLOAD, "--out", "{out}")),
@@ -97,7 +104,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     # --- drafts and their pairing -------------------------------------------------------------
     "page-gate": Experiment(
         "the page's own gate (\"measure on this device\") on SwiftShader",
-        (script("page_gate.py", "--model", "smollm2", "--drafts", "ngram", "--per-stratum", "1",
+        (module("page_gate", "--model", "smollm2", "--drafts", "ngram", "--per-stratum", "1",
                 "--max-tokens", "32", "--out", "{out}/page-gate-swiftshader.json"),),
         {}, machine="2-core, Chromium", files=("page-gate-swiftshader.json",)),
     "gpu-combo": Experiment(
@@ -113,113 +120,118 @@ EXPERIMENTS: dict[str, Experiment] = {
         (bench("wgpu"),), {}, machine="lavapipe",
         files=("lavapipe-draft-ahead.json",)),
     "ngram-match": Experiment(
-        "n-gram acceptance by matched length", (script("ngram_match.py", "--out", "{out}/x.json"),),
+        "n-gram acceptance by matched length", (module("ngram_match", "--out", "{out}/x.json"),),
         {}, files=("ngram-match.json",)),
     "agreement-by-confidence": Experiment(
         "the draft's agreement with the champion by its confidence",
-        (script("agreement_by_confidence.py", "--out", "{out}/x.json"),), {},
+        (module("agreement_by_confidence", "--out", "{out}/x.json"),), {},
         files=("agreement-by-confidence.json",)),
     "tree-estimate": Experiment(
         "what a tree of drafts would give the trained draft, estimated",
-        (script("tree_estimate.py", "--out", "{out}/x.json"),), {}, files=("tree-estimate.json",)),
+        (module("tree_estimate", "--out", "{out}/x.json"),), {}, files=("tree-estimate.json",)),
     "tree-vs-chain": Experiment(
         "a tree of drafts against a chain, measured (the lead's GPU script)",
-        (script("tree_vs_chain.py", "--engine", "gpu", "--configs", "gpu", "--strata",
+        (module("tree_vs_chain", "--engine", "gpu", "--configs", "gpu", "--strata",
                 "repetitive", "--max-tokens", "10", "--drafts", "ngram,trained"),), {},
         machine="lavapipe; gpu", files=("tree-lavapipe.json",)),
     "draft-cost": Experiment(
         "a draft pass's cost by its shape (train/README.md)",
-        (script("bench_draft_cost.py", "--out", "{out}/draft-cost.json"),), {}),
+        (module("bench_draft_cost", "--out", "{out}/draft-cost.json"),), {}),
     "reduced-vocab": Experiment(
         "the draft's head cut to its most frequent ids: agreement and cost (train/README.md)",
-        (script("reduced_vocab.py"),), {}),
+        (module("reduced_vocab"),), {}),
     # --- output control and sampling ----------------------------------------------------------
     "json": Experiment(
         "schema-constrained decoding: forced tokens and n-gram against constrained champion-only",
-        (script("bench_json.py", "--backend", "cpu", "--runs", "2", "--drafts", "none,ngram",
+        (module("bench_json", "--backend", "cpu", "--runs", "2", "--drafts", "none,ngram",
                 "--out", "{out}/json-cpu.json"),), {},
         machine="2-core; gpu",
         files=("json-cpu.json", "json-h200.json", "json-readback-h200.json")),
     "tools-cpu": Experiment(
         "tool-call decoding (the champion under Qwen 2.5's template): forced tokens, and forced "
         "tokens with n-gram, against champion-only under the same call grammar",
-        (script("bench_tools.py", "--runs", "3", "--out", "{out}/tools-cpu.json"),),
+        (module("bench_tools", "--runs", "3", "--out", "{out}/tools-cpu.json"),),
         {"tools-cpu.json": "tools-cpu.json"}),
     "sampling": Experiment(
         "what each sampling control costs a cycle, device against host",
-        (script("bench_sampling.py", "--out", "{out}/sampling.json"),), {},
+        (module("bench_sampling", "--out", "{out}/sampling.json"),), {},
         machine="lavapipe; gpu", files=("sampling-h200-split.json", "sampling-h200-rows.json",
                                         "sampling-h200-1204.json", "sampling-lavapipe.json")),
     "mask": Experiment(
         "a schema mask per row on the device, split and one workgroup per row",
-        (script("bench_mask.py", "--out", "{out}/mask.json"),), {}, machine="lavapipe; gpu",
+        (module("bench_mask", "--out", "{out}/mask.json"),), {}, machine="lavapipe; gpu",
         files=("mask-h200-split.json", "mask-lavapipe.json")),
     "page-mask-cost": Experiment(
         "a schema mask per row in Pyodide under Node, against native",
-        (script("page_mask_cost.py", "--out", "{out}/page-mask-cost.json"),), {},
+        (module("page_mask_cost", "--out", "{out}/page-mask-cost.json"),), {},
         machine="2-core, Node", files=("page-mask-cost.json",)),
     # --- engines, start-up, faults ------------------------------------------------------------
     "cpu-rows": Experiment(
         "the numpy engine's cost by rows of a verify pass",
-        (script("bench_cpu_rows.py", "--blocks", "4096,256,128", "--out", "{out}/cpu-rows.json"),),
+        (module("bench_cpu_rows", "--blocks", "4096,256,128", "--out", "{out}/cpu-rows.json"),),
         {}, files=("cpu-rows.json",)),
     "cpu-blocks": Experiment(
         "block-format weights against float32 (its script left with the block format: "
         "scripts/bench_cpu_blocks.py at commit fc29f3a)", (), {}, files=("cpu-blocks.json",)),
     "gpu-kernels": Experiment(
-        "the GPU kernels' times by shape", (script("bench_kernels.py"),), {}, machine="gpu",
+        "the GPU kernels' times by shape", (module("bench_kernels"),), {}, machine="gpu",
         files=("h200-kernels.json",)),
     "page-big-shapes": Experiment(
         "the real families' shapes in the page on SwiftShader",
-        (script("page_big_shapes.py", "DIR", "--out", "{out}/page-big-shapes.json"),), {},
+        (module("page_big_shapes", "DIR", "--out", "{out}/page-big-shapes.json"),), {},
         machine="2-core, Chromium", files=("page-big-shapes.json",)),
     "startup": Experiment(
         "the page's start-up, cold and warm, with and without jinja2",
-        (script("bench_startup.py", "--out", "{out}/startup"),), {}, machine="2-core, Chromium",
+        (module("bench_startup", "--out", "{out}/startup"),), {}, machine="2-core, Chromium",
         files=("startup.json", "startup.png", "startup-with-jinja2.json",
                "startup-with-jinja2.png", "startup-no-jinja2.json", "startup-no-jinja2.png",
                "startup-jinja2.json", "startup-jinja2.png")),
     "page-ttft": Experiment(
-        "time to first token in the page", (script("page_ttft.py", "--out", "{out}/x.json"),), {},
+        "time to first token in the page", (module("page_ttft", "--out", "{out}/x.json"),), {},
         machine="2-core, Chromium", files=("page-ttft-cpu.json",)),
     "faults": Experiment(
         "what the page survives and how long recovery takes",
-        (script("bench_faults.py", "--runs", "5", "--max-tokens", "16", "--screens",
+        (module("bench_faults", "--runs", "5", "--max-tokens", "16", "--screens",
                 "--out", "{out}/faults.json"),), {}, machine="2-core, Chromium",
         files=("faults.json",)),
     "conversation": Experiment(
         "a conversation's next turn reusing the cache",
-        (script("bench_conversation.py", "--out", "{out}/x.json"),), {},
+        (module("bench_conversation", "--out", "{out}/x.json"),), {},
         files=("conversation-cpu.json",)),
     "long-context": Experiment(
-        "an 8,000-token prompt", (script("long_context.py", "--out", "{out}/x.json"),), {},
+        "an 8,000-token prompt", (module("long_context", "--out", "{out}/x.json"),), {},
         machine="2-core; gpu", files=("long-context.json",)),
     # --- model families (the lead's GPU scripts among them: run by scripts/h200.sh) -----------
     "real-shapes": Experiment(
         "random Q4_K_M files of the real families' shapes on the native CPU engine",
-        (script("real_shapes.py", "bench", "DIR"),), {}, machine="2-core; gpu",
+        (module("real_shapes", "bench", "DIR"),), {}, machine="2-core; gpu",
         files=("real-shapes.json", "real-shapes.png")),
     "gpu-families": Experiment(
         "each family's real width on a GPU adapter, per layer",
-        (script("bench_gpu_families.py", "--families", "gemma3,qwen2,qwen3,llama"),), {},
+        (module("bench_gpu_families", "--families", "gemma3,qwen2,qwen3,llama"),), {},
         machine="lavapipe", files=("lavapipe-families.json",)),
     "gpu-shapes": Experiment(
         "decode, prefill and verify cost by rows of the real shapes on native WebGPU, beside "
         "llama.cpp's CUDA build (scripts/h200.sh shapes; scripts/build_llama_cpp_cuda.sh)",
         # as run on the H100 (scripts/h200.sh background: the shapes written there), then
         # `gpu_shapes.py report` here joins llama-bench, Dawn and the null GPU (its --help)
-        (script("gpu_shapes.py", "measure", "/tmp/pyspec/shapes", "--names",
+        (module("gpu_shapes", "measure", "/tmp/pyspec/shapes", "--names",
                 "SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B", "--out", "{out}"),),
         {"h100-shapes.json": "h100-shapes.json", "h100-shapes.png": "h100-shapes.png"},
         machine="gpu"),
     "dawn": Experiment(
         "the page's stack (Pyodide + Dawn) on the GPU beside native wgpu-py (scripts/h200.sh dawn)",
-        (script("dawn_report.py"),), {}, machine="gpu"),
+        (module("dawn_report"),), {}, machine="gpu"),
+    "shader-ab": Experiment(
+        "chain passes with two shader folders, interleaved: did a shader change slow chains? "
+        "(tree-lavapipe.json's A/B)",
+        (module("shader_ab", "A_SHADERS", "B_SHADERS", "--out", "{out}/shader-ab.json"),), {},
+        machine="lavapipe; gpu"),
 }
 
 # Result files from before provenance.py's writer: no commit, no sha256 or no token hashes to
-# recount them by. file -> (machine and date, the command as recorded by hand). A file re-run
-# through the writer leaves this list.
+# recount them by. file -> (machine and date, the command as recorded by hand, a script of
+# scripts/ written as the module it became). A file re-run through the writer leaves this list.
 LEGACY: dict[str, tuple[str, str]] = {
     "h200.json": (
         "H200, 2026-12-04",
@@ -228,7 +240,7 @@ LEGACY: dict[str, tuple[str, str]] = {
         "--ctx 2048"),
     "page-gate-swiftshader.json": (
         "2-core (shared, loaded), Chromium on SwiftShader, 2026-12-05",
-        "python scripts/page_gate.py --model smollm2 --drafts ngram --per-stratum 1 "
+        "python -m experiments.page_gate --model smollm2 --drafts ngram --per-stratum 1 "
         "--max-tokens 32"),
     "h200-combo.json": (
         "H200, 2026-12-03",
@@ -247,42 +259,42 @@ LEGACY: dict[str, tuple[str, str]] = {
         "python -m pyspec bench --backend wgpu (the draft fed on the device and from the host)"),
     "json-h200.json": (
         "H200",
-        "scripts/bench_json.py --backend wgpu --runs 2 --drafts "
+        "python -m experiments.bench_json --backend wgpu --runs 2 --drafts "
         "none@fixed:4,ngram@fixed:4,ngram@heuristic"),
     "json-cpu.json": (
         "2-core",
-        "scripts/bench_json.py --backend cpu --runs 2 --drafts none,ngram"),
+        "python -m experiments.bench_json --backend cpu --runs 2 --drafts none,ngram"),
     "json-readback-h200.json": (
         "H200",
-        "scripts/bench_json.py --backend wgpu --runs 2 --drafts "
+        "python -m experiments.bench_json --backend wgpu --runs 2 --drafts "
         "none,ngram,readback:trained,readback:trained@fixed:4,readback:self:20"),
     "sampling-h200-split.json": (
         "H200, 2026-12-04",
-        "scripts/bench_sampling.py (filters split over each row)"),
+        "python -m experiments.bench_sampling (filters split over each row)"),
     "sampling-h200-rows.json": (
         "H200, 2026-12-04",
-        "scripts/bench_sampling.py (one workgroup per row)"),
+        "python -m experiments.bench_sampling (one workgroup per row)"),
     "mask-h200-split.json": (
         "H200, 2026-12-04",
-        "scripts/bench_mask.py (split over each row)"),
+        "python -m experiments.bench_mask (split over each row)"),
     "sampling-h200-1204.json": (
         "H200, 2026-12-04",
-        "scripts/bench_sampling.py --champion champ.gguf"),
+        "python -m experiments.bench_sampling --champion champ.gguf"),
     "sampling-lavapipe.json": (
         "lavapipe",
-        "scripts/bench_sampling.py (device against host accept)"),
+        "python -m experiments.bench_sampling (device against host accept)"),
     "mask-lavapipe.json": (
         "lavapipe",
-        "scripts/bench_mask.py (device against host accept)"),
+        "python -m experiments.bench_mask (device against host accept)"),
     "page-mask-cost.json": (
         "2-core, Pyodide under Node",
-        "scripts/page_mask_cost.py"),
+        "python -m experiments.page_mask_cost"),
     "cpu-rows.json": (
         "2-core",
-        "scripts/bench_cpu_rows.py --blocks 4096,256,128"),
+        "python -m experiments.bench_cpu_rows --blocks 4096,256,128"),
     "page-big-shapes.json": (
         "2-core, Chromium on SwiftShader, 2026-12-05, loaded",
-        "scripts/page_big_shapes.py DIR --shapes Qwen2.5-1.5B --tokens 2, then --shapes "
+        "python -m experiments.page_big_shapes DIR --shapes Qwen2.5-1.5B --tokens 2, then --shapes "
         "Gemma-3-1B,SmolLM2-1.7B, then --shapes Gemma-3-1B --binding-mib 128 (three runs in one"
         " file; two from a dirty tree; stamped with the champion's sha256, not the models "
         "measured)"),
@@ -292,61 +304,62 @@ LEGACY: dict[str, tuple[str, str]] = {
         "fc29f3a; its recorded commit rewritten by hand)"),
     "h200-kernels.json": (
         "H200",
-        "scripts/bench_kernels.py"),
+        "python -m experiments.bench_kernels"),
     "ngram-match.json": (
         "2-core",
-        "scripts/ngram_match.py"),
+        "python -m experiments.ngram_match"),
     "agreement-by-confidence.json": (
         "2-core",
-        "scripts/agreement_by_confidence.py"),
+        "python -m experiments.agreement_by_confidence"),
     "tree-estimate.json": (
         "2-core",
-        "scripts/tree_estimate.py"),
+        "python -m experiments.tree_estimate"),
     "tree-lavapipe.json": (
         "lavapipe, 2026-12-05, loaded",
-        "scripts/tree_vs_chain.py --engine gpu --configs gpu --strata repetitive --max-tokens "
-        "10 --drafts ngram,trained (chain passes A/B against main's shaders: the command "
-        "inside)"),
+        "python -m experiments.tree_vs_chain --engine gpu --configs gpu --strata repetitive "
+        "--max-tokens 10 --drafts ngram,trained (chain passes A/B against main's shaders: the "
+        "command inside)"),
     "startup.json": (
         "2-core, Chromium",
-        "scripts/bench_startup.py --runs 3 --warm 2"),
+        "python -m experiments.bench_startup --runs 3 --warm 2"),
     "startup-with-jinja2.json": (
         "2-core, Chromium",
-        "scripts/bench_startup.py --model tiny --runs 1 --warm 1 (its commit not in main's "
-        "history)"),
+        "python -m experiments.bench_startup --model tiny --runs 1 --warm 1 (its commit not in "
+        "main's history)"),
     "startup-no-jinja2.json": (
         "2-core, Chromium",
-        "scripts/bench_startup.py --model tiny --runs 1 --warm 1 --without-jinja2 (its commit "
-        "not in main's history)"),
+        "python -m experiments.bench_startup --model tiny --runs 1 --warm 1 --without-jinja2 (its "
+        "commit not in main's history)"),
     "startup-jinja2.json": (
         "2-core, Chromium",
-        "scripts/bench_startup.py --model tiny-llama3 --runs 1 --warm 1 --render (its commit "
-        "not in main's history, from a dirty tree)"),
+        "python -m experiments.bench_startup --model tiny-llama3 --runs 1 --warm 1 --render (its "
+        "commit not in main's history, from a dirty tree)"),
     "page-ttft-cpu.json": (
         "2-core, Chromium",
-        "scripts/page_ttft.py"),
+        "python -m experiments.page_ttft"),
     "faults.json": (
         "2-core, SwiftShader",
-        "scripts/bench_faults.py --runs 5 --max-tokens 16 --screens"),
+        "python -m experiments.bench_faults --runs 5 --max-tokens 16 --screens"),
     "conversation-cpu.json": (
         "2-core",
-        "scripts/bench_conversation.py"),
+        "python -m experiments.bench_conversation"),
     "long-context.json": (
         "2-core and H200",
-        "scripts/long_context.py"),
+        "python -m experiments.long_context"),
     "real-shapes.json": (
         "2-core, 2026-12-05, loaded (load average about 20)",
-        "scripts/real_shapes.py write DIR, then scripts/real_shapes.py bench DIR"),
+        "python -m experiments.real_shapes write DIR, then python -m experiments.real_shapes bench "
+        "DIR"),
     "lavapipe-families.json": (
         "lavapipe, 2026-12-05, loaded",
-        "scripts/bench_gpu_families.py --families gemma3,qwen2,qwen3,llama (its commit not in "
-        "main's history)"),
+        "python -m experiments.bench_gpu_families --families gemma3,qwen2,qwen3,llama (its commit "
+        "not in main's history)"),
 }
 
 
-# The files of scripts/ that are not experiments, each with what it is for. A script neither
-# here nor in an experiment's command has nothing citing it and leaves the tree.
-TOOLS: dict[str, str] = {
+# The files of scripts/, each with what it is for: no measurement (those are this package's
+# modules), only the golden recorders, their helpers and the build helpers.
+SCRIPTS: dict[str, str] = {
     "h200.sh": "the GPU machine's runner: carries the tree there and runs the GPU experiments",
     "build_llama_cpp_cuda.sh": "llama.cpp's CUDA build for gpu-shapes (scripts/h200.sh)",
     "build_llama_cpp.sh": "llama.cpp built for the golden recorders",
@@ -363,8 +376,10 @@ TOOLS: dict[str, str] = {
     "screenshot_demo.py": "the README's screenshot of the demo page",
     "bench_matmul.py": "a kernel timing aid that gpu/ops.py's comments cite; writes no result",
     "profile_cycle.py": "a per-dispatch profile of one cycle that gpu/native.py cites; no result",
-    "shader_ab.py": "a shader A/B timing aid, named inside tree-lavapipe.json; no result file",
 }
+
+# This package's modules that are not experiments: the runner, its entry and the results page.
+PLUMBING = ("__init__", "__main__", "run", "readme")
 
 
 def experiment_of(name: str) -> str | None:
@@ -383,10 +398,16 @@ SCRATCH = ((r"^/.*/(workloads/[\w.-]+)$", r"\1"), (r"^/tmp/pyspec/", "$W/"))
 def normal(command) -> list[str]:
     """A recorded command (as run) in the registry's terms: no interpreter, its --out folder
     written {out}, the workload's path relative to the tree it ran in, the GPU machine's work
-    folder written $W. The tests compare commands so; bench/results/README.md shows them so."""
+    folder written $W, and a script `scripts/NAME.py` that became this package's module NAME
+    written `-m experiments.NAME` (the same code, moved: a file recorded before the move still
+    ties to its experiment). The tests compare commands so; bench/results/README.md shows them
+    so."""
     args = shlex.split(command) if isinstance(command, str) else list(command)
     if args and re.fullmatch(r"python3?", args[0]):
         args = args[1:]
+    moved = re.fullmatch(r"scripts/(\w+)\.py", args[0]) if args else None
+    if moved and (HERE / f"{moved[1]}.py").is_file():
+        args = ["-m", f"experiments.{moved[1]}", *args[1:]]
     out = []
     for prev, a in zip([None, *args], args):
         if prev == "--out":

@@ -12,7 +12,7 @@
 #   run(carry=[".h200p1"], command="bash scripts/h200.sh recv")
 #     every call unpacks what has arrived and says so; once llama.cpp's source is whole (the
 #     first part) its CUDA build starts in the background (scripts/build_llama_cpp_cuda.sh, log
-#     in $W/llama.log) and the random shapes are written (scripts/real_shapes.py)
+#     in $W/llama.log) and the random shapes are written (experiments/real_shapes.py)
 #   run(carry=[".h200p2"], command="bash scripts/h200.sh recv probe native_shapes bundle")
 #   ... dawn_shapes (Dawn on the shapes, then llama-bench), dawn (the champion: native and Dawn,
 #   needs every part), trees, headline.
@@ -135,7 +135,7 @@ recv() {
     if [ ! -d "$W/shapes" ]; then     # the real shapes' random models, one process each
         mkdir -p "$W/shapes"
         for f in ${SHAPES//,/ }; do
-            PYTHONPATH=. setsid nohup python3 scripts/real_shapes.py write "$W/shapes" --only "$f" \
+            PYTHONPATH=. setsid nohup python3 -m experiments.real_shapes write "$W/shapes" --only "$f" \
                 > "$W/shapes/$f.log" 2>&1 &
         done
     fi
@@ -212,10 +212,10 @@ wait_shapes() {
 
 native_shapes() {
     # Random Q4_K_M models of the real shapes (written in the background since the first call)
-    # on native WebGPU: decode, prefill, verify cost by rows (scripts/gpu_shapes.py).
+    # on native WebGPU: decode, prefill, verify cost by rows (experiments/gpu_shapes.py).
     prov_env
     wait_shapes
-    PYTHONPATH="$W/site:." timeout "${SHAPES_TIMEOUT:-300}" python3 scripts/gpu_shapes.py measure \
+    PYTHONPATH="$W/site:." timeout "${SHAPES_TIMEOUT:-300}" python3 -m experiments.gpu_shapes measure \
         "$W/shapes" --names "$SHAPES" --out "$OUT/shapes-native.json" 2>&1 | tail -12
 }
 
@@ -260,7 +260,7 @@ trees() {
     # first prompt, outputs asserted equal to champion-only's; the guard's chain and tree auto
     # (experiments: gpu-trees).
     prov_env; champion_here
-    PYTHONPATH="$W/site:." timeout "${TREES_TIMEOUT:-280}" python3 scripts/tree_vs_chain.py \
+    PYTHONPATH="$W/site:." timeout "${TREES_TIMEOUT:-280}" python3 -m experiments.tree_vs_chain \
         --engine gpu --configs gpu --strata all --max-tokens "${MAX_TOKENS:-64}" \
         --out "$OUT/trees-native.json" 2>&1 | tail -16
 }

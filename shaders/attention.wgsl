@@ -25,7 +25,8 @@
 // The loops over positions, dims and groups take several steps at a time, every load of a step
 // first and then the sums in the same order as one step at a time (the same results): on the
 // H200 a step's loads in flight together took 2,048 positions from 56 to 34 µs, phase 1 scoring
-// two positions a step (scripts/bench_kernels.py --cases attn; bench/results/h200-kernels.json).
+// two positions a step (python -m experiments.bench_kernels --cases attn;
+// bench/results/h200-kernels.json).
 // The scores go to a global scratch (ROWS_MAX, n_heads, max_ctx) (ops.attention_scratch_bytes),
 // because 8192 positions would not fit in the 16 KiB of workgroup memory WebGPU guarantees; the
 // threads' maxima and the groups' partials sit in workgroup memory (7 KiB), whose loads cost a

@@ -1,8 +1,8 @@
 """Every file in bench/results/ can be recounted, or is named as legacy: its provenance present
 and well-formed (pyspec/apps/provenance.problems), the commit it names an ancestor of the commit
 that brought the file (so the code that ran is in the history), made by one of its experiment's
-commands (experiments/); bench/results/README.md is made from the files; every script is an
-experiment's, a named tool or a golden recorder.
+commands (experiments/); bench/results/README.md is made from the files; every measurement is a
+module of experiments/ that an experiment runs, and scripts/ holds none.
 
 Needs the repository's full history (CI's clean clone of main has it); a shallow clone fails here
 rather than skipping.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import EXPERIMENTS, LEGACY, TOOLS, experiment_of, normal, readme
+from experiments import EXPERIMENTS, LEGACY, PLUMBING, SCRIPTS, experiment_of, normal, readme
 from pyspec.apps import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,20 +74,32 @@ def test_every_file_belongs_to_one_experiment_and_legacy_names_files():
     assert set(LEGACY) <= set(FILES), set(LEGACY) - set(FILES)
 
 
-def test_every_script_is_an_experiment_a_tool_or_a_recorder():
-    named = {c[0].removeprefix("scripts/") for e in EXPERIMENTS.values() for c in e.commands
-             if c and c[0].startswith("scripts/")}
+def test_scripts_holds_the_recorders_and_build_helpers_only():
     tracked = {Path(p).name for p in git("ls-files", "scripts").stdout.split()}
     assert tracked, "git ls-files found no scripts"
-    assert named <= tracked, f"a command names no script: {named - tracked}"
-    assert set(TOOLS) <= tracked, f"a tool that is not there: {set(TOOLS) - tracked}"
-    for name in tracked:
-        assert name in named or name in TOOLS, \
-            f"scripts/{name}: no experiment runs it and it is no named tool: delete it"
+    assert tracked <= set(SCRIPTS), \
+        f"scripts/{sorted(tracked - set(SCRIPTS))}: a measurement is a module of experiments/ " \
+        "(registered in experiments.EXPERIMENTS); anything else is named in experiments.SCRIPTS"
+    assert set(SCRIPTS) <= tracked, f"experiments.SCRIPTS names what left: {set(SCRIPTS) - tracked}"
+
+
+def test_every_module_of_experiments_is_run_by_an_experiment():
+    modules = {Path(p).stem for p in git("ls-files", "experiments/*.py").stdout.split()}
+    run = {c[1].removeprefix("experiments.") for e in EXPERIMENTS.values() for c in e.commands
+           if c[:1] == ("-m",) and c[1].startswith("experiments.")}
+    assert run <= modules, f"a command names no module: {run - modules}"
+    for name in modules - set(PLUMBING):
+        assert name in run, f"experiments/{name}.py: no experiment runs it: register or delete it"
+
+
+def test_a_command_recorded_as_a_script_is_the_module_it_became():
+    assert normal("scripts/bench_tools.py --runs 3 --out /tmp/x") == \
+        ["-m", "experiments.bench_tools", "--runs", "3", "--out", "{out}"]
+    assert normal("python scripts/gone.py") == ["scripts/gone.py"]    # no such module: as is
 
 
 def test_the_golden_files_name_their_recorders():
-    for script, golden in ((s, w) for s, w in TOOLS.items() if s.startswith("record_golden")):
+    for script, golden in ((s, w) for s, w in SCRIPTS.items() if s.startswith("record_golden")):
         assert f"scripts/{script}" in (ROOT / golden).read_text(), golden
 
 

@@ -105,7 +105,7 @@ def table(root: Path = RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
-# (where it ran, result file) of scripts/bench_json.py runs: docs/sampling-and-json.md's table
+# (where it ran, result file) of experiments/bench_json.py runs: docs/sampling-and-json.md's table
 JSON_CLAIMS = [("NVIDIA H200, native WebGPU", "json-h200.json"),
                ("2-core AMD EPYC, numpy engine", "json-cpu.json")]
 

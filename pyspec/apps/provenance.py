@@ -199,14 +199,17 @@ def problems(result: dict, claim: bool = True) -> list[str]:
     return out
 
 
-def write(path: str, result: dict) -> str:
+def write(path: str, result: dict, here: bool = True) -> str:
     """Check `result` (`problems`; a bad one raises ValueError and is not written) and write it
-    to `path` as JSON, the load at the end of the run added; replaced whole, never half-written."""
+    to `path` as JSON, the load at the end of the run added; replaced whole, never half-written.
+    `here=False`: a report of a run on another machine (its record carried over), whose load
+    this machine's is not."""
     bad = problems(result, claim=False)
     if bad:
         raise ValueError(f"{path}: not a recountable result: {'; '.join(bad)}")
-    result["provenance"]["load"] = {**result["provenance"].get("load", {}),
-                                    "end": load_average()}
+    if here:
+        result["provenance"]["load"] = {**result["provenance"].get("load", {}),
+                                        "end": load_average()}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path + ".tmp", "w") as f:
         json.dump(result, f, indent=1)

@@ -111,7 +111,7 @@ def _aligned(n: int, dtype) -> np.ndarray:
 # block stays in a core's L2 cache while every row of a verify pass reads it. On this 2-core VM a
 # pass over 5 rows of the champion then costs 1.92 one-row passes instead of 2.77 with blocks of
 # 4,096 (up to 9 MB, L3), over 8 rows 2.46 instead of 3.91, one row the same
-# (bench/results/cpu-rows.json (legacy), scripts/bench_cpu_rows.py).
+# (bench/results/cpu-rows.json (legacy), experiments/bench_cpu_rows.py).
 # "einsum" (Pyodide, bound by arithmetic, not by loads): 4,096, fewer calls.
 BLOCK_ROWS = {"blas": 256, "einsum": 4096}
 

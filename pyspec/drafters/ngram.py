@@ -21,7 +21,7 @@ MIN_N = 1   # shortest suffix tried
 # the champion's own answers to 288 of the frozen training seed prompts (not the evaluation
 # workload), a 1-token match's first draft was right 22% of the time and 0.66 drafts were
 # accepted on average; 2 tokens 49% / 1.92; 3 tokens 66% / 2.97; 4 tokens 85% / 5.33
-# (bench/results/ngram-match.json (legacy), scripts/ngram_match.py). A wrong draft costs a
+# (bench/results/ngram-match.json (legacy), experiments/ngram_match.py). A wrong draft costs a
 # verify row; these caps keep the rows a weak match risks to about what it is expected to return.
 DRAFTS_BY_MATCH = (0, 1, 3, 7, 15)
 

@@ -41,7 +41,7 @@ def _workgroups(threads: int) -> tuple[int, int, int]:
 
 # Threads a GPU product aims for, (n_out / MATMUL_OUTS) x lanes: on the H200 more threads per
 # output shortened each thread's serial work up to about this many, beyond which they cost more
-# than they saved (scripts/bench_kernels.py; bench/results/h200-kernels.json (legacy)).
+# than they saved (experiments/bench_kernels.py; bench/results/h200-kernels.json (legacy)).
 MATMUL_THREADS = 12288
 
 

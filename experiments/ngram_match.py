@@ -7,7 +7,7 @@ every answer the host drafter's lookup runs on the tokens so far, as a cycle wou
 drafts (up to 15) are scored against the champion's next tokens: by the matched suffix length
 n, how often the first draft is right and how many lead drafts are right on average.
 
-    .venv/bin/python scripts/ngram_match.py --champion C.gguf --backend wgpu \
+    .venv/bin/python -m experiments.ngram_match --champion C.gguf --backend wgpu \
         --out bench/results/ngram-match.json [--tokens T.json]
 
 --tokens keeps the champion's answers (prompt and output ids) in a file, and reads them from it

@@ -1,7 +1,7 @@
 """The page's start-up and first token on the CPU engine: phases, time to first token for the
 demo's default prompt, decode tokens/s and the wasm heap, with the champion cached in OPFS.
 
-    .venv/bin/python scripts/page_ttft.py [--prompt "Tell me about octopuses."] [--runs 2]
+    .venv/bin/python -m experiments.page_ttft [--prompt "Tell me about octopuses."] [--runs 2]
         [--out bench/results/page-ttft-cpu.json]
 
 One browser context (one OPFS), visited `--runs` + 1 times: the first visit downloads the
@@ -24,12 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from webtools import browser, serve, site
+from webtools.bench import RECORD_WORKER, page_phases
+from pyspec.apps import provenance
 
-from webtools import browser, serve, site  # noqa: E402
-from webtools.bench import RECORD_WORKER, page_phases  # noqa: E402
-from pyspec.apps import provenance  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def visit(context, base: str, prompt: str) -> dict:

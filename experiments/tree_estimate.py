@@ -2,7 +2,7 @@
 from the champion's greedy text on the public workload (an estimate for planning; no engine
 runs a tree).
 
-    .venv/bin/python scripts/tree_estimate.py --out bench/results/tree-estimate.json \
+    .venv/bin/python -m experiments.tree_estimate --out bench/results/tree-estimate.json \
         [--ranks R.json] [--max-tokens 64]
 
 1. The champion alone writes each public prompt's greedy answer (numpy engine, --max-tokens).

@@ -1,7 +1,7 @@
 """The page's WebGPU stack (Dawn in Node, webtools/dawn.mjs) beside native wgpu-py on one machine:
 one JSON and a plot from what `scripts/h200.sh dawn` brought back.
 
-    python scripts/dawn_report.py DIR --out bench/results/h200-dawn.json
+    python -m experiments.dawn_report DIR --out bench/results/h200-dawn.json
 
 DIR holds dawn-none.json, dawn-ngram.json, dawn-trained.json (the harness's answers: one run per
 prompt) and native/bench-wgpu.json (pyspec bench on the same prompts). Per drafter and stratum:
@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pyspec.apps.benchstats import per_cycle
+from pyspec.apps import provenance
+from pyspec.apps.provenance import stamp, tokens_sha256
 
-from pyspec.apps.benchstats import per_cycle  # noqa: E402
-from pyspec.apps.provenance import stamp, tokens_sha256  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SIDES = {"none": "champion-only", "ngram": "ngram", "trained": "models/draft-l4.gguf",
          "trained-fixed3": "models/draft-l4.gguf fixed:3"}
@@ -111,7 +110,7 @@ def main() -> None:
     # same prompts in the same call), not this machine's.
     result["provenance"] = native.get("provenance") or stamp({})["provenance"]
     result["provenance"]["dawn_adapter"] = adapter
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    provenance.write(str(args.out), result, here="provenance" not in native)
     plot(result, Path(args.out).with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("dawn_identical_to_dawn_champion_only",
                                              "dawn_tokens_equal_native")}))

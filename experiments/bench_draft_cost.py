@@ -1,7 +1,8 @@
 """Cost of one draft step as a fraction of a champion pass, for a GGUF draft (default: the shipped
 trained draft), on the numpy engine and on a native WebGPU adapter (lavapipe here).
 
-    .venv/bin/python scripts/bench_draft_cost.py [--draft PATH] [--reps 7] [--no-gpu] --out F.json
+    .venv/bin/python -m experiments.bench_draft_cost [--draft PATH] [--reps 7] [--no-gpu] \
+        --out F.json
 
 numpy: the champion's one-token pass as the CPU engine runs it (fastcpu.FastModel, exact) against
 the draft's as model_draft runs it (model.Model, exact=False, one token after a short prefix),

@@ -2,7 +2,7 @@
 the Pyodide snapshot, on first visits (a fresh browser profile: empty OPFS and HTTP cache) and
 warm ones (the same profile again: weights and snapshot in OPFS).
 
-    python scripts/bench_startup.py [--model smollm2] [--backend cpu] [--runs 3]
+    python -m experiments.bench_startup [--model smollm2] [--backend cpu] [--runs 3]
                                     [--without-jinja2] [--render] [--out bench/results/startup]
 
 Each run is one fresh profile visited `1 + --warm` times; with snapshot on and off alternating
@@ -30,11 +30,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from webtools import browser, serve, site
+from pyspec.apps import provenance
 
-from webtools import browser, serve, site  # noqa: E402
-from pyspec.apps import provenance  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 WAIT_SNAPSHOT = """async () => {
   for (;;) {

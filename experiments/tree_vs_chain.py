@@ -1,9 +1,9 @@
 """Tokens per champion pass for trees against chains on the CPU or the GPU, the champion
 with n-gram and with the trained draft, greedy, on a few public prompts (issue 48).
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/tree_vs_chain.py --per-stratum 1 \
+    .venv/bin/python -m experiments.tree_vs_chain --per-stratum 1 \
         --strata chat,rewrite,summary,repetitive --max-tokens 48 --out bench/results/tree-cpu.json
-    PYTHONPATH=$PWD nice .venv/bin/python scripts/tree_vs_chain.py --engine gpu --strata chat,code \
+    nice .venv/bin/python -m experiments.tree_vs_chain --engine gpu --strata chat,code \
         --max-tokens 24 --configs gpu --out bench/results/tree-lavapipe.json
 
 Each (drafter, shape) runs every prompt; a shape is a chain `fixed:K` (K + 1 verify rows) or a
@@ -24,17 +24,15 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from pyspec import champion_path, trained_draft_path  # noqa: E402
-from pyspec.apps import workload  # noqa: E402
-from pyspec.apps.provenance import stamp, tokens_sha256  # noqa: E402
-from pyspec.cpu.fastcpu import FastModel  # noqa: E402
-from pyspec.cpu.model import Model  # noqa: E402
-from pyspec.engine import Engine, Options  # noqa: E402
-from pyspec.formats.gguf import GGUFFile  # noqa: E402
-from pyspec.load import backend, load_draft_checked  # noqa: E402
-from pyspec.text.tokenizer import Tokenizer  # noqa: E402
+from pyspec import champion_path, trained_draft_path
+from pyspec.apps import provenance, workload
+from pyspec.apps.provenance import tokens_sha256
+from pyspec.cpu.fastcpu import FastModel
+from pyspec.cpu.model import Model
+from pyspec.engine import Engine, Options
+from pyspec.formats.gguf import GGUFFile
+from pyspec.load import backend, load_draft_checked
+from pyspec.text.tokenizer import Tokenizer
 
 WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workloads", "public.jsonl")
 # (label, k policy, tree shape, verify rows asked for)
@@ -104,11 +102,10 @@ def main() -> int:
 
 
 def _write(args, result: dict, champion_file: str, spec: dict) -> None:
-    stamp(result, champion=champion_file, workload=args.workload,
-          drafts={"ngram": None, "trained": spec["trained"]},
-          backend="wgpu" if args.engine == "gpu" else args.engine)
-    with open(args.out, "w") as fh:
-        json.dump(result, fh, indent=1)
+    provenance.write(args.out, provenance.stamp(
+        result, champion=champion_file, workload=args.workload,
+        drafts={"ngram": None, "trained": spec["trained"]},
+        backend="wgpu" if args.engine == "gpu" else args.engine))
 
 
 def _run(eng, prompts, alone, max_tokens: int, k: str, tree: str | None) -> dict:

@@ -1,7 +1,7 @@
 """wllama 3.8.1 (llama.cpp compiled to WebAssembly) beside pyspec's page, in the same headless
 Chromium, on the same champion GGUF: a benchmark peer, never a runtime dependency.
 
-    .venv/bin/python scripts/bench_wllama.py [--per-stratum 1] [--max-tokens 32]
+    .venv/bin/python -m experiments.bench_wllama [--per-stratum 1] [--max-tokens 32]
         [--threads 1,2] [--pyspec-json FILE] [--out bench/results]
 
 The npm tarball is fetched at bench time with `npm pack` into .cache/downloads/ and checked
@@ -33,12 +33,11 @@ import tarfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pyspec import champion_path
+from pyspec.apps import benchstats, provenance, workload
+from webtools import browser, serve
 
-from pyspec import champion_path  # noqa: E402
-from pyspec.apps import benchstats, provenance, workload  # noqa: E402
-from webtools import browser, serve  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 WLLAMA = "@wllama/wllama@3.8.1"
 # `npm view @wllama/wllama@3.8.1 dist.integrity`

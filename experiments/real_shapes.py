@@ -1,14 +1,15 @@
 """Random-weight Q4_K_M models of the real shapes (models/real_shapes.json), and their cost on the
 native CPU engine (cpu/fastcpu.py).
 
-  python scripts/real_shapes.py write DIR [--only NAME ...]
+  python -m experiments.real_shapes write DIR [--only NAME ...]
       writes DIR/NAME.gguf for each shape: the family's metadata keys at the real numbers (plus
       Llama 3.2's rope_freqs.weight, computed from its rope scaling as llama.cpp's converter
       does), every tensor random and quantized as llama.cpp's Q4_K_M picks (formats/mixes.py:
       Q4_K / Q6_K, and Q5_0 / Q8_0 where a row is not a multiple of 256). Not committed: 0.1
       to 1 GB each. The tokenizer is testmodels' byte-level one padded with unused tokens to the
       real vocabulary size, so the embedding, the head and the tokenizer have the real row count.
-  python scripts/real_shapes.py bench DIR [--tokens N] [--max-gb G] [--out bench/results/real-shapes.json]
+  python -m experiments.real_shapes bench DIR [--tokens N] [--max-gb G]
+          [--out bench/results/real-shapes.json]
       loads each model on the fast CPU engine in a fresh process, decodes N tokens one pass at a
       time after a 16-token prefill, and records tok/s, weight bytes (as loaded: float32, and
       the file's Q4_K_M bytes), KV bytes per token and the process's peak resident memory;
@@ -178,8 +179,8 @@ def bench(directory: pathlib.Path, tokens: int, max_gb: float, out: pathlib.Path
             why = "not written" if not path.exists() else f"float32 weights above {max_gb} GB"
             rows[name] = {"skipped": why, "params": n_params}
             continue
-        res = subprocess.run([sys.executable, __file__, "one", str(path), str(tokens)],
-                             capture_output=True, text=True, check=True)
+        res = subprocess.run([sys.executable, "-m", "experiments.real_shapes", "one", str(path),
+                              str(tokens)], capture_output=True, text=True, check=True, cwd=ROOT)
         rows[name] = {"params": n_params, **json.loads(res.stdout.splitlines()[-1])}
         print(name, rows[name], flush=True)
     doc = {"schema": "pyspec.bench-real-shapes/1", "engine": "fastcpu (native numpy)",
@@ -187,8 +188,7 @@ def bench(directory: pathlib.Path, tokens: int, max_gb: float, out: pathlib.Path
                       "at the end: tok/s here are a loaded VM's, not a quiet one's", "rows": rows}
     from pyspec.apps import provenance
 
-    provenance.stamp(doc, backend="cpu", adapter="cpu-numpy")
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    provenance.write(str(out), provenance.stamp(doc, backend="cpu", adapter="cpu-numpy"))
     plot(rows, out.with_suffix(".png"))
 
 

@@ -1,6 +1,6 @@
 """Fault recovery times in the page (issue 11): every fault kind x {greedy, replay}, median of runs.
 
-    .venv/bin/python scripts/bench_faults.py --runs 5 --out bench/results/faults.json \\
+    .venv/bin/python -m experiments.bench_faults --runs 5 --out bench/results/faults.json \\
         --screenshots /tmp/fault-screens
 
 One headless Chromium page (the demo page, tiny model, WebGPU on SwiftShader, drills=1) runs each
@@ -12,7 +12,7 @@ fault through the page's drills switch, as e2e/test_browser_faults.py does, and 
     undisturbed request's, measured in the same run;
   - for device-lost-repeat, the time until the retry-limit error instead.
 With --screenshots, one PNG per kind of the page right after the fault (its notice or error), of
-the tiny model; docs/faults.md's pictures are the champion's, from scripts/screenshot_demo.py.
+the tiny model; docs/faults.md's pictures are the champion's, from webtools/screenshot.py.
 Timings are the bench's business, never a test's. SwiftShader on a shared CPU is slow: a new
 WebGPU device costs its pipelines' compilation, a new worker a Pyodide start.
 """
@@ -27,11 +27,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from webtools import browser as web_browser  # noqa: E402
-from webtools import serve, site  # noqa: E402
-from pyspec.apps import provenance  # noqa: E402
+from webtools import browser as web_browser
+from webtools import serve, site
+from pyspec.apps import provenance
 
 PROMPT = "the cat sat on the mat. the cat"
 MODES = {"greedy": {"temperature": 0}, "replay": {"temperature": 0.8, "seed": 5}}
@@ -124,7 +122,6 @@ def main(argv=None) -> int:
 def write(args, info: dict, undisturbed: dict, table: dict) -> None:
     result = {"what": "fault recovery in the page: tiny model, WebGPU on SwiftShader, "
                       f"fault at cycle {CYCLE}, {args.max_tokens} tokens, ngram k=3",
-              "command": "scripts/bench_faults.py " + " ".join(sys.argv[1:]),
               "adapter": info["adapter"], "machine": platform.machine(),
               "cpus": os.cpu_count(), "load_average": os.getloadavg(),
               "undisturbed_wall_s": {m: summary(v) for m, v in undisturbed.items()},

@@ -1,10 +1,10 @@
-"""Big model shapes in the page: random Q4_K_M models of the real shapes (scripts/real_shapes.py)
-opened by URL in headless Chromium on this machine's WebGPU adapter (SwiftShader here), streamed
+"""Big model shapes in the page: random Q4_K_M models of the real shapes
+(experiments/real_shapes.py) opened by URL in headless Chromium on this machine's WebGPU adapter (SwiftShader here), streamed
 to the GPU, and a few tokens decoded: the card's verdict, time to ready, the wasm heap before and
 after the weights, the GPU bytes, and seconds per token. A benchmark, not a test (issue 46).
 
     python3 build.py site
-    PYTHONPATH=$PWD .venv/bin/python scripts/page_big_shapes.py DIR [--shapes A,B] [--tokens 3]
+    .venv/bin/python -m experiments.page_big_shapes DIR [--shapes A,B] [--tokens 3]
         [--binding-mib 128] [--out bench/results/page-big-shapes.json]
 
 DIR holds NAME.gguf for each shape (written there first when missing). Each is linked into the
@@ -22,11 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pyspec.apps import provenance
+from webtools import browser, serve
 
-from pyspec.apps import provenance  # noqa: E402
-from webtools import browser, serve  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SITE = ROOT / "dist" / "site"
 
@@ -75,8 +74,8 @@ def main() -> int:
     names = [n for n in args.shapes.split(",") if n]
     missing = [n for n in names if not (args.dir / f"{n}.gguf").exists()]
     if missing:
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "real_shapes.py"), "write",
-                        str(args.dir), "--only", *missing], check=True)
+        subprocess.run([sys.executable, "-m", "experiments.real_shapes", "write", str(args.dir),
+                        "--only", *missing], check=True, cwd=ROOT)
     limits = ({"maxStorageBufferBindingSize": args.binding_mib << 20} if args.binding_mib
               else None)
     server, base = serve.start(SITE)

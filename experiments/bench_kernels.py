@@ -10,7 +10,8 @@ gate-up folds the norm and the SiLU gate, QKV-like folds the norm. Each variant'
 checked against the current kernel's (close) and for batch invariance (row r of a 16-row pass
 equals row 0 of a 1-3-row pass over x moved up by r, bit for bit) before it is timed.
 
-    .venv/bin/python scripts/bench_kernels.py [--n 200] [--runs 5] [--rows 1,8] [VARIANT_DIR ...]
+    .venv/bin/python -m experiments.bench_kernels [--n 200] [--runs 5] [--rows 1,8]
+        [VARIANT_DIR ...]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 public workload, by how sure the champion itself was of its token (an analysis for planning; it
 asserts nothing).
 
-    .venv/bin/python scripts/agreement_by_confidence.py \
+    .venv/bin/python -m experiments.agreement_by_confidence \
         --out bench/results/agreement-by-confidence.json [--max-tokens 64]
 
 1. The champion alone writes each public prompt's greedy answer (numpy engine, --max-tokens).
@@ -25,7 +25,7 @@ import platform
 import statistics
 
 import numpy as np
-from tree_estimate import cached
+from .tree_estimate import cached
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "workloads", "public.jsonl")
 BINS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.000001)
@@ -112,7 +112,7 @@ def main() -> int:
         "what": "the trained draft's first-step agreement with the champion's greedy token, "
                 "teacher-forced, by the champion's own probability of that token (p1) and by "
                 "its margin over the second choice (p1 - p2)",
-        "script": "scripts/agreement_by_confidence.py",
+        "script": "experiments/agreement_by_confidence.py",
         "machine": platform.platform(),
         "workload": "workloads/public.jsonl without the adversarial stratum",
         "answers": len(answers), "positions": int(p1.size), "max_tokens": args.max_tokens,

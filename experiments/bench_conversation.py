@@ -1,6 +1,6 @@
 """Conversation benchmarks (issue 14), on the numpy engine with the real champion.
 
-    .venv/bin/python scripts/bench_conversation.py --out bench/results/conversation-cpu.json
+    .venv/bin/python -m experiments.bench_conversation --out bench/results/conversation-cpu.json
 
 - Time to first token of a one-message conversation, and of the 10th user turn of a
   conversation built turn by turn on one engine (the conversation cache prefills only each
@@ -22,11 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pyspec.apps import provenance  # noqa: E402
-from pyspec.engine import Engine, Options  # noqa: E402
-from pyspec.load import backend, load_champion  # noqa: E402
+from pyspec.apps import provenance
+from pyspec.engine import Engine, Options
+from pyspec.load import backend, load_champion
 
 WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "public.jsonl"
 

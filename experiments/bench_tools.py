@@ -2,7 +2,7 @@
 champion-only under the same call grammar, on the prompts of bench/tool_prompts.jsonl.
 
     .venv/bin/python -m experiments tools-cpu          # the registered run (experiments/)
-    .venv/bin/python scripts/bench_tools.py --out OUT.json \\
+    .venv/bin/python -m experiments.bench_tools --out OUT.json \\
         [--backend cpu|numpy] [--champion PATH] [--template FILE] [--runs 2] [--only ID,ID] \\
         [--allow-dirty]
 
@@ -30,15 +30,13 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pyspec import champion_path  # noqa: E402
-from pyspec.apps import provenance  # noqa: E402
-from pyspec.formats.gguf import GGUFFile  # noqa: E402
-from pyspec.text.tokenizer import Tokenizer  # noqa: E402
-from pyspec.engine import Engine, Options  # noqa: E402
-from pyspec.load import backend, load_champion  # noqa: E402
-from pyspec.text import toolcalls  # noqa: E402
+from pyspec import champion_path
+from pyspec.apps import provenance
+from pyspec.formats.gguf import GGUFFile
+from pyspec.text.tokenizer import Tokenizer
+from pyspec.engine import Engine, Options
+from pyspec.load import backend, load_champion
+from pyspec.text import toolcalls
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "bench" / "tool_prompts.jsonl"

@@ -2,14 +2,15 @@
 prefill speed, the fraction of HBM bandwidth each reaches, pyspec's dispatches per pass, and the
 verify cost by rows that decides where speculation and trees pay.
 
-  python scripts/gpu_shapes.py measure DIR --names A,B [--champion F] --out RAW.json
-      on the GPU machine (scripts/h200.sh shapes): each DIR/NAME.gguf (scripts/real_shapes.py
+  python -m experiments.gpu_shapes measure DIR --names A,B [--champion F] --out RAW.json
+      on the GPU machine (scripts/h200.sh shapes): each DIR/NAME.gguf (experiments/real_shapes.py
       write) loaded on the native adapter with timestamps; per model the pass seconds for 1..16
       rows (gpu/measure.py: medians, wall clock around submit + one readback), GPU seconds of a
       1-, 8- and 16-row pass, a decode loop (DECODE one-token passes from position 0, each
       awaited: what a cycle without drafts pays), a prefill of PREFILL tokens (16 rows a
       submission, no head, one readback at the end), the weights' bytes and the dispatches.
-  python scripts/gpu_shapes.py report RAW.json [LLAMA_BENCH.json ...] --out bench/results/h200-shapes.json
+  python -m experiments.gpu_shapes report RAW.json [LLAMA_BENCH.json ...]
+          --out bench/results/h200-shapes.json
       here: joins llama-bench's JSON (-o json; the model named by its file) to the native rows,
       computes bandwidth fractions against NVIDIA's figure for the GPU measured (H200 4.8 TB/s,
       H100 SXM 3.35 TB/s: HBM_BY_GPU), writes the JSON with the measuring run's provenance and a
@@ -25,17 +26,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 HBM_SPEC = 4.8e12        # bytes/s, H200 HBM3e (NVIDIA's figure)
 # NVIDIA's memory bandwidth figures by the adapter's name (the first that the name contains).
 HBM_BY_GPU = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100 NVL", 3.9e12), ("H100", 3.35e12))
@@ -111,9 +108,9 @@ def cmd_measure(args) -> None:
         except Exception as e:    # one shape's failure is a result too; the others still run
             rows[name] = {"error": f"{type(e).__name__}: {e}"}
         print(name, json.dumps({k: v for k, v in rows[name].items() if k != "rows"}), flush=True)
-        result = {"adapter": dev.name, "command": " ".join(sys.argv), "models": rows}
-        Path(args.out).write_text(json.dumps(provenance.stamp(
-            result, models={n: str(p) for n, p in paths.items()}, backend="wgpu"), indent=1))
+        result = {"adapter": dev.name, "models": rows}
+        provenance.write(args.out, provenance.stamp(
+            result, models={n: str(p) for n, p in paths.items()}, backend="wgpu"))
 
 
 def llama_rows(files: list[str]) -> dict:
@@ -181,9 +178,10 @@ def cmd_report(args) -> None:
            # go/no-go: what Dawn (npm webgpu, the page's WebGPU) said of the GPU, and the GPU
            "dawn_probe": json.loads(Path(args.probe).read_text()) if args.probe else None,
            "nvidia_smi": Path(args.smi).read_text().strip() if args.smi else None}
+    # (a raw of before this module kept the command as run beside its provenance)
     out = provenance.stamp(out) if "provenance" not in raw else {**out, "provenance": raw["provenance"]}
-    out["provenance"] = {**out["provenance"], "command": raw.get("command"),
-                         "report_command": shlex.join(["scripts/gpu_shapes.py", *sys.argv[1:]])}
+    out["provenance"] = {**out["provenance"], "report_command": provenance.command(),
+                         **({"command": raw["command"]} if "command" in raw else {})}
     if args.tree_commit:      # the runner's check of the copy there (h200.sh recv), see --help
         # What the copy's own .git said there (the session's first commit, the files differing
         # from it as any later commit's do) is kept; the commit is the one the files equal.
@@ -192,7 +190,7 @@ def cmd_report(args) -> None:
                              "copy_git_head_differs": said.get("dirty"),
                              "commit": args.tree_commit, "dirty": False,
                              "commit_checked": args.tree_evidence}
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    provenance.write(args.out, out, here="provenance" not in raw)
     plot(table, Path(args.out).with_suffix(".png"), raw.get("adapter", "GPU"))
     for e in table:
         print(json.dumps({k: v for k, v in e.items() if k != "verify_cost_ratio"}))
@@ -284,7 +282,7 @@ def main() -> None:
     r.add_argument("--dawn-busy", nargs="*", default=[],
                    help="dawn.mjs answers taken while the host was busy (dawn-shape-NAME.json)")
     r.add_argument("--tree-commit", help="the commit the runner checked the copy against "
-                   "(scripts/h200.sh recv: every tracked file's sha256 equal to its list)")
+                   "(h200.sh recv: every tracked file's sha256 equal to its list)")
     r.add_argument("--probe", help="webtools.dawn --probe's answer there")
     r.add_argument("--smi", help="nvidia-smi's name, driver and memory there")
     r.add_argument("--tree-evidence", default="", help="what the runner printed of that check")

@@ -11,7 +11,8 @@ Time is the process's CPU seconds (lavapipe runs its threads in this process, so
 done whatever the machine's other load) and wall seconds, each the minimum over `--reps` passes
 after a warm-up.
 
-    .venv/bin/python scripts/bench_gpu_families.py [--layers 2,4] [--reps 4] [--vocab N] [--out F]
+    .venv/bin/python -m experiments.bench_gpu_families [--layers 2,4] [--reps 4] [--vocab N]
+        [--out F]
 
 bench/results/lavapipe-families.json: --vocab 4096 --layers 1,3 --reps 3 (the real vocabularies'
 random weights took longer than the time this was measured in), on a machine shared by other

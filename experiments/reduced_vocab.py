@@ -11,10 +11,10 @@ lies outside the N ids; what it saves is the head product, most of a draft step 
 Reports, for each N: the share of the training answers' tokens inside the N ids, the share of
 the champion's greedy tokens on the workload inside them, acceptance at --k fixed:4 on the
 workload (engine runs, greedy), and the draft's one-token step time (head included), median
-of --reps steps, timed as scripts/bench_draft_cost.py times a step. Frequencies come from the
+of --reps steps, timed as experiments/bench_draft_cost.py times a step. Frequencies come from the
 training shards (train/generate.py's npz files), never from the workload.
 
-    .venv/bin/python scripts/reduced_vocab.py --data GEN_DIR --workload workloads/public.jsonl \
+    .venv/bin/python -m experiments.reduced_vocab --data GEN_DIR --workload workloads/public.jsonl \
         [--n 4096,8192,16384,32768] [--per-stratum 2] [--max-tokens 48] [--json OUT.json]
 """
 
@@ -24,25 +24,21 @@ import argparse
 import glob
 import json
 import os
-import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), HERE]
+from pyspec import trained_draft_path
+from pyspec.apps import provenance
+from pyspec.apps.workload import first_per_stratum, read_workload
+from pyspec.cpu.executor import CPUBackend
+from pyspec.cpu.model import Model
+from pyspec.drafters.model_draft import ModelDrafter
+from pyspec.drafters.pairing import bind_borrowed
+from pyspec.engine import Engine, Options
+from pyspec.formats.gguf import GGUFFile
+from pyspec.load import load_champion
 
-from bench_draft_cost import numpy_step_s  # noqa: E402  (scripts/: the step timing it reports)
-
-from pyspec import trained_draft_path  # noqa: E402
-from pyspec.apps import provenance  # noqa: E402
-from pyspec.apps.workload import first_per_stratum, read_workload  # noqa: E402
-from pyspec.cpu.executor import CPUBackend  # noqa: E402
-from pyspec.cpu.model import Model  # noqa: E402
-from pyspec.drafters.model_draft import ModelDrafter  # noqa: E402
-from pyspec.drafters.pairing import bind_borrowed  # noqa: E402
-from pyspec.engine import Engine, Options  # noqa: E402
-from pyspec.formats.gguf import GGUFFile  # noqa: E402
-from pyspec.load import load_champion  # noqa: E402
+from .bench_draft_cost import numpy_step_s   # the step timing it reports
 
 
 def frequencies(data: str, vocab: int) -> np.ndarray:

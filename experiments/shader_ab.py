@@ -1,12 +1,14 @@
 """Chain passes of the champion with two shader folders, interleaved on one adapter: did a shader
 change slow the chain down? (Issue 48 checked with it that the tree pass left chains alone.)
 
-    .venv/bin/python scripts/shader_ab.py A_SHADERS B_SHADERS [--reps 7] [--rows 1,8]
+    .venv/bin/python -m experiments.shader_ab A_SHADERS B_SHADERS [--reps 7] [--rows 1,8]
+        [--out F.json]
 
 A_SHADERS is typically an older commit's (`git archive REV shaders | tar x -C DIR`). Each side's
 plans are compiled from its folder on a device of its own; after a 150-token prefill, passes over
 each row count alternate between the sides (rolled back each time), and the medians (ms per
-pass: submit and a 16-byte readback) print as one JSON line. Not part of the pyspec runtime.
+pass: submit and a 16-byte readback) print as one JSON line, and with --out go to a file through
+pyspec/apps/provenance.py's writer. Not part of the pyspec runtime.
 """
 
 from __future__ import annotations
@@ -15,17 +17,15 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pyspec import champion_path  # noqa: E402
-from pyspec.formats.gguf import GGUFFile  # noqa: E402
-from pyspec.gpu import device, load_model, open_device  # noqa: E402
+from pyspec import champion_path
+from pyspec.apps import provenance
+from pyspec.formats.gguf import GGUFFile
+from pyspec.gpu import device, load_model, open_device
 
 
 def build(shaders: str):
@@ -47,6 +47,7 @@ def main() -> None:
     ap.add_argument("b")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--rows", default="1,8")
+    ap.add_argument("--out", default=None, help="also write the medians here, with provenance")
     args = ap.parse_args()
     rows_list = [int(r) for r in args.rows.split(",")]
     models = {"a": build(args.a), "b": build(args.b)}
@@ -66,8 +67,11 @@ def main() -> None:
                 times[(name, rows)].append(time.perf_counter() - t0)
     out = {f"{name} rows={rows}": round(statistics.median(t) * 1000, 1)
            for (name, rows), t in times.items()}
-    print(json.dumps({"median_ms_per_pass": out, "reps": args.reps,
-                      "adapter": models["a"].dev.name}))
+    result = {"median_ms_per_pass": out, "reps": args.reps, "shaders": {"a": args.a, "b": args.b},
+              "adapter": models["a"].dev.name}
+    print(json.dumps(result))
+    if args.out:
+        provenance.write(args.out, provenance.stamp(result, backend="wgpu"))
 
 
 if __name__ == "__main__":

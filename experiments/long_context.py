@@ -3,7 +3,7 @@ concatenated into one user message: measured on, never trained on) at max_ctx 81
 on native WebGPU, written to bench/results/long-context.json. A measurement, not a test: it
 asserts nothing.
 
-    .venv/bin/python scripts/long_context.py [--out bench/results/long-context.json]
+    .venv/bin/python -m experiments.long_context [--out bench/results/long-context.json]
         [--max-tokens N] [--positions 0,4096,8176] [--backends numpy,wgpu,wgpu-e2e]
         [--champion PATH]
 
@@ -201,7 +201,7 @@ def main() -> None:
                "load_avg_at_start": os.getloadavg()[0]}
     for name in args.backends.split(","):
         t0 = time.perf_counter()
-        child = subprocess.run([sys.executable, __file__, "--child", name,
+        child = subprocess.run([sys.executable, "-m", "experiments.long_context", "--child", name,
                                 "--max-tokens", str(args.max_tokens),
                                 "--positions", args.positions,
                                 *(["--champion", args.champion] if args.champion else [])],

@@ -1,7 +1,8 @@
 """The JSON-schema mask's cost per masked row in the page (issue 12's goal: <= 5 ms in the page,
 <= 1 ms natively), on the schemas of bench/json_prompts.jsonl.
 
-    .venv/bin/python scripts/page_mask_cost.py [--reps 3] [--out bench/results/page-mask-cost.json]
+    .venv/bin/python -m experiments.page_mask_cost [--reps 3]
+        [--out bench/results/page-mask-cost.json]
 
 The built site is served as the e2e tests serve it, and headless Chromium opens a page on its
 origin that starts a module worker loading Pyodide, its packages and the pyspec wheel as
@@ -28,13 +29,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pyspec import champion_path
+from pyspec.formats.gguf import GGUFFile
+from pyspec.text.tokenizer import Tokenizer
+from webtools import browser, serve, site
 
-from pyspec import champion_path  # noqa: E402
-from pyspec.formats.gguf import GGUFFile  # noqa: E402
-from pyspec.text.tokenizer import Tokenizer  # noqa: E402
-from webtools import browser, serve, site  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROMPTS = ROOT / "bench" / "json_prompts.jsonl"
 PAGE = "page-mask-cost.html"   # answered by the browser context itself (never in the site)

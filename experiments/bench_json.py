@@ -2,7 +2,7 @@
 against constrained champion-only, on the json stratum of the public workload (its 4 prompts,
 with the schemas in bench/json_prompts.jsonl) and the 8 schema prompts written there.
 
-    .venv/bin/python scripts/bench_json.py --out bench/results/json-cpu.json \\
+    .venv/bin/python -m experiments.bench_json --out bench/results/json-cpu.json \\
         [--backend numpy|cpu|wgpu] [--champion PATH] [--drafts none,ngram@fixed:4,trained] \\
         [--k heuristic] [--runs 3] [--only ID,ID]
 
@@ -32,13 +32,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pyspec.apps import provenance  # noqa: E402
-from pyspec.apps.bench import draft_file  # noqa: E402
-from pyspec.rules import jsonmask  # noqa: E402
-from pyspec.engine import Engine, Options  # noqa: E402
-from pyspec.load import backend, load_champion  # noqa: E402
+from pyspec.apps import provenance
+from pyspec.apps.bench import draft_file
+from pyspec.rules import jsonmask
+from pyspec.engine import Engine, Options
+from pyspec.load import backend, load_champion
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = ROOT / "workloads" / "public.jsonl"
@@ -148,7 +146,7 @@ def main(argv=None) -> int:
         tok = Tokenizer.from_metadata(GGUFFile.open(args.champion or champion_path()).metadata)
         cost = mask_cost(tok, prompts(set(args.only.split(",")) if args.only else None))
         print(json.dumps(cost, indent=1))
-        Path(args.out).write_text(json.dumps({"mask_cost": cost}, indent=1))
+        provenance.write(args.out, provenance.stamp({"mask_cost": cost}, champion=args.champion))
         return 0
     champion, tok = load_champion(args.champion, args.backend,
                                   1024 if args.backend == "wgpu" else None)

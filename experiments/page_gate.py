@@ -3,7 +3,7 @@ gate.md) in Chromium on this machine's WebGPU adapter (SwiftShader here), its ta
 its result written with where it came from (bench/results/page-gate-swiftshader.json).
 
     python3 build.py site
-    PYTHONPATH=$PWD .venv/bin/python scripts/page_gate.py [--model smollm2] [--drafts ngram]
+    .venv/bin/python -m experiments.page_gate [--model smollm2] [--drafts ngram]
         [--per-stratum 1] [--max-tokens 32] [--out page-gate.json]
 
 Not here: measuring and judging (pyspec/apps/page_gate.py, gate.py), the page (web/).
@@ -17,12 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pyspec.apps import provenance
+from pyspec.apps.workload import PUBLIC_WORKLOAD
+from webtools import browser, serve
 
-from pyspec.apps import provenance  # noqa: E402
-from pyspec.apps.workload import PUBLIC_WORKLOAD  # noqa: E402
-from webtools import browser, serve  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 MEASURE = """async ([drafts, perStratum, maxTokens]) => pyspecApp.decoder().measure({
   drafts, perStratum, maxTokens, onProgress: (p) => window.note(`${p.done}/${p.total} ${p.label}`) })"""

@@ -1,7 +1,7 @@
 """What a verify pass over m rows costs on the CPU engine, in one-row passes, for weight blocks of
 several sizes side by side (fastcpu.BLOCK_ROWS["blas"]), on the real champion.
 
-    .venv/bin/python scripts/bench_cpu_rows.py [--blocks 4096,256] [--rows 1,2,3,5,8]
+    .venv/bin/python -m experiments.bench_cpu_rows [--blocks 4096,256] [--rows 1,2,3,5,8]
         [--ctx 300] [--reps 9] --out bench/results/cpu-rows.json
 
 The champion's cache holds --ctx random tokens; each pass feeds m more and is rolled back. The

@@ -1,7 +1,7 @@
 """What the JSON-schema mask and the filters cost per row on the device (shaders/filter.wgsl),
 against the host accept they replace (issue 12).
 
-    .venv/bin/python scripts/bench_mask.py --out bench/results/mask-lavapipe.json [--reps 5] \
+    .venv/bin/python -m experiments.bench_mask --out bench/results/mask-lavapipe.json [--reps 5] \
         [--split both|on|off]
 
 Masks are the real ones: the champion's vocabulary (49,152 tokens) and the schemas of
@@ -37,17 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pyspec import champion_path  # noqa: E402
-from pyspec.apps import provenance  # noqa: E402
-from pyspec.rules import jsonmask  # noqa: E402
-from pyspec.formats.gguf import GGUFFile  # noqa: E402
-from pyspec.gpu import native, sampling  # noqa: E402
-from pyspec.gpu.device import ROWS_MAX  # noqa: E402
-from pyspec.gpu.step import Steps  # noqa: E402
-from pyspec.rules.processors import Filters  # noqa: E402
-from pyspec.text.tokenizer import Tokenizer  # noqa: E402
+from pyspec import champion_path
+from pyspec.apps import provenance
+from pyspec.rules import jsonmask
+from pyspec.formats.gguf import GGUFFile
+from pyspec.gpu import native, sampling
+from pyspec.gpu.device import ROWS_MAX
+from pyspec.gpu.step import Steps
+from pyspec.rules.processors import Filters
+from pyspec.text.tokenizer import Tokenizer
 
 PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "json_prompts.jsonl"
 ROWS = (1, 5, 16)

@@ -2,7 +2,7 @@
 k+1 logits rows read back, the rule in numpy) and the device processors (penalize.wgsl and
 filter.wgsl, the 68-word readback kept), against the plain cycle.
 
-    .venv/bin/python scripts/bench_sampling.py --out bench/results/sampling-lavapipe.json \\
+    .venv/bin/python -m experiments.bench_sampling --out bench/results/sampling-lavapipe.json \\
         [--champion tiny|PATH] [--tokens 16] [--runs 3]
 
 Per configuration, side by side in one run on one device: seconds per cycle (wall of the decode
@@ -30,13 +30,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pyspec import testmodels  # noqa: E402
-from pyspec.apps import provenance  # noqa: E402
-from pyspec.engine import Engine, Options  # noqa: E402
-from pyspec.gpu.processors import KINDS  # noqa: E402
-from pyspec.load import backend, load_champion  # noqa: E402
+from pyspec import testmodels
+from pyspec.apps import provenance
+from pyspec.engine import Engine, Options
+from pyspec.gpu.processors import KINDS
+from pyspec.load import backend, load_champion
 
 WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "public.jsonl"
 

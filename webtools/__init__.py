@@ -7,4 +7,5 @@ venv's Python:
   serve.py    a static server with the right MIME types and cross-origin isolation headers
   browser.py  launches Debian's Chromium with WebGPU (SwiftShader) through Playwright, and runs
               the demo page headless (`python3 build.py demo --headless`)
+  screenshot.py  the README's and docs/faults.md's pictures of the demo page
 """

@@ -1,8 +1,8 @@
 """Screenshot the demo page after one request with the real champion, its tokens styled by kind
 (accepted drafts, the champion's corrections, bonus tokens), for README.md and docs/screenshots/.
 
-    .venv/bin/python scripts/screenshot_demo.py [--out docs/screenshots/demo.png]
-    .venv/bin/python scripts/screenshot_demo.py --fault worker-terminate@3 \
+    .venv/bin/python -m webtools.screenshot [--out docs/screenshots/demo.png]
+    .venv/bin/python -m webtools.screenshot --fault worker-terminate@3 \
         --out docs/screenshots/fault-worker-terminate.png
 
 It builds the site, serves it, runs the prompt below through the page's own `pyspecApp.run` with

@@ -373,8 +373,6 @@ SCRIPTS: dict[str, str] = {
     "record_golden_token_types.py": "tests/golden/token_types.json",
     "llama_logits.cpp": "llama.cpp's logits of a dequantized model for record_golden_dequant.py",
     "rng_known_answers.c": "the RNG's known answers in C (tests/test_rng.py)",
-    "bench_matmul.py": "a kernel timing aid that gpu/ops.py's comments cite; writes no result",
-    "profile_cycle.py": "a per-dispatch profile of one cycle that gpu/native.py cites; no result",
 }
 
 # This package's modules that are not experiments: the runner, its entry and the results page.

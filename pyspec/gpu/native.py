@@ -220,9 +220,10 @@ class NativeDevice(Device):
     # A pass's commands go straight to wgpu-native's C functions, not through wgpu-py's
     # wrappers (each wraps a call in error capture, and set_bind_group builds an offsets array):
     # recording a champion cycle's dispatches took about 2.8x longer through them (measured on
-    # lavapipe with scripts/profile_cycle.py's host_submit_s). Recording reports no error:
-    # wgpu-native keeps a pass's errors for its end, and `end()` and `finish()` still go through
-    # wgpu-py, which raises them. The plans (Dispatch) keep each pipeline and bind group alive.
+    # lavapipe by scripts/profile_cycle.py, removed: at commit 0e92f77). Recording reports no
+    # error: wgpu-native keeps a pass's errors for its end, and `end()` and `finish()` still go
+    # through wgpu-py, which raises them. The plans (Dispatch) keep each pipeline and bind group
+    # alive.
     def _set_pipeline(self, compute_pass, pipeline):
         _raw.wgpuComputePassEncoderSetPipeline(compute_pass._internal, pipeline._internal)
 

@@ -60,7 +60,7 @@ def _lanes(units: int, n_out: int) -> int:
 # Adapters that run shaders on the CPU (Mesa's lavapipe, Chromium's SwiftShader), by adapter name.
 # There a storage load that differs between invocations is a scalar loop over the SIMD lanes and
 # a workgroup barrier is a coroutine switch, so matmul runs one thread per output group (lanes 1,
-# no barrier). scripts/bench_matmul.py measures it.
+# no barrier). Measured by scripts/bench_matmul.py (removed: at commit 0e92f77).
 
 
 def _cpu_adapter(dev) -> bool:

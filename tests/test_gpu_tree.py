@@ -112,3 +112,109 @@ def test_malformed_parent_rows_are_refused(tiny):
     model.limit_context(64)
     with pytest.raises(ValueError, match="parent rows"):
         model.feed([1, 2, 3], 0, tree=(0, [-1, 0, 2]))
+
+
+# --- tree cycles end to end (gpu/tree.py, gpu/treedraft.py) --------------------------------------
+def _engine(tiny, draft, **paths):
+    from pyspec.cpu.model import Model
+    from pyspec.engine import Engine
+    from pyspec.load import backend as backend_for
+
+    spec = {"close": tiny.close_path}.get(draft, draft)
+    return Engine(backend_for(tiny.on("gpu"), spec, load_draft=Model.load, **paths),
+                  tiny.tokenizer)
+
+
+def _generate(engine, tiny, n=24, **opts):
+    from pyspec.options import Options
+
+    return engine.generate(tiny.prompt, Options(max_tokens=n, k="fixed:3", stop_at_eos=False,
+                                                **opts))
+
+
+def _greedy(tiny, n=24):
+    from conftest import greedy_pick, reference_decode
+
+    return reference_decode(tiny.champion, tiny.prompt, n, greedy_pick)
+
+
+@pytest.mark.parametrize("draft", ["ngram", "close"])
+def test_a_greedy_tree_cycle_reads_back_words_not_logits(tiny, draft):
+    """Greedy: the pass's rows are reduced on the device (argmax_rows), so a tree cycle reads
+    back O(rows) words, never its (1 + N, vocab) logits; one readback a cycle. Rejection still
+    reads the rows (its walk needs them): the counter's teeth."""
+    from pyspec.gpu.constants import ACCEPT_WORDS
+
+    engine = _engine(tiny, draft)
+    vocab = tiny.champion.config.vocab_size
+    r = _generate(engine, tiny, tree="2,2,1")
+    timing = r.stats["backend_timing"]
+    assert r.tokens == _greedy(tiny)
+    assert r.stats["schedule"]["trees"] > 0 and r.stats["champion_passes"] < 24
+    assert timing["readbacks"] == timing["cycles"], timing
+    # the most a cycle without its logits reads: a chain's accept words (a tree's: 2 (1 + N)),
+    # less than two logits rows
+    assert timing["readback_bytes"] <= 4 * ACCEPT_WORDS * timing["cycles"], timing
+    assert ACCEPT_WORDS < 2 * vocab
+    if draft == "ngram":
+        r = _generate(engine, tiny, tree="2,2,1", temperature=1.0, seed=3, verify="rejection")
+        timing = r.stats["backend_timing"]
+        assert timing["readback_bytes"] > 4 * ACCEPT_WORDS * timing["cycles"], timing
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, temperature):
+    """A draft model's fixed-width tree (gpu/treedraft.py): every depth's frontier drafted in one
+    batched pass, all in the cycle's one submission, one readback a cycle; the output is
+    champion-only's (greedy, and replay for the seed), and under greedy the tree is the one the
+    host grows a depth a pass (device_trees=False: the same accepted drafts by position)."""
+    from conftest import reference_decode
+    from pyspec.rules import rng, verify
+
+    seed = 5
+
+    def pick(logits, position):
+        return (int(np.argmax(logits)) if temperature == 0 else verify.sample_replay(
+            logits, temperature, rng.gumbel(seed, position, len(logits))))
+
+    want = reference_decode(tiny.champion, tiny.prompt, 24, pick)
+    opts = dict(tree="2,2,1", temperature=temperature, seed=seed)
+    device = _generate(_engine(tiny, "close"), tiny, **opts)
+    timing = device.stats["backend_timing"]
+    assert device.tokens == want
+    assert device.stats["schedule"]["trees"] >= timing["cycles"] - 1 > 3, device.stats
+    assert timing["submissions"] == timing["readbacks"] == timing["cycles"], timing
+    assert timing["drafted_on_device"] >= timing["cycles"] - 1, timing
+    host = _generate(_engine(tiny, "close", device_trees=False), tiny, **opts)
+    assert host.tokens == want
+    assert host.stats["backend_timing"]["readbacks"] > host.stats["backend_timing"]["cycles"]
+    if temperature == 0:
+        assert device.stats["accepted_by_position"] == host.stats["accepted_by_position"]
+
+
+def test_a_fixed_tree_layout_is_the_host_growths():
+    """treedraft.layout: grow_model_tree's shape for fixed widths, its caps included."""
+    from pyspec.gpu.treedraft import layout
+
+    full = layout((2, 2, 1), 3, 15, 100)
+    assert full.parents == (ROOT, ROOT, 0, 0, 1, 1, 2, 3, 4, 5) and full.levels == (2, 4, 4)
+    assert layout((2, 2, 1), 2, 15, 100).levels == (2, 4)            # the cycle's depth
+    assert layout((2, 2, 1), 3, 5, 100).levels == (2, 3)             # the pass's rows
+    assert layout((2, 2, 1), 3, 15, 3).levels == (2, 4)              # the draft's cache
+    assert layout((3,), 4, 15, 100).levels == (3,)
+
+
+def test_an_adapter_that_reads_back_later_takes_a_draft_models_device_trees(tiny, monkeypatch):
+    """The page's adapter reads back only asynchronously: a draft model's fixed-width trees
+    under greedy and replay grow on the device there and equal champion-only; `auto` and
+    rejection trees, which grow a depth a pass read back at once, are refused by name."""
+    from pyspec.errors import TreeUnsupportedError
+
+    engine = _engine(tiny, "close")
+    dev = engine.backend.dev
+    monkeypatch.setattr(dev, "reads_now", False)
+    monkeypatch.setattr(dev, "redeem_now", lambda readback: pytest.fail("read back at once"))
+    assert _generate(engine, tiny, tree="2,2,1").tokens == _greedy(tiny)
+    for opts in (dict(tree="auto"), dict(tree="2,1", temperature=1.0, verify="rejection")):
+        with pytest.raises(TreeUnsupportedError, match="fixed widths"):
+            _generate(engine, tiny, 4, **opts)

@@ -20,7 +20,8 @@ import numpy as np
 from ..cycle import Rule, TreeProposal
 from ..errors import TreeUnsupportedError
 from ..rules import rng, verify
-from ..rules.tree import MAX_TREE_NODES, ROOT, Tree, draw_siblings, parse_tree
+from ..rules.tree import (MAX_TREE_NODES, ROOT, Tree, depth_first_order, draw_siblings,
+                          parse_tree, reorder)
 
 AUTO_MASS, AUTO_WIDTH, AUTO_DEPTH, AUTO_NODES = 0.8, 3, 4, 16
 TREE_DRAFTERS = ("ngram", "model")   # the drafter kinds TreeDrafter wraps
@@ -44,19 +45,8 @@ def _children(logits: np.ndarray, position: int, rule: Rule, width) -> tuple[lis
 
 def _depth_first(tokens: list[int], parents: list[int], rows: list) -> TreeProposal:
     """Nodes listed breadth-first (parents before children) -> the same tree depth-first."""
-    kids: dict[int, list[int]] = {}
-    for i, p in enumerate(parents):
-        kids.setdefault(p, []).append(i)
-    order: list[int] = []
-    stack = list(reversed(kids.get(ROOT, [])))
-    while stack:
-        i = stack.pop()
-        order.append(i)
-        stack.extend(reversed(kids.get(i, [])))
-    new = {old: j for j, old in enumerate(order)}
-    tree = Tree(tuple(tokens[i] for i in order),
-                tuple(ROOT if parents[i] == ROOT else new[parents[i]] for i in order))
-    return TreeProposal(tree, [rows[i] for i in order])
+    order = depth_first_order(parents)
+    return TreeProposal(reorder(tokens, parents, order), [rows[i] for i in order])
 
 
 def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule,
@@ -179,6 +169,10 @@ def tree_drafter(drafter, tree: str | None, backend, rule: Rule, constraint, kin
                                    f"kind {' or '.join(kinds)}, not {kind}: use --draft ngram"
                                    f"{' or a draft model' if 'model' in kinds else ''}, or "
                                    "leave --tree out")
+    refusal = getattr(backend, "tree_refusal", None)
+    why = refusal(shape, rule, kind) if refusal is not None else None
+    if why:
+        raise TreeUnsupportedError(why)
     nodes = int(np.cumprod(shape).sum()) if shape != "auto" else 0
     if nodes > backend.k_max:
         raise TreeUnsupportedError(f"--tree {tree} has {nodes} nodes, but one pass of the "

@@ -10,7 +10,8 @@ The cycle's steps record commands into a Recording (gpu/recording.py) instead of
                  choices (argmax_rows for greedy / replay, softmax_rows for rejection) and the
                  accept kernel, which applies verify.py's rule and the confidence stop and writes
                  n_accepted and the tokens; or, where a processor has no device step, the rows
-                 gathered for the host accept (gpu/hostaccept.py);
+                 gathered for the host accept (gpu/hostaccept.py); a tree's pass, its rows'
+                 choices (or rejection's rows) for the walk on the host (gpu/tree.py);
   submit         the recorded commands, in one queue submission, ending with a copy of what
                  `read` needs into a staging buffer of its own (device.stage), so a later cycle
                  may be submitted before it is read; `read` awaits the readback.
@@ -41,7 +42,7 @@ from ..cycle import Executor, Outcome, Rule
 from ..drafters.ngram import NgramDrafter
 from ..drafters.tree import TreeDrafter
 from ..rules import verify
-from . import hostaccept, sampling, tree
+from . import hostaccept, sampling, tree, treedraft
 from .ahead import DeviceFeed
 from .device import ROWS_MAX, count_commands
 from .draft import GPUDraft, draft_slot, step_plan
@@ -77,6 +78,10 @@ class Paths:
     # a software adapter, where the device's row searches measured slower than reading the rows
     # back (bench/results/mask-lavapipe.json (legacy))
     device_processors: tuple = KINDS
+    # A draft model's trees of fixed widths under greedy or replay grown on the device, every
+    # depth's pass in the cycle's one submission (gpu/treedraft.py); False: a depth a pass with
+    # its logits read back (gpu/tree.DraftForward), the way `auto` and rejection trees grow
+    device_trees: bool = True
 
     @classmethod
     def for_device(cls, dev, **given) -> "Paths":
@@ -136,22 +141,33 @@ class GPUBackend(Executor):
         self.draft_conf = dev.buffer(ROWS_MAX * 4, label="draft.conf")        # (K,) f32
         self.out = dev.buffer(sampling.ACCEPT_WORDS * 4, label="accept.out")  # (68,) u32
         self.host_rows = dev.buffer(hostaccept.rows_bytes(vocab), label="host_accept.rows")
+        self.tree_picks = dev.buffer(ROWS_MAX * ROWS_MAX * 4, label="tree.picks")   # (R, R) u32
         self.processors = DeviceProcessors(self)
         self._tail: dict[tuple, list] = {}
         self.draft_plans: dict[tuple, list] = {}   # gpu/draft.step_plan's
         self._t_read = 0.0              # when the last cycle's readback ended
         self._submitted_before = 0      # the device's submissions when the decode began
+        self._read_before = (0, 0)      # ... and its readbacks and their bytes
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
         self._feed = None               # gpu/ahead.DeviceFeed, made at the first fed draft cycle
         self.timing: dict = {}
         self._compaction = None         # gpu/tree.Compaction, made at the first tree cycle
         self._warm()
 
-    @property
-    def tree_kinds(self) -> tuple:
-        """The drafters whose trees it takes: n-gram's; a draft model's where the adapter reads
-        back synchronously (a tree grows a depth a pass: gpu/tree.DraftForward)."""
-        return ("ngram", "model") if self.dev.reads_now else ("ngram",)
+    tree_kinds = ("ngram", "model")   # the drafters whose trees it takes (tree_refusal)
+
+    def tree_refusal(self, shape, rule: Rule, kind: str | None) -> str | None:
+        """Why a request's trees cannot run here, or None: a draft model's tree that does not
+        grow on the device (gpu/treedraft.grows) grows a depth a pass with each pass's logits
+        read back at once, which needs an adapter that reads back synchronously (not the
+        page's)."""
+        if (kind != "model" or self.dev.reads_now or self.paths.device_trees and shape != "auto"
+                and rule.mode in treedraft.DEVICE_MODES):
+            return None
+        return (f"--tree {'auto' if shape == 'auto' else ','.join(map(str, shape))} with a "
+                f"draft model under {rule.mode} grows a depth a pass, reading each back, which "
+                f"the {self.adapter} adapter cannot do at once: give fixed widths (e.g. 2,2,1) "
+                "under greedy or replay, whose trees grow on the device, or use --draft ngram")
 
     @property
     def split_rows(self) -> bool:
@@ -207,7 +223,8 @@ class GPUBackend(Executor):
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
         # Where each cycle's drafts were made (stats' draft_path): sampled or looked up on the
         # device inside the cycle's submission, or proposed on the host and written up.
-        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0, "ahead": 0,
+        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0,
+                       "readback_bytes": 0, "ahead": 0,
                        "submissions": 0, "drafted_on_device": 0, "drafted_on_host": 0,
                        "host_s_cycles": [], "host_s_alone": []}
         if self._compaction is not None and self._compaction.pending:   # the last tree's moves
@@ -229,6 +246,7 @@ class GPUBackend(Executor):
         if self.dev.submissions != submitted:
             await self.dev.read(self.out, 16)
         self._submitted_before = self.dev.submissions   # the decode's submissions count after
+        self._read_before = (self.dev.readbacks, self.dev.read_bytes)
 
     # --- the cycle's steps (cycle.py) ---------------------------------------------------------
     def record(self, drafter, k: int) -> Recording:
@@ -250,8 +268,8 @@ class GPUBackend(Executor):
     @_owning
     def accept(self, rec: Recording, drafts, tokens: list[int] | None, rule: Rule) -> None:
         k, on_device, tokens = rec.k, rec.on_device, tokens or []
-        if rec.tree is not None:   # its logits rows back, walked on the host (gpu/tree.py)
-            rec.commands.append(tree.gather(self, rec, tokens, rule))
+        if rec.tree is not None:   # walked on the host from what comes back (gpu/tree.py)
+            tree.accept(self, rec, tokens, rule)
             return
         found = self.processors.plan(rule, on_device)
         if found is None:
@@ -282,7 +300,7 @@ class GPUBackend(Executor):
         if self._compaction is not None:   # a tree cycle's accepted rows, moved first
             rec.commands[:0] = self._compaction.take()
         if rec.tree is not None:
-            readback = self.dev.stage(self.host_rows, tree.readback_bytes(self.vocab, rec))
+            readback = self.dev.stage(*tree.staged(self, rec))
         elif rec.host is not None:
             with_q = rec.on_device and rec.host[2].mode == "rejection" and rec.k > 0
             readback = self.dev.stage(self.host_rows,
@@ -326,7 +344,7 @@ class GPUBackend(Executor):
         t0 = self._cycle_start(rec, t_end)
         t_draft = (t_end - t0) * rec.share if rec.on_device else rec.t_draft
         return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed, rows=rows,
-                       nodes=len(rec.tree.tree) if rec.tree is not None else 0)
+                       nodes=len(rec.tree) if rec.tree is not None else 0)
 
     def commit(self, outcome: Outcome, drafter) -> None:
         """A tree cycle keeps the root's and the accepted path's rows, moved into place at the
@@ -354,7 +372,10 @@ class GPUBackend(Executor):
         encoded while no other was in flight (`host_s_alone`): on a software adapter the GPU is
         threads on the same cores, and while it runs the cycle before they take the host's."""
         self.timing["cycles"] += 1
-        self.timing["readbacks"] += 1
+        # The device's own counts since the decode began: a cycle that reads more than once (a
+        # tree grown a depth a pass on the host) shows it.
+        self.timing["readbacks"] = self.dev.readbacks - self._read_before[0]
+        self.timing["readback_bytes"] = self.dev.read_bytes - self._read_before[1]
         self.timing["submissions"] = self.dev.submissions - self._submitted_before
         if rec.k:
             where = "device" if rec.on_device or rec.looked_up else "host"
@@ -367,6 +388,17 @@ class GPUBackend(Executor):
             if not rec.ahead:
                 self.timing["host_s_alone"].append(host_s)
 
+    def choices(self) -> list:
+        """The champion's choice per row of its pass into `choice` (argmax_rows: the argmax, or
+        the replay sample), on the champion's step slot (a plan, built once)."""
+        if "choices" not in self._tail:
+            champ = self.champion
+            self._tail["choices"] = sampling.argmax_rows(
+                self.dev, champ.logits, self.choice, self.conf,
+                champ.steps.binding(SLOT_CHAMPION), vocab=self.vocab, want_conf=False,
+                split=self.split_rows)
+        return self._tail["choices"]
+
     def _verify_dispatches(self, mode: str, threshold: float) -> list:
         """The champion's choices and the accept kernel, all on the champion's step slot."""
         key = (mode == "rejection", threshold)
@@ -377,8 +409,7 @@ class GPUBackend(Executor):
                 first = sampling.softmax_rows(dev, champ.logits, self.p_target, self.conf, step,
                                               vocab=vocab, split=split)
             else:
-                first = sampling.argmax_rows(dev, champ.logits, self.choice, self.conf, step,
-                                             vocab=vocab, want_conf=False, split=split)
+                first = self.choices()
             self._tail[key] = [*first, *sampling.accept(
                 dev, self.choice, self.p_target, self.q_draft, (champ.tokens, 1), self.draft_conf,
                 self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1,

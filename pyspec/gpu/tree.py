@@ -1,46 +1,60 @@
-"""Token trees on the GPU (--tree): a tree cycle's drafts and pass input, its readback and walk,
-and the accepted path's cache rows moved into place.
+"""Token trees on the GPU (--tree): a tree cycle's drafts and pass input, what it reads back and
+its walk, and the accepted path's cache rows moved into place.
 
-  draft    the tree comes from drafters/tree.TreeDrafter: n-gram's trie on the host, or a GPU
-           draft model grown a depth a pass (DraftForward: each pass's logits read back, so
-           only where the adapter reads synchronously), cut to the rows one pass carries
-           (ROWS_MAX - 1 nodes) and to the context's end; the pass feeds
-           [t_{n-1}] + the nodes with each row's parent in its Step (step.pack_step,
-           FLAG_TREE), so the champion's one pass puts node i at position n + depth - 1 and its
-           K and V at cache row n + i, and each row attends to the committed rows and its own
-           ancestors only, in position order (shaders/attention.wgsl): its logits are
-           bit-identical to its path's verified as a chain (tests/test_gpu_tree.py).
-  accept   the pass's (1 + N, vocab) logits rows are copied into the backend's host-accept
-           buffer and read back; cycle.tree_verdict walks them on the host by the request's
-           rule, as the CPU executor does (greedy, replay and rejection exact alike).
+  draft    the tree comes from drafters/tree.TreeDrafter: n-gram's trie on the host; a GPU draft
+           model's of fixed widths under greedy or replay grown on the device, every depth's
+           frontier in one batched draft pass inside the cycle's submission (treedraft.py);
+           other draft-model trees (`auto`, rejection) grown a depth a pass with each pass's
+           logits read back at once (DraftForward: only where the adapter reads synchronously,
+           GPUBackend.tree_refusal). The tree is cut to the rows one pass carries
+           (ROWS_MAX - 1 nodes) and to the context's end; the pass feeds [t_{n-1}] + the nodes
+           with each row's parent in its Step (step.pack_step, FLAG_TREE), so the champion's
+           one pass puts node i at position n + depth - 1 and its K and V at cache row n + i,
+           and each row attends to the committed rows and its own ancestors only, in position
+           order (shaders/attention.wgsl): its logits are bit-identical to its path's verified
+           as a chain (tests/test_gpu_tree.py). Host trees ride in depth-first order, device
+           trees breadth-first (a parent before its children is all the pass needs).
+  accept   greedy and replay (CHOSEN_MODES): argmax_rows reduces each of the pass's rows on the
+           device to its choice (the argmax, or the replay sample keyed by the row's depth), and
+           only those 1 + N words come back (with the pass's tokens, where the device drafted
+           them); rules/tree.walk_chosen walks them on the host. Rejection: the (1 + N, vocab)
+           logits rows come back whole (its walk needs every row's distribution and the
+           siblings' q rows), walked by cycle.tree_verdict as the CPU executor does.
   commit   the root's and the accepted path's rows are kept: the path's K and V rows move to the
            rows after the root (shaders/kv_compact.wgsl, one dispatch per layer: O(accepted)
            row copies where a chain moves a pointer), recorded at the front of the next
            submission (`Compaction.pending`), so a cycle stays one submission.
-Tree cycles are read one at a time: the next tree is drafted on the host after the tokens this
-one emits, so none goes ahead of the one in flight (chains keep their pipelining).
-Not here: the rules (rules/tree.py), the drafts (drafters/tree.py), the pass (model.py).
+Tree cycles are read one at a time: the walk and the moves are the host's, so the next cycle's
+pass, whose rows follow the accepted path, waits for them (chains keep their pipelining).
+Not here: the rules (rules/tree.py), the drafts (drafters/tree.py, treedraft.py), the pass
+(model.py).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..cycle import Proposal, Rule, TreeProposal, tree_verdict
-from ..rules.tree import Tree
-from .constants import ROWS_MAX, WG
 from ..drafters.tree import grow_model_tree
+from ..rules import verify
+from ..rules.tree import ROOT, Tree, depth_first_order, reorder, walk_chosen
+from . import treedraft
+from .constants import ROWS_MAX, WG
 from .device import Copy
 from .draft import GPUDraft, draft_slot
 from .recording import Recording
 from .step import SLOT_CHAMPION
 
+CHOSEN_MODES = ("greedy", "replay")   # the modes walked from the rows' choices alone
+
 
 class DraftForward:
-    """A GPU draft model as drafters/tree.grow_model_tree's `model`: each forward is one pass
-    whose logits are read back at once (an adapter that reads synchronously: native.py): the
+    """A GPU draft model as drafters/tree.grow_model_tree's `model`, for the trees that do not
+    grow on the device (treedraft.grows): each forward is one pass whose logits are read back
+    at once (an adapter that reads synchronously: native.py): the
     unseen tokens as a chain (the last is the tree's root), then a depth a pass, each node
     under its parent by the Step's table from the root (step.pack_step)."""
 
@@ -85,8 +99,8 @@ class DraftTree:
 
 
 def propose(drafter, tokens: list[int], k: int, rule: Rule) -> Proposal | TreeProposal:
-    """A TreeDrafter's tree at most k deep: a GPU draft model's grown here (DraftTree),
-    n-gram's on the host."""
+    """A TreeDrafter's tree at most k deep drafted on the host: a GPU draft model's grown here
+    a depth a pass (DraftTree), n-gram's trie."""
     if k <= 0:
         return Proposal()
     inner = drafter.inner
@@ -97,16 +111,44 @@ def propose(drafter, tokens: list[int], k: int, rule: Rule) -> Proposal | TreePr
     return grow_model_tree(DraftTree(inner), tokens, drafter.shape, k, rule, drafter.max_nodes)
 
 
+@dataclass(eq=False)
+class TreeCycle:
+    """A tree cycle's drafts as its pass carries them: node i in pass row 1 + i."""
+
+    parents: tuple[int, ...]                # (N,) each node's parent node: ROOT or an earlier one
+    proposal: TreeProposal | None = None    # drafted on the host: the tree, depth-first (the
+                                            # pass's order); None: on the device (treedraft.py)
+    tokens: list[int] | None = None         # the committed tokens (the accept step's)
+    rule: Rule | None = None
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    @property
+    def chosen(self) -> bool:
+        """Whether the rows are reduced on the device to their choices (else read back)."""
+        return self.rule.mode in CHOSEN_MODES
+
+
 class TreeSource:
-    """A draft source (gpu/sources.py) for a TreeDrafter: a host tree verified in one pass."""
+    """A draft source (gpu/sources.py) for a TreeDrafter: its tree verified in one pass."""
 
     def __init__(self, drafter):
         self.drafter = drafter
 
     def encode(self, b, rec: Recording, tokens: list[int], k: int, rule: Rule,
-               limit: int | None = None) -> Proposal | TreeProposal:
-        proposal = propose(self.drafter, tokens, k, rule)
+               limit: int | None = None) -> Proposal | TreeProposal | None:
         room = min(ROWS_MAX - 1, b.kv.max_ctx - len(tokens))   # nodes after row n - 1
+        if k > 0 and room >= 1 and treedraft.grows(b, self.drafter, rule):
+            shape = treedraft.encode(b, rec, self.drafter, tokens, k, rule, room)
+            if shape is not None:
+                rec.k, rec.on_device, rec.tree = len(shape.levels), True, TreeCycle(shape.parents)
+                b.kv.rollback()
+                rec.pos = b.kv.append(1 + len(shape.parents))
+                b.dev.write(b.champion.tokens, np.array([tokens[-1]], np.uint32))   # row 0
+                return None
+            k = 0
+        proposal = propose(self.drafter, tokens, k, rule)
         tree = getattr(proposal, "tree", Tree((), ()))
         rec.t_draft = time.perf_counter() - rec.t0
         b.kv.rollback()
@@ -119,30 +161,62 @@ class TreeSource:
                                     proposal.q_sibling[:room])
             tree = proposal.tree
         rec.k = int(tree.depths().max())
-        rec.tree = proposal
-        base = b.kv.length
-        rec.pos = b.champion.feed([tokens[-1], *tree.tokens], SLOT_CHAMPION,
-                                  tree=(base, tree.row_parents()))
+        rec.tree = TreeCycle(tree.parents, proposal)
+        rec.pos = b.champion.feed([tokens[-1], *tree.tokens], SLOT_CHAMPION)
         return proposal
 
 
-def gather(b, rec: Recording, tokens: list[int], rule: Rule) -> Copy:
-    """The copy of the pass's logits rows into the host-accept buffer (read back whole)."""
-    rec.host = (rec.tree, list(tokens), rule)
-    return Copy(b.champion.logits, 0, b.host_rows, 0, readback_bytes(b.vocab, rec))
+def accept(b, rec: Recording, tokens: list[int], rule: Rule) -> None:
+    """The tree pass's Step, then its verdict's inputs: under greedy and replay each row's
+    choice on the device (argmax_rows: the argmax, or the replay sample keyed by the row's
+    depth), so only (1 + N) words come back (and the pass's tokens, where the device drafted
+    them); under rejection the pass's (1 + N, vocab) logits rows, copied into the host-accept
+    buffer, since its walk needs every row's distribution and the siblings' q rows."""
+    cyc = rec.tree
+    cyc.tokens, cyc.rule = list(tokens), rule
+    rows = 1 + len(cyc)
+    parents = [ROOT] + [p + 1 for p in cyc.parents]
+    b.champion.steps.set(SLOT_CHAMPION, rows=rows, pos=rec.pos, seed=rule.seed,
+                         temperature=rule.temperature, mode=rule.mode, tree=(rec.pos, parents))
+    if not cyc.chosen:
+        rec.commands.append(Copy(b.champion.logits, 0, b.host_rows, 0, 4 * rows * b.vocab))
+        return
+    rec.commands.append(b.choices())
+    if cyc.proposal is None:   # the device's tokens beside the choices
+        rec.commands += [Copy(b.champion.tokens, 0, b.host_rows, 0, 4 * rows),
+                         Copy(b.choice, 0, b.host_rows, 4 * ROWS_MAX, 4 * rows)]
 
 
-def readback_bytes(vocab: int, rec: Recording) -> int:
-    return 4 * (1 + len(rec.tree.tree)) * vocab
+def staged(b, rec: Recording) -> tuple[object, int]:
+    """(the buffer, the bytes) a tree cycle reads back: O(rows) words, or rejection's rows."""
+    cyc = rec.tree
+    rows = 1 + len(cyc)
+    if not cyc.chosen:
+        return b.host_rows, 4 * rows * b.vocab
+    if cyc.proposal is None:
+        return b.host_rows, 4 * (ROWS_MAX + rows)
+    return b.choice, 4 * rows
 
 
 def verdict(b, rec: Recording, raw: bytes):
     """(the verdict, the rows to keep: the root's and the accepted path's cache rows)."""
-    proposal, tokens, rule = rec.host
-    rows = 1 + len(proposal.tree)
-    logits = np.frombuffer(raw, np.float32, rows * b.vocab).reshape(rows, b.vocab)
-    found, path = tree_verdict(rule, logits.astype(np.float64), proposal, len(tokens))
-    return found, [rec.pos] + [rec.pos + 1 + i for i in path]
+    cyc = rec.tree
+    rows = 1 + len(cyc)
+    if not cyc.chosen:
+        logits = np.frombuffer(raw, np.float32, rows * b.vocab).reshape(rows, b.vocab)
+        found, path = tree_verdict(cyc.rule, logits.astype(np.float64), cyc.proposal,
+                                   len(cyc.tokens))
+        return found, [rec.pos] + [rec.pos + 1 + i for i in path]
+    words = np.frombuffer(raw, np.uint32)
+    if cyc.proposal is None:   # pass order breadth-first: walked depth-first
+        order = depth_first_order(cyc.parents)
+        tree = reorder(words[1:rows], cyc.parents, order)
+        choice = words[ROWS_MAX:ROWS_MAX + rows]
+    else:
+        order, tree, choice = range(len(cyc)), cyc.proposal.tree, words[:rows]
+    walked = walk_chosen(tree, [choice[0]] + [choice[1 + i] for i in order])
+    found = verify.Verdict(walked.n_accepted, walked.tokens)
+    return found, [rec.pos] + [rec.pos + 1 + order[i] for i in walked.path]
 
 
 class Compaction:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import gpu_device, requires_gpu
-from pyspec.rules.tree import ROOT, Tree
+from pyspec.rules.tree import ROOT, Tree, walk_chosen
 from pyspec.testmodels import write_family_model
 
 pytestmark = requires_gpu
@@ -163,13 +163,23 @@ def test_a_greedy_tree_cycle_reads_back_words_not_logits(tiny, draft):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, temperature):
+def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, temperature,
+                                                                   monkeypatch):
     """A draft model's fixed-width tree (gpu/treedraft.py): every depth's frontier drafted in one
     batched pass, all in the cycle's one submission, one readback a cycle; the output is
-    champion-only's (greedy, and replay for the seed), and under greedy the tree is the one the
-    host grows a depth a pass (device_trees=False: the same accepted drafts by position)."""
+    champion-only's (greedy, and replay for the seed), and under greedy every cycle's tree is
+    the one the host grows a depth a pass (device_trees=False), node for node."""
     from conftest import reference_decode
+    from pyspec.gpu import tree as gpu_tree
     from pyspec.rules import rng, verify
+
+    walked = []
+
+    def walk(tree, choice):
+        walked.append((tree.tokens, tree.parents))
+        return walk_chosen(tree, choice)
+
+    monkeypatch.setattr(gpu_tree, "walk_chosen", walk)
 
     seed = 5
 
@@ -180,6 +190,7 @@ def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, tempera
     want = reference_decode(tiny.champion, tiny.prompt, 24, pick)
     opts = dict(tree="2,2,1", temperature=temperature, seed=seed)
     device = _generate(_engine(tiny, "close"), tiny, **opts)
+    device_trees, walked[:] = list(walked), []
     timing = device.stats["backend_timing"]
     assert device.tokens == want
     assert device.stats["schedule"]["trees"] >= timing["cycles"] - 1 > 3, device.stats
@@ -189,7 +200,7 @@ def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, tempera
     assert host.tokens == want
     assert host.stats["backend_timing"]["readbacks"] > host.stats["backend_timing"]["cycles"]
     if temperature == 0:
-        assert device.stats["accepted_by_position"] == host.stats["accepted_by_position"]
+        assert device_trees == walked and len(walked) > 3
 
 
 def test_a_fixed_tree_layout_is_the_host_growths():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import gpu_device, requires_gpu
-from pyspec.rules.tree import ROOT, Tree, walk_chosen
+from pyspec.rules.tree import ROOT, Tree
 from pyspec.testmodels import write_family_model
 
 pytestmark = requires_gpu
@@ -140,10 +140,12 @@ def _greedy(tiny, n=24):
 
 @pytest.mark.parametrize("draft", ["ngram", "close"])
 def test_a_greedy_tree_cycle_reads_back_words_not_logits(tiny, draft):
-    """Greedy: the pass's rows are reduced on the device (argmax_rows), so a tree cycle reads
-    back O(rows) words, never its (1 + N, vocab) logits; one readback a cycle. Rejection still
-    reads the rows (its walk needs them): the counter's teeth."""
+    """Greedy: the pass's rows are reduced on the device (argmax_rows) and walked there
+    (tree_walk.wgsl), so a tree cycle reads back O(rows) words (the accept words and the path's
+    moves), never its (1 + N, vocab) logits; one readback a cycle. Rejection still reads the
+    rows (its walk needs them): the counter's teeth."""
     from pyspec.gpu.constants import ACCEPT_WORDS
+    from pyspec.gpu.tree import MOVES_WORDS
 
     engine = _engine(tiny, draft)
     vocab = tiny.champion.config.vocab_size
@@ -152,14 +154,15 @@ def test_a_greedy_tree_cycle_reads_back_words_not_logits(tiny, draft):
     assert r.tokens == _greedy(tiny)
     assert r.stats["schedule"]["trees"] > 0 and r.stats["champion_passes"] < 24
     assert timing["readbacks"] == timing["cycles"], timing
-    # the most a cycle without its logits reads: a chain's accept words (a tree's: 2 (1 + N)),
-    # less than two logits rows
-    assert timing["readback_bytes"] <= 4 * ACCEPT_WORDS * timing["cycles"], timing
-    assert ACCEPT_WORDS < 2 * vocab
+    # the most a cycle without its logits reads: the accept words and a tree's moves, less
+    # than two logits rows
+    words = ACCEPT_WORDS + MOVES_WORDS
+    assert timing["readback_bytes"] <= 4 * words * timing["cycles"], timing
+    assert words < 2 * vocab
     if draft == "ngram":
         r = _generate(engine, tiny, tree="2,2,1", temperature=1.0, seed=3, verify="rejection")
         timing = r.stats["backend_timing"]
-        assert timing["readback_bytes"] > 4 * ACCEPT_WORDS * timing["cycles"], timing
+        assert timing["readback_bytes"] > 4 * words * timing["cycles"], timing
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -170,16 +173,7 @@ def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, tempera
     champion-only's (greedy, and replay for the seed), and under greedy every cycle's tree is
     the one the host grows a depth a pass (device_trees=False), node for node."""
     from conftest import reference_decode
-    from pyspec.gpu import tree as gpu_tree
     from pyspec.rules import rng, verify
-
-    walked = []
-
-    def walk(tree, choice):
-        walked.append((tree.tokens, tree.parents))
-        return walk_chosen(tree, choice)
-
-    monkeypatch.setattr(gpu_tree, "walk_chosen", walk)
 
     seed = 5
 
@@ -190,7 +184,6 @@ def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, tempera
     want = reference_decode(tiny.champion, tiny.prompt, 24, pick)
     opts = dict(tree="2,2,1", temperature=temperature, seed=seed)
     device = _generate(_engine(tiny, "close"), tiny, **opts)
-    device_trees, walked[:] = list(walked), []
     timing = device.stats["backend_timing"]
     assert device.tokens == want
     assert device.stats["schedule"]["trees"] >= timing["cycles"] - 1 > 3, device.stats
@@ -200,7 +193,33 @@ def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, tempera
     assert host.tokens == want
     assert host.stats["backend_timing"]["readbacks"] > host.stats["backend_timing"]["cycles"]
     if temperature == 0:
-        assert device_trees == walked and len(walked) > 3
+        trees = [_trees(tiny, monkeypatch, device_trees=on) for on in (True, False)]
+        assert trees[0] == trees[1] and len(trees[0]) > 3
+
+
+def _trees(tiny, monkeypatch, **paths) -> list:
+    """Every tree cycle's tree (depth-first) of a greedy 2,2,1 request with the draft model, as
+    its pass carried it (the champion's token list and Step, read after the cycle)."""
+    from pyspec.gpu.backend import GPUBackend
+    from pyspec.rules.tree import depth_first_order, reorder
+
+    seen, commit = [], GPUBackend.commit
+
+    def spy(backend, outcome, drafter):
+        if outcome.rows is not None:
+            rows = 1 + outcome.nodes
+            readback = backend.dev.stage(backend.champion.tokens, 4 * rows)
+            backend.dev.submit([readback.copy])
+            tokens = np.frombuffer(backend.dev.redeem_now(readback), np.uint32)
+            table = backend.champion.steps._host[0, 12:12 + rows]
+            parents = [int(w >> 16) - 1 for w in table[1:]]   # entry 0 (the root): ROOT
+            seen.append(reorder(tokens[1:], parents, depth_first_order(parents)))
+        commit(backend, outcome, drafter)
+
+    monkeypatch.setattr(GPUBackend, "commit", spy)
+    _generate(_engine(tiny, "close", **paths), tiny, tree="2,2,1")
+    monkeypatch.undo()
+    return seen
 
 
 def test_a_fixed_tree_layout_is_the_host_growths():

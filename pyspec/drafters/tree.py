@@ -90,11 +90,20 @@ def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule,
     return _depth_first(out_tokens, out_parents, out_rows)
 
 
-def ngram_tree(tokens: list[int], shape, depth: int, max_n: int = 4) -> TreeProposal:
+def ngram_widths(shape) -> tuple[int, ...]:
+    """n-gram's widths per depth for a tree `shape`: `auto` has no probabilities to follow, so
+    AUTO_WIDTH children at each of AUTO_DEPTH depths."""
+    return (AUTO_WIDTH,) * AUTO_DEPTH if shape == "auto" else tuple(shape)
+
+
+def ngram_tree(tokens: list[int], shape, depth: int, max_n: int = 4,
+               max_nodes: int = MAX_TREE_NODES) -> TreeProposal:
     """n-gram's tree: the continuations (up to `depth` tokens) after the latest earlier
     occurrences of the longest suffix (of at most max_n tokens) that occurred before, merged
-    into a trie; at most widths[d] children per node at depth d + 1 (the latest first)."""
-    widths = (AUTO_WIDTH,) * AUTO_DEPTH if shape == "auto" else shape
+    into a trie; at most widths[d] children per node at depth d + 1 and `max_nodes` nodes, in
+    the order they are added (the latest occurrence first). The GPU drafts the same tree
+    (shaders/ngram.wgsl, advance_tree)."""
+    widths = ngram_widths(shape)
     depth = min(depth, len(widths))
     arr = np.asarray(tokens)
     for n in range(min(max_n, len(tokens) - 1), 0, -1):
@@ -111,7 +120,8 @@ def ngram_tree(tokens: list[int], shape, depth: int, max_n: int = 4) -> TreeProp
         for d, t in enumerate(tokens[j:j + depth]):
             key = (node, t)
             if key not in index:
-                if sum(1 for p in out_parents if p == node) >= widths[d]:
+                if (sum(1 for p in out_parents if p == node) >= widths[d]
+                        or len(out_tokens) >= max_nodes):
                     break
                 out_tokens.append(t)
                 out_parents.append(node)
@@ -142,7 +152,7 @@ class TreeDrafter:
         """A tree at most `depth` deep after the committed `tokens`."""
         if self.inner.kind == "ngram":
             self.inner.calls += 1
-            return ngram_tree(tokens, self.shape, depth)
+            return ngram_tree(tokens, self.shape, depth, max_nodes=self.max_nodes)
         return grow_model_tree(self.inner, tokens, self.shape, depth, rule, self.max_nodes)
 
 

@@ -312,6 +312,8 @@ class GPUBackend(Executor):
             self.champion.steps.upload(rec.slots)
         self.dev.submit(rec.commands)
         self.dev.expect(readback)
+        if rec.tree is not None and rec.tree.chosen:   # its walk wrote the moves: next, them
+            self.compaction().walked()
         # One submission gives one time. For GPU drafts split it by command count (encoding and
         # dispatch overhead dominate a small model's pass): the guard needs the draft's cost per
         # token apart from the champion's to predict an unmeasured k.
@@ -325,10 +327,12 @@ class GPUBackend(Executor):
         t_wait = time.perf_counter()
         raw = await self.dev.redeem(rec.readback)
         t_read = time.perf_counter()
-        rows = None
+        walked = None
         if rec.tree is not None:
-            verdict, rows = tree.verdict(self, rec, raw)
-            k_eff, t_end = rec.k, time.perf_counter()
+            walked = tree.verdict(self, rec, raw)
+            verdict, k_eff, t_end = walked.verdict, walked.depth, time.perf_counter()
+            if rec.looked_up:   # its rows, where the device put them: after the committed ones
+                self.kv.append(1 + walked.nodes)
         elif rec.host is not None:
             verdict, k_eff = hostaccept.verdict(rec, raw, self.vocab)
             t_end = time.perf_counter()
@@ -343,19 +347,29 @@ class GPUBackend(Executor):
         self._count(rec, t_read - t_wait, t_end - t_read)
         t0 = self._cycle_start(rec, t_end)
         t_draft = (t_end - t0) * rec.share if rec.on_device else rec.t_draft
-        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed, rows=rows,
-                       nodes=len(rec.tree) if rec.tree is not None else 0)
+        if walked is None:
+            return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed)
+        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rows=walked.rows,
+                       nodes=walked.nodes, moved=walked.moved)
 
     def commit(self, outcome: Outcome, drafter) -> None:
         """A tree cycle keeps the root's and the accepted path's rows, moved into place at the
-        start of the next submission (gpu/tree.Compaction); a chain's, cycle.Executor's."""
+        start of the next submission (gpu/tree.Compaction: moves its walk on the device wrote,
+        or the host's); a chain's, cycle.Executor's."""
         if outcome.rows is None:
             return super().commit(outcome, drafter)
-        if self._compaction is None:
-            self._compaction = tree.Compaction(self.champion)
-        self._compaction.move(outcome.rows)
+        if outcome.moved:
+            self.compaction().kept(outcome.rows)
+        else:
+            self.compaction().move(outcome.rows)
         if drafter is not None:
             drafter.confirm(outcome.verdict.n_accepted)
+
+    def compaction(self) -> tree.Compaction:
+        """The champion's tree compaction, made at the first tree cycle."""
+        if self._compaction is None:
+            self._compaction = tree.Compaction(self.champion)
+        return self._compaction
 
     def _cycle_start(self, rec: Recording, t_end: float) -> float:
         """When a cycle's own time began, for the guard: its encoding, or, for a cycle submitted
@@ -436,8 +450,11 @@ class GPUBackend(Executor):
         return cycle.submit(self, None, 0, rule, None, rec)
 
     def drop(self, rec: Recording) -> None:
-        """A submitted cycle that will never be read: its staging buffer back, its row gone."""
+        """A submitted cycle that will never be read: its staging buffer back, its row gone
+        (and a tree's moves, which no later cycle needs)."""
         self.dev.release(rec.readback)
+        if rec.tree is not None and rec.tree.chosen:   # the last submitted: its moves are next
+            self._compaction.pending = []
         if not rec.committed and not rec.looked_up:
             self.kv.rollback()
         if rec.fed is not None:   # its draft-feed record, the last one made (newest first)

@@ -40,15 +40,16 @@ import numpy as np
 from ..cycle import Proposal, Rule, TreeProposal, tree_verdict
 from ..drafters.tree import grow_model_tree
 from ..rules import verify
-from ..rules.tree import ROOT, Tree, depth_first_order, reorder, walk_chosen
+from ..rules.tree import ROOT, Tree
 from . import treedraft
-from .constants import ROWS_MAX, WG
+from .constants import ACCEPT_N_ACCEPTED, ACCEPT_TOKENS, ACCEPT_WORDS, ROWS_MAX, WG
 from .device import Copy
 from .draft import GPUDraft, draft_slot
 from .recording import Recording
 from .step import SLOT_CHAMPION
 
 CHOSEN_MODES = ("greedy", "replay")   # the modes walked from the rows' choices alone
+MOVES_WORDS = 4 + ROWS_MAX   # shaders/moves.wgsl's Moves: n, dst, nodes, depth, src (ROWS_MAX,)
 
 
 class DraftForward:
@@ -115,18 +116,17 @@ def propose(drafter, tokens: list[int], k: int, rule: Rule) -> Proposal | TreePr
 class TreeCycle:
     """A tree cycle's drafts as its pass carries them: node i in pass row 1 + i."""
 
-    parents: tuple[int, ...]                # (N,) each node's parent node: ROOT or an earlier one
+    parents: tuple[int, ...] | None = None  # (N,) each node's parent node (ROOT or an earlier
+                                            # one); None: the device wrote the pass's Step
     proposal: TreeProposal | None = None    # drafted on the host: the tree, depth-first (the
-                                            # pass's order); None: on the device (treedraft.py)
+                                            # pass's order), with its q rows
     tokens: list[int] | None = None         # the committed tokens (the accept step's)
     rule: Rule | None = None
 
-    def __len__(self) -> int:
-        return len(self.parents)
-
     @property
     def chosen(self) -> bool:
-        """Whether the rows are reduced on the device to their choices (else read back)."""
+        """Whether the rows are reduced on the device to their choices and walked there (else
+        read back and walked on the host)."""
         return self.rule.mode in CHOSEN_MODES
 
 
@@ -167,87 +167,117 @@ class TreeSource:
 
 
 def accept(b, rec: Recording, tokens: list[int], rule: Rule) -> None:
-    """The tree pass's Step, then its verdict's inputs: under greedy and replay each row's
-    choice on the device (argmax_rows: the argmax, or the replay sample keyed by the row's
-    depth), so only (1 + N) words come back (and the pass's tokens, where the device drafted
-    them); under rejection the pass's (1 + N, vocab) logits rows, copied into the host-accept
-    buffer, since its walk needs every row's distribution and the siblings' q rows."""
+    """The tree pass's Step (unless the device wrote it), then the verdict. Greedy and replay:
+    each row's choice on the device (argmax_rows: the argmax, or the replay sample keyed by the
+    row's depth), then the walk (tree_walk.wgsl: rules/tree.walk_chosen), which writes the
+    accept words and the path's moves, all that comes back. Rejection: the pass's (1 + N,
+    vocab) logits rows, copied into the host-accept buffer, since its walk needs every row's
+    distribution and the siblings' q rows."""
     cyc = rec.tree
     cyc.tokens, cyc.rule = list(tokens), rule
-    rows = 1 + len(cyc)
-    parents = [ROOT] + [p + 1 for p in cyc.parents]
-    b.champion.steps.set(SLOT_CHAMPION, rows=rows, pos=rec.pos, seed=rule.seed,
-                         temperature=rule.temperature, mode=rule.mode, tree=(rec.pos, parents))
+    if cyc.parents is not None:
+        parents = [ROOT] + [p + 1 for p in cyc.parents]
+        b.champion.steps.set(SLOT_CHAMPION, rows=len(parents), pos=rec.pos, seed=rule.seed,
+                             temperature=rule.temperature, mode=rule.mode,
+                             tree=(rec.pos, parents))
     if not cyc.chosen:
+        rows = 1 + len(cyc.parents)
         rec.commands.append(Copy(b.champion.logits, 0, b.host_rows, 0, 4 * rows * b.vocab))
         return
-    rec.commands.append(b.choices())
-    if cyc.proposal is None:   # the device's tokens beside the choices
-        rec.commands += [Copy(b.champion.tokens, 0, b.host_rows, 0, 4 * rows),
-                         Copy(b.choice, 0, b.host_rows, 4 * ROWS_MAX, 4 * rows)]
+    moves = b.compaction().moves
+    rec.commands += [b.choices(), walk_plan(b),
+                     Copy(b.out, 0, b.host_rows, 0, 4 * ACCEPT_WORDS),
+                     Copy(moves, 0, b.host_rows, 4 * ACCEPT_WORDS, 4 * MOVES_WORDS)]
+
+
+def walk_plan(b) -> list:
+    """tree_walk over the champion pass's Step, choices and tokens (a plan, built once)."""
+    if "tree_walk" not in b.draft_plans:
+        champ = b.champion
+        b.draft_plans["tree_walk"] = [b.dev.dispatch(
+            "tree_walk", "tree_walk", [b.compaction().moves, champ.steps.binding(SLOT_CHAMPION),
+                                       b.choice, champ.tokens, b.out], 1)]
+    return b.draft_plans["tree_walk"]
 
 
 def staged(b, rec: Recording) -> tuple[object, int]:
-    """(the buffer, the bytes) a tree cycle reads back: O(rows) words, or rejection's rows."""
+    """(the buffer, the bytes) a tree cycle reads back: the walk's words and moves, or
+    rejection's rows."""
     cyc = rec.tree
-    rows = 1 + len(cyc)
     if not cyc.chosen:
-        return b.host_rows, 4 * rows * b.vocab
-    if cyc.proposal is None:
-        return b.host_rows, 4 * (ROWS_MAX + rows)
-    return b.choice, 4 * rows
+        return b.host_rows, 4 * (1 + len(cyc.parents)) * b.vocab
+    return b.host_rows, 4 * (ACCEPT_WORDS + MOVES_WORDS)
 
 
-def verdict(b, rec: Recording, raw: bytes):
-    """(the verdict, the rows to keep: the root's and the accepted path's cache rows)."""
+@dataclass(frozen=True)
+class Walked:
+    """A tree cycle's verdict as read: the verdict, the rows to keep (the root's and the
+    accepted path's cache rows), the tree's depth and nodes, and whether the device moves the
+    rows (its walk wrote the moves) or the host must (`Compaction.move`)."""
+
+    verdict: verify.Verdict
+    rows: list[int]
+    depth: int
+    nodes: int
+    moved: bool
+
+
+def verdict(b, rec: Recording, raw: bytes) -> Walked:
     cyc = rec.tree
-    rows = 1 + len(cyc)
     if not cyc.chosen:
+        rows = 1 + len(cyc.parents)
         logits = np.frombuffer(raw, np.float32, rows * b.vocab).reshape(rows, b.vocab)
         found, path = tree_verdict(cyc.rule, logits.astype(np.float64), cyc.proposal,
                                    len(cyc.tokens))
-        return found, [rec.pos] + [rec.pos + 1 + i for i in path]
-    words = np.frombuffer(raw, np.uint32)
-    if cyc.proposal is None:   # pass order breadth-first: walked depth-first
-        order = depth_first_order(cyc.parents)
-        tree = reorder(words[1:rows], cyc.parents, order)
-        choice = words[ROWS_MAX:ROWS_MAX + rows]
-    else:
-        order, tree, choice = range(len(cyc)), cyc.proposal.tree, words[:rows]
-    walked = walk_chosen(tree, [choice[0]] + [choice[1 + i] for i in order])
-    found = verify.Verdict(walked.n_accepted, walked.tokens)
-    return found, [rec.pos] + [rec.pos + 1 + order[i] for i in walked.path]
+        return Walked(found, [rec.pos] + [rec.pos + 1 + i for i in path], rec.k, rows - 1,
+                      False)
+    words = np.frombuffer(raw, np.uint32, ACCEPT_WORDS + MOVES_WORDS)
+    n = int(words[ACCEPT_N_ACCEPTED])
+    n_moved, dst, nodes, depth = (int(w) for w in words[ACCEPT_WORDS:ACCEPT_WORDS + 4])
+    found = verify.Verdict(n, tuple(int(t) for t in words[ACCEPT_TOKENS:ACCEPT_TOKENS + n + 1]))
+    src = words[ACCEPT_WORDS + 4:ACCEPT_WORDS + 4 + n_moved]
+    return Walked(found, [dst - 1] + [int(r) for r in src], depth, nodes, True)
 
 
 class Compaction:
     """A model's compaction of an accepted path: per layer, one kv_compact dispatch over its K
-    and V caches, with the moves in one uniform the host writes per tree cycle."""
+    and V caches, with the moves (shaders/moves.wgsl) in a buffer that the host writes after
+    its own walk (`move`) or the device's walk wrote (`walked`, then `kept`)."""
 
     def __init__(self, model):
         self.model = model
-        cfg = model.config
-        self.row4 = cfg.n_kv_heads * cfg.head_dim // 4
-        self.params = model.dev.uniform(np.zeros(4 + ROWS_MAX, np.uint32), "kv_compact")
-        self.plan = [model.dev.dispatch("kv_compact", "kv_compact", [self.params, k, v],
-                                        -(-self.row4 // WG))
+        cfg, dev = model.config, model.dev
+        row4 = cfg.n_kv_heads * cfg.head_dim // 4
+        self.params = dev.uniform(np.array([row4, 0, 0, 0], np.uint32), "kv_compact")
+        self.moves = dev.buffer(4 * MOVES_WORDS, label="kv_compact.moves")   # (MOVES_WORDS,)
+        self.plan = [dev.dispatch("kv_compact", "kv_compact", [self.params, self.moves, k, v],
+                                  -(-row4 // WG))
                      for k, v in zip(model.k_cache, model.v_cache)]
         self.pending: list = []   # the moves the next submission begins with
 
     def move(self, rows: list[int]) -> None:
         """Commit the cache rows `rows` (the root's, then the path's), moved after the
         committed ones; their dispatches wait in `pending` for the next submission."""
-        kv = self.model.kv
-        if self.pending:   # no submission took the last moves (this uniform is rewritten now)
+        if self.pending:   # no submission took the last moves (the buffer is rewritten now)
             self.model.dev.submit(self.take())
         src = rows[1:]
-        kv.compact(rows)   # the bookkeeping (it checks the rows)
+        self.kept(rows)
         if not src or src == list(range(rows[0] + 1, rows[0] + 1 + len(src))):
             return   # the path is the first rows already: nothing moves
-        fields = np.zeros(4 + ROWS_MAX, np.uint32)
-        fields[:3] = len(src), rows[0] + 1, self.row4
+        fields = np.zeros(MOVES_WORDS, np.uint32)
+        fields[:2] = len(src), rows[0] + 1
         fields[4:4 + len(src)] = src
-        self.model.dev.write(self.params, fields)
+        self.model.dev.write(self.moves, fields)
         self.pending = list(self.plan)
+
+    def walked(self) -> None:
+        """A cycle just submitted walks its tree on the device, writing the moves: the next
+        submission begins with them, whether or not the cycle has been read by then."""
+        self.pending = list(self.plan)
+
+    def kept(self, rows: list[int]) -> None:
+        """The bookkeeping of a commit of `rows` (the moves are the device's)."""
+        self.model.kv.compact(rows)
 
     def take(self) -> list:
         """The dispatches waiting for a submission (then none)."""

@@ -248,3 +248,21 @@ def test_an_adapter_that_reads_back_later_takes_a_draft_models_device_trees(tiny
     for opts in (dict(tree="auto"), dict(tree="2,1", temperature=1.0, verify="rejection")):
         with pytest.raises(TreeUnsupportedError, match="fixed widths"):
             _generate(engine, tiny, 4, **opts)
+
+
+@pytest.mark.parametrize("shape", ["2,2,1", "auto"])
+def test_ngram_trees_go_ahead_as_its_chains_do(tiny, shape):
+    """n-gram's trees under greedy and replay are looked up on the device (ngram.wgsl's
+    advance_tree) and walked there (tree_walk.wgsl), so a tree cycle needs nothing from the
+    host and is submitted while the one before is in flight: the output is champion-only's, the
+    trees are the host's (device_ngram=False: the same drafts accepted by position), and no
+    tree is drafted on the host."""
+    engine = _engine(tiny, "ngram")
+    ahead = _generate(engine, tiny, 40, tree=shape)
+    timing = ahead.stats["backend_timing"]
+    assert ahead.tokens == _greedy(tiny, 40)
+    assert ahead.stats["schedule"]["trees"] > 5 and timing["drafted_on_host"] == 0, ahead.stats
+    assert timing["ahead"] > 5 and timing["readbacks"] == timing["cycles"], timing
+    host = _generate(_engine(tiny, "ngram", device_ngram=False), tiny, 40, tree=shape)
+    assert host.tokens == ahead.tokens and host.stats["backend_timing"]["ahead"] == 0
+    assert ahead.stats["accepted_by_position"] == host.stats["accepted_by_position"]

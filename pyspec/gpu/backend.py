@@ -21,7 +21,8 @@ random numbers at pos + 1 + r), 1 + i is draft step i.
 Going ahead (pipelining): a cycle that needs nothing from the host is submitted before the one
 in flight is read. A champion-only cycle needs only its input token, the one the cycle before
 emits (`submit_after`: copied on the device from its accept words); n-gram drafts looked up on
-the device and a draft model fed on the device need nothing either (`submit_ahead`). The host
+the device (chains, and trees walked on the device: gpu/tree.py) and a draft model fed on the
+device need nothing either (`submit_ahead`). The host
 encodes cycle n + 1 while the GPU runs cycle n. A cycle never read (the request ended: EOS, a
 stop string, max_tokens, a cancel or a fault) is dropped with its pending rows (`drop`). A cycle
 goes ahead only when the one in flight cannot reach the end of the budget or the context.
@@ -50,7 +51,7 @@ from .model import GPUModel
 from .ngram import DeviceNgram
 from .processors import KINDS, DeviceProcessors
 from .recording import Recording
-from .sources import DeviceDraft, DeviceLookup, FedDraft, FromBefore, HostProposal
+from .sources import DeviceDraft, DeviceLookup, FedDraft, FromBefore, HostProposal, TreeLookup
 from .step import N_SLOTS, SLOT_CHAMPION
 
 K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
@@ -462,8 +463,12 @@ class GPUBackend(Executor):
 
     def drafts_ahead(self, rule: Rule, drafter) -> bool:
         """Whether cycles of `drafter` under `rule` draft on the device and go ahead
-        (`submit_ahead`): n-gram lookup or a draft model on the GPU, and the cycles pipeline."""
+        (`submit_ahead`): n-gram lookup or a draft model on the GPU, n-gram's trees under
+        greedy or replay (walked on the device), and the cycles pipeline."""
         d, paths = drafter, self.paths
+        if isinstance(d, TreeDrafter):
+            return (paths.device_ngram and isinstance(d.inner, NgramDrafter)
+                    and rule.mode in tree.CHOSEN_MODES and self.pipelines(rule))
         # (A draft with a shorter context than the champion's is fed from the host, which stops
         # its drafts at its own end; the device feed caps both at the champion's.)
         return ((paths.device_ngram and isinstance(d, NgramDrafter)
@@ -473,10 +478,13 @@ class GPUBackend(Executor):
 
     def submit_ahead(self, tokens: list[int] | None, k: int, rule: Rule, limit: int,
                      drafter) -> Recording:
-        """A cycle of up to k drafts made on the device (gpu/sources.DeviceLookup, FedDraft).
+        """A cycle of up to k drafts made on the device (gpu/sources.DeviceLookup, TreeLookup,
+        FedDraft).
         `tokens`: the committed ones, when no cycle is in flight (the device's state starts from
         them); None: after the cycle in flight. `limit`: the most tokens the request may hold
         (prompt + max_tokens); the drafts stop there and at the context's end."""
-        source = FedDraft(drafter) if isinstance(drafter, GPUDraft) else DeviceLookup(drafter)
+        source = (FedDraft(drafter) if isinstance(drafter, GPUDraft)
+                  else TreeLookup(drafter) if isinstance(drafter, TreeDrafter)
+                  else DeviceLookup(drafter))
         rec = Recording(source, time.perf_counter(), limit=limit)
         return cycle.submit(self, tokens, k, rule, drafter, rec)

@@ -1,33 +1,37 @@
-"""Token trees on the GPU (--tree): a tree cycle's drafts and pass input, what it reads back and
-its walk, and the accepted path's cache rows moved into place.
+"""Token trees on the GPU (--tree): a tree cycle's drafts and pass input, its walk and what it
+reads back, and the accepted path's cache rows moved into place.
 
-  draft    the tree comes from drafters/tree.TreeDrafter: n-gram's trie on the host; a GPU draft
-           model's of fixed widths under greedy or replay grown on the device, every depth's
-           frontier in one batched draft pass inside the cycle's submission (treedraft.py);
-           other draft-model trees (`auto`, rejection) grown a depth a pass with each pass's
-           logits read back at once (DraftForward: only where the adapter reads synchronously,
-           GPUBackend.tree_refusal). The tree is cut to the rows one pass carries
-           (ROWS_MAX - 1 nodes) and to the context's end; the pass feeds [t_{n-1}] + the nodes
-           with each row's parent in its Step (step.pack_step, FLAG_TREE), so the champion's
-           one pass puts node i at position n + depth - 1 and its K and V at cache row n + i,
-           and each row attends to the committed rows and its own ancestors only, in position
-           order (shaders/attention.wgsl): its logits are bit-identical to its path's verified
-           as a chain (tests/test_gpu_tree.py). Host trees ride in depth-first order, device
-           trees breadth-first (a parent before its children is all the pass needs).
-  accept   greedy and replay (CHOSEN_MODES): argmax_rows reduces each of the pass's rows on the
-           device to its choice (the argmax, or the replay sample keyed by the row's depth), and
-           only those 1 + N words come back (with the pass's tokens, where the device drafted
-           them); rules/tree.walk_chosen walks them on the host. Rejection: the (1 + N, vocab)
-           logits rows come back whole (its walk needs every row's distribution and the
-           siblings' q rows), walked by cycle.tree_verdict as the CPU executor does.
+  draft    the tree comes from drafters/tree.TreeDrafter: n-gram's trie, looked up on the device
+           (ngram.wgsl's advance_tree: sources.TreeLookup) where its cycles go ahead, else on
+           the host; a GPU draft model's of fixed widths under greedy or replay grown on the
+           device, every depth's frontier in one batched draft pass inside the cycle's
+           submission (treedraft.py); other draft-model trees (`auto`, rejection) grown a depth
+           a pass with each pass's logits read back at once (DraftForward: only where the adapter
+           reads synchronously, GPUBackend.tree_refusal). The tree is cut to the rows one pass
+           carries (ROWS_MAX - 1 nodes) and to the context's end; the pass feeds [t_{n-1}] + the
+           nodes with each row's parent in its Step (step.pack_step, FLAG_TREE), so the
+           champion's one pass puts node i at position n + depth - 1 and its K and V at cache
+           row n + i, and each row attends to the committed rows and its own ancestors only, in
+           position order (shaders/attention.wgsl): its logits are bit-identical to its path's
+           verified as a chain (tests/test_gpu_tree.py). A parent before its children is all
+           the pass needs: host trees ride depth-first, device trees in the order they grew.
+  accept   greedy and replay (CHOSEN_MODES): argmax_rows reduces each row to its choice (the
+           argmax, or the replay sample keyed by the row's depth) and tree_walk.wgsl walks them
+           (rules/tree.walk_chosen), writing the accept words (n_accepted, the emitted tokens:
+           the layout the device's n-gram history reads) and the path's moves; only those
+           ACCEPT_WORDS + MOVES_WORDS words come back. Rejection: the (1 + N, vocab) logits rows
+           come back whole (its walk needs every row's distribution and the siblings' q rows),
+           walked by cycle.tree_verdict on the host as the CPU executor does.
   commit   the root's and the accepted path's rows are kept: the path's K and V rows move to the
            rows after the root (shaders/kv_compact.wgsl, one dispatch per layer: O(accepted)
            row copies where a chain moves a pointer), recorded at the front of the next
-           submission (`Compaction.pending`), so a cycle stays one submission.
-Tree cycles are read one at a time: the walk and the moves are the host's, so the next cycle's
-pass, whose rows follow the accepted path, waits for them (chains keep their pipelining).
-Not here: the rules (rules/tree.py), the drafts (drafters/tree.py, treedraft.py), the pass
-(model.py).
+           submission (`Compaction.pending`), so a cycle stays one submission. A walk on the
+           device wrote the moves itself, so the next cycle may be submitted before this one is
+           read: n-gram's looked-up trees go ahead as its chains do (gpu/backend.py, "Going
+           ahead"). A draft model's trees do not: its next tree's first pass feeds the tokens
+           this one emits from the host (a draft fed on the device, gpu/ahead.py, feeds chains).
+Not here: the rules (rules/tree.py), the drafts (drafters/tree.py, treedraft.py, ngram.py), the
+pass (model.py).
 """
 
 from __future__ import annotations

@@ -12,10 +12,11 @@ of the same widths, without its tokens), so the host records every pass at once:
              row each, under their parents by the Step's table from the root; topk_rows picks
              each row's w_{d+1} children, and so on.
 Copies put each depth's picks into the champion's token list too: the pass carries the nodes
-breadth-first (every parent before its children, all the tree pass needs), and the host, which
-learns the tokens from the readback (the pass's token list beside its choices: 2 (1 + N) words),
-walks them depth-first (gpu/tree.py). The draft's tree rows stay pending and are dropped by
-its confirm (drafters/tree.grow_model_tree says why the draft's cache needs no compaction).
+breadth-first (every parent before its children, all the tree pass needs), and the device walks
+them (gpu/tree.py). The draft's tree rows stay pending and are dropped by its confirm
+(drafters/tree.grow_model_tree says why the draft's cache needs no compaction). The cycle after
+is not submitted before this one is read: its first pass feeds the draft what this one emitted,
+from the host.
 Not here: an `auto` tree (its widths follow the draft's probabilities, so its shape is known only
 once drafted) and rejection's (its walk needs the siblings' q rows and the champion's logits):
 those grow a depth a pass on the host where the adapter reads synchronously (gpu/tree.py).

@@ -266,3 +266,5 @@ def test_ngram_trees_go_ahead_as_its_chains_do(tiny, shape):
     host = _generate(_engine(tiny, "ngram", device_ngram=False), tiny, 40, tree=shape)
     assert host.tokens == ahead.tokens and host.stats["backend_timing"]["ahead"] == 0
     assert ahead.stats["accepted_by_position"] == host.stats["accepted_by_position"]
+    # each cycle's depth, as the device's walk reports it (what the guard times trees by)
+    assert ahead.stats["schedule"]["k_histogram"] == host.stats["schedule"]["k_histogram"]

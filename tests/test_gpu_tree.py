@@ -189,6 +189,7 @@ def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, tempera
     assert device.stats["schedule"]["trees"] >= timing["cycles"] - 1 > 3, device.stats
     assert timing["submissions"] == timing["readbacks"] == timing["cycles"], timing
     assert timing["drafted_on_device"] >= timing["cycles"] - 1, timing
+    assert max(device.stats["schedule"]["k_histogram"]) == 3   # the walk's depth: 2,2,1's
     host = _generate(_engine(tiny, "close", device_trees=False), tiny, **opts)
     assert host.tokens == want
     assert host.stats["backend_timing"]["readbacks"] > host.stats["backend_timing"]["cycles"]
@@ -266,5 +267,4 @@ def test_ngram_trees_go_ahead_as_its_chains_do(tiny, shape):
     host = _generate(_engine(tiny, "ngram", device_ngram=False), tiny, 40, tree=shape)
     assert host.tokens == ahead.tokens and host.stats["backend_timing"]["ahead"] == 0
     assert ahead.stats["accepted_by_position"] == host.stats["accepted_by_position"]
-    # each cycle's depth, as the device's walk reports it (what the guard times trees by)
     assert ahead.stats["schedule"]["k_histogram"] == host.stats["schedule"]["k_histogram"]

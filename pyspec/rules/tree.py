@@ -159,7 +159,8 @@ def _check_rows(tree: Tree, rows: np.ndarray, name: str) -> None:
 
 def walk_chosen(tree: Tree, choice) -> TreeVerdict:
     """Greedy and replay from each row's own choice, choice (1 + N,): the champion's argmax, or
-    its replay sample keyed by the row's depth, made per row (on the GPU: gpu/tree.py). Walk
+    its replay sample keyed by the row's depth (on the GPU argmax_rows makes them and
+    shaders/tree_walk.wgsl walks them the same way). Walk
     from the root taking the child whose token is choice[row] (the lowest-index such child
     where siblings repeat a token); emit the choice of the row where no child has it."""
     if len(choice) != len(tree) + 1:

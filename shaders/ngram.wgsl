@@ -214,7 +214,8 @@ fn advance_tree(@builtin(local_invocation_index) t: u32) {
     // The drafts that fit: depth <= k_cap and the budget, nodes <= the context's rows left.
     let depth = drafts_that_fit(min(min(params.k_cap, params.n_widths), ROWS_MAX - 1u), n,
                                 params.limit, params.ctx);
-    let most = min(min(params.tree_nodes, ROWS_MAX - 1u), select(0u, params.ctx - n, params.ctx > n));
+    let room = select(0u, params.ctx - n, params.ctx > n);
+    let most = min(min(params.tree_nodes, ROWS_MAX - 1u), room);
     // Blocks of ends from the latest (n - 2) down; a uniform count (the history's capacity).
     let blocks = (params.ctx + 2u * ROWS_MAX + WG_ROW - 1u) / WG_ROW;
     for (var b = 0u; b < blocks; b++) {

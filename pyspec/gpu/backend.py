@@ -242,6 +242,9 @@ class GPUBackend(Executor):
             self.champion.prefill(prompt, SLOT_CHAMPION, i, min(i + block, end))
         if drafter is not None:
             drafter.reset(prompt)
+        if isinstance(drafter, TreeDrafter):   # its plans before its first cycle, which is timed
+            with self.dev.owned(self._owned):
+                tree.warm(self, drafter)
         # Wait for the prefill here, so that it is timed as prefill and not as the first cycle
         # (nothing to wait for when every row was kept: a conversation's next turn).
         if self.dev.submissions != submitted:

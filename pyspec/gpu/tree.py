@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cycle import Proposal, Rule, TreeProposal, tree_verdict
+from ..drafters.ngram import NgramDrafter
 from ..drafters.tree import grow_model_tree
 from ..rules import verify
 from ..rules.tree import ROOT, Tree
@@ -202,6 +203,21 @@ def walk_plan(b) -> list:
             "tree_walk", "tree_walk", [b.compaction().moves, champ.steps.binding(SLOT_CHAMPION),
                                        b.choice, champ.tokens, b.out], 1)]
     return b.draft_plans["tree_walk"]
+
+
+def warm(b, drafter) -> None:
+    """Build the plans a TreeDrafter's cycles run on backend `b` (compiling their pipelines)
+    before its first tree cycle, whose time the guard keeps as a tree's (GPUBackend._warm does
+    the same for a chain's first cycle)."""
+    b.champion.forward_dispatches(SLOT_CHAMPION, tree=True)
+    b.choices()
+    walk_plan(b)
+    if isinstance(drafter.inner, NgramDrafter):
+        b.lookup()
+    elif isinstance(drafter.inner, GPUDraft) and drafter.shape != "auto":
+        vocab = min(b.vocab, drafter.inner.model.config.vocab_size)
+        for d, width in enumerate(drafter.shape):
+            treedraft.pass_plan(b, drafter.inner, draft_slot(d), min(width, vocab), tree=d > 0)
 
 
 def staged(b, rec: Recording) -> tuple[object, int]:

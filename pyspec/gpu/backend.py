@@ -10,8 +10,9 @@ The cycle's steps record commands into a Recording (gpu/recording.py) instead of
                  choices (argmax_rows for greedy / replay, softmax_rows for rejection) and the
                  accept kernel, which applies verify.py's rule and the confidence stop and writes
                  n_accepted and the tokens; or, where a processor has no device step, the rows
-                 gathered for the host accept (gpu/hostaccept.py); a tree's pass, its rows'
-                 choices (or rejection's rows) for the walk on the host (gpu/tree.py);
+                 gathered for the host accept (gpu/hostaccept.py); for a tree's pass, its rows'
+                 choices walked on the device (greedy, replay) or its rows gathered for the
+                 host's walk (rejection: gpu/tree.py);
   submit         the recorded commands, in one queue submission, ending with a copy of what
                  `read` needs into a staging buffer of its own (device.stage), so a later cycle
                  may be submitted before it is read; `read` awaits the readback.
@@ -162,8 +163,9 @@ class GPUBackend(Executor):
         grow on the device (gpu/treedraft.grows) grows a depth a pass with each pass's logits
         read back at once, which needs an adapter that reads back synchronously (not the
         page's)."""
-        if (kind != "model" or self.dev.reads_now or self.paths.device_trees and shape != "auto"
-                and rule.mode in treedraft.DEVICE_MODES):
+        grows = (self.paths.device_trees and shape != "auto"
+                 and rule.mode in treedraft.DEVICE_MODES)
+        if kind != "model" or self.dev.reads_now or grows:
             return None
         return (f"--tree {'auto' if shape == 'auto' else ','.join(map(str, shape))} with a "
                 f"draft model under {rule.mode} grows a depth a pass, reading each back, which "
@@ -272,7 +274,7 @@ class GPUBackend(Executor):
     @_owning
     def accept(self, rec: Recording, drafts, tokens: list[int] | None, rule: Rule) -> None:
         k, on_device, tokens = rec.k, rec.on_device, tokens or []
-        if rec.tree is not None:   # walked on the host from what comes back (gpu/tree.py)
+        if rec.tree is not None:   # walked on the device, or its rows on the host (gpu/tree.py)
             tree.accept(self, rec, tokens, rule)
             return
         found = self.processors.plan(rule, on_device)

@@ -1,11 +1,15 @@
 """A tree's verify pass on the GPU (shaders/attention.wgsl, matmul.wgsl's RoPE epilogue,
 qk_norm.wgsl under Step.tree): every node's logits are bit-identical to those of its path fed
 as a chain, on a llama (RoPE in the product's epilogue) and a gemma3 (per-head norms, then
-RoPE, and a sliding window that counts positions along the path, not cache rows)."""
+RoPE, and a sliding window that counts positions along the path, not cache rows). Then tree
+cycles end to end (gpu/tree.py, gpu/treedraft.py): champion-only's output, what a cycle reads
+back and submits, a draft model's trees grown on the device equal to the host's growth, and
+n-gram's trees going ahead."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import pytest
@@ -268,3 +272,30 @@ def test_ngram_trees_go_ahead_as_its_chains_do(tiny, shape):
     assert host.tokens == ahead.tokens and host.stats["backend_timing"]["ahead"] == 0
     assert ahead.stats["accepted_by_position"] == host.stats["accepted_by_position"]
     assert ahead.stats["schedule"]["k_histogram"] == host.stats["schedule"]["k_histogram"]
+
+
+@pytest.mark.parametrize("end", ["max_tokens", "end_token", "stop_string", "cancel", "sampled"])
+def test_a_request_of_trees_gone_ahead_ends_where_one_read_cycle_by_cycle_does(tiny, end):
+    """A request of n-gram trees going ahead that ends mid-pipeline (its last cycle submitted,
+    never read: dropped with its moves) ends where the same request drafted on the host does,
+    and leaves the cache so that the next turn reuses it and goes on exactly."""
+    from test_pipelined import ends, run
+
+    from pyspec.options import Options
+
+    reference = _greedy(tiny, 40)
+    opts, cancel_after = ends(tiny, reference)[end]
+    opts = dataclasses.replace(opts, k="fixed:3", tree="2,2,1")
+    results = {}
+    for on_device in (True, False):
+        engine = _engine(tiny, "ngram", device_ngram=on_device)
+        report, _ = run(engine, tiny.prompt, opts, cancel_after)
+        assert (report["stats"]["backend_timing"]["ahead"] > 0) == on_device
+        follow = tiny.prompt + report["tokens"]
+        assert engine.backend.kv.pending == 0 and engine.reusable(follow) == len(follow) - 1
+        more = engine.generate(follow, Options(max_tokens=9, stop_at_eos=False, k="fixed:3",
+                                               tree="2,2,1"))
+        results[on_device] = (report["tokens"], report["finish_reason"], more.tokens)
+    assert results[True] == results[False]
+    if end != "sampled":
+        assert results[True][0] == reference[:len(results[True][0])]

@@ -54,7 +54,8 @@ def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule,
     """A model drafter's tree after the committed `tokens`, at most `depth` deep and `max_nodes`
     nodes (the pass's rows): its unseen tokens fed as a chain, then one draft pass per depth
     over that depth's nodes, each under its parent (cpu/model.py's tree pass; on the GPU
-    gpu/tree.DraftForward). Leaves every row pending in the draft's cache; the executor's
+    gpu/tree.DraftForward; a GPU draft's fixed widths grow on the device instead, the same
+    tree: gpu/treedraft.py). Leaves every row pending in the draft's cache; the executor's
     confirm keeps the fed rows only (the accepted path is fed again next cycle, in the pass
     that feeds the bonus token anyway: no compaction of the draft's cache)."""
     model, kv = drafter.model, drafter.kv

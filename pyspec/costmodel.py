@@ -55,8 +55,9 @@ class CostModel:
         self.tree_accepted = [0] * k_max         # ... and a node there accepted
         self._tree_nodes: list[float] = timing.setdefault("tree_nodes", [])
         # depth -> a tree cycle's whole seconds (drafting, pass, readback and walk), its own:
-        # never the chain's verify times, which a tree cycle on a GPU would poison (it reads
-        # its logits rows back and is read alone, where a chain pipelines)
+        # never the chain's verify times, which a tree cycle would poison (its pass carries more
+        # rows than its depth; on a GPU a draft model's tree cycle is read alone, where a
+        # chain pipelines, and its draft passes are part of it)
         self._tree_samples: dict[int, list[float]] = timing.setdefault("tree_cycle", {})
         self.previews = self.empty = 0           # previews scored, and those that drafted nothing
         self._verify_time: dict[int, float | None] = {}   # verify_time's answers until t_verify moves

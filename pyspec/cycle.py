@@ -210,6 +210,8 @@ class Outcome:
     rows: list[int] | None = None   # a tree cycle's rows to keep: the root's and the accepted
                                     # path's slots (cpu/executor.py compacts them into place)
     nodes: int = 0       # a tree cycle's nodes (k is its depth); 0 for a chain
+    moved: bool = False  # a tree cycle's rows are moved by moves its walk wrote on the device
+                         # (gpu/tree.py): its commit only books them
 
 
 class Executor:

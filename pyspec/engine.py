@@ -235,21 +235,28 @@ class Engine:
         of the budget or of the context."""
         b, tokens, n, drafter = self.backend, req.tokens, len(req.tokens), req.drafter
         chain = plan.chain_of(drafter)   # under --tree: where the guard says a chain pays more
+        # n-gram's trees looked up and walked on the device go ahead as its chains do
+        trees_ahead = isinstance(drafter, TreeDrafter) and b.drafts_ahead(req.rule, drafter)
+        first = chain
         if req.queued is None and self._tree_pays(req, k):
-            # A tree: drafted on the host after the committed tokens and walked there, so it
-            # is read before the next cycle is submitted.
-            return cycle.submit(b, tokens, k, req.rule, drafter)
+            if not trees_ahead:
+                # A tree drafted on the host after the committed tokens, so it is read before
+                # the next cycle is submitted.
+                return cycle.submit(b, tokens, k, req.rule, drafter)
+            first = drafter
         if req.in_cycle:
-            handle = req.queued or b.submit_ahead(tokens, k, req.rule, req.limit, chain)
+            handle = req.queued or b.submit_ahead(tokens, k, req.rule, req.limit, first)
             end, req.queued = n + handle.k + 1, None
             # (a combination about to switch members reads this cycle first)
             if (end <= req.ctx and end < req.limit
                     and (req.combo is None or req.combo.choose(tokens) is drafter)):
                 k_next = req.sched.next_k() if drafter else 0
-                if self._tree_pays(req, k_next, count=False):
-                    req.decided = k_next   # the tree needs this cycle's tokens on the host
-                else:
+                if not self._tree_pays(req, k_next, count=trees_ahead):
                     req.queued = b.submit_ahead(None, k_next, req.rule, req.limit, chain)
+                elif trees_ahead:
+                    req.queued = b.submit_ahead(None, k_next, req.rule, req.limit, drafter)
+                else:
+                    req.decided = k_next   # the tree needs this cycle's tokens on the host
             return handle
         handle = req.queued or cycle.submit(b, tokens, k, req.rule, chain)
         req.queued = None

@@ -72,8 +72,9 @@ REQUEST = (
            "break-even guard picks) | confidence:P (0..1: draft while the draft is this sure)"),
     Option("tree", (str,), None, "verify a tree of drafts per pass: widths per depth W1,W2,... "
            "(e.g. 2,2,1) or auto (from the draft's confidence); with n-gram or a draft model, on "
-           "the CPU engines and the GPU (a draft model's trees not in the page), without "
-           "sampling controls or a schema; default: chains", flag={"metavar": "SHAPE"}),
+           "the CPU engines and the GPU (in the page a draft model's trees of widths, greedy or "
+           "replay), without sampling controls or a schema; default: chains",
+           flag={"metavar": "SHAPE"}),
     Option("draft", (str,), None, "this request's drafter (default: the loaded one)",
            flag=None, engine=False),
     Option("drill", (str,), None, "a fault drill KIND@CYCLE (a session loaded with drills on)",

@@ -54,9 +54,10 @@ Only where drafts come from the host: the device lookup decides by the match its
 Trees (--tree): the guard picks the depth as it picks a chain's k, then `tree_pays` says whether
 this cycle drafts the tree or that chain: the tree's rate is E over its acceptance by depth (its
 own counts, drawn toward the chain's) per tree cycle, timed whole and kept apart from the
-chain's times (a tree cycle on a GPU reads its rows back and runs alone where a chain
-pipelines: folded into the chain's verify times it made every chain look too slow, and the
-guard drafted nothing); before a tree is measured, one draft step a depth plus a chain's pass
+chain's times (a tree cycle's pass carries more rows than its depth, a draft model's tree
+cycle runs alone where a chain pipelines, and tree cycles once read their logits rows back:
+folded into the chain's verify times it made every chain look too slow, and the guard drafted
+nothing); before a tree is measured, one draft step a depth plus a chain's pass
 over as many rows. It must beat the best chain of at most that depth, else the chain runs, as
 it would without --tree (on its own path: looked up or fed on the device, going ahead). A fixed
 policy always drafts the tree.

@@ -18,9 +18,12 @@
 // compares rejection sampling's bits across adapters), and the sample is exact either way (its
 // sums are integers).
 // Random keys: row r draws at position step.pos + params.pos_shift + r (pos_shift = 1 when the
-// step is the forward's, whose row r sits at KV row pos + r and predicts the token after it).
+// step is the forward's, whose row r sits at KV row pos + r and predicts the token after it); the
+// argmax's replay noise of a tree's pass (Step FLAG_TREE) at its row's position instead, the
+// root's plus the row's depth (tree.wgsl's row_position), as rules/tree.walk_replay keys it.
 
 //!include step.wgsl
+//!include tree.wgsl
 //!include rng.wgsl
 //!include categorical.wgsl
 
@@ -32,11 +35,12 @@ struct Params {
     in_offset: u32,    // element index of row 0 of the input
     in_stride: u32,    // elements between input rows
     out_offset: u32,   // argmax/sample: index of row 0's token; softmax: element of row 0's probs
-    out_stride: u32,   // softmax: elements between output rows
+    out_stride: u32,   // softmax: elements between output rows; topk: ids between rows
     conf_offset: u32,  // index of row 0's confidence
     pos_shift: u32,    // see above
     stream: u32,       // sample_rows: the rng stream (rng.STREAM_DRAFT for a drafter)
     n: u32,            // rng_fill: number of keys
+    width: u32,        // topk.wgsl: the ids chosen per row
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -116,16 +120,23 @@ fn better(a: Best, b: Best) -> Best {
     return out;
 }
 
+// Id i's score at `position`: its logit x in greedy mode or at T = 0, x / T + gumbel(seed,
+// position, i) in replay (verify.sample_replay_rows with the noise of rng.gumbel).
+fn choice_score(x: f32, i: u32, position: u32) -> f32 {
+    let t = step.temperature;
+    if (step.mode == MODE_REPLAY && t > 0.0) {
+        return x / t + gumbel(step.seed_lo, step.seed_hi, position, i);
+    }
+    return x;
+}
+
 // This thread's best over ids begin + tid, begin + tid + WG_ROW, ... < end of the row at `base`:
 // score = logits in greedy mode or at T = 0, logits / T + gumbel(seed, position, id) in replay.
 fn scan(tid: u32, base: u32, begin: u32, end: u32, position: u32) -> Best {
-    let t = step.temperature;
-    let replay = step.mode == MODE_REPLAY && t > 0.0;
     var b = Best(F32_LOWEST, NONE, F32_LOWEST);
     for (var i = begin + tid; i < end; i += WG_ROW) {
         let x = src[base + i];
-        var score = x;
-        if (replay) { score = x / t + gumbel(step.seed_lo, step.seed_hi, position, i); }
+        let score = choice_score(x, i, position);
         if (b.i == NONE || score > b.v) {  // ids ascend: strict > keeps the lowest
             b.v = score;
             b.i = i;
@@ -184,7 +195,7 @@ struct Scanned {
 
 fn scan_row(tid: u32, r: u32, begin: u32, end: u32) -> Scanned {
     let base = params.in_offset + r * params.in_stride;
-    let best = tree_best(tid, scan(tid, base, begin, end, step.pos + params.pos_shift + r));
+    let best = tree_best(tid, scan(tid, base, begin, end, row_position(r) + params.pos_shift));
     var sum = 0.0;
     if (params.conf_offset != NONE) {
         sum = row_exp_sum(tid, base, begin, end, best.m, conf_temperature());

@@ -124,3 +124,49 @@ def test_the_step_carries_the_request(dev, lookup):
     assert step[2] == 9 and step[3] == 2**8
     assert step[4] == np.float32(0.75).view(np.uint32)
     assert step[6] == MODES["rejection"] and step[7] == FLAG_ONE_HOT
+
+
+def advance_tree(dev, lookup, k_cap: int, widths, nodes: int, limit: int = 10**6):
+    """One advance_tree dispatch: (the tree drafted, depth-first, its Step words)."""
+    from pyspec.rules.tree import ROOT, depth_first_order, reorder
+
+    ng, words, tokens = lookup
+    ng.set(k_cap, limit, 7, 0.0, "greedy", widths=widths, tree_nodes=nodes)
+    dev.submit([ng.tree_plan])
+    row = asyncio.run(dev.read_array(tokens, np.uint32, (ROWS_MAX,)))
+    state = asyncio.run(dev.read_array(ng.state, np.uint32, (STATE_WORDS,)))
+    step = state[STEP_OFFSET // 4:STEP_OFFSET // 4 + STEP_WORDS]
+    n_nodes = int(step[0]) - 1
+    table = step[12:12 + 1 + n_nodes]
+    parents = [ROOT if (w >> 16) == 0 else int(w >> 16) - 1 for w in table[1:]]
+    assert [int(w & 0xFFFF) for w in table[1:]] == [
+        1 if p == ROOT else int(table[1 + p] & 0xFFFF) + 1 for p in parents]
+    return reorder(row[1:1 + n_nodes], parents, depth_first_order(parents)), step, int(row[0])
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 1), "auto", (3, 1), (1, 1, 1, 1, 1)])
+def test_its_trees_are_the_hosts(dev, shape):
+    """advance_tree drafts drafters/tree.ngram_tree's tree for the same tokens (its widths, its
+    node cap in the order nodes are added, the depth the cycle asks), in a tree Step rooted at
+    row n - 1; at the budget a tree is no deeper than the tokens it may emit less one."""
+    from pyspec.drafters.tree import ngram_tree, ngram_widths
+    from pyspec.gpu.constants import FLAG_TREE
+
+    words = dev.buffer(4 * ACCEPT_WORDS, label="words")
+    tokens = dev.buffer(4 * ROWS_MAX, label="tokens")
+    lookup = (DeviceNgram(dev, CTX, words, tokens), words, tokens)
+    widths, trees = ngram_widths(shape), 0
+    for seq in sequences()[::3]:
+        for k, nodes in ((3, 15), (ROWS_MAX - 1, 15), (4, 5)):
+            lookup[0].start(seq)
+            tree, step, root = advance_tree(dev, lookup, k, widths, nodes)
+            host = ngram_tree(seq, shape, k, max_nodes=nodes).tree
+            assert tree == host, (seq[-12:], k, nodes)
+            assert root == seq[-1] and step[1] == step[8] == len(seq) - 1
+            assert bool(step[7] & FLAG_TREE) == (len(host) > 0)
+            trees += len(host) > 1
+    assert trees > 20
+    seq = list(range(6)) * 5                          # every depth is there to take
+    lookup[0].start(seq)
+    tree, _, _ = advance_tree(dev, lookup, 8, widths, 15, limit=len(seq) + 2)
+    assert int(tree.depths().max()) == 1              # 2 tokens left: one draft and its bonus

@@ -146,6 +146,59 @@ def test_argmax_rows(dev, vocab, mode, temperature, split):
         assert conf_1[0].tobytes() == conf_m[r].tobytes() == conf[r].tobytes()
 
 
+def topk_pass(dev, logits, rows, width, mode, temperature, split, tree=None):
+    rows_cap, vocab = logits.shape
+    tokens = dev.upload(np.full(rows_cap * width, 7777, np.uint32))
+    step = one_step(dev, rows=rows, pos=POS, seed=SEED, temperature=temperature, mode=mode,
+                    tree=tree)
+    plan = sampling.topk_rows(dev, dev.upload(logits), tokens, step, vocab=vocab, width=width,
+                              rows_cap=rows_cap, split=split)
+    return run(dev, plan, tokens, np.uint32, (rows_cap, width))
+
+
+# topk_rows: drafters/tree.py's children (greedy: a stable argsort; replay: Gumbel-top-k), a
+# tie across parts, a row with fewer ids than the width; one workgroup and split alike.
+@pytest.mark.parametrize("split", [False, True], ids=["one-workgroup", "split"])
+@pytest.mark.parametrize("vocab", [5, 2100])
+@pytest.mark.parametrize("mode, temperature", [("greedy", 0.0), ("replay", 0.8)])
+def test_topk_rows(dev, vocab, mode, temperature, split):
+    gen = np.random.default_rng(vocab + 7)
+    logits = random_logits(gen, 4, vocab)
+    logits[1, [3, vocab - 1, 1]] = logits[1].max() + 1.0   # a tie (across parts at 2100 ids)
+    logits[2, :] = 0.5                                      # all tied
+    width = 7 if vocab == 5 else 3
+    got = topk_pass(dev, logits, 4, width, mode, temperature, split)
+    x = logits.astype(np.float64)
+    if mode == "replay":
+        noise = rng.gumbel(SEED, POS + 1 + np.arange(4), vocab)
+        x = x / temperature + noise
+    for r in range(4):
+        ref = np.argsort(-x[r], kind="stable")[:width].tolist()
+        ref += [sampling.NONE] * (width - len(ref))   # 5 ids, 7 picks: NONE after the fifth
+        assert got[r].tolist() == ref, (r, got[r], ref)
+    if mode == "greedy":
+        assert got[1, :3].tolist() == [1, 3, vocab - 1] and got[2, :3].tolist() == [0, 1, 2]
+
+
+def test_a_tree_rows_replay_noise_is_its_depths(dev):
+    """argmax_rows and topk_rows key a tree pass's replay noise by each row's depth (the root's
+    position + depth + 1: rules/tree.walk_replay), not by its row."""
+    vocab, temperature = 40, 0.7
+    logits = random_logits(np.random.default_rng(5), 4, vocab)
+    tree = (POS, [-1, 0, 0, 2])                    # depths 0, 1, 1, 2
+    step = one_step(dev, rows=4, pos=POS, seed=SEED, temperature=temperature, mode="replay",
+                    tree=tree)
+    tokens, conf = dev.upload(np.zeros(4, np.uint32)), dev.buffer(16)
+    plan = sampling.argmax_rows(dev, dev.upload(logits), tokens, conf, step, vocab=vocab,
+                                rows_cap=4, want_conf=False)
+    got = run(dev, plan, tokens, np.uint32, (4,))
+    noise = rng.gumbel(SEED, POS + 1 + np.array([0, 1, 1, 2]), vocab)
+    x = logits.astype(np.float64) / temperature + noise
+    np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
+    picks = topk_pass(dev, logits, 4, 2, "replay", temperature, None, tree=tree)
+    np.testing.assert_array_equal(picks, np.argsort(-x, axis=-1, kind="stable")[:, :2])
+
+
 def softmax_pass(dev, logits, rows, temperature, pos=POS, split=None):
     rows_cap, vocab = logits.shape
     probs = dev.upload(np.full((rows_cap, vocab), -1.0, np.float32))

@@ -408,6 +408,7 @@ def headline(rows: dict[str, list[dict]], gpu: dict | None, champion,
             "host_s_cycle": gpu["host_s_cycle"],
             "host_s_cycle_alone": gpu["host_s_cycle_alone"],
             "readbacks_per_cycle": gpu["readbacks_per_cycle"],
+            "readback_bytes_per_cycle": gpu["readback_bytes_per_cycle"],
             "gpu_ms_per_cycle": gpu["cycle_s"] * 1e3 if "cycle_s" in gpu else None,
             "wall_over_gpu": (statistics.median(pass_s) / cycle if pass_s and cycle else None)}
     return out

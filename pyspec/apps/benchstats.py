@@ -65,14 +65,17 @@ def prompt_lines(rows: dict[str, list[dict]]) -> dict:
 
 
 def per_cycle(timings: list[dict]) -> dict:
-    """GPU backend_timing dicts ({cycles, host_s, wait_s, readbacks} per request) -> seconds of
-    host work (encode + submit) and of waiting for the readback per decode cycle: means, and the
+    """GPU backend_timing dicts ({cycles, host_s, wait_s, readbacks, readback_bytes} per request)
+    -> per decode cycle, readbacks and their bytes, and seconds of host work (encode + submit)
+    and of waiting for the readback: means, and the
     median and range of the cycles' own host times (`host_s_cycle`), and of those encoded while
     no other cycle was in flight (`host_s_cycle_alone`: on a software adapter, whose threads run
     on the host's cores, the host's own cost; the others share the cores with the GPU's work)."""
     cycles = sum(t.get("cycles", 0) for t in timings)
     return {"cycles": cycles,
             "readbacks_per_cycle": sum(t.get("readbacks", 0) for t in timings) / max(cycles, 1),
+            "readback_bytes_per_cycle": (sum(t.get("readback_bytes", 0) for t in timings)
+                                         / max(cycles, 1)),
             "host_s_per_cycle": sum(t.get("host_s", 0.0) for t in timings) / max(cycles, 1),
             "host_s_cycle": spread([h for t in timings for h in t.get("host_s_cycles", [])]),
             "host_s_cycle_alone": spread([h for t in timings for h in t.get("host_s_alone", [])]),

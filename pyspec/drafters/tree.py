@@ -20,7 +20,8 @@ import numpy as np
 from ..cycle import Rule, TreeProposal
 from ..errors import TreeUnsupportedError
 from ..rules import rng, verify
-from ..rules.tree import MAX_TREE_NODES, ROOT, Tree, draw_siblings, parse_tree
+from ..rules.tree import (MAX_TREE_NODES, ROOT, Tree, depth_first_order, draw_siblings,
+                          parse_tree, reorder)
 
 AUTO_MASS, AUTO_WIDTH, AUTO_DEPTH, AUTO_NODES = 0.8, 3, 4, 16
 TREE_DRAFTERS = ("ngram", "model")   # the drafter kinds TreeDrafter wraps
@@ -44,19 +45,8 @@ def _children(logits: np.ndarray, position: int, rule: Rule, width) -> tuple[lis
 
 def _depth_first(tokens: list[int], parents: list[int], rows: list) -> TreeProposal:
     """Nodes listed breadth-first (parents before children) -> the same tree depth-first."""
-    kids: dict[int, list[int]] = {}
-    for i, p in enumerate(parents):
-        kids.setdefault(p, []).append(i)
-    order: list[int] = []
-    stack = list(reversed(kids.get(ROOT, [])))
-    while stack:
-        i = stack.pop()
-        order.append(i)
-        stack.extend(reversed(kids.get(i, [])))
-    new = {old: j for j, old in enumerate(order)}
-    tree = Tree(tuple(tokens[i] for i in order),
-                tuple(ROOT if parents[i] == ROOT else new[parents[i]] for i in order))
-    return TreeProposal(tree, [rows[i] for i in order])
+    order = depth_first_order(parents)
+    return TreeProposal(reorder(tokens, parents, order), [rows[i] for i in order])
 
 
 def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule,
@@ -64,7 +54,8 @@ def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule,
     """A model drafter's tree after the committed `tokens`, at most `depth` deep and `max_nodes`
     nodes (the pass's rows): its unseen tokens fed as a chain, then one draft pass per depth
     over that depth's nodes, each under its parent (cpu/model.py's tree pass; on the GPU
-    gpu/tree.DraftForward). Leaves every row pending in the draft's cache; the executor's
+    gpu/tree.DraftForward; a GPU draft's fixed widths grow on the device instead, the same
+    tree: gpu/treedraft.py). Leaves every row pending in the draft's cache; the executor's
     confirm keeps the fed rows only (the accepted path is fed again next cycle, in the pass
     that feeds the bonus token anyway: no compaction of the draft's cache)."""
     model, kv = drafter.model, drafter.kv
@@ -100,11 +91,20 @@ def grow_model_tree(drafter, tokens: list[int], shape, depth: int, rule: Rule,
     return _depth_first(out_tokens, out_parents, out_rows)
 
 
-def ngram_tree(tokens: list[int], shape, depth: int, max_n: int = 4) -> TreeProposal:
+def ngram_widths(shape) -> tuple[int, ...]:
+    """n-gram's widths per depth for a tree `shape`: `auto` has no probabilities to follow, so
+    AUTO_WIDTH children at each of AUTO_DEPTH depths."""
+    return (AUTO_WIDTH,) * AUTO_DEPTH if shape == "auto" else tuple(shape)
+
+
+def ngram_tree(tokens: list[int], shape, depth: int, max_n: int = 4,
+               max_nodes: int = MAX_TREE_NODES) -> TreeProposal:
     """n-gram's tree: the continuations (up to `depth` tokens) after the latest earlier
     occurrences of the longest suffix (of at most max_n tokens) that occurred before, merged
-    into a trie; at most widths[d] children per node at depth d + 1 (the latest first)."""
-    widths = (AUTO_WIDTH,) * AUTO_DEPTH if shape == "auto" else shape
+    into a trie; at most widths[d] children per node at depth d + 1 and `max_nodes` nodes, in
+    the order they are added (the latest occurrence first). The GPU drafts the same tree
+    (shaders/ngram.wgsl, advance_tree)."""
+    widths = ngram_widths(shape)
     depth = min(depth, len(widths))
     arr = np.asarray(tokens)
     for n in range(min(max_n, len(tokens) - 1), 0, -1):
@@ -121,7 +121,8 @@ def ngram_tree(tokens: list[int], shape, depth: int, max_n: int = 4) -> TreeProp
         for d, t in enumerate(tokens[j:j + depth]):
             key = (node, t)
             if key not in index:
-                if sum(1 for p in out_parents if p == node) >= widths[d]:
+                if (sum(1 for p in out_parents if p == node) >= widths[d]
+                        or len(out_tokens) >= max_nodes):
                     break
                 out_tokens.append(t)
                 out_parents.append(node)
@@ -152,7 +153,7 @@ class TreeDrafter:
         """A tree at most `depth` deep after the committed `tokens`."""
         if self.inner.kind == "ngram":
             self.inner.calls += 1
-            return ngram_tree(tokens, self.shape, depth)
+            return ngram_tree(tokens, self.shape, depth, max_nodes=self.max_nodes)
         return grow_model_tree(self.inner, tokens, self.shape, depth, rule, self.max_nodes)
 
 
@@ -179,6 +180,10 @@ def tree_drafter(drafter, tree: str | None, backend, rule: Rule, constraint, kin
                                    f"kind {' or '.join(kinds)}, not {kind}: use --draft ngram"
                                    f"{' or a draft model' if 'model' in kinds else ''}, or "
                                    "leave --tree out")
+    refusal = getattr(backend, "tree_refusal", None)
+    why = refusal(shape, rule, kind) if refusal is not None else None
+    if why:
+        raise TreeUnsupportedError(why)
     nodes = int(np.cumprod(shape).sum()) if shape != "auto" else 0
     if nodes > backend.k_max:
         raise TreeUnsupportedError(f"--tree {tree} has {nodes} nodes, but one pass of the "

@@ -10,7 +10,9 @@ The cycle's steps record commands into a Recording (gpu/recording.py) instead of
                  choices (argmax_rows for greedy / replay, softmax_rows for rejection) and the
                  accept kernel, which applies verify.py's rule and the confidence stop and writes
                  n_accepted and the tokens; or, where a processor has no device step, the rows
-                 gathered for the host accept (gpu/hostaccept.py);
+                 gathered for the host accept (gpu/hostaccept.py); for a tree's pass, its rows'
+                 choices walked on the device (greedy, replay) or its rows gathered for the
+                 host's walk (rejection: gpu/tree.py);
   submit         the recorded commands, in one queue submission, ending with a copy of what
                  `read` needs into a staging buffer of its own (device.stage), so a later cycle
                  may be submitted before it is read; `read` awaits the readback.
@@ -20,7 +22,8 @@ random numbers at pos + 1 + r), 1 + i is draft step i.
 Going ahead (pipelining): a cycle that needs nothing from the host is submitted before the one
 in flight is read. A champion-only cycle needs only its input token, the one the cycle before
 emits (`submit_after`: copied on the device from its accept words); n-gram drafts looked up on
-the device and a draft model fed on the device need nothing either (`submit_ahead`). The host
+the device (chains, and trees walked on the device: gpu/tree.py) and a draft model fed on the
+device need nothing either (`submit_ahead`). The host
 encodes cycle n + 1 while the GPU runs cycle n. A cycle never read (the request ended: EOS, a
 stop string, max_tokens, a cancel or a fault) is dropped with its pending rows (`drop`). A cycle
 goes ahead only when the one in flight cannot reach the end of the budget or the context.
@@ -41,7 +44,7 @@ from ..cycle import Executor, Outcome, Rule
 from ..drafters.ngram import NgramDrafter
 from ..drafters.tree import TreeDrafter
 from ..rules import verify
-from . import hostaccept, sampling, tree
+from . import hostaccept, sampling, tree, treedraft
 from .ahead import DeviceFeed
 from .device import ROWS_MAX, count_commands
 from .draft import GPUDraft, draft_slot, step_plan
@@ -49,7 +52,7 @@ from .model import GPUModel
 from .ngram import DeviceNgram
 from .processors import KINDS, DeviceProcessors
 from .recording import Recording
-from .sources import DeviceDraft, DeviceLookup, FedDraft, FromBefore, HostProposal
+from .sources import DeviceDraft, DeviceLookup, FedDraft, FromBefore, HostProposal, TreeLookup
 from .step import N_SLOTS, SLOT_CHAMPION
 
 K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
@@ -77,6 +80,10 @@ class Paths:
     # a software adapter, where the device's row searches measured slower than reading the rows
     # back (bench/results/mask-lavapipe.json (legacy))
     device_processors: tuple = KINDS
+    # A draft model's trees of fixed widths under greedy or replay grown on the device, every
+    # depth's pass in the cycle's one submission (gpu/treedraft.py); False: a depth a pass with
+    # its logits read back (gpu/tree.DraftForward), the way `auto` and rejection trees grow
+    device_trees: bool = True
 
     @classmethod
     def for_device(cls, dev, **given) -> "Paths":
@@ -136,22 +143,34 @@ class GPUBackend(Executor):
         self.draft_conf = dev.buffer(ROWS_MAX * 4, label="draft.conf")        # (K,) f32
         self.out = dev.buffer(sampling.ACCEPT_WORDS * 4, label="accept.out")  # (68,) u32
         self.host_rows = dev.buffer(hostaccept.rows_bytes(vocab), label="host_accept.rows")
+        self.tree_picks = dev.buffer(ROWS_MAX * ROWS_MAX * 4, label="tree.picks")   # (R, R) u32
         self.processors = DeviceProcessors(self)
         self._tail: dict[tuple, list] = {}
         self.draft_plans: dict[tuple, list] = {}   # gpu/draft.step_plan's
         self._t_read = 0.0              # when the last cycle's readback ended
         self._submitted_before = 0      # the device's submissions when the decode began
+        self._read_before = (0, 0)      # ... and its readbacks and their bytes
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
         self._feed = None               # gpu/ahead.DeviceFeed, made at the first fed draft cycle
         self.timing: dict = {}
         self._compaction = None         # gpu/tree.Compaction, made at the first tree cycle
         self._warm()
 
-    @property
-    def tree_kinds(self) -> tuple:
-        """The drafters whose trees it takes: n-gram's; a draft model's where the adapter reads
-        back synchronously (a tree grows a depth a pass: gpu/tree.DraftForward)."""
-        return ("ngram", "model") if self.dev.reads_now else ("ngram",)
+    tree_kinds = ("ngram", "model")   # the drafters whose trees it takes (tree_refusal)
+
+    def tree_refusal(self, shape, rule: Rule, kind: str | None) -> str | None:
+        """Why a request's trees cannot run here, or None: a draft model's tree that does not
+        grow on the device (gpu/treedraft.grows) grows a depth a pass with each pass's logits
+        read back at once, which needs an adapter that reads back synchronously (not the
+        page's)."""
+        grows = (self.paths.device_trees and shape != "auto"
+                 and rule.mode in treedraft.DEVICE_MODES)
+        if kind != "model" or self.dev.reads_now or grows:
+            return None
+        return (f"--tree {'auto' if shape == 'auto' else ','.join(map(str, shape))} with a "
+                f"draft model under {rule.mode} grows a depth a pass, reading each back, which "
+                f"the {self.adapter} adapter cannot do at once: give fixed widths (e.g. 2,2,1) "
+                "under greedy or replay, whose trees grow on the device, or use --draft ngram")
 
     @property
     def split_rows(self) -> bool:
@@ -207,7 +226,8 @@ class GPUBackend(Executor):
         # Per request: host time encoding and submitting cycles vs time awaiting their readback.
         # Where each cycle's drafts were made (stats' draft_path): sampled or looked up on the
         # device inside the cycle's submission, or proposed on the host and written up.
-        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0, "ahead": 0,
+        self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0,
+                       "readback_bytes": 0, "ahead": 0,
                        "submissions": 0, "drafted_on_device": 0, "drafted_on_host": 0,
                        "host_s_cycles": [], "host_s_alone": []}
         if self._compaction is not None and self._compaction.pending:   # the last tree's moves
@@ -224,11 +244,15 @@ class GPUBackend(Executor):
             self.champion.prefill(prompt, SLOT_CHAMPION, i, min(i + block, end))
         if drafter is not None:
             drafter.reset(prompt)
+        if isinstance(drafter, TreeDrafter):   # its plans before its first cycle, which is timed
+            with self.dev.owned(self._owned):
+                tree.warm(self, drafter)
         # Wait for the prefill here, so that it is timed as prefill and not as the first cycle
         # (nothing to wait for when every row was kept: a conversation's next turn).
         if self.dev.submissions != submitted:
             await self.dev.read(self.out, 16)
         self._submitted_before = self.dev.submissions   # the decode's submissions count after
+        self._read_before = (self.dev.readbacks, self.dev.read_bytes)
 
     # --- the cycle's steps (cycle.py) ---------------------------------------------------------
     def record(self, drafter, k: int) -> Recording:
@@ -250,8 +274,8 @@ class GPUBackend(Executor):
     @_owning
     def accept(self, rec: Recording, drafts, tokens: list[int] | None, rule: Rule) -> None:
         k, on_device, tokens = rec.k, rec.on_device, tokens or []
-        if rec.tree is not None:   # its logits rows back, walked on the host (gpu/tree.py)
-            rec.commands.append(tree.gather(self, rec, tokens, rule))
+        if rec.tree is not None:   # walked on the device, or its rows on the host (gpu/tree.py)
+            tree.accept(self, rec, tokens, rule)
             return
         found = self.processors.plan(rule, on_device)
         if found is None:
@@ -282,7 +306,7 @@ class GPUBackend(Executor):
         if self._compaction is not None:   # a tree cycle's accepted rows, moved first
             rec.commands[:0] = self._compaction.take()
         if rec.tree is not None:
-            readback = self.dev.stage(self.host_rows, tree.readback_bytes(self.vocab, rec))
+            readback = self.dev.stage(*tree.staged(self, rec))
         elif rec.host is not None:
             with_q = rec.on_device and rec.host[2].mode == "rejection" and rec.k > 0
             readback = self.dev.stage(self.host_rows,
@@ -294,6 +318,8 @@ class GPUBackend(Executor):
             self.champion.steps.upload(rec.slots)
         self.dev.submit(rec.commands)
         self.dev.expect(readback)
+        if rec.tree is not None and rec.tree.chosen:   # its walk wrote the moves: next, them
+            self.compaction().walked()
         # One submission gives one time. For GPU drafts split it by command count (encoding and
         # dispatch overhead dominate a small model's pass): the guard needs the draft's cost per
         # token apart from the champion's to predict an unmeasured k.
@@ -307,10 +333,12 @@ class GPUBackend(Executor):
         t_wait = time.perf_counter()
         raw = await self.dev.redeem(rec.readback)
         t_read = time.perf_counter()
-        rows = None
+        walked = None
         if rec.tree is not None:
-            verdict, rows = tree.verdict(self, rec, raw)
-            k_eff, t_end = rec.k, time.perf_counter()
+            walked = tree.verdict(self, rec, raw)
+            verdict, k_eff, t_end = walked.verdict, walked.depth, time.perf_counter()
+            if rec.looked_up:   # its rows, where the device put them: after the committed ones
+                self.kv.append(1 + walked.nodes)
         elif rec.host is not None:
             verdict, k_eff = hostaccept.verdict(rec, raw, self.vocab)
             t_end = time.perf_counter()
@@ -325,19 +353,29 @@ class GPUBackend(Executor):
         self._count(rec, t_read - t_wait, t_end - t_read)
         t0 = self._cycle_start(rec, t_end)
         t_draft = (t_end - t0) * rec.share if rec.on_device else rec.t_draft
-        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed, rows=rows,
-                       nodes=len(rec.tree.tree) if rec.tree is not None else 0)
+        if walked is None:
+            return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed)
+        return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rows=walked.rows,
+                       nodes=walked.nodes, moved=walked.moved)
 
     def commit(self, outcome: Outcome, drafter) -> None:
         """A tree cycle keeps the root's and the accepted path's rows, moved into place at the
-        start of the next submission (gpu/tree.Compaction); a chain's, cycle.Executor's."""
+        start of the next submission (gpu/tree.Compaction: moves its walk on the device wrote,
+        or the host's); a chain's, cycle.Executor's."""
         if outcome.rows is None:
             return super().commit(outcome, drafter)
-        if self._compaction is None:
-            self._compaction = tree.Compaction(self.champion)
-        self._compaction.move(outcome.rows)
+        if outcome.moved:
+            self.compaction().kept(outcome.rows)
+        else:
+            self.compaction().move(outcome.rows)
         if drafter is not None:
             drafter.confirm(outcome.verdict.n_accepted)
+
+    def compaction(self) -> tree.Compaction:
+        """The champion's tree compaction, made at the first tree cycle."""
+        if self._compaction is None:
+            self._compaction = tree.Compaction(self.champion)
+        return self._compaction
 
     def _cycle_start(self, rec: Recording, t_end: float) -> float:
         """When a cycle's own time began, for the guard: its encoding, or, for a cycle submitted
@@ -354,7 +392,10 @@ class GPUBackend(Executor):
         encoded while no other was in flight (`host_s_alone`): on a software adapter the GPU is
         threads on the same cores, and while it runs the cycle before they take the host's."""
         self.timing["cycles"] += 1
-        self.timing["readbacks"] += 1
+        # The device's own counts since the decode began: a cycle that reads more than once (a
+        # tree grown a depth a pass on the host) shows it.
+        self.timing["readbacks"] = self.dev.readbacks - self._read_before[0]
+        self.timing["readback_bytes"] = self.dev.read_bytes - self._read_before[1]
         self.timing["submissions"] = self.dev.submissions - self._submitted_before
         if rec.k:
             where = "device" if rec.on_device or rec.looked_up else "host"
@@ -367,6 +408,17 @@ class GPUBackend(Executor):
             if not rec.ahead:
                 self.timing["host_s_alone"].append(host_s)
 
+    def choices(self) -> list:
+        """The champion's choice per row of its pass into `choice` (argmax_rows: the argmax, or
+        the replay sample), on the champion's step slot (a plan, built once)."""
+        if "choices" not in self._tail:
+            champ = self.champion
+            self._tail["choices"] = sampling.argmax_rows(
+                self.dev, champ.logits, self.choice, self.conf,
+                champ.steps.binding(SLOT_CHAMPION), vocab=self.vocab, want_conf=False,
+                split=self.split_rows)
+        return self._tail["choices"]
+
     def _verify_dispatches(self, mode: str, threshold: float) -> list:
         """The champion's choices and the accept kernel, all on the champion's step slot."""
         key = (mode == "rejection", threshold)
@@ -377,8 +429,7 @@ class GPUBackend(Executor):
                 first = sampling.softmax_rows(dev, champ.logits, self.p_target, self.conf, step,
                                               vocab=vocab, split=split)
             else:
-                first = sampling.argmax_rows(dev, champ.logits, self.choice, self.conf, step,
-                                             vocab=vocab, want_conf=False, split=split)
+                first = self.choices()
             self._tail[key] = [*first, *sampling.accept(
                 dev, self.choice, self.p_target, self.q_draft, (champ.tokens, 1), self.draft_conf,
                 self.out, step, vocab=vocab, conf_threshold=threshold, pos_shift=1,
@@ -405,8 +456,11 @@ class GPUBackend(Executor):
         return cycle.submit(self, None, 0, rule, None, rec)
 
     def drop(self, rec: Recording) -> None:
-        """A submitted cycle that will never be read: its staging buffer back, its row gone."""
+        """A submitted cycle that will never be read: its staging buffer back, its row gone
+        (and a tree's moves, which no later cycle needs)."""
         self.dev.release(rec.readback)
+        if rec.tree is not None and rec.tree.chosen:   # the last submitted: its moves are next
+            self._compaction.pending = []
         if not rec.committed and not rec.looked_up:
             self.kv.rollback()
         if rec.fed is not None:   # its draft-feed record, the last one made (newest first)
@@ -414,8 +468,12 @@ class GPUBackend(Executor):
 
     def drafts_ahead(self, rule: Rule, drafter) -> bool:
         """Whether cycles of `drafter` under `rule` draft on the device and go ahead
-        (`submit_ahead`): n-gram lookup or a draft model on the GPU, and the cycles pipeline."""
+        (`submit_ahead`): n-gram lookup or a draft model on the GPU, n-gram's trees under
+        greedy or replay (walked on the device), and the cycles pipeline."""
         d, paths = drafter, self.paths
+        if isinstance(d, TreeDrafter):
+            return (paths.device_ngram and isinstance(d.inner, NgramDrafter)
+                    and rule.mode in tree.CHOSEN_MODES and self.pipelines(rule))
         # (A draft with a shorter context than the champion's is fed from the host, which stops
         # its drafts at its own end; the device feed caps both at the champion's.)
         return ((paths.device_ngram and isinstance(d, NgramDrafter)
@@ -425,10 +483,13 @@ class GPUBackend(Executor):
 
     def submit_ahead(self, tokens: list[int] | None, k: int, rule: Rule, limit: int,
                      drafter) -> Recording:
-        """A cycle of up to k drafts made on the device (gpu/sources.DeviceLookup, FedDraft).
+        """A cycle of up to k drafts made on the device (gpu/sources.DeviceLookup, TreeLookup,
+        FedDraft).
         `tokens`: the committed ones, when no cycle is in flight (the device's state starts from
         them); None: after the cycle in flight. `limit`: the most tokens the request may hold
         (prompt + max_tokens); the drafts stop there and at the context's end."""
-        source = FedDraft(drafter) if isinstance(drafter, GPUDraft) else DeviceLookup(drafter)
+        source = (FedDraft(drafter) if isinstance(drafter, GPUDraft)
+                  else TreeLookup(drafter) if isinstance(drafter, TreeDrafter)
+                  else DeviceLookup(drafter))
         rec = Recording(source, time.perf_counter(), limit=limit)
         return cycle.submit(self, tokens, k, rule, drafter, rec)

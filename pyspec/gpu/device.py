@@ -194,6 +194,7 @@ class Device:
         self._owners: list[list] = []   # the `owned` scopes open, innermost last
         self.submissions = 0
         self.readbacks = 0
+        self.read_bytes = 0   # the bytes those readbacks brought back
         self._idle_staging: list = []   # staging buffers of redeemed (or dropped) readbacks
 
     @property
@@ -338,8 +339,14 @@ class Device:
             self.release(readback)
             raise
         self.release(readback)
-        self.readbacks += 1
+        self.redeemed(readback)
         return data
+
+    def redeemed(self, readback: Readback) -> None:
+        """Count a readback redeemed (the request's stats, and the tests' check that a cycle
+        reads back what it should: tests/test_gpu_tree.py)."""
+        self.readbacks += 1
+        self.read_bytes += readback.nbytes
 
     def abandon(self, readback: Readback) -> None:
         """A readback whose map may still be pending (the watchdog gave up on it, or its wait was

@@ -308,7 +308,7 @@ class NativeDevice(Device):
             self.release(readback)
             raise
         self.release(readback)
-        self.readbacks += 1
+        self.redeemed(readback)
         return data
 
     async def _map_read(self, staging, size, nbytes):

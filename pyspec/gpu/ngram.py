@@ -4,8 +4,9 @@ needs nothing from the host, so it is submitted before the one in flight is read
 (gpu/backend.py, "Going ahead"; gpu/sources.DeviceLookup).
 
 `DeviceNgram` owns the history, the state (its length and the pass's Step) and the parameters;
-`advance` is the dispatch that starts each such cycle. Its proposals are those of
-drafters/ngram.py's NgramDrafter for the same tokens (tests/test_gpu_ngram.py), so the schedule's
+`plan` (advance) is the dispatch that starts each such cycle, `tree_plan` (advance_tree) each
+such tree cycle (--tree). Its proposals are those of drafters/ngram.py's NgramDrafter for the
+same tokens, its trees drafters/tree.ngram_tree's (tests/test_gpu_ngram.py), so the schedule's
 shadow previews, scored on the host, still predict what a cycle would draft.
 """
 
@@ -21,6 +22,7 @@ from .step import STEP_BYTES, STEP_WORDS, pack_step
 STATE_WORDS = 8 + STEP_WORDS   # n, fresh, 6 words of padding, then the Step (ngram.wgsl State)
 STEP_OFFSET = 32          # the Step's byte offset in the state
 MAX_SUFFIX = 8            # the kernel's longest suffix (shaders/ngram.wgsl)
+PARAMS_WORDS = 24 + ROWS_MAX   # ngram.wgsl's Params: 12 words, caps (12), widths (ROWS_MAX)
 
 
 class DeviceNgram:
@@ -37,9 +39,10 @@ class DeviceNgram:
         self.state = dev.buffer(4 * STATE_WORDS, label="ngram.state")
         # A cycle that goes ahead past the end (then dropped) may append up to ROWS_MAX more.
         self.hist = dev.buffer(4 * (max_ctx + 2 * ROWS_MAX), label="ngram.hist")
-        self.params = dev.buffer(96, "uniform", "ngram.params")
-        self.plan = dev.dispatch("ngram", "advance",
-                                 [self.params, words, self.state, self.hist, tokens], 1)
+        self.params = dev.buffer(4 * PARAMS_WORDS, "uniform", "ngram.params")
+        bindings = [self.params, words, self.state, self.hist, tokens]
+        self.plan = dev.dispatch("ngram", "advance", bindings, 1)
+        self.tree_plan = dev.dispatch("ngram", "advance_tree", bindings, 1)
         self._written: tuple | None = None
 
     def start(self, tokens: list[int]) -> None:
@@ -50,19 +53,26 @@ class DeviceNgram:
         self.dev.write(self.hist, np.asarray(tokens, np.uint32))
         self.dev.write(self.state, np.array([len(tokens), 1], np.uint32))
 
-    def set(self, k_cap: int, limit: int, seed: int, temperature: float, mode: str) -> None:
+    def set(self, k_cap: int, limit: int, seed: int, temperature: float, mode: str,
+            widths: tuple = (), tree_nodes: int = 0) -> None:
         """The next cycle's parameters (written only when they change: the queue orders a write
-        after the cycles submitted before it)."""
-        key = (k_cap, limit, seed, temperature, mode)
+        after the cycles submitted before it); `widths` and `tree_nodes` for a tree cycle's
+        advance_tree (drafters/tree.ngram_tree's widths and max_nodes)."""
+        key = (k_cap, limit, seed, temperature, mode, tuple(widths), tree_nodes)
         if key == self._written:
             return
+        if len(widths) > ROWS_MAX:
+            raise ValueError(f"a tree of {len(widths)} depths does not fit a pass")
         caps = np.zeros(12, np.uint32)   # [n]: the most drafts a match of n tokens proposes
         caps[:len(ngram.DRAFTS_BY_MATCH)] = ngram.DRAFTS_BY_MATCH
+        per_depth = np.zeros(ROWS_MAX, np.uint32)   # [d]: the most children at depth d + 1
+        per_depth[:len(widths)] = widths
         # The Step fields the host knows, packed as every Step is (step.pack_step's words 2-4, 6).
         step = pack_step(0, 0, seed, temperature, 0, mode)
         fields = np.concatenate([np.array(
             [min(k_cap, ROWS_MAX - 1), limit, self.max_ctx, ngram.MAX_N, ngram.MIN_N],
-            np.uint32), step[[2, 3, 4, 6]], np.zeros(3, np.uint32), caps])
+            np.uint32), step[[2, 3, 4, 6]], np.array([tree_nodes, len(widths), 0], np.uint32),
+            caps, per_depth])
         self.dev.write(self.params, fields)
         self._written = key
 

@@ -68,10 +68,10 @@ def _check_rows(vocab: int, rows_cap: int) -> None:
 
 
 def _sample_params(dev, vocab, rows_cap, in_offset=0, in_stride=0, out_offset=0, out_stride=0,
-                   conf_offset=0, pos_shift=1, stream=0, n=0):
+                   conf_offset=0, pos_shift=1, stream=0, n=0, width=0):
     """sample.wgsl's Params, in its field order."""
     fields = [vocab, rows_cap, in_offset, in_stride or vocab, out_offset, out_stride or vocab,
-              conf_offset, pos_shift, stream, n]
+              conf_offset, pos_shift, stream, n, width]
     return dev.uniform(np.array(fields, np.uint32), "sample.params")
 
 
@@ -112,6 +112,34 @@ def argmax_rows(dev, logits, tokens, conf, step, *, vocab: int, rows_cap: int = 
                          (n_parts, rows_cap)),
             dev.dispatch("sample", "argmax_merge",
                          [params, step, parts, _whole(tokens), _whole(conf)], rows_cap)]
+
+
+def topk_rows(dev, logits, tokens, step, *, vocab: int, width: int, rows_cap: int = ROWS_MAX,
+              pos_shift: int = 1, split: bool | None = None) -> list[Dispatch]:
+    """tokens[r * width + j] = row r's pick j: its `width` best ids by argmax_rows' score (the
+    logit; logit / T + the replay noise of the row's position in replay mode), best first, ties
+    to the lowest id (shaders/topk.wgsl), for rows r < step.rows; NONE past a row's ids. Returns
+    the dispatches, in order (a draft tree's children: gpu/treedraft.py).
+
+    logits (rows_cap, vocab) f32 from its element offset; tokens (rows_cap, width) u32 from its
+    own. split (default: on a GPU): topk_parts over chunks of ARGMAX_CHUNK ids, then topk_merge
+    per row; the picks are the same either way.
+    """
+    _check_rows(vocab, rows_cap)
+    if not 1 <= width <= ROWS_MAX:
+        raise ShapeError(f"width must be in [1, {ROWS_MAX}], got {width}")
+    need(dev, logits, 4 * rows_cap * vocab, "logits")
+    need(dev, tokens, 4 * rows_cap * width, "tokens")
+    params = _sample_params(dev, vocab, rows_cap, in_offset=_split(logits)[1],
+                            out_offset=_split(tokens)[1], out_stride=width, conf_offset=NONE,
+                            pos_shift=pos_shift, width=width)
+    if not row_split(dev, split):
+        return [dev.dispatch("topk", "topk_rows", [params, step, _whole(logits), _whole(tokens)],
+                             rows_cap)]
+    parts, n_parts = _parts(dev, vocab, rows_cap * width, "topk.parts")
+    return [dev.dispatch("topk", "topk_parts", [params, step, _whole(logits), parts],
+                         (n_parts, rows_cap)),
+            dev.dispatch("topk", "topk_merge", [params, step, parts, _whole(tokens)], rows_cap)]
 
 
 def row_split(dev, split: bool | None) -> bool:

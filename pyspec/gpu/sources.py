@@ -16,6 +16,10 @@ while the one before is in flight (it goes on from what the device holds).
                  context's end) and writes the pass's tokens and Step: positions and row counts
                  follow the GPU's verdict, never the host's guess; the host commits the rows
                  when it reads the cycle.
+  TreeLookup     n-gram's tree (--tree) looked up on the GPU the same way (ngram.wgsl's
+                 advance_tree): its pass's tokens and tree Step from the device, its walk on the
+                 device (gpu/tree.py), so a tree cycle goes ahead as a looked-up chain does; the
+                 host books its rows when it reads the cycle.
   FedDraft       a draft model on the GPU fed from the cycle before (gpu/ahead.py): the cycle's
                  first dispatch takes the tokens it emitted, feeds the draft's first step the
                  last m committed tokens and writes every Step of the cycle; it goes ahead too.
@@ -32,11 +36,13 @@ import time
 import numpy as np
 
 from ..cycle import Proposal, Rule
+from ..drafters.tree import ngram_widths
 from . import sampling
 from .device import Copy
 from .draft import GPUDraft, draft_slot, encode_steps, step_copies, step_plan
 from .recording import Recording
 from .step import SLOT_CHAMPION
+from .tree import TreeCycle
 
 
 class HostProposal:
@@ -98,6 +104,25 @@ class DeviceLookup:
         lookup.set(k, limit, rule.seed, rule.temperature, rule.mode)
         rec.commands += [lookup.plan, lookup.step_copy(b.champion.steps, SLOT_CHAMPION)]
         rec.k = k
+
+
+class TreeLookup:
+    """n-gram's tree looked up on the GPU (see the module docstring); `drafter`: a TreeDrafter
+    of an n-gram drafter."""
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+
+    def encode(self, b, rec: Recording, tokens: list[int] | None, k: int, rule: Rule,
+               limit: int) -> None:
+        lookup = b.lookup()
+        _going_ahead(b, rec, tokens, lookup.start)
+        if k:
+            self.drafter.inner.calls += 1
+        lookup.set(k, limit, rule.seed, rule.temperature, rule.mode,
+                   widths=ngram_widths(self.drafter.shape), tree_nodes=self.drafter.max_nodes)
+        rec.commands += [lookup.tree_plan, lookup.step_copy(b.champion.steps, SLOT_CHAMPION)]
+        rec.k, rec.tree = k, TreeCycle()
 
 
 class FedDraft:

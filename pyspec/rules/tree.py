@@ -13,6 +13,8 @@ bonus at a leaf), exactly as the chain rules in verify.py do for a tree of width
 - `walk_replay`     follow the child whose token is the champion's own Gumbel-max sample at
                     that position (noise keyed by (seed, position), rng.gumbel): byte-identical
                     to champion-only replay sampling with the same seed, whatever the tree.
+- `walk_chosen`     the two above from each row's choice alone (the argmax or the replay
+                    sample a device made per row), for a walk that never sees the logits.
 - `walk_rejection`  multi-candidate rejection sampling over each node's children in order,
                     exact in distribution (the rule and its proof are in its docstring).
 
@@ -113,6 +115,29 @@ class Tree:
         return out[::-1]
 
 
+def depth_first_order(parents) -> list[int]:
+    """Nodes listed with parents before children (breadth-first, say: parents[i] < i or ROOT)
+    -> the same nodes depth-first, children in listed order: order[j] is the listed index of
+    depth-first node j."""
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        kids.setdefault(int(p), []).append(i)
+    order: list[int] = []
+    stack = list(reversed(kids.get(ROOT, [])))
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        stack.extend(reversed(kids.get(i, [])))
+    return order
+
+
+def reorder(tokens, parents, order: list[int]) -> Tree:
+    """The tree of nodes listed as (tokens, parents), in `order` (depth_first_order's)."""
+    new = {old: j for j, old in enumerate(order)}
+    return Tree(tuple(int(tokens[i]) for i in order),
+                tuple(ROOT if parents[i] == ROOT else new[int(parents[i])] for i in order))
+
+
 @dataclass(frozen=True)
 class TreeVerdict:
     """The accepted path (node indices, root's child first) and the emitted tokens: the path's
@@ -132,9 +157,15 @@ def _check_rows(tree: Tree, rows: np.ndarray, name: str) -> None:
                              f"tree of {len(tree)} nodes; got shape {rows.shape}")
 
 
-def _follow(tree: Tree, choice: np.ndarray) -> TreeVerdict:
-    """Walk from the root taking the child whose token is choice[row] (the lowest-index such
-    child where siblings repeat a token); emit the choice of the row where no child has it."""
+def walk_chosen(tree: Tree, choice) -> TreeVerdict:
+    """Greedy and replay from each row's own choice, choice (1 + N,): the champion's argmax, or
+    its replay sample keyed by the row's depth (on the GPU argmax_rows makes them and
+    shaders/tree_walk.wgsl walks them the same way). Walk
+    from the root taking the child whose token is choice[row] (the lowest-index such child
+    where siblings repeat a token); emit the choice of the row where no child has it."""
+    if len(choice) != len(tree) + 1:
+        raise TreeShapeError(f"choice must hold 1 + N = {len(tree) + 1} tokens for a tree of "
+                             f"{len(tree)} nodes; got {len(choice)}")
     node, path = ROOT, []
     while True:
         want = int(choice[node + 1])
@@ -151,7 +182,7 @@ def walk_greedy(target_logits: np.ndarray, tree: Tree) -> TreeVerdict:
     emitted prefix, so the text is champion-only greedy text whatever the tree holds."""
     target_logits = np.asarray(target_logits, dtype=np.float64)
     _check_rows(tree, target_logits, "target_logits")
-    return _follow(tree, np.argmax(target_logits, axis=-1))
+    return walk_chosen(tree, np.argmax(target_logits, axis=-1))
 
 
 def walk_replay(target_logits: np.ndarray, tree: Tree, temperature: float,
@@ -171,7 +202,7 @@ def walk_replay(target_logits: np.ndarray, tree: Tree, temperature: float,
     if gumbel_by_depth.shape != (int(depth.max()) + 1, target_logits.shape[1]):
         raise TreeShapeError(f"gumbel_by_depth must be (D + 1, vocab) = ({depth.max() + 1}, "
                              f"{target_logits.shape[1]}); got {gumbel_by_depth.shape}")
-    return _follow(tree, sample_replay_rows(target_logits, temperature, gumbel_by_depth[depth]))
+    return walk_chosen(tree, sample_replay_rows(target_logits, temperature, gumbel_by_depth[depth]))
 
 
 def walk_rejection(p_target: np.ndarray, tree: Tree, q_sibling: np.ndarray, u_accept: np.ndarray,

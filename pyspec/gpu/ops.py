@@ -74,8 +74,9 @@ def _cpu_adapter(dev) -> bool:
 # The dense kinds (f32, bf16) and every product on a CPU adapter take matmul.wgsl.
 COALESCED_KINDS = ("q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
 # The A/B switch: PYSPEC_MATMUL=blocks sends a GPU's quantized products to matmul.wgsl's lanes
-# of whole blocks (the kernel before matmul_coalesced.wgsl) for scripts/shader_ab.py --matmul;
-# "coalesced" (the default) to matmul_coalesced.wgsl. Read when a plan is built.
+# of whole blocks (the kernel before matmul_coalesced.wgsl); "coalesced" (the default) to
+# matmul_coalesced.wgsl. The variable is read once, into GPU_MATMUL, which matmul reads as a plan
+# is built (scripts/shader_ab.py --matmul sets it per side; the tests' use_layout too).
 MATMUL_LAYOUTS = ("coalesced", "blocks")
 GPU_MATMUL = os.environ.get("PYSPEC_MATMUL", "coalesced")
 # Threads a coalesced product aims for at least, (n_out / MATMUL_OUTS) x lanes: a product with

@@ -4,7 +4,8 @@ one compute pass (the barriers between them included), timed by timestamps at th
 Each variant is a directory holding its own matmul.wgsl and/or attention.wgsl (the other shaders
 come from shaders/), and optionally `lanes` (ops._lanes' rule) and `layers` (the products'
 workgroup layers along z: 1 for a kernel from before each row tile had its own); `shaders`
-itself is the variant "current". Products are the champion's shapes with random weights (no
+itself is the variant "current". Each product takes the kernel ops.matmul_kernel picks: on a GPU
+the quantized ones matmul_coalesced.wgsl, unless PYSPEC_MATMUL=blocks (matmul.wgsl's lanes). Products are the champion's shapes with random weights (no
 model needed), with the options the forward uses: the output projection and down accumulate,
 gate-up folds the norm and the SiLU gate, QKV-like folds the norm. Each variant's outputs are
 checked against the current kernel's (close) and for batch invariance (row r of a 16-row pass

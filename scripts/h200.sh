@@ -15,7 +15,8 @@
 #     in $W/llama.log) and the random shapes are written (experiments/real_shapes.py)
 #   run(carry=[".h200p2"], command="bash scripts/h200.sh recv probe native_shapes bundle")
 #   ... dawn_shapes (Dawn on the shapes, then llama-bench), dawn (the champion: native and Dawn,
-#   needs every part), trees, headline.
+#   needs every part), trees, headline, matmul_ab (the products' old and new GPU kernels on
+#   the shapes, and the champion where it has arrived: experiments/shader_ab.py --matmul).
 # Steps write under $OUT; `bundle` packs it into one .tgz (at most 8 files come back). Each
 # result records the commit: recv checks the copy against the packed commit's file hashes.
 set -uo pipefail
@@ -248,6 +249,22 @@ llama_bench() {
     "$bench" --version > "$OUT/llama-bench-version.txt" 2>&1
 }
 
+matmul_ab() {
+    # The GPU's quantized products: matmul.wgsl's lanes of whole blocks (side "blocks", what
+    # PYSPEC_MATMUL=blocks selects) against matmul_coalesced.wgsl (side "coalesced", the default)
+    # on the random shapes AB_SHAPES and, once it has arrived, the champion: one JSON line each,
+    # ms per pass at 1 and 8 rows (experiments/shader_ab.py --matmul).
+    prov_env
+    local n models=() names=${AB_SHAPES:-SmolLM2-135M,Llama-3.2-1B}
+    for n in ${names//,/ }; do
+        for _ in $(seq 150); do grep -q "MB in" "$W/shapes/$n.log" 2>/dev/null && break; sleep 2; done
+        models+=(--model "$W/shapes/$n.gguf")
+    done
+    have champ.gguf && models+=(--model "$P/champ.gguf")
+    PYTHONPATH="$W/site:." timeout "${AB_TIMEOUT:-400}" python3 -m experiments.shader_ab --matmul \
+        "${models[@]}" --reps "${AB_REPS:-15}" --rows 1,8 --out "$OUT/matmul-ab.json"
+}
+
 champion_here() {
     # The champion as the pip package would hold it (a namespace folder on PYTHONPATH), so the
     # commands run there are the registry's own, without a --champion of this machine's paths.
@@ -309,5 +326,5 @@ bundle() {   # what came back is at most 8 files: everything under $OUT in one o
     ls -la "$OUT"
 }
 
-[ $# -gt 0 ] || { echo "usage: h200.sh STEP... (pack recv probe dawn native_shapes dawn_shapes llama_bench trees headline bundle)"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: h200.sh STEP... (pack recv probe dawn native_shapes dawn_shapes llama_bench matmul_ab trees headline bundle)"; exit 2; }
 for step in "$@"; do echo "== $step $(date +%T)"; "$step"; done

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_gpu_ops import (Pass, assert_batch_invariant, dev,  # noqa: F401 (dev: the fixture)
-                          garbage, read, write_rows)
+from test_gpu_ops import (LAYOUTS, Pass, assert_batch_invariant,  # noqa: F401 (dev: fixture)
+                          dev, garbage, read, use_layout, write_rows)
 
 from pyspec import testmodels
 from pyspec.cpu.model import Model, matmul, rms_norm
@@ -55,10 +55,6 @@ def rope_adjacent(x: np.ndarray, positions: np.ndarray, freq: np.ndarray) -> np.
     out[..., 0::2] = x0 * cos - x1 * sin
     out[..., 1::2] = x0 * sin + x1 * cos
     return out
-
-
-def lanes_mode(dev, monkeypatch, lanes):
-    monkeypatch.setattr(dev, "is_cpu", lanes == "one")
 
 
 # --- attention: window, scale, head sizes -------------------------------------------------------
@@ -174,12 +170,12 @@ def test_qk_norm(dev, hd):
 
 # --- the Q/K/V product with biases ----------------------------------------------------------------
 
-@pytest.mark.parametrize("lanes", ["one", "split"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("rope", [True, False])   # Qwen2 rotates in the epilogue; Qwen3 does not
-def test_matmul_qkv_bias(dev, tiny, lanes, rope, monkeypatch):
+def test_matmul_qkv_bias(dev, tiny, layout, rope, monkeypatch):
     """One product over stacked Q, K, V rows plus their stacked biases, then (with rope) the
     rotation, vs the reference's products + bias; batch-invariant."""
-    lanes_mode(dev, monkeypatch, lanes)
+    use_layout(dev, monkeypatch, layout)
     model = tiny[0]
     cfg, f = model.config, model.file
     names = [f"blk.0.attn_{n}.weight" for n in "qkv"]
@@ -232,12 +228,12 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return F32(0.5) * x * (1 + np.tanh(c * (x + F32(0.044715) * x * x * x)))
 
 
-@pytest.mark.parametrize("lanes", ["one", "split"])
-def test_matmul_gelu_gate_epilogue(dev, tiny, lanes, monkeypatch):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_matmul_gelu_gate_epilogue(dev, tiny, layout, monkeypatch):
     """y = gelu_tanh(W_gate x) * (W_up x) from one product over the interleaved pair, with the
     norm folded in (Gemma's gate and up follow its pre-FFN norm); inputs up to |g| ~ 30, where
     a naive tanh overflows; batch-invariant."""
-    lanes_mode(dev, monkeypatch, lanes)
+    use_layout(dev, monkeypatch, layout)
     f = tiny[1]
     w = weights.Weight.upload_pair(dev, f, "gate", "up")
     norm = weights.Weight.upload(dev, f, "norm")

@@ -30,13 +30,17 @@ POS = 5  # a nonzero start position for the invariance passes
 
 # Awkward shapes: 33 and 32001 outputs, n_in a multiple of the block size (of 4 for F16 / F32 /
 # BF16). The formats of a Q4_K_M file and its fallbacks (formats/mixes.py), Q5_K, BF16 and Q4_0:
-# 33 outputs and 2 or 3 super-blocks, or 257 and 4 (so that the split path has idle lanes).
+# 33 outputs and 2 or 3 super-blocks, or 257 and 4 (so that the split path has idle lanes); rows
+# of 1024 (q4_k.257x1024, q5_0.40x1024, q6_k.40x1024) take 64 lanes in matmul_coalesced.wgsl,
+# the others 32 (ops._coalesced_lanes).
 NEW_FORMATS = ["q4_0.33x64", "q5_0.33x96", "q5_1.40x64", "q4_k.33x512", "q4_k.257x1024",
-               "q5_k.33x768", "q6_k.33x512", "bf16.33x36"]
+               "q5_k.33x768", "q6_k.33x512", "bf16.33x36", "q5_0.40x1024", "q6_k.40x1024"]
+WIDE = ("q4_k.257x1024", "q5_0.40x1024", "q6_k.40x1024")   # 64 lanes where coalesced
 MATRICES = {"q4_1.33x64": ((33, 64), quant.Q4_1), "q4_1.257x512": ((257, 512), quant.Q4_1),
             "q8_0.33x96": ((33, 96), quant.Q8_0), "q8_0.32001x64": ((32001, 64), quant.Q8_0),
             "f32.33x36": ((33, 36), quant.F32), "f16.40x100": ((40, 100), quant.F16),
             "norm.576": ((576,), quant.F32), "norm.64": ((64,), quant.F32),
+            "norm.1024": ((1024,), quant.F32),
             "bf16.vector": ((64,), quant.BF16),
             **{name: (tuple(int(n) for n in name.split(".")[1].split("x")),
                       quant.BY_NAME[name.split(".")[0].upper()]) for name in NEW_FORMATS}}
@@ -110,6 +114,20 @@ def assert_batch_invariant(run, pos=POS, ms=range(1, ROWS_MAX + 1)):
 
 # --- matmul -----------------------------------------------------------------------------------
 
+# The products' work splits: "one", a CPU adapter's (lanes 1, matmul.wgsl); "coalesced", a GPU's
+# for quantized weights (matmul_coalesced.wgsl); "blocks", a GPU's lanes of whole blocks
+# (matmul.wgsl; PYSPEC_MATMUL=blocks, the A/B's old side; dense weights always take it on a GPU).
+LAYOUTS = ["one", "blocks", "coalesced"]
+
+
+def use_layout(dev, monkeypatch, layout):
+    """Make the next plans take `layout` on this adapter (lavapipe is a CPU one): the GPU layouts
+    through Device.is_cpu = False, the tests' way to run a GPU's kernels here (ops picks the work
+    split by adapter), and ops.GPU_MATMUL, the A/B switch."""
+    monkeypatch.setattr(dev, "is_cpu", layout == "one")
+    monkeypatch.setattr(ops, "GPU_MATMUL", "blocks" if layout == "blocks" else "coalesced")
+
+
 def matmul_runner(dev, w, rng, accumulate, ctx=POS + 2 * ROWS_MAX):
     """A pass of y[pos + r] (+)= W x[r] into a (ctx, n_out) cache (out_at_pos)."""
     n_out, n_in = w.shape
@@ -131,9 +149,11 @@ def matmul_runner(dev, w, rng, accumulate, ctx=POS + 2 * ROWS_MAX):
     return run
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", ["q4_1.33x64", "q4_1.257x512", "q8_0.33x96", "q8_0.32001x64",
                                   "f32.33x36", "f16.40x100", *NEW_FORMATS])
-def test_matmul_matches_reference(dev, files, name):
+def test_matmul_matches_reference(dev, files, name, layout, monkeypatch):
+    use_layout(dev, monkeypatch, layout)
     f, _ = files
     w = weights.Weight.upload(dev, f, name)
     kind = name.split(".")[0]
@@ -178,16 +198,42 @@ def test_a_tensor_streamed_in_parts_holds_the_bytes_of_a_whole_upload(dev, files
         assert np.array_equal(got, whole[a:b].reshape(-1)), (a, b)
 
 
-@pytest.mark.parametrize("lanes", ["one", "split"])   # the CPU adapters' path, and the GPUs'
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name,accumulate", [("q4_1.33x64", False), ("q4_1.257x512", True),
                                              ("q8_0.33x96", True), ("f16.40x100", False),
                                              *((n, i % 2 == 0) for i, n in enumerate(NEW_FORMATS))])
-def test_matmul_batch_invariant(dev, files, name, accumulate, lanes, monkeypatch):
+def test_matmul_batch_invariant(dev, files, name, accumulate, layout, monkeypatch):
     """Rows 1..16, bit for bit; split across lanes, each row tile of a pass in a workgroup layer
-    of its own (matmul.wgsl; a CPU adapter's one layer loops over them)."""
-    monkeypatch.setattr(dev, "is_cpu", lanes == "one")
+    of its own (matmul.wgsl, matmul_coalesced.wgsl; a CPU adapter's one layer loops over them)."""
+    use_layout(dev, monkeypatch, layout)
     w = weights.Weight.upload(dev, files[0], name)
     assert_batch_invariant(matmul_runner(dev, w, np.random.default_rng(2), accumulate))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_matmul_kernel_by_adapter_kind_and_shape(dev, files, layout, monkeypatch):
+    """The kernel and lanes each product takes, so that a layout's tests run the kernel they
+    name: a CPU adapter lanes 1 of matmul.wgsl; a GPU matmul_coalesced.wgsl for the quantized
+    kinds (32 lanes, 64 for rows of 1024), unless PYSPEC_MATMUL=blocks; dense kinds matmul.wgsl."""
+    use_layout(dev, monkeypatch, layout)
+    p = Pass(dev)
+    for name in ["q4_1.33x64", "q8_0.33x96", "f32.33x36", *NEW_FORMATS]:
+        w = weights.Weight.upload(dev, files[0], name)
+        n_out, n_in = w.shape
+        d = ops.matmul(dev, w, dev.buffer(ROWS_MAX * n_in * 4), dev.buffer(ROWS_MAX * n_out * 4),
+                       p.step)
+        if layout == "one":
+            expect = ("matmul", 1)
+        elif layout == "coalesced" and w.kind in ops.COALESCED_KINDS:
+            expect = ("matmul_coalesced", 64 if name in WIDE else 32)
+        else:
+            expect = ("matmul", ops._lanes(n_in // 4 if w.kind in weights.DENSE else n_in // 32,
+                                           n_out))
+        assert ops.matmul_kernel(dev, w) == expect, name
+        assert d.kernel == f"{expect[0]}.{expect[0]}_{w.kind}", name
+    monkeypatch.setattr(ops, "GPU_MATMUL", "tiles")
+    with pytest.raises(ValueError, match="PYSPEC_MATMUL='tiles'"):
+        ops.matmul_kernel(dev, weights.Weight.upload(dev, files[0], "q4_1.33x64"))
 
 
 def test_matmul_kv_rows_past_the_cache_are_skipped(dev, files):
@@ -262,16 +308,17 @@ def test_rmsnorm(dev, files, name):
 
 # --- matmul with RMSNorm folded in -------------------------------------------------------------
 
-@pytest.mark.parametrize("lanes", ["one", "split"])
-@pytest.mark.parametrize("pair", ["model", "q4_1.33x64"])
-def test_matmul_folds_rmsnorm(dev, files, pair, lanes, monkeypatch):
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("pair", ["model", "q4_1.33x64", "q4_k.257x1024"])
+def test_matmul_folds_rmsnorm(dev, files, pair, layout, monkeypatch):
     """matmul(x, norm=g) vs the reference's W rms_norm(x, g): rows of very different scales (the
     norm matters), batch-invariant."""
-    monkeypatch.setattr(dev, "is_cpu", lanes == "one")
+    use_layout(dev, monkeypatch, layout)
     if pair == "model":   # the tiny Llama's Q product and its attention norm
         f, name, norm = files[1].file, "blk.0.attn_q.weight", "blk.0.attn_norm.weight"
     else:
-        f, name, norm = files[0], pair, "norm.64"
+        f, name = files[0], pair
+        norm = f"norm.{f.tensor(name).shape[1]}"
     w, g = weights.Weight.upload(dev, f, name), weights.Weight.upload(dev, f, norm)
     ref_w, ref_g = f.dequantize(name), f.dequantize(norm)
     n_out, n_in = w.shape
@@ -298,14 +345,14 @@ def test_matmul_folds_rmsnorm(dev, files, pair, lanes, monkeypatch):
 
 # --- matmul with the RoPE epilogue -----------------------------------------------------------
 
-@pytest.mark.parametrize("lanes", ["one", "split"])   # the CPU adapters' path, and the GPUs'
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("at_pos", [False, True])     # Q into activations, K into a KV cache
-def test_matmul_rope_epilogue(dev, files, at_pos, lanes, monkeypatch):
+def test_matmul_rope_epilogue(dev, files, at_pos, layout, monkeypatch):
     """The Q and K products with RoPE fused into their store vs rope(W x) of the reference, at
     positions 0, 3 and the end of an 8192-row table, and batch-invariant."""
     model = files[1]
     cfg = model.config
-    monkeypatch.setattr(dev, "is_cpu", lanes == "one")   # lanes > 1: the reduction across lanes
+    use_layout(dev, monkeypatch, layout)   # lanes > 1: the reduction across lanes
     f = model.file
     name = "blk.0.attn_k.weight" if at_pos else "blk.0.attn_q.weight"
     w = weights.Weight.upload(dev, f, name)
@@ -414,15 +461,16 @@ def mixes(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("lanes", ["one", "split"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("source,kinds", [("model", ("q4_1", "")), ("q4_k_m.256", ("q4_k", "q6_k")),
                                           ("q4_k_m.192", ("q5_0", "q8_0"))])
-def test_matmul_qkv_routes_rotates_and_caches(dev, files, mixes, source, kinds, lanes,
+def test_matmul_qkv_routes_rotates_and_caches(dev, files, mixes, source, kinds, layout,
                                                monkeypatch):
     """One product over the stacked Q, K, V rows: Q (rotated) into activations, K (rotated) and V
     into cache rows pos.., vs the reference's three products and RoPE; batch-invariant. Also for
-    a K-quant mix whose V rows are in another format than Q and K (matmul.wgsl's quantized_v)."""
-    monkeypatch.setattr(dev, "is_cpu", lanes == "one")
+    a K-quant mix whose V rows are in another format than Q and K (matmul.wgsl's quantized_v,
+    matmul_coalesced.wgsl's coalesced)."""
+    use_layout(dev, monkeypatch, layout)
     model = files[1] if source == "model" else mixes[source]
     cfg, f = model.config, model.file
     names = [f"blk.0.attn_{n}.weight" for n in "qkv"]
@@ -470,12 +518,12 @@ def test_matmul_qkv_routes_rotates_and_caches(dev, files, mixes, source, kinds, 
 
 # --- gate and up as one product, with the SiLU-gate epilogue ---------------------------------
 
-@pytest.mark.parametrize("lanes", ["one", "split"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("pair", ["model", "q8_0.33x96", "f32.33x36"])
-def test_matmul_silu_gate_epilogue(dev, files, pair, lanes, monkeypatch):
+def test_matmul_silu_gate_epilogue(dev, files, pair, layout, monkeypatch):
     """y = silu(W_gate x) * (W_up x) from one product over the interleaved pair, vs the
     reference's two products and gate; batch-invariant."""
-    monkeypatch.setattr(dev, "is_cpu", lanes == "one")
+    use_layout(dev, monkeypatch, layout)
     if pair == "model":   # the tiny Llama's own gate and up (Q4_1, 64 x 192)
         f, gate, up = files[1].file, "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"
     else:                 # a matrix paired with itself: g = u

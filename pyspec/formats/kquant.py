@@ -21,7 +21,7 @@ and llama.cpp's, so the results are bit for bit the `gguf` package's (tests/test
 The quantizer is for test models only: it is no port of llama.cpp's rounding search
 (make_qkx2_quants); it takes each sub-block's range, rounds the 6-bit (or int8) scales up so
 that every value is in range, and rounds each value to the nearest level. Not here: the 32-value
-formats and the format table (quant.py), GPU kernels (shaders/matmul.wgsl).
+formats and the format table (quant.py), GPU kernels (shaders/blocks.wgsl, slices.wgsl).
 """
 
 from __future__ import annotations

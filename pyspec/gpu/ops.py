@@ -15,6 +15,7 @@ weights (weights.py), the order of the kernels (model.py), sampling (sampling.py
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import numpy as np
@@ -68,9 +69,50 @@ def _cpu_adapter(dev) -> bool:
     return bool(dev.is_cpu)
 
 
+# The kinds whose products take shaders/matmul_coalesced.wgsl on a GPU: its lanes read
+# consecutive words of one weight row (slices.wgsl numbers each format's 8-value slices so).
+# The dense kinds (f32, bf16) and every product on a CPU adapter take matmul.wgsl.
+COALESCED_KINDS = ("q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
+# The A/B switch: PYSPEC_MATMUL=blocks sends a GPU's quantized products to matmul.wgsl's lanes
+# of whole blocks (the kernel before matmul_coalesced.wgsl); "coalesced" (the default) to
+# matmul_coalesced.wgsl. The variable is read once, into GPU_MATMUL, which matmul reads as a plan
+# is built (experiments/shader_ab.py --matmul sets it per side; the tests' use_layout too).
+MATMUL_LAYOUTS = ("coalesced", "blocks")
+GPU_MATMUL = os.environ.get("PYSPEC_MATMUL", "coalesced")
+# Threads a coalesced product aims for at least, (n_out / MATMUL_OUTS) x lanes: a product with
+# fewer at 32 lanes takes 64 where its rows have slices for them (_coalesced_lanes). About 16
+# warps on each of an H100's 132 multiprocessors, for the loads in flight a bandwidth-bound
+# product needs; a first guess that awaits measurement (experiments/shader_ab.py).
+COALESCED_THREADS = 65536
+
+
+def _coalesced_lanes(n_out: int, n_in: int) -> int:
+    """Threads of an output group of matmul_coalesced.wgsl: 32 (a warp of consecutive words of a
+    row), or 64 (WG) where 32 give fewer than COALESCED_THREADS threads and a row has at least
+    two slices of 8 values per lane (n_in >= 1024). From the weight's shape only, never from the
+    rows of a pass (batch invariance)."""
+    groups = -(-n_out // MATMUL_OUTS)
+    return WG if groups * 32 < COALESCED_THREADS and n_in // 8 >= 2 * WG else 32
+
+
+def matmul_kernel(dev, weight: Weight) -> tuple[str, int]:
+    """(shader, lanes) of a product of `weight` on `dev`: matmul.wgsl with lanes 1 on a CPU
+    adapter; on a GPU matmul_coalesced.wgsl for COALESCED_KINDS (unless GPU_MATMUL is "blocks"),
+    matmul.wgsl's lanes of whole blocks or vec4 columns (_lanes) for the rest. It depends on the
+    device and the weight's kind and shape, never on the rows of a pass (batch invariance)."""
+    if GPU_MATMUL not in MATMUL_LAYOUTS:
+        raise ValueError(f"PYSPEC_MATMUL={GPU_MATMUL!r}: expected one of {MATMUL_LAYOUTS}")
+    n_out, n_in = weight.shape
+    if _cpu_adapter(dev):
+        return "matmul", 1
+    if weight.kind in COALESCED_KINDS and GPU_MATMUL == "coalesced":
+        return "matmul_coalesced", _coalesced_lanes(n_out, n_in)
+    return "matmul", _lanes(n_in // 4 if weight.kind in DENSE else n_in // 32, n_out)
+
+
 # --- kernels ------------------------------------------------------------------------------------
 
-EPILOGUE_NONE, EPILOGUE_ROPE = 0, 1                     # shaders/matmul.wgsl's codes
+EPILOGUE_NONE, EPILOGUE_ROPE = 0, 1                  # shaders/matmul_io.wgsl's codes
 GATES = {"silu": 2, "gelu_tanh": 3}   # EPILOGUE_SILU_GATE, EPILOGUE_GELU_GATE by config.act
 
 
@@ -84,7 +126,9 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
            accumulate: bool = False, rope=None, head_dim: int = 0, max_ctx: int = 0,
            gate: str | None = None, qkv: tuple | None = None, norm: Weight | None = None,
            eps: float = 0.0, bias: Weight | None = None, y_stride: int = 0) -> Dispatch:
-    """y[base + r] (= or +=) weight @ x[r] for r < step.rows; entry matmul_<weight.kind>.
+    """y[base + r] (= or +=) weight @ x[r] for r < step.rows; entry <shader>_<weight.kind> of
+    the shader matmul_kernel picks (matmul.wgsl or matmul_coalesced.wgsl, which serve every
+    option below alike: matmul_io.wgsl).
 
     weight (n_out, n_in); x (ROWS_MAX, n_in) f32; y (y_rows, n_out) f32: base = step.pos with
     out_at_pos (y a KV cache of y_rows = max_ctx rows; rows past it are skipped), else 0 (y needs
@@ -138,9 +182,7 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
                              f"head_dim; got n_out {n_out}, head_dim {head_dim}")
         need(dev, rope, max_ctx * head_dim * 4,
              f"rope table (max_ctx={max_ctx}, {head_dim // 2}, 2)")
-    # lanes depends on the device and n_in only, never on rows (batch invariance).
-    lanes = (1 if _cpu_adapter(dev) else
-             _lanes(n_in // 4 if weight.kind in DENSE else n_in // 32, n_out))
+    shader, lanes = matmul_kernel(dev, weight)   # never from the rows (batch invariance)
     epilogue = (EPILOGUE_ROPE if rope is not None else
                 GATES[gate] if gate else EPILOGUE_NONE)
     params = dev.uniform(_fields(n_out, n_in, lanes, out_at_pos, accumulate, y_rows, epilogue,
@@ -151,7 +193,7 @@ def matmul(dev, weight: Weight, x, y, step, *, out_at_pos: bool = False,
     x_groups, y_groups, _ = split_workgroups(-(-n_out // (MATMUL_OUTS * WG // lanes)))
     groups = (x_groups, y_groups, _row_layers(dev))
     spare = _spares(dev)
-    return dev.dispatch("matmul", f"matmul_{weight.kind}",
+    return dev.dispatch(shader, f"{shader}_{weight.kind}",
                         [params, step, weight.buffer, x, y,
                          rope if rope is not None else spare[0],
                          k_out if k_out is not None else spare[1],

@@ -32,7 +32,7 @@ _PADS = {quant.Q4_0.type_id: 2, quant.Q8_0.type_id: 2, quant.Q5_0.type_id: 2,
          quant.Q6_K.type_id: 210}
 DENSE = ("f32", "bf16")   # kinds read 4 values at a time (n_in % 4 == 0), not in blocks
 # A Q, K, V stack may hold V in another format than Q and K, as K-quant mixes do (formats/mixes.py:
-# attn_v in Q6_K on some layers, Q8_0 where the width falls back): matmul.wgsl's quantized_v.
+# attn_v in Q6_K on some layers, Q8_0 where the width falls back): matmul_io.wgsl's params.v_kind.
 MIXED_V = {"q5_0": ("q8_0",), "q5_1": ("q8_0",), "q4_k": ("q6_k", "q8_0"),
            "q5_k": ("q6_k", "q8_0")}
 

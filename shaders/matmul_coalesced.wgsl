@@ -25,7 +25,7 @@
 // the same slices in the same order through the same instructions, whatever step.rows is and
 // whichever tile slot or layer holds the row; rows never mix; the tree's order is fixed by lanes.
 // No subgroup operations: the reduction is workgroup memory and barriers only (WebGPU core).
-// Awaits measurement on a GPU against matmul.wgsl (scripts/shader_ab.py --matmul).
+// Awaits measurement on a GPU against matmul.wgsl (experiments/shader_ab.py --matmul).
 
 //!include matmul_io.wgsl
 //!include blocks.wgsl

@@ -57,6 +57,11 @@ def bench(backend: str, *args: str) -> tuple[str, ...]:
             "--out", "{out}")
 
 
+def bench_native(*args: str) -> tuple[str, ...]:
+    """`pyspec bench` on the GPU as scripts/h200.sh's dawn step runs it (its own sample)."""
+    return ("-m", "pyspec", "bench", "--backend", "wgpu", *args, "--out", "{out}")
+
+
 def module(name: str, *args: str) -> tuple[str, ...]:
     """An experiment of this package: experiments/NAME.py, run as `python -m experiments.NAME`."""
     return ("-m", f"experiments.{name}", *args)
@@ -211,17 +216,41 @@ EXPERIMENTS: dict[str, Experiment] = {
         (module("bench_gpu_families", "--families", "gemma3,qwen2,qwen3,llama"),), {},
         machine="lavapipe", files=("lavapipe-families.json",)),
     "gpu-shapes": Experiment(
-        "decode, prefill and verify cost by rows of the real shapes on native WebGPU, beside "
-        "llama.cpp's CUDA build (scripts/h200.sh shapes; scripts/build_llama_cpp_cuda.sh)",
+        "decode, prefill and verify cost by rows of the real shapes on native WebGPU and through "
+        "Dawn, beside llama.cpp's CUDA build (scripts/h200.sh background, dawn_shapes, "
+        "llama_bench; scripts/build_llama_cpp_cuda.sh)",
         # as run on the H100 (scripts/h200.sh background: the shapes written there), then
         # `gpu_shapes.py report` here joins llama-bench, Dawn and the null GPU (its --help)
         (module("gpu_shapes", "measure", "/tmp/pyspec/shapes", "--names",
-                "SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B", "--out", "{out}"),),
+                "SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B,Gemma-3-1B,Qwen2.5-1.5B", "--out", "{out}"),),
         {"h100-shapes.json": "h100-shapes.json", "h100-shapes.png": "h100-shapes.png"},
         machine="gpu"),
+    "gpu-shapes-blocks": Experiment(
+        "gpu-shapes with the quantized products before matmul_coalesced.wgsl (lanes of whole "
+        "blocks, commit 4590800), three shapes",
+        (module("gpu_shapes", "measure", "/tmp/pyspec/shapes", "--names",
+                "SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B", "--out", "{out}"),),
+        {"h100-shapes-blocks.json": "h100-shapes-blocks.json",
+         "h100-shapes-blocks.png": "h100-shapes-blocks.png"}, machine="gpu"),
+    "gpu-matmul-ab": Experiment(
+        "the GPU's quantized products: lanes of whole blocks against coalesced slices, "
+        "interleaved on one adapter (scripts/h200.sh matmul_ab)",
+        (module("shader_ab", "--matmul", "--model", "$W/shapes/SmolLM2-135M.gguf", "--model",
+                "$W/shapes/Llama-3.2-1B.gguf", "--reps", "15", "--rows", "1,8", "--out",
+                "{out}"),),
+        {"matmul-ab.json": "h100-matmul-ab.json"}, machine="gpu"),
+    "gpu-trees": Experiment(
+        "trees against chains on the GPU, n-gram and the trained draft, every stratum's first "
+        "prompt, outputs asserted equal to champion-only's (scripts/h200.sh trees)",
+        (module("tree_vs_chain", "--engine", "gpu", "--configs", "gpu", "--strata", "all",
+                "--max-tokens", "64", "--out", "{out}"),),
+        {"trees-native.json": "h100-trees.json"}, machine="gpu"),
     "dawn": Experiment(
-        "the page's stack (Pyodide + Dawn) on the GPU beside native wgpu-py (scripts/h200.sh dawn)",
-        (module("dawn_report"),), {}, machine="gpu"),
+        "the page's stack (Pyodide + Dawn) on the GPU beside native wgpu-py: the native bench "
+        "below, then webtools.dawn per side (scripts/h200.sh dawn); dawn_report joins them",
+        (bench_native("--champion", "$W/payload/champ.gguf", "--per-stratum", "1", "--max-tokens",
+                      "64", "--drafts", "ngram,models/draft-l4.gguf"), module("dawn_report")),
+        {"dawn.json": "h100-dawn.json"}, machine="gpu"),
     "shader-ab": Experiment(
         "chain passes with two shader folders, interleaved: did a shader change slow chains? "
         "(tree-lavapipe.json's A/B)",

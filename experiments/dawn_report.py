@@ -6,7 +6,7 @@ one JSON and a plot from what `scripts/h200.sh dawn` brought back.
 DIR holds dawn-none.json, dawn-ngram.json, dawn-trained.json (the harness's answers: one run per
 prompt) and native/bench-wgpu.json (pyspec bench on the same prompts). Per drafter and stratum:
 tok/s on each stack, the host seconds per cycle (encode + submit) and the seconds waiting on the
-readback per cycle; whether Dawn's speculative tokens equal Dawn's champion-only tokens (the
+readback per cycle (and, per prompt, each cycle's host ms and the guard's k histogram); whether Dawn's speculative tokens equal Dawn's champion-only tokens (the
 exactness contract, per backend), and how often Dawn's tokens equal native wgpu's (token-id
 hashes: provenance.tokens_sha256). Not part of the pyspec runtime.
 """
@@ -55,6 +55,12 @@ def dawn_side(runs: list[dict]) -> dict:
                         "ahead_per_cycle": (sum(r["stats"]["backend_timing"]["ahead"]
                                                 for r in rs) / max(1, sum(
                             r["stats"]["backend_timing"]["cycles"] for r in rs)))}
+        if stratum != "overall":   # one prompt: its cycles one by one, and the guard's k's
+            out[stratum]["host_ms_cycles"] = [
+                round(h * 1e3, 2) for r in rs for h in r["stats"]["backend_timing"]
+                ["host_s_cycles"]]
+            out[stratum]["k_histogram"] = [r["stats"].get("schedule", {}).get("k_histogram")
+                                           for r in rs]
     return out
 
 

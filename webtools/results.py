@@ -22,6 +22,7 @@ from pathlib import Path
 
 from experiments import LEGACY
 from pyspec.apps.provenance import DRAFTED_MIN, recount_identical
+from webtools.gpu_tables import dawn_table, gpu_shapes_table, matmul_ab_table, trees_table
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
@@ -29,7 +30,8 @@ RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 # (experiments "gpu-headline", bench/results/h100-headline.json) goes first when it lands; h200.json
 # stays, marked legacy, until it replaces it.
 CLAIMS = [
-    # here: ("NVIDIA H100, native WebGPU", "h100-headline.json", [the same drafters]),
+    ("NVIDIA H100, native WebGPU", "h100-headline.json",
+     ["trained", "ngram+trained", "ngram", "self:20"]),
     ("NVIDIA H200, native WebGPU", "h200.json", ["trained", "ngram+trained", "ngram", "self:20"]),
     ("2-core AMD EPYC, numpy engine", "cpu-guard-reduced-head.json",
      ["trained", "ngram+trained", "ngram"]),
@@ -195,34 +197,6 @@ def cpu_figures(root: Path = RESULTS) -> str:
                          break_on_hyphens=False) + "\n"
 
 
-def gpu_shapes_table(name: str = "h100-shapes.json", root: Path = RESULTS) -> str:
-    """docs/benchmarks.md's table of the real shapes (random Q4_K_M) on the GPU machine: decode
-    natively (each pass awaited), in the page's stack (Dawn, pipelined), on the null GPU (the
-    page's own cost), and llama.cpp CUDA's; prefill; the share of memory bandwidth."""
-    result = json.loads((root / name).read_text())
-    out = ["| shape (file) | native wgpu-py decode | page's stack (Dawn) decode [range] | "
-           "Dawn / llama.cpp | host ms a cycle: Dawn / null GPU | llama.cpp CUDA decode | "
-           "prefill 1,024: native / llama.cpp | bandwidth used: Dawn / llama.cpp | "
-           "verify 8 / 16 rows (x one row) |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for e in result["table"]:
-        dawn = e.get("dawn_decode_tok_s")
-        dawn_cell = (f"{dawn['median']:.0f} [{dawn['min']:.0f}, {dawn['max']:.0f}]" if dawn else
-                     "-")
-        host = (f"{e['dawn_host_ms_per_cycle']:.2f} / {e['null_gpu_host_ms_per_cycle']:.2f}"
-                if "null_gpu_host_ms_per_cycle" in e else "-")
-        ratio = e.get("decode_ratio_dawn_over_llama_cpp")
-        bw = (f"{e['dawn_hbm_fraction']:.1%} / {e['llama_cpp_hbm_fraction']:.1%}"
-              if "dawn_hbm_fraction" in e else f"- / {e['llama_cpp_hbm_fraction']:.1%}")
-        vcr = e["verify_cost_ratio"]
-        out.append(f"| {e['model']} ({e['file_mb']:.0f} MB) | {e['pyspec_decode_tok_s']:.0f} | "
-                   f"{dawn_cell} | {f'{ratio:.2f}x' if ratio else '-'} | {host} | "
-                   f"{e['llama_cpp_decode_tok_s']:.0f} | {e['pyspec_prefill_tok_s']:,.0f} / "
-                   f"{e['llama_cpp_prefill_1024_tok_s']:,.0f} | {bw} | "
-                   f"{vcr['8']:.2f} / {vcr['16']:.2f} |")
-    return "\n".join(out) + "\n"
-
-
 def blocks() -> dict[tuple[str, str], str]:
     """(page, marker) -> the text between `<!-- MARKER ... -->` and `<!-- /MARKER -->`."""
     return {("README.md", "headline table"): table(),
@@ -230,7 +204,13 @@ def blocks() -> dict[tuple[str, str], str]:
             ("docs/benchmarks.md", "strata table"):
                 strata_table("h200.json", ["ngram", "trained", "ngram+trained"]),
             ("docs/cpu-engine.md", "cpu figures"): cpu_figures(),
-            ("docs/benchmarks.md", "gpu shapes table"): gpu_shapes_table()}
+            ("docs/benchmarks.md", "gpu shapes table"): gpu_shapes_table(),
+            ("docs/benchmarks.md", "gpu shapes blocks table"):
+                gpu_shapes_table("h100-shapes-blocks.json"),
+            ("docs/benchmarks.md", "dawn table"): dawn_table(),
+            ("README.md", "dawn table"): dawn_table(),
+            ("docs/benchmarks.md", "trees table"): trees_table(),
+            ("docs/benchmarks.md", "matmul ab table"): matmul_ab_table()}
 
 
 def write(root: Path = RESULTS.parent.parent) -> None:

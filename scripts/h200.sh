@@ -23,7 +23,9 @@ set -uo pipefail
 W=${PYSPEC_DEVICE_DIR:-$(dirname "$(mktemp -u)")}/pyspec
 OUT=${OUT:-$W/out}
 P=$W/payload
-PART=${PART:-28400000}          # 64 MiB less the tree (38.2 MB), with a little room
+# A call carries at most 64 MiB as the device tool counts it: tree + part passed at 66.6 MB and
+# failed at 66.8, so a part is what is left of 66.45 MB beside the tracked tree (pack computes it).
+CALL_BYTES=66450000
 SHAPES=${SHAPES:-SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B,Gemma-3-1B,Qwen2.5-1.5B}
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export PYTHONUNBUFFERED=1
@@ -37,6 +39,9 @@ pack() {
     local st sdist champ
     # Provenance: results name the commit, so the tree must be it. TREE.sha256 (every tracked
     # file's sha256) and COMMIT travel in each part; recv checks the copy there against them.
+    local tree part
+    tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+    part=${PART:-$((CALL_BYTES - tree))}
     if ! git diff --quiet HEAD -- && [ -z "${PYSPEC_ALLOW_DIRTY:-}" ]; then
         echo "pack: the tree has uncommitted changes; commit first (results name the commit)" >&2
         exit 1
@@ -72,18 +77,23 @@ pack() {
     strip --strip-unneeded "$st/dawn/node_modules/webgpu/dist/linux-x64/dawn.node"
     # no models (they travel apart) and no memory snapshot (the harness starts with snapshot: false)
     (cd dist/site && tar cf - --exclude=./models --exclude="*.snapshot" .) | tar xf - -C "$st/dawn/site"
-    tar cf - -C "$st" dawn | xz -T0 -6 > "$st/dawn.tar.xz"
+    tar cf - -C "$st" dawn | xz -T0 "${XZ_LEVEL:--6}" > "$st/dawn.tar.xz"
     rm -rf "$st/dawn"
-    (cd "$st" && sha256sum llama.tar.xz gl/* whl/* champ.gguf dawn.tar.xz \
+    # NO_LLAMA=1: without llama.cpp's source (no llama-bench: a run of the page and the champion
+    # only), so the parts stay under the call's limit as the tree grows
+    [ -n "${NO_LLAMA:-}" ] && rm "$st/llama.tar.xz"
+    (cd "$st" && sha256sum $(ls llama.tar.xz 2>/dev/null) gl/* whl/* champ.gguf dawn.tar.xz \
         > MANIFEST)
     rm -rf .h200p[0-9]*
     # ORDER: what travels first. The default brings Dawn whole with the second part (go/no-go,
     # Dawn and native on random shapes from the second call); ORDER=champion-first brings the
     # champion whole with the fourth (native runs on it while Dawn travels).
-    local order=(llama.tar.xz gl whl dawn.tar.xz champ.gguf)
-    [ "${ORDER:-}" = champion-first ] && order=(llama.tar.xz gl whl champ.gguf dawn.tar.xz)
+    local llama=(llama.tar.xz)
+    [ -n "${NO_LLAMA:-}" ] && llama=()
+    local order=("${llama[@]}" gl whl dawn.tar.xz champ.gguf)
+    [ "${ORDER:-}" = champion-first ] && order=("${llama[@]}" gl whl champ.gguf dawn.tar.xz)
     tar cf - -C "$st" MANIFEST "${order[@]}" \
-        | split -b "$PART" -d -a 2 - h200.part.
+        | split -b "$part" -d -a 2 - h200.part.
     local i=1 f
     for f in h200.part.*; do
         mkdir -p ".h200p$i"; mv "$f" ".h200p$i/"; cp "$st/MANIFEST" ".h200p$i/"
@@ -93,6 +103,7 @@ pack() {
     rm -rf "$st"
     grep -qx '/.h200p\*' .git/info/exclude 2>/dev/null || echo '/.h200p*' >> .git/info/exclude
     du -sh .h200p*
+    echo "pack: parts of $part bytes beside a tree of $tree (a call: at most $CALL_BYTES)"
 }
 
 have() {   # have FILE: the payload's FILE is whole (its sha256 as in MANIFEST)

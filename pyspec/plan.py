@@ -21,7 +21,7 @@ from .cycle import Rule
 from .drafters import NgramDrafter
 from .drafters.forced import ForcedDrafter
 from .drafters.tree import TreeDrafter, tree_drafter
-from .errors import OptionsError, PromptTooLongError
+from .errors import OptionsError, PromptTooLongError, about
 from .options import Options
 from .request import Request
 from .rules import jsonmask, toolgrammar
@@ -65,8 +65,9 @@ def request(engine, prompt: list[int], opts: Options, resume: Resume | None) -> 
         req.rule = dataclasses.replace(rule, processors=(jsonmask.JsonMask(req.constraint),)
                                        + rule.processors)
         drafter = ForcedDrafter(_host_drafter(drafter), req.constraint)
-    drafter = tree_drafter(drafter, opts.tree, engine.backend, req.rule, req.constraint,
-                           getattr(engine.draft_source, "kind", None))   # --tree
+    with about("tree"):     # its refusals are about the tree option (the CLI's --tree)
+        drafter = tree_drafter(drafter, opts.tree, engine.backend, req.rule, req.constraint,
+                               getattr(engine.draft_source, "kind", None))
     req.pipelined = req.constraint is None and engine.backend.pipelines(req.rule)
     # `--draft ngram+MODEL` (drafters/combo.py): the member to draft is chosen between cycles
     # with nothing in flight, and each member has its own guard (`scheds`). Not under a

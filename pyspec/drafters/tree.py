@@ -158,35 +158,38 @@ class TreeDrafter:
 
 
 def tree_drafter(drafter, tree: str | None, backend, rule: Rule, constraint, kind: str | None):
-    """A request's `drafter` drafting trees under --tree `tree` (a TreeDrafter), or as it is
-    without one (or without a drafter). A tree is refused by name where it cannot be verified
-    exactly: a `backend` without the tree pass (the GPU), sampling controls or a schema
-    (`constraint`; their rows would need each node's own context, which the tree walk does
-    not apply), a drafter of a `kind` that drafts no trees (self:L, a combination)."""
+    """A request's `drafter` drafting trees under its tree option `tree` (a TreeDrafter), or as
+    it is without one (or without a drafter). A tree is refused by name where it cannot be
+    verified exactly: a `backend` without the tree pass, sampling controls or a schema
+    (`constraint`; their rows would need each node's own context, which the tree walk does not
+    apply), a drafter of a `kind` that drafts no trees (self:L, a combination), a tree the
+    backend cannot draft (its `tree_refusal`). The words are the request's ("tree 2,2,1"), as
+    the page shows them; the command line reads them with its flags (apps/request.cli_error,
+    the caller's errors.about("tree"))."""
     shape = parse_tree(tree)
     if shape is None or drafter is None:
         return drafter
     if not getattr(backend, "takes_trees", False):
         raise TreeUnsupportedError(
-            f"--tree needs the tree verify pass, which the {backend.adapter} backend does not "
-            "have yet: run with backend cpu (or cpu-numpy), or leave --tree out")
+            f"tree needs the tree verify pass, which the {backend.adapter} backend does not "
+            "have yet: run with backend cpu (or cpu-numpy), or draft chains (no tree)")
     if rule.processors or constraint is not None:
-        raise TreeUnsupportedError("--tree does not take sampling controls (top-k, top-p, "
-                                   "penalties, logit bias) or a JSON schema yet: leave them or "
-                                   "--tree out")
+        raise TreeUnsupportedError("tree does not take sampling controls (top-k, top-p, "
+                                   "penalties, logit bias) or a JSON schema yet: leave them out, "
+                                   "or draft chains (no tree)")
     kinds = getattr(backend, "tree_kinds", TREE_DRAFTERS)
     if kind not in kinds:
-        raise TreeUnsupportedError(f"--tree on the {backend.adapter} backend needs a drafter of "
-                                   f"kind {' or '.join(kinds)}, not {kind}: use --draft ngram"
+        raise TreeUnsupportedError(f"tree on the {backend.adapter} backend needs a drafter of "
+                                   f"kind {' or '.join(kinds)}, not {kind}: draft with ngram"
                                    f"{' or a draft model' if 'model' in kinds else ''}, or "
-                                   "leave --tree out")
+                                   "draft chains (no tree)")
     refusal = getattr(backend, "tree_refusal", None)
     why = refusal(shape, rule, kind) if refusal is not None else None
     if why:
         raise TreeUnsupportedError(why)
     nodes = int(np.cumprod(shape).sum()) if shape != "auto" else 0
     if nodes > backend.k_max:
-        raise TreeUnsupportedError(f"--tree {tree} has {nodes} nodes, but one pass of the "
+        raise TreeUnsupportedError(f"tree {tree} has {nodes} nodes, but one pass of the "
                                    f"{backend.adapter} backend verifies at most {backend.k_max}: "
                                    "use fewer or narrower depths")
     return TreeDrafter(drafter, shape, min(MAX_TREE_NODES, backend.k_max))

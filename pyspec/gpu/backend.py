@@ -167,10 +167,11 @@ class GPUBackend(Executor):
                  and rule.mode in treedraft.DEVICE_MODES)
         if kind != "model" or self.dev.reads_now or grows:
             return None
-        return (f"--tree {'auto' if shape == 'auto' else ','.join(map(str, shape))} with a "
-                f"draft model under {rule.mode} grows a depth a pass, reading each back, which "
-                f"the {self.adapter} adapter cannot do at once: give fixed widths (e.g. 2,2,1) "
-                "under greedy or replay, whose trees grow on the device, or use --draft ngram")
+        return (f"tree {'auto' if shape == 'auto' else ','.join(map(str, shape))} with a "
+                f"draft model under {rule.mode} grows a depth a pass, reading each back at once, "
+                f"which the {self.adapter} adapter cannot do (a page's WebGPU reads back only "
+                "asynchronously): give fixed widths (e.g. 2,2,1) under greedy or replay, whose "
+                "trees grow on the device, or draft with ngram")
 
     @property
     def split_rows(self) -> bool:

@@ -670,6 +670,80 @@ def test_the_pages_draft_model_drafts_on_the_host_on_the_numpy_engine(tiny, cham
     assert out["stats"]["draft_path"] == "host" and out["stats"]["drafted"] > 0
 
 
+# --- trees: the request option `tree` ---------------------------------------------------------
+def _ask(s, config: dict) -> dict:
+    return json.loads(run(s.generate(1, MESSAGES, json.dumps(config), lambda *a: None)))
+
+
+@pytest.mark.parametrize("draft", ["ngram", "model"])
+def test_a_pages_tree_request_gives_champion_only_tokens_on_the_numpy_engine(tiny, champion_bytes,
+                                                                             draft):
+    """A generate config's `tree` reaches the engine through the page's protocol: on the numpy
+    engine n-gram's and the draft model's trees (widths and auto) are drafted and verified
+    (stats: tree cycles), and the tokens are champion-only's, greedy and replay."""
+    s = session.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 128, "draft": draft}), champion_bytes,
+               Path(tiny.close_path).read_bytes()))
+    for sampling in ({}, {"temperature": 0.8, "seed": 3}):
+        config = {"max_tokens": 24, "k": "fixed:3", **sampling}
+        alone = _ask(s, {**config, "draft": "none"})
+        for tree in ("2,2,1", "auto"):
+            out = _ask(s, {**config, "tree": tree})
+            assert out["tokens"] == alone["tokens"], (tree, sampling)
+            assert out["stats"]["schedule"]["trees"] > 0, (tree, out["stats"]["schedule"])
+
+
+def test_a_bad_tree_is_refused_by_name_and_the_session_stays_usable(tiny, champion_bytes):
+    """A tree shape that is not W1,W2,... or auto, one of more nodes than a pass verifies, a
+    tree that is not a string, and a tree with sampling controls are bad_config, each message
+    naming the option `tree`; the next request runs."""
+    s = session.Session(opener(NoAdapterError("none here")))
+    run(s.load(json.dumps({"max_ctx": 128, "draft": "ngram"}), champion_bytes))
+    for bad, words in [({"tree": "2,x"}, "tree '2,x': give widths per depth"),
+                       ({"tree": "0,2"}, "tree '0,2': give widths per depth"),
+                       ({"tree": "8,8"}, "tree '8,8' has 72 nodes"),
+                       ({"tree": 2}, "field 'tree' must be str"),
+                       ({"tree": "2", "temperature": 1.0, "top_k": 5},
+                        "tree does not take sampling controls")]:
+        err = _ask(s, {"max_tokens": 4, **bad})["error"]
+        assert err["code"] == "bad_config" and words in err["message"], (bad, err)
+    assert _ask(s, {"max_tokens": 4, "tree": "2"})["tokens"]
+
+
+@requires_gpu
+def test_the_pages_webgpu_drafts_trees_and_refuses_an_auto_tree_of_its_draft_model(
+        tiny, champion_bytes, monkeypatch):
+    """On WebGPU (the native device standing in for navigator.gpu's, reading back only later as
+    the page's does: reads_now off, no synchronous readback), n-gram's trees (auto, guarded and
+    fixed; 2,2,1) and the draft model's 2,2,1 (grown on the device) give champion-only's tokens;
+    the draft model's `auto` tree, which grows a depth a pass read back at once, is refused by
+    name (GPUBackend.tree_refusal), saying what to give instead."""
+    from pyspec.gpu import open_device
+
+    dev = open_device()
+    monkeypatch.setattr(dev, "reads_now", False)
+    monkeypatch.setattr(dev, "redeem_now", lambda readback: pytest.fail("read back at once"))
+    s = session.Session(opener(dev))
+    try:
+        run(s.load(json.dumps({"max_ctx": 128, "draft": "model", "backend": "webgpu"}),
+                   champion_bytes, Path(tiny.close_path).read_bytes()))
+        assert s.engine.adapter == dev.name
+        config = {"max_tokens": 24, "k": "fixed:3"}
+        alone = _ask(s, {**config, "draft": "none"})
+        for draft, tree, k in [("ngram", "auto", "heuristic"), ("ngram", "auto", "fixed:3"),
+                               ("ngram", "2,2,1", "fixed:3"), ("model", "2,2,1", "fixed:3")]:
+            out = _ask(s, {**config, "draft": draft, "tree": tree, "k": k})
+            assert out["tokens"] == alone["tokens"], (draft, tree, k)
+            assert k == "heuristic" or out["stats"]["schedule"]["trees"] > 0, (draft, tree)
+        err = _ask(s, {**config, "draft": "model", "tree": "auto"})["error"]
+        assert err["code"] == "bad_config", err
+        assert err["message"].startswith("tree auto with a draft model") and \
+            "fixed widths (e.g. 2,2,1)" in err["message"], err
+    finally:
+        s.engine.close()
+        dev.destroy()
+
+
 def test_the_worker_asks_the_session_for_the_auto_draft():
     """worker.js holds no copy of the "auto" rule: it sends what it knows before any draft
     downloads (a trained draft in the manifest, init's backend, the WebGPU adapter) and fetches

@@ -220,9 +220,12 @@ export interface GenerateConfig extends SamplingConfig {
   seed?: number | null;              // default 0
   verify?: "greedy" | "replay" | "rejection" | null;
   k?: string | null;                 // "heuristic" (default) | "fixed:N" | ...
-  tree?: string | null;              // a tree of drafts per pass: "2,2,1" | "auto"; n-gram's
-                                     // on either engine, a draft model's on the CPU engine
-                                     // only (WebGPU refuses it by name); default chains
+  tree?: string | null;              // a tree of drafts per pass: widths per depth "2,2,1"
+                                     // or "auto"; n-gram's on either engine, a draft model's
+                                     // on the CPU engine, and on WebGPU of fixed widths under
+                                     // greedy or replay (grown on the device; "auto" is
+                                     // refused by name); not with the sampling controls or a
+                                     // schema; default chains
   draft?: string | null;             // this request's drafter (the loaded one by default;
                                      // "ngram+model": n-gram where the text repeats, the
                                      // loaded draft model elsewhere; "auto": the loaded

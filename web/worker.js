@@ -50,7 +50,7 @@
 //                                                   started; notice: a message when the
 //                                                   conversation was fitted to the context, else
 //                                                   null)
-//       config: {draft, k, verify, temperature, seed, max_tokens, drill, context_overflow
+//       config: {draft, k, tree, verify, temperature, seed, max_tokens, drill, context_overflow
 //       ('drop_oldest' default | 'error'), json_schema or response_format, and the sampling
 //       controls top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
 //       logit_bias, stop (web.py checks them)}; chunk.ids = the token

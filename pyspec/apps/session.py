@@ -145,18 +145,18 @@ class Session:
     async def generate(self, request_id: int, messages_json: str, config_json: str,
                        on_chunk, resume_json: str = "null", on_start=None) -> str:
         """Stream one request. `on_chunk(offset, text, n_tokens, ids_json, cycle, marks_json)` is
-        called once per cycle that commits text (ids_json: the JSON list of the ids committed
-        since the last chunk; cycle: cycles run so far; marks_json: {"kinds", "starts"}, each
-        id's chunks.TOKEN_KINDS entry and where its text begins, and for a tools request
-        "tools": the output so far as content and calls (_tool_split); offsets in UTF-16 code
-        units, as JavaScript counts). config: {max_tokens, temperature, seed, verify, k, draft, drill}.
-        resume: null or {ids, fault} (_resume): go on from the ids an interrupted run of this
-        request committed. `on_start()`, when given, is called once the request is checked and
-        about to run (worker.js posts `started`: the facade's create() resolves then). Returns
-        {"text", "tokens", "finish_reason", "stats", "receipt"} (finish_reason "cancelled"
-        when cancel() stopped it: the engine checks before every cycle; one cancelled before it
-        began has no stats or receipt), and for a tools request "tool_calls" and "content"
-        (text/toolcalls.result), or an error."""
+        called once per cycle that commits text (ids_json: the JSON list of the ids committed since
+        the last chunk; cycle: cycles run so far; marks_json: {"kinds", "starts"}, each id's
+        chunks.TOKEN_KINDS entry and where its text begins, and for a tools request "tools": the
+        output so far as content and calls (_tool_split); offsets in UTF-16 code units, as
+        JavaScript counts). config: {max_tokens, temperature, seed, verify, k, tree, draft, drill,
+        ...} (options.REQUEST). resume: null or {ids, fault} (_resume): go on from the ids an
+        interrupted run of this request committed. `on_start()`, when given, is called once the
+        request is checked and about to run (worker.js posts `started`: the facade's create()
+        resolves then). Returns {"text", "tokens", "finish_reason", "stats", "receipt"}
+        (finish_reason "cancelled" when cancel() stopped it: the engine checks before every cycle;
+        one cancelled before it began has no stats or receipt), and for a tools request
+        "tool_calls" and "content" (text/toolcalls.result), or an error."""
         try:
             return await self._generate(request_id, messages_json, config_json, on_chunk,
                                         resume_json, on_start)

@@ -74,6 +74,28 @@ def test_the_worker_drafts_with_a_draft_model_file_on_the_device_under_dawn(harn
         need("dawn", harness.why_no_adapter())
 
 
+@pytest.mark.parametrize("backend, drafting", [
+    ("cpu", {"draft": "ngram", "tree": "2,2,1"}),
+    ("webgpu", {"draft": "ngram", "tree": "auto"}),
+    ("webgpu", {"draft_model": "tiny-close", "tree": "2,2,1"})])
+def test_the_harness_asks_the_worker_for_a_tree(harness, need, site_root, tiny_path, backend,
+                                                drafting):
+    """`--tree` (as scripts/h200.sh's ngram-tree and trained-tree sides run it) is each
+    request's tree option: the worker drafts trees (stats: tree cycles) and its tokens are the
+    native engine's champion-only ones, on the numpy engine and, where Dawn finds an adapter,
+    on the device (n-gram's auto, the draft model's 2,2,1 grown there)."""
+    if backend == "webgpu" and harness.adapter is None:
+        need("dawn", harness.why_no_adapter())
+    if "draft_model" in drafting:
+        drafting = {**drafting, "draft_model": str(site_root / "models" / "tiny-close.gguf")}
+    native = native_generate(tiny_path, MESSAGES, "none", max_tokens=16)
+    out = dawn.run(tiny_path, site=site_root, backend=backend, k="fixed:3",
+                   prompt=MESSAGES[0]["content"], max_tokens=16, **drafting)
+    run = out.runs[0]
+    assert run["tokens"] == native.tokens
+    assert run["stats"]["schedule"]["trees"] > 0, run["stats"]
+
+
 @pytest.mark.parametrize("drafting", [{"draft": "none"}, {"draft": "ngram", "k": "fixed:3"},
                                       {"draft_model": "tiny-close", "k": "fixed:3"}])
 def test_the_pages_cycle_is_one_submission_and_one_readback_on_a_null_gpu(harness, site_root,

@@ -6,14 +6,16 @@
 //
 //   node webtools/dawn.mjs --site dist/site --champion PATH.gguf [--backend webgpu|cpu|auto]
 //        [--draft D] [--prompt TEXT] [--max-tokens N] [--temperature T] [--seed S] [--k K]
-//        [--repeat N] [--warmup N] [--workload FILE.jsonl] [--draft-model PATH [--draft-vocab PATH]]
+//        [--tree SHAPE] [--repeat N] [--warmup N] [--workload FILE.jsonl]
+//        [--draft-model PATH [--draft-vocab PATH]]
 //        [--probe] [--null-gpu [--null-token ID]]
 //
 // --warmup N generates the first prompt N times first, unreported (pipeline compiles, the first
 // readbacks), so no prompt is timed cold. --workload runs each line's messages ({id, stratum, messages, max_tokens}, the shared/workloads
 // format; max_tokens capped by --max-tokens) in one start-up instead of --prompt; --draft-model
 // loads a draft model from a file (with its reduced head, --draft-vocab) as the page loads one
-// from a URL.
+// from a URL. --tree SHAPE is the request's tree option (widths per depth, `2,2,1`, or `auto`):
+// each request asks for a tree, as generate({tree}) does in the page.
 // It prints one JSON line: {adapter: {...} | null, ready, runs: [{id, stratum, text, tokens,
 // stats, wall_s}]},
 // or {error: {code, message}}. Dawn writes why it passes over an adapter to stderr from native
@@ -44,7 +46,7 @@ function parseArgs(argv) {
                 probe: false, nullGpu: false, nullToken: 100 };
   const names = { "--site": "site", "--champion": "champion", "--backend": "backend",
                   "--draft": "draft", "--prompt": "prompt", "--max-tokens": "maxTokens",
-                  "--temperature": "temperature", "--seed": "seed", "--k": "k",
+                  "--temperature": "temperature", "--seed": "seed", "--k": "k", "--tree": "tree",
                   "--repeat": "repeat", "--warmup": "warmup", "--workload": "workload",
                   "--draft-model": "draftModel", "--draft-vocab": "draftVocab",
                   "--null-token": "nullToken" };
@@ -186,6 +188,7 @@ async function main() {
     ? fs.readFileSync(ARGS.workload, "utf8").split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l))
     : [{ id: "prompt", stratum: null, messages: [{ role: "user", content: ARGS.prompt }] }];
   const configOf = (item) => ({ draft: ARGS.draftModel ? undefined : ARGS.draft, k: ARGS.k,
+                                tree: ARGS.tree,     // undefined (no --tree): chains
                                 temperature: ARGS.temperature, seed: ARGS.seed,
                                 max_tokens: Math.min(ARGS.maxTokens, item.max_tokens ?? ARGS.maxTokens) });
   let n = 0;

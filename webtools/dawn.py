@@ -2,6 +2,7 @@
 
     python -m webtools.dawn --probe                       does Dawn find an adapter here?
     python -m webtools.dawn --champion M.gguf --prompt "Hi" --max-tokens 32 [--backend cpu]
+        [--draft ngram] [--k fixed:3] [--tree 2,2,1|auto]
 
 Dawn says why it passes over an adapter from native code, on stderr; this keeps those lines
 (`Run.dawn`) so a missing adapter is reported in Dawn's own words. Node is the machine's; the npm
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--backend", "--draft", "--prompt", "--max-tokens", "--temperature", "--seed",
                  "--k", "--repeat", "--warmup", "--workload", "--draft-model", "--draft-vocab"):
         ap.add_argument(flag)
+    ap.add_argument("--tree", metavar="SHAPE", help="each request's tree of drafts: widths per "
+                    "depth (2,2,1) or auto (the request option `tree`)")
     args = vars(ap.parse_args(argv))
     probe, champion, site = args.pop("probe"), args.pop("champion"), args.pop("site")
     options = {k: v for k, v in args.items() if v is not None}

@@ -27,3 +27,26 @@ def test_an_experiment_runs_its_command_and_its_file_says_so(tiny, tmp_path, mon
     assert origin["experiment"] == "tiny-bench"
     assert normal(origin["command"]) == normal(command)
     assert run.main(["no-such"]) == 2
+
+
+def test_every_dawn_side_the_script_runs_is_one_the_report_reads():
+    """scripts/h200.sh's dawn step names its sides (DAWN_SIDES, and the cases it knows, the
+    trees among them, which run only where named); experiments/dawn_report.py maps each file
+    to a side, and webtools/gpu_tables.py shows those sides: the three must agree, or a run's
+    file is silently left out of the report."""
+    import re
+    from pathlib import Path
+
+    from experiments import dawn_report
+    from webtools import gpu_tables
+
+    script = (Path(__file__).resolve().parent.parent / "scripts" / "h200.sh").read_text()
+    step = script[script.index("\ndawn() {"):script.index("\nwait_shapes() {")]
+    default = re.search(r"\$\{DAWN_SIDES:-([^}]+)\}", step)[1].split()
+    cases = re.findall(r"^\s+([\w-]+)\) extra=", step, re.M)
+    known = {**dawn_report.SIDES, **dawn_report.NULL_SIDES}
+    assert set(default) | set(cases) <= set(known), (default, cases)
+    assert {"ngram-tree", "trained-tree"} <= set(cases) and not {"ngram-tree",
+                                                                 "trained-tree"} & set(default)
+    assert {key for key, _, _ in gpu_tables.DAWN_SIDES} <= set(dawn_report.SIDES.values())
+    assert {key for key, _ in gpu_tables.NULL_SIDES} <= set(dawn_report.NULL_SIDES.values())

@@ -16,7 +16,11 @@ RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 DAWN_SIDES = [("champion-only", "champion alone", None),
               ("ngram", "`ngram`, guarded", "ngram"),
               ("models/draft-l4.gguf", "trained draft, guarded", "models/draft-l4.gguf"),
-              ("models/draft-l4.gguf fixed:3", "trained draft, `--k fixed:3`", None)]
+              ("models/draft-l4.gguf fixed:3", "trained draft, `--k fixed:3`", None),
+              # trees: rows only in a run whose DAWN_SIDES named them (scripts/h200.sh)
+              ("ngram tree auto", "`ngram`, `--tree auto`, guarded", None),
+              ("models/draft-l4.gguf tree 2,2,1 fixed:3",
+               "trained draft, `--tree 2,2,1 --k fixed:3`", None)]
 NULL_SIDES = [("null GPU: champion-only", "champion alone"),
               ("null GPU: draft-l4 fixed:3", "trained draft, `--k fixed:3`")]
 
@@ -48,6 +52,8 @@ def dawn_table(name: str = "h100-dawn.json", root: Path = RESULTS) -> str:
            "| host ms a cycle | identical to Dawn's champion alone | tokens equal native's | "
            "native wgpu-py speedup [range] |", "|---|---|---|---|---|---|---|---|"]
     for key, label, native_key in DAWN_SIDES:
+        if key not in dawn:     # a side this run did not make (the trees, unless named)
+            continue
         side = dawn[key]
         tps = per_prompt(side)
         ratios = [tps[s] / base[s] for s in tps if s in base]

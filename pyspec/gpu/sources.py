@@ -143,9 +143,9 @@ class FedDraft:
         rec.fed, rec.on_device, rec.k = draft, True, k
         m, runs = draft.plan_ahead(k)
         steps = max(k, int(runs))
-        feed.set(k, m, limit, rule.seed, rule.temperature, rule.mode,
-                 one_hot=rule.mode != "rejection" or k == 0)
-        rec.commands += [feed.plan, feed.steps_copy(b.champion.steps, 1 + steps)]
+        params = feed.params_copy(k, m, limit, rule.seed, rule.temperature, rule.mode,
+                                  one_hot=rule.mode != "rejection" or k == 0)
+        rec.commands += [params, feed.plan, feed.steps_copy(b.champion.steps, 1 + steps)]
         draft.calls += k
         for i in range(steps):
             rec.commands.append(step_plan(b, draft, draft_slot(i), rule.mode))

@@ -1,7 +1,9 @@
 """The n-gram drafter on the device (shaders/ngram.wgsl, pyspec/gpu/ngram.py) against the host's
 (drafters/ngram.py): for the same tokens it proposes the same drafts, appends the cycle before's
 emitted tokens to its history, caps the drafts at the budget and the context, and writes the
-pass's token list and Step. Skipped where no WebGPU adapter exists."""
+pass's token list and Step. Its Params are a block of a table, copied on the device: the fields
+a write would have put, the table written once per request. Skipped where no WebGPU adapter
+exists."""
 
 from __future__ import annotations
 

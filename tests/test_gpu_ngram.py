@@ -1,7 +1,9 @@
 """The n-gram drafter on the device (shaders/ngram.wgsl, pyspec/gpu/ngram.py) against the host's
 (drafters/ngram.py): for the same tokens it proposes the same drafts, appends the cycle before's
 emitted tokens to its history, caps the drafts at the budget and the context, and writes the
-pass's token list and Step. Skipped where no WebGPU adapter exists."""
+pass's token list and Step. Its Params are a block of a table, copied on the device: the fields
+a write would have put, the table written once per request. Skipped where no WebGPU adapter
+exists."""
 
 from __future__ import annotations
 
@@ -21,7 +23,14 @@ from pyspec.gpu.constants import (
     FLAG_ONE_HOT,
 )
 from pyspec.gpu.device import ROWS_MAX
-from pyspec.gpu.ngram import STATE_WORDS, STEP_OFFSET, DeviceNgram
+from pyspec.gpu.ngram import (
+    PARAMS_BYTES,
+    PARAMS_WORDS,
+    STATE_WORDS,
+    STEP_OFFSET,
+    DeviceNgram,
+    pack_params,
+)
 from pyspec.gpu.step import MODES, STEP_WORDS, pack_step
 
 pytestmark = pytest.mark.usefixtures("gpu")   # a native adapter (root conftest.py)
@@ -45,8 +54,7 @@ def advance(dev, lookup, k_cap: int, limit: int = 10**6, seed: int = 7, temperat
             mode="greedy") -> tuple[list[int], np.ndarray, int]:
     """One advance dispatch: (the pass's drafts, its Step words, the history's length)."""
     ng, words, tokens = lookup
-    ng.set(k_cap, limit, seed, temperature, mode)
-    dev.submit([ng.plan])
+    dev.submit([ng.params_copy(k_cap, limit, seed, temperature, mode), ng.plan])
     row = asyncio.run(dev.read_array(tokens, np.uint32, (ROWS_MAX,)))
     state = asyncio.run(dev.read_array(ng.state, np.uint32, (STATE_WORDS,)))
     step = state[STEP_OFFSET // 4:STEP_OFFSET // 4 + STEP_WORDS]
@@ -131,8 +139,8 @@ def advance_tree(dev, lookup, k_cap: int, widths, nodes: int, limit: int = 10**6
     from pyspec.rules.tree import ROOT, depth_first_order, reorder
 
     ng, words, tokens = lookup
-    ng.set(k_cap, limit, 7, 0.0, "greedy", widths=widths, tree_nodes=nodes)
-    dev.submit([ng.tree_plan])
+    params = ng.params_copy(k_cap, limit, 7, 0.0, "greedy", tree=(widths, nodes))
+    dev.submit([params, ng.tree_plan])
     row = asyncio.run(dev.read_array(tokens, np.uint32, (ROWS_MAX,)))
     state = asyncio.run(dev.read_array(ng.state, np.uint32, (STATE_WORDS,)))
     step = state[STEP_OFFSET // 4:STEP_OFFSET // 4 + STEP_WORDS]
@@ -170,3 +178,36 @@ def test_its_trees_are_the_hosts(dev, shape):
     lookup[0].start(seq)
     tree, _, _ = advance_tree(dev, lookup, 8, widths, 15, limit=len(seq) + 2)
     assert int(tree.depths().max()) == 1              # 2 tokens left: one draft and its bonus
+
+
+def test_each_cycle_copies_the_params_a_write_would_have_put(dev, lookup):
+    """For every k (past the cap too), a chain's and a tree's, the block the copy takes is
+    pack_params of the cycle's fields (what the host wrote into the params buffer before the
+    table), and it fills the whole params buffer."""
+    ng, tree = lookup[0], ((2, 2, 1), 9)
+    for mode, seed, temperature in (("greedy", 7, 0.0), ("rejection", 2**40 + 9, 0.75)):
+        ng.expect_tree(tree)
+        copies = {(k, t): ng.params_copy(k, 300, seed, temperature, mode, tree=t)
+                  for k in range(ROWS_MAX + 2) for t in (None, tree)}
+        held = asyncio.run(dev.read_array(ng.table, np.uint32, (2 * ROWS_MAX * PARAMS_WORDS,)))
+        for (k, t), c in copies.items():
+            assert (c.src, c.dst, c.dst_offset) == (ng.table, ng.params, 0)
+            assert c.nbytes == PARAMS_BYTES == dev.size_of(ng.params)
+            block = held[c.src_offset // 4:c.src_offset // 4 + PARAMS_WORDS]
+            assert list(block) == list(pack_params(k, 300, CTX, seed, temperature, mode,
+                                                   *(t or ()))), (k, t)
+
+
+def test_the_table_is_written_once_per_request(dev, lookup):
+    """k changing every cycle, and chains and trees taking turns, write nothing once the
+    request's tree is expected (a write costs the page a staging allocation); a request's fields
+    changing write the table again."""
+    ng, tree = lookup[0], ((2, 2), 6)
+    ng.expect_tree(tree)
+    before = dev.writes
+    ng.params_copy(3, 100, 5, 0.0, "greedy")
+    for k in (1, 2, 3, 1, 0, ROWS_MAX - 1, 2):
+        ng.params_copy(k, 100, 5, 0.0, "greedy", tree=tree if k % 2 else None)
+    assert dev.writes == before + 1
+    ng.params_copy(1, 101, 5, 0.0, "greedy")
+    assert dev.writes == before + 2

@@ -287,3 +287,72 @@ def test_a_draft_fed_on_the_device_catches_up_after_champion_only_cycles(tiny, m
     # Host-fed, only a champion-only cycle after another goes ahead; device-fed, every one after
     # the first.
     assert ahead[True] == r.stats["champion_passes"] - 1 > ahead[False]
+
+
+@dataclasses.dataclass
+class Submitted:
+    ahead: bool     # whether it went ahead of the cycle in flight
+    k: int
+    tree: bool
+    writes: int     # host writes (Device.writes) since the submission before it
+
+
+def watch(engine, monkeypatch) -> list[Submitted]:
+    """The cycles the engine submits from now on, as they are submitted."""
+    b, dev, seen, writes = engine.backend, engine.backend.dev, [], [engine.backend.dev.writes, 0]
+    submit_cycle, submit = b.submit, dev.submit
+
+    def submitting(commands):
+        writes[1], writes[0] = dev.writes - writes[0], dev.writes
+        submit(commands)
+
+    def submitting_cycle(rec):
+        ahead, k, tree = rec.ahead, rec.k, rec.tree is not None
+        out = submit_cycle(rec)
+        seen.append(Submitted(ahead, k, tree, writes[1]))
+        return out
+
+    monkeypatch.setattr(dev, "submit", submitting)
+    b.submit = submitting_cycle
+    return seen
+
+
+@pytest.mark.parametrize("draft, more", [("ngram", {}), ("ngram", {"tree": "2,2,1"}),
+                                         ("model", {}),
+                                         ("model", {"temperature": 0.9, "seed": 5,
+                                                    "verify": "rejection"})])
+def test_a_cycle_gone_ahead_writes_nothing_from_the_host(tiny, monkeypatch, draft, more):
+    """However k changes from cycle to cycle, a cycle whose drafts are made on the device and
+    that goes ahead writes nothing from the host (a write costs the page a staging allocation:
+    gpu/ahead.py): its Params are a block of a table written at the request's first cycle,
+    copied on the device. Scripted decisions change k every cycle (under --tree, a tree where
+    k is odd, else a chain); the tokens are those of the same request read cycle by cycle. A
+    draft model's first request builds the plans of its steps as they are first used (their
+    uniforms written once), so that backend serves one request first."""
+    from pyspec import schedule
+
+    script, calls = [2, 3, 1, 0, 3, 1, 2, 0, 0, 2, 3, 3], []
+
+    def next_k(self, cls=None):
+        calls.append(script[len(calls) % len(script)])
+        return calls[-1]
+
+    monkeypatch.setattr(schedule.Schedule, "next_k", next_k)
+    monkeypatch.setattr(schedule.Schedule, "tree_pays", lambda self, k, *a, **kw: k % 2 == 1)
+    opts = Options(max_tokens=30, k="heuristic", stop_at_eos=False, **more)
+    tokens = {}
+    for pipelined in (True, False):
+        engine = Engine(backend_for(tiny.on("gpu"), tiny.close_path if draft == "model" else draft,
+                                    pipelined=pipelined, draft_ahead=True), tiny.tokenizer)
+        if draft == "model":
+            engine.generate(tiny.prompt, opts)
+            calls.clear()
+        seen = watch(engine, monkeypatch)
+        tokens[pipelined] = engine.generate(tiny.prompt, opts).tokens
+        if pipelined:
+            ahead = [c for c in seen if c.ahead]
+            assert len(ahead) >= len(seen) // 2 and len({c.k for c in ahead}) >= 3, seen
+            assert all(c.writes == 0 for c in ahead), seen
+            if "tree" in more:
+                assert {c.tree for c in ahead} == {True, False}, seen
+    assert tokens[True] == tokens[False]

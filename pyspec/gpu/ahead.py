@@ -17,6 +17,14 @@ it does, although the cycle before may still be in flight:
 GPUDraft (gpu/draft.py) keeps m (`plan_ahead`), and its `confirm` the draft cache's bookkeeping
 from the verdicts as they are read: after a cycle, the committed tokens less the m of the cycle
 after it have rows.
+
+A cycle that goes ahead writes nothing from the host: a queue write costs a native WebGPU (Dawn in
+the page, wgpu) a staging allocation, and with one per cycle while cycles were in flight, many of
+the page's cycles took several times the host time of the others whenever k changed from cycle
+to cycle (the guard, measured through Dawn). The fields that change per cycle (k, m, the verify
+pass's one-hot flag) pick a block of a table of every Params the request can use
+(`params_table`), written once when the request's fields change; the cycle's first command
+copies its block into the params buffer, in queue order after the reads of the cycles in flight.
 """
 
 from __future__ import annotations
@@ -28,6 +36,39 @@ from .device import Copy
 from .step import SLOT_BYTES, pack_step
 
 STATE_WORDS = 4 + ROWS_MAX   # n, fresh, 2 words of padding, the last ROWS_MAX tokens (State)
+PARAMS_WORDS = 12            # ahead.wgsl's Params
+PARAMS_BYTES = 4 * PARAMS_WORDS
+TABLE_SHAPE = (2, ROWS_MAX, ROWS_MAX + 1)   # [one_hot][k_cap][m]: every Params of a request
+
+
+def pack_params(k_cap: int, feed_rows: int, limit: int, ctx: int, seed: int, temperature: float,
+                mode: str, one_hot: bool) -> np.ndarray:
+    """(PARAMS_WORDS,) ahead.wgsl's Params for one cycle."""
+    step = pack_step(0, 0, seed, temperature, 0, mode)   # the Step fields the host knows
+    return np.concatenate([np.array([min(k_cap, ROWS_MAX - 1), limit, ctx], np.uint32),
+                           step[[2, 3, 4, 6]],
+                           np.array([FLAG_ONE_HOT if one_hot else 0, feed_rows, 0, 0, 0],
+                                    np.uint32)])
+
+
+def params_table(ctx: int, limit: int, seed: int, temperature: float,
+                 mode: str) -> np.ndarray:
+    """(*TABLE_SHAPE, PARAMS_WORDS) the Params of every cycle of a request: block [o, k, m] is
+    pack_params(k, m, ..., one_hot=o)."""
+    table = np.tile(pack_params(0, 0, limit, ctx, seed, temperature, mode, False),
+                    (*TABLE_SHAPE, 1))
+    table[..., 0] = np.arange(ROWS_MAX)[:, None]   # k_cap (words: ahead.wgsl's Params order)
+    table[1, ..., 7] = FLAG_ONE_HOT                 # verify_flags
+    table[..., 8] = np.arange(ROWS_MAX + 1)         # feed_rows
+    return table
+
+
+def table_block(k_cap: int, feed_rows: int, one_hot: bool) -> int:
+    """The index of a cycle's block in params_table's blocks, flattened."""
+    if not 0 <= feed_rows <= ROWS_MAX:
+        raise ValueError(f"a draft's first step feeds at most {ROWS_MAX} rows, not {feed_rows}")
+    return int(np.ravel_multi_index((int(one_hot), min(k_cap, ROWS_MAX - 1), feed_rows),
+                                    TABLE_SHAPE))
 
 
 class DeviceFeed:
@@ -39,10 +80,12 @@ class DeviceFeed:
         self.dev, self.max_ctx = dev, max_ctx
         self.state = dev.buffer(4 * STATE_WORDS, label="ahead.state")
         self.steps = dev.buffer(ROWS_MAX * SLOT_BYTES, label="ahead.steps")
-        self.params = dev.buffer(48, "uniform", "ahead.params")
+        self.params = dev.buffer(PARAMS_BYTES, "uniform", "ahead.params")
+        # (*TABLE_SHAPE, PARAMS_WORDS): a copy source, so storage (every adapter: COPY_SRC)
+        self.table = dev.buffer(int(np.prod(TABLE_SHAPE)) * PARAMS_BYTES, label="ahead.table")
         self.plan = dev.dispatch("ahead", "advance",
                                  [self.params, words, self.state, self.steps, feed, tokens], 1)
-        self._written: tuple | None = None
+        self._written: tuple | None = None   # the request fields the table holds
 
     def start(self, tokens: list[int]) -> None:
         """The committed tokens are `tokens`: written now, for the next cycle, which then takes
@@ -53,20 +96,17 @@ class DeviceFeed:
         state[STATE_WORDS - len(last):] = last
         self.dev.write(self.state, state)
 
-    def set(self, k_cap: int, feed_rows: int, limit: int, seed: int, temperature: float,
-            mode: str, one_hot: bool) -> None:
-        """The next cycle's parameters (written only when they change: the queue orders a write
-        after the cycles submitted before it)."""
-        key = (k_cap, feed_rows, limit, seed, temperature, mode, one_hot)
-        if key == self._written:
-            return
-        step = pack_step(0, 0, seed, temperature, 0, mode)
-        fields = np.concatenate([np.array([min(k_cap, ROWS_MAX - 1), limit, self.max_ctx],
-                                          np.uint32), step[[2, 3, 4, 6]],
-                                 np.array([FLAG_ONE_HOT if one_hot else 0, feed_rows, 0, 0, 0],
-                                          np.uint32)])
-        self.dev.write(self.params, fields)
-        self._written = key
+    def params_copy(self, k_cap: int, feed_rows: int, limit: int, seed: int,
+                    temperature: float, mode: str, one_hot: bool) -> Copy:
+        """The copy, a cycle's first command, that puts its Params (its block of the table) in
+        the params buffer. The table is written only when the request's fields change (the
+        queue orders the write after the cycles submitted before it)."""
+        request = (limit, seed, temperature, mode)
+        if request != self._written:
+            self.dev.write(self.table, params_table(self.max_ctx, *request))
+            self._written = request
+        offset = table_block(k_cap, feed_rows, one_hot) * PARAMS_BYTES
+        return Copy(self.table, offset, self.params, 0, PARAMS_BYTES)
 
     def steps_copy(self, steps, slots: int):
         """The copy that puts the Steps the kernel wrote into `steps`' first `slots` slots."""

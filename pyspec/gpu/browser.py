@@ -267,7 +267,7 @@ class BrowserDevice(Device):
                             for i, (b, o, s) in enumerate(entries)]}))
         return self._scoped(f"bind group {label}", make)
 
-    def write(self, buffer, data, offset=0):
+    def _write(self, buffer, data, offset=0):
         self._alive()
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data)   # a view when it already is (weights are)

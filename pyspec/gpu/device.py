@@ -193,6 +193,7 @@ class Device:
         self.live_buffers = 0 # ... and how many
         self._owners: list[list] = []   # the `owned` scopes open, innermost last
         self.submissions = 0
+        self.writes = 0       # queue writes from the host (tests: a pipelined cycle makes none)
         self.readbacks = 0
         self.read_bytes = 0   # the bytes those readbacks brought back
         self._idle_staging: list = []   # staging buffers of redeemed (or dropped) readbacks
@@ -219,7 +220,7 @@ class Device:
         """entries[i] = (buffer, offset, size) bound at binding i of group 0."""
         raise NotImplementedError
 
-    def write(self, buffer, data, offset: int = 0) -> None:
+    def _write(self, buffer, data, offset: int = 0) -> None:
         """Queue a write of `data` (bytes-like or ndarray) at `offset`; ordered before the next
         submit."""
         raise NotImplementedError
@@ -273,6 +274,14 @@ class Device:
         return self._steps
 
     # --- shared ---------------------------------------------------------------------------------
+    def write(self, buffer, data, offset: int = 0) -> None:
+        """Queue a write of `data` (bytes-like or ndarray) at `offset`, ordered after the
+        submissions before it and before the next. A native implementation (Dawn in the page,
+        wgpu) stages each write in memory it allocates, so a cycle that goes ahead writes
+        nothing (gpu/ahead.py, gpu/ngram.py); `writes` counts them."""
+        self.writes += 1
+        self._write(buffer, data, offset)
+
     def submit(self, commands: list) -> None:
         """Encode Dispatch and Copy commands, in order, into one command buffer and submit it:
         consecutive dispatches share a compute pass (a copy ends it) and a pipeline is set only

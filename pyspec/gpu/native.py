@@ -174,7 +174,7 @@ class NativeDevice(Device):
                              lambda: self.device.create_bind_group(layout=layout, entries=desc,
                                                                    label=label))
 
-    def write(self, buffer, data, offset=0):
+    def _write(self, buffer, data, offset=0):
         self._checked("a buffer write", lambda: self.device.queue.write_buffer(
             buffer, offset, memoryview(data).cast("B") if not hasattr(data, "view") else data))
 

@@ -36,10 +36,10 @@ import time
 import numpy as np
 
 from ..cycle import Proposal, Rule
-from ..drafters.tree import ngram_widths
 from . import sampling
 from .device import Copy
 from .draft import GPUDraft, draft_slot, encode_steps, step_copies, step_plan
+from .ngram import tree_fields
 from .recording import Recording
 from .step import SLOT_CHAMPION
 from .tree import TreeCycle
@@ -101,8 +101,8 @@ class DeviceLookup:
         _going_ahead(b, rec, tokens, lookup.start)
         if k:
             self.drafter.calls += 1
-        lookup.set(k, limit, rule.seed, rule.temperature, rule.mode)
-        rec.commands += [lookup.plan, lookup.step_copy(b.champion.steps, SLOT_CHAMPION)]
+        rec.commands += [lookup.params_copy(k, limit, rule.seed, rule.temperature, rule.mode),
+                         lookup.plan, lookup.step_copy(b.champion.steps, SLOT_CHAMPION)]
         rec.k = k
 
 
@@ -119,9 +119,10 @@ class TreeLookup:
         _going_ahead(b, rec, tokens, lookup.start)
         if k:
             self.drafter.inner.calls += 1
-        lookup.set(k, limit, rule.seed, rule.temperature, rule.mode,
-                   widths=ngram_widths(self.drafter.shape), tree_nodes=self.drafter.max_nodes)
-        rec.commands += [lookup.tree_plan, lookup.step_copy(b.champion.steps, SLOT_CHAMPION)]
+        params = lookup.params_copy(k, limit, rule.seed, rule.temperature, rule.mode,
+                                    tree=tree_fields(self.drafter))
+        rec.commands += [params, lookup.tree_plan,
+                         lookup.step_copy(b.champion.steps, SLOT_CHAMPION)]
         rec.k, rec.tree = k, TreeCycle()
 
 
@@ -143,9 +144,9 @@ class FedDraft:
         rec.fed, rec.on_device, rec.k = draft, True, k
         m, runs = draft.plan_ahead(k)
         steps = max(k, int(runs))
-        feed.set(k, m, limit, rule.seed, rule.temperature, rule.mode,
-                 one_hot=rule.mode != "rejection" or k == 0)
-        rec.commands += [feed.plan, feed.steps_copy(b.champion.steps, 1 + steps)]
+        params = feed.params_copy(k, m, limit, rule.seed, rule.temperature, rule.mode,
+                                  one_hot=rule.mode != "rejection" or k == 0)
+        rec.commands += [params, feed.plan, feed.steps_copy(b.champion.steps, 1 + steps)]
         draft.calls += k
         for i in range(steps):
             rec.commands.append(step_plan(b, draft, draft_slot(i), rule.mode))

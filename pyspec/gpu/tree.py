@@ -50,6 +50,7 @@ from . import treedraft
 from .constants import ACCEPT_N_ACCEPTED, ACCEPT_TOKENS, ACCEPT_WORDS, ROWS_MAX, WG
 from .device import Copy
 from .draft import GPUDraft, draft_slot
+from .ngram import tree_fields
 from .recording import Recording
 from .step import SLOT_CHAMPION
 
@@ -213,7 +214,7 @@ def warm(b, drafter) -> None:
     b.choices()
     walk_plan(b)
     if isinstance(drafter.inner, NgramDrafter):
-        b.lookup()
+        b.lookup().expect_tree(tree_fields(drafter))
     elif isinstance(drafter.inner, GPUDraft) and drafter.shape != "auto":
         vocab = min(b.vocab, drafter.inner.model.config.vocab_size)
         for d, width in enumerate(drafter.shape):

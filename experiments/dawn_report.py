@@ -53,6 +53,8 @@ def dawn_side(runs: list[dict]) -> dict:
                         "tokens_per_pass": spread([r["stats"]["tokens_per_pass"] for r in rs]),
                         "host_ms_per_cycle": timing["host_s_per_cycle"] * 1e3,
                         "wait_ms_per_cycle": timing["wait_s_per_cycle"] * 1e3,
+                        "gc_ms_per_cycle": timing["gc_s_per_cycle"] * 1e3,
+                        "gc_full": timing["gc_full"],
                         # where the drafts were made (stats.draft_path): runs by path
                         "draft_path": {str(p): sum(r["stats"].get("draft_path") == p
                                                    for r in rs)
@@ -64,6 +66,10 @@ def dawn_side(runs: list[dict]) -> dict:
             out[stratum]["host_ms_cycles"] = [
                 round(h * 1e3, 2) for r in rs for h in r["stats"]["backend_timing"]
                 ["host_s_cycles"]]
+            # the collector's ms since the cycle before (runs made before pyspec/gctime.py: none)
+            out[stratum]["gc_ms_cycles"] = [
+                round(g * 1e3, 2) for r in rs
+                for g in r["stats"]["backend_timing"].get("gc_s_cycles", [])]
             out[stratum]["k_histogram"] = [r["stats"].get("schedule", {}).get("k_histogram")
                                            for r in rs]
     return out

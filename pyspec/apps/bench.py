@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 
-from .. import champion_path
+from .. import champion_path, gctime
 from ..drafters import parse_draft
 from ..engine import Engine
 from ..errors import PromptTooLongError, PyspecError, UsageError
@@ -134,6 +134,7 @@ def run_bench(args) -> int:
     champion, tok = load_champion(args.champion, args.backend, args.ctx)
     prompts = check_messages(items, tok, args.workload)
     engines = make_engines(args, champion, tok, drafts)   # appends the A/B sides to drafts
+    gctime.settle()   # as the page after its load: the models out of the collector's walks
     # Where it came from, taken before the run: the tree as it was when the code loaded.
     origin = record(champion=args.champion or champion_path(), workload=args.workload,
                     drafts={d: draft_file(d) for d in drafts}, adapter=engines["none"].adapter,

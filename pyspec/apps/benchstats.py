@@ -70,7 +70,8 @@ def per_cycle(timings: list[dict]) -> dict:
     and of waiting for the readback: means, and the
     median and range of the cycles' own host times (`host_s_cycle`), and of those encoded while
     no other cycle was in flight (`host_s_cycle_alone`: on a software adapter, whose threads run
-    on the host's cores, the host's own cost; the others share the cores with the GPU's work)."""
+    on the host's cores, the host's own cost; the others share the cores with the GPU's work),
+    and the garbage collector's share."""
     cycles = sum(t.get("cycles", 0) for t in timings)
     return {"cycles": cycles,
             "readbacks_per_cycle": sum(t.get("readbacks", 0) for t in timings) / max(cycles, 1),
@@ -79,7 +80,11 @@ def per_cycle(timings: list[dict]) -> dict:
             "host_s_per_cycle": sum(t.get("host_s", 0.0) for t in timings) / max(cycles, 1),
             "host_s_cycle": spread([h for t in timings for h in t.get("host_s_cycles", [])]),
             "host_s_cycle_alone": spread([h for t in timings for h in t.get("host_s_alone", [])]),
-            "wait_s_per_cycle": sum(t.get("wait_s", 0.0) for t in timings) / max(cycles, 1)}
+            "wait_s_per_cycle": sum(t.get("wait_s", 0.0) for t in timings) / max(cycles, 1),
+            # Python's collector (pyspec/gctime.py): its seconds a cycle and its collections
+            "gc_s_per_cycle": sum(t.get("gc_s", 0.0) for t in timings) / max(cycles, 1),
+            "gc_collections": sum(t.get("gc_collections", 0) for t in timings),
+            "gc_full": sum(t.get("gc_full", 0) for t in timings)}
 
 
 def spread(values: list[float]) -> dict:

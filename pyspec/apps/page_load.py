@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 
-from .. import __version__, verdicts
+from .. import __version__, gctime, verdicts
 from ..cpu.model import Config
 from ..drafters.auto import auto_draft as auto_rule
 from ..engine import Engine
@@ -124,6 +124,7 @@ async def read(session, options_json: str, champion_buf, draft_buf, before: dict
     if old is not None and old is not getattr(engine.champion, "dev", None):
         old.destroy()            # the replaced engine's device, with its buffers
     session.warm_next = (engine, chat_prefix(tokenizer)) if opts.get("warm") else None
+    gctime.settle()   # the loaded models out of the collector's walks (pyspec/gctime.py)
     return reply(session, engine, config, draft_model, auto_note,
                  {"parse": t1 - t0, "tokenizer": t2 - t1, "draft": t3 - t2, "engine": t4 - t3})
 

@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from .. import cycle
+from .. import cycle, gctime
 from ..cycle import Executor, Outcome, Rule
 from ..drafters.ngram import NgramDrafter
 from ..drafters.tree import TreeDrafter
@@ -150,6 +150,7 @@ class GPUBackend(Executor):
         self._t_read = 0.0              # when the last cycle's readback ended
         self._submitted_before = 0      # the device's submissions when the decode began
         self._read_before = (0, 0)      # ... and its readbacks and their bytes
+        self._gc_last = (0.0, 0, 0)     # ... and the collector's totals (gctime.snapshot)
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
         self._feed = None               # gpu/ahead.DeviceFeed, made at the first fed draft cycle
         self.timing: dict = {}
@@ -230,7 +231,10 @@ class GPUBackend(Executor):
         self.timing = {"cycles": 0, "host_s": 0.0, "wait_s": 0.0, "readbacks": 0,
                        "readback_bytes": 0, "ahead": 0,
                        "submissions": 0, "drafted_on_device": 0, "drafted_on_host": 0,
-                       "host_s_cycles": [], "host_s_alone": []}
+                       "host_s_cycles": [], "host_s_alone": [], "gc_s": 0.0,
+                       "gc_collections": 0, "gc_full": 0, "gc_s_cycles": []}
+        gctime.install()
+        self._gc_last = gctime.snapshot()
         if self._compaction is not None and self._compaction.pending:   # the last tree's moves
             self.dev.submit(self._compaction.take())
         self.kv.truncate(start)
@@ -404,8 +408,15 @@ class GPUBackend(Executor):
         self.timing["wait_s"] += wait_s
         host_s = rec.t_submit - rec.t0 + host_after_s
         self.timing["host_s"] += host_s
+        # the collector's time since the cycle before was counted (its host time may hold it)
+        gc_now = gctime.snapshot()
+        gc_s = gc_now[0] - self._gc_last[0]
+        for key, i in (("gc_s", 0), ("gc_collections", 1), ("gc_full", 2)):
+            self.timing[key] += gc_now[i] - self._gc_last[i]
+        self._gc_last = gc_now
         if len(self.timing["host_s_cycles"]) < HOST_SAMPLES:
             self.timing["host_s_cycles"].append(host_s)
+            self.timing["gc_s_cycles"].append(gc_s)
             if not rec.ahead:
                 self.timing["host_s_alone"].append(host_s)
 

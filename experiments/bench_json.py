@@ -63,6 +63,19 @@ def summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def forced_config(runs: list[dict], baseline: list[dict]) -> dict:
+    """A config's row of a prompt whose output is partly forced (a schema's or a tool call's
+    grammar): its runs' counts, speed, token hashes and speedup over the champion-only runs."""
+    r0 = runs[0]
+    return {"generated": r0["generated"], "passes": r0["passes"], "forced": r0["forced"],
+            "forced_share": r0["forced"] / max(r0["generated"], 1),
+            "tokens_per_pass": r0["generated"] / max(r0["passes"], 1),
+            "tokens_per_s": summary([r["tokens_per_s"] for r in runs]),
+            "tokens_sha256": [provenance.tokens_sha256(r["tokens"]) for r in runs],
+            "speedup": summary([r["tokens_per_s"] / c["tokens_per_s"]
+                                for r, c in zip(runs, baseline)])}
+
+
 def prompts(only: set[str] | None) -> list[dict]:
     public = {}
     if WORKLOAD.exists():
@@ -160,8 +173,8 @@ def main(argv=None) -> int:
         engines[d] = Engine(backend(champion, d, 1024 if args.backend == "wgpu" else None), tok)
     t = time.perf_counter()
     for e in engines.values():   # the vocabulary tables, once per engine (a page load)
-        jsonmask.constrain(e._json, tok, {"type": "null"}, 0)
-        jsonmask.tables(e._json["vocab"])
+        jsonmask.constrain(e.json_cache, tok, {"type": "null"}, 0)
+        jsonmask.tables(e.json_cache["vocab"])
     tables_s = (time.perf_counter() - t) / len(engines)
     result = {"machine": {"platform": platform.platform(), "python": platform.python_version()},
               "backend": args.backend, "adapter": next(iter(engines.values())).adapter,
@@ -187,19 +200,13 @@ def main(argv=None) -> int:
         for name, runs in rows.items():
             r0 = runs[0]
             out["configs"][name] = {
-                "generated": r0["generated"], "passes": r0["passes"], "forced": r0["forced"],
-                "forced_share": r0["forced"] / max(r0["generated"], 1),
-                "tokens_per_pass": r0["generated"] / max(r0["passes"], 1),
+                **forced_config(runs, rows["champion-only"]),
                 "acceptance": r0["accepted"] / r0["drafted"] if r0["drafted"] else None,
-                "tokens_per_s": summary([r["tokens_per_s"] for r in runs]),
                 "mask_ms_per_row": summary([r["mask_ms_per_row"] for r in runs]),
                 "mask_ms_per_row_p50": summary([r["mask_ms_per_row_p50"] for r in runs]),
                 "mask_rows": r0["mask_rows"],
                 "equal_to_reference": all(r["tokens"] == ref["tokens"] for r in runs),
-                "tokens_sha256": [provenance.tokens_sha256(r["tokens"]) for r in runs],
-                "parses": r0["parses"],
-                "speedup": summary([r["tokens_per_s"] / c["tokens_per_s"] for r, c in
-                                    zip(runs, rows["champion-only"])])}
+                "parses": r0["parses"]}
         result["prompts"][item["id"]] = out
         # Written after every prompt, so that a run cut short keeps what it measured.
         provenance.write(args.out, {**result, "complete": False})

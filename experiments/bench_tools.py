@@ -38,15 +38,13 @@ from pyspec.engine import Engine, Options
 from pyspec.load import backend, load_champion
 from pyspec.text import toolcalls
 
+from .bench_json import forced_config, summary
+
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "bench" / "tool_prompts.jsonl"
 TEMPLATE = ROOT / ".cache" / "llama.cpp" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
 CONFIGS = [("champion-only", "none", "fixed:0"), ("forced", "none", "heuristic"),
            ("forced+ngram", "ngram", "heuristic")]
-
-
-def summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def run_once(engine: Engine, ids: list[int], item: dict, k: str) -> dict:
@@ -98,18 +96,11 @@ def main(argv=None) -> int:
                "finish_reason": ref["finish_reason"],
                "calls": [c["function"]["name"] for c in ref["calls"] or []], "configs": {}}
         for name, runs in rows.items():
-            r0 = runs[0]
             out["configs"][name] = {
-                "generated": r0["generated"], "passes": r0["passes"], "forced": r0["forced"],
-                "forced_share": r0["forced"] / max(r0["generated"], 1),
-                "tokens_per_pass": r0["generated"] / max(r0["passes"], 1),
-                "tokens_per_s": summary([r["tokens_per_s"] for r in runs]),
+                **forced_config(runs, rows["champion-only"]),
                 "equal_to_champion_only": all(r["tokens"] == ref["tokens"] for r in runs),
-                "tokens_sha256": [provenance.tokens_sha256(r["tokens"]) for r in runs],
                 "baseline_tokens_sha256": [provenance.tokens_sha256(c["tokens"])
-                                           for c in rows["champion-only"]],
-                "speedup": summary([r["tokens_per_s"] / c["tokens_per_s"] for r, c in
-                                    zip(runs, rows["champion-only"])])}
+                                           for c in rows["champion-only"]]}
         result["prompts"][item["id"]] = out
         print(item["id"], {n: (round(c["tokens_per_pass"], 2), round(c["speedup"]["median"], 2),
                                c["equal_to_champion_only"]) for n, c in out["configs"].items()},

@@ -238,13 +238,15 @@ EXPERIMENTS: dict[str, Experiment] = {
         (module("shader_ab", "--matmul", "--model", "$W/shapes/SmolLM2-135M.gguf", "--model",
                 "$W/shapes/Llama-3.2-1B.gguf", "--reps", "15", "--rows", "1,8", "--out",
                 "{out}"),),
-        {"matmul-ab.json": "h100-matmul-ab.json"}, machine="gpu"),
+        {"matmul-ab.json": "h100-matmul-ab.json", "matmul-ab.png": "h100-matmul-ab.png"},
+        machine="gpu"),
     "gpu-trees": Experiment(
         "trees against chains on the GPU, n-gram and the trained draft, every stratum's first "
         "prompt, outputs asserted equal to champion-only's (scripts/h200.sh trees)",
         (module("tree_vs_chain", "--engine", "gpu", "--configs", "gpu", "--strata", "all",
                 "--max-tokens", "64", "--out", "{out}"),),
-        {"trees-native.json": "h100-trees.json"}, machine="gpu"),
+        {"trees-native.json": "h100-trees.json", "trees-native.png": "h100-trees.png"},
+        machine="gpu"),
     "dawn": Experiment(
         "the page's stack (Pyodide + Dawn) on the GPU beside native wgpu-py: the native bench "
         "below, then webtools.dawn per side (scripts/h200.sh dawn); dawn_report joins them",

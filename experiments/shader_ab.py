@@ -172,6 +172,35 @@ def main() -> None:
         print(json.dumps(lines[-1]), flush=True)
     if args.out:
         provenance.write(args.out, provenance.stamp({"models": lines}, backend="wgpu"))
+        plot({"models": lines}, Path(args.out).with_suffix(".png"))
+
+
+def plot(result: dict, png: Path) -> None:
+    """GPU ms per pass (the queries' time, else the wall's) per model, side and rows."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = result["models"]
+    key = "gpu_ms_per_pass" if all(m.get("gpu_ms_per_pass") for m in models) else \
+        "median_ms_per_pass"
+    bars = list(models[0][key])                     # "SIDE rows=N", in the run's order
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(bars)
+    for i, bar in enumerate(bars):
+        xs = [j + i * width for j in range(len(models))]
+        ys = [m[key].get(bar, 0) for m in models]
+        ax.bar(xs, ys, width, label=bar)
+        for x, y in zip(xs, ys):
+            ax.annotate(f"{y:.2f}", (x, y), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))],
+                  [m["model"].removesuffix(".gguf") for m in models])
+    ax.set_ylabel("GPU ms per pass (median)" if key == "gpu_ms_per_pass"
+                  else "wall ms per pass (median)")
+    ax.set_title(f"Quantized products, sides interleaved on {models[0]['adapter']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
 
 
 if __name__ == "__main__":

@@ -106,6 +106,35 @@ def _write(args, result: dict, champion_file: str, spec: dict) -> None:
         result, champion=champion_file, workload=args.workload,
         drafts={"ngram": None, "trained": spec["trained"]},
         backend="wgpu" if args.engine == "gpu" else args.engine))
+    plot(result, os.path.splitext(args.out)[0] + ".png")
+
+
+def plot(result: dict, png: str) -> None:
+    """Speedup over champion-only per shape, a panel per drafter, each bar labelled with its
+    tokens per pass."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drafts = list(dict.fromkeys(r["draft"] for r in result["rows"]))
+    fig, axes = plt.subplots(1, len(drafts), figsize=(5.5 * len(drafts), 4), squeeze=False)
+    for ax, d in zip(axes[0], drafts):
+        rows = [r for r in result["rows"] if r["draft"] == d]
+        xs = range(len(rows))
+        ax.bar(xs, [r["speedup"] for r in rows],
+               color=["tab:green" if r["tree"] else "tab:blue" for r in rows])
+        for x, r in zip(xs, rows):
+            ax.annotate(f"{r['tokens_per_pass']:.2f}/pass", (x, r["speedup"]), ha="center",
+                        va="bottom", fontsize=7)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(list(xs), [r["shape"] for r in rows], rotation=30, ha="right",
+                      fontsize=8)
+        ax.set_title(f"{d} (blue: chains, green: trees)", fontsize=9)
+        ax.set_ylabel("speedup over champion-only")
+    fig.suptitle(f"Trees against chains on {result['adapter']}, {len(result['prompts'])} "
+                 f"prompts, {result['max_tokens']} tokens", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
 
 
 def _run(eng, prompts, alone, max_tokens: int, k: str, tree: str | None) -> dict:

@@ -27,13 +27,12 @@ device need nothing either (`submit_ahead`). The host
 encodes cycle n + 1 while the GPU runs cycle n. A cycle never read (the request ended: EOS, a
 stop string, max_tokens, a cancel or a fault) is dropped with its pending rows (`drop`). A cycle
 goes ahead only when the one in flight cannot reach the end of the budget or the context.
-How a backend runs its cycles is its `Paths`, fixed when it is built.
+How a backend runs its cycles is its `Paths` (gpu/paths.py), fixed when it is built.
 Not here: the kernels (ops.py, sampling.py), the forward's dispatch list (model.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 
@@ -50,7 +49,8 @@ from .device import ROWS_MAX, count_commands
 from .draft import GPUDraft, draft_slot, step_plan
 from .model import GPUModel
 from .ngram import DeviceNgram
-from .processors import KINDS, DeviceProcessors
+from .paths import Paths
+from .processors import DeviceProcessors
 from .recording import Recording
 from .sources import DeviceDraft, DeviceLookup, FedDraft, FromBefore, HostProposal, TreeLookup
 from .step import N_SLOTS, SLOT_CHAMPION
@@ -58,40 +58,6 @@ from .step import N_SLOTS, SLOT_CHAMPION
 K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
 PREFILL_BLOCK = 8 * ROWS_MAX  # prompt rows between cancel checks (a readback each)
 HOST_SAMPLES = 256   # cycles per request whose host time the timing keeps one by one (_count)
-
-
-@dataclasses.dataclass(frozen=True)
-class Paths:
-    """How a backend runs its cycles, fixed when it is built. The first three are the
-    comparisons the benchmark reports (apps/bench.py builds a backend for each side); the rest
-    depend on the device and come from its adapter (`for_device`)."""
-
-    pipelined: bool = True     # False: every cycle is read before the next is submitted
-    device_ngram: bool = True  # False: n-gram drafts from the host, cycles read one at a time
-    # A draft model's cycles fed on the device, going ahead (gpu/ahead.py); False: fed from the
-    # host, read one at a time. Not on a software adapter by default, where the GPU's threads
-    # share the host's cores and they measured slower
-    # (bench/results/lavapipe-draft-ahead.json (legacy))
-    draft_ahead: bool = True
-    # The per-row sampling kernels split over each row (argmax_parts + argmax_merge, ...); not
-    # on a software adapter (sampling.py, shaders/sample.wgsl)
-    split_rows: bool = True
-    # The processors the accept step runs on the device (gpu/processors.py); the filters not on
-    # a software adapter, where the device's row searches measured slower than reading the rows
-    # back (bench/results/mask-lavapipe.json (legacy))
-    device_processors: tuple = KINDS
-    # A draft model's trees of fixed widths under greedy or replay grown on the device, every
-    # depth's pass in the cycle's one submission (gpu/treedraft.py); False: a depth a pass with
-    # its logits read back (gpu/tree.DraftForward), the way `auto` and rejection trees grow
-    device_trees: bool = True
-
-    @classmethod
-    def for_device(cls, dev, **given) -> "Paths":
-        """The paths for `dev`'s adapter, with the comparisons (or a test's choice) `given`."""
-        gpu = not dev.is_cpu
-        chosen = dict(draft_ahead=gpu, split_rows=gpu,
-                      device_processors=KINDS if gpu else KINDS[:2])
-        return cls(**{**chosen, **given})
 
 
 def _owning(step):

@@ -21,7 +21,8 @@ random numbers at pos + 1 + r), 1 + i is draft step i.
 
 Going ahead (pipelining): a cycle that needs nothing from the host is submitted before the one
 in flight is read. A champion-only cycle needs only its input token, the one the cycle before
-emits (`submit_after`: copied on the device from its accept words); n-gram drafts looked up on
+emits (`submit_after`: copied on the device from its accept words), and its Step (copied on the
+device from a template and a table of positions: gpu/after.py); n-gram drafts looked up on
 the device (chains, and trees walked on the device: gpu/tree.py) and a draft model fed on the
 device need nothing either (`submit_ahead`). The host
 encodes cycle n + 1 while the GPU runs cycle n. A cycle never read (the request ended: EOS, a
@@ -44,6 +45,7 @@ from ..drafters.ngram import NgramDrafter
 from ..drafters.tree import TreeDrafter
 from ..rules import verify
 from . import hostaccept, sampling, tree, treedraft
+from .after import StepTemplate
 from .ahead import DeviceFeed
 from .device import ROWS_MAX, count_commands
 from .draft import GPUDraft, draft_slot, step_plan
@@ -119,6 +121,7 @@ class GPUBackend(Executor):
         self._gc_last = (0.0, 0, 0)     # ... and the collector's totals (gctime.snapshot)
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
         self._feed = None               # gpu/ahead.DeviceFeed, made at the first fed draft cycle
+        self._template = None           # gpu/after.StepTemplate, at the first champion-only cycle
         self.timing: dict = {}
         self._compaction = None         # gpu/tree.Compaction, made at the first tree cycle
         self._warm()
@@ -267,6 +270,9 @@ class GPUBackend(Executor):
         self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=rec.pos or 0, seed=rule.seed,
                                 temperature=rule.temperature, n_draft=k, mode=rule.mode,
                                 one_hot=one_hot)
+        if k == 0 and rec.slots:   # champion-only: the Step copied on the device (gpu/after.py)
+            copies = self.step_template().copies(rec.pos)
+            rec.commands[:0], rec.pass_at, rec.slots = copies, rec.pass_at + len(copies), 0
         # The confidence stop of GPU drafts is applied by the accept kernel (drafts past the
         # first low-confidence one count as never proposed), keeping the cycle on the GPU.
         threshold = rule.conf_threshold if on_device else 0.0
@@ -341,6 +347,13 @@ class GPUBackend(Executor):
             self.compaction().move(outcome.rows)
         if drafter is not None:
             drafter.confirm(outcome.verdict.n_accepted)
+
+    def step_template(self) -> StepTemplate:
+        """The champion's Step of champion-only cycles, made at the first such cycle."""
+        if self._template is None:
+            self._template = StepTemplate(self.dev, self.champion.steps, SLOT_CHAMPION,
+                                          self.champion.capacity)
+        return self._template
 
     def compaction(self) -> tree.Compaction:
         """The champion's tree compaction, made at the first tree cycle."""

@@ -302,7 +302,7 @@ def backend(champion, draft="ngram", max_ctx: int | None = None, load_draft=None
     auto_choice's choice, which the executor's `auto` keeps for the receipt and the CLI's note;
     None for a named drafter), its drafter made by
     make_drafter (`load_draft`, `given`: its arguments). `paths`: a GPU backend's
-    gpu.backend.Paths fields, the benchmark's comparisons."""
+    gpu.paths.Paths fields, the benchmark's comparisons."""
     choice = auto_choice(champion) if draft == "auto" else None
     draft = choice.drafter if choice else draft
     if isinstance(champion, Model):

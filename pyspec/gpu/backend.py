@@ -21,19 +21,19 @@ random numbers at pos + 1 + r), 1 + i is draft step i.
 
 Going ahead (pipelining): a cycle that needs nothing from the host is submitted before the one
 in flight is read. A champion-only cycle needs only its input token, the one the cycle before
-emits (`submit_after`: copied on the device from its accept words); n-gram drafts looked up on
+emits (`submit_after`: copied on the device from its accept words), and its Step (copied on the
+device from a template and a table of positions: gpu/after.py); n-gram drafts looked up on
 the device (chains, and trees walked on the device: gpu/tree.py) and a draft model fed on the
 device need nothing either (`submit_ahead`). The host
 encodes cycle n + 1 while the GPU runs cycle n. A cycle never read (the request ended: EOS, a
 stop string, max_tokens, a cancel or a fault) is dropped with its pending rows (`drop`). A cycle
 goes ahead only when the one in flight cannot reach the end of the budget or the context.
-How a backend runs its cycles is its `Paths`, fixed when it is built.
+How a backend runs its cycles is its `Paths` (gpu/paths.py), fixed when it is built.
 Not here: the kernels (ops.py, sampling.py), the forward's dispatch list (model.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 
@@ -45,12 +45,14 @@ from ..drafters.ngram import NgramDrafter
 from ..drafters.tree import TreeDrafter
 from ..rules import verify
 from . import hostaccept, sampling, tree, treedraft
+from .after import StepTemplate
 from .ahead import DeviceFeed
 from .device import ROWS_MAX, count_commands
 from .draft import GPUDraft, draft_slot, step_plan
 from .model import GPUModel
 from .ngram import DeviceNgram
-from .processors import KINDS, DeviceProcessors
+from .paths import Paths
+from .processors import DeviceProcessors
 from .recording import Recording
 from .sources import DeviceDraft, DeviceLookup, FedDraft, FromBefore, HostProposal, TreeLookup
 from .step import N_SLOTS, SLOT_CHAMPION
@@ -58,40 +60,6 @@ from .step import N_SLOTS, SLOT_CHAMPION
 K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
 PREFILL_BLOCK = 8 * ROWS_MAX  # prompt rows between cancel checks (a readback each)
 HOST_SAMPLES = 256   # cycles per request whose host time the timing keeps one by one (_count)
-
-
-@dataclasses.dataclass(frozen=True)
-class Paths:
-    """How a backend runs its cycles, fixed when it is built. The first three are the
-    comparisons the benchmark reports (apps/bench.py builds a backend for each side); the rest
-    depend on the device and come from its adapter (`for_device`)."""
-
-    pipelined: bool = True     # False: every cycle is read before the next is submitted
-    device_ngram: bool = True  # False: n-gram drafts from the host, cycles read one at a time
-    # A draft model's cycles fed on the device, going ahead (gpu/ahead.py); False: fed from the
-    # host, read one at a time. Not on a software adapter by default, where the GPU's threads
-    # share the host's cores and they measured slower
-    # (bench/results/lavapipe-draft-ahead.json (legacy))
-    draft_ahead: bool = True
-    # The per-row sampling kernels split over each row (argmax_parts + argmax_merge, ...); not
-    # on a software adapter (sampling.py, shaders/sample.wgsl)
-    split_rows: bool = True
-    # The processors the accept step runs on the device (gpu/processors.py); the filters not on
-    # a software adapter, where the device's row searches measured slower than reading the rows
-    # back (bench/results/mask-lavapipe.json (legacy))
-    device_processors: tuple = KINDS
-    # A draft model's trees of fixed widths under greedy or replay grown on the device, every
-    # depth's pass in the cycle's one submission (gpu/treedraft.py); False: a depth a pass with
-    # its logits read back (gpu/tree.DraftForward), the way `auto` and rejection trees grow
-    device_trees: bool = True
-
-    @classmethod
-    def for_device(cls, dev, **given) -> "Paths":
-        """The paths for `dev`'s adapter, with the comparisons (or a test's choice) `given`."""
-        gpu = not dev.is_cpu
-        chosen = dict(draft_ahead=gpu, split_rows=gpu,
-                      device_processors=KINDS if gpu else KINDS[:2])
-        return cls(**{**chosen, **given})
 
 
 def _owning(step):
@@ -153,6 +121,7 @@ class GPUBackend(Executor):
         self._gc_last = (0.0, 0, 0)     # ... and the collector's totals (gctime.snapshot)
         self._lookup = None             # gpu/ngram.DeviceNgram, made at the first looked-up cycle
         self._feed = None               # gpu/ahead.DeviceFeed, made at the first fed draft cycle
+        self._template = None           # gpu/after.StepTemplate, at the first champion-only cycle
         self.timing: dict = {}
         self._compaction = None         # gpu/tree.Compaction, made at the first tree cycle
         self._warm()
@@ -301,6 +270,9 @@ class GPUBackend(Executor):
         self.champion.steps.set(SLOT_CHAMPION, rows=k + 1, pos=rec.pos or 0, seed=rule.seed,
                                 temperature=rule.temperature, n_draft=k, mode=rule.mode,
                                 one_hot=one_hot)
+        if k == 0 and rec.slots:   # champion-only: the Step copied on the device (gpu/after.py)
+            copies = self.step_template().copies(rec.pos)
+            rec.commands[:0], rec.pass_at, rec.slots = copies, rec.pass_at + len(copies), 0
         # The confidence stop of GPU drafts is applied by the accept kernel (drafts past the
         # first low-confidence one count as never proposed), keeping the cycle on the GPU.
         threshold = rule.conf_threshold if on_device else 0.0
@@ -375,6 +347,13 @@ class GPUBackend(Executor):
             self.compaction().move(outcome.rows)
         if drafter is not None:
             drafter.confirm(outcome.verdict.n_accepted)
+
+    def step_template(self) -> StepTemplate:
+        """The champion's Step of champion-only cycles, made at the first such cycle."""
+        if self._template is None:
+            self._template = StepTemplate(self.dev, self.champion.steps, SLOT_CHAMPION,
+                                          self.champion.capacity)
+        return self._template
 
     def compaction(self) -> tree.Compaction:
         """The champion's tree compaction, made at the first tree cycle."""

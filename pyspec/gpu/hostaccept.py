@@ -1,6 +1,6 @@
 """The host accept, the fallback where a request's processors are not all on the device (any
 other processor, a mask with drafts sampled on the GPU, top_p over more than 2^20 tokens, and
-by default the filters on a software adapter, where they measured slower: gpu/backend.Paths).
+by default the filters on a software adapter, where they measured slower: gpu/paths.Paths).
 
 The accept step gathers the champion's k+1 logits rows (and GPU drafts' tokens, confidences and,
 for rejection, q_draft rows) into one buffer by copies in the same submission; `read` reads it

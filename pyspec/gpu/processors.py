@@ -10,7 +10,7 @@ the champion's choices, so the readback stays the 68 accept words.
                  rounding; on a GPU split over each row, shaders/filter_split.wgsl, the same
                  output).
 A request whose processors are not all among those the device runs (`kinds`, from the adapter:
-gpu/backend.Paths), in the chain's order, takes the host accept (gpu/hostaccept.py).
+gpu/paths.Paths), in the chain's order, takes the host accept (gpu/hostaccept.py).
 Not here: the kernels (sampling.py), the processors' rules (rules/processors.py).
 """
 

@@ -26,6 +26,8 @@ while the one before is in flight (it goes on from what the device holds).
   FromBefore     a champion-only cycle fed by the token the cycle in flight emits, copied on the
                  device from its accept words (pipelined decoding); that cycle keeps exactly one
                  row whatever its verdict, so its row is committed when this one is recorded.
+                 Its Step is copied on the device too (gpu/after.py, as every champion-only
+                 cycle's), so it writes nothing from the host.
 Not here: the pass and the accept step (gpu/backend.py), the draft's steps (gpu/draft.py).
 """
 

@@ -16,6 +16,7 @@ from .constants import FLAG_ONE_HOT, FLAG_TREE, MODES, ROWS_MAX, TREE_NO_PARENT
 SLOT_BYTES = 256   # WebGPU's minUniformBufferOffsetAlignment is at most 256
 STEP_WORDS = 12 + ROWS_MAX   # the 8 fields, tree_base and 3 words of padding, the tree's table
 STEP_BYTES = 4 * STEP_WORDS
+STEP_POS = 1   # the word of the Step's position (gpu/after.py copies it alone)
 # Slots of a cycle: the champion pass (its sampler and accept kernel share it), then one per
 # draft step. Every model on a device shares them (Device.steps), since a cycle's draft steps and
 # champion pass go in one submission.
@@ -30,7 +31,7 @@ def pack_step(rows: int, pos: int, seed: int = 0, temperature: float = 0.0, n_dr
     entry of entry i (cache row base + i; -1 for entry 0, the root only), for every entry up to
     this pass's last row (tree_table)."""
     out = np.zeros(STEP_WORDS, np.uint32)
-    out[0], out[1] = rows, pos
+    out[0], out[STEP_POS] = rows, pos
     out[2], out[3] = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
     out[4] = np.float32(temperature).view(np.uint32)
     out[5], out[6], out[7] = n_draft, MODES[mode], FLAG_ONE_HOT if one_hot else 0
@@ -76,6 +77,10 @@ class Steps:
 
     def set(self, i: int, **fields) -> None:
         self._host[i, :STEP_WORDS] = pack_step(**fields)
+
+    def packed(self, i: int) -> np.ndarray:
+        """(STEP_WORDS,) slot i's Step as the host last packed it (`set`)."""
+        return self._host[i, :STEP_WORDS]
 
     def upload(self, n: int | None = None) -> None:
         """Write slots [0, n) to the GPU (one queue write, ordered before the next submit)."""

@@ -235,7 +235,8 @@ class Engine:
         of the budget or of the context."""
         b, tokens, n, drafter = self.backend, req.tokens, len(req.tokens), req.drafter
         chain = plan.chain_of(drafter)   # under --tree: where the guard says a chain pays more
-        # n-gram's trees looked up and walked on the device go ahead as its chains do
+        # trees drafted and walked on the device (n-gram's; a fed draft's of fixed widths) go
+        # ahead as their chains do
         trees_ahead = isinstance(drafter, TreeDrafter) and b.drafts_ahead(req.rule, drafter)
         first = chain
         if req.queued is None and self._tree_pays(req, k):

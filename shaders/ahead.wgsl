@@ -12,6 +12,11 @@
 //              slot 1 + i  step i (0 < i < k_cap): d_i, one row at position n - 1 + i; a step
 //                          past the cycle's k (the cap cut it) runs at the last position it
 //                          may write (its rows are past those the cycle keeps).
+//            A tree cycle (a draft model's fixed-width tree: pyspec/gpu/treedraft.py) has
+//            tree_slots > 0: its slots other than slot 1 (the champion's tree pass and the
+//            draft's depth passes) are the host's template Steps of its depth, packed with the
+//            root at row 0, moved to the root's row n - 1 (their pos and tree_base words) and
+//            given the request's seed, temperature and mode.
 // One thread: a few dozen words.
 
 //!include step.wgsl
@@ -26,8 +31,8 @@ struct Params {
     mode: u32,
     verify_flags: u32, // the verify pass's flags (FLAG_ONE_HOT unless q_draft rows are copied)
     feed_rows: u32,    // m: the draft's first step feeds t_{n-m} .. t_{n-1} (1..ROWS_MAX)
-    pad0: u32,
-    pad1: u32,
+    tree_slots: u32,   // a tree cycle: slots 0 .. tree_slots - 1 from a template (0: a chain)
+    tree_at: u32,      // ... the template's first word in tree_steps
     pad2: u32,
 }
 
@@ -45,9 +50,11 @@ struct State {
 @group(0) @binding(3) var<storage, read_write> steps: array<u32>;    // (ROWS_MAX, 64) Step slots
 @group(0) @binding(4) var<storage, read_write> feed: array<u32>;     // (ROWS_MAX,) the draft's
 @group(0) @binding(5) var<storage, read_write> tokens: array<u32>;   // (ROWS_MAX,) the champion's
+@group(0) @binding(6) var<storage, read> tree_steps: array<u32>;     // (ROWS_MAX, ROWS_MAX, 64) [D]
 
 const SLOT_WORDS: u32 = 64u;   // 256-byte slots (pyspec/gpu/step.py SLOT_BYTES)
 const ONE_THREAD: u32 = 1u;    // the work is a few dozen words
+const TREE_BASE: u32 = 8u;     // the Step's tree_base word (step.wgsl)
 
 fn put_step(slot: u32, rows: u32, pos: u32, n_draft: u32, flags: u32) {
     let b = slot * SLOT_WORDS;
@@ -88,5 +95,18 @@ fn advance() {
     put_step(1u, m, n - m, 0u, 0u);
     for (var i = 1u; i < k_cap; i++) {
         put_step(1u + i, 1u, min(n - 1u + i, top), 0u, 0u);
+    }
+    for (var s = 0u; s < min(params.tree_slots, ROWS_MAX); s++) {
+        if (s == 1u) { continue; }   // the draft's first pass: a chain of m rows (above)
+        let b = s * SLOT_WORDS;
+        for (var w = 0u; w < SLOT_WORDS; w++) {
+            steps[b + w] = tree_steps[params.tree_at + b + w];
+        }
+        steps[b + 1u] += n - 1u;
+        steps[b + 2u] = params.seed_lo;
+        steps[b + 3u] = params.seed_hi;
+        steps[b + 4u] = bitcast<u32>(params.temperature);
+        steps[b + 6u] = params.mode;
+        steps[b + TREE_BASE] += n - 1u;
     }
 }

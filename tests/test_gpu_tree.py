@@ -274,11 +274,14 @@ def test_ngram_trees_go_ahead_as_its_chains_do(tiny, shape):
     assert ahead.stats["schedule"]["k_histogram"] == host.stats["schedule"]["k_histogram"]
 
 
+@pytest.mark.parametrize("draft, path", [("ngram", "device_ngram"), ("close", "draft_ahead")])
 @pytest.mark.parametrize("end", ["max_tokens", "end_token", "stop_string", "cancel", "sampled"])
-def test_a_request_of_trees_gone_ahead_ends_where_one_read_cycle_by_cycle_does(tiny, end):
-    """A request of n-gram trees going ahead that ends mid-pipeline (its last cycle submitted,
-    never read: dropped with its moves) ends where the same request drafted on the host does,
-    and leaves the cache so that the next turn reuses it and goes on exactly."""
+def test_a_request_of_trees_gone_ahead_ends_where_one_read_cycle_by_cycle_does(tiny, end, draft,
+                                                                                path):
+    """A request of trees going ahead (n-gram's, a draft model's fed on the device) that ends
+    mid-pipeline (its last cycle submitted, never read: dropped with its moves and its feed's
+    record) ends where the same request drafted on the host does, and leaves the caches so that
+    the next turn reuses them and goes on exactly."""
     from test_pipelined import ends, run
 
     from pyspec.options import Options
@@ -288,7 +291,7 @@ def test_a_request_of_trees_gone_ahead_ends_where_one_read_cycle_by_cycle_does(t
     opts = dataclasses.replace(opts, k="fixed:3", tree="2,2,1")
     results = {}
     for on_device in (True, False):
-        engine = _engine(tiny, "ngram", device_ngram=on_device)
+        engine = _engine(tiny, draft, **{path: on_device})
         report, _ = run(engine, tiny.prompt, opts, cancel_after)
         assert (report["stats"]["backend_timing"]["ahead"] > 0) == on_device
         follow = tiny.prompt + report["tokens"]
@@ -299,3 +302,64 @@ def test_a_request_of_trees_gone_ahead_ends_where_one_read_cycle_by_cycle_does(t
     assert results[True] == results[False]
     if end != "sampled":
         assert results[True][0] == reference[:len(results[True][0])]
+
+
+@pytest.mark.parametrize("shape, draft, temperature", [
+    ("2,2,1", "close", 0.0), ("2,2,1", "champion", 0.8), ("2,2,1", "far", 0.0),
+    ("3,1", "close", 0.8), ("3,1", "champion", 0.0), ("3,1", "far", 0.8)])
+def test_a_draft_models_trees_go_ahead_as_its_chains_do(tiny, shape, draft, temperature,
+                                                        monkeypatch):
+    """A draft model's fixed-width trees fed on the device (gpu/ahead.py, sources.FedTree):
+    every tree cycle but the first is submitted while the one before is in flight, its first
+    pass fed the D + 1 tokens after the root of the tree before from the walk's words, and
+    writes nothing from the host. The output is champion-only's (greedy, and replay for the
+    seed) and that of the same trees read cycle by cycle (draft_ahead=False), for drafts whose
+    trees are accepted whole (the champion itself), mostly (close) and never (far); the draft's
+    kept cache rows are those of the tokens fed as a chain. A draft's first request builds its
+    plans as they are first used (their uniforms written once), so the engine serves one
+    request first."""
+    from conftest import reference_decode
+    from test_pipelined import watch
+
+    from pyspec.rules import rng, verify
+
+    seed = 5
+
+    def pick(logits, position):
+        return (int(np.argmax(logits)) if temperature == 0 else verify.sample_replay(
+            logits, temperature, rng.gumbel(seed, position, len(logits))))
+
+    spec = {"champion": tiny.champion_path, "far": tiny.far_path}.get(draft, draft)
+    opts = dict(tree=shape, temperature=temperature, seed=seed)
+    engine = _engine(tiny, spec, draft_ahead=True)
+    _generate(engine, tiny, 40, **opts)   # builds the plans (their uniforms) as first used
+    seen = watch(engine, monkeypatch)
+    ahead = _generate(engine, tiny, 40, **opts)
+    timing, trees = ahead.stats["backend_timing"], ahead.stats["schedule"]["trees"]
+    assert ahead.tokens == reference_decode(tiny.champion, tiny.prompt, 40, pick)
+    assert trees >= timing["cycles"] - 1 > 8, ahead.stats
+    assert timing["ahead"] >= timing["cycles"] - 2 and timing["drafted_on_host"] == 0, timing
+    assert timing["submissions"] == timing["readbacks"] == timing["cycles"], timing
+    gone = [c for c in seen if c.ahead]
+    assert sum(c.tree for c in gone) >= len(gone) - 1, seen
+    assert all(c.writes == 0 for c in gone), [(i, c) for i, c in enumerate(seen) if c.writes]
+    read = _engine(tiny, spec, draft_ahead=False)
+    host = _generate(read, tiny, 40, **opts)
+    assert host.tokens == ahead.tokens and host.stats["backend_timing"]["ahead"] == 0
+    # The draft's kept rows are those of the same tokens fed as a chain (its rows after each
+    # tree's root fed again, D + 1 of them: a wrong m keeps a tree's row, the output still
+    # exact but the drafts not)
+    models = [e.backend.drafter.model for e in (engine, read)]
+    kept = min(model.kv.committed for model in models)
+    rows = [asyncio.run(model.read_kv(kept)) for model in models]
+    assert kept > len(tiny.prompt) + 30
+    assert all(np.array_equal(a, h) for a, h in zip(*rows))
+    # accepted alike but near the budget's end, where a tree gone ahead is cut for the most
+    # tokens the cycle in flight may emit, one read first for the tokens it did
+    accepted = ahead.stats["accepted_by_position"]
+    assert all(abs(a - h) <= 1 for a, h in zip(accepted, host.stats["accepted_by_position"]))
+    depth = len(shape.split(","))
+    if draft == "champion":   # every tree accepted whole, but one the budget cut at the end
+        assert accepted[depth - 1] >= trees - 1, accepted
+    if draft == "far":
+        assert sum(accepted) <= 2, accepted

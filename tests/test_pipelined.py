@@ -318,7 +318,9 @@ def watch(engine, monkeypatch) -> list[Submitted]:
 
 
 @pytest.mark.parametrize("draft, more", [("ngram", {}), ("ngram", {"tree": "2,2,1"}),
-                                         ("model", {}),
+                                         ("model", {}), ("model", {"tree": "2,2,1"}),
+                                         ("model", {"tree": "3,1", "temperature": 0.9,
+                                                    "seed": 5}),
                                          ("model", {"temperature": 0.9, "seed": 5,
                                                     "verify": "rejection"})])
 def test_a_cycle_gone_ahead_writes_nothing_from_the_host(tiny, monkeypatch, draft, more):

@@ -24,10 +24,11 @@ in flight is read. A champion-only cycle needs only its input token, the one the
 emits (`submit_after`: copied on the device from its accept words), and its Step (copied on the
 device from a template and a table of positions: gpu/after.py); n-gram drafts looked up on
 the device (chains, and trees walked on the device: gpu/tree.py) and a draft model fed on the
-device need nothing either (`submit_ahead`). The host
-encodes cycle n + 1 while the GPU runs cycle n. A cycle never read (the request ended: EOS, a
-stop string, max_tokens, a cancel or a fault) is dropped with its pending rows (`drop`). A cycle
-goes ahead only when the one in flight cannot reach the end of the budget or the context.
+device (its chains, and its trees of fixed widths: gpu/ahead.py) need nothing either
+(`submit_ahead`). The host encodes cycle n + 1 while the GPU runs cycle n. A cycle never read
+(the request ended: EOS, a stop string, max_tokens, a cancel or a fault) is dropped with its
+pending rows (`drop`). A cycle goes ahead only when the one in flight cannot reach the end of
+the budget or the context.
 How a backend runs its cycles is its `Paths` (gpu/paths.py), fixed when it is built.
 Not here: the kernels (ops.py, sampling.py), the forward's dispatch list (model.py).
 """
@@ -54,7 +55,8 @@ from .ngram import DeviceNgram
 from .paths import Paths
 from .processors import DeviceProcessors
 from .recording import Recording
-from .sources import DeviceDraft, DeviceLookup, FedDraft, FromBefore, HostProposal, TreeLookup
+from .sources import (DeviceDraft, DeviceLookup, FedDraft, FedTree, FromBefore, HostProposal,
+                      TreeLookup)
 from .step import N_SLOTS, SLOT_CHAMPION
 
 K_GPU_MAX = N_SLOTS - 1   # drafts one pass can verify
@@ -455,16 +457,17 @@ class GPUBackend(Executor):
         if not rec.committed and not rec.looked_up:
             self.kv.rollback()
         if rec.fed is not None:   # its draft-feed record, the last one made (newest first)
-            rec.fed.ahead.pop()
+            rec.fed.dropped()
 
     def drafts_ahead(self, rule: Rule, drafter) -> bool:
         """Whether cycles of `drafter` under `rule` draft on the device and go ahead
-        (`submit_ahead`): n-gram lookup or a draft model on the GPU, n-gram's trees under
-        greedy or replay (walked on the device), and the cycles pipeline."""
+        (`submit_ahead`): n-gram lookup or a draft model on the GPU, their trees under greedy
+        or replay (walked on the device; a draft's of fixed widths), and the cycles pipeline."""
         d, paths = drafter, self.paths
-        if isinstance(d, TreeDrafter):
-            return (paths.device_ngram and isinstance(d.inner, NgramDrafter)
-                    and rule.mode in tree.CHOSEN_MODES and self.pipelines(rule))
+        if isinstance(d, TreeDrafter):   # n-gram's, or a fed draft's of fixed widths
+            return rule.mode in tree.CHOSEN_MODES and (
+                paths.device_ngram and isinstance(d.inner, NgramDrafter) and self.pipelines(rule)
+                or treedraft.grows(self, d, rule) and self.drafts_ahead(rule, d.inner))
         # (A draft with a shorter context than the champion's is fed from the host, which stops
         # its drafts at its own end; the device feed caps both at the champion's.)
         return ((paths.device_ngram and isinstance(d, NgramDrafter)
@@ -475,12 +478,13 @@ class GPUBackend(Executor):
     def submit_ahead(self, tokens: list[int] | None, k: int, rule: Rule, limit: int,
                      drafter) -> Recording:
         """A cycle of up to k drafts made on the device (gpu/sources.DeviceLookup, TreeLookup,
-        FedDraft).
+        FedDraft, FedTree).
         `tokens`: the committed ones, when no cycle is in flight (the device's state starts from
         them); None: after the cycle in flight. `limit`: the most tokens the request may hold
         (prompt + max_tokens); the drafts stop there and at the context's end."""
         source = (FedDraft(drafter) if isinstance(drafter, GPUDraft)
-                  else TreeLookup(drafter) if isinstance(drafter, TreeDrafter)
-                  else DeviceLookup(drafter))
+                  else DeviceLookup(drafter) if not isinstance(drafter, TreeDrafter)
+                  else FedTree(drafter) if isinstance(drafter.inner, GPUDraft)
+                  else TreeLookup(drafter))
         rec = Recording(source, time.perf_counter(), limit=limit)
         return cycle.submit(self, tokens, k, rule, drafter, rec)

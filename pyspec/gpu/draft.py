@@ -51,6 +51,7 @@ class GPUDraft:
         self.ahead: collections.deque | None = None
         self.feed_rows = 0      # m of the next cycle fed on the device
         self.known = 0          # committed tokens after the cycles confirmed so far
+        self.most: collections.deque = collections.deque()
 
     def reset(self, tokens: list[int]) -> None:
         """A new request for `tokens`: a draft with its own cache keeps the rows the last
@@ -69,7 +70,11 @@ class GPUDraft:
         if self.ahead is not None:   # fed on the device: rows for all but the next cycle's m
             self.known += n_accepted + 1
             self.model.kv.rollback()
-            self.model.kv.commit_to(self.known - self.ahead.popleft())
+            # (after a tree, m = D + 1 may reach below the rows kept so far: they stay valid,
+            # fed again with the values they hold)
+            kv = self.model.kv
+            kv.commit_to(max(kv.committed, self.known - self.ahead.popleft()))
+            self.most.popleft()
         elif not self.shares_cache:  # self:L's rows are the champion's, rewritten by its pass
             self.model.kv.commit(draft_rows_kept(self.fed_before, self.drafts_fed, n_accepted))
         self.fed_before = self.drafts_fed = 0
@@ -88,16 +93,33 @@ class GPUDraft:
         lacks after catching up."""
         self.catch_up(tokens, slot)
         self.ahead, self.known = collections.deque(), len(tokens)
+        self.most = collections.deque()   # per cycle in flight: the most tokens it emits
         self.feed_rows = len(tokens) - self.model.kv.committed
 
-    def plan_ahead(self, k: int) -> tuple[int, bool]:
-        """(m, whether the first step runs) for the next cycle fed on the device with k drafts;
-        records the m of the cycle after it (gpu/ahead.py)."""
+    def plan_ahead(self, k: int, tree_depth: int | None = None) -> tuple[int, bool]:
+        """(m, whether the first step runs) for the next cycle fed on the device with k drafts,
+        or a tree `tree_depth` deep; records the m of the cycle after it (gpu/ahead.py: D + 1
+        after a tree D deep) and the most tokens the cycle emits (`bounds`)."""
         m = self.feed_rows
-        runs = k > 0 or m == ROWS_MAX   # a champion-only cycle skips the draft while m may grow
-        self.feed_rows = 2 if k > 0 else 1 if runs else m + 1
+        # a champion-only cycle skips the draft while m may grow
+        runs = k > 0 or m == ROWS_MAX or tree_depth is not None
+        if tree_depth is not None:
+            self.feed_rows, k = tree_depth + 1, tree_depth
+        else:
+            self.feed_rows = 2 if k > 0 else 1 if runs else m + 1
         self.ahead.append(self.feed_rows)
+        self.most.append(k + 1)
         return m, runs
+
+    def dropped(self) -> None:
+        """The last cycle fed on the device will never be read (the request ended)."""
+        self.ahead.pop()
+        self.most.pop()
+
+    def bounds(self) -> tuple[int, int]:
+        """(least, most) committed tokens the next cycle fed on the device starts from: those
+        confirmed, and at least one, at most k + 1, per cycle in flight."""
+        return self.known + len(self.ahead), self.known + sum(self.most)
 
 
 def encode_steps(b, rec: Recording, draft: GPUDraft, tokens: list[int], k: int,

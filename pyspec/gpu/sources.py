@@ -23,6 +23,11 @@ while the one before is in flight (it goes on from what the device holds).
   FedDraft       a draft model on the GPU fed from the cycle before (gpu/ahead.py): the cycle's
                  first dispatch takes the tokens it emitted, feeds the draft's first step the
                  last m committed tokens and writes every Step of the cycle; it goes ahead too.
+  FedTree        a draft model's tree of fixed widths (greedy, replay) fed the same way: the
+                 first dispatch also moves the tree passes' Steps (a template from the root) to
+                 the root's row, the draft's passes grow it in the cycle (gpu/treedraft.py), the
+                 device walks it (gpu/tree.py), and the draft's next cycle feeds the D + 1
+                 tokens after the root again (gpu/ahead.py says why).
   FromBefore     a champion-only cycle fed by the token the cycle in flight emits, copied on the
                  device from its accept words (pipelined decoding); that cycle keeps exactly one
                  row whatever its verdict, so its row is committed when this one is recorded.
@@ -38,7 +43,7 @@ import time
 import numpy as np
 
 from ..cycle import Proposal, Rule
-from . import sampling
+from . import sampling, treedraft
 from .device import Copy
 from .draft import GPUDraft, draft_slot, encode_steps, step_copies, step_plan
 from .ngram import tree_fields
@@ -136,23 +141,56 @@ class FedDraft:
 
     def encode(self, b, rec: Recording, tokens: list[int] | None, k: int, rule: Rule,
                limit: int) -> None:
-        draft, feed = self.draft, b.feed()
+        _going_ahead(b, rec, tokens, _start(b, self.draft))
+        _fed_chain(b, rec, self.draft, k, rule, limit)
 
-        def start(tokens):
-            draft.start_ahead(tokens, draft_slot(0))
-            feed.start(tokens)
 
-        _going_ahead(b, rec, tokens, start)
-        rec.fed, rec.on_device, rec.k = draft, True, k
-        m, runs = draft.plan_ahead(k)
-        steps = max(k, int(runs))
-        params = feed.params_copy(k, m, limit, rule.seed, rule.temperature, rule.mode,
-                                  one_hot=rule.mode != "rejection" or k == 0)
-        rec.commands += [params, feed.plan, feed.steps_copy(b.champion.steps, 1 + steps)]
-        draft.calls += k
-        for i in range(steps):
-            rec.commands.append(step_plan(b, draft, draft_slot(i), rule.mode))
-            rec.commands += step_copies(b, draft, i, k, m - 1 if i == 0 else 0, rule.mode)
+class FedTree:
+    """A draft model's fixed-width tree (under greedy or replay) fed from the cycle before (see
+    the module docstring); `drafter`: a TreeDrafter of a GPUDraft. Where no tree fits (the
+    budget, the context, the tokens the next m needs: treedraft.fed_layout), a fed chain."""
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+
+    def encode(self, b, rec: Recording, tokens: list[int] | None, k: int, rule: Rule,
+               limit: int) -> None:
+        draft = self.drafter.inner
+        _going_ahead(b, rec, tokens, _start(b, draft))
+        shape = treedraft.fed_layout(b, self.drafter, k, limit, *draft.bounds())
+        if shape is None:
+            return _fed_chain(b, rec, draft, k, rule, limit)
+        m, _ = draft.plan_ahead(0, tree_depth=len(shape.levels))   # its template's (warm)
+        rec.fed, rec.on_device, rec.k, rec.tree = draft, True, len(shape.levels), TreeCycle()
+        feed, depth = b.feed(), len(shape.levels)
+        rec.commands += [feed.params_copy(0, m, limit, rule.seed, rule.temperature, rule.mode,
+                                          True, tree_depth=depth),
+                         feed.plan, feed.steps_copy(b.champion.steps, 1 + depth)]
+        treedraft.record(b, rec, draft, shape, treedraft.fixed_widths(b, self.drafter), m)
+
+
+def _start(b, draft: GPUDraft):
+    """What begins a request's first cycle fed on the device from the committed tokens."""
+    def start(tokens):
+        draft.start_ahead(tokens, draft_slot(0))
+        b.feed().start(tokens)
+    return start
+
+
+def _fed_chain(b, rec: Recording, draft: GPUDraft, k: int, rule: Rule, limit: int) -> None:
+    """A fed cycle's k draft steps (a champion-only cycle's first step where m would pass a
+    pass), its Params and Steps from the device (gpu/ahead.py)."""
+    feed = b.feed()
+    rec.fed, rec.on_device, rec.k = draft, True, k
+    m, runs = draft.plan_ahead(k)
+    steps = max(k, int(runs))
+    params = feed.params_copy(k, m, limit, rule.seed, rule.temperature, rule.mode,
+                              one_hot=rule.mode != "rejection" or k == 0)
+    rec.commands += [params, feed.plan, feed.steps_copy(b.champion.steps, 1 + steps)]
+    draft.calls += k
+    for i in range(steps):
+        rec.commands.append(step_plan(b, draft, draft_slot(i), rule.mode))
+        rec.commands += step_copies(b, draft, i, k, m - 1 if i == 0 else 0, rule.mode)
 
 
 class FromBefore:

@@ -28,8 +28,9 @@ reads back, and the accepted path's cache rows moved into place.
            submission (`Compaction.pending`), so a cycle stays one submission. A walk on the
            device wrote the moves itself, so the next cycle may be submitted before this one is
            read: n-gram's looked-up trees go ahead as its chains do (gpu/backend.py, "Going
-           ahead"). A draft model's trees do not: its next tree's first pass feeds the tokens
-           this one emits from the host (a draft fed on the device, gpu/ahead.py, feeds chains).
+           ahead"), and so do a draft model's fixed-width trees fed on the device (gpu/ahead.py,
+           sources.FedTree: the next cycle's first pass takes the tokens the walk emitted from
+           its words and feeds the draft again every row after the tree's root).
 Not here: the rules (rules/tree.py), the drafts (drafters/tree.py, treedraft.py, ngram.py), the
 pass (model.py).
 """
@@ -219,6 +220,9 @@ def warm(b, drafter) -> None:
         vocab = min(b.vocab, drafter.inner.model.config.vocab_size)
         for d, width in enumerate(drafter.shape):
             treedraft.pass_plan(b, drafter.inner, draft_slot(d), min(width, vocab), tree=d > 0)
+        if b.paths.draft_ahead and b.paths.device_trees:   # its trees' Steps, if fed (ahead.py)
+            b.feed().trees({d: treedraft.template(shape)
+                            for d, shape in treedraft.full_layouts(b, drafter).items()})
 
 
 def staged(b, rec: Recording) -> tuple[object, int]:

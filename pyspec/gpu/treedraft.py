@@ -14,9 +14,12 @@ of the same widths, without its tokens), so the host records every pass at once:
 Copies put each depth's picks into the champion's token list too: the pass carries the nodes
 breadth-first (every parent before its children, all the tree pass needs), and the device walks
 them (gpu/tree.py). The draft's tree rows stay pending and are dropped by its confirm
-(drafters/tree.grow_model_tree says why the draft's cache needs no compaction). The cycle after
-is not submitted before this one is read: its first pass feeds the draft what this one emitted,
-from the host.
+(drafters/tree.grow_model_tree says why the draft's cache needs no compaction). Fed from the
+host (`encode`), the cycle after is not submitted before this one is read: its first pass feeds
+the draft what this one emitted. Fed on the device (gpu/ahead.py, sources.FedTree: where the
+draft's chains are), it is: the tree is the full one of its depth (`full_layouts`, whose Steps the
+device holds as templates), its first pass feeds the m tokens the cycles before left unfed, and
+the cycle after feeds the D + 1 after its root.
 Not here: an `auto` tree (its widths follow the draft's probabilities, so its shape is known only
 once drafted) and rejection's (its walk needs the siblings' q rows and the champion's logits):
 those grow a depth a pass on the host where the adapter reads synchronously (gpu/tree.py).
@@ -30,9 +33,11 @@ import numpy as np
 
 from ..rules.tree import ROOT
 from . import sampling
+from .constants import ROWS_MAX
 from .device import Copy
 from .draft import GPUDraft, draft_slot
 from .recording import Recording
+from .step import STEP_WORDS, pack_step
 
 DEVICE_MODES = ("greedy", "replay")   # the modes whose draft trees grow on the device
 
@@ -79,9 +84,9 @@ def grows(b, drafter, rule) -> bool:
 def encode(b, rec: Recording, drafter, tokens: list[int], k: int, rule,
            room: int) -> Layout | None:
     """Record a TreeDrafter's tree at most k deep and `room` nodes for the committed `tokens`
-    (see the module docstring); its nodes go to rows 1.. of the champion's token list, in
-    layout order. None where the draft's cache cannot take the tokens."""
-    draft, steps = drafter.inner, b.champion.steps
+    (see the module docstring), fed from the host; its nodes go to rows 1.. of the champion's
+    token list, in layout order. None where the draft's cache cannot take the tokens."""
+    draft = drafter.inner
     kv = draft.model.kv
     draft.ahead = None   # fed from the host from here (its chains restart from the tokens)
     if len(tokens) > kv.max_ctx:
@@ -89,18 +94,72 @@ def encode(b, rec: Recording, drafter, tokens: list[int], k: int, rule,
         return None
     draft.catch_up(tokens, draft_slot(0))   # at most a pass of unseen tokens
     feed = tokens[kv.committed:]
-    vocab = min(b.vocab, draft.model.config.vocab_size)
-    widths = [min(w, vocab) for w in drafter.shape]
+    widths = fixed_widths(b, drafter)
     shape = layout(widths, k, min(drafter.max_nodes, room), kv.max_ctx - len(tokens))
-    fields = dict(seed=rule.seed, temperature=rule.temperature, mode=rule.mode)
     b.dev.write(draft.feed_tokens, np.asarray(feed, np.uint32))
     pos = kv.append(len(feed))
-    base = pos + len(feed) - 1    # the root's row in the draft's cache
+    kv.append(sum(shape.levels[:-1]))   # the depth passes' rows
+    for d, fields in enumerate(pass_steps(shape, len(feed), pos + len(feed) - 1)):
+        b.champion.steps.set(draft_slot(d), seed=rule.seed, temperature=rule.temperature,
+                             mode=rule.mode, **fields)
+    rec.slots = max(rec.slots, record(b, rec, draft, shape, widths, len(feed)))
+    draft.fed_before, draft.drafts_fed = len(feed), 0   # confirm keeps the fed rows only
+    return shape
+
+
+def fed_layout(b, drafter, k: int, limit: int, least: int, most: int) -> Layout | None:
+    """The tree of a cycle fed on the device (gpu/ahead.py) that starts from `least` to `most`
+    committed tokens (the cycles in flight decide): the full tree of its depth (`full_layouts`:
+    the one whose template the device holds) at most k deep and at most `least` (the m = D + 1
+    after it feeds rows from t_{n-m}: gpu/ahead.py), that fits the budget (`limit` tokens) and
+    the caches whichever the start; None where none does (the cycle drafts a chain)."""
+    depth = min(k, least, limit - most - 1, b.kv.max_ctx - most)
+    fits = [shape for d, shape in full_layouts(b, drafter).items() if d <= depth
+            and most + len(shape.parents) <= min(b.kv.max_ctx, drafter.inner.model.kv.max_ctx)]
+    return fits[-1] if fits else None
+
+
+def full_layouts(b, drafter) -> dict[int, Layout]:
+    """{D: the tree D deep} of a TreeDrafter's widths, cut by no cache: those whose cycles go
+    ahead (cached on `b`)."""
+    widths = fixed_widths(b, drafter)
+    key = ("tree_layouts", tuple(widths), drafter.max_nodes)
+    if key not in b.draft_plans:
+        shapes = (layout(widths, d, min(drafter.max_nodes, ROWS_MAX - 1), ROWS_MAX)
+                  for d in range(1, len(widths) + 1))
+        b.draft_plans[key] = {len(shape.levels): shape for shape in shapes}
+    return b.draft_plans[key]
+
+
+def template(shape: Layout) -> np.ndarray:
+    """(1 + D, STEP_WORDS) a fed tree cycle's Steps, D deep, packed with the root at row 0
+    and no seed, temperature or mode (the device gives the request's): slot 0 the champion's
+    tree pass (gpu/tree.accept's), slot 1 + d draft pass d (pass 0's left zero: the device
+    writes it, a chain of m rows)."""
+    parents = [ROOT] + [p + 1 for p in shape.parents]
+    out = [pack_step(len(parents), 0, tree=(0, parents)), np.zeros(STEP_WORDS, np.uint32)]
+    out += [pack_step(**step) for step in pass_steps(shape, 1, 0)[1:]]
+    return np.stack(out)
+
+
+def pass_steps(shape: Layout, feed: int, base: int) -> list[dict]:
+    """Per draft pass d (slot draft_slot(d)), its Step's rows, pos and tree, for a tree rooted
+    at cache row `base`, the last of the `feed` rows pass 0 feeds as a chain: depth d's nodes
+    follow at the rows after the nodes before them, each under its parent by the table."""
     entries = [-1] + [0 if p == ROOT else 1 + p for p in shape.parents]   # from the root
-    slot = draft_slot(0)
-    steps.set(slot, rows=len(feed), pos=pos, **fields)
-    rec.commands.append(pass_plan(b, draft, slot, widths[0], tree=False))
-    picks, placed = (len(feed) - 1) * widths[0], 0   # the next depth's first pick; nodes so far
+    out, placed = [dict(rows=feed, pos=base + 1 - feed)], 0
+    for count in shape.levels[:-1]:
+        placed += count
+        out.append(dict(rows=count, pos=base + 1 + placed - count,
+                        tree=(base, entries[:1 + placed])))
+    return out
+
+
+def record(b, rec: Recording, draft: GPUDraft, shape: Layout, widths, feed: int) -> int:
+    """The tree's draft passes (their Steps set apart) and the copies of their picks, pass 0
+    feeding `feed` rows; returns the step slots they use."""
+    rec.commands.append(pass_plan(b, draft, draft_slot(0), widths[0], tree=False))
+    picks, placed = (feed - 1) * widths[0], 0   # the next depth's first pick; nodes so far
     for d, count in enumerate(shape.levels):
         rec.commands.append(Copy(b.tree_picks, 4 * picks, b.champion.tokens, 4 * (1 + placed),
                                  4 * count))
@@ -108,15 +167,16 @@ def encode(b, rec: Recording, drafter, tokens: list[int], k: int, rule,
         if d + 1 == len(shape.levels):
             break
         rec.commands.append(Copy(b.tree_picks, 4 * picks, draft.feed_tokens, 0, 4 * count))
-        slot = draft_slot(d + 1)
-        pos = kv.append(count)
-        steps.set(slot, rows=count, pos=pos, tree=(base, entries[:1 + placed]), **fields)
-        rec.commands.append(pass_plan(b, draft, slot, widths[d + 1], tree=True))
+        rec.commands.append(pass_plan(b, draft, draft_slot(d + 1), widths[d + 1], tree=True))
         picks = 0
-    rec.slots = max(rec.slots, slot + 1)
     draft.calls += len(shape.levels)
-    draft.fed_before, draft.drafts_fed = len(feed), 0   # confirm keeps the fed rows only
-    return shape
+    return draft_slot(len(shape.levels) - 1) + 1
+
+
+def fixed_widths(b, drafter) -> list[int]:
+    """A TreeDrafter's widths, each at most the vocabulary."""
+    vocab = min(b.vocab, drafter.inner.model.config.vocab_size)
+    return [min(w, vocab) for w in drafter.shape]
 
 
 def pass_plan(b, draft: GPUDraft, slot: int, width: int, tree: bool) -> list:

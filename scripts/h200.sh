@@ -101,7 +101,10 @@ pack() {
         git rev-parse HEAD > ".h200p$i/COMMIT"; i=$((i + 1))
     done
     rm -rf "$st"
-    grep -qx '/.h200p\*' .git/info/exclude 2>/dev/null || echo '/.h200p*' >> .git/info/exclude
+    local exclude   # (a worktree's .git is a file: ask git where its exclude file is)
+    exclude=$(git rev-parse --git-path info/exclude)
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.h200p\*' "$exclude" 2>/dev/null || echo '/.h200p*' >> "$exclude"
     du -sh .h200p*
     echo "pack: parts of $part bytes beside a tree of $tree (a call: at most $CALL_BYTES)"
 }

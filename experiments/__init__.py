@@ -252,7 +252,14 @@ EXPERIMENTS: dict[str, Experiment] = {
         "below, then webtools.dawn per side (scripts/h200.sh dawn); dawn_report joins them",
         (bench_native("--champion", "$W/payload/champ.gguf", "--per-stratum", "1", "--max-tokens",
                       "64", "--drafts", "ngram,models/draft-l4.gguf"), module("dawn_report")),
-        {"dawn.json": "h100-dawn.json"}, machine="gpu"),
+        {"dawn.json": "h100-dawn.json", "dawn.png": "h100-dawn.png"}, machine="gpu"),
+    "dawn-1f97119": Experiment(
+        "dawn at commit 1f97119, before cycles gone ahead stopped writing from the host (their "
+        "Params and Step now come from tables on the device), sides without trees",
+        (bench_native("--champion", "$W/payload/champ.gguf", "--per-stratum", "1", "--max-tokens",
+                      "64", "--drafts", "ngram,models/draft-l4.gguf"), module("dawn_report")),
+        {"h100-dawn-1f97119.json": "h100-dawn-1f97119.json",
+         "h100-dawn-1f97119.png": "h100-dawn-1f97119.png"}, machine="gpu"),
     "shader-ab": Experiment(
         "chain passes with two shader folders, interleaved: did a shader change slow chains? "
         "(tree-lavapipe.json's A/B)",

@@ -67,6 +67,8 @@ def dawn_table(name: str = "h100-dawn.json", root: Path = RESULTS) -> str:
                    f"{overall['host_ms_per_cycle']:.2f} | {same[key]}/{len(tps)} | "
                    f"{native_same[key]}/{len(tps)} | {nat_cell} |")
     for key, label in NULL_SIDES:
+        if key not in dawn:     # a null side this run did not make
+            continue
         o = dawn[key]["overall"]
         out.append(f"| null GPU (computes nothing): {label} | - | - | - | "
                    f"{o['host_ms_per_cycle']:.2f} | - | - | - |")

@@ -190,13 +190,22 @@ class Schedule:
         than a chain: always under a fixed policy (what you ask for runs); under the guard
         where its predicted rate beats the best chain of at most that depth and
         champion-only, or while its pass over that many rows is unmeasured (once measured,
-        the model decides). `count`: whether the decision is counted in the stats (not when
-        the engine only looks ahead to the next cycle)."""
+        the model decides). A measured tree with no chain measured beside it drafts the chain:
+        tree cycles teach neither the chain's verify time nor the draft's, and without the
+        draft's time the guard asks for one draft every cycle, so a tree that only ever beat
+        champion-only would be drafted at depth 1 for the whole request (n-gram's `--tree auto`
+        through Dawn, bench/results/h100-dawn.json: 0.9x its chain). `count`: whether the
+        decision is counted in the stats (not when the engine only looks ahead to the next
+        cycle)."""
         pays = True
         if self.policy.guarded:
             tree = self.cost.tree_rate(depth, nodes)
-            best = max((r for r in self.cost.rates(depth) if r is not None), default=None)
-            pays = tree is None or best is None or tree > MARGIN * best
+            rates = self.cost.rates(depth)
+            best = max((r for r in rates if r is not None), default=None)
+            if tree is not None and self.cost.t_draft is None:
+                pays = False   # measure the chain (and the draft's time) first
+            else:
+                pays = tree is None or best is None or tree > MARGIN * best
         if count:
             self.counts["trees" if pays else "tree_off"] += 1
         return pays

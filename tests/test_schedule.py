@@ -423,3 +423,26 @@ def test_a_costly_tree_leaves_the_chain_drafting_never_nothing():
     assert sum(k > 0 for k in chain[10:]) >= 45, chain   # then the chain, as without --tree
     assert sched.cost.tree_rate(3, 8) < max(r for r in sched.cost.rates(3) if r)
     assert sched.cost.verify_time(8) < 0.005, "the tree's time stays out of the chain's"
+
+
+def test_a_measured_tree_gets_its_chain_measured_beside_it():
+    """--tree under the guard with drafts made in the cycle (n-gram looked up on the device): a
+    tree cycle teaches neither the draft's time nor a chain's verify time, so once a tree has
+    been measured the guard drafts the chain, and then k grows past the first probe's one draft.
+    The bug this catches (through Dawn on the H100): trees compared only with champion-only,
+    drafted at k = 1 every cycle of the request, the draft's time never measured."""
+    sched = schedule.Schedule(schedule.Heuristic(), shadowed=True, in_cycle=True)
+    ks, trees = [], []
+    for c in range(40):
+        k = sched.next_k()
+        if k and sched.tree_pays(k, 4):
+            trees.append(c)
+            sched.observe(k, k, 0.0, 0.0021, nodes=4)     # a tree: a little more than a chain
+        else:
+            sched.observe(k, k, 0.0001 * k, 0.0020 + 5e-5 * k)
+        ks.append(k)
+        if k == 0:
+            sched.shadow(4, 4)
+    assert sched.cost.t_draft is not None
+    assert len(trees) < 5, trees
+    assert max(ks) > 1, ks

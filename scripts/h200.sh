@@ -204,7 +204,7 @@ dawn() {
     # nothing), the page's own per-cycle cost, whose host_s beside Dawn's is what Dawn's calls add.
     # Trees, only where DAWN_SIDES names them: ngram-tree (n-gram, --tree auto, guarded: the
     # guard drafts the chain where the tree does not pay) and trained-tree (the trained draft's
-    # tree 2,2,1 grown on the device, at fixed:3).
+    # tree 2,2,1 grown on the device, at fixed:3; trained-tree-guard: the same tree, guarded).
     local trained=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
     for d in ${DAWN_SIDES:-none ngram trained trained-fixed3 null-none null-trained}; do
         local extra=(--draft "$d")
@@ -213,6 +213,7 @@ dawn() {
             trained-fixed3) extra=("${trained[@]}" --k fixed:3);;
             ngram-tree) extra=(--draft ngram --tree auto);;
             trained-tree) extra=("${trained[@]}" --tree 2,2,1 --k fixed:3);;
+            trained-tree-guard) extra=("${trained[@]}" --tree 2,2,1);;
             null-none) extra=(--null-gpu --draft none);;
             null-trained) extra=(--null-gpu "${trained[@]}" --k fixed:3);;
         esac

@@ -4,12 +4,13 @@ one JSON and a plot from what `scripts/h200.sh dawn` brought back.
     python -m experiments.dawn_report DIR --out bench/results/h200-dawn.json
 
 DIR holds dawn-none.json, dawn-ngram.json, dawn-trained.json (the harness's answers: one run per
-prompt; dawn-trained-fixed3.json, dawn-ngram-tree.json, dawn-trained-tree.json,
-dawn-trained-tree-guard.json and the null GPU's where the run made them) and native/bench-wgpu.json (pyspec bench on the same prompts). Per drafter
-and stratum: tok/s on each stack, the host seconds per cycle (encode + submit) and the seconds
-waiting on the readback per cycle (and, per prompt, each cycle's host ms and the guard's k
-histogram); whether Dawn's speculative tokens equal Dawn's champion-only tokens (the exactness
-contract, per backend), and how often Dawn's tokens equal native wgpu's (token-id hashes:
+prompt; dawn-trained-fixed3.json, the trees' dawn-ngram-tree.json, dawn-trained-tree.json,
+dawn-trained-tree-guard.json and dawn-trained-tree-211.json, and the null GPU's, where the run
+made them) and native/bench-wgpu.json (pyspec bench on the same prompts). Per drafter and
+stratum: tok/s on each stack, the host seconds per cycle (encode + submit) and the seconds waiting
+on the readback per cycle (and, per prompt, each cycle's host ms and the guard's k histogram);
+whether Dawn's speculative tokens equal Dawn's champion-only tokens (the exactness contract, per
+backend), and how often Dawn's tokens equal native wgpu's (token-id hashes:
 provenance.tokens_sha256). Not part of the pyspec runtime.
 """
 
@@ -31,7 +32,8 @@ SIDES = {"none": "champion-only", "ngram": "ngram", "trained": "models/draft-l4.
          # trees (scripts/h200.sh's DAWN_SIDES only where named): the first word is the native
          # bench's drafter, whose tokens theirs must equal (exact under greedy, tree or chain)
          "ngram-tree": "ngram tree auto", "trained-tree": "models/draft-l4.gguf tree 2,2,1 fixed:3",
-         "trained-tree-guard": "models/draft-l4.gguf tree 2,2,1"}
+         "trained-tree-guard": "models/draft-l4.gguf tree 2,2,1",
+         "trained-tree-211": "models/draft-l4.gguf tree 2,1,1 fixed:3"}
 # The same stack on webtools/nullgpu.mjs (computes nothing; its tokens mean nothing): the page's
 # own per-cycle cost, beside which Dawn's host time is what Dawn's calls add.
 NULL_SIDES = {"null-none": "null GPU: champion-only", "null-trained": "null GPU: draft-l4 fixed:3"}

@@ -204,7 +204,9 @@ dawn() {
     # nothing), the page's own per-cycle cost, whose host_s beside Dawn's is what Dawn's calls add.
     # Trees, only where DAWN_SIDES names them: ngram-tree (n-gram, --tree auto, guarded: the
     # guard drafts the chain where the tree does not pay) and trained-tree (the trained draft's
-    # tree 2,2,1 grown on the device, at fixed:3; trained-tree-guard: the same tree, guarded).
+    # tree 2,2,1 grown on the device, at fixed:3; trained-tree-guard: the same tree, guarded;
+    # trained-tree-211: tree 2,1,1 at fixed:3, 7 rows to verify, where the pass costs about what 4
+    # rows cost: bench/results/h100-shapes.json's verify_cost_ratio steps every 4 rows).
     local trained=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
     for d in ${DAWN_SIDES:-none ngram trained trained-fixed3 null-none null-trained}; do
         local extra=(--draft "$d")
@@ -214,6 +216,7 @@ dawn() {
             ngram-tree) extra=(--draft ngram --tree auto);;
             trained-tree) extra=("${trained[@]}" --tree 2,2,1 --k fixed:3);;
             trained-tree-guard) extra=("${trained[@]}" --tree 2,2,1);;
+            trained-tree-211) extra=("${trained[@]}" --tree 2,1,1 --k fixed:3);;
             null-none) extra=(--null-gpu --draft none);;
             null-trained) extra=(--null-gpu "${trained[@]}" --k fixed:3);;
         esac

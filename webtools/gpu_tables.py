@@ -20,7 +20,10 @@ DAWN_SIDES = [("champion-only", "champion alone", None),
               # trees: rows only in a run whose DAWN_SIDES named them (scripts/h200.sh)
               ("ngram tree auto", "`ngram`, `--tree auto`, guarded", None),
               ("models/draft-l4.gguf tree 2,2,1 fixed:3",
-               "trained draft, `--tree 2,2,1 --k fixed:3`", None)]
+               "trained draft, `--tree 2,2,1 --k fixed:3`", None),
+              ("models/draft-l4.gguf tree 2,2,1", "trained draft, `--tree 2,2,1`, guarded", None),
+              ("models/draft-l4.gguf tree 2,1,1 fixed:3",
+               "trained draft, `--tree 2,1,1 --k fixed:3`", None)]
 NULL_SIDES = [("null GPU: champion-only", "champion alone"),
               ("null GPU: draft-l4 fixed:3", "trained draft, `--k fixed:3`")]
 

@@ -63,23 +63,28 @@ class CostModel:
         self._verify_time: dict[int, float | None] = {}   # verify_time's answers until t_verify moves
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
-                ahead: bool = False, cls: int | None = None, nodes: int = 0) -> None:
+                ahead: bool = False, cls: int | None = None, nodes: int = 0,
+                timed: bool = True) -> None:
         """`nodes`: a tree cycle's (k is its depth): its whole time (drafts and pass) and its
-        acceptance by depth are kept apart from the chain's (`tree_rate`)."""
+        acceptance by depth are kept apart from the chain's (`tree_rate`). `timed`: False for
+        a cycle whose times say nothing of its kind's (Schedule.observe): only its acceptance
+        is kept."""
         if ahead:   # pipelined champion-only: its own estimate, the champion-only rate's
             self.t_ahead = _push_median(self._ahead_samples, t_verify)
             return
         if nodes:
-            _push_median(self._tree_nodes, nodes)
-            _push_median(self._tree_samples.setdefault(k, []), t_draft + t_verify)
+            if timed:
+                _push_median(self._tree_nodes, nodes)
+                _push_median(self._tree_samples.setdefault(k, []), t_draft + t_verify)
             for i in range(min(k, n_accepted + 1, len(self.tree_reached))):
                 self.tree_reached[i] += 1
                 self.tree_accepted[i] += i < n_accepted
             return
-        self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)
-        self._verify_time.clear()
-        if k:
-            self.t_draft = _push_median(self._draft_samples, t_draft / k)
+        if timed:
+            self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)
+            self._verify_time.clear()
+            if k:
+                self.t_draft = _push_median(self._draft_samples, t_draft / k)
         self.score(k, n_accepted, cls)
 
     def tree_rate(self, depth: int, nodes: int) -> float | None:

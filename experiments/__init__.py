@@ -260,6 +260,17 @@ EXPERIMENTS: dict[str, Experiment] = {
                       "64", "--drafts", "ngram,models/draft-l4.gguf"), module("dawn_report")),
         {"h100-dawn-1f97119.json": "h100-dawn-1f97119.json",
          "h100-dawn-1f97119.png": "h100-dawn-1f97119.png"}, machine="gpu"),
+    "dawn-trees-guard": Experiment(
+        "dawn with the tree sides (DAWN_SIDES: n-gram --tree auto; the trained draft's tree "
+        "2,2,1 guarded and at fixed:3, 2,1,1 at fixed:3), before (6179483) and after (6cca397) "
+        "the guard stopped timing a probe's refill; after: twice in one call, the sides in "
+        "reverse order the second time (this machine's host time per cycle drifted between "
+        "processes)",
+        (bench_native("--champion", "$W/payload/champ.gguf", "--per-stratum", "1", "--max-tokens",
+                      "64", "--drafts", "ngram,models/draft-l4.gguf"), module("dawn_report")),
+        {f"h100-dawn-{tag}.{ext}": f"h100-dawn-{tag}.{ext}"
+         for tag in ("6179483", "6cca397", "6cca397-reversed") for ext in ("json", "png")},
+        machine="gpu"),
     "shader-ab": Experiment(
         "chain passes with two shader folders, interleaved: did a shader change slow chains? "
         "(tree-lavapipe.json's A/B)",

@@ -175,7 +175,8 @@ class Schedule:
         self.counts = {"guard_off": 0, "probes": 0, "baseline": 0, "previews": 0,
                        "trees": 0, "tree_off": 0, "untimed": 0}
         self.k_history: dict[int, int] = {}
-        self._last_k = 0   # the k of the cycle observed last (0 before the request's first)
+        self._last_kind = 0   # the kind of the cycle observed last (0: champion-only or none)
+        self._probe_left = 0  # drafting cycles a probe has left (drafts made in the cycle: 2)
 
     def next_k(self, cls: int | None = None) -> int:
         """The k for this cycle; `cls`: the class of the drafter's proposal at hand, where it
@@ -228,6 +229,9 @@ class Schedule:
         if self._baseline_left:
             self._baseline_left -= 1
             return 0
+        if self._probe_left:   # a probe's second cycle: the one timed (observe)
+            self._probe_left -= 1
+            return min(k, PROBE_K)
         if 0 not in cost.t_verify or (self.pipelined and cost.t_ahead is None):
             # Measure champion-only first: one plain step, which also emits a token.
             return self._baseline()
@@ -248,6 +252,7 @@ class Schedule:
             self.since_probe = 0
             self.counts["probes"] += 1
             self.off = False
+            self._probe_left = 1 if self.in_cycle else 0
             return min(k, PROBE_K)
         if not self.off and self.since_probe >= self.remeasure_every:
             # Re-measure champion-only, so that a drifting machine does not fool the guard.
@@ -313,18 +318,19 @@ class Schedule:
         """k is what ran: after the engine's caps and any drafter shortfall; `ahead`: a k = 0
         cycle submitted while the one before was in flight; `cls`: its proposal's class;
         `nodes`: a tree's (k its depth). With drafts made in the cycle, a drafting cycle
-        after a champion-only one (or first in its request) teaches its acceptance but not its
-        times: it refills what the champion-only cycles left (the draft's catch-up on the tokens
-        it sat out, the pipeline after a cycle that drafted nothing), so it costs more than a
-        drafting cycle in a run of them (the trained draft natively on the H100: 2.3 ms against
-        1.4). Timed, every probe measured that refill, so the guard turned speculation off at
-        each probe, and `--tree 2,2,1` with the trained draft ran 1.14x where its chain ran
-        1.33x and `--k fixed:3` 1.6x; untimed, the next cycle drafts again (no draft time
-        known: a probe) and is the one timed."""
+        after one of another kind (champion-only, or first in its request; a tree after a
+        chain, a chain after a tree) teaches its acceptance but not its times: it refills what
+        the cycle before left (the draft's catch-up on the tokens it sat out, the pipeline, a
+        tree's rows moved into place), so it costs more than one in a run of its kind (the
+        trained draft natively on the H100: 2.3 ms against 1.4 after champion-only, 3.6 after
+        a tree). Timed, every probe measured that refill, so the guard turned speculation off
+        at each probe, and `--tree 2,2,1` with the trained draft ran 1.14x where its chain ran
+        1.33x and `--k fixed:3` 1.6x. A probe is two drafting cycles, the second timed."""
         self.k_history[k] = self.k_history.get(k, 0) + 1
-        timed = not (self.in_cycle and k and not self._last_k)
+        kind = 0 if not k else "tree" if nodes else "chain"
+        timed = not (self.in_cycle and kind and kind != self._last_kind)
         self.counts["untimed"] += not timed
-        self._last_k = k
+        self._last_kind = kind
         self.cost.observe(k, n_accepted, t_draft, t_verify, ahead, cls, nodes, timed)
         self.policy.observe(k, n_accepted)
 

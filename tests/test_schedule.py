@@ -449,38 +449,68 @@ def test_a_measured_tree_gets_its_chain_measured_beside_it():
     assert max(ks) > 1, ks
 
 
-def drive_refill(untimed: bool, cycles: int = 200) -> tuple[list[int], object]:
-    """The trained draft fed on the device (in the cycle), with the H100's times (natively,
-    bench/results/README.md): a champion-only cycle 1.35 ms, a drafting cycle in a run of them
-    1.40 ms plus 0.25 ms a draft, and one right after a champion-only cycle 1 ms more (the
-    draft's catch-up and the pipeline's refill); drafts are accepted 2 in 3 (seeded).
-    `untimed`: the guard as built; False: the old rule (every cycle timed), the mutant."""
+def drive_refill(untimed: bool, tree: bool = False,
+                 cycles: int = 200) -> tuple[list[int], object]:
+    """The trained draft fed on the device (in the cycle), with the H100's times (natively):
+    a champion-only cycle 1.35 ms, a drafting cycle in a run of its kind 1.40 ms plus 0.25 ms a
+    draft (a tree 2,2,1's: 0.3 ms more), and one after a cycle of another kind 1 ms more (the
+    draft's catch-up, the pipeline's refill); drafts are accepted 2 in 3, a tree's levels 4 in
+    5 (seeded). `untimed`: the guard as built; False: every cycle timed (the mutant)."""
     rng = random.Random(7)
     sched = schedule.Schedule(schedule.Heuristic(), in_cycle=True)
-    if not untimed:
-        sched.in_cycle = False   # (the rule reads in_cycle: off, every cycle is timed)
     ks, last = [], 0
     for _ in range(cycles):
         k = sched.next_k()
+        kind = 0 if not k else "tree" if tree and sched.tree_pays(k, 2 * k) else "chain"
         n = 0
-        while n < k and rng.random() < 2 / 3:
+        while n < k and rng.random() < (0.8 if kind == "tree" else 2 / 3):
             n += 1
-        refill = 0.001 if k and not last else 0.0
-        sched.observe(k, n, 0.00025 * k, (0.0014 if k else 0.00135) + refill)
+        t = (0.0014 + 0.0003 * (kind == "tree") if k else 0.00135) + \
+            (0.001 if kind and kind != last else 0.0)
+        if not untimed:
+            sched._last_kind = kind   # (the mutant: as though every cycle followed its kind)
+        sched.observe(k, n, 0.00025 * k, t, nodes=2 * k if kind == "tree" else 0)
         ks.append(k)
-        last = k
+        last = kind
     return ks, sched
 
 
 def test_a_probe_is_not_judged_by_its_refill():
     """With drafts made in the cycle, the first drafting cycle after champion-only ones costs
     more than those that follow (the draft catches up on the tokens it sat out; the pipeline
-    refills): timed, every probe measured that, and the guard turned the trained draft off at
-    each (natively on the H100, `--tree 2,2,1` guarded 1.14x against its chain's 1.33x and
-    fixed:3's 1.6x). Untimed, the guard drafts nearly every cycle; the mutant (every cycle
-    timed) drafts in few."""
-    ks, sched = drive_refill(untimed=True)
-    assert sum(k > 0 for k in ks) > 0.9 * len(ks), ks
-    assert sched.stats()["untimed"] >= 1
-    mutant, _ = drive_refill(untimed=False)
-    assert sum(k > 0 for k in mutant) < 0.5 * len(mutant), mutant
+    refills), and so does a chain after a tree and a tree after a chain: timed, every probe
+    measured that, and the guard turned the trained draft off at each (natively on the H100,
+    `--tree 2,2,1` guarded 1.14x against its chain's 1.33x and fixed:3's 1.6x). Untimed, the
+    guard drafts nearly every cycle, chains or trees; the mutant (every cycle timed) drafts in
+    few."""
+    for tree in (False, True):
+        ks, sched = drive_refill(untimed=True, tree=tree)
+        assert sum(k > 0 for k in ks) > 0.9 * len(ks), (tree, ks)
+        assert sched.stats()["untimed"] >= 1
+        mutant, _ = drive_refill(untimed=False, tree=tree)
+        assert sum(k > 0 for k in mutant) < 0.5 * len(mutant), (tree, mutant)
+
+
+def test_a_probe_is_timed_on_its_second_cycle():
+    """A probe while speculation is off is two drafting cycles, the first after champion-only
+    (not timed), the second timed: so when drafting turns cheap the guard learns it and drafts
+    again. The mutant (a probe of one cycle, never timed) stays off for good on the times it
+    measured before."""
+    def drive(two: bool) -> list[int]:
+        sched = schedule.Schedule(schedule.Heuristic(), in_cycle=True)
+        ks, last = [], 0
+        for c in range(700):
+            k = sched.next_k()
+            if not two:
+                sched._probe_left = 0
+            slow = 0.004 if c < 60 else 0.0   # drafting costs 4 ms more for the first 60
+            t = (0.0014 + slow if k else 0.00135) + (0.001 if k and not last else 0.0)
+            sched.observe(k, k, 0.00025 * k, t)
+            ks.append(k)
+            last = k
+        return ks
+    ks = drive(two=True)
+    assert sum(k > 0 for k in ks[20:60]) <= 3, ks          # off while drafting costs
+    assert sum(k > 0 for k in ks[-100:]) > 90, ks          # on again once it does not
+    mutant = drive(two=False)
+    assert sum(k > 0 for k in mutant[-100:]) <= 3, mutant

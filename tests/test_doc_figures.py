@@ -50,6 +50,19 @@ GUARDED, FIXED3 = "models/draft-l4.gguf", "models/draft-l4.gguf fixed:3"
 TREE221 = "models/draft-l4.gguf tree 2,2,1 fixed:3"
 
 
+TREE221_GUARD, TREE211 = "models/draft-l4.gguf tree 2,2,1", "models/draft-l4.gguf tree 2,1,1 fixed:3"
+THIRD = ["h100-dawn-6179483.json", "h100-dawn-6cca397.json", "h100-dawn-6cca397-reversed.json"]
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def tok_s(r: dict, side: str) -> float:
+    """A Dawn side's median tok/s over its prompts."""
+    return r["dawn"][side]["overall"]["tokens_per_s"]["median"]
+
+
 def dawn_speedup(r: dict, side: str) -> float:
     """h100-dawn.json: a side's median speedup prompt by prompt over Dawn's champion alone (the
     dawn table's, webtools/gpu_tables.py)."""
@@ -245,6 +258,25 @@ FIGURES = [
            "every prompt), {1.46}x over Dawn's champion\n  alone as the guard chooses k ({1.65}x at "
            "`--k fixed:3`), n-gram {1.18}x", "h100-dawn.json", lambda r: [
                dawn_speedup(r, GUARDED), dawn_speedup(r, FIXED3), dawn_speedup(r, "ngram")]),
+    Figure(B, "Dawn's champion alone ran at\n{582}, {393} and {449} tok/s against native's {665}, "
+           "{680} and {683} in the same calls (its host time a cycle\n{1.12}, {1.69} and {1.51} ms",
+           "h100-dawn-6179483.json", lambda r: [
+               *[tok_s(load(f), "champion-only") for f in THIRD],
+               *[load(f)["native"]["champion_tok_s"] for f in THIRD],
+               *[load(f)["dawn"]["champion-only"]["overall"]["host_ms_per_cycle"] for f in THIRD]]),
+    Figure(B, "in the first run its median tok/s was {0.85}x the guarded chain's, and n-gram's\n"
+           "  `--tree auto` {1.09}x its chain's", "h100-dawn-6cca397.json", lambda r: [
+               tok_s(r, TREE221_GUARD) / tok_s(r, GUARDED),
+               tok_s(r, "ngram tree auto") / tok_s(r, "ngram")]),
+    Figure(B, "in the reversed run {0.83}x and {1.30}x", "h100-dawn-6cca397-reversed.json",
+           lambda r: [tok_s(r, TREE221_GUARD) / tok_s(r, GUARDED),
+                      tok_s(r, "ngram tree auto") / tok_s(r, "ngram")]),
+    Figure(B, "before the fix {0.99}x ({0.73}x)", "h100-dawn-6179483.json",
+           lambda r: [tok_s(r, TREE211) / tok_s(r, FIXED3), tok_s(r, TREE221) / tok_s(r, FIXED3)]),
+    Figure(B, "after it {0.97}x ({0.90}x)", "h100-dawn-6cca397.json",
+           lambda r: [tok_s(r, TREE211) / tok_s(r, FIXED3), tok_s(r, TREE221) / tok_s(r, FIXED3)]),
+    Figure(B, "reversed\n  {1.08}x ({0.98}x)", "h100-dawn-6cca397-reversed.json",
+           lambda r: [tok_s(r, TREE211) / tok_s(r, FIXED3), tok_s(r, TREE221) / tok_s(r, FIXED3)]),
     Figure(B, "there the guarded trained draft ran at {0.95}x", "h100-dawn-1f97119.json",
            lambda r: [dawn_speedup(r, GUARDED)]),
     Figure(B, "under `--k heuristic` {31} of its {259} cycles took\n  more than {4} ms of host "

@@ -87,6 +87,11 @@ class CostModel:
                 self.t_draft = _push_median(self._draft_samples, t_draft / k)
         self.score(k, n_accepted, cls)
 
+    @property
+    def trees_measured(self) -> bool:
+        """Whether any tree cycle has been timed (`tree_rate` then predicts from it)."""
+        return any(self._tree_samples.values())
+
     def tree_rate(self, depth: int, nodes: int) -> float | None:
         """Predicted tokens per second of trees `depth` deep: E = 1 + sum_j prod_{i<=j} a_i with
         a_i a tree's acceptance at depth i + 1, drawn toward the chain's (which a tree's first

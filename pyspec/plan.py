@@ -114,7 +114,8 @@ def use(engine, req: Request, drafter) -> None:
             (engine.adapter, name, "in_cycle" if req.in_cycle else req.pipelined), {})
         req.scheds[label] = schedule.Schedule(
             schedule.parse(req.opts.k) if req.scheds else req.policy,
-            req.pipelined and not req.in_cycle, timing, shadowed, in_cycle=req.in_cycle)
+            req.pipelined and not req.in_cycle, timing, shadowed, in_cycle=req.in_cycle,
+            tree_nodes=drafter.nodes if isinstance(drafter, TreeDrafter) else None)
     req.sched = req.scheds[label]
 
 

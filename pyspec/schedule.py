@@ -160,8 +160,9 @@ class Schedule:
     """A policy plus, when the policy is guarded, the break-even guard. One per request."""
 
     def __init__(self, policy: Policy, pipelined: bool = False, timing: dict | None = None,
-                 shadowed: bool = False, in_cycle: bool = False):
+                 shadowed: bool = False, in_cycle: bool = False, tree_nodes=None):
         self.policy = policy
+        self.tree_nodes = tree_nodes   # under --tree: depth -> the tree's nodes (TreeDrafter.nodes)
         self.pipelined = pipelined   # champion-only cycles go ahead: baselines are two cycles
         self.shadowed = shadowed     # previews are scored (`shadow`): no probes needed
         self.in_cycle = in_cycle     # drafts looked up in the cycle: no previews needed first
@@ -265,6 +266,9 @@ class Schedule:
         # serial step of a model and later positions are accepted less often, that is often
         # fewer than k (on the H200 the trained draft at fixed:2 ran 1.34x, at fixed:4 1.00x).
         paying = [j for j in range(1, k + 1) if (rates[j] or 0) > MARGIN * base]
+        tree = 0 if paying else self._tree_depth(k, base)
+        if tree:   # no chain pays, a measured tree does: tree_pays then drafts it
+            return tree
         if paying:
             if self.off:   # shadowed: the previews say it pays now
                 self.off, self.since_probe = False, 0
@@ -299,6 +303,17 @@ class Schedule:
             self.probe_every = PROBE_MAX if hopeless else min(2 * self.probe_every, PROBE_MAX)
         self.counts["guard_off"] += 1
         return 0
+
+    def _tree_depth(self, k: int, base: float) -> int:
+        """Under --tree, once a tree has been measured: the depth (at most k) whose tree is
+        predicted fastest, where that beats champion-only; else 0. Where no chain pays, this
+        keeps `--tree` drafting its trees rather than nothing (a tree verifies more tokens a pass
+        than its chain for a little more time)."""
+        if self.tree_nodes is None or not self.cost.trees_measured:
+            return 0
+        rates = {j: self.cost.tree_rate(j, self.tree_nodes(j)) or 0.0 for j in range(1, k + 1)}
+        best = max(rates, key=rates.__getitem__)
+        return best if rates[best] > MARGIN * base else 0
 
     def _could_pay(self, k: int, cls: int | None = None) -> bool:
         """Whether some j <= k would beat champion-only if drafting were free and a pass over

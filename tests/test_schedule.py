@@ -514,3 +514,30 @@ def test_a_probe_is_timed_on_its_second_cycle():
     assert sum(k > 0 for k in ks[-100:]) > 90, ks          # on again once it does not
     mutant = drive(two=False)
     assert sum(k > 0 for k in mutant[-100:]) <= 3, mutant
+
+
+def test_a_tree_that_pays_is_drafted_where_no_chain_does():
+    """--tree under the guard, drafts made in the cycle: where no chain beats champion-only
+    but a measured tree does (its levels accepted 9 in 10 where a chain's drafts are accepted
+    1 in 4, for a little more time), the guard drafts the tree rather than nothing. The mutant
+    (the guard blind to trees: no `tree_nodes`) drafts nothing once the chains are measured."""
+    def drive(sees_trees: bool) -> tuple[list[str], object]:
+        rng = random.Random(3)
+        sched = schedule.Schedule(schedule.Heuristic(), in_cycle=True,
+                                  tree_nodes=(lambda d: 2 * d) if sees_trees else None)
+        kinds, last = [], 0
+        for _ in range(300):
+            k = sched.next_k()
+            kind = 0 if not k else "tree" if sched.tree_pays(k, 2 * k) else "chain"
+            n = 0
+            while n < k and rng.random() < (0.9 if kind == "tree" else 0.25):
+                n += 1
+            t = 0.00135 if not k else 0.0016 + 0.0002 * (kind == "tree")
+            sched.observe(k, n, 0.00025 * k, t, nodes=2 * k if kind == "tree" else 0)
+            kinds.append(kind)
+            last = kind
+        return kinds, sched
+    kinds, sched = drive(sees_trees=True)
+    assert kinds[-100:].count("tree") > 90, kinds
+    mutant, _ = drive(sees_trees=False)
+    assert mutant[-100:].count(0) > 90, mutant

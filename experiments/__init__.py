@@ -26,6 +26,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyspec.apps import provenance
+
 HERE = Path(__file__).resolve().parent
 
 # The public workload's argument, as the commands give it (run from the repository root).
@@ -436,11 +438,6 @@ def experiment_of(name: str) -> str | None:
     return None
 
 
-# Where scratch folders of a run lie: the runner's git archive (experiments/run.py) and the GPU
-# machine's work folder (scripts/h200.sh's $W), written as the names their commands use.
-SCRATCH = ((r"^/.*/(workloads/[\w.-]+)$", r"\1"), (r"^/tmp/pyspec/", "$W/"))
-
-
 def normal(command) -> list[str]:
     """A recorded command (as run) in the registry's terms: no interpreter, its --out folder
     written {out}, the workload's path relative to the tree it ran in, the GPU machine's work
@@ -454,11 +451,4 @@ def normal(command) -> list[str]:
     moved = re.fullmatch(r"scripts/(\w+)\.py", args[0]) if args else None
     if moved and (HERE / f"{moved[1]}.py").is_file():
         args = ["-m", f"experiments.{moved[1]}", *args[1:]]
-    out = []
-    for prev, a in zip([None, *args], args):
-        if prev == "--out":
-            a = "{out}"
-        for pattern, to in SCRATCH:
-            a = re.sub(pattern, to, a)
-        out.append(a)
-    return out
+    return provenance.portable(args)

@@ -141,3 +141,17 @@ def test_only_the_top_of_a_checkout_names_a_commit(monkeypatch):
     monkeypatch.setenv("PYSPEC_COMMIT", "c" * 40)
     assert provenance.git_commit(inner)["commit"] == "c" * 40
     assert len(provenance.git_commit()["commit"]) == 40
+
+
+def test_a_recorded_command_names_no_path_of_its_machine(monkeypatch):
+    """The command a result file keeps reads the same wherever it ran: the checkout's own paths
+    relative, the GPU machine's work folder $W, the output folder {out}. A file quoting
+    /tmp/pyspec/payload/champ.gguf or /root/out/native names one machine's folders."""
+    root = provenance.ROOT
+    monkeypatch.setattr(provenance.sys, "orig_argv", [
+        "/usr/bin/python3", "-m", "pyspec", "bench", "--champion", "/tmp/pyspec/payload/champ.gguf",
+        "--workload", f"{root}/workloads/public.jsonl", "--out", "/root/out/native",
+        f"{root}/models/draft-l4.gguf", "--out=/tmp/experiment-x"])
+    assert provenance.command() == (
+        "python -m pyspec bench --champion '$W/payload/champ.gguf' --workload "
+        "workloads/public.jsonl --out '{out}' models/draft-l4.gguf '--out={out}'")

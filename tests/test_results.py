@@ -126,3 +126,11 @@ def test_a_legacy_file_is_marked_wherever_a_page_quotes_it():
             for name in set(re.findall(r"bench/results/([\w.-]+\.json)", unit)) & set(LEGACY):
                 assert "legacy" in unit.lower(), \
                     f"{page.name} quotes {name} without saying it is legacy: {unit[:160]!r}"
+
+
+def test_no_result_file_names_a_folder_of_the_machine_it_ran_on():
+    """Commands are kept portable (provenance.portable): no /tmp, /root, /home or /work path."""
+    machine = re.compile(r"(?<![\w.$])/(?:tmp|root|home|work)/")
+    for path in sorted(RESULTS.glob("*.json")):
+        for line in path.read_text().splitlines():
+            assert not machine.search(line), f"{path.name}: {line.strip()[:160]}"

@@ -107,10 +107,33 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+# Folders a command names that are its machine's, not the measurement's, as the file writes them:
+# a checkout's workload or script (relative to the tree), the GPU machine's work folder
+# (scripts/h200.sh's $W); the --out folder is written {out}.
+SCRATCH = ((r"^/.*/((?:workloads|experiments|scripts)/[\w.-]+)$", r"\1"), (r"^/tmp/pyspec/", "$W/"))
+
+
+def portable(args: list[str]) -> list[str]:
+    """A command's arguments without the paths of the machine it ran on (SCRATCH, the
+    checkout's own root), so a result file reads the same wherever it was made."""
+    root, out = str(ROOT) + "/", []
+    for prev, a in zip([None, *args], args):
+        if prev == "--out":
+            a = "{out}"
+        elif a.startswith("--out="):
+            a = "--out={out}"
+        a = a.removeprefix(root)
+        for pattern, to in SCRATCH:
+            a = re.sub(pattern, to, a)
+        out.append(a)
+    return out
+
+
 def command() -> str:
-    """The command line as run, the interpreter written `python` (its path names a machine)."""
+    """The command line as run, the interpreter written `python` (its path names a machine) and
+    its paths portable."""
     argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
-    return shlex.join(["python", *argv[1:]])
+    return shlex.join(["python", *portable(argv[1:])])
 
 
 def check_tree(allow_dirty: str | None = None) -> dict:

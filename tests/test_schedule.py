@@ -449,30 +449,36 @@ def test_a_measured_tree_gets_its_chain_measured_beside_it():
     assert max(ks) > 1, ks
 
 
-def drive_refill(untimed: bool, tree: bool = False,
-                 cycles: int = 200) -> tuple[list[int], object]:
-    """The trained draft fed on the device (in the cycle), with the H100's times (natively):
-    a champion-only cycle 1.35 ms, a drafting cycle in a run of its kind 1.40 ms plus 0.25 ms a
-    draft (a tree 2,2,1's: 0.3 ms more), and one after a cycle of another kind 1 ms more (the
-    draft's catch-up, the pipeline's refill); drafts are accepted 2 in 3, a tree's levels 4 in
-    5 (seeded). `untimed`: the guard as built; False: every cycle timed (the mutant)."""
-    rng = random.Random(7)
-    sched = schedule.Schedule(schedule.Heuristic(), in_cycle=True)
-    ks, last = [], 0
-    for _ in range(cycles):
+def simulate(sched, cycles: int, accept, cost, tree: bool = False, seed: int = 7,
+             before=None) -> list[tuple[int, object]]:
+    """A guarded Schedule with drafts made in the cycle (a draft model fed on the device): each
+    cycle's k from the guard (under `tree`, a tree of 2 nodes a level where tree_pays says so),
+    each draft accepted with probability accept(kind) (seeded), the cycle's time
+    cost(cycle, k, kind, the last cycle's kind) and 0.25 ms a draft; `before(sched, kind)` runs
+    before each observation (a mutant's hook). Returns each cycle's (k, kind: 0, chain, tree)."""
+    rng, out, last = random.Random(seed), [], 0
+    for c in range(cycles):
         k = sched.next_k()
         kind = 0 if not k else "tree" if tree and sched.tree_pays(k, 2 * k) else "chain"
         n = 0
-        while n < k and rng.random() < (0.8 if kind == "tree" else 2 / 3):
+        while n < k and rng.random() < accept(kind):
             n += 1
-        t = (0.0014 + 0.0003 * (kind == "tree") if k else 0.00135) + \
-            (0.001 if kind and kind != last else 0.0)
-        if not untimed:
-            sched._last_kind = kind   # (the mutant: as though every cycle followed its kind)
-        sched.observe(k, n, 0.00025 * k, t, nodes=2 * k if kind == "tree" else 0)
-        ks.append(k)
+        if before is not None:
+            before(sched, kind)
+        sched.observe(k, n, 0.00025 * k, cost(c, k, kind, last),
+                      nodes=2 * k if kind == "tree" else 0)
+        out.append((k, kind))
         last = kind
-    return ks, sched
+    return out
+
+
+def refill_cost(c: int, k: int, kind, last) -> float:
+    """The H100's times natively: a champion-only cycle 1.35 ms, a drafting cycle in a run of
+    its kind 1.40 ms (a tree 2,2,1's 0.3 ms more), one after a cycle of another kind 1 ms more
+    (the draft's catch-up, the pipeline's refill)."""
+    if not k:
+        return 0.00135
+    return 0.0014 + 0.0003 * (kind == "tree") + (0.001 if kind != last else 0.0)
 
 
 def test_a_probe_is_not_judged_by_its_refill():
@@ -481,13 +487,17 @@ def test_a_probe_is_not_judged_by_its_refill():
     refills), and so does a chain after a tree and a tree after a chain: timed, every probe
     measured that, and the guard turned the trained draft off at each (natively on the H100,
     `--tree 2,2,1` guarded 1.14x against its chain's 1.33x and fixed:3's 1.6x). Untimed, the
-    guard drafts nearly every cycle, chains or trees; the mutant (every cycle timed) drafts in
-    few."""
+    guard drafts nearly every cycle, chains or trees (drafts accepted 2 in 3, a tree's levels
+    4 in 5); the mutant (every cycle timed) drafts in few."""
+    accept = lambda kind: 0.8 if kind == "tree" else 2 / 3   # noqa: E731
     for tree in (False, True):
-        ks, sched = drive_refill(untimed=True, tree=tree)
+        sched = schedule.Schedule(schedule.Heuristic(), in_cycle=True)
+        ks = [k for k, _ in simulate(sched, 200, accept, refill_cost, tree)]
         assert sum(k > 0 for k in ks) > 0.9 * len(ks), (tree, ks)
         assert sched.stats()["untimed"] >= 1
-        mutant, _ = drive_refill(untimed=False, tree=tree)
+        timed_all = lambda sched, kind: setattr(sched, "_last_kind", kind)   # noqa: E731
+        mutant = [k for k, _ in simulate(schedule.Schedule(schedule.Heuristic(), in_cycle=True),
+                                         200, accept, refill_cost, tree, before=timed_all)]
         assert sum(k > 0 for k in mutant) < 0.5 * len(mutant), (tree, mutant)
 
 
@@ -496,23 +506,16 @@ def test_a_probe_is_timed_on_its_second_cycle():
     (not timed), the second timed: so when drafting turns cheap the guard learns it and drafts
     again. The mutant (a probe of one cycle, never timed) stays off for good on the times it
     measured before."""
-    def drive(two: bool) -> list[int]:
+    def cost(c, k, kind, last):   # drafting costs 4 ms more for the first 60 cycles
+        return refill_cost(c, k, kind, last) + (0.004 if k and c < 60 else 0.0)
+
+    def drive(before=None) -> list[int]:
         sched = schedule.Schedule(schedule.Heuristic(), in_cycle=True)
-        ks, last = [], 0
-        for c in range(700):
-            k = sched.next_k()
-            if not two:
-                sched._probe_left = 0
-            slow = 0.004 if c < 60 else 0.0   # drafting costs 4 ms more for the first 60
-            t = (0.0014 + slow if k else 0.00135) + (0.001 if k and not last else 0.0)
-            sched.observe(k, k, 0.00025 * k, t)
-            ks.append(k)
-            last = k
-        return ks
-    ks = drive(two=True)
+        return [k for k, _ in simulate(sched, 700, lambda kind: 1.0, cost, before=before)]
+    ks = drive()
     assert sum(k > 0 for k in ks[20:60]) <= 3, ks          # off while drafting costs
     assert sum(k > 0 for k in ks[-100:]) > 90, ks          # on again once it does not
-    mutant = drive(two=False)
+    mutant = drive(before=lambda sched, kind: setattr(sched, "_probe_left", 0))
     assert sum(k > 0 for k in mutant[-100:]) <= 3, mutant
 
 
@@ -521,23 +524,14 @@ def test_a_tree_that_pays_is_drafted_where_no_chain_does():
     but a measured tree does (its levels accepted 9 in 10 where a chain's drafts are accepted
     1 in 4, for a little more time), the guard drafts the tree rather than nothing. The mutant
     (the guard blind to trees: no `tree_nodes`) drafts nothing once the chains are measured."""
-    def drive(sees_trees: bool) -> tuple[list[str], object]:
-        rng = random.Random(3)
+    def drive(sees_trees: bool) -> list:
         sched = schedule.Schedule(schedule.Heuristic(), in_cycle=True,
                                   tree_nodes=(lambda d: 2 * d) if sees_trees else None)
-        kinds, last = [], 0
-        for _ in range(300):
-            k = sched.next_k()
-            kind = 0 if not k else "tree" if sched.tree_pays(k, 2 * k) else "chain"
-            n = 0
-            while n < k and rng.random() < (0.9 if kind == "tree" else 0.25):
-                n += 1
-            t = 0.00135 if not k else 0.0016 + 0.0002 * (kind == "tree")
-            sched.observe(k, n, 0.00025 * k, t, nodes=2 * k if kind == "tree" else 0)
-            kinds.append(kind)
-            last = kind
-        return kinds, sched
-    kinds, sched = drive(sees_trees=True)
+        return [kind for _, kind in simulate(
+            sched, 300, lambda kind: 0.9 if kind == "tree" else 0.25,
+            lambda c, k, kind, last: 0.0016 + 0.0002 * (kind == "tree") if k else 0.00135,
+            tree=True, seed=3)]
+    kinds = drive(sees_trees=True)
     assert kinds[-100:].count("tree") > 90, kinds
-    mutant, _ = drive(sees_trees=False)
+    mutant = drive(sees_trees=False)
     assert mutant[-100:].count(0) > 90, mutant

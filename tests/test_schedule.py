@@ -433,40 +433,36 @@ def test_a_measured_tree_gets_its_chain_measured_beside_it():
     The bug this catches (through Dawn on the H100): trees compared only with champion-only,
     drafted at k = 1 every cycle of the request, the draft's time never measured."""
     sched = schedule.Schedule(schedule.Heuristic(), shadowed=True, in_cycle=True)
-    ks, trees = [], []
-    for c in range(40):
-        k = sched.next_k()
-        if k and sched.tree_pays(k, 4):
-            trees.append(c)
-            sched.observe(k, k, 0.0, 0.0021, nodes=4)     # a tree: a little more than a chain
-        else:
-            sched.observe(k, k, 0.0001 * k, 0.0020 + 5e-5 * k)
-        ks.append(k)
-        if k == 0:
-            sched.shadow(4, 4)
+    def cost(c, k, kind, last):   # a tree: a little more than a chain
+        return (0.0, 0.0021) if kind == "tree" else (0.0001 * k, 0.0020 + 5e-5 * k)
+    ran = simulate(sched, 40, lambda kind: 1.0, cost, tree=True, nodes=lambda k: 4,
+                   after=lambda sched, k: k or sched.shadow(4, 4))
+    ks, trees = [k for k, _ in ran], [c for c, (_, kind) in enumerate(ran) if kind == "tree"]
     assert sched.cost.t_draft is not None
     assert len(trees) < 5, trees
     assert max(ks) > 1, ks
 
 
 def simulate(sched, cycles: int, accept, cost, tree: bool = False, seed: int = 7,
-             before=None) -> list[tuple[int, object]]:
-    """A guarded Schedule with drafts made in the cycle (a draft model fed on the device): each
-    cycle's k from the guard (under `tree`, a tree of 2 nodes a level where tree_pays says so),
-    each draft accepted with probability accept(kind) (seeded), the cycle's time
-    cost(cycle, k, kind, the last cycle's kind) and 0.25 ms a draft; `before(sched, kind)` runs
-    before each observation (a mutant's hook). Returns each cycle's (k, kind: 0, chain, tree)."""
+             nodes=lambda k: 2 * k, before=None, after=None) -> list[tuple[int, object]]:
+    """A guarded Schedule driven as the engine drives it: each cycle's k from the guard (under
+    `tree`, a tree of nodes(k) nodes where tree_pays says so), each draft accepted with
+    probability accept(kind) (seeded), the cycle's (draft seconds, the rest) cost(cycle, k,
+    kind, the last cycle's kind); `before(sched, kind)` runs before each observation (a
+    mutant's hook), `after(sched, k)` after it (previews). Returns each cycle's (k, kind: 0,
+    chain, tree)."""
     rng, out, last = random.Random(seed), [], 0
     for c in range(cycles):
         k = sched.next_k()
-        kind = 0 if not k else "tree" if tree and sched.tree_pays(k, 2 * k) else "chain"
+        kind = 0 if not k else "tree" if tree and sched.tree_pays(k, nodes(k)) else "chain"
         n = 0
         while n < k and rng.random() < accept(kind):
             n += 1
         if before is not None:
             before(sched, kind)
-        sched.observe(k, n, 0.00025 * k, cost(c, k, kind, last),
-                      nodes=2 * k if kind == "tree" else 0)
+        sched.observe(k, n, *cost(c, k, kind, last), nodes=nodes(k) if kind == "tree" else 0)
+        if after is not None:
+            after(sched, k)
         out.append((k, kind))
         last = kind
     return out
@@ -477,8 +473,8 @@ def refill_cost(c: int, k: int, kind, last) -> float:
     its kind 1.40 ms (a tree 2,2,1's 0.3 ms more), one after a cycle of another kind 1 ms more
     (the draft's catch-up, the pipeline's refill)."""
     if not k:
-        return 0.00135
-    return 0.0014 + 0.0003 * (kind == "tree") + (0.001 if kind != last else 0.0)
+        return 0.0, 0.00135
+    return 0.00025 * k, 0.0014 + 0.0003 * (kind == "tree") + (0.001 if kind != last else 0.0)
 
 
 def test_a_probe_is_not_judged_by_its_refill():
@@ -507,7 +503,8 @@ def test_a_probe_is_timed_on_its_second_cycle():
     again. The mutant (a probe of one cycle, never timed) stays off for good on the times it
     measured before."""
     def cost(c, k, kind, last):   # drafting costs 4 ms more for the first 60 cycles
-        return refill_cost(c, k, kind, last) + (0.004 if k and c < 60 else 0.0)
+        t_draft, rest = refill_cost(c, k, kind, last)
+        return t_draft, rest + (0.004 if k and c < 60 else 0.0)
 
     def drive(before=None) -> list[int]:
         sched = schedule.Schedule(schedule.Heuristic(), in_cycle=True)
@@ -529,7 +526,8 @@ def test_a_tree_that_pays_is_drafted_where_no_chain_does():
                                   tree_nodes=(lambda d: 2 * d) if sees_trees else None)
         return [kind for _, kind in simulate(
             sched, 300, lambda kind: 0.9 if kind == "tree" else 0.25,
-            lambda c, k, kind, last: 0.0016 + 0.0002 * (kind == "tree") if k else 0.00135,
+            lambda c, k, kind, last: (0.00025 * k, 0.0016 + 0.0002 * (kind == "tree") if k
+                                      else 0.00135),
             tree=True, seed=3)]
     kinds = drive(sees_trees=True)
     assert kinds[-100:].count("tree") > 90, kinds

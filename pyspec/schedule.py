@@ -337,10 +337,12 @@ class Schedule:
         chain, a chain after a tree) teaches its acceptance but not its times: it refills what
         the cycle before left (the draft's catch-up on the tokens it sat out, the pipeline, a
         tree's rows moved into place), so it costs more than one in a run of its kind (the
-        trained draft natively on the H100: 2.3 ms against 1.4 after champion-only, 3.6 after
-        a tree). Timed, every probe measured that refill, so the guard turned speculation off
-        at each probe, and `--tree 2,2,1` with the trained draft ran 1.14x where its chain ran
-        1.33x and `--k fixed:3` 1.6x. A probe is two drafting cycles, the second timed."""
+        trained draft natively on an H100, a diagnostic log of every cycle kept in no result
+        file: 2.3 ms against 1.4 after champion-only, up to 3.6 after a tree). Timed, every
+        probe measured that refill and the guard turned speculation off at each: through Dawn
+        `--tree 2,2,1` guarded drafted 1.32 tokens a pass against its chain's 2.00
+        (bench/results/h100-dawn-6179483.json). A probe is two drafting cycles, the second
+        timed."""
         self.k_history[k] = self.k_history.get(k, 0) + 1
         kind = 0 if not k else "tree" if nodes else "chain"
         timed = not (self.in_cycle and kind and kind != self._last_kind)

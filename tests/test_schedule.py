@@ -481,8 +481,8 @@ def test_a_probe_is_not_judged_by_its_refill():
     """With drafts made in the cycle, the first drafting cycle after champion-only ones costs
     more than those that follow (the draft catches up on the tokens it sat out; the pipeline
     refills), and so does a chain after a tree and a tree after a chain: timed, every probe
-    measured that, and the guard turned the trained draft off at each (natively on the H100,
-    `--tree 2,2,1` guarded 1.14x against its chain's 1.33x and fixed:3's 1.6x). Untimed, the
+    measured that, and the guard turned the trained draft off at each (through Dawn, `--tree
+    2,2,1` guarded drafted 1.32 tokens a pass against its chain's 2.00). Untimed, the
     guard drafts nearly every cycle, chains or trees (drafts accepted 2 in 3, a tree's levels
     4 in 5); the mutant (every cycle timed) drafts in few."""
     accept = lambda kind: 0.8 if kind == "tree" else 2 / 3   # noqa: E731

@@ -139,11 +139,21 @@ def test_rejection_equals_the_native_gpu_engine_seed_by_seed(gpu_page, native_wg
                 spec = run(page, PROMPT, {"draft": draft, **options})
             assert spec["receipt"]["verify"] == "rejection"
             wgpu = native_wgpu(draft, **options)
-            assert spec["tokens"] == wgpu.tokens, (draft, seed, spec["receipt"]["faults"])
+            assert spec["tokens"] == wgpu.tokens, _parted(draft, seed, spec, wgpu)
             for key in DECISIONS:
                 assert spec["stats"][key] == wgpu.stats[key], (draft, seed, key)
             seen += spec["stats"]["drafted"]
     assert seen > 0
+
+
+def _parted(draft, seed, spec, wgpu) -> str:
+    """Where the page's tokens and wgpu-py's parted, and what each side decided: enough to tell
+    a kernel's difference (same decisions until the token) from the cycles' (a decision first)."""
+    a, b = spec["tokens"], wgpu.tokens
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    sides = {key: (spec["stats"][key], wgpu.stats[key]) for key in DECISIONS}
+    return (f"{draft} seed {seed}: parted at token {at} ({a[at:at + 3]} vs {b[at:at + 3]}); "
+            f"page, wgpu-py: {sides}; page faults {spec['receipt']['faults']}")
 
 
 def test_the_pages_draft_model_drafts_on_the_device(browser, site_url, tiny_path, site_root, need,

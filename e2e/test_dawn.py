@@ -8,6 +8,10 @@ PYSPEC_REQUIRE=dawn makes that a failure.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+
 import pytest
 
 from e2e.pageutil import native_generate
@@ -120,3 +124,39 @@ def test_the_pages_cycle_is_one_submission_and_one_readback_on_a_null_gpu(harnes
     assert cycles <= asked["maps"] <= cycles + 3, (asked, timing)
     if "draft_model" in drafting:
         assert run["stats"]["draft_path"] == "device" and timing["drafted_on_host"] == 0
+
+
+def test_sides_run_interleaved_in_one_process_each_with_its_own_options(harness, site_root,
+                                                                        tiny_path, tmp_path):
+    """`--sides` (scripts/h200.sh dawn_mixed): every prompt once per side in one process, the
+    sides' order rotating by prompt, each request with its side's options (its drafter, its
+    tree), greedy tokens champion-only's on every side; `--split` writes one answer per side,
+    as one process per side would have."""
+    close = str(site_root / "models" / "tiny-close.gguf")
+    workload = tmp_path / "w.jsonl"
+    prompts = ["the cat sat on the mat. the cat", "one two three one two three one",
+               "a b c a b c a b"]
+    workload.write_text("".join(json.dumps({"id": f"p{i}", "stratum": "s", "messages": [
+        {"role": "user", "content": p}]}) + "\n" for i, p in enumerate(prompts)))
+    sides = {"none": {"draft": "none"}, "ngram-tree": {"draft": "ngram", "tree": "auto"},
+             "model": {"draft": "model", "k": "fixed:3"}}
+    argv = ["--champion", tiny_path, "--site", str(site_root), "--backend", "cpu",
+            "--draft-model", close, "--workload", str(workload), "--max-tokens", "12",
+            "--sides", json.dumps(sides), "--split", str(tmp_path / "split")]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert dawn.main(argv) == 0
+    runs = json.loads(printed.getvalue())["runs"]
+    assert [r["side"] for r in runs] == ["none", "ngram-tree", "model",
+                                         "ngram-tree", "model", "none",
+                                         "model", "none", "ngram-tree"]
+    drafter = {"none": "none", "ngram-tree": "ngram", "model": "model:tiny-close.gguf"}
+    alone = {r["id"]: r["tokens"] for r in runs if r["side"] == "none"}
+    for r in runs:
+        assert r["stats"]["drafter"] == drafter[r["side"]], r["stats"]
+        assert r["tokens"] == alone[r["id"]], r["side"]
+    assert any(r["stats"]["schedule"].get("trees") for r in runs if r["side"] == "ngram-tree")
+    assert all(r["stats"]["drafted"] > 0 for r in runs if r["side"] == "model")
+    for side in sides:
+        part = json.loads((tmp_path / "split" / f"dawn-{side}.json").read_text())
+        assert [r["id"] for r in part["runs"]] == ["p0", "p1", "p2"]
+        assert {r["side"] for r in part["runs"]} == {side} and part["ready"]["draft"] == "model"

@@ -267,11 +267,13 @@ EXPERIMENTS: dict[str, Experiment] = {
         "2,2,1 guarded and at fixed:3, 2,1,1 at fixed:3), before (6179483) and after (6cca397) "
         "the guard stopped timing a probe's refill; after: twice in one call, the sides in "
         "reverse order the second time (this machine's host time per cycle drifted between "
-        "processes)",
+        "processes); at 609d0a7 (probes and tree/chain switches untimed, trees drafted where "
+        "no chain pays) four times in one lease, each in another order",
         (bench_native("--champion", "$W/payload/champ.gguf", "--per-stratum", "1", "--max-tokens",
                       "64", "--drafts", "ngram,models/draft-l4.gguf"), module("dawn_report")),
         {f"h100-dawn-{tag}.{ext}": f"h100-dawn-{tag}.{ext}"
-         for tag in ("6179483", "6cca397", "6cca397-reversed") for ext in ("json", "png")},
+         for tag in ("6179483", "6cca397", "6cca397-reversed", "609d0a7", "609d0a7-reversed",
+                     "609d0a7-order3", "609d0a7-order4") for ext in ("json", "png")},
         machine="gpu"),
     "shader-ab": Experiment(
         "chain passes with two shader folders, interleaved: did a shader change slow chains? "

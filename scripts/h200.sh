@@ -189,16 +189,53 @@ for it in first_per_stratum(read_workload(sys.argv[1]), int(sys.argv[2])):
     print(json.dumps(it))' workloads/public.jsonl "${PER_STRATUM:-1}" > "$W/sample.jsonl"
 }
 
+native_bench() {   # native wgpu-py on the sample: champion-only, n-gram, the trained draft
+    sample
+    PYTHONPATH="$W/site:." timeout 150 python3 -m pyspec bench --backend wgpu \
+        --champion "$P/champ.gguf" --per-stratum "${PER_STRATUM:-1}" \
+        --max-tokens "${MAX_TOKENS:-64}" --drafts ngram,models/draft-l4.gguf \
+        --out "$OUT/native" 2>&1 | tail -4
+}
+
+dawn_mixed() {
+    # `dawn`'s sides (DAWN_SIDES; the null GPU's excepted) in one Node process, each prompt once
+    # per side in an order that rotates by prompt (webtools/dawn.mjs --sides), so that the sides
+    # share one pace: on the H100 host of the third lease one side's host time per cycle moved
+    # between 1.0 and 3.1 ms from one process to the next (bench/results/h100-dawn-609d0a7*.json).
+    # The trained draft is loaded for every side; its sides ask for draft "model", the others
+    # for "none" or "ngram". The same files as `dawn` (dawn-SIDE.json, native/), one warm-up
+    # per side.
+    dawn_env
+    native_bench
+    local d sides=""
+    for d in ${DAWN_SIDES:-none ngram ngram-tree trained trained-fixed3 trained-tree-guard}; do
+        case $d in
+            none) sides+=",\"none\": {\"draft\": \"none\"}";;
+            ngram) sides+=",\"ngram\": {\"draft\": \"ngram\"}";;
+            ngram-tree) sides+=",\"ngram-tree\": {\"draft\": \"ngram\", \"tree\": \"auto\"}";;
+            trained) sides+=",\"trained\": {\"draft\": \"model\"}";;
+            trained-fixed3) sides+=",\"$d\": {\"draft\": \"model\", \"k\": \"fixed:3\"}";;
+            trained-tree) sides+=",\"$d\": {\"draft\": \"model\", \"tree\": \"2,2,1\", \"k\": \"fixed:3\"}";;
+            trained-tree-guard) sides+=",\"$d\": {\"draft\": \"model\", \"tree\": \"2,2,1\"}";;
+            trained-tree-211) sides+=",\"$d\": {\"draft\": \"model\", \"tree\": \"2,1,1\", \"k\": \"fixed:3\"}";;
+            *) echo "dawn_mixed: no side $d"; return 2;;
+        esac
+    done
+    timeout "${DAWN_TIMEOUT:-480}" python3 -m webtools.dawn --site "$W/dawn/site" \
+        --champion "$P/champ.gguf" --backend webgpu --draft-model models/draft-l4.gguf \
+        --draft-vocab models/draft-l4.vocab.json --workload "$W/sample.jsonl" \
+        --max-tokens "${MAX_TOKENS:-64}" --warmup 1 --sides "{${sides#,}}" --split "$OUT" \
+        > "$OUT/dawn-mixed.json" 2>> "$OUT/dawn.err"
+    echo "dawn_mixed: exit $? $(tail -c 200 "$OUT/dawn.err")"
+}
+
 dawn() {
     # The public workload (PER_STRATUM prompts of each stratum, MAX_TOKENS each): native wgpu-py's
     # bench (champion-only beside n-gram and the trained draft, a warm-up first), then the same
     # prompts through Dawn, each side warmed up once: champion-only, n-gram, the trained draft.
     dawn_env
-    local per=${PER_STRATUM:-1} max=${MAX_TOKENS:-64} d
-    sample
-    PYTHONPATH="$W/site:." timeout 150 python3 -m pyspec bench --backend wgpu \
-        --champion "$P/champ.gguf" --per-stratum "$per" \
-        --max-tokens "$max" --drafts ngram,models/draft-l4.gguf --out "$OUT/native" 2>&1 | tail -4
+    local max=${MAX_TOKENS:-64} d
+    native_bench
     # trained: the draft model on the device in the page (stats draft_path "device"), guarded
     # and at fixed:3; null-*: the same stack on webtools/nullgpu.mjs (a WebGPU that computes
     # nothing), the page's own per-cycle cost, whose host_s beside Dawn's is what Dawn's calls add.
@@ -349,5 +386,5 @@ bundle() {   # what came back is at most 8 files: everything under $OUT in one o
     ls -la "$OUT"
 }
 
-[ $# -gt 0 ] || { echo "usage: h200.sh STEP... (pack recv probe dawn native_shapes dawn_shapes llama_bench matmul_ab trees headline bundle)"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: h200.sh STEP... (pack recv probe dawn dawn_mixed native_shapes dawn_shapes llama_bench matmul_ab trees headline bundle)"; exit 2; }
 for step in "$@"; do echo "== $step $(date +%T)"; "$step"; done

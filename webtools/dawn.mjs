@@ -7,7 +7,7 @@
 //   node webtools/dawn.mjs --site dist/site --champion PATH.gguf [--backend webgpu|cpu|auto]
 //        [--draft D] [--prompt TEXT] [--max-tokens N] [--temperature T] [--seed S] [--k K]
 //        [--tree SHAPE] [--repeat N] [--warmup N] [--workload FILE.jsonl]
-//        [--draft-model PATH [--draft-vocab PATH]]
+//        [--draft-model PATH [--draft-vocab PATH]] [--sides JSON]
 //        [--probe] [--null-gpu [--null-token ID]]
 //
 // --warmup N generates the first prompt N times first, unreported (pipeline compiles, the first
@@ -15,7 +15,15 @@
 // format; max_tokens capped by --max-tokens) in one start-up instead of --prompt; --draft-model
 // loads a draft model from a file (with its reduced head, --draft-vocab) as the page loads one
 // from a URL. --tree SHAPE is the request's tree option (widths per depth, `2,2,1`, or `auto`):
-// each request asks for a tree, as generate({tree}) does in the page.
+// each request asks for a tree, as generate({tree}) does in the page. --sides '{"NAME":
+// {request options}, ...}' runs every prompt once per side in this one process, the sides in
+// an order that rotates by one each prompt (warm-up: each side --warmup times), each run
+// tagged with its side: sides measured in separate processes differ by the process (on the
+// H100 host, one side's host time per cycle moved between 1.0 and 3.1 ms from one process to
+// the next), sides interleaved in one share its pace. Each side's options replace the
+// command line's (draft: "none", "ngram", "model" for --draft-model's; k; tree); the worker
+// keeps the guard's times per drafter across requests, as a page does, so the sides of one
+// drafter (its chain and its tree) share them.
 // It prints one JSON line: {adapter: {...} | null, ready, runs: [{id, stratum, text, tokens,
 // stats, wall_s}]},
 // or {error: {code, message}}. Dawn writes why it passes over an adapter to stderr from native
@@ -49,7 +57,7 @@ function parseArgs(argv) {
                   "--temperature": "temperature", "--seed": "seed", "--k": "k", "--tree": "tree",
                   "--repeat": "repeat", "--warmup": "warmup", "--workload": "workload",
                   "--draft-model": "draftModel", "--draft-vocab": "draftVocab",
-                  "--null-token": "nullToken" };
+                  "--null-token": "nullToken", "--sides": "sides" };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === "--probe") { out.probe = true; continue; }
     if (argv[i] === "--null-gpu") { out.nullGpu = true; continue; }
@@ -57,7 +65,7 @@ function parseArgs(argv) {
     if (!key || i + 1 >= argv.length) throw new Error(`unknown or incomplete argument ${argv[i]}`);
     const v = argv[++i];
     out[key] = ["maxTokens", "temperature", "seed", "repeat", "warmup", "nullToken"].includes(key)
-      ? Number(v) : v;
+      ? Number(v) : key === "sides" ? JSON.parse(v) : v;
   }
   return out;
 }
@@ -191,24 +199,32 @@ async function main() {
                                 tree: ARGS.tree,     // undefined (no --tree): chains
                                 temperature: ARGS.temperature, seed: ARGS.seed,
                                 max_tokens: Math.min(ARGS.maxTokens, item.max_tokens ?? ARGS.maxTokens) });
+  const sides = ARGS.sides ? Object.entries(ARGS.sides) : [[null, {}]];
   let n = 0;
   for (let i = 0; i < ARGS.warmup; i++) {     // compiles and first readbacks, not reported
-    await worker.request({ type: "generate", id: `w${i}`, config: configOf(items[0]),
-                           messages: items[0].messages });
+    for (const [, options] of sides) {
+      await worker.request({ type: "generate", id: `w${n++}`,
+                             config: { ...configOf(items[0]), ...options },
+                             messages: items[0].messages });
+    }
   }
   report.warmup = ARGS.warmup;
-  for (const item of items) {
-    const config = configOf(item);
-    for (let i = 0; i < ARGS.repeat; i++) {
-      const before = nullCounts && { ...nullCounts };
-      const t0 = performance.now();
-      const done = await worker.request({ type: "generate", id: `g${n++}`, config,
-                                          messages: item.messages });
-      report.runs.push({ id: item.id, stratum: item.stratum, text: done.text, tokens: done.tokens,
-                         stats: done.stats, finish_reason: done.finish_reason,
-                         wall_s: (performance.now() - t0) / 1e3,
-                         ...(before && { null_gpu: Object.fromEntries(Object.entries(nullCounts)
-                           .map(([k, v]) => [k, v - before[k]])) }) });
+  for (const [j, item] of items.entries()) {
+    const turn = j % sides.length;
+    for (const [side, options] of [...sides.slice(turn), ...sides.slice(0, turn)]) {
+      const config = { ...configOf(item), ...options };
+      for (let i = 0; i < ARGS.repeat; i++) {
+        const before = nullCounts && { ...nullCounts };
+        const t0 = performance.now();
+        const done = await worker.request({ type: "generate", id: `g${n++}`, config,
+                                            messages: item.messages });
+        report.runs.push({ id: item.id, stratum: item.stratum, ...(side !== null && { side }),
+                           text: done.text, tokens: done.tokens, stats: done.stats,
+                           finish_reason: done.finish_reason,
+                           wall_s: (performance.now() - t0) / 1e3,
+                           ...(before && { null_gpu: Object.fromEntries(
+                             Object.entries(nullCounts).map(([k, v]) => [k, v - before[k]])) }) });
+      }
     }
   }
   console.log(JSON.stringify(report));

@@ -3,6 +3,8 @@
     python -m webtools.dawn --probe                       does Dawn find an adapter here?
     python -m webtools.dawn --champion M.gguf --prompt "Hi" --max-tokens 32 [--backend cpu]
         [--draft ngram] [--k fixed:3] [--tree 2,2,1|auto]
+    python -m webtools.dawn ... --workload W.jsonl --sides '{"chain": {}, "tree": {"tree":
+        "2,2,1"}}' --split DIR          sides interleaved in one process, one file per side
 
 Dawn says why it passes over an adapter from native code, on stderr; this keeps those lines
 (`Run.dawn`) so a missing adapter is reported in Dawn's own words. Node is the machine's; the npm
@@ -41,6 +43,13 @@ class Run:
     ready: dict | None = None     # the worker's ready message
     runs: list[dict] = field(default_factory=list)   # one per --repeat: text, tokens, stats, wall_s
 
+    def sides(self) -> dict[str, "Run"]:
+        """The answer of a --sides run as one Run per side (in the order the runs came)."""
+        out: dict[str, Run] = {}
+        for r in self.runs:
+            out.setdefault(r["side"], Run(self.adapter, self.dawn, self.ready)).runs.append(r)
+        return out
+
     def why_no_adapter(self) -> str:
         said = " / ".join(self.dawn) or "no message"
         return f"Dawn (npm webgpu) found no WebGPU adapter on this machine: {said}"
@@ -69,6 +78,8 @@ def run(champion: str | None = None, *, site: Path = ROOT / "dist" / "site", pro
         cmd += ["--champion", champion]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
+        if key == "sides" and not isinstance(value, str):
+            value = json.dumps(value)
         cmd += [flag] if value is True else [flag, str(value)]   # a switch (null_gpu=True)
     env = {**os.environ, "PYSPEC_NODE_MODULES": str(node_modules())}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -99,14 +110,25 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(flag)
     ap.add_argument("--tree", metavar="SHAPE", help="each request's tree of drafts: widths per "
                     "depth (2,2,1) or auto (the request option `tree`)")
+    ap.add_argument("--sides", metavar="JSON", help="{name: request options}: every prompt once "
+                    "per side, interleaved in one process (dawn.mjs)")
+    ap.add_argument("--split", metavar="DIR", type=Path, help="with --sides: write "
+                    "DIR/dawn-NAME.json per side (what one process per side would have printed)")
     args = vars(ap.parse_args(argv))
     probe, champion, site = args.pop("probe"), args.pop("champion"), args.pop("site")
+    folder = args.pop("split")
+    if folder is not None and args.get("sides") is None:
+        ap.error("--split needs --sides")
     options = {k: v for k, v in args.items() if v is not None}
     try:
         result = run(champion, site=site, probe=probe, **options)
     except DawnError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for side, part in result.sides().items():
+            (folder / f"dawn-{side}.json").write_text(json.dumps(part.__dict__, indent=1))
     print(json.dumps(result.__dict__, indent=1))
     return 0 if result.adapter or probe or options.get("backend") == "cpu" else 3
 

@@ -39,6 +39,9 @@ SIDES = {"none": "champion-only", "ngram": "ngram", "trained": "models/draft-l4.
 NULL_SIDES = {"null-none": "null GPU: champion-only", "null-trained": "null GPU: draft-l4 fixed:3"}
 
 
+SCHEDULE_COUNTS = ("trees", "tree_off", "guard_off", "probes", "untimed")
+
+
 def spread(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} \
         if xs else {}
@@ -62,6 +65,10 @@ def dawn_side(runs: list[dict]) -> dict:
                         "draft_path": {str(p): sum(r["stats"].get("draft_path") == p
                                                    for r in rs)
                                        for p in {r["stats"].get("draft_path") for r in rs}},
+                        # the guard's decisions summed over the prompts (trees drafted, trees
+                        # declined for the chain, cycles kept off, probes, cycles not timed)
+                        "schedule": {key: sum(r["stats"].get("schedule", {}).get(key, 0)
+                                              for r in rs) for key in SCHEDULE_COUNTS},
                         "ahead_per_cycle": (sum(r["stats"]["backend_timing"]["ahead"]
                                                 for r in rs) / max(1, sum(
                             r["stats"]["backend_timing"]["cycles"] for r in rs)))}

@@ -15,7 +15,7 @@
 #     in $W/llama.log) and the random shapes are written (experiments/real_shapes.py)
 #   run(carry=[".h200p2"], command="bash scripts/h200.sh recv probe native_shapes bundle")
 #   ... dawn_shapes (Dawn on the shapes, then llama-bench), dawn (the champion: native and Dawn,
-#   needs every part), trees, headline, matmul_ab (the products' old and new GPU kernels on
+#   needs every part; dawn_mixed: its sides in one Node process, interleaved), trees, headline, matmul_ab (the products' old and new GPU kernels on
 #   the shapes, and the champion where it has arrived: experiments/shader_ab.py --matmul).
 # Steps write under $OUT; `bundle` packs it into one .tgz (at most 8 files come back). Each
 # result records the commit: recv checks the copy against the packed commit's file hashes.

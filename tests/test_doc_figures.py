@@ -52,10 +52,21 @@ TREE221 = "models/draft-l4.gguf tree 2,2,1 fixed:3"
 
 TREE221_GUARD, TREE211 = "models/draft-l4.gguf tree 2,2,1", "models/draft-l4.gguf tree 2,1,1 fixed:3"
 THIRD = ["h100-dawn-6179483.json", "h100-dawn-6cca397.json", "h100-dawn-6cca397-reversed.json"]
+# the same sides at 609d0a7, four runs in one lease, each in another order
+FOURTH = [f"h100-dawn-609d0a7{tag}.json" for tag in ("", "-reversed", "-order3", "-order4")]
 
 
 def load(name: str) -> dict:
     return json.loads((RESULTS / name).read_text())
+
+
+def overall(side: str, key: str, files: list[str] = FOURTH) -> list:
+    """One field of a Dawn side's row over all prompts, file by file."""
+    return [load(f)["dawn"][side]["overall"][key] for f in files]
+
+
+def fourth_ratios(side: str, base: str, files: list[str] = FOURTH) -> list[float]:
+    return [tok_s(load(f), side) / tok_s(load(f), base) for f in files]
 
 
 def tok_s(r: dict, side: str) -> float:
@@ -277,6 +288,43 @@ FIGURES = [
            lambda r: [tok_s(r, TREE211) / tok_s(r, FIXED3), tok_s(r, TREE221) / tok_s(r, FIXED3)]),
     Figure(B, "reversed\n  {1.08}x ({0.98}x)", "h100-dawn-6cca397-reversed.json",
            lambda r: [tok_s(r, TREE211) / tok_s(r, FIXED3), tok_s(r, TREE221) / tok_s(r, FIXED3)]),
+    Figure(B, "drafts: {2.11}, {2.00}, {2.00} and {2.00} tokens a pass against the guarded "
+           "chain's {2.11}, {2.00}, {2.00} and {1.94}", FOURTH[0], lambda r: [
+               *[t["median"] for t in overall(TREE221_GUARD, "tokens_per_pass")],
+               *[t["median"] for t in overall(GUARDED, "tokens_per_pass")]]),
+    Figure(B, "({26}, {25}, {24} and {25} tree cycles over the 11 prompts, against {204}, {196}, "
+           "{196} and {192} decisions for the chain", FOURTH[0], lambda r: [
+               *[t["trees"] for t in overall(TREE221_GUARD, "schedule")],
+               *[t["tree_off"] for t in overall(TREE221_GUARD, "schedule")]]),
+    Figure(B, "(`guard_off` {4}, {20}, {26} and {32} over the prompts; the chain's {16}, {16}, {16} "
+           "and {23})", FOURTH[0], lambda r: [
+               *[t["guard_off"] for t in overall(TREE221_GUARD, "schedule")],
+               *[t["guard_off"] for t in overall(GUARDED, "schedule")]]),
+    Figure(B, "Its median tok/s over the guarded chain's was {1.09}x, {1.06}x, {0.90}x and "
+           "{0.65}x, and n-gram's `--tree auto` over its chain's {1.07}x, {1.09}x, {0.88}x and "
+           "{1.01}x", FOURTH[0], lambda r: [*fourth_ratios(TREE221_GUARD, GUARDED),
+                                             *fourth_ratios("ngram tree auto", "ngram")]),
+    Figure(B, "the tree's against the chain's, {1.57} / {1.85}, {2.12} / {2.15}, {2.72} / {2.52} "
+           "and {2.11} / {1.52} ms", FOURTH[0], lambda r: [
+               ms for pair in zip(overall(TREE221_GUARD, "host_ms_per_cycle"),
+                                  overall(GUARDED, "host_ms_per_cycle")) for ms in pair]),
+    Figure(B, "champion alone ran at {393}, {465}, {390} and {391} tok/s against native's {672}, "
+           "{613}, {682} and {679}", FOURTH[0], lambda r: [
+               *[tok_s(load(f), "champion-only") for f in FOURTH],
+               *[load(f)["native"]["champion_tok_s"] for f in FOURTH]]),
+    Figure(B, "tree `2,1,1` at `fixed:3` ({2.58} tokens a pass against the chain's {2.37}) ran "
+           "{1.09}x and {1.08}x its chain where their processes' host times a cycle matched "
+           "({1.96} / {1.92} and {2.01} / {1.98} ms), and {0.67}x and {0.59}x where the tree's "
+           "process took {3.05} and {3.06} ms a cycle (the chain's {1.79} and {1.66})", FOURTH[0],
+           lambda r: [overall(TREE211, "tokens_per_pass")[0]["median"],
+                      overall(FIXED3, "tokens_per_pass")[0]["median"],
+                      *fourth_ratios(TREE211, FIXED3, FOURTH[1:3]),
+                      *[ms for pair in zip(overall(TREE211, "host_ms_per_cycle", FOURTH[1:3]),
+                                           overall(FIXED3, "host_ms_per_cycle", FOURTH[1:3]))
+                        for ms in pair],
+                      *fourth_ratios(TREE211, FIXED3, FOURTH[::3]),
+                      *overall(TREE211, "host_ms_per_cycle", FOURTH[::3]),
+                      *overall(FIXED3, "host_ms_per_cycle", FOURTH[::3])]),
     Figure(B, "there the guarded trained draft ran at {0.95}x", "h100-dawn-1f97119.json",
            lambda r: [dawn_speedup(r, GUARDED)]),
     Figure(B, "under `--k heuristic` {31} of its {259} cycles took\n  more than {4} ms of host "

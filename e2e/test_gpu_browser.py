@@ -153,7 +153,8 @@ def _parted(draft, seed, spec, wgpu) -> str:
     at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     sides = {key: (spec["stats"][key], wgpu.stats[key]) for key in DECISIONS}
     return (f"{draft} seed {seed}: parted at token {at} ({a[at:at + 3]} vs {b[at:at + 3]}); "
-            f"page, wgpu-py: {sides}; page faults {spec['receipt']['faults']}")
+            f"page, wgpu-py: {sides}; page faults {spec['receipt']['faults']}, prefilled "
+            f"{spec['stats']['prefill_tokens']} after {spec['stats']['reused_tokens']} reused")
 
 
 def test_the_pages_draft_model_drafts_on_the_device(browser, site_url, tiny_path, site_root, need,

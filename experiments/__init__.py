@@ -223,14 +223,14 @@ EXPERIMENTS: dict[str, Experiment] = {
         "llama_bench; scripts/build_llama_cpp_cuda.sh)",
         # as run on the H100 (scripts/h200.sh background: the shapes written there), then
         # `gpu_shapes.py report` here joins llama-bench, Dawn and the null GPU (its --help)
-        (module("gpu_shapes", "measure", "/tmp/pyspec/shapes", "--names",
+        (module("gpu_shapes", "measure", "$W/shapes", "--names",
                 "SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B,Gemma-3-1B,Qwen2.5-1.5B", "--out", "{out}"),),
         {"h100-shapes.json": "h100-shapes.json", "h100-shapes.png": "h100-shapes.png"},
         machine="gpu"),
     "gpu-shapes-blocks": Experiment(
         "gpu-shapes with the quantized products before matmul_coalesced.wgsl (lanes of whole "
         "blocks, commit 4590800), three shapes",
-        (module("gpu_shapes", "measure", "/tmp/pyspec/shapes", "--names",
+        (module("gpu_shapes", "measure", "$W/shapes", "--names",
                 "SmolLM2-135M,Qwen3-0.6B,Llama-3.2-1B", "--out", "{out}"),),
         {"h100-shapes-blocks.json": "h100-shapes-blocks.json",
          "h100-shapes-blocks.png": "h100-shapes-blocks.png"}, machine="gpu"),

@@ -1,7 +1,7 @@
 """Fault recovery times in the page (issue 11): every fault kind x {greedy, replay}, median of runs.
 
     .venv/bin/python -m experiments.bench_faults --runs 5 --out bench/results/faults.json \\
-        --screenshots /tmp/fault-screens
+        --screenshots fault-screens
 
 One headless Chromium page (the demo page, tiny model, WebGPU on SwiftShader, drills=1) runs each
 fault through the page's drills switch, as e2e/test_browser_faults.py does, and records:

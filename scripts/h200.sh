@@ -382,7 +382,7 @@ collect() {   # wait for the background (at most COLLECT_WAIT s), then bring its
 
 bundle() {   # what came back is at most 8 files: everything under $OUT in one out-TAG.tgz
     local tag=${1:-$(date +%H%M%S)}
-    (cd "$OUT" && tar czf "/tmp/out-$tag.tgz" . && rm -rf ./* && mv "/tmp/out-$tag.tgz" .)
+    (cd "$OUT" && tar czf "$W/out-$tag.tgz" . && rm -rf ./* && mv "$W/out-$tag.tgz" .)
     ls -la "$OUT"
 }
 

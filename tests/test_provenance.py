@@ -146,10 +146,12 @@ def test_only_the_top_of_a_checkout_names_a_commit(monkeypatch):
 def test_a_recorded_command_names_no_path_of_its_machine(monkeypatch):
     """The command a result file keeps reads the same wherever it ran: the checkout's own paths
     relative, the GPU machine's work folder $W, the output folder {out}. A file quoting
-    /tmp/pyspec/payload/champ.gguf or /root/out/native names one machine's folders."""
+    $W/payload/champ.gguf written out (provenance.DEVICE_DIR) or /root/out/native names one
+    machine's folders."""
     root = provenance.ROOT
     monkeypatch.setattr(provenance.sys, "orig_argv", [
-        "/usr/bin/python3", "-m", "pyspec", "bench", "--champion", "/tmp/pyspec/payload/champ.gguf",
+        "/usr/bin/python3", "-m", "pyspec", "bench", "--champion",
+        f"{provenance.DEVICE_DIR}/payload/champ.gguf",
         "--workload", f"{root}/workloads/public.jsonl", "--out", "/root/out/native",
         f"{root}/models/draft-l4.gguf", "--out=/tmp/experiment-x"])
     assert provenance.command() == (

@@ -27,6 +27,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -107,10 +108,14 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+# The GPU machine's work folder, as scripts/h200.sh makes it ($W: PYSPEC_DEVICE_DIR, else the
+# temporary folder, then pyspec/).
+DEVICE_DIR = os.path.join(os.environ.get("PYSPEC_DEVICE_DIR") or tempfile.gettempdir(), "pyspec")
 # Folders a command names that are its machine's, not the measurement's, as the file writes them:
-# a checkout's workload or script (relative to the tree), the GPU machine's work folder
-# (scripts/h200.sh's $W); the --out folder is written {out}.
-SCRATCH = ((r"^/.*/((?:workloads|experiments|scripts)/[\w.-]+)$", r"\1"), (r"^/tmp/pyspec/", "$W/"))
+# a checkout's workload or script (relative to the tree), the GPU machine's work folder ($W); the
+# --out folder is written {out}.
+SCRATCH = ((r"^/.*/((?:workloads|experiments|scripts)/[\w.-]+)$", r"\1"),
+           ("^" + re.escape(DEVICE_DIR + "/"), "$W/"))
 
 
 def portable(args: list[str]) -> list[str]:

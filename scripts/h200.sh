@@ -197,45 +197,36 @@ native_bench() {   # native wgpu-py on the sample: champion-only, n-gram, the tr
         --out "$OUT/native" 2>&1 | tail -4
 }
 
-dawn_mixed() {
-    # `dawn`'s sides (DAWN_SIDES; the null GPU's excepted) in one Node process, each prompt once
-    # per side in an order that rotates by prompt (webtools/dawn.mjs --sides), so that the sides
-    # share one pace: on the H100 host of the third lease one side's host time per cycle moved
-    # between 1.0 and 3.1 ms from one process to the next (bench/results/h100-dawn-609d0a7*.json).
-    # The trained draft is loaded for every side; its sides ask for draft "model", the others
-    # for "none" or "ngram". The same files as `dawn` (dawn-SIDE.json, native/), one warm-up
-    # per side.
-    dawn_env
-    native_bench
-    local d sides=""
-    for d in ${DAWN_SIDES:-none ngram ngram-tree trained trained-fixed3 trained-tree-guard}; do
-        case $d in
-            none) sides+=",\"none\": {\"draft\": \"none\"}";;
-            ngram) sides+=",\"ngram\": {\"draft\": \"ngram\"}";;
-            ngram-tree) sides+=",\"ngram-tree\": {\"draft\": \"ngram\", \"tree\": \"auto\"}";;
-            trained) sides+=",\"trained\": {\"draft\": \"model\"}";;
-            trained-fixed3) sides+=",\"$d\": {\"draft\": \"model\", \"k\": \"fixed:3\"}";;
-            trained-tree) sides+=",\"$d\": {\"draft\": \"model\", \"tree\": \"2,2,1\", \"k\": \"fixed:3\"}";;
-            trained-tree-guard) sides+=",\"$d\": {\"draft\": \"model\", \"tree\": \"2,2,1\"}";;
-            trained-tree-211) sides+=",\"$d\": {\"draft\": \"model\", \"tree\": \"2,1,1\", \"k\": \"fixed:3\"}";;
-            *) echo "dawn_mixed: no side $d"; return 2;;
-        esac
-    done
-    timeout "${DAWN_TIMEOUT:-480}" python3 -m webtools.dawn --site "$W/dawn/site" \
-        --champion "$P/champ.gguf" --backend webgpu --draft-model models/draft-l4.gguf \
-        --draft-vocab models/draft-l4.vocab.json --workload "$W/sample.jsonl" \
-        --max-tokens "${MAX_TOKENS:-64}" --warmup 1 --sides "{${sides#,}}" --split "$OUT" \
-        > "$OUT/dawn-mixed.json" 2>> "$OUT/dawn.err"
-    echo "dawn_mixed: exit $? $(tail -c 200 "$OUT/dawn.err")"
+side_options() {   # a Dawn side's request options (webtools/dawn.mjs --sides), both steps' one table
+    case $1 in
+        none|null-none) echo '{"draft": "none"}';;
+        ngram) echo '{"draft": "ngram"}';;
+        ngram-tree) echo '{"draft": "ngram", "tree": "auto"}';;
+        trained) echo '{"draft": "model"}';;
+        trained-fixed3|null-trained) echo '{"draft": "model", "k": "fixed:3"}';;
+        trained-tree) echo '{"draft": "model", "tree": "2,2,1", "k": "fixed:3"}';;
+        trained-tree-guard) echo '{"draft": "model", "tree": "2,2,1"}';;
+        trained-tree-211) echo '{"draft": "model", "tree": "2,1,1", "k": "fixed:3"}';;
+        *) echo "no Dawn side $1" >&2; return 2;;
+    esac
 }
+
+dawn_run() {   # dawn_run OUTFILE SIDES-JSON [FLAG...]: the worker under Dawn on the sample
+    local out=$1 sides=$2; shift 2
+    timeout "${DAWN_TIMEOUT:-120}" python3 -m webtools.dawn --site "$W/dawn/site" \
+        --champion "$P/champ.gguf" --backend webgpu --workload "$W/sample.jsonl" \
+        --max-tokens "${MAX_TOKENS:-64}" --warmup 1 --sides "$sides" "$@" \
+        > "$out" 2>> "$OUT/dawn.err"
+    echo "dawn $(basename "$out" .json): exit $? $(tail -c 200 "$OUT/dawn.err")"
+}
+
+TRAINED=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
 
 dawn() {
     # The public workload (PER_STRATUM prompts of each stratum, MAX_TOKENS each): native wgpu-py's
     # bench (champion-only beside n-gram and the trained draft, a warm-up first), then the same
-    # prompts through Dawn, each side warmed up once: champion-only, n-gram, the trained draft.
-    dawn_env
-    local max=${MAX_TOKENS:-64} d
-    native_bench
+    # prompts through Dawn, one Node process per side (side_options), each warmed up once:
+    # champion-only, n-gram, the trained draft.
     # trained: the draft model on the device in the page (stats draft_path "device"), guarded
     # and at fixed:3; null-*: the same stack on webtools/nullgpu.mjs (a WebGPU that computes
     # nothing), the page's own per-cycle cost, whose host_s beside Dawn's is what Dawn's calls add.
@@ -244,24 +235,35 @@ dawn() {
     # tree 2,2,1 grown on the device, at fixed:3; trained-tree-guard: the same tree, guarded;
     # trained-tree-211: tree 2,1,1 at fixed:3, 7 rows to verify, where the pass costs about what 4
     # rows cost: bench/results/h100-shapes.json's verify_cost_ratio steps every 4 rows).
-    local trained=(--draft-model models/draft-l4.gguf --draft-vocab models/draft-l4.vocab.json)
+    dawn_env
+    native_bench
+    local d opts extra
     for d in ${DAWN_SIDES:-none ngram trained trained-fixed3 null-none null-trained}; do
-        local extra=(--draft "$d")
-        case $d in
-            trained) extra=("${trained[@]}");;
-            trained-fixed3) extra=("${trained[@]}" --k fixed:3);;
-            ngram-tree) extra=(--draft ngram --tree auto);;
-            trained-tree) extra=("${trained[@]}" --tree 2,2,1 --k fixed:3);;
-            trained-tree-guard) extra=("${trained[@]}" --tree 2,2,1);;
-            trained-tree-211) extra=("${trained[@]}" --tree 2,1,1 --k fixed:3);;
-            null-none) extra=(--null-gpu --draft none);;
-            null-trained) extra=(--null-gpu "${trained[@]}" --k fixed:3);;
-        esac
-        timeout "${DAWN_TIMEOUT:-120}" python3 -m webtools.dawn --site "$W/dawn/site" \
-            --champion "$P/champ.gguf" --backend webgpu "${extra[@]}" --workload "$W/sample.jsonl" \
-            --max-tokens "$max" --warmup 1 > "$OUT/dawn-$d.json" 2>> "$OUT/dawn.err"
-        echo "dawn $d: exit $? $(tail -c 200 "$OUT/dawn.err")"
+        opts=$(side_options "$d") || continue
+        extra=()
+        [[ $opts == *'"model"'* ]] && extra+=("${TRAINED[@]}")
+        [[ $d == null-* ]] && extra+=(--null-gpu)
+        dawn_run "$OUT/dawn-$d.json" "{\"$d\": $opts}" "${extra[@]}"
     done
+}
+
+dawn_mixed() {
+    # `dawn`'s sides (DAWN_SIDES; the null GPU's excepted) in one Node process, each prompt once
+    # per side in an order that rotates by prompt (webtools/dawn.mjs --sides), so that the sides
+    # share one pace: on the H100 host of the third lease the same side's host time per cycle
+    # moved between 1.52 and 2.52 ms (the guarded trained draft) and between 1.96 and 3.06 ms
+    # (tree 2,1,1) from one process to the next (bench/results/h100-dawn-609d0a7*.json). The
+    # trained draft is loaded for every side. The same files as `dawn` (dawn-SIDE.json, native/),
+    # one warm-up per side.
+    dawn_env
+    native_bench
+    local d opts sides=""
+    for d in ${DAWN_SIDES:-none ngram ngram-tree trained trained-fixed3 trained-tree-guard}; do
+        opts=$(side_options "$d") || return 2
+        sides+=",\"$d\": $opts"
+    done
+    DAWN_TIMEOUT=${DAWN_TIMEOUT:-480} dawn_run "$OUT/dawn-mixed.json" "{${sides#,}}" \
+        "${TRAINED[@]}" --split "$OUT"
 }
 
 wait_shapes() {

@@ -30,7 +30,7 @@ def test_an_experiment_runs_its_command_and_its_file_says_so(tiny, tmp_path, mon
 
 
 def test_every_dawn_side_the_script_runs_is_one_the_report_reads():
-    """scripts/h200.sh's dawn step names its sides (DAWN_SIDES, and the cases it knows, the
+    """scripts/h200.sh's dawn step names its sides (DAWN_SIDES, and side_options' cases, the
     trees among them, which run only where named); experiments/dawn_report.py maps each file
     to a side, and webtools/gpu_tables.py shows those sides: the three must agree, or a run's
     file is silently left out of the report."""
@@ -41,9 +41,11 @@ def test_every_dawn_side_the_script_runs_is_one_the_report_reads():
     from webtools import gpu_tables
 
     script = (Path(__file__).resolve().parent.parent / "scripts" / "h200.sh").read_text()
-    step = script[script.index("\ndawn() {"):script.index("\nwait_shapes() {")]
+    # side_options (the sides' one table), then the dawn step (its default sides)
+    step = script[script.index("\nside_options() {"):script.index("\ndawn_mixed() {")]
     default = re.search(r"\$\{DAWN_SIDES:-([^}]+)\}", step)[1].split()
-    cases = re.findall(r"^\s+([\w-]+)\) extra=", step, re.M)
+    cases = [c for alts in re.findall(r"^\s+([\w|-]+)\) echo", step, re.M)
+             for c in alts.split("|")]
     known = {**dawn_report.SIDES, **dawn_report.NULL_SIDES}
     assert set(default) | set(cases) <= set(known), (default, cases)
     assert {"ngram-tree", "trained-tree"} <= set(cases) and not {"ngram-tree",

@@ -8,7 +8,10 @@ pseudo-counts), and per proposal class where the drafter classifies (CLASS_PRIOR
 the pooled estimate). From them it predicts tokens per second for every k,
 E(k) / (k t_draft + t_verify(k)), and for trees (`tree_rate`) E over the acceptance by depth (its
 own counts, drawn toward the chain's) per tree cycle, timed whole and apart from the chain's
-(before the first: one draft step a depth plus a chain's pass over as many rows).
+(before the first: one draft step a depth plus a chain's pass over as many rows). The cycles
+whose times say nothing of their kind's (a refill: a chain after a tree, a tree after a chain)
+teach what such a refill costs beyond a cycle of that kind (`t_switch`), which the guard charges
+to a cycle that would switch (`extra`).
 
 Not here: the policies and the guard that decides k from these predictions (schedule.py).
 """
@@ -60,6 +63,9 @@ class CostModel:
         # chain pipelines, and its draft passes are part of it)
         self._tree_samples: dict[int, list[float]] = timing.setdefault("tree_cycle", {})
         self.previews = self.empty = 0           # previews scored, and those that drafted nothing
+        # what a refill cycle cost beyond one of its kind in a run (median, seconds; 0 unmeasured)
+        self._switch_samples: list[float] = timing.setdefault("switch", [])
+        self.t_switch: float = med(self._switch_samples) or 0.0
         self._verify_time: dict[int, float | None] = {}   # verify_time's answers until t_verify moves
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
@@ -68,7 +74,9 @@ class CostModel:
         """`nodes`: a tree cycle's (k is its depth): its whole time (drafts and pass) and its
         acceptance by depth are kept apart from the chain's (`tree_rate`). `timed`: False for
         a cycle whose times say nothing of its kind's (Schedule.observe): only its acceptance
-        is kept."""
+        is kept, and what it cost beyond a timed cycle of its kind (`t_switch`)."""
+        if not timed and k:
+            self._refill(k, t_draft + t_verify, nodes)
         if ahead:   # pipelined champion-only: its own estimate, the champion-only rate's
             self.t_ahead = _push_median(self._ahead_samples, t_verify)
             return
@@ -92,30 +100,48 @@ class CostModel:
         """Whether any tree cycle has been timed (`tree_rate` then predicts from it)."""
         return any(self._tree_samples.values())
 
-    def tree_rate(self, depth: int, nodes: int) -> float | None:
+    def _refill(self, k: int, seconds: float, nodes: int) -> None:
+        """An untimed drafting cycle's excess over the median timed cycle of its kind and
+        length (a tree: depth), where there is one (never below zero)."""
+        if nodes:
+            samples = self._tree_samples.get(k)
+            predicted = statistics.median(samples) if samples else None
+        else:
+            t_v = self.t_verify.get(k)
+            predicted = None if t_v is None or self.t_draft is None else k * self.t_draft + t_v
+        if predicted is not None:
+            self.t_switch = _push_median(self._switch_samples, max(seconds - predicted, 0.0))
+
+    def tree_rate(self, depth: int, nodes: int, extra: float = 0.0) -> float | None:
         """Predicted tokens per second of trees `depth` deep: E = 1 + sum_j prod_{i<=j} a_i with
         a_i a tree's acceptance at depth i + 1, drawn toward the chain's (which a tree's first
         branch is) by 2 pseudo-counts, per the median tree cycle of that depth (else of the
         nearest depth measured, scaled by depth); before any tree is measured, per one draft
         step a depth and a chain's pass over as many rows as the tree has nodes (`nodes`, or
-        the median of those verified), which gets a tree tried once where that pays."""
-        measured = sorted(self._tree_samples, key=lambda d: (abs(d - depth), d))
-        if measured and self._tree_samples[measured[0]]:
-            near = measured[0]
-            seconds = statistics.median(self._tree_samples[near]) * max(depth, 1) / max(near, 1)
-        else:
-            nodes = round(statistics.median(self._tree_nodes)) if self._tree_nodes else nodes
-            t_v = self.verify_time(nodes)
-            if t_v is None or self.t_draft is None:
-                return None
-            seconds = depth * self.t_draft + t_v
+        the median of those verified), which gets a tree tried once where that pays. `extra`:
+        seconds added to the cycle (a switch's refill)."""
+        seconds = self._tree_seconds(depth, nodes=nodes)
+        if seconds is None:
+            return None
         e, run = 1.0, 1.0
         for i in range(depth):
             a = ((self.tree_accepted[i] + 2.0 * self.acceptance(i))
                  / (self.tree_reached[i] + 2.0))
             run *= a
             e += run
-        return e / seconds
+        return e / (seconds + extra)
+
+    def _tree_seconds(self, depth: int, nodes: int = 0):
+        """A tree cycle's predicted seconds at `depth` (see tree_rate), or None."""
+        measured = sorted(self._tree_samples, key=lambda d: (abs(d - depth), d))
+        if measured and self._tree_samples[measured[0]]:
+            near = measured[0]
+            return statistics.median(self._tree_samples[near]) * max(depth, 1) / max(near, 1)
+        nodes = round(statistics.median(self._tree_nodes)) if self._tree_nodes else nodes
+        t_v = self.verify_time(nodes)
+        if t_v is None or self.t_draft is None:
+            return None
+        return depth * self.t_draft + t_v
 
     def score(self, k: int, n_accepted: int, cls: int | None = None) -> None:
         """Acceptance by position from one proposal of k drafts, n_accepted of them kept (pooled,
@@ -191,24 +217,25 @@ class CostModel:
         pipelined where measured so)."""
         return self._rate(k, self.expected_tokens(k, cls), cls)
 
-    def rates(self, k: int, cls: int | None = None,
-              optimistic: bool = False) -> list[float | None]:
+    def rates(self, k: int, cls: int | None = None, optimistic: bool = False,
+              extra: float = 0.0) -> list[float | None]:
         """[rate(0), ..., rate(k)] in one pass over the acceptance (the guard asks every cycle);
-        `optimistic`: see verify_time."""
+        `optimistic`: see verify_time; `extra`: seconds added to each drafting cycle (a
+        switch's refill)."""
         out, e, run = [self._rate(0, 1.0)], 1.0, 1.0
         for i in range(k):
             run *= self.acceptance(i, cls)
             e += run
-            out.append(self._rate(i + 1, e, cls, optimistic))
+            out.append(self._rate(i + 1, e, cls, optimistic, extra))
         return out
 
     def _rate(self, k: int, tokens: float, cls: int | None = None,
-              optimistic: bool = False) -> float | None:
+              optimistic: bool = False, extra: float = 0.0) -> float | None:
         t_v = (self.t_ahead if k == 0 and self.t_ahead is not None
                else self.verify_time(k, optimistic))
         if t_v is None or (k and self.t_draft is None):
             return None
-        seconds = k * (self.t_draft or 0.0) + t_v
+        seconds = k * (self.t_draft or 0.0) + t_v + (extra if k else 0.0)
         h = self.proposing(cls) if k else 1.0
         if h < 1.0:   # the cycles whose drafter has nothing emit one token at a one-row pass's cost
             tokens, seconds = h * tokens + (1 - h), h * seconds + (1 - h) * self.t_verify.get(0, t_v)

@@ -59,8 +59,14 @@ cycle runs alone where a chain pipelines, and tree cycles once read their logits
 folded into the chain's verify times it made every chain look too slow, and the guard drafted
 nothing); before a tree is measured, one draft step a depth plus a chain's pass
 over as many rows. It must beat the best chain of at most that depth, else the chain runs, as
-it would without --tree (on its own path: looked up or fed on the device, going ahead). A fixed
+it would without --tree (on its own path: looked up or fed on the device, going ahead), and only
+once the chain's acceptance at that depth has been learnt (tree cycles do not teach it). With
+drafts made in the cycle, a cycle that would switch kind (a tree after a chain, a chain after a
+tree) is charged the refill such cycles were measured to cost (CostModel.t_switch). A fixed
 policy always drafts the tree.
+
+A draft position's acceptance is learnt only where it is drafted: the guard drafts one more than
+its best until that position has been verified LEARN_MIN times in the request.
 
 Not here: the running estimates the guard decides by, times and acceptance, and the rates they
 predict (costmodel.py).
@@ -78,6 +84,8 @@ PROBE_MAX = 128     # longest wait between probes while speculation is off
 PROBE_K = 1         # drafts in a probe: enough to measure, cheap when it fails
 SHADOW_MIN = 4      # previews scored before a shadowed drafter first drafts
 MARGIN = 1.02       # speculation must beat champion-only by 2% to be chosen
+LEARN_MIN = 4       # times a chain's next draft, a tree's next level, is verified before its
+                    # estimate may keep it out of a request
 
 
 class ScheduleError(PyspecError, ValueError):
@@ -177,6 +185,7 @@ class Schedule:
                        "trees": 0, "tree_off": 0, "untimed": 0}
         self.k_history: dict[int, int] = {}
         self._last_kind = 0   # the kind of the cycle observed last (0: champion-only or none)
+        self._planned = 0     # the kind of the cycle decided last (the engine observes late)
         self._probe_left = 0  # drafting cycles a probe has left (drafts made in the cycle: 2)
 
     def next_k(self, cls: int | None = None) -> int:
@@ -186,6 +195,7 @@ class Schedule:
         k = self.policy.next_k()
         if self.policy.guarded and k > 0:
             k = 0 if cls == 0 else self._guard(k, cls)
+        self._planned = self._planned if k else 0
         return k
 
     def tree_pays(self, depth: int, nodes: int, count: bool = True) -> bool:
@@ -197,20 +207,26 @@ class Schedule:
         tree cycles teach neither the chain's verify time nor the draft's, and without the
         draft's time the guard asks for one draft every cycle, so a tree that only ever beat
         champion-only would be drafted at depth 1 for the whole request (n-gram's `--tree auto`
-        through Dawn, bench/results/h100-dawn.json: 0.9x its chain). `count`: whether the
-        decision is counted in the stats (not when the engine only looks ahead to the next
-        cycle)."""
+        through Dawn, bench/results/h100-dawn.json: 0.9x its chain). With drafts made in the
+        cycle, a switch (a tree after a chain, a chain after a tree) is charged its refill
+        (CostModel.t_switch, measured on such cycles) on the side that would switch: through
+        Dawn the guarded `--tree 2,2,1` swapped depth-1 trees in among its chain's cycles, 33
+        to 36 refills over the sample against its chain's 11, for no more tokens a pass
+        (bench/results/h100-dawn-609d0a7*.json). `count`: whether the decision is counted in
+        the stats (not when the engine only looks ahead to the next cycle)."""
         pays = True
         if self.policy.guarded:
-            tree = self.cost.tree_rate(depth, nodes)
-            rates = self.cost.rates(depth)
+            tree = self.cost.tree_rate(depth, nodes, extra=self._switch("tree"))
+            rates = self.cost.rates(depth, extra=self._switch("chain"))
             best = max((r for r in rates if r is not None), default=None)
-            if tree is not None and self.cost.t_draft is None:
-                pays = False   # measure the chain (and the draft's time) first
+            if tree is not None and (self.cost.t_draft is None
+                                     or self.cost.reached[depth - 1] < LEARN_MIN):
+                pays = False   # measure the chain (the draft's time, its acceptance) first
             else:
                 pays = tree is None or best is None or tree > MARGIN * best
         if count:
             self.counts["trees" if pays else "tree_off"] += 1
+        self._planned = "tree" if pays else "chain"
         return pays
 
     def shadow(self, k: int, n_accepted: int, cls: int | None = None) -> None:
@@ -280,11 +296,17 @@ class Schedule:
             # costs what the last one did, but a row that fills a GPU's tile costs almost
             # nothing (H200: 2 to 4 rows cost the same), and the guard never learns that of a
             # length it never drafts.
+            # So is one longer whose last draft has been verified fewer than LEARN_MIN times in
+            # this request: a position's acceptance is learnt only where it is drafted, so two
+            # unlucky tries would keep it out for the request (a chain of one draft for 300
+            # cycles where two paid, 0.91x: test_schedule).
             j = best + 1
             if j <= k and j not in cost.t_verify:
                 hopeful = cost.rates(j, cls, optimistic=True)[j]
                 if hopeful is not None and hopeful > rates[best]:
                     return j
+            if j <= k and cost.reached[best] < LEARN_MIN:
+                return j
             return best
         # Nothing pays: off (shadowed: until the previews say otherwise), else wait twice as long
         # before the next probe (up to PROBE_MAX); at once PROBE_MAX when even a draft that is
@@ -306,14 +328,22 @@ class Schedule:
 
     def _tree_depth(self, k: int, base: float) -> int:
         """Under --tree, once a tree has been measured: the depth (at most k) whose tree is
-        predicted fastest, where that beats champion-only; else 0. Where no chain pays, this
-        keeps `--tree` drafting its trees rather than nothing (a tree verifies more tokens a pass
-        than its chain for a little more time)."""
+        predicted fastest (a switch from a chain charged its refill), where that beats
+        champion-only; else 0. Where no chain pays, this keeps `--tree` drafting its trees
+        rather than nothing (a tree verifies more tokens a pass than its chain for a little
+        more time)."""
         if self.tree_nodes is None or not self.cost.trees_measured:
             return 0
-        rates = {j: self.cost.tree_rate(j, self.tree_nodes(j)) or 0.0 for j in range(1, k + 1)}
+        rates = {j: self.cost.tree_rate(j, self.tree_nodes(j), extra=self._switch("tree"))
+                 or 0.0 for j in range(1, k + 1)}
         best = max(rates, key=rates.__getitem__)
         return best if rates[best] > MARGIN * base else 0
+
+    def _switch(self, kind: str) -> float:
+        """The refill a cycle of `kind` costs after the cycle decided last, where drafts are
+        made in the cycle and that one was of the other drafting kind (0 otherwise)."""
+        return (self.cost.t_switch if self.in_cycle and self._planned not in (0, kind)
+                else 0.0)
 
     def _could_pay(self, k: int, cls: int | None = None) -> bool:
         """Whether some j <= k would beat champion-only if drafting were free and a pass over

@@ -9,9 +9,9 @@ the pooled estimate). From them it predicts tokens per second for every k,
 E(k) / (k t_draft + t_verify(k)), and for trees (`tree_rate`) E over the acceptance by depth (its
 own counts, drawn toward the chain's) per tree cycle, timed whole and apart from the chain's
 (before the first: one draft step a depth plus a chain's pass over as many rows). The cycles
-whose times say nothing of their kind's (a refill: a chain after a tree, a tree after a chain)
-teach what such a refill costs beyond a cycle of that kind (`t_switch`), which the guard charges
-to a cycle that would switch (`extra`).
+whose times say nothing of their kind's (a refill: a chain after a tree or champion-only, a tree
+after a chain) teach what such a refill costs beyond a cycle of that kind (`t_switch`), which
+the guard charges to a cycle that would switch (`extra`).
 
 Not here: the policies and the guard that decides k from these predictions (schedule.py).
 """
@@ -120,9 +120,16 @@ class CostModel:
         step a depth and a chain's pass over as many rows as the tree has nodes (`nodes`, or
         the median of those verified), which gets a tree tried once where that pays. `extra`:
         seconds added to the cycle (a switch's refill)."""
-        seconds = self._tree_seconds(depth, nodes=nodes)
-        if seconds is None:
-            return None
+        measured = sorted(self._tree_samples, key=lambda d: (abs(d - depth), d))
+        if measured and self._tree_samples[measured[0]]:
+            near = measured[0]
+            seconds = statistics.median(self._tree_samples[near]) * max(depth, 1) / max(near, 1)
+        else:
+            nodes = round(statistics.median(self._tree_nodes)) if self._tree_nodes else nodes
+            t_v = self.verify_time(nodes)
+            if t_v is None or self.t_draft is None:
+                return None
+            seconds = depth * self.t_draft + t_v
         e, run = 1.0, 1.0
         for i in range(depth):
             a = ((self.tree_accepted[i] + 2.0 * self.acceptance(i))
@@ -130,18 +137,6 @@ class CostModel:
             run *= a
             e += run
         return e / (seconds + extra)
-
-    def _tree_seconds(self, depth: int, nodes: int = 0):
-        """A tree cycle's predicted seconds at `depth` (see tree_rate), or None."""
-        measured = sorted(self._tree_samples, key=lambda d: (abs(d - depth), d))
-        if measured and self._tree_samples[measured[0]]:
-            near = measured[0]
-            return statistics.median(self._tree_samples[near]) * max(depth, 1) / max(near, 1)
-        nodes = round(statistics.median(self._tree_nodes)) if self._tree_nodes else nodes
-        t_v = self.verify_time(nodes)
-        if t_v is None or self.t_draft is None:
-            return None
-        return depth * self.t_draft + t_v
 
     def score(self, k: int, n_accepted: int, cls: int | None = None) -> None:
         """Acceptance by position from one proposal of k drafts, n_accepted of them kept (pooled,

@@ -84,8 +84,8 @@ PROBE_MAX = 128     # longest wait between probes while speculation is off
 PROBE_K = 1         # drafts in a probe: enough to measure, cheap when it fails
 SHADOW_MIN = 4      # previews scored before a shadowed drafter first drafts
 MARGIN = 1.02       # speculation must beat champion-only by 2% to be chosen
-LEARN_MIN = 4       # times a chain's next draft, a tree's next level, is verified before its
-                    # estimate may keep it out of a request
+LEARN_MIN = 4       # times a draft position is verified in a request before its estimate may
+                    # keep it out; a tree is drafted only at a depth its chain has learnt
 
 
 class ScheduleError(PyspecError, ValueError):
@@ -286,28 +286,37 @@ class Schedule:
         if tree:   # no chain pays, a measured tree does: tree_pays then drafts it
             return tree
         if paying:
-            if self.off:   # shadowed: the previews say it pays now
-                self.off, self.since_probe = False, 0
-            self.probe_every = PROBE_EVERY
-            best = max(paying, key=rates.__getitem__)
-            self.remeasure_every = REMEASURE_LONG if rates[best] >= LEAD * base else PROBE_EVERY
-            # One length longer, never measured, is tried once if it would be faster with its
-            # extra row free: extrapolating the verify time from shorter passes says a row
-            # costs what the last one did, but a row that fills a GPU's tile costs almost
-            # nothing (H200: 2 to 4 rows cost the same), and the guard never learns that of a
-            # length it never drafts.
-            # So is one longer whose last draft has been verified fewer than LEARN_MIN times in
-            # this request: a position's acceptance is learnt only where it is drafted, so two
-            # unlucky tries would keep it out for the request (a chain of one draft for 300
-            # cycles where two paid, 0.91x: test_schedule).
-            j = best + 1
-            if j <= k and j not in cost.t_verify:
-                hopeful = cost.rates(j, cls, optimistic=True)[j]
-                if hopeful is not None and hopeful > rates[best]:
-                    return j
-            if j <= k and cost.reached[best] < LEARN_MIN:
+            return self._best_chain(k, cls, rates, paying)
+        return self._nothing_pays(k, base)
+
+    def _best_chain(self, k: int, cls: int | None, rates: list, paying: list[int]) -> int:
+        """Where some chain of at most k drafts beats champion-only (`paying`): the k to draft."""
+        base = rates[0]
+        if self.off:   # shadowed: the previews say it pays now
+            self.off, self.since_probe = False, 0
+        self.probe_every = PROBE_EVERY
+        best = max(paying, key=rates.__getitem__)
+        self.remeasure_every = REMEASURE_LONG if rates[best] >= LEAD * base else PROBE_EVERY
+        # One length longer, never measured, is tried once if it would be faster with its
+        # extra row free: extrapolating the verify time from shorter passes says a row
+        # costs what the last one did, but a row that fills a GPU's tile costs almost
+        # nothing (H200: 2 to 4 rows cost the same), and the guard never learns that of a
+        # length it never drafts.
+        # So is one longer whose last draft has been verified fewer than LEARN_MIN times in
+        # this request: a position's acceptance is learnt only where it is drafted, so two
+        # unlucky tries would keep it out for the request (chains of one draft for the rest
+        # of a request where two paid: test_schedule, seed 8).
+        j = best + 1
+        if j <= k and j not in self.cost.t_verify:
+            hopeful = self.cost.rates(j, cls, optimistic=True)[j]
+            if hopeful is not None and hopeful > rates[best]:
                 return j
-            return best
+        if j <= k and self.cost.reached[best] < LEARN_MIN:
+            return j
+        return best
+
+    def _nothing_pays(self, k: int, base: float) -> int:
+        """Where neither a chain nor a tree beats champion-only: 0, and when the next probe."""
         # Nothing pays: off (shadowed: until the previews say otherwise), else wait twice as long
         # before the next probe (up to PROBE_MAX); at once PROBE_MAX when even a draft that is
         # always right would lose, as on a software GPU adapter, whose pass over k + 1 rows
@@ -319,8 +328,8 @@ class Schedule:
         if not self.off:
             self.off = True
             self.since_probe = 0
-            t_draft = 0.0 if self.in_cycle else (cost.t_draft or 0.0)
-            hopeless = all((j + 1) / (j * t_draft + cost.verify_time(j)) <= MARGIN * base
+            t_draft = 0.0 if self.in_cycle else (self.cost.t_draft or 0.0)
+            hopeless = all((j + 1) / (j * t_draft + self.cost.verify_time(j)) <= MARGIN * base
                            for j in range(1, k + 1))
             self.probe_every = PROBE_MAX if hopeless else min(2 * self.probe_every, PROBE_MAX)
         self.counts["guard_off"] += 1

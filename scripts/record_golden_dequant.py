@@ -16,9 +16,9 @@ test checks pyspec's dequantization against them bit for bit).
 Build the driver with the recipe of scripts/record_golden_token_types.py (libllama from the
 sdist's vendor/llama.cpp), then:
   g++ -O2 -std=c++17 -I $L/include -I $L/ggml/include scripts/llama_logits.cpp \\
-    /tmp/lb/src/libllama.a /tmp/lb/ggml/src/libggml.a /tmp/lb/ggml/src/libggml-cpu.a \\
-    /tmp/lb/ggml/src/libggml-base.a -lpthread -fopenmp -o /tmp/llama_logits
-  python scripts/record_golden_dequant.py --driver /tmp/llama_logits [--out PATH]
+    build/lb/src/libllama.a build/lb/ggml/src/libggml.a build/lb/ggml/src/libggml-cpu.a \\
+    build/lb/ggml/src/libggml-base.a -lpthread -fopenmp -o build/llama_logits
+  python scripts/record_golden_dequant.py --driver build/llama_logits [--out PATH]
 Needs the `gguf` package (retyped_copy of record_golden_forward.py); never run in CI.
 """
 

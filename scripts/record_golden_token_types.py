@@ -9,17 +9,17 @@ false), and each token's attribute bits and `llama_vocab_is_eog` after llama.cpp
 golden keeps the attributes that differ from the file's types, the ends, and the ids.
 
 The driver is llama.cpp itself (the sdist's vendor/llama.cpp), built without Python:
-  tar xzf .cache/downloads/llama_cpp_python-0.3.36.tar.gz -C /tmp
-  L=/tmp/llama_cpp_python-0.3.36/vendor/llama.cpp F="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-  cmake -S $L -B /tmp/lb -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \\
+  mkdir -p build && tar xzf .cache/downloads/llama_cpp_python-0.3.36.tar.gz -C build
+  L=build/llama_cpp_python-0.3.36/vendor/llama.cpp F="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  cmake -S $L -B build/lb -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \\
     -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \\
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF \\
     -DCMAKE_C_FLAGS="$F" -DCMAKE_CXX_FLAGS="$F"
-  nice ninja -C /tmp/lb -j2 llama           # about 4 minutes on 2 cores
+  nice ninja -C build/lb -j2 llama           # about 4 minutes on 2 cores
   g++ -O2 -std=c++17 -I $L/include -I $L/ggml/include scripts/llama_tokenize.cpp \\
-    /tmp/lb/src/libllama.a /tmp/lb/ggml/src/libggml.a /tmp/lb/ggml/src/libggml-cpu.a \\
-    /tmp/lb/ggml/src/libggml-base.a -lpthread -fopenmp -o /tmp/llama_tokenize
-Usage: python scripts/record_golden_token_types.py --driver /tmp/llama_tokenize [--out PATH]
+    build/lb/src/libllama.a build/lb/ggml/src/libggml.a build/lb/ggml/src/libggml-cpu.a \\
+    build/lb/ggml/src/libggml-base.a -lpthread -fopenmp -o build/llama_tokenize
+Usage: python scripts/record_golden_token_types.py --driver build/llama_tokenize [--out PATH]
 Needs the `gguf` package (the test venv has it); never run in CI.
 """
 

@@ -594,3 +594,21 @@ def test_a_level_is_learnt_before_its_estimate_keeps_it_out():
         return ks[-300:].count(1)
     assert ones(schedule.LEARN_MIN) < 100
     assert ones(0) > 290
+
+
+def test_a_tree_waits_for_its_chain_to_be_learnt_at_its_depth():
+    """tree_pays under the guard: a measured tree faster than its chain by the estimates is
+    drafted only once the chain's draft at that depth has been verified LEARN_MIN times (tree
+    cycles do not teach the chain's acceptance, so an estimate left at its prior would lose
+    every comparison); then the estimates decide. The mutant (no such wait) drafts the tree
+    while the chain's second draft has never been verified."""
+    s = schedule.Schedule(schedule.Heuristic())
+    s.observe(0, 0, 0.0, 1.0)
+    for _ in range(schedule.LEARN_MIN):
+        s.observe(1, 1, 0.1, 1.0)
+    for _ in range(3):
+        s.observe(2, 2, 0.0, 1.2, nodes=4)   # trees of depth 2, always accepted
+    assert not s.tree_pays(2, 4)
+    for _ in range(schedule.LEARN_MIN):
+        s.observe(2, 1, 0.2, 1.1)            # the chain's second draft, always rejected
+    assert s.tree_pays(2, 4)

@@ -8,7 +8,8 @@ pseudo-counts), and per proposal class where the drafter classifies (CLASS_PRIOR
 the pooled estimate). From them it predicts tokens per second for every k,
 E(k) / (k t_draft + t_verify(k)), and for trees (`tree_rate`) E over the acceptance by depth (its
 own counts, drawn toward the chain's) per tree cycle, timed whole and apart from the chain's
-(before the first: one draft step a depth plus a chain's pass over as many rows). The cycles
+(before the first: one draft step a depth plus a chain's pass over as many rows); a tree's first
+branch is its chain, and what its walk says of it is scored as the chain's acceptance. The cycles
 whose times say nothing of their kind's (a refill: a chain after a tree or champion-only, a tree
 after a chain) teach what such a refill costs beyond a cycle of that kind (`t_switch`), which
 the guard charges to a cycle that would switch (`extra`).
@@ -70,11 +71,16 @@ class CostModel:
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
                 ahead: bool = False, cls: int | None = None, nodes: int = 0,
-                timed: bool = True) -> None:
+                timed: bool = True, chain: tuple[int, int] | None = None) -> None:
         """`nodes`: a tree cycle's (k is its depth): its whole time (drafts and pass) and its
-        acceptance by depth are kept apart from the chain's (`tree_rate`). `timed`: False for
-        a cycle whose times say nothing of its kind's (Schedule.observe): only its acceptance
-        is kept, and what it cost beyond a timed cycle of its kind (`t_switch`)."""
+        acceptance by depth are kept apart from the chain's (`tree_rate`); `chain`: its first
+        branch's drafts tested and accepted, scored as a chain's (rules/tree.first_branch: the
+        first branch is the chain, tested as the chain would have been). Without it a chain
+        whose first drafts were rejected early stayed at that estimate while trees ran: no
+        chain paid by it, and trees one level deep ran the rest of the request slower than the
+        chain would have (tests/test_schedule.py). `timed`: False for a cycle whose times say
+        nothing of its kind's (Schedule.observe): only its acceptance is kept, and what it
+        cost beyond a timed cycle of its kind (`t_switch`)."""
         if not timed and k:
             self._refill(k, t_draft + t_verify, nodes)
         if ahead:   # pipelined champion-only: its own estimate, the champion-only rate's
@@ -87,6 +93,8 @@ class CostModel:
             for i in range(min(k, n_accepted + 1, len(self.tree_reached))):
                 self.tree_reached[i] += 1
                 self.tree_accepted[i] += i < n_accepted
+            if chain is not None:
+                self.score(*chain, cls)
             return
         if timed:
             self.t_verify[k] = _push_median(self._verify_samples.setdefault(k, []), t_verify)

@@ -212,6 +212,8 @@ class Outcome:
     nodes: int = 0       # a tree cycle's nodes (k is its depth); 0 for a chain
     moved: bool = False  # a tree cycle's rows are moved by moves its walk wrote on the device
                          # (gpu/tree.py): its commit only books them
+    chain: tuple[int, int] | None = None   # a tree cycle's first branch: its drafts tested
+                                           # and accepted (rules/tree.first_branch)
 
 
 class Executor:

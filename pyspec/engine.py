@@ -320,7 +320,7 @@ class Engine:
         shows or None, whether the request stops here)."""
         verdict, k = out.verdict, out.k
         req.sched.observe(k, verdict.n_accepted, out.t_draft, out.t_verify,
-                          went_ahead and not req.in_cycle, cls, out.nodes)
+                          went_ahead and not req.in_cycle, cls, out.nodes, out.chain)
         req.st.record(k, verdict.n_accepted, out.t_draft + out.t_catch_up, out.t_verify)
         req.st.scratch = max(req.st.scratch, self.backend.scratch_bytes(k + 1, k + 1))
         new = list(verdict.tokens)

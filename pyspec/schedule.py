@@ -368,10 +368,12 @@ class Schedule:
         return 0
 
     def observe(self, k: int, n_accepted: int, t_draft: float, t_verify: float,
-                ahead: bool = False, cls: int | None = None, nodes: int = 0) -> None:
+                ahead: bool = False, cls: int | None = None, nodes: int = 0,
+                chain: tuple[int, int] | None = None) -> None:
         """k is what ran: after the engine's caps and any drafter shortfall; `ahead`: a k = 0
         cycle submitted while the one before was in flight; `cls`: its proposal's class;
-        `nodes`: a tree's (k its depth). With drafts made in the cycle, a drafting cycle
+        `nodes`: a tree's (k its depth), and `chain` what its walk says of its first branch
+        (drafts tested, accepted: rules/tree.first_branch), the chain's acceptance. With drafts made in the cycle, a drafting cycle
         after one of another kind (champion-only, or first in its request; a tree after a
         chain, a chain after a tree) teaches its acceptance but not its times: it refills what
         the cycle before left (the draft's catch-up on the tokens it sat out, the pipeline, a
@@ -387,7 +389,7 @@ class Schedule:
         timed = not (self.in_cycle and kind and kind != self._last_kind)
         self.counts["untimed"] += not timed
         self._last_kind = kind
-        self.cost.observe(k, n_accepted, t_draft, t_verify, ahead, cls, nodes, timed)
+        self.cost.observe(k, n_accepted, t_draft, t_verify, ahead, cls, nodes, timed, chain)
         self.policy.observe(k, n_accepted)
 
     def stats(self) -> dict:

@@ -4,7 +4,8 @@
 // of the row where no child has it: rules/tree.walk_chosen, exactly. It writes
 //   words  the accept kernel's layout (accept.wgsl): n_accepted (the path's length), k_eff (the
 //          tree's depth), n_emitted, how (HOW_CHAMPION), the emitted tokens (NONE after them),
-//          so what reads a chain's verdict on the device (ngram.wgsl's history) reads a tree's;
+//          so what reads a chain's verdict on the device (ngram.wgsl's history) reads a tree's,
+//          and the tests of the tree's first branch (the chain it is: rules/tree.first_branch);
 //   moves  kv_compact.wgsl's Moves: the path's cache rows, which the next submission's first
 //          dispatches move after the root, and the tree's nodes and depth.
 // The pass's Step (binding 1) holds the tree (FLAG_TREE, its table from the root: step.wgsl).
@@ -48,6 +49,28 @@ fn tree_walk() {
     }
     for (var i = n + 1u; i < ROWS_MAX; i++) {
         words[ACCEPT_TOKENS + i] = NONE;
+    }
+    // The first branch (each node's first child, from the root's) as the chain it is: its
+    // drafts' tests, 1 pass / 0 fail, NONE after (rules/tree.first_branch).
+    var at = 0u;
+    var tested = 0u;
+    loop {
+        var first = NONE;
+        for (var r = at + 1u; r < rows; r++) {
+            if ((tree_entry(tree_index(r)) >> 16u) == tree_index(at)) {
+                first = r;
+                break;
+            }
+        }
+        if (first == NONE) { break; }
+        let kept = tokens[first] == choice[at];
+        words[ACCEPT_TESTS + tested] = select(0u, 1u, kept);
+        tested++;
+        if (!kept) { break; }
+        at = first;
+    }
+    for (var i = tested; i < ROWS_MAX; i++) {
+        words[ACCEPT_TESTS + i] = NONE;
     }
     words[ACCEPT_N_ACCEPTED] = n;
     words[ACCEPT_K_EFF] = depth;

@@ -441,10 +441,10 @@ NOT_MEASURED = {
     "docs/cpu-engine.md": ["the 3x we allowed it"],                         # the block format's bar
     "docs/benchmarks.md": [   # a simulation's (tests/test_schedule.py, the switch test)
         "In `tests/test_schedule.py`'s model of those cycles (1 ms a refill, drafts accepted 2 in "
-        "3, a tree's levels 3 in 4) the guarded tree runs at least 0.98x its chain on nine of ten "
-        "seeds; without the charge one seed swapped 111 times in 400 cycles at 0.88x. The tenth "
-        "seed is a case left open: a chain's first draft rejected early, no chain pays by its "
-        "estimate, and depth-1 trees run the rest of the request at 0.88x"],
+        "3, a tree's levels 3 in 4) the guarded tree runs at least 0.98x its chain on ten seeds; "
+        "without the charge one seed swapped 103 times in 400 cycles at 0.88x; without the first "
+        "branch's teaching another (a chain's first draft rejected early, so that no chain paid "
+        "by its estimate) ran depth-1 trees for the rest of the request at 0.88x"],
     "docs/embedding.md": ["(default 60,000 ms)"],                           # stallTimeoutMs
     "docs/faults.md": ["(20x the slowest readback"],                        # the watchdog's rule
     "docs/models.md": ["1 + 30 x 5 + 1 = 152 dispatches",                   # a count

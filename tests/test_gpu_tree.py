@@ -204,11 +204,14 @@ def test_a_draft_models_tree_grows_on_the_device_in_one_submission(tiny, tempera
 
 def _trees(tiny, monkeypatch, **paths) -> list:
     """Every tree cycle's tree (depth-first) of a greedy 2,2,1 request with the draft model, as
-    its pass carried it (the champion's token list and Step, read after the cycle)."""
+    its pass carried it (the champion's token list and Step, read after the cycle). Each
+    cycle's `chain` (the device walk's tests of the first branch, tree_walk.wgsl) must be what
+    rules/tree.first_branch says of that tree and its accepted path; some must have left the
+    first branch or stopped on it with children untaken (the cases the words tell apart)."""
     from pyspec.gpu.backend import GPUBackend
-    from pyspec.rules.tree import depth_first_order, reorder
+    from pyspec.rules.tree import depth_first_order, first_branch, reorder
 
-    seen, commit = [], GPUBackend.commit
+    seen, commit, told = [], GPUBackend.commit, []
 
     def spy(backend, outcome, drafter):
         if outcome.rows is not None:
@@ -218,12 +221,18 @@ def _trees(tiny, monkeypatch, **paths) -> list:
             tokens = np.frombuffer(backend.dev.redeem_now(readback), np.uint32)
             table = backend.champion.steps._host[0, 12:12 + rows]
             parents = [int(w >> 16) - 1 for w in table[1:]]   # entry 0 (the root): ROOT
-            seen.append(reorder(tokens[1:], parents, depth_first_order(parents)))
+            order = depth_first_order(parents)
+            seen.append(reorder(tokens[1:], parents, order))
+            path = [order.index(r - outcome.rows[0] - 1) for r in outcome.rows[1:]]
+            assert outcome.chain == first_branch(seen[-1], path), (seen[-1], path)
+            told.append(outcome.chain[0] > outcome.chain[1]
+                        or outcome.verdict.n_accepted > outcome.chain[1])
         commit(backend, outcome, drafter)
 
     monkeypatch.setattr(GPUBackend, "commit", spy)
     _generate(_engine(tiny, "close", **paths), tiny, tree="2,2,1")
     monkeypatch.undo()
+    assert any(told), told
     return seen
 
 

@@ -150,6 +150,44 @@ def test_walks_emit_champion_only_tokens(mode):
         assert deepest >= 2     # the trees did get followed, not only corrected
 
 
+def test_a_walk_tests_the_first_branch_as_its_chain_would_be():
+    """first_branch: what a walk says of the tree's first branch (each node's first child) is
+    what verifying that branch alone as a chain says, (drafts tested, accepted), under greedy
+    and rejection (a node's first child is tested against its row before any residual), over
+    random trees. The guard scores it as the chain's acceptance (costmodel.py). Hand cases
+    first: a walk that leaves the branch for a sibling, one stopped at the branch's leaf."""
+    tree = Tree((1, 2, 3, 4), (ROOT, 0, 0, ROOT))   # depth-first: 0 -> {1, 2}; 3 beside 0
+    assert tree_rules.first_branch(tree, (0, 2)) == (2, 1)     # left at depth 2
+    assert tree_rules.first_branch(tree, (0, 1)) == (2, 2)     # to the first branch's leaf
+    assert tree_rules.first_branch(tree, (0,)) == (2, 1)       # node 0's children rejected
+    assert tree_rules.first_branch(tree, (3,)) == (1, 0)
+    assert tree_rules.first_branch(tree, ()) == (1, 0)
+    assert tree_rules.first_branch(Tree((), ()), ()) == (0, 0)
+    gen, tested_deep, left = np.random.default_rng(11), 0, 0
+    for trial in range(400):
+        context = [int(t) for t in gen.integers(VOCAB, size=3)]
+        tree = _random_tree(gen, context, lambda ctx: int(np.argmax(_toy_logits(ctx, "p"))))
+        branch = 0
+        while branch < len(tree) and tree.parents[branch] == branch - 1:
+            branch += 1
+        rows = _rows(tree, context, "p")                       # (1 + N, vocab)
+        if trial % 2:
+            walked = walk_greedy(rows, tree)
+            chain = verify.verify_greedy(rows[:branch + 1], tree.tokens[:branch])
+        else:
+            p = verify.softmax(rows, 1.0)
+            q = gen.dirichlet(np.full(VOCAB, 0.5), size=len(tree))
+            u_acc, u_res, u_bon = gen.random(len(tree)), gen.random(8), gen.random(8)
+            walked = walk_rejection(p, tree, q, u_acc, u_res, u_bon)
+            chain = verify.verify_rejection(p[:branch + 1], q[:branch], tree.tokens[:branch],
+                                            u_acc[:branch], u_res[:branch], u_bon[branch])
+        want = (min(branch, chain.n_accepted + 1), chain.n_accepted)
+        assert tree_rules.first_branch(tree, walked.path) == want, (tree, walked.path)
+        tested_deep += want[0] >= 2
+        left += walked.n_accepted > want[1]
+    assert tested_deep > 50 and left > 20, (tested_deep, left)   # the cases were reached
+
+
 # ---------------------------------------------------------------------------------------------
 # Rejection: exact in distribution, through the engine's own code
 # ---------------------------------------------------------------------------------------------

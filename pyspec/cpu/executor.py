@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cycle import Executor, Outcome, Proposal, Rule, TreeProposal, tree_verdict
-from ..rules.tree import ROOT, Tree
+from ..rules.tree import ROOT, Tree, first_branch
 from .fastcpu import one_blas_thread
 from .model import Model
 
@@ -113,17 +113,18 @@ class CPUBackend(Executor):
 
     def accept(self, c: Cycle, drafts: Proposal | TreeProposal, tokens: list[int],
                rule: Rule) -> None:
-        rows, nodes = None, 0
+        rows, nodes, chain = None, 0, None
         if isinstance(drafts, TreeProposal):
             nodes = len(drafts.tree)
             verdict, path = tree_verdict(rule, c.logits, drafts, len(tokens))
             start = self.kv.committed
             rows = [start] + [start + 1 + i for i in path]
+            chain = first_branch(drafts.tree, path)
         else:
             q_draft = drafts.q_matrix(c.logits.shape[1]) if rule.mode == "rejection" else None
             verdict = rule.verdict(c.logits, drafts.tokens, q_draft, tokens)
         c.done = Outcome(verdict, c.k, c.t1 - c.t0 - c.catch_up, time.perf_counter() - c.t1,
-                         t_catch_up=c.catch_up, rows=rows, nodes=nodes)
+                         t_catch_up=c.catch_up, rows=rows, nodes=nodes, chain=chain)
 
     def commit(self, outcome: Outcome, drafter) -> None:
         """A tree cycle keeps the root's and the accepted path's rows, compacted into place

@@ -335,7 +335,7 @@ class GPUBackend(Executor):
         if walked is None:
             return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rec.committed)
         return Outcome(verdict, k_eff, t_draft, t_end - t0 - t_draft, rows=walked.rows,
-                       nodes=walked.nodes, moved=walked.moved)
+                       nodes=walked.nodes, moved=walked.moved, chain=walked.chain)
 
     def commit(self, outcome: Outcome, drafter) -> None:
         """A tree cycle keeps the root's and the accepted path's rows, moved into place at the

@@ -46,9 +46,10 @@ from ..cycle import Proposal, Rule, TreeProposal, tree_verdict
 from ..drafters.ngram import NgramDrafter
 from ..drafters.tree import grow_model_tree
 from ..rules import verify
-from ..rules.tree import ROOT, Tree
+from ..rules.tree import ROOT, Tree, first_branch
 from . import treedraft
-from .constants import ACCEPT_N_ACCEPTED, ACCEPT_TOKENS, ACCEPT_WORDS, ROWS_MAX, WG
+from .constants import (ACCEPT_N_ACCEPTED, ACCEPT_TESTS, ACCEPT_TOKENS, ACCEPT_WORDS, NONE,
+                        ROWS_MAX, WG)
 from .device import Copy
 from .draft import GPUDraft, draft_slot
 from .ngram import tree_fields
@@ -237,14 +238,16 @@ def staged(b, rec: Recording) -> tuple[object, int]:
 @dataclass(frozen=True)
 class Walked:
     """A tree cycle's verdict as read: the verdict, the rows to keep (the root's and the
-    accepted path's cache rows), the tree's depth and nodes, and whether the device moves the
-    rows (its walk wrote the moves) or the host must (`Compaction.move`)."""
+    accepted path's cache rows), the tree's depth and nodes, whether the device moves the
+    rows (its walk wrote the moves) or the host must (`Compaction.move`), and what it says of
+    the tree's first branch, the chain it is (rules/tree.first_branch)."""
 
     verdict: verify.Verdict
     rows: list[int]
     depth: int
     nodes: int
     moved: bool
+    chain: tuple[int, int]   # its first branch's drafts tested, and accepted (first_branch)
 
 
 def verdict(b, rec: Recording, raw: bytes) -> Walked:
@@ -255,13 +258,16 @@ def verdict(b, rec: Recording, raw: bytes) -> Walked:
         found, path = tree_verdict(cyc.rule, logits.astype(np.float64), cyc.proposal,
                                    len(cyc.tokens))
         return Walked(found, [rec.pos] + [rec.pos + 1 + i for i in path], rec.k, rows - 1,
-                      False)
+                      False, first_branch(cyc.proposal.tree, path))
     words = np.frombuffer(raw, np.uint32, ACCEPT_WORDS + MOVES_WORDS)
     n = int(words[ACCEPT_N_ACCEPTED])
     n_moved, dst, nodes, depth = (int(w) for w in words[ACCEPT_WORDS:ACCEPT_WORDS + 4])
     found = verify.Verdict(n, tuple(int(t) for t in words[ACCEPT_TOKENS:ACCEPT_TOKENS + n + 1]))
     src = words[ACCEPT_WORDS + 4:ACCEPT_WORDS + 4 + n_moved]
-    return Walked(found, [dst - 1] + [int(r) for r in src], depth, nodes, True)
+    tests = words[ACCEPT_TESTS:ACCEPT_TESTS + ROWS_MAX]
+    tested = int(np.argmax(tests == NONE)) if (tests == NONE).any() else ROWS_MAX
+    return Walked(found, [dst - 1] + [int(r) for r in src], depth, nodes, True,
+                  (tested, int(tests[:tested].sum())))
 
 
 class Compaction:

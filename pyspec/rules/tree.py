@@ -263,6 +263,24 @@ def walk_rejection(p_target: np.ndarray, tree: Tree, q_sibling: np.ndarray, u_ac
         node, depth = c, depth + 1
 
 
+def first_branch(tree: Tree, path) -> tuple[int, int]:
+    """What a walk that accepted `path` says of the tree's first branch (each node's first
+    child, from the root's): (its drafts that were tested, those accepted). Every walk tests a
+    node's first child first, against the node's row as it is (rejection: before any
+    residual), and takes it where it passes, so the first branch is tested as a chain of the
+    same drafts would have been: its drafts accepted while the path follows it, and the next
+    one, where there is one, rejected. A drafter's first child is its chain's draft (the
+    argmax, the Gumbel-max sample: `draw_siblings`), so a tree cycle teaches the chain's
+    acceptance by position (costmodel.py). shaders/tree_walk.wgsl writes the same tests."""
+    accepted = 0   # depth-first: node i's first child, where it has one, is node i + 1
+    for step in path:
+        if step != accepted:
+            return accepted + 1, accepted
+        accepted += 1
+    node = accepted - 1   # the path's last node (ROOT when it is empty)
+    return accepted + (accepted < len(tree) and tree.parents[accepted] == node), accepted
+
+
 def draw_siblings(q_draft: np.ndarray, width: int,
                   gumbel: np.ndarray) -> tuple[list[int], np.ndarray]:
     """Up to `width` distinct siblings drawn without replacement from q_draft (vocab,), by

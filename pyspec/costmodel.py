@@ -78,7 +78,7 @@ class CostModel:
         first branch is the chain, tested as the chain would have been). Without it a chain
         whose first drafts were rejected early stayed at that estimate while trees ran: no
         chain paid by it, and trees one level deep ran the rest of the request slower than the
-        chain would have (tests/test_schedule.py). `timed`: False for a cycle whose times say
+        chain would have (tests/test_guard_sim.py). `timed`: False for a cycle whose times say
         nothing of its kind's (Schedule.observe): only its acceptance is kept, and what it
         cost beyond a timed cycle of its kind (`t_switch`)."""
         if not timed and k:

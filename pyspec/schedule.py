@@ -305,7 +305,7 @@ class Schedule:
         # So is one longer whose last draft has been verified fewer than LEARN_MIN times in
         # this request: a position's acceptance is learnt only where it is drafted, so two
         # unlucky tries would keep it out for the request (chains of one draft for the rest
-        # of a request where two paid: test_schedule, seed 8).
+        # of a request where two paid: tests/test_guard_sim.py, seed 8).
         j = best + 1
         if j <= k and j not in self.cost.t_verify:
             hopeful = self.cost.rates(j, cls, optimistic=True)[j]

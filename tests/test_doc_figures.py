@@ -439,8 +439,8 @@ FIGURES = [
 # scan below lets them be.
 NOT_MEASURED = {
     "docs/cpu-engine.md": ["the 3x we allowed it"],                         # the block format's bar
-    "docs/benchmarks.md": [   # a simulation's (tests/test_schedule.py, the switch test)
-        "In `tests/test_schedule.py`'s model of those cycles (1 ms a refill, drafts accepted 2 in "
+    "docs/benchmarks.md": [   # a simulation's (tests/test_guard_sim.py, the switch test)
+        "In `tests/test_guard_sim.py`'s model of those cycles (1 ms a refill, drafts accepted 2 in "
         "3, a tree's levels 3 in 4) the guarded tree runs at least 0.98x its chain on ten seeds; "
         "without the charge one seed swapped 103 times in 400 cycles at 0.88x; without the first "
         "branch's teaching another (a chain's first draft rejected early, so that no chain paid "

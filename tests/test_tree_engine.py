@@ -157,7 +157,7 @@ def test_trees_on_the_gpu_equal_champion_only(tiny, draft):
 @pytest.mark.usefixtures("gpu")
 def test_a_tree_that_does_not_pay_drafts_its_chain_on_the_chains_path(tiny, monkeypatch):
     """--tree never drafts less than its chain: where the guard says a tree does not pay
-    (schedule.tree_pays; tests/test_schedule.py drives the guard itself on a machine where the
+    (schedule.tree_pays; tests/test_guard_sim.py drives the guard itself on a machine where the
     chain pays), the cycle drafts the chain on the chain's own path, n-gram looked up on the
     device with the cycles going ahead, never nothing and never a host tree. Tokens are
     champion-only's, under a fixed policy and under the guard."""

@@ -60,7 +60,8 @@ folded into the chain's verify times it made every chain look too slow, and the 
 nothing); before a tree is measured, one draft step a depth plus a chain's pass
 over as many rows. It must beat the best chain of at most that depth, else the chain runs, as
 it would without --tree (on its own path: looked up or fed on the device, going ahead), and only
-once the chain's acceptance at that depth has been learnt (tree cycles do not teach it). With
+once the chain's acceptance at that depth has been learnt (from chains, and from the tests of
+the trees' first branches, which are the chain's drafts: rules/tree.first_branch). With
 drafts made in the cycle, a cycle that would switch kind (a tree after a chain, a chain after a
 tree) is charged the refill such cycles were measured to cost (CostModel.t_switch). A fixed
 policy always drafts the tree.
@@ -373,17 +374,17 @@ class Schedule:
         """k is what ran: after the engine's caps and any drafter shortfall; `ahead`: a k = 0
         cycle submitted while the one before was in flight; `cls`: its proposal's class;
         `nodes`: a tree's (k its depth), and `chain` what its walk says of its first branch
-        (drafts tested, accepted: rules/tree.first_branch), the chain's acceptance. With drafts made in the cycle, a drafting cycle
-        after one of another kind (champion-only, or first in its request; a tree after a
-        chain, a chain after a tree) teaches its acceptance but not its times: it refills what
-        the cycle before left (the draft's catch-up on the tokens it sat out, the pipeline, a
-        tree's rows moved into place), so it costs more than one in a run of its kind (the
-        trained draft natively on an H100, a diagnostic log of every cycle kept in no result
-        file: 2.3 ms against 1.4 after champion-only, up to 3.6 after a tree). Timed, every
-        probe measured that refill and the guard turned speculation off at each: through Dawn
-        `--tree 2,2,1` guarded drafted 1.32 tokens a pass against its chain's 2.00
-        (bench/results/h100-dawn-6179483.json). A probe is two drafting cycles, the second
-        timed."""
+        (drafts tested, accepted: rules/tree.first_branch), the chain's acceptance. With drafts
+        made in the cycle, a drafting cycle after one of another kind (champion-only, or first
+        in its request; a tree after a chain, a chain after a tree) teaches its acceptance but
+        not its times: it refills what the cycle before left (the draft's catch-up on the
+        tokens it sat out, the pipeline, a tree's rows moved into place), so it costs more
+        than one in a run of its kind (the trained draft natively on an H100, a diagnostic log
+        of every cycle kept in no result file: 2.3 ms against 1.4 after champion-only, up to
+        3.6 after a tree). Timed, every probe measured that refill and the guard turned
+        speculation off at each: through Dawn `--tree 2,2,1` guarded drafted 1.32 tokens a pass
+        against its chain's 2.00 (bench/results/h100-dawn-6179483.json). A probe is two
+        drafting cycles, the second timed."""
         self.k_history[k] = self.k_history.get(k, 0) + 1
         kind = 0 if not k else "tree" if nodes else "chain"
         timed = not (self.in_cycle and kind and kind != self._last_kind)

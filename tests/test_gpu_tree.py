@@ -206,8 +206,9 @@ def _trees(tiny, monkeypatch, **paths) -> list:
     """Every tree cycle's tree (depth-first) of a greedy 2,2,1 request with the draft model, as
     its pass carried it (the champion's token list and Step, read after the cycle). Each
     cycle's `chain` (the device walk's tests of the first branch, tree_walk.wgsl) must be what
-    rules/tree.first_branch says of that tree and its accepted path; some must have left the
-    first branch or stopped on it with children untaken (the cases the words tell apart)."""
+    rules/tree.first_branch says of that tree and its accepted path; some walk must have left
+    the first branch for a sibling, and some first branch must have had a draft rejected (the
+    cases where the first branch's tests differ from the path's)."""
     from pyspec.gpu.backend import GPUBackend
     from pyspec.rules.tree import depth_first_order, first_branch, reorder
 
@@ -225,14 +226,14 @@ def _trees(tiny, monkeypatch, **paths) -> list:
             seen.append(reorder(tokens[1:], parents, order))
             path = [order.index(r - outcome.rows[0] - 1) for r in outcome.rows[1:]]
             assert outcome.chain == first_branch(seen[-1], path), (seen[-1], path)
-            told.append(outcome.chain[0] > outcome.chain[1]
-                        or outcome.verdict.n_accepted > outcome.chain[1])
+            told.append((outcome.verdict.n_accepted > outcome.chain[1],
+                         outcome.chain[0] > outcome.chain[1]))
         commit(backend, outcome, drafter)
 
     monkeypatch.setattr(GPUBackend, "commit", spy)
     _generate(_engine(tiny, "close", **paths), tiny, tree="2,2,1")
     monkeypatch.undo()
-    assert any(told), told
+    assert all(map(any, zip(*told))), told
     return seen
 
 

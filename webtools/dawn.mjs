@@ -22,9 +22,8 @@
 // H100 host the same side's host time per cycle moved between 1.96 and 3.06 ms from one process
 // to the next, bench/results/h100-dawn-609d0a7*.json), sides interleaved in one share its pace.
 // Each side's options replace the command line's (draft: "none", "ngram", "model" for
-// --draft-model's; k; tree); the worker
-// keeps the guard's times per drafter across requests, as a page does, so the sides of one
-// drafter (its chain and its tree) share them.
+// --draft-model's; k; tree); the worker keeps the guard's times per drafter across requests, as
+// a page does, so the sides of one drafter (its chain and its tree) share them.
 // It prints one JSON line: {adapter: {...} | null, ready, runs: [{id, stratum, text, tokens,
 // stats, wall_s}]},
 // or {error: {code, message}}. Dawn writes why it passes over an adapter to stderr from native

@@ -265,7 +265,7 @@ def verdict(b, rec: Recording, raw: bytes) -> Walked:
     found = verify.Verdict(n, tuple(int(t) for t in words[ACCEPT_TOKENS:ACCEPT_TOKENS + n + 1]))
     src = words[ACCEPT_WORDS + 4:ACCEPT_WORDS + 4 + n_moved]
     tests = words[ACCEPT_TESTS:ACCEPT_TESTS + ROWS_MAX]
-    tested = int(np.argmax(tests == NONE)) if (tests == NONE).any() else ROWS_MAX
+    tested = int(np.count_nonzero(tests != NONE))   # passes, then at most one fail, then NONE
     return Walked(found, [dst - 1] + [int(r) for r in src], depth, nodes, True,
                   (tested, int(tests[:tested].sum())))
 
